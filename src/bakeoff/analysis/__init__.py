@@ -1,0 +1,1 @@
+"""Pure analysis over numbers: statistics, tolerances, comparability. No I/O, no torch."""

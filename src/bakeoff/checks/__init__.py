@@ -1,0 +1,1 @@
+"""Checks: each takes what a target produced and returns a result value."""

@@ -1,0 +1,102 @@
+"""Compute the references a baseline preserves, and read/write them as safetensors.
+
+References are named ``golden`` (float64 eager on the CPU), ``eager:<dtype>`` (eager on the CPU
+in a working dtype) and ``repeat:<dtype>`` (a second eager run, to detect nondeterminism).
+Files are safetensors, never pickles: loading a baseline cannot execute code.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from bakeoff.checks.outputs import flatten_outputs
+from bakeoff.workloads.base import BuiltWorkload
+
+__all__ = ["compute_references", "load_references", "repeat_error", "save_references"]
+
+_SEP = "::"
+
+
+def _cast(value: Any, dtype: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype) if value.is_floating_point() else value
+    if isinstance(value, dict):
+        return {k: _cast(v, dtype) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_cast(v, dtype) for v in value)
+    return value
+
+
+def _run_in(workload: BuiltWorkload, dtype_name: str) -> dict[str, Any]:
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    model = copy.deepcopy(workload.model).to(dtype)
+    with torch.no_grad():
+        out = workload(model, _cast(workload.args, dtype), _cast(workload.kwargs, dtype))
+    return flatten_outputs(out)
+
+
+def compute_references(workload: BuiltWorkload, dtypes: Iterable[str] = ()) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Run the workload eagerly on the CPU: float64 golden, native dtype twice, other dtypes once.
+
+    Returns:
+        ``(references, notes)``; a dtype the CPU cannot run is left out with a note.
+    """
+    import torch
+
+    native = workload.dtype
+    refs: dict[str, dict[str, Any]] = {}
+    notes: list[str] = []
+    with torch.no_grad():
+        refs[f"eager:{native}"] = flatten_outputs(workload())
+        refs[f"repeat:{native}"] = flatten_outputs(workload())
+    for name, dtype in [("golden", "float64"), *((f"eager:{d}", d) for d in dtypes if d != native)]:
+        try:
+            refs[name] = _run_in(workload, dtype)
+        except Exception as exc:  # e.g. an op without a float64 or float16 CPU kernel
+            notes.append(f"no {name} reference: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+    return refs, notes
+
+
+def repeat_error(refs: dict[str, dict[str, Any]], dtype: str) -> float:
+    """Largest absolute difference between the two eager runs in ``dtype`` (inf if shapes differ)."""
+    first, second = refs.get(f"eager:{dtype}", {}), refs.get(f"repeat:{dtype}", {})
+    worst = 0.0
+    for name, tensor in first.items():
+        other = second.get(name)
+        if other is None or other.shape != tensor.shape:
+            return float("inf")
+        if tensor.numel():
+            worst = max(worst, float((tensor.double() - other.double()).abs().nan_to_num(nan=float("inf")).max()))
+    return worst
+
+
+def save_references(path: Path, refs: dict[str, dict[str, Any]]) -> None:
+    from safetensors.torch import save_file
+
+    flat = {f"{ref}{_SEP}{name}": t.contiguous().clone() for ref, tensors in refs.items() for name, t in tensors.items()}
+    order = {ref: list(tensors) for ref, tensors in refs.items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(flat, str(path), metadata={"bakeoff.order": json.dumps(order)})
+
+
+def load_references(path: Path, names: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Load (some of) the references from a safetensors file, keeping output order."""
+    from safetensors import safe_open
+
+    wanted = set(names) if names is not None else None
+    refs: dict[str, dict[str, Any]] = {}
+    with safe_open(str(path), framework="pt") as handle:
+        order = json.loads((handle.metadata() or {}).get("bakeoff.order", "{}"))
+        for ref, tensor_names in order.items():
+            if wanted is not None and ref not in wanted:
+                continue
+            refs[ref] = {name: handle.get_tensor(f"{ref}{_SEP}{name}") for name in tensor_names}
+    return refs

@@ -1,0 +1,101 @@
+"""The timing loop: first call, warm-up until compilation stops, then timed iterations.
+
+Algorithm:
+    1. Time the first call on its own: for compiled targets it includes compilation, which is
+       what a service pays on its first request ("time to first result").
+    2. Warm up: call again until a call triggers no new compilation (probed through a
+       caller-supplied counter) and at least ``warmup_min`` calls were made; stop at
+       ``warmup_max`` and report that compilation had not settled.
+    3. Time single calls, synchronising the device before each clock read, until both
+       ``min_samples`` and ``min_seconds`` are reached (or a cap is hit). Every sample is kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bakeoff.measure.clock import Clock, PerfClock
+
+__all__ = ["TimingRun", "TimingSettings", "dynamo_compile_events", "time_callable"]
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    """How long to measure. Defaults give >= 30 samples and >= 0.5 s of timed calls."""
+
+    min_samples: int = 30
+    min_seconds: float = 0.5
+    max_samples: int = 10_000
+    max_seconds: float = 60.0
+    warmup_min: int = 2
+    warmup_max: int = 20
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TimingSettings:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class TimingRun:
+    """What the loop observed (seconds)."""
+
+    first_call_s: float
+    first_output: Any
+    warmup_calls: int
+    settled: bool
+    samples_s: tuple[float, ...]
+
+
+def dynamo_compile_events() -> int:
+    """A number that grows whenever dynamo compiles a frame or a graph in this process."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["frames"]["total"]) + int(counters["stats"]["unique_graphs"])
+
+
+def time_callable(
+    fn: Callable[[], Any],
+    sync: Callable[[], None],
+    settings: TimingSettings | None = None,
+    clock: Clock | None = None,
+    compile_events: Callable[[], int] | None = None,
+) -> TimingRun:
+    """Run the three phases above on ``fn`` and return the raw observations."""
+    settings = settings or TimingSettings()
+    clock = clock or PerfClock()
+    sync()
+    start = clock.now()
+    first_output = fn()
+    sync()
+    first_call_s = clock.now() - start
+
+    warmups, settled = 0, False
+    while warmups < settings.warmup_max:
+        before = compile_events() if compile_events else 0
+        fn()
+        warmups += 1
+        quiet = compile_events is None or compile_events() == before
+        if quiet and warmups >= settings.warmup_min:
+            settled = True
+            break
+    sync()
+
+    samples: list[float] = []
+    loop_start = clock.now()
+    while len(samples) < settings.max_samples:
+        elapsed = clock.now() - loop_start
+        if len(samples) >= settings.min_samples and elapsed >= settings.min_seconds:
+            break
+        if elapsed >= settings.max_seconds and samples:
+            break
+        t0 = clock.now()
+        fn()
+        sync()
+        samples.append(clock.now() - t0)
+    return TimingRun(first_call_s=first_call_s, first_output=first_output, warmup_calls=warmups,
+                     settled=settled, samples_s=tuple(samples))

@@ -1,0 +1,259 @@
+"""The values a trial produces. Frozen, serialisable, and free of presentation.
+
+Every value round-trips through ``to_dict``/``from_dict``; :mod:`bakeoff.results.codec`
+wraps a whole run in the versioned JSON document.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from bakeoff.analysis.stats import is_noisy, mean, percentile
+from bakeoff.env import Environment
+from bakeoff.targets.spec import Target
+
+__all__ = [
+    "VERDICTS",
+    "BaselineInfo",
+    "Correctness",
+    "ErrorInfo",
+    "Latency",
+    "RunResult",
+    "TargetResult",
+    "TensorComparison",
+]
+
+VERDICTS = ("pass", "fail", "not_comparable", "error")
+STATUSES = ("ok", "error", "skipped")
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Raw per-call latencies in milliseconds; statistics are derived, never stored."""
+
+    samples_ms: tuple[float, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.samples_ms)
+
+    def p(self, q: float) -> float:
+        return percentile(self.samples_ms, q)
+
+    @property
+    def p50_ms(self) -> float:
+        return self.p(50)
+
+    @property
+    def noisy(self) -> bool:
+        return is_noisy(self.samples_ms)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "p50_ms": self.p(50),
+            "p90_ms": self.p(90),
+            "p99_ms": self.p(99),
+            "mean_ms": mean(self.samples_ms),
+            "min_ms": min(self.samples_ms),
+            "samples": self.count,
+            "noisy": self.noisy,
+            "samples_ms": list(self.samples_ms),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Latency:
+        return cls(tuple(float(x) for x in data["samples_ms"]))
+
+
+@dataclass(frozen=True)
+class TensorComparison:
+    """One output tensor against its reference.
+
+    ``max_rel_err`` is the largest absolute error divided by the largest reference magnitude
+    (a scale-aware figure that does not explode where the reference is near zero). ``rule``
+    says which test passed: ``allclose`` (within the dtype's tolerance of the same-dtype eager
+    reference) or ``fp64`` (error against the float64 golden no worse than a multiple of the
+    eager run's own error); empty when it failed.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    max_abs_err: float
+    max_rel_err: float
+    cosine: float
+    passed: bool
+    rule: str = ""
+    problem: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["shape"] = list(self.shape)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TensorComparison:
+        return cls(**{**data, "shape": tuple(data["shape"])})
+
+
+@dataclass(frozen=True)
+class Correctness:
+    """The verdict for a target's outputs against the baseline."""
+
+    verdict: str
+    reason: str = ""
+    reference: str = ""
+    tolerance: float | None = None
+    outputs: tuple[TensorComparison, ...] = ()
+
+    @property
+    def max_abs_err(self) -> float | None:
+        return max((o.max_abs_err for o in self.outputs), default=None)
+
+    @property
+    def max_rel_err(self) -> float | None:
+        return max((o.max_rel_err for o in self.outputs), default=None)
+
+    @property
+    def min_cosine(self) -> float | None:
+        return min((o.cosine for o in self.outputs), default=None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "reference": self.reference,
+            "tolerance": self.tolerance,
+            "max_abs_err": self.max_abs_err,
+            "max_rel_err": self.max_rel_err,
+            "min_cosine": self.min_cosine,
+            "outputs": [o.to_dict() for o in self.outputs],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Correctness:
+        return cls(verdict=data["verdict"], reason=data.get("reason", ""),
+                   reference=data.get("reference", ""), tolerance=data.get("tolerance"),
+                   outputs=tuple(TensorComparison.from_dict(o) for o in data.get("outputs", ())))
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """A failure kept as data. ``category``: exception, crash, timeout or out_of_memory."""
+
+    type: str
+    message: str
+    category: str = "exception"
+    phase: str = ""
+    traceback: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ErrorInfo:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class TargetResult:
+    """Everything a trial learned about one target."""
+
+    target: Target
+    status: str
+    reason: str = ""
+    is_reference: bool = False
+    correctness: Correctness | None = None
+    latency: Latency | None = None
+    first_call_ms: float | None = None
+    warmup_calls: int | None = None
+    settled: bool | None = None
+    speedup: float | None = None
+    peak_host_rss_bytes: int | None = None
+    device_peak_bytes: int | None = None
+    threads: int | None = None
+    load_average: tuple[float, ...] | None = None
+    duration_s: float | None = None
+    notes: tuple[str, ...] = ()
+    error: ErrorInfo | None = None
+
+    @property
+    def verdict(self) -> str | None:
+        if self.correctness is not None:
+            return self.correctness.verdict
+        return "error" if self.status == "error" else None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "target":
+                value = value.spec
+            elif hasattr(value, "to_dict"):
+                value = value.to_dict()
+            elif isinstance(value, tuple):
+                value = list(value)
+            data[f.name] = value
+        data["target_detail"] = self.target.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TargetResult:
+        kwargs = {k: v for k, v in data.items() if k != "target_detail"}
+        kwargs["target"] = Target.from_dict(data["target_detail"])
+        for key, kind in (("correctness", Correctness), ("latency", Latency), ("error", ErrorInfo)):
+            if kwargs.get(key) is not None:
+                kwargs[key] = kind.from_dict(kwargs[key])
+        for key in ("notes", "load_average"):
+            if kwargs.get(key) is not None:
+                kwargs[key] = tuple(kwargs[key])
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class BaselineInfo:
+    """A preserved reference for one workload fingerprint and seed."""
+
+    id: str
+    workload_spec: str
+    fingerprint: str
+    seed: int
+    created_at: str
+    environment_fingerprint: str
+    references: tuple[str, ...]
+    deterministic: bool
+    repeat_max_abs_err: float
+    path: str
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["references"] = list(self.references)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BaselineInfo:
+        return cls(**{**data, "references": tuple(data["references"])})
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One trial: a workload against several targets, in one environment."""
+
+    run_id: str
+    created_at: str
+    workload: dict[str, Any]
+    environment: Environment
+    results: tuple[TargetResult, ...]
+    baseline_id: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fingerprint(self) -> str:
+        return self.workload["fingerprint"]
+
+    def result(self, spec: str) -> TargetResult:
+        for item in self.results:
+            if item.target.spec == spec:
+                return item
+        raise KeyError(spec)

@@ -1,0 +1,89 @@
+"""Tables of the current schema (SQLAlchemy Core; portable between SQLite and PostgreSQL).
+
+Timestamps are ISO-8601 strings in UTC: they sort correctly as text and survive SQLite, which
+has no time zone type. JSON columns hold the serialised values from :mod:`bakeoff.results`.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+__all__ = ["baselines", "environments", "meta", "metadata", "runs", "target_results", "timing_samples"]
+
+metadata = MetaData()
+
+meta = Table(
+    "meta", metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+environments = Table(
+    "environments", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("fingerprint", String(32), nullable=False, unique=True),
+    Column("captured_at", String(40), nullable=False),
+    Column("data", JSON, nullable=False),
+)
+
+baselines = Table(
+    "baselines", metadata,
+    Column("id", String(32), primary_key=True),
+    Column("workload_spec", Text, nullable=False, index=True),
+    Column("fingerprint", String(32), nullable=False, index=True),
+    Column("seed", Integer, nullable=False),
+    Column("created_at", String(40), nullable=False),
+    Column("environment_id", Integer, ForeignKey("environments.id"), nullable=False),
+    Column("refs", JSON, nullable=False),
+    Column("deterministic", Boolean, nullable=False),
+    Column("repeat_max_abs_err", Float, nullable=False),
+    Column("path", Text, nullable=False),
+)
+
+runs = Table(
+    "runs", metadata,
+    Column("id", String(32), primary_key=True),
+    Column("created_at", String(40), nullable=False, index=True),
+    Column("workload_spec", Text, nullable=False, index=True),
+    Column("workload_fingerprint", String(32), nullable=False, index=True),
+    Column("workload", JSON, nullable=False),
+    Column("environment_id", Integer, ForeignKey("environments.id"), nullable=False),
+    Column("baseline_id", String(32), ForeignKey("baselines.id"), nullable=True),
+    Column("settings", JSON, nullable=False),
+    Column("bakeoff_version", String(32), nullable=False),
+)
+
+target_results = Table(
+    "target_results", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(32), ForeignKey("runs.id"), nullable=False, index=True),
+    Column("position", Integer, nullable=False),
+    Column("target_spec", Text, nullable=False, index=True),
+    Column("status", String(16), nullable=False),
+    Column("verdict", String(32), nullable=True),
+    Column("p50_ms", Float, nullable=True),
+    Column("speedup", Float, nullable=True),
+    Column("error_type", Text, nullable=True),
+    Column("error_category", String(32), nullable=True),
+    Column("data", JSON, nullable=False),
+    UniqueConstraint("run_id", "position"),
+)
+
+timing_samples = Table(
+    "timing_samples", metadata,
+    Column("result_id", Integer, ForeignKey("target_results.id"), primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("ms", Float, nullable=False),
+)

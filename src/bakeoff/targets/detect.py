@@ -1,0 +1,170 @@
+"""What can run here: devices, compile backends, and why a target cannot.
+
+Availability is a fact about this machine, not an input error: a target that cannot run here
+becomes a *skipped* result with the reason, never an exception.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import asdict, dataclass
+
+from bakeoff.targets.spec import KNOWN_DEVICES, Target
+
+__all__ = [
+    "BackendInfo",
+    "DeviceInfo",
+    "backend_status",
+    "check_backend_name",
+    "device_status",
+    "extra_devices",
+    "list_backends",
+    "list_devices",
+    "privateuse1_name",
+    "unavailable_reason",
+]
+
+#: Backends that need a library or a device; without it they are skipped with this advice.
+OPTIONAL_BACKENDS: dict[str, tuple[str | None, str | None, str]] = {
+    # name: (module that must import, device type it needs, how to get it)
+    "openvino": ("openvino.torch", None, "pip install openvino"),
+    "openxla": ("torch_xla", None, "install torch_xla"),
+    "openxla_eval": ("torch_xla", None, "install torch_xla"),
+    "tvm": ("tvm", None, "install Apache TVM"),
+    "neuron": ("torch_neuronx", "neuron", "install AWS TorchNeuron (torch-neuronx) on a Trainium host"),
+    "cudagraphs": (None, "cuda", "needs a CUDA device"),
+}
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    name: str
+    available: bool
+    count: int
+    detail: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    name: str
+    available: bool
+    detail: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def privateuse1_name() -> str | None:
+    """The renamed PrivateUse1 device of this process (e.g. ``neuron``), or None."""
+    import torch
+
+    name = torch._C._get_privateuse1_backend_name()
+    return None if name == "privateuseone" else name
+
+
+def extra_devices() -> tuple[str, ...]:
+    """Device names accepted by the target parser besides the built-in ones."""
+    name = privateuse1_name()
+    return (name,) if name and name not in KNOWN_DEVICES else ()
+
+
+def device_status(device: str) -> DeviceInfo:
+    """Whether a device type is usable in this process, how many there are, and why not."""
+    import torch
+
+    if device == "cpu":
+        return DeviceInfo("cpu", True, 1, f"{torch.get_num_threads()} threads")
+    if device == "mps":
+        ok = torch.backends.mps.is_available()
+        return DeviceInfo("mps", ok, int(ok), "Apple GPU" if ok else "no Apple GPU (MPS) here")
+    module = getattr(torch, device, None)
+    if module is None or not hasattr(module, "is_available"):
+        hint = {"neuron": "install AWS TorchNeuron (torch-neuronx) on a Trainium host"}.get(
+            device, "install its PyTorch plugin")
+        return DeviceInfo(device, False, 0, f"PyTorch has no '{device}' device registered ({hint})")
+    try:
+        ok = bool(module.is_available())
+        count = int(module.device_count()) if ok and hasattr(module, "device_count") else int(ok)
+    except Exception as exc:  # a plugin that is installed but broken
+        return DeviceInfo(device, False, 0, f"{device} probe failed: {type(exc).__name__}: {exc}")
+    if not ok:
+        build = ""
+        if device == "cuda" and torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
+            build = " (this torch is a CPU-only build)"
+        return DeviceInfo(device, False, 0, f"no {device} device available{build}")
+    names = []
+    for index in range(count):
+        try:
+            names.append(module.get_device_name(index))
+        except Exception:
+            break
+    return DeviceInfo(device, True, count, ", ".join(names) or f"{count} device(s)")
+
+
+def list_devices() -> list[DeviceInfo]:
+    return [device_status(name) for name in (*KNOWN_DEVICES, *extra_devices())]
+
+
+def _registered_backends() -> list[str]:
+    import torch._dynamo
+
+    return sorted(torch._dynamo.list_backends(exclude_tags=()))
+
+
+def backend_status(name: str, device: str | None = None) -> BackendInfo:
+    """Whether ``torch.compile(backend=name)`` can be used here (for ``device``, if given)."""
+    module, needs_device, how = OPTIONAL_BACKENDS.get(name, (None, None, ""))
+    if module is not None:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return BackendInfo(name, False, f"backend '{name}' needs {module} ({how})")
+    if needs_device is not None and device is not None and device != needs_device:
+        return BackendInfo(name, False, f"backend '{name}' runs on {needs_device}, not {device}")
+    if module is not None and name not in _registered_backends():
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            return BackendInfo(name, False, f"importing {module} failed: {type(exc).__name__}: {exc}")
+    if name not in _registered_backends():
+        return BackendInfo(name, False, f"no torch.compile backend named '{name}' is registered")
+    return BackendInfo(name, True, "registered")
+
+
+def list_backends() -> list[BackendInfo]:
+    names = sorted(set(_registered_backends()) | set(OPTIONAL_BACKENDS))
+    return [backend_status(name) for name in names]
+
+
+def unavailable_reason(target: Target) -> str | None:
+    """Why ``target`` cannot run in this process, or None if it can."""
+    info = device_status(target.device)
+    if not info.available:
+        return info.detail
+    if target.index is not None and target.index >= info.count:
+        return f"{target.device}:{target.index} does not exist here ({info.count} device(s))"
+    if target.backend is not None:
+        backend = backend_status(target.backend, target.device)
+        if not backend.available:
+            return backend.detail
+    return None
+
+
+def check_backend_name(name: str) -> None:
+    """Raise SpecError for a backend name that nothing here or in bakeoff's table knows.
+
+    A known backend whose library is missing is not an input error (it is skipped with a
+    reason); a typo such as ``inductr`` is.
+    """
+    from bakeoff.errors import SpecError
+
+    known = set(_registered_backends()) | set(OPTIONAL_BACKENDS)
+    if name not in known:
+        raise SpecError(f"unknown torch.compile backend {name!r}; registered here: "
+                        + ", ".join(sorted(known)),
+                        hint="run `bakeoff targets` to see the backends")

@@ -1,0 +1,117 @@
+"""Put a workload on a target: move and cast it, compile it, and synchronise the device.
+
+Nothing here measures; :mod:`bakeoff.measure` times the callable this module returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bakeoff.targets.spec import Target
+from bakeoff.workloads.base import BuiltWorkload
+
+__all__ = ["Prepared", "device_peak_memory", "prepare", "reset_device_peak_memory", "synchronizer"]
+
+
+@dataclass
+class Prepared:
+    """A workload placed on a target: ``fn()`` runs one forward pass there."""
+
+    target: Target
+    model: Any
+    args: tuple
+    kwargs: dict
+
+    def __call__(self) -> Any:
+        return self.model(*self.args, **self.kwargs)
+
+
+def _move(value: Any, device: Any, dtype: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        if dtype is not None and value.is_floating_point():
+            return value.to(device=device, dtype=dtype)
+        return value.to(device=device)
+    if isinstance(value, dict):
+        return {k: _move(v, device, dtype) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_move(v, device, dtype) for v in value)
+    return value
+
+
+def prepare(workload: BuiltWorkload, target: Target) -> Prepared:
+    """Move the workload's model and inputs to the target and wrap it for its execution mode.
+
+    The model is moved in place (workloads are built fresh for each target). Floating
+    parameters and inputs are cast to the target's dtype when it has one.
+    """
+    import torch
+
+    dtype = getattr(torch, target.dtype) if target.dtype else None
+    device = torch.device(target.torch_device)
+    model = workload.model.to(device=device)
+    if dtype is not None:
+        model = model.to(dtype=dtype)
+    args = _move(workload.args, device, dtype)
+    kwargs = _move(workload.kwargs, device, dtype)
+    if target.backend is not None:
+        options: dict[str, Any] = {"backend": target.backend, "fullgraph": target.fullgraph}
+        if target.dynamic is not None:
+            options["dynamic"] = target.dynamic
+        if target.mode is not None:
+            options["mode"] = target.mode
+        model = torch.compile(model, **options)
+    return Prepared(target=target, model=model, args=args, kwargs=kwargs)
+
+
+def synchronizer(target: Target) -> Callable[[], None]:
+    """A function that waits for all queued work on the target's device.
+
+    Clock reads are only honest after a synchronisation: accelerator calls return before the
+    work is done. CPU work is synchronous, so its synchroniser does nothing.
+    """
+    import torch
+
+    if target.device == "cpu":
+        return lambda: None
+    accelerator = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    if accelerator is not None and accelerator.type == target.device:
+        index = target.index
+        return (lambda: torch.accelerator.synchronize(index)) if index is not None else torch.accelerator.synchronize
+    module = getattr(torch, target.device, None)
+    sync = getattr(module, "synchronize", None)
+    if sync is None:
+        raise RuntimeError(f"device '{target.device}' has no synchronize(); timings would be wrong")
+    return sync
+
+
+def _memory_module(target: Target) -> Any:
+    import torch
+
+    if target.device == "cpu":
+        return None
+    module = getattr(torch, target.device, None)
+    return module if module is not None and hasattr(module, "max_memory_allocated") else None
+
+
+def reset_device_peak_memory(target: Target) -> None:
+    module = _memory_module(target)
+    if module is not None and hasattr(module, "reset_peak_memory_stats"):
+        try:
+            module.reset_peak_memory_stats()
+        except Exception:
+            pass
+
+
+def device_peak_memory(target: Target) -> int | None:
+    """Peak bytes allocated on the target device since the last reset, where the backend says."""
+    module = _memory_module(target)
+    if module is None:
+        return None
+    try:
+        return int(module.max_memory_allocated())
+    except Exception:
+        return None

@@ -1,0 +1,193 @@
+"""Target specs: ``DEVICE[:INDEX][+BACKEND][?option=value&...]``.
+
+Examples: ``cpu``, ``cuda:1``, ``cpu+inductor``, ``neuron+neuron?dtype=bf16``,
+``cuda+inductor?mode=max-autotune&dynamic=false``.
+
+Parsing is pure (no torch import): whether a target can run *here* is decided later by
+:mod:`bakeoff.targets.detect`, which turns an unavailable target into a skip with a reason.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+from bakeoff.errors import SpecError
+from bakeoff.specsyntax import parse_bool, split_options
+
+__all__ = [
+    "DTYPE_ALIASES",
+    "KNOWN_DEVICES",
+    "TARGET_FORMS",
+    "Target",
+    "parse_target",
+    "parse_targets",
+]
+
+#: Device types bakeoff knows by name. Any other name is accepted only if it is the
+#: PrivateUse1 device registered in this process (see :func:`bakeoff.targets.detect.privateuse1_name`).
+KNOWN_DEVICES = ("cpu", "cuda", "xpu", "mps", "neuron")
+
+#: Accepted spellings of each dtype, mapped to the torch attribute name.
+DTYPE_ALIASES = {
+    "fp32": "float32", "float32": "float32", "float": "float32",
+    "fp16": "float16", "float16": "float16", "half": "float16",
+    "bf16": "bfloat16", "bfloat16": "bfloat16",
+    "fp64": "float64", "float64": "float64", "double": "float64",
+}
+
+_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+_OPTIONS = ("dtype", "dynamic", "mode", "fullgraph", "threads")
+_HEAD = re.compile(r"^(?P<device>[a-z][a-z0-9_]*)(?::(?P<index>\d+))?(?:\+(?P<backend>[A-Za-z0-9_.\-]+))?$")
+
+TARGET_FORMS = (
+    "DEVICE[:INDEX][+BACKEND][?option=value&...], e.g. cpu, cuda:1, cpu+inductor, "
+    "neuron?dtype=bf16, cpu+aot_eager?dynamic=false; options: " + ", ".join(_OPTIONS)
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One place and way to run a workload.
+
+    Attributes:
+        device: device type (``cpu``, ``cuda``, ``neuron``, a PrivateUse1 name...).
+        index: device index, or None for the default device of that type.
+        backend: a ``torch.compile`` backend name, or None for eager execution.
+        dtype: torch dtype name to cast floating parameters and inputs to, or None to keep
+            the workload's own dtype.
+        dynamic: ``torch.compile(dynamic=...)``; None leaves PyTorch's default (automatic).
+        mode: ``torch.compile(mode=...)``, or None.
+        fullgraph: ``torch.compile(fullgraph=...)``.
+        threads: intra-op CPU threads while this target runs; None means bakeoff's default
+            (1 for CPU targets, because timings on shared machines are far steadier with one
+            thread; unchanged for accelerators).
+    """
+
+    device: str
+    index: int | None = None
+    backend: str | None = None
+    dtype: str | None = None
+    dynamic: bool | None = None
+    mode: str | None = None
+    fullgraph: bool = False
+    threads: int | None = None
+
+    @property
+    def torch_device(self) -> str:
+        """The string to hand to ``torch.device``."""
+        return self.device if self.index is None else f"{self.device}:{self.index}"
+
+    @property
+    def is_compiled(self) -> bool:
+        return self.backend is not None
+
+    @property
+    def effective_threads(self) -> int | None:
+        """The intra-op thread count bakeoff sets for this target (None: leave it alone)."""
+        if self.threads is not None:
+            return self.threads
+        return 1 if self.device == "cpu" else None
+
+    @property
+    def spec(self) -> str:
+        """Canonical spec string; ``parse_target(t.spec) == t``."""
+        head = self.torch_device + (f"+{self.backend}" if self.backend else "")
+        opts = []
+        if self.dtype is not None:
+            opts.append(f"dtype={self.dtype}")
+        if self.dynamic is not None:
+            opts.append(f"dynamic={'true' if self.dynamic else 'false'}")
+        if self.mode is not None:
+            opts.append(f"mode={self.mode}")
+        if self.fullgraph:
+            opts.append("fullgraph=true")
+        if self.threads is not None:
+            opts.append(f"threads={self.threads}")
+        return head + ("?" + "&".join(opts) if opts else "")
+
+    def __str__(self) -> str:
+        return self.spec
+
+    def to_dict(self) -> dict:
+        return {"spec": self.spec, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Target:
+        return cls(**{k: v for k, v in data.items() if k != "spec"})
+
+
+def parse_target(text: str, extra_devices: Iterable[str] = ()) -> Target:
+    """Parse one target spec.
+
+    Args:
+        text: the spec, e.g. ``"cpu+inductor?dtype=bf16"``.
+        extra_devices: device names accepted besides :data:`KNOWN_DEVICES` (the PrivateUse1
+            device registered in this process, if any).
+
+    Raises:
+        SpecError: the spec is malformed, names an unknown device, or has a bad option.
+    """
+    head, options = split_options(text, "target")
+    match = _HEAD.match(head)
+    if not match:
+        raise SpecError(f"malformed target {text!r}", hint=f"expected {TARGET_FORMS}")
+    device = match["device"]
+    valid = (*KNOWN_DEVICES, *extra_devices)
+    if device not in valid:
+        raise SpecError(
+            f"unknown device {device!r} in target {text!r}; valid devices here: {', '.join(valid)}",
+            hint="run `bakeoff targets` to see what this machine offers",
+        )
+    fields: dict = {
+        "device": device,
+        "index": int(match["index"]) if match["index"] is not None else None,
+        "backend": match["backend"],
+    }
+    for key, value in options.items():
+        if key == "dtype":
+            if value.lower() not in DTYPE_ALIASES:
+                raise SpecError(f"unknown dtype {value!r} in target {text!r}",
+                                hint="use one of fp32, bf16, fp16, fp64")
+            fields["dtype"] = DTYPE_ALIASES[value.lower()]
+        elif key == "dynamic":
+            fields["dynamic"] = None if value.lower() in ("auto", "none") else parse_bool(value, key, text)
+        elif key == "mode":
+            if value not in _MODES:
+                raise SpecError(f"unknown compile mode {value!r} in target {text!r}",
+                                hint="use one of " + ", ".join(_MODES))
+            fields["mode"] = value
+        elif key == "fullgraph":
+            fields["fullgraph"] = parse_bool(value, key, text)
+        elif key == "threads":
+            if not value.isdigit() or int(value) < 1:
+                raise SpecError(f"threads={value!r} in target {text!r} is not a positive integer",
+                                hint="e.g. threads=1")
+            fields["threads"] = int(value)
+        else:
+            raise SpecError(f"unknown option {key!r} in target {text!r}",
+                            hint="valid options: " + ", ".join(_OPTIONS))
+    compile_only = [k for k in ("dynamic", "mode", "fullgraph") if k in options]
+    if compile_only and fields["backend"] is None:
+        raise SpecError(f"option {compile_only[0]!r} in target {text!r} needs a compile backend",
+                        hint="add +BACKEND, e.g. cpu+inductor?" + compile_only[0] + "=...")
+    return Target(**fields)
+
+
+def parse_targets(specs: Iterable[str], extra_devices: Iterable[str] = ()) -> list[Target]:
+    """Parse targets given as a mix of single specs and comma-separated lists.
+
+    Duplicates (same canonical spec) are dropped, keeping the first occurrence.
+    """
+    extra = tuple(extra_devices)
+    seen: dict[str, Target] = {}
+    for chunk in specs:
+        for part in chunk.split(","):
+            if not part.strip():
+                raise SpecError(f"empty target in {chunk!r}", hint="separate targets with single commas")
+            target = parse_target(part, extra)
+            seen.setdefault(target.spec, target)
+    if not seen:
+        raise SpecError("no targets given", hint="e.g. --on cpu,cpu+inductor")
+    return list(seen.values())

@@ -1,0 +1,150 @@
+"""The workload value every kind produces, its spec, and its fingerprint.
+
+A workload is a model plus the exact inputs it is called with. Its *fingerprint* identifies
+everything that determines the outputs: the architecture/config or source, the weights, the
+input spec and seed, and the dtype. Results from different fingerprints are not comparable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from bakeoff.errors import SpecError
+from bakeoff.specsyntax import split_options
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["KINDS", "BuiltWorkload", "WorkloadSpec", "fingerprint_of", "parse_workload"]
+
+KINDS = {
+    "arch": "arch:<model_type>[?layers=2&hidden=64&...] - tiny random-weight Hugging Face model",
+    "hf": "hf:<directory or hub id> - a saved Hugging Face model (config + weights)",
+    "py": "py:<module or file.py>:<function> - your own factory returning (model, inputs)",
+}
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """A parsed workload spec such as ``arch:llama?layers=4``."""
+
+    kind: str
+    name: str
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def spec(self) -> str:
+        query = "&".join(f"{k}={v}" for k, v in self.options.items())
+        return f"{self.kind}:{self.name}" + (f"?{query}" if query else "")
+
+    def __str__(self) -> str:
+        return self.spec
+
+
+def parse_workload(text: str) -> WorkloadSpec:
+    """Parse ``KIND:NAME[?options]``; raise SpecError naming the valid forms otherwise."""
+    head, options = split_options(text, "workload")
+    kind, sep, name = head.partition(":")
+    if not sep or kind not in KINDS or not name:
+        forms = "; ".join(KINDS.values())
+        raise SpecError(f"malformed workload {text!r}; expected one of: {forms}",
+                        hint="run `bakeoff workloads` for the architecture names")
+    return WorkloadSpec(kind=kind, name=name, options=options)
+
+
+@dataclass
+class BuiltWorkload:
+    """A model ready to run, with its inputs and identity.
+
+    Attributes:
+        spec: the spec it was built from.
+        model: the module, on the CPU, in eval mode.
+        args: positional inputs.
+        kwargs: keyword inputs.
+        seed: the seed used for weights and inputs.
+        details: JSON-able description (config summary, parameter count...).
+        identity: JSON-able data that, with the weights and inputs, defines the fingerprint.
+    """
+
+    spec: WorkloadSpec
+    model: torch.nn.Module
+    args: tuple = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    details: dict[str, Any] = field(default_factory=dict)
+    identity: dict[str, Any] = field(default_factory=dict)
+    _fingerprint: str | None = None
+
+    @property
+    def dtype(self) -> str:
+        """Name of the dtype of the model's first floating parameter (``float32`` if none)."""
+        for p in self.model.parameters():
+            if p.is_floating_point():
+                return str(p.dtype).removeprefix("torch.")
+        return "float32"
+
+    @property
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            self._fingerprint = fingerprint_of(self)
+        return self._fingerprint
+
+    def __call__(self, model: torch.nn.Module | None = None, args: tuple | None = None,
+                 kwargs: dict | None = None) -> Any:
+        """Call ``model`` (default: the workload's own) on the inputs (default: its own)."""
+        fn = self.model if model is None else model
+        return fn(*(self.args if args is None else args), **(self.kwargs if kwargs is None else kwargs))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "spec": self.spec.spec,
+            "kind": self.spec.kind,
+            "fingerprint": self.fingerprint,
+            "seed": self.seed,
+            "dtype": self.dtype,
+            "details": self.details,
+        }
+
+
+def _update_with_tensor(h: hashlib._Hash, name: str, t: torch.Tensor) -> None:
+    import torch
+
+    t = t.detach().to("cpu").contiguous()
+    h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+    if t.numel():
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+
+
+def _hash_inputs(h: hashlib._Hash, prefix: str, value: Any) -> None:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        _update_with_tensor(h, prefix, value)
+    elif isinstance(value, Mapping):
+        for key in sorted(value, key=str):
+            _hash_inputs(h, f"{prefix}.{key}", value[key])
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _hash_inputs(h, f"{prefix}.{i}", item)
+    else:
+        h.update(f"{prefix}={value!r}|".encode())
+
+
+def fingerprint_of(workload: BuiltWorkload) -> str:
+    """SHA-256 over identity, weights (names, dtypes, shapes, bytes), inputs, seed and dtype.
+
+    Hashing the weights costs one pass over them (about 1 s per GB); it is what makes a
+    changed checkpoint, or a factory that does not seed its initialisation, visible.
+    """
+    h = hashlib.sha256()
+    h.update(json.dumps(workload.identity, sort_keys=True, default=str).encode())
+    h.update(f"|seed={workload.seed}|dtype={workload.dtype}|".encode())
+    for name, tensor in sorted(workload.model.state_dict(keep_vars=False).items()):
+        _update_with_tensor(h, name, tensor)
+    _hash_inputs(h, "args", workload.args)
+    _hash_inputs(h, "kwargs", workload.kwargs)
+    return h.hexdigest()[:16]

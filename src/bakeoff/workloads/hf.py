@@ -1,0 +1,249 @@
+"""Hugging Face workloads: ``arch:<model_type>`` (tiny, random weights, offline) and ``hf:<dir>``.
+
+Architectures are built from their config class with small sizes, so any model type that
+transformers knows can be tried without downloading anything. Inputs are token ids and an
+attention mask drawn from a seeded generator; ``use_cache=False`` keeps the forward pass a
+pure function of its inputs (a KV cache object is not an output to compare).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bakeoff.errors import SpecError, WorkloadError
+from bakeoff.workloads.base import BuiltWorkload, WorkloadSpec
+
+__all__ = ["ARCH_DEFAULTS", "build_arch", "build_hf_dir", "list_architectures"]
+
+#: Short option names -> (config attribute, default). Defaults make a model of ~100k
+#: parameters that runs a forward pass in about a millisecond on one CPU core.
+ARCH_DEFAULTS: dict[str, tuple[str, int]] = {
+    "layers": ("num_hidden_layers", 2),
+    "hidden": ("hidden_size", 64),
+    "heads": ("num_attention_heads", 4),
+    "kv_heads": ("num_key_value_heads", 2),
+    "intermediate": ("intermediate_size", 128),
+    "vocab": ("vocab_size", 1024),
+    "positions": ("max_position_embeddings", 512),
+}
+#: Input options, not config options.
+INPUT_DEFAULTS = {"batch": 1, "seq": 16, "seed": 0}
+_CATEGORIES = ("causal_lm", "base")
+
+
+def _mappings() -> tuple[dict[str, str], dict[str, str]]:
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_MAPPING_NAMES,
+    )
+
+    return dict(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES), dict(MODEL_MAPPING_NAMES)
+
+
+def list_architectures() -> dict[str, str]:
+    """Model types usable as ``arch:<name>``, mapped to the head bakeoff builds for them.
+
+    Decoders get their causal-LM head (logits are what a service returns). Encoders such as
+    BERT also have a causal-LM class in transformers, but it is not how they are used: types
+    with a masked-LM head are built as the base model (hidden states) instead.
+    """
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    causal, base = _mappings()
+    names = {name: "causal_lm" for name in causal if name not in MODEL_FOR_MASKED_LM_MAPPING_NAMES}
+    names.update({name: "base" for name in base if name not in names})
+    return dict(sorted(names.items()))
+
+
+def _int_option(spec: WorkloadSpec, key: str, value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise SpecError(f"option {key}={value!r} in {spec} is not an integer", hint="e.g. layers=2") from None
+    if number < 0:
+        raise SpecError(f"option {key}={value!r} in {spec} is negative", hint="use a positive size")
+    return number
+
+
+def _input_options(spec: WorkloadSpec, used: set[str]) -> dict[str, int]:
+    values = dict(INPUT_DEFAULTS)
+    for key in INPUT_DEFAULTS:
+        if key in spec.options:
+            values[key] = _int_option(spec, key, spec.options[key])
+            used.add(key)
+    if values["batch"] < 1 or values["seq"] < 1:
+        raise SpecError(f"batch and seq must be at least 1 in {spec}", hint="e.g. seq=16")
+    return values
+
+
+def _tiny_config(spec: WorkloadSpec, used: set[str]) -> Any:
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model(spec.name)
+    sizes = {key: default for key, (_, default) in ARCH_DEFAULTS.items()}
+    for key in ARCH_DEFAULTS:
+        if key in spec.options:
+            sizes[key] = _int_option(spec, key, spec.options[key])
+            used.add(key)
+    if sizes["hidden"] % sizes["heads"]:
+        raise SpecError(f"hidden={sizes['hidden']} is not divisible by heads={sizes['heads']} in {spec}",
+                        hint="pick hidden as a multiple of heads")
+    for key, (attr, _) in ARCH_DEFAULTS.items():
+        if key == "kv_heads":
+            sizes[key] = min(sizes[key], sizes["heads"]) if sizes["heads"] % sizes[key] == 0 else sizes["heads"]
+        if hasattr(config, attr) or key in spec.options:
+            _shrink(config, (attr,), sizes[key]) if hasattr(config, attr) else setattr(config, attr, sizes[key])
+    # Config fields that would otherwise keep full-size values or inconsistent shapes.
+    head_dim = sizes["hidden"] // sizes["heads"]
+    _shrink(config, ("head_dim", "d_kv"), head_dim)
+    _shrink(config, ("n_inner", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff",
+                     "moe_intermediate_size", "shared_expert_intermediate_size"), sizes["intermediate"])
+    _shrink(config, ("word_embed_proj_dim",), sizes["hidden"])
+    _shrink(config, ("num_experts", "num_local_experts", "n_routed_experts"), 4, only_down=True)
+    _shrink(config, ("num_experts_per_tok",), 2, only_down=True)
+    for attr in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+        value = getattr(config, attr, None)
+        if isinstance(value, int) and value >= sizes["vocab"]:
+            _shrink(config, (attr,), 0)
+        elif isinstance(value, list) and any(v >= sizes["vocab"] for v in value):
+            _shrink(config, (attr,), [v for v in value if v < sizes["vocab"]] or 0)
+    for attr in ("n_positions", "n_ctx", "max_seq_len"):
+        if getattr(config, attr, None):
+            setattr(config, attr, sizes["positions"])
+    for attr in ("layer_types", "layers_block_type"):
+        if isinstance(getattr(config, attr, None), list):
+            _shrink(config, (attr,), getattr(config, attr)[: sizes["layers"]] or None)
+    # Any remaining option names a config attribute directly (e.g. sliding_window=8).
+    for key, value in spec.options.items():
+        if key in used or key in INPUT_DEFAULTS:
+            continue
+        if not hasattr(config, key):
+            valid = ", ".join([*ARCH_DEFAULTS, *INPUT_DEFAULTS])
+            raise SpecError(f"unknown option {key!r} for {spec}",
+                            hint=f"use {valid}, or an attribute of the {spec.name} config")
+        current = getattr(config, key)
+        setattr(config, key, _coerce(value, current, spec, key))
+        used.add(key)
+    config.use_cache = False
+    return config
+
+
+def _shrink(config: Any, attrs: tuple[str, ...], value: Any, only_down: bool = False) -> None:
+    """Set each attribute the config already has (and can set) to a small ``value``."""
+    for attr in attrs:
+        current = getattr(config, attr, None)
+        if current is None or (only_down and isinstance(current, int) and current <= value):
+            continue
+        try:
+            setattr(config, attr, value)
+        except AttributeError:  # a read-only property derived from other fields
+            pass
+
+
+def _coerce(value: str, current: Any, spec: WorkloadSpec, key: str) -> Any:
+    if isinstance(current, bool):
+        from bakeoff.specsyntax import parse_bool
+
+        return parse_bool(value, key, spec.spec)
+    if isinstance(current, int):
+        return _int_option(spec, key, value)
+    if isinstance(current, float):
+        try:
+            return float(value)
+        except ValueError:
+            raise SpecError(f"option {key}={value!r} in {spec} is not a number", hint="e.g. 0.1") from None
+    return value
+
+
+def _token_inputs(config: Any, batch: int, seq: int, seed: int) -> dict[str, Any]:
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    vocab = int(getattr(config, "vocab_size", 1000) or 1000)
+    input_ids = torch.randint(0, vocab, (batch, seq), generator=generator)
+    inputs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+    if getattr(config, "is_encoder_decoder", False):
+        inputs["decoder_input_ids"] = input_ids.clone()
+    return inputs
+
+
+def _model_class(model_type: str) -> tuple[str, Any]:
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    category = list_architectures().get(model_type)
+    if category is None:
+        raise SpecError(f"unknown architecture {model_type!r}",
+                        hint="run `bakeoff workloads` to list the valid names")
+    return category, AutoModelForCausalLM if category == "causal_lm" else AutoModel
+
+
+def _config_summary(config: Any) -> dict[str, Any]:
+    keys = [attr for attr, _ in ARCH_DEFAULTS.values()] + ["model_type", "head_dim"]
+    return {k: getattr(config, k) for k in keys if isinstance(getattr(config, k, None), int | str)}
+
+
+def _finish(spec: WorkloadSpec, model: Any, config: Any, category: str, inputs: dict,
+            seed: int, identity: dict) -> BuiltWorkload:
+    model.eval()
+    details = {
+        "head": category,
+        "model_class": type(model).__name__,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "config": _config_summary(config),
+        "inputs": {k: list(v.shape) for k, v in inputs.items()},
+    }
+    return BuiltWorkload(spec=spec, model=model, kwargs={**inputs, "use_cache": False}
+                         if category == "causal_lm" else inputs, seed=seed, details=details,
+                         identity=identity)
+
+
+def build_arch(spec: WorkloadSpec) -> BuiltWorkload:
+    """Build ``arch:<model_type>`` with random weights from a seeded generator."""
+    import torch
+
+    category, auto_class = _model_class(spec.name)
+    used: set[str] = set()
+    input_opts = _input_options(spec, used)
+    config = _tiny_config(spec, used)
+    torch.manual_seed(input_opts["seed"])
+    try:
+        model = auto_class.from_config(config)
+    except Exception as exc:  # transformers raises many kinds for inconsistent configs
+        raise WorkloadError(f"could not build {spec}: {type(exc).__name__}: {exc}",
+                            hint="adjust the size options (e.g. hidden, heads) for this architecture") from exc
+    inputs = _token_inputs(config, input_opts["batch"], input_opts["seq"], input_opts["seed"])
+    identity = {"kind": "arch", "config": config.to_diff_dict(), "class": type(model).__name__}
+    identity["config"].pop("transformers_version", None)
+    return _finish(spec, model, config, category, inputs, input_opts["seed"], identity)
+
+
+def build_hf_dir(spec: WorkloadSpec) -> BuiltWorkload:
+    """Load ``hf:<path>`` from a local directory (or a hub id when the hub is reachable)."""
+    import torch
+    from transformers import AutoConfig
+
+    used: set[str] = set()
+    input_opts = _input_options(spec, used)
+    unknown = set(spec.options) - used
+    if unknown:
+        raise SpecError(f"unknown option {sorted(unknown)[0]!r} for {spec}",
+                        hint="hf: workloads take batch, seq and seed")
+    path = Path(spec.name).expanduser()
+    source = str(path) if path.exists() else spec.name
+    if path.exists() and not (path / "config.json").is_file():
+        raise WorkloadError(f"{path} has no config.json", hint="point hf: at a directory saved with save_pretrained")
+    try:
+        config = AutoConfig.from_pretrained(source)
+        category, auto_class = _model_class(config.model_type)
+        model = auto_class.from_pretrained(source, dtype=torch.float32)
+    except (OSError, ValueError) as exc:
+        raise WorkloadError(
+            f"could not load {spec}: {str(exc).splitlines()[0]}",
+            hint="give a local directory with config.json and weights; hub ids need network access",
+        ) from exc
+    config.use_cache = False
+    inputs = _token_inputs(config, input_opts["batch"], input_opts["seq"], input_opts["seed"])
+    identity = {"kind": "hf", "source": source, "config": config.to_diff_dict()}
+    identity["config"].pop("transformers_version", None)
+    return _finish(spec, model, config, category, inputs, input_opts["seed"], identity)

@@ -1,0 +1,20 @@
+"""Dispatch a workload spec to the builder for its kind."""
+
+from __future__ import annotations
+
+from bakeoff.workloads.base import BuiltWorkload, WorkloadSpec, parse_workload
+from bakeoff.workloads.hf import build_arch, build_hf_dir, list_architectures
+
+__all__ = ["DEMO_WORKLOAD", "build_workload", "list_architectures"]
+
+#: The bundled tiny workload used by ``bakeoff demo``: a 2-layer llama with random weights.
+DEMO_WORKLOAD = "arch:llama"
+
+
+def build_workload(spec: str | WorkloadSpec) -> BuiltWorkload:
+    """Build a workload on the CPU from its spec (a string or a parsed spec)."""
+    from bakeoff.workloads.user import build_user
+
+    parsed = parse_workload(spec) if isinstance(spec, str) else spec
+    builder = {"arch": build_arch, "hf": build_hf_dir, "py": build_user}[parsed.kind]
+    return builder(parsed)

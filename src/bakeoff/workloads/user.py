@@ -1,0 +1,118 @@
+"""``py:<module or file.py>:<function>`` - the user's own model factory.
+
+The contract (documented in the README): bakeoff seeds ``torch.manual_seed(seed)``, then calls
+``function(**options)`` with the spec's options other than ``seed`` as strings. The function
+returns ``(model, inputs)`` where ``inputs`` is a tensor, a tuple of positional arguments, a
+dict of keyword arguments, or a ``(args_tuple, kwargs_dict)`` pair.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+from typing import Any
+
+from bakeoff.errors import SpecError, WorkloadError
+from bakeoff.workloads.base import BuiltWorkload, WorkloadSpec
+
+__all__ = ["build_user"]
+
+
+def _load_module(target: str) -> Any:
+    if target.endswith(".py"):
+        path = Path(target).expanduser().resolve()
+        if not path.is_file():
+            raise WorkloadError(f"no such file {target!r}", hint="give a path to an existing .py file")
+        name = "bakeoff_user_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
+        if name in sys.modules:
+            return sys.modules[name]
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            del sys.modules[name]
+            raise WorkloadError(f"importing {target} failed: {type(exc).__name__}: {exc}",
+                                hint="fix the error in your module") from exc
+        return module
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        return importlib.import_module(target)
+    except ModuleNotFoundError as exc:
+        raise WorkloadError(f"cannot import module {target!r}: {exc}",
+                            hint="run from the directory that contains it, or give a .py path") from exc
+    except Exception as exc:
+        raise WorkloadError(f"importing {target} failed: {type(exc).__name__}: {exc}",
+                            hint="fix the error in your module") from exc
+
+
+def _split_inputs(spec: WorkloadSpec, inputs: Any) -> tuple[tuple, dict]:
+    import torch
+
+    if isinstance(inputs, torch.Tensor):
+        return (inputs,), {}
+    if isinstance(inputs, dict):
+        return (), dict(inputs)
+    if (isinstance(inputs, tuple) and len(inputs) == 2 and isinstance(inputs[0], tuple)
+            and isinstance(inputs[1], dict)):
+        return inputs[0], dict(inputs[1])
+    if isinstance(inputs, tuple | list):
+        return tuple(inputs), {}
+    raise WorkloadError(f"{spec} returned inputs of type {type(inputs).__name__}",
+                        hint="return a tensor, a tuple of args, a dict of kwargs, or (args, kwargs)")
+
+
+def build_user(spec: WorkloadSpec) -> BuiltWorkload:
+    """Import the factory, seed, call it and check what it returned."""
+    import torch
+
+    module_name, sep, func_name = spec.name.rpartition(":")
+    if not sep or not module_name or not func_name:
+        raise SpecError(f"malformed workload {spec}", hint="expected py:<module or file.py>:<function>")
+    module = _load_module(module_name)
+    factory = getattr(module, func_name, None)
+    if not callable(factory):
+        raise WorkloadError(f"{module_name} has no function {func_name!r}",
+                            hint="name a function that returns (model, inputs)")
+    options = dict(spec.options)
+    seed_text = options.pop("seed", "0")
+    if not seed_text.isdigit():
+        raise SpecError(f"seed={seed_text!r} in {spec} is not a non-negative integer", hint="e.g. seed=0")
+    seed = int(seed_text)
+    torch.manual_seed(seed)
+    try:
+        produced = factory(**options)
+    except TypeError as exc:
+        raise WorkloadError(f"calling {func_name}({', '.join(options)}) failed: {exc}",
+                            hint="the factory must accept the spec's options as keyword arguments") from exc
+    if not (isinstance(produced, tuple) and len(produced) == 2 and isinstance(produced[0], torch.nn.Module)):
+        raise WorkloadError(f"{spec} did not return (model, inputs)",
+                            hint="return a torch.nn.Module and its example inputs")
+    model, inputs = produced
+    args, kwargs = _split_inputs(spec, inputs)
+    model.eval()
+    try:
+        source = inspect.getsource(module)
+    except (OSError, TypeError):
+        source = module_name
+    identity = {
+        "kind": "py",
+        "function": f"{module_name}:{func_name}",
+        "options": options,
+        "source_sha256": hashlib.sha256(source.encode()).hexdigest(),
+    }
+    details = {
+        "model_class": type(model).__name__,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "inputs": {f"arg{i}": list(a.shape) for i, a in enumerate(args) if isinstance(a, torch.Tensor)}
+        | {k: list(v.shape) for k, v in kwargs.items() if isinstance(v, torch.Tensor)},
+    }
+    return BuiltWorkload(spec=spec, model=model, args=args, kwargs=kwargs, seed=seed,
+                         details=details, identity=identity)
