@@ -109,9 +109,11 @@ def list_devices() -> list[DeviceInfo]:
 
 
 def _registered_backends() -> list[str]:
+    """Registered dynamo backends, without PyTorch's own test and debugging helpers."""
     import torch._dynamo
 
-    return sorted(torch._dynamo.list_backends(exclude_tags=()))
+    hidden = ("TESTING", "minifier", "_debug", "noexcept")
+    return sorted(n for n in torch._dynamo.list_backends(exclude_tags=()) if not any(h in n for h in hidden))
 
 
 def backend_status(name: str, device: str | None = None) -> BackendInfo:
@@ -126,6 +128,8 @@ def backend_status(name: str, device: str | None = None) -> BackendInfo:
             return BackendInfo(name, False, f"backend '{name}' needs {module} ({how})")
     if needs_device is not None and device is not None and device != needs_device:
         return BackendInfo(name, False, f"backend '{name}' runs on {needs_device}, not {device}")
+    if needs_device is not None and device is None and not device_status(needs_device).available:
+        return BackendInfo(name, False, f"backend '{name}' needs a {needs_device} device ({how})")
     if module is not None and name not in _registered_backends():
         try:
             importlib.import_module(module)

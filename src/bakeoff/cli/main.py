@@ -1,0 +1,210 @@
+"""``bakeoff`` commands. Each parses options, calls one API function and renders the value.
+
+Only :func:`main` catches errors: a :class:`~bakeoff.errors.BakeoffError` becomes one line on
+stderr and exit code 2; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from bakeoff.errors import BakeoffError
+
+__all__ = ["cli", "main"]
+
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+_db_option = click.option("--db", envvar="BAKEOFF_DB", default=None, metavar="PATH|URL",
+                          help="Knowledge base: a SQLite file (default ./bakeoff.db) or a database URL. Env: BAKEOFF_DB.")
+_format_option = click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+                              show_default=True, help="table for people, json (versioned schema) for machines.")
+
+
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
+        console = Console(stderr=stderr, highlight=False, width=160)
+    return console
+
+
+def _progress() -> Any:
+    err = _console(stderr=True)
+    return lambda message: err.print(f"[dim]· {message}[/dim]")
+
+
+def _emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]},
+             epilog="Example: bakeoff trial arch:llama --on cpu,cpu+inductor")
+@click.version_option(package_name="bakeoff")
+def cli() -> None:
+    """Can this PyTorch application move to another accelerator backend, and what does it cost?
+
+    bakeoff runs a workload on several targets (device + execution mode + dtype), checks each
+    against a preserved baseline, times it against the eager CPU reference, and keeps every
+    run in a knowledge base.
+    """
+
+
+@cli.command(epilog="Example: bakeoff targets --format json")
+@_format_option
+def targets(fmt: str) -> None:
+    """List devices and torch.compile backends available here."""
+    from bakeoff import api
+
+    info = api.targets()
+    if fmt == "json":
+        _emit_json(info)
+        return
+    from bakeoff.report.terminal import targets_view
+
+    _console().print(targets_view(info))
+
+
+@cli.command(epilog="Example: bakeoff workloads")
+@_format_option
+def workloads(fmt: str) -> None:
+    """List workload kinds and the Hugging Face architectures arch: accepts."""
+    from bakeoff import api
+
+    info = api.workloads()
+    if fmt == "json":
+        _emit_json(info)
+        return
+    from bakeoff.report.terminal import workloads_view
+
+    _console().print(workloads_view(info))
+
+
+@cli.command(epilog="Example: bakeoff baseline 'arch:llama?layers=4' --dtype bf16")
+@click.argument("workload")
+@click.option("--dtype", "dtypes", multiple=True, metavar="DTYPE",
+              help="Also preserve an eager CPU reference in this dtype (repeatable).")
+@click.option("--refresh", is_flag=True, help="Recompute even if a fresh baseline is stored.")
+@_db_option
+@_format_option
+def baseline(workload: str, dtypes: Sequence[str], refresh: bool, db: str | None, fmt: str) -> None:
+    """Preserve the reference outputs of WORKLOAD (float64 golden and eager CPU runs)."""
+    from bakeoff import api
+
+    info, notes = api.baseline(workload, db=db, dtypes=dtypes, refresh=refresh)
+    if fmt == "json":
+        _emit_json({**info.to_dict(), "notes": notes})
+        return
+    from bakeoff.report.terminal import baseline_view
+
+    _console().print(baseline_view(info, notes))
+
+
+def _finish_run(run: Any, fmt: str, db: str | None, strict: bool) -> None:
+    from bakeoff.results.codec import run_to_json
+    from bakeoff.store.db import resolve_db_url
+
+    if fmt == "json":
+        _emit_json(run_to_json(run))
+    else:
+        from bakeoff.report.terminal import run_view
+
+        _console().print(run_view(run, where=resolve_db_url(db).removeprefix("sqlite:///")))
+    if strict and any(r.status == "error" or r.verdict in ("fail", "error") for r in run.results):
+        raise SystemExit(EXIT_FAILED)
+
+
+@cli.command(epilog="Example: bakeoff trial 'arch:llama?layers=4' --on cpu,cpu+aot_eager,'cpu+inductor?dynamic=false'")
+@click.argument("workload")
+@click.option("--on", "on", multiple=True, default=("cpu",), show_default=True, metavar="TARGETS",
+              help="Targets, comma-separated or repeated: DEVICE[:INDEX][+BACKEND][?option=value&...].")
+@click.option("--samples", type=int, default=30, show_default=True, help="Minimum timed calls per target.")
+@click.option("--min-time", type=float, default=0.5, show_default=True, help="Minimum seconds of timed calls.")
+@click.option("--timeout", type=float, default=900.0, show_default=True,
+              help="Seconds before a target's worker is killed and recorded as timed out.")
+@click.option("--in-process", is_flag=True, help="Run targets in this process (faster; a crash ends the run).")
+@click.option("--refresh-baseline", is_flag=True, help="Recompute the baseline first.")
+@click.option("--strict", is_flag=True, help="Exit 1 if any target fails correctness or errors.")
+@_db_option
+@_format_option
+def trial(workload: str, on: Sequence[str], samples: int, min_time: float, timeout: float, in_process: bool,
+          refresh_baseline: bool, strict: bool, db: str | None, fmt: str) -> None:
+    """Run WORKLOAD on each target: correctness against the baseline, latency, memory.
+
+    WORKLOAD is arch:<model_type>[?options], hf:<directory> or py:<module or file.py>:<function>.
+    Targets that cannot run here are skipped with the reason. The eager CPU reference is
+    always measured too. Exit code: 0 when the trial ran (whatever the verdicts), 1 with
+    --strict when a target failed, 2 on bad input.
+    """
+    from bakeoff import api
+
+    run = api.trial(workload, on=on, db=db, isolate=not in_process, timeout_s=timeout, min_samples=samples,
+                    min_seconds=min_time, refresh_baseline=refresh_baseline, progress=_progress())
+    _finish_run(run, fmt, db, strict)
+
+
+@cli.command(epilog="Example: bakeoff demo --db /tmp/demo.db")
+@_db_option
+@_format_option
+def demo(db: str | None, fmt: str) -> None:
+    """Run the bundled tiny workload (arch:llama) on every target available here."""
+    from bakeoff import api
+
+    run = api.demo(db=db, progress=_progress())
+    _finish_run(run, fmt, db, strict=False)
+
+
+@cli.command(epilog="Example: bakeoff history --workload arch:llama --limit 5")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--workload", default=None, help="Only runs of this workload spec.")
+@_db_option
+@_format_option
+def history(limit: int, workload: str | None, db: str | None, fmt: str) -> None:
+    """What was run, when, and in which environment (newest first)."""
+    from bakeoff import api
+
+    rows = api.history(db=db, limit=limit, workload=workload)
+    if fmt == "json":
+        _emit_json([r.to_dict() for r in rows])
+        return
+    if not rows:
+        _console().print("no runs yet; try `bakeoff demo`")
+        return
+    from bakeoff.report.terminal import history_table
+
+    _console().print(history_table(rows))
+
+
+@cli.command(epilog="Example: bakeoff show 3f2a --format json")
+@click.argument("run_id")
+@_db_option
+@_format_option
+def show(run_id: str, db: str | None, fmt: str) -> None:
+    """Show a stored run (RUN_ID may be a unique prefix)."""
+    from bakeoff import api
+
+    _finish_run(api.show(run_id, db=db), fmt, db, strict=False)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of ``bakeoff`` and ``python -m bakeoff``: the single error boundary."""
+    try:
+        cli.main(args=list(argv) if argv is not None else None, prog_name="bakeoff", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("bakeoff: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except BakeoffError as exc:
+        click.echo(f"bakeoff: error: {exc.one_line()}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except KeyboardInterrupt:
+        click.echo("bakeoff: interrupted", err=True)
+        sys.exit(130)

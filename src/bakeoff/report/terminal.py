@@ -1,0 +1,164 @@
+"""Rich tables for runs, history, targets and workloads."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from bakeoff.results.values import BaselineInfo, RunResult, TargetResult
+from bakeoff.store.db import RunSummary
+
+__all__ = ["baseline_view", "history_table", "run_view", "targets_view", "workloads_view"]
+
+_VERDICT_STYLE = {"pass": "green", "fail": "bold red", "not_comparable": "yellow", "error": "bold red"}
+_STATUS_STYLE = {"ok": "green", "error": "bold red", "skipped": "dim"}
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f}" if value < 10 else f"{value:.1f}"
+
+
+def _bytes(value: int | None) -> str:
+    if value is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024  # type: ignore[assignment]
+    return str(value)
+
+
+def _err(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2e}"
+
+
+def _speed(result: TargetResult) -> str:
+    if result.speedup is None:
+        return "-"
+    return f"{result.speedup:.2f}x" + (" (ref)" if result.is_reference else "")
+
+
+def _notes(result: TargetResult) -> str:
+    parts: list[str] = []
+    if result.reason:
+        parts.append(result.reason)
+    if result.error is not None:
+        where = f" during {result.error.phase}" if result.error.phase else ""
+        parts.append(f"{result.error.category}{where}: {result.error.type}: {result.error.message.splitlines()[0][:160]}")
+    if result.correctness is not None and result.correctness.reason:
+        parts.append(result.correctness.reason[:200])
+    parts.extend(result.notes)
+    return "; ".join(parts)
+
+
+def run_view(run: RunResult, where: str | None = None) -> Group:
+    """The comparison table for one run, with its identity above and how to find it below."""
+    workload = run.workload
+    header = Text.assemble(
+        ("run ", "bold"), (run.run_id, "bold cyan"), f"  {run.created_at[:19].replace('T', ' ')} UTC\n",
+        ("workload ", "bold"), workload["spec"], f"  fingerprint {workload['fingerprint']}  dtype {workload.get('dtype')}",
+        f"  params {workload.get('details', {}).get('parameters', '?'):,}\n" if isinstance(
+            workload.get("details", {}).get("parameters"), int) else "\n",
+        ("environment ", "bold"),
+        f"torch {run.environment.data.get('torch')}  {run.environment.data.get('cpu')}  "
+        f"fingerprint {run.environment.fingerprint}",
+    )
+    table = Table(show_lines=False, header_style="bold")
+    table.add_column("target", overflow="fold")
+    for name in ("status", "correct", "max abs err", "p50 ms", "p90 ms", "speed vs cpu", "first call ms", "peak RSS"):
+        table.add_column(name, justify="left" if name in ("status", "correct") else "right", no_wrap=True)
+    notes: list[Text] = []
+    for result in run.results:
+        verdict = result.verdict or "-"
+        latency = result.latency
+        table.add_row(
+            escape(result.target.spec),
+            Text(result.status, style=_STATUS_STYLE.get(result.status, "")),
+            Text(verdict, style=_VERDICT_STYLE.get(verdict, "")),
+            _err(result.correctness.max_abs_err if result.correctness else None),
+            _ms(latency.p50_ms if latency and latency.count else None),
+            _ms(latency.p(90) if latency and latency.count else None),
+            _speed(result),
+            _ms(result.first_call_ms),
+            _bytes(result.peak_host_rss_bytes),
+        )
+        if _notes(result):
+            notes.append(Text.assemble((f"{result.target.spec}: ", "bold"), _notes(result)))
+    parts: list[Any] = [header, table, *notes]
+    for note in workload.get("notes", []) or []:
+        parts.append(Text(f"note: {note}", style="dim"))
+    parts.append(Text("speed vs cpu = eager CPU p50 / target p50, measured in this run (>1 is faster).", style="dim"))
+    if where:
+        parts.append(Text.assemble("stored in ", (where, "bold"), f"; show again with `bakeoff show {run.run_id}`"))
+    return Group(*parts)
+
+
+def history_table(rows: Sequence[RunSummary]) -> Table:
+    table = Table(header_style="bold")
+    for column in ("run", "when (UTC)", "workload", "fingerprint", "environment", "targets", "ok", "pass", "fail",
+                   "error", "skipped"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(row.run_id, row.created_at[:19].replace("T", " "), escape(row.workload_spec), row.fingerprint,
+                      row.environment_fingerprint, str(row.targets), str(row.ok), str(row.passed),
+                      Text(str(row.failed), style="red" if row.failed else ""),
+                      Text(str(row.errors), style="red" if row.errors else ""), str(row.skipped))
+    return table
+
+
+def targets_view(info: dict[str, list[dict[str, Any]]]) -> Group:
+    devices = Table(title="devices", header_style="bold", title_justify="left")
+    for column in ("device", "available", "count", "detail"):
+        devices.add_column(column)
+    for d in info["devices"]:
+        devices.add_row(d["name"], Text("yes", "green") if d["available"] else Text("no", "dim"), str(d["count"]),
+                        escape(d["detail"]))
+    backends = Table(title="torch.compile backends", header_style="bold", title_justify="left")
+    for column in ("backend", "available", "detail"):
+        backends.add_column(column)
+    for b in info["backends"]:
+        backends.add_row(b["name"], Text("yes", "green") if b["available"] else Text("no", "dim"), escape(b["detail"]))
+    usable = [d["name"] for d in info["devices"] if d["available"]]
+    example = f"e.g. bakeoff trial arch:llama --on {','.join(usable)},cpu+inductor"
+    return Group(devices, backends, Text(f"target syntax: DEVICE[:INDEX][+BACKEND][?option=value&...]; {example}"))
+
+
+def workloads_view(info: dict[str, Any]) -> Group:
+    kinds = Table(title="workload kinds", header_style="bold", title_justify="left")
+    kinds.add_column("kind")
+    kinds.add_column("syntax")
+    for kind, text in info["kinds"].items():
+        kinds.add_row(kind, escape(text))
+    causal = sorted(n for n, head in info["architectures"].items() if head == "causal_lm")
+    base = sorted(n for n, head in info["architectures"].items() if head == "base")
+    options = ", ".join(f"{k}={v}" for k, v in info["arch_options"].items())
+    return Group(
+        kinds,
+        Text(f"arch: options (defaults): {options}, or any attribute of the model's config"),
+        Text.assemble(("arch: causal language models ", "bold"), f"({len(causal)}): ", ", ".join(causal)),
+        Text.assemble(("arch: other models (base model outputs) ", "bold"), f"({len(base)}): ", ", ".join(base)),
+    )
+
+
+def baseline_view(info: BaselineInfo, notes: Sequence[str]) -> Group:
+    lines = [
+        Text.assemble(("baseline ", "bold"), (info.id, "bold cyan"), f" for {info.workload_spec}"),
+        Text(f"fingerprint {info.fingerprint}  seed {info.seed}  created {info.created_at[:19]} UTC"),
+        Text(f"references: {', '.join(info.references)}"),
+        Text("eager runs agree exactly" if info.deterministic else
+             f"eager runs differ by up to {info.repeat_max_abs_err:.3g} (nondeterministic)",
+             style="green" if info.deterministic else "yellow"),
+        Text(f"tensors: {info.path}"),
+    ]
+    lines.extend(Text(f"note: {n}", style="dim") for n in notes)
+    if not notes:
+        lines.append(Text("reused the stored baseline (unchanged fingerprint); --refresh recomputes it", style="dim"))
+    return Group(*lines)
+
