@@ -104,7 +104,7 @@ def history_table(rows: Sequence[RunSummary]) -> Table:
     table = Table(header_style="bold")
     for column in ("run", "when (UTC)", "workload", "fingerprint", "environment", "targets", "ok", "pass", "fail",
                    "error", "skipped"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold", no_wrap=column != "workload")
     for row in rows:
         table.add_row(row.run_id, row.created_at[:19].replace("T", " "), escape(row.workload_spec), row.fingerprint,
                       row.environment_fingerprint, str(row.targets), str(row.ok), str(row.passed),

@@ -108,12 +108,15 @@ def list_devices() -> list[DeviceInfo]:
     return [device_status(name) for name in (*KNOWN_DEVICES, *extra_devices())]
 
 
-def _registered_backends() -> list[str]:
-    """Registered dynamo backends, without PyTorch's own test and debugging helpers."""
+_HIDDEN = ("TESTING", "minifier", "_debug", "noexcept")
+
+
+def _registered_backends(include_hidden: bool = False) -> list[str]:
+    """Registered dynamo backends; PyTorch's own test and debugging helpers only if asked."""
     import torch._dynamo
 
-    hidden = ("TESTING", "minifier", "_debug", "noexcept")
-    return sorted(n for n in torch._dynamo.list_backends(exclude_tags=()) if not any(h in n for h in hidden))
+    names = torch._dynamo.list_backends(exclude_tags=())
+    return sorted(n for n in names if include_hidden or not any(h in n for h in _HIDDEN))
 
 
 def backend_status(name: str, device: str | None = None) -> BackendInfo:
@@ -130,12 +133,12 @@ def backend_status(name: str, device: str | None = None) -> BackendInfo:
         return BackendInfo(name, False, f"backend '{name}' runs on {needs_device}, not {device}")
     if needs_device is not None and device is None and not device_status(needs_device).available:
         return BackendInfo(name, False, f"backend '{name}' needs a {needs_device} device ({how})")
-    if module is not None and name not in _registered_backends():
+    if module is not None and name not in _registered_backends(include_hidden=True):
         try:
             importlib.import_module(module)
         except Exception as exc:
             return BackendInfo(name, False, f"importing {module} failed: {type(exc).__name__}: {exc}")
-    if name not in _registered_backends():
+    if name not in _registered_backends(include_hidden=True):
         return BackendInfo(name, False, f"no torch.compile backend named '{name}' is registered")
     return BackendInfo(name, True, "registered")
 
@@ -168,7 +171,7 @@ def check_backend_name(name: str) -> None:
     from bakeoff.errors import SpecError
 
     known = set(_registered_backends()) | set(OPTIONAL_BACKENDS)
-    if name not in known:
+    if name not in known and name not in _registered_backends(include_hidden=True):
         raise SpecError(f"unknown torch.compile backend {name!r}; registered here: "
                         + ", ".join(sorted(known)),
                         hint="run `bakeoff targets` to see the backends")
