@@ -49,8 +49,10 @@ def main() -> None:
     sync = synchronizer(target)
 
     overhead = time_callable(lambda: None, sync, TimingSettings(min_samples=10_000, min_seconds=0.5))
-    print(f"bakeoff per-sample overhead (empty callable): p50 {percentile(overhead.samples_s, 50) * 1e6:.2f} us, "
-          f"{len(overhead.samples_s)} samples")
+    print(
+        f"bakeoff per-sample overhead (empty callable): p50 {percentile(overhead.samples_s, 50) * 1e6:.2f} us, "
+        f"{len(overhead.samples_s)} samples"
+    )
     print(f"{'workload':58} {'bakeoff p50 ms':>15} {'torch median ms':>16} {'ratio':>7}  per-round ratios")
     for spec in args.workloads:
         prepared = prepare(build_workload(spec), target)
@@ -62,8 +64,10 @@ def main() -> None:
                 ours.append(a)
                 theirs.append(b)
                 ratios.append(a / b)
-        print(f"{spec:58} {statistics.median(ours):15.4f} {statistics.median(theirs):16.4f} "
-              f"{statistics.median(ratios):7.3f}  " + " ".join(f"{r:.3f}" for r in ratios))
+        print(
+            f"{spec:58} {statistics.median(ours):15.4f} {statistics.median(theirs):16.4f} "
+            f"{statistics.median(ratios):7.3f}  " + " ".join(f"{r:.3f}" for r in ratios)
+        )
 
 
 if __name__ == "__main__":

@@ -8,20 +8,22 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from tests.conftest import py_workload
 
 FAST = ["--samples", "5", "--min-time", "0"]
 
 
 def bakeoff(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bakeoff", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "bakeoff", *args], capture_output=True, text=True, cwd=cwd, timeout=timeout
+    )
 
 
 def test_help_ends_with_an_example_and_does_not_import_torch():
-    code = ("import sys\nfrom bakeoff.cli.main import main\nsys.argv = ['bakeoff', 'trial', '--help']\n"
-            "try:\n    main()\nexcept SystemExit:\n    pass\nprint('torch' in sys.modules)")
+    code = (
+        "import sys\nfrom bakeoff.cli.main import main\nsys.argv = ['bakeoff', 'trial', '--help']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\nprint('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "Example: bakeoff trial" in out
     assert out.strip().endswith("False")
@@ -30,22 +32,32 @@ def test_help_ends_with_an_example_and_does_not_import_torch():
 @pytest.mark.parametrize(
     ("args", "line"),
     [
-        (["trial", "arch:llama", "--on", "cdua"],
-         "bakeoff: error: unknown device 'cdua' in target 'cdua'; valid devices here: cpu, cuda, xpu, mps, neuron "
-         "(run `bakeoff targets` to see what this machine offers)"),
-        (["trial", "arch:llama", "--on", "cpu+"],
-         "bakeoff: error: malformed target 'cpu+' (expected DEVICE[:INDEX][+BACKEND][?option=value&...], e.g. cpu, "
-         "cuda:1, cpu+inductor, neuron?dtype=bf16, cpu+aot_eager?dynamic=false; options: dtype, dynamic, mode, "
-         "fullgraph, threads)"),
-        (["trial", "arch:llama", "--on", "cpu?dtype=int3"],
-         "bakeoff: error: unknown dtype 'int3' in target 'cpu?dtype=int3' (use one of fp32, bf16, fp16, fp64)"),
-        (["trial", "arch:not_a_model"],
-         "bakeoff: error: unknown architecture 'not_a_model' (run `bakeoff workloads` to list the valid names)"),
-        (["trial", "llama"],
-         "bakeoff: error: malformed workload 'llama'; expected one of: arch:<model_type>[?layers=2&hidden=64&...] - "
-         "tiny random-weight Hugging Face model; hf:<directory or hub id> - a saved Hugging Face model (config + "
-         "weights); py:<module or file.py>:<function> - your own factory returning (model, inputs) (run `bakeoff "
-         "workloads` for the architecture names)"),
+        (
+            ["trial", "arch:llama", "--on", "cdua"],
+            "bakeoff: error: unknown device 'cdua' in target 'cdua'; valid devices here: cpu, cuda, xpu, mps, neuron "
+            "(run `bakeoff targets` to see what this machine offers)",
+        ),
+        (
+            ["trial", "arch:llama", "--on", "cpu+"],
+            "bakeoff: error: malformed target 'cpu+' (expected DEVICE[:INDEX][+BACKEND][?option=value&...], e.g. cpu, "
+            "cuda:1, cpu+inductor, neuron?dtype=bf16, cpu+aot_eager?dynamic=false; options: dtype, dynamic, mode, "
+            "fullgraph, threads)",
+        ),
+        (
+            ["trial", "arch:llama", "--on", "cpu?dtype=int3"],
+            "bakeoff: error: unknown dtype 'int3' in target 'cpu?dtype=int3' (use one of fp32, bf16, fp16, fp64)",
+        ),
+        (
+            ["trial", "arch:not_a_model"],
+            "bakeoff: error: unknown architecture 'not_a_model' (run `bakeoff workloads` to list the valid names)",
+        ),
+        (
+            ["trial", "llama"],
+            "bakeoff: error: malformed workload 'llama'; expected one of: arch:<model_type>[?layers=2&hidden=64&...] - "
+            "tiny random-weight Hugging Face model; hf:<directory or hub id> - a saved Hugging Face model (config + "
+            "weights); py:<module or file.py>:<function> - your own factory returning (model, inputs) (run `bakeoff "
+            "workloads` for the architecture names)",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, line, tmp_path):
@@ -63,21 +75,24 @@ def test_unreadable_database_is_refused_and_left_untouched(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip() == (
         f"bakeoff: error: cannot open database {bad}: file is not a database "
-        "(pass a bakeoff database file or a new path with --db)")
+        "(pass a bakeoff database file or a new path with --db)"
+    )
     assert bad.read_bytes() == before
 
 
 def test_unknown_run_id(tmp_path):
     result = bakeoff("show", "nope", "--db", str(tmp_path / "b.db"))
     assert result.returncode == 2
-    assert result.stderr.strip() == (f"bakeoff: error: no run 'nope' in {tmp_path / 'b.db'} "
-                                     "(run `bakeoff history` to list run ids)")
+    assert result.stderr.strip() == (
+        f"bakeoff: error: no run 'nope' in {tmp_path / 'b.db'} (run `bakeoff history` to list run ids)"
+    )
 
 
 def test_trial_json_history_show_end_to_end(tmp_path):
     db = str(tmp_path / "b.db")
-    result = bakeoff("trial", py_workload("mlp"), "--on", "cpu,cpu+aot_eager", "--on", "cuda", "--db", db,
-                     "--format", "json", *FAST)
+    result = bakeoff(
+        "trial", py_workload("mlp"), "--on", "cpu,cpu+aot_eager", "--on", "cuda", "--db", db, "--format", "json", *FAST
+    )
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["schema"] == "bakeoff.run" and doc["schema_version"] == 1

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from tests.conftest import py_workload
 
 import bakeoff
 from bakeoff.store import Store
-from tests.conftest import py_workload
 
 FAST = {"min_samples": 5, "min_seconds": 0.0}
 
@@ -59,8 +59,9 @@ def test_unavailable_targets_are_skipped_with_reason(db):
 
 
 def test_backend_error_is_recorded_and_the_run_goes_on(db):
-    run = bakeoff.trial(py_workload("mlp"), on="cpu+relu_compile_error_TESTING_ONLY,cpu+aot_eager", db=db,
-                        isolate=False, **FAST)
+    run = bakeoff.trial(
+        py_workload("mlp"), on="cpu+relu_compile_error_TESTING_ONLY,cpu+aot_eager", db=db, isolate=False, **FAST
+    )
     by_spec = {r.target.spec: r for r in run.results}
     failed = by_spec["cpu+relu_compile_error_TESTING_ONLY"]
     assert failed.status == "error" and failed.verdict == "error"
@@ -119,16 +120,16 @@ def test_history_and_show_read_back_what_was_stored(db):
 
 @pytest.mark.isolated
 def test_workers_turn_crash_and_hang_into_results_and_the_run_goes_on(db):
-    crash = bakeoff.trial(py_workload("crashes_when_compiled"), on="cpu,cpu+aot_eager", db=db, timeout_s=120,
-                          **FAST)
+    crash = bakeoff.trial(py_workload("crashes_when_compiled"), on="cpu,cpu+aot_eager", db=db, timeout_s=120, **FAST)
     ref, crashed = crash.results
     assert ref.status == "ok" and ref.verdict == "pass"
     assert crashed.status == "error" and crashed.error.category == "crash"
     assert crashed.error.type == "SIGSEGV"
     assert "Segmentation fault" in crashed.error.traceback  # faulthandler's dump from the worker
 
-    hang = bakeoff.trial(py_workload("hangs_with_three_threads"), on="cpu?threads=3,cpu+aot_eager", db=db,
-                         timeout_s=20, **FAST)
+    hang = bakeoff.trial(
+        py_workload("hangs_with_three_threads"), on="cpu?threads=3,cpu+aot_eager", db=db, timeout_s=20, **FAST
+    )
     ref, hung, after = hang.results
     assert ref.verdict == "pass"
     assert hung.status == "error" and hung.error.category == "timeout" and hung.duration_s < 60

@@ -71,13 +71,18 @@ def trial(
 
         raise SpecError("min_samples must be >= 1 and min_seconds >= 0", hint="e.g. --samples 30")
     store = Store.open(db)
-    settings = TrialSettings(timing=TimingSettings(min_samples=min_samples, min_seconds=min_seconds),
-                             isolate=isolate, timeout_s=timeout_s, refresh_baseline=refresh_baseline)
+    settings = TrialSettings(
+        timing=TimingSettings(min_samples=min_samples, min_seconds=min_seconds),
+        isolate=isolate,
+        timeout_s=timeout_s,
+        refresh_baseline=refresh_baseline,
+    )
     return run_trial(store, spec, parsed, settings, progress)
 
 
-def baseline(workload: str, *, db: PathLike | None = None, dtypes: Iterable[str] = (),
-             refresh: bool = False) -> tuple[BaselineInfo, list[str]]:
+def baseline(
+    workload: str, *, db: PathLike | None = None, dtypes: Iterable[str] = (), refresh: bool = False
+) -> tuple[BaselineInfo, list[str]]:
     """Preserve (or reuse) the reference outputs of ``workload``; returns the baseline and notes."""
     from bakeoff.env import capture_environment
     from bakeoff.errors import SpecError
@@ -99,8 +104,7 @@ def targets() -> dict[str, list[dict[str, Any]]]:
     """Devices and torch.compile backends as seen from this process, with availability."""
     from bakeoff.targets.detect import list_backends, list_devices
 
-    return {"devices": [d.to_dict() for d in list_devices()],
-            "backends": [b.to_dict() for b in list_backends()]}
+    return {"devices": [d.to_dict() for d in list_devices()], "backends": [b.to_dict() for b in list_backends()]}
 
 
 def workloads() -> dict[str, Any]:
@@ -108,8 +112,11 @@ def workloads() -> dict[str, Any]:
     from bakeoff.workloads.base import KINDS
     from bakeoff.workloads.hf import ARCH_DEFAULTS, INPUT_DEFAULTS, list_architectures
 
-    return {"kinds": KINDS, "architectures": list_architectures(),
-            "arch_options": {k: v[1] for k, v in ARCH_DEFAULTS.items()} | INPUT_DEFAULTS}
+    return {
+        "kinds": KINDS,
+        "architectures": list_architectures(),
+        "arch_options": {k: v[1] for k, v in ARCH_DEFAULTS.items()} | INPUT_DEFAULTS,
+    }
 
 
 def history(*, db: PathLike | None = None, limit: int = 20, workload: str | None = None) -> list[RunSummary]:
@@ -122,8 +129,13 @@ def show(run_id: str, *, db: PathLike | None = None) -> RunResult:
     return Store.open(db).get_run(run_id)
 
 
-def demo(*, db: PathLike | None = None, progress: Callable[[str], None] | None = None,
-         min_samples: int = 30, min_seconds: float = 0.5) -> RunResult:
+def demo(
+    *,
+    db: PathLike | None = None,
+    progress: Callable[[str], None] | None = None,
+    min_samples: int = 30,
+    min_seconds: float = 0.5,
+) -> RunResult:
     """The bundled tiny workload against every target available here (eager and compiled CPU,
     plus each accelerator present)."""
     from bakeoff.targets.detect import list_devices

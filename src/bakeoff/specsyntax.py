@@ -26,16 +26,17 @@ def split_options(text: str, what: str) -> tuple[str, dict[str, str]]:
         raise SpecError(f"empty {what} spec {text!r}", hint=f"see `bakeoff {what}s --help`")
     options: dict[str, str] = {}
     if sep and not query:
-        raise SpecError(f"{what} spec {text!r} ends with '?' but has no options",
-                        hint="write options as ?key=value&key=value")
+        raise SpecError(
+            f"{what} spec {text!r} ends with '?' but has no options", hint="write options as ?key=value&key=value"
+        )
     for pair in query.split("&") if query else []:
         key, eq, value = pair.partition("=")
         if not eq or not _KEY.match(key) or value == "":
-            raise SpecError(f"malformed option {pair!r} in {what} spec {text!r}",
-                            hint="write options as ?key=value&key=value")
+            raise SpecError(
+                f"malformed option {pair!r} in {what} spec {text!r}", hint="write options as ?key=value&key=value"
+            )
         if key in options:
-            raise SpecError(f"option {key!r} given twice in {what} spec {text!r}",
-                            hint="give each option once")
+            raise SpecError(f"option {key!r} given twice in {what} spec {text!r}", hint="give each option once")
         options[key] = value
     return head, options
 
@@ -51,5 +52,4 @@ def parse_bool(value: str, key: str, spec: str) -> bool:
         return True
     if lowered in _FALSE:
         return False
-    raise SpecError(f"option {key}={value!r} in {spec!r} is not a boolean",
-                    hint="use true or false")
+    raise SpecError(f"option {key}={value!r} in {spec!r} is not a boolean", hint="use true or false")

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from bakeoff.checks.correctness import max_abs_difference
 from bakeoff.checks.outputs import flatten_outputs
 from bakeoff.workloads.base import BuiltWorkload
 
@@ -43,7 +44,9 @@ def _run_in(workload: BuiltWorkload, dtype_name: str) -> dict[str, Any]:
     return flatten_outputs(out)
 
 
-def compute_references(workload: BuiltWorkload, dtypes: Iterable[str] = ()) -> tuple[dict[str, dict[str, Any]], list[str]]:
+def compute_references(
+    workload: BuiltWorkload, dtypes: Iterable[str] = ()
+) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """Run the workload eagerly on the CPU: float64 golden, native dtype twice, other dtypes once.
 
     Returns:
@@ -73,15 +76,16 @@ def repeat_error(refs: dict[str, dict[str, Any]], dtype: str) -> float:
         other = second.get(name)
         if other is None or other.shape != tensor.shape:
             return float("inf")
-        if tensor.numel():
-            worst = max(worst, float((tensor.double() - other.double()).abs().nan_to_num(nan=float("inf")).max()))
+        worst = max(worst, max_abs_difference(tensor, other))
     return worst
 
 
 def save_references(path: Path, refs: dict[str, dict[str, Any]]) -> None:
     from safetensors.torch import save_file
 
-    flat = {f"{ref}{_SEP}{name}": t.contiguous().clone() for ref, tensors in refs.items() for name, t in tensors.items()}
+    flat = {
+        f"{ref}{_SEP}{name}": t.contiguous().clone() for ref, tensors in refs.items() for name, t in tensors.items()
+    }
     order = {ref: list(tensors) for ref, tensors in refs.items()}
     path.parent.mkdir(parents=True, exist_ok=True)
     save_file(flat, str(path), metadata={"bakeoff.order": json.dumps(order)})

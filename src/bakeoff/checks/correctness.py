@@ -16,7 +16,20 @@ from typing import Any
 from bakeoff.analysis.tolerance import passes_fp64_rule, tolerance_for
 from bakeoff.results.values import Correctness, TensorComparison
 
-__all__ = ["compare_outputs", "compare_tensor"]
+__all__ = ["compare_outputs", "compare_tensor", "max_abs_difference"]
+
+
+def max_abs_difference(a: Any, b: Any) -> float:
+    """Largest ``|a - b|`` over elements; equal non-finite values (same inf, both NaN) count as 0,
+    any other disagreement in finiteness as infinity."""
+    import torch
+
+    if not a.numel():
+        return 0.0
+    a, b = a.detach().cpu().double(), b.detach().cpu().double()
+    same_nonfinite = (a == b) | (torch.isnan(a) & torch.isnan(b))
+    diff = torch.where(same_nonfinite, torch.zeros_like(a), (a - b).abs())
+    return float(diff.nan_to_num(nan=float("inf")).max())
 
 
 def _rms(diff: Any) -> float:
@@ -28,14 +41,21 @@ def compare_tensor(name: str, result: Any, reference: Any, golden: Any | None, d
     import torch
 
     if tuple(result.shape) != tuple(reference.shape):
-        return TensorComparison(name, tuple(result.shape), str(result.dtype).removeprefix("torch."),
-                                float("inf"), float("inf"), 0.0, False,
-                                problem=f"shape {tuple(result.shape)} != reference {tuple(reference.shape)}")
+        return TensorComparison(
+            name,
+            tuple(result.shape),
+            str(result.dtype).removeprefix("torch."),
+            float("inf"),
+            float("inf"),
+            0.0,
+            False,
+            problem=f"shape {tuple(result.shape)} != reference {tuple(reference.shape)}",
+        )
     res, ref = result.detach().cpu().double(), reference.detach().cpu().double()
-    diff = (res - ref).abs()
     finite = torch.isfinite(res) == torch.isfinite(ref)
-    max_abs = float(diff.nan_to_num(nan=float("inf")).max()) if diff.numel() else 0.0
-    scale = float(ref.abs().max()) if ref.numel() else 0.0
+    max_abs = max_abs_difference(res, ref)
+    finite_ref = ref[torch.isfinite(ref)]
+    scale = float(finite_ref.abs().max()) if finite_ref.numel() else 0.0
     max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
     flat_res, flat_ref = res.flatten(), ref.flatten()
     norms = float(flat_res.norm() * flat_ref.norm())
@@ -43,8 +63,17 @@ def compare_tensor(name: str, result: Any, reference: Any, golden: Any | None, d
     dtype_name = str(result.dtype).removeprefix("torch.")
     if not result.is_floating_point():
         ok = bool(torch.equal(result.cpu(), reference.cpu()))
-        return TensorComparison(name, tuple(result.shape), dtype_name, max_abs, max_rel, cosine, ok,
-                                rule="exact" if ok else "", problem="" if ok else "integer output differs")
+        return TensorComparison(
+            name,
+            tuple(result.shape),
+            dtype_name,
+            max_abs,
+            max_rel,
+            cosine,
+            ok,
+            rule="exact" if ok else "",
+            problem="" if ok else "integer output differs",
+        )
     tol = tolerance_for(dtype)
     if bool(finite.all()) and torch.allclose(res, ref, atol=tol, rtol=tol, equal_nan=True):
         return TensorComparison(name, tuple(result.shape), dtype_name, max_abs, max_rel, cosine, True, "allclose")

@@ -20,10 +20,21 @@ __all__ = ["cli", "main"]
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 
-_db_option = click.option("--db", envvar="BAKEOFF_DB", default=None, metavar="PATH|URL",
-                          help="Knowledge base: a SQLite file (default ./bakeoff.db) or a database URL. Env: BAKEOFF_DB.")
-_format_option = click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
-                              show_default=True, help="table for people, json (versioned schema) for machines.")
+_db_option = click.option(
+    "--db",
+    envvar="BAKEOFF_DB",
+    default=None,
+    metavar="PATH|URL",
+    help="Knowledge base: a SQLite file (default ./bakeoff.db) or a database URL. Env: BAKEOFF_DB.",
+)
+_format_option = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="table for people, json (versioned schema) for machines.",
+)
 
 
 def _console(stderr: bool = False) -> Any:
@@ -44,8 +55,10 @@ def _emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, default=str))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]},
-             epilog="Example: bakeoff trial arch:llama --on cpu,cpu+inductor")
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="Example: bakeoff trial arch:llama --on cpu,cpu+inductor",
+)
 @click.version_option(package_name="bakeoff")
 def cli() -> None:
     """Can this PyTorch application move to another accelerator backend, and what does it cost?
@@ -88,8 +101,13 @@ def workloads(fmt: str) -> None:
 
 @cli.command(epilog="Example: bakeoff baseline 'arch:llama?layers=4' --dtype bf16")
 @click.argument("workload")
-@click.option("--dtype", "dtypes", multiple=True, metavar="DTYPE",
-              help="Also preserve an eager CPU reference in this dtype (repeatable).")
+@click.option(
+    "--dtype",
+    "dtypes",
+    multiple=True,
+    metavar="DTYPE",
+    help="Also preserve an eager CPU reference in this dtype (repeatable).",
+)
 @click.option("--refresh", is_flag=True, help="Recompute even if a fresh baseline is stored.")
 @_db_option
 @_format_option
@@ -122,19 +140,41 @@ def _finish_run(run: Any, fmt: str, db: str | None, strict: bool) -> None:
 
 @cli.command(epilog="Example: bakeoff trial 'arch:llama?layers=4' --on cpu,cpu+aot_eager,'cpu+inductor?dynamic=false'")
 @click.argument("workload")
-@click.option("--on", "on", multiple=True, default=("cpu",), show_default=True, metavar="TARGETS",
-              help="Targets, comma-separated or repeated: DEVICE[:INDEX][+BACKEND][?option=value&...].")
+@click.option(
+    "--on",
+    "on",
+    multiple=True,
+    default=("cpu",),
+    show_default=True,
+    metavar="TARGETS",
+    help="Targets, comma-separated or repeated: DEVICE[:INDEX][+BACKEND][?option=value&...].",
+)
 @click.option("--samples", type=int, default=30, show_default=True, help="Minimum timed calls per target.")
 @click.option("--min-time", type=float, default=0.5, show_default=True, help="Minimum seconds of timed calls.")
-@click.option("--timeout", type=float, default=900.0, show_default=True,
-              help="Seconds before a target's worker is killed and recorded as timed out.")
+@click.option(
+    "--timeout",
+    type=float,
+    default=900.0,
+    show_default=True,
+    help="Seconds before a target's worker is killed and recorded as timed out.",
+)
 @click.option("--in-process", is_flag=True, help="Run targets in this process (faster; a crash ends the run).")
 @click.option("--refresh-baseline", is_flag=True, help="Recompute the baseline first.")
 @click.option("--strict", is_flag=True, help="Exit 1 if any target fails correctness or errors.")
 @_db_option
 @_format_option
-def trial(workload: str, on: Sequence[str], samples: int, min_time: float, timeout: float, in_process: bool,
-          refresh_baseline: bool, strict: bool, db: str | None, fmt: str) -> None:
+def trial(
+    workload: str,
+    on: Sequence[str],
+    samples: int,
+    min_time: float,
+    timeout: float,
+    in_process: bool,
+    refresh_baseline: bool,
+    strict: bool,
+    db: str | None,
+    fmt: str,
+) -> None:
     """Run WORKLOAD on each target: correctness against the baseline, latency, memory.
 
     WORKLOAD is arch:<model_type>[?options], hf:<directory> or py:<module or file.py>:<function>.
@@ -144,8 +184,17 @@ def trial(workload: str, on: Sequence[str], samples: int, min_time: float, timeo
     """
     from bakeoff import api
 
-    run = api.trial(workload, on=on, db=db, isolate=not in_process, timeout_s=timeout, min_samples=samples,
-                    min_seconds=min_time, refresh_baseline=refresh_baseline, progress=_progress())
+    run = api.trial(
+        workload,
+        on=on,
+        db=db,
+        isolate=not in_process,
+        timeout_s=timeout,
+        min_samples=samples,
+        min_seconds=min_time,
+        refresh_baseline=refresh_baseline,
+        progress=_progress(),
+    )
     _finish_run(run, fmt, db, strict)
 
 

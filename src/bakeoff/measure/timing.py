@@ -97,5 +97,10 @@ def time_callable(
         fn()
         sync()
         samples.append(clock.now() - t0)
-    return TimingRun(first_call_s=first_call_s, first_output=first_output, warmup_calls=warmups,
-                     settled=settled, samples_s=tuple(samples))
+    return TimingRun(
+        first_call_s=first_call_s,
+        first_output=first_output,
+        warmup_calls=warmups,
+        settled=settled,
+        samples_s=tuple(samples),
+    )

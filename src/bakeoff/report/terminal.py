@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -51,7 +51,9 @@ def _notes(result: TargetResult) -> str:
         parts.append(result.reason)
     if result.error is not None:
         where = f" during {result.error.phase}" if result.error.phase else ""
-        parts.append(f"{result.error.category}{where}: {result.error.type}: {result.error.message.splitlines()[0][:160]}")
+        parts.append(
+            f"{result.error.category}{where}: {result.error.type}: {result.error.message.splitlines()[0][:160]}"
+        )
     if result.correctness is not None and result.correctness.reason:
         parts.append(result.correctness.reason[:200])
     parts.extend(result.notes)
@@ -62,10 +64,15 @@ def run_view(run: RunResult, where: str | None = None) -> Group:
     """The comparison table for one run, with its identity above and how to find it below."""
     workload = run.workload
     header = Text.assemble(
-        ("run ", "bold"), (run.run_id, "bold cyan"), f"  {run.created_at[:19].replace('T', ' ')} UTC\n",
-        ("workload ", "bold"), workload["spec"], f"  fingerprint {workload['fingerprint']}  dtype {workload.get('dtype')}",
-        f"  params {workload.get('details', {}).get('parameters', '?'):,}\n" if isinstance(
-            workload.get("details", {}).get("parameters"), int) else "\n",
+        ("run ", "bold"),
+        (run.run_id, "bold cyan"),
+        f"  {run.created_at[:19].replace('T', ' ')} UTC\n",
+        ("workload ", "bold"),
+        workload["spec"],
+        f"  fingerprint {workload['fingerprint']}  dtype {workload.get('dtype')}",
+        f"  params {workload.get('details', {}).get('parameters', '?'):,}\n"
+        if isinstance(workload.get("details", {}).get("parameters"), int)
+        else "\n",
         ("environment ", "bold"),
         f"torch {run.environment.data.get('torch')}  {run.environment.data.get('cpu')}  "
         f"fingerprint {run.environment.fingerprint}",
@@ -102,14 +109,34 @@ def run_view(run: RunResult, where: str | None = None) -> Group:
 
 def history_table(rows: Sequence[RunSummary]) -> Table:
     table = Table(header_style="bold")
-    for column in ("run", "when (UTC)", "workload", "fingerprint", "environment", "targets", "ok", "pass", "fail",
-                   "error", "skipped"):
+    for column in (
+        "run",
+        "when (UTC)",
+        "workload",
+        "fingerprint",
+        "environment",
+        "targets",
+        "ok",
+        "pass",
+        "fail",
+        "error",
+        "skipped",
+    ):
         table.add_column(column, overflow="fold", no_wrap=column != "workload")
     for row in rows:
-        table.add_row(row.run_id, row.created_at[:19].replace("T", " "), escape(row.workload_spec), row.fingerprint,
-                      row.environment_fingerprint, str(row.targets), str(row.ok), str(row.passed),
-                      Text(str(row.failed), style="red" if row.failed else ""),
-                      Text(str(row.errors), style="red" if row.errors else ""), str(row.skipped))
+        table.add_row(
+            row.run_id,
+            row.created_at[:19].replace("T", " "),
+            escape(row.workload_spec),
+            row.fingerprint,
+            row.environment_fingerprint,
+            str(row.targets),
+            str(row.ok),
+            str(row.passed),
+            Text(str(row.failed), style="red" if row.failed else ""),
+            Text(str(row.errors), style="red" if row.errors else ""),
+            str(row.skipped),
+        )
     return table
 
 
@@ -118,8 +145,12 @@ def targets_view(info: dict[str, list[dict[str, Any]]]) -> Group:
     for column in ("device", "available", "count", "detail"):
         devices.add_column(column)
     for d in info["devices"]:
-        devices.add_row(d["name"], Text("yes", "green") if d["available"] else Text("no", "dim"), str(d["count"]),
-                        escape(d["detail"]))
+        devices.add_row(
+            d["name"],
+            Text("yes", "green") if d["available"] else Text("no", "dim"),
+            str(d["count"]),
+            escape(d["detail"]),
+        )
     backends = Table(title="torch.compile backends", header_style="bold", title_justify="left")
     for column in ("backend", "available", "detail"):
         backends.add_column(column)
@@ -152,13 +183,15 @@ def baseline_view(info: BaselineInfo, notes: Sequence[str]) -> Group:
         Text.assemble(("baseline ", "bold"), (info.id, "bold cyan"), f" for {info.workload_spec}"),
         Text(f"fingerprint {info.fingerprint}  seed {info.seed}  created {info.created_at[:19]} UTC"),
         Text(f"references: {', '.join(info.references)}"),
-        Text("eager runs agree exactly" if info.deterministic else
-             f"eager runs differ by up to {info.repeat_max_abs_err:.3g} (nondeterministic)",
-             style="green" if info.deterministic else "yellow"),
+        Text(
+            "eager runs agree exactly"
+            if info.deterministic
+            else f"eager runs differ by up to {info.repeat_max_abs_err:.3g} (nondeterministic)",
+            style="green" if info.deterministic else "yellow",
+        ),
         Text(f"tensors: {info.path}"),
     ]
     lines.extend(Text(f"note: {n}", style="dim") for n in notes)
     if not notes:
         lines.append(Text("reused the stored baseline (unchanged fingerprint); --refresh recomputes it", style="dim"))
     return Group(*lines)
-

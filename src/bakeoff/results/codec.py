@@ -35,12 +35,16 @@ def run_to_json(run: RunResult) -> dict[str, Any]:
 
 def run_from_json(data: dict[str, Any]) -> RunResult:
     if data.get("schema") != SCHEMA:
-        raise BakeoffError(f"not a bakeoff run document (schema={data.get('schema')!r})",
-                           hint="pass JSON written by `bakeoff ... --format json`")
+        raise BakeoffError(
+            f"not a bakeoff run document (schema={data.get('schema')!r})",
+            hint="pass JSON written by `bakeoff ... --format json`",
+        )
     version = data.get("schema_version")
     if not isinstance(version, int) or version > SCHEMA_VERSION:
-        raise BakeoffError(f"run document schema version {version} is newer than this bakeoff "
-                           f"understands ({SCHEMA_VERSION})", hint="upgrade bakeoff to read it")
+        raise BakeoffError(
+            f"run document schema version {version} is newer than this bakeoff understands ({SCHEMA_VERSION})",
+            hint="upgrade bakeoff to read it",
+        )
     return RunResult(
         run_id=data["run_id"],
         created_at=data["created_at"],

@@ -133,9 +133,13 @@ class Correctness:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Correctness:
-        return cls(verdict=data["verdict"], reason=data.get("reason", ""),
-                   reference=data.get("reference", ""), tolerance=data.get("tolerance"),
-                   outputs=tuple(TensorComparison.from_dict(o) for o in data.get("outputs", ())))
+        return cls(
+            verdict=data["verdict"],
+            reason=data.get("reason", ""),
+            reference=data.get("reference", ""),
+            tolerance=data.get("tolerance"),
+            outputs=tuple(TensorComparison.from_dict(o) for o in data.get("outputs", ())),
+        )
 
 
 @dataclass(frozen=True)

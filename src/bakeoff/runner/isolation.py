@@ -73,5 +73,6 @@ def run_isolated(job: TargetJob, timeout_s: float) -> TargetResult:
     else:
         kind, category, message = _death(process.exitcode)
         error = ErrorInfo(kind, message, category, "", tail)
-    return TargetResult(target=job.target, status="error", is_reference=job.is_reference, error=error,
-                        duration_s=elapsed)
+    return TargetResult(
+        target=job.target, status="error", is_reference=job.is_reference, error=error, duration_s=elapsed
+    )

@@ -51,9 +51,11 @@ def _correctness(job: TargetJob, outputs: Any, fingerprint: str) -> Correctness:
     if job.baseline_path is None:
         return Correctness("not_comparable", "no baseline for this workload")
     if fingerprint != job.fingerprint:
-        return Correctness("not_comparable",
-                           f"workload fingerprint here ({fingerprint}) differs from the baseline's "
-                           f"({job.fingerprint}): the model or its inputs are not reproducible")
+        return Correctness(
+            "not_comparable",
+            f"workload fingerprint here ({fingerprint}) differs from the baseline's "
+            f"({job.fingerprint}): the model or its inputs are not reproducible",
+        )
     dtype = job.target.dtype or _native_dtype(outputs)
     name = f"eager:{dtype}"
     refs = load_references(Path(job.baseline_path), [name, "golden"])
@@ -61,9 +63,13 @@ def _correctness(job: TargetJob, outputs: Any, fingerprint: str) -> Correctness:
         return Correctness("not_comparable", f"the baseline has no {name} reference", name)
     tol = tolerance_for(dtype)
     if job.repeat_max_abs_err > tol:
-        return Correctness("not_comparable",
-                           f"the eager reference is nondeterministic: two eager CPU runs differ by "
-                           f"{job.repeat_max_abs_err:.3g} (> {tol:g})", name, tol)
+        return Correctness(
+            "not_comparable",
+            f"the eager reference is nondeterministic: two eager CPU runs differ by "
+            f"{job.repeat_max_abs_err:.3g} (> {tol:g})",
+            name,
+            tol,
+        )
     return compare_outputs(flatten_outputs(outputs), refs[name], refs.get("golden"), dtype, name)
 
 
@@ -103,19 +109,28 @@ def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
         prepared = prepare(workload, target)
         phase = "first call" if not target.is_compiled else "compile and first call"
         with torch.no_grad():
-            run = time_callable(prepared, synchronizer(target), job.timing, clock,
-                                dynamo_compile_events if target.is_compiled else None)
+            run = time_callable(
+                prepared, synchronizer(target), job.timing, clock, dynamo_compile_events if target.is_compiled else None
+            )
         phase = "correctness"
         correctness = _correctness(job, run.first_output, fingerprint)
     except Exception as exc:
         text = str(exc).lower()
         oom = isinstance(exc, MemoryError) or "out of memory" in text or "can't allocate memory" in text
         return TargetResult(
-            target=target, status="error", is_reference=job.is_reference,
-            error=ErrorInfo(type=type(exc).__name__, message=str(exc).strip()[:2000] or type(exc).__name__,
-                            category="out_of_memory" if oom else "exception", phase=phase,
-                            traceback=traceback.format_exc()),
-            duration_s=time.monotonic() - started, threads=torch.get_num_threads())
+            target=target,
+            status="error",
+            is_reference=job.is_reference,
+            error=ErrorInfo(
+                type=type(exc).__name__,
+                message=str(exc).strip()[:2000] or type(exc).__name__,
+                category="out_of_memory" if oom else "exception",
+                phase=phase,
+                traceback=traceback.format_exc(),
+            ),
+            duration_s=time.monotonic() - started,
+            threads=torch.get_num_threads(),
+        )
     notes = []
     latency = Latency(tuple(s * 1e3 for s in run.samples_s))
     if latency.noisy:
@@ -123,8 +138,18 @@ def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
     if not run.settled:
         notes.append(f"still compiling after {run.warmup_calls} warm-up calls")
     return TargetResult(
-        target=target, status="ok", is_reference=job.is_reference, correctness=correctness,
-        latency=latency, first_call_ms=run.first_call_s * 1e3, warmup_calls=run.warmup_calls,
-        settled=run.settled, peak_host_rss_bytes=_peak_rss_bytes(), device_peak_bytes=device_peak_memory(target),
-        threads=torch.get_num_threads(), load_average=(load_before, os.getloadavg()[0]),
-        duration_s=time.monotonic() - started, notes=tuple(notes))
+        target=target,
+        status="ok",
+        is_reference=job.is_reference,
+        correctness=correctness,
+        latency=latency,
+        first_call_ms=run.first_call_s * 1e3,
+        warmup_calls=run.warmup_calls,
+        settled=run.settled,
+        peak_host_rss_bytes=_peak_rss_bytes(),
+        device_peak_bytes=device_peak_memory(target),
+        threads=torch.get_num_threads(),
+        load_average=(load_before, os.getloadavg()[0]),
+        duration_s=time.monotonic() - started,
+        notes=tuple(notes),
+    )

@@ -88,10 +88,17 @@ def ensure_baseline(
     path = store.artifacts_dir / "baselines" / workload.fingerprint / f"{baseline_id}.safetensors"
     save_references(path, refs)
     info = BaselineInfo(
-        id=baseline_id, workload_spec=spec, fingerprint=workload.fingerprint, seed=workload.seed,
-        created_at=_now(), environment_fingerprint=env.fingerprint, references=tuple(refs),
+        id=baseline_id,
+        workload_spec=spec,
+        fingerprint=workload.fingerprint,
+        seed=workload.seed,
+        created_at=_now(),
+        environment_fingerprint=env.fingerprint,
+        references=tuple(refs),
         deterministic=repeat_error(refs, workload.dtype) == 0.0,
-        repeat_max_abs_err=repeat_error(refs, workload.dtype), path=str(path))
+        repeat_max_abs_err=repeat_error(refs, workload.dtype),
+        path=str(path),
+    )
     store.save_baseline(info, env)
     return info, [reason, *notes]
 
@@ -108,8 +115,10 @@ def _speedups(results: list[TargetResult], reference: Target) -> list[TargetResu
     if ref is None or ref.latency is None or not ref.latency.count:
         return results
     base = ref.latency.p50_ms
-    return [replace(r, speedup=base / r.latency.p50_ms) if r.latency and r.latency.count and r.latency.p50_ms > 0
-            else r for r in results]
+    return [
+        replace(r, speedup=base / r.latency.p50_ms) if r.latency and r.latency.count and r.latency.p50_ms > 0 else r
+        for r in results
+    ]
 
 
 def run_trial(
@@ -136,9 +145,15 @@ def run_trial(
             results.append(TargetResult(target=target, status="skipped", reason=reason, is_reference=is_ref))
             continue
         say(f"running {target.spec}" + (" (reference)" if is_ref else ""))
-        job = TargetJob(workload_spec=workload.spec.spec, target=target, fingerprint=workload.fingerprint,
-                        baseline_path=baseline.path, repeat_max_abs_err=baseline.repeat_max_abs_err,
-                        timing=settings.timing, is_reference=is_ref)
+        job = TargetJob(
+            workload_spec=workload.spec.spec,
+            target=target,
+            fingerprint=workload.fingerprint,
+            baseline_path=baseline.path,
+            repeat_max_abs_err=baseline.repeat_max_abs_err,
+            timing=settings.timing,
+            is_reference=is_ref,
+        )
         if settings.isolate:
             from bakeoff.runner.isolation import run_isolated
 
@@ -146,9 +161,13 @@ def run_trial(
         else:
             results.append(run_target(job))
     run = RunResult(
-        run_id=uuid.uuid4().hex[:12], created_at=_now(),
+        run_id=uuid.uuid4().hex[:12],
+        created_at=_now(),
         workload={**workload.to_dict(), "notes": notes},
-        environment=env, results=tuple(_speedups(results, reference)), baseline_id=baseline.id,
-        settings={**settings.to_dict(), "reference": reference.spec})
+        environment=env,
+        results=tuple(_speedups(results, reference)),
+        baseline_id=baseline.id,
+        settings={**settings.to_dict(), "reference": reference.spec},
+    )
     store.save_run(run)
     return run

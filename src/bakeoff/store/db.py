@@ -70,7 +70,9 @@ class Store:
         self.artifacts_dir = artifacts_dir
 
     @classmethod
-    def open(cls, db: str | os.PathLike[str] | None = None, artifacts_dir: str | os.PathLike[str] | None = None) -> Store:
+    def open(
+        cls, db: str | os.PathLike[str] | None = None, artifacts_dir: str | os.PathLike[str] | None = None
+    ) -> Store:
         """Open (creating and migrating if needed) the database at ``db``.
 
         Artifacts (baseline tensors) live next to a SQLite file in ``<name>.artifacts/``, or in
@@ -87,7 +89,9 @@ class Store:
             if path.exists() and path.is_dir():
                 raise StoreError(f"database path {path} is a directory", hint="pass a file path, e.g. --db results.db")
             if not path.parent.exists():
-                raise StoreError(f"directory {path.parent} does not exist", hint="create it or choose another --db path")
+                raise StoreError(
+                    f"directory {path.parent} does not exist", hint="create it or choose another --db path"
+                )
             default_artifacts = path.with_name(path.name + ".artifacts")
         else:
             default_artifacts = Path("bakeoff-artifacts").resolve()
@@ -95,8 +99,9 @@ class Store:
         try:
             engine = create_engine(url)
         except (SQLAlchemyError, ImportError, ValueError) as exc:
-            raise StoreError(f"cannot use database URL {url!r}: {exc}",
-                             hint="use a file path or a sqlite:/// or postgresql:// URL") from exc
+            raise StoreError(
+                f"cannot use database URL {url!r}: {exc}", hint="use a file path or a sqlite:/// or postgresql:// URL"
+            ) from exc
         if is_sqlite:
             _sqlite_pragmas(engine)
         store = cls(engine, url, artifacts)
@@ -110,11 +115,15 @@ class Store:
                 if version > SCHEMA_VERSION:
                     raise StoreError(
                         f"database {self.display_url} has schema version {version}, newer than this "
-                        f"bakeoff understands ({SCHEMA_VERSION})", hint="upgrade bakeoff to use it")
+                        f"bakeoff understands ({SCHEMA_VERSION})",
+                        hint="upgrade bakeoff to use it",
+                    )
                 migrate(conn, version)
         except DBAPIError as exc:
-            raise StoreError(f"cannot open database {self.display_url}: {str(exc.orig).splitlines()[0]}",
-                             hint="pass a bakeoff database file or a new path with --db") from exc
+            raise StoreError(
+                f"cannot open database {self.display_url}: {str(exc.orig).splitlines()[0]}",
+                hint="pass a bakeoff database file or a new path with --db",
+            ) from exc
 
     @property
     def display_url(self) -> str:
@@ -126,8 +135,11 @@ class Store:
         found = conn.execute(select(table.c.id).where(table.c.fingerprint == env.fingerprint)).scalar()
         if found is not None:
             return int(found)
-        result = conn.execute(insert(table).values(
-            fingerprint=env.fingerprint, captured_at=env.data.get("captured_at", ""), data=env.to_dict()))
+        result = conn.execute(
+            insert(table).values(
+                fingerprint=env.fingerprint, captured_at=env.data.get("captured_at", ""), data=env.to_dict()
+            )
+        )
         return int(result.inserted_primary_key[0])
 
     def _environment(self, conn: Any, env_id: int) -> Environment:
@@ -138,27 +150,47 @@ class Store:
     def save_baseline(self, info: BaselineInfo, env: Environment) -> None:
         with self.engine.begin() as conn:
             env_id = self._environment_id(conn, env)
-            conn.execute(insert(schema.baselines).values(
-                id=info.id, workload_spec=info.workload_spec, fingerprint=info.fingerprint, seed=info.seed,
-                created_at=info.created_at, environment_id=env_id, refs=list(info.references),
-                deterministic=info.deterministic, repeat_max_abs_err=info.repeat_max_abs_err, path=info.path))
+            conn.execute(
+                insert(schema.baselines).values(
+                    id=info.id,
+                    workload_spec=info.workload_spec,
+                    fingerprint=info.fingerprint,
+                    seed=info.seed,
+                    created_at=info.created_at,
+                    environment_id=env_id,
+                    refs=list(info.references),
+                    deterministic=info.deterministic,
+                    repeat_max_abs_err=info.repeat_max_abs_err,
+                    path=info.path,
+                )
+            )
 
     def latest_baseline(self, workload_spec: str) -> BaselineInfo | None:
         """The newest baseline recorded for a workload spec (whatever its fingerprint)."""
         table, envs = schema.baselines, schema.environments
-        query = (select(table, envs.c.fingerprint.label("env_fp"))
-                 .join(envs, envs.c.id == table.c.environment_id)
-                 .where(table.c.workload_spec == workload_spec)
-                 .order_by(table.c.created_at.desc(), table.c.id.desc()).limit(1))
+        query = (
+            select(table, envs.c.fingerprint.label("env_fp"))
+            .join(envs, envs.c.id == table.c.environment_id)
+            .where(table.c.workload_spec == workload_spec)
+            .order_by(table.c.created_at.desc(), table.c.id.desc())
+            .limit(1)
+        )
         with self.engine.connect() as conn:
             row = conn.execute(query).mappings().first()
         if row is None:
             return None
         return BaselineInfo(
-            id=row["id"], workload_spec=row["workload_spec"], fingerprint=row["fingerprint"], seed=row["seed"],
-            created_at=row["created_at"], environment_fingerprint=row["env_fp"], references=tuple(row["refs"]),
-            deterministic=bool(row["deterministic"]), repeat_max_abs_err=float(row["repeat_max_abs_err"]),
-            path=row["path"])
+            id=row["id"],
+            workload_spec=row["workload_spec"],
+            fingerprint=row["fingerprint"],
+            seed=row["seed"],
+            created_at=row["created_at"],
+            environment_fingerprint=row["env_fp"],
+            references=tuple(row["refs"]),
+            deterministic=bool(row["deterministic"]),
+            repeat_max_abs_err=float(row["repeat_max_abs_err"]),
+            path=row["path"],
+        )
 
     # -- runs ---------------------------------------------------------------------------
     def save_run(self, run: RunResult) -> None:
@@ -167,31 +199,56 @@ class Store:
 
         with self.engine.begin() as conn:
             env_id = self._environment_id(conn, run.environment)
-            conn.execute(insert(schema.runs).values(
-                id=run.run_id, created_at=run.created_at, workload_spec=run.workload["spec"],
-                workload_fingerprint=run.fingerprint, workload=run.workload, environment_id=env_id,
-                baseline_id=run.baseline_id, settings=run.settings, bakeoff_version=__version__))
+            conn.execute(
+                insert(schema.runs).values(
+                    id=run.run_id,
+                    created_at=run.created_at,
+                    workload_spec=run.workload["spec"],
+                    workload_fingerprint=run.fingerprint,
+                    workload=run.workload,
+                    environment_id=env_id,
+                    baseline_id=run.baseline_id,
+                    settings=run.settings,
+                    bakeoff_version=__version__,
+                )
+            )
             for position, result in enumerate(run.results):
                 data = result.to_dict()
                 if data.get("latency"):
                     data["latency"] = {k: v for k, v in data["latency"].items() if k != "samples_ms"}
-                row = conn.execute(insert(schema.target_results).values(
-                    run_id=run.run_id, position=position, target_spec=result.target.spec,
-                    status=result.status, verdict=result.verdict,
-                    p50_ms=result.latency.p50_ms if result.latency and result.latency.count else None,
-                    speedup=result.speedup,
-                    error_type=result.error.type if result.error else None,
-                    error_category=result.error.category if result.error else None, data=data))
+                row = conn.execute(
+                    insert(schema.target_results).values(
+                        run_id=run.run_id,
+                        position=position,
+                        target_spec=result.target.spec,
+                        status=result.status,
+                        verdict=result.verdict,
+                        p50_ms=result.latency.p50_ms if result.latency and result.latency.count else None,
+                        speedup=result.speedup,
+                        error_type=result.error.type if result.error else None,
+                        error_category=result.error.category if result.error else None,
+                        data=data,
+                    )
+                )
                 if result.latency and result.latency.count:
                     result_id = row.inserted_primary_key[0]
-                    conn.execute(insert(schema.timing_samples), [
-                        {"result_id": result_id, "seq": i, "ms": ms} for i, ms in enumerate(result.latency.samples_ms)])
+                    conn.execute(
+                        insert(schema.timing_samples),
+                        [
+                            {"result_id": result_id, "seq": i, "ms": ms}
+                            for i, ms in enumerate(result.latency.samples_ms)
+                        ],
+                    )
 
     def resolve_run_id(self, prefix: str) -> str:
         """The full id of the one run whose id starts with ``prefix``."""
         table = schema.runs
         with self.engine.connect() as conn:
-            ids = conn.execute(select(table.c.id).where(table.c.id.startswith(prefix, autoescape=True)).limit(2)).scalars().all()
+            ids = (
+                conn.execute(select(table.c.id).where(table.c.id.startswith(prefix, autoescape=True)).limit(2))
+                .scalars()
+                .all()
+            )
         if not ids:
             raise StoreError(f"no run {prefix!r} in {self.display_url}", hint="run `bakeoff history` to list run ids")
         if len(ids) > 1:
@@ -204,25 +261,48 @@ class Store:
         with self.engine.connect() as conn:
             run = conn.execute(select(runs).where(runs.c.id == run_id)).mappings().one()
             env = self._environment(conn, run["environment_id"])
-            rows = conn.execute(select(results).where(results.c.run_id == run_id).order_by(results.c.position)).mappings().all()
+            rows = (
+                conn.execute(select(results).where(results.c.run_id == run_id).order_by(results.c.position))
+                .mappings()
+                .all()
+            )
             items = []
             for row in rows:
                 data = dict(row["data"])
                 if data.get("latency") is not None:
-                    ms = conn.execute(select(samples.c.ms).where(samples.c.result_id == row["id"])
-                                      .order_by(samples.c.seq)).scalars().all()
+                    ms = (
+                        conn.execute(
+                            select(samples.c.ms).where(samples.c.result_id == row["id"]).order_by(samples.c.seq)
+                        )
+                        .scalars()
+                        .all()
+                    )
                     data["latency"] = {**data["latency"], "samples_ms": ms}
                 items.append(TargetResult.from_dict(data))
-        return RunResult(run_id=run["id"], created_at=run["created_at"], workload=run["workload"],
-                         environment=env, results=tuple(items), baseline_id=run["baseline_id"],
-                         settings=run["settings"])
+        return RunResult(
+            run_id=run["id"],
+            created_at=run["created_at"],
+            workload=run["workload"],
+            environment=env,
+            results=tuple(items),
+            baseline_id=run["baseline_id"],
+            settings=run["settings"],
+        )
 
     def list_runs(self, limit: int = 20, workload_spec: str | None = None) -> list[RunSummary]:
         runs, results, envs = schema.runs, schema.target_results, schema.environments
-        query = (select(runs.c.id, runs.c.created_at, runs.c.workload_spec, runs.c.workload_fingerprint,
-                        envs.c.fingerprint.label("env_fp"))
-                 .join(envs, envs.c.id == runs.c.environment_id)
-                 .order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(limit))
+        query = (
+            select(
+                runs.c.id,
+                runs.c.created_at,
+                runs.c.workload_spec,
+                runs.c.workload_fingerprint,
+                envs.c.fingerprint.label("env_fp"),
+            )
+            .join(envs, envs.c.id == runs.c.environment_id)
+            .order_by(runs.c.created_at.desc(), runs.c.id.desc())
+            .limit(limit)
+        )
         if workload_spec is not None:
             query = query.where(runs.c.workload_spec == workload_spec)
         with self.engine.connect() as conn:
@@ -230,17 +310,29 @@ class Store:
             ids = [h["id"] for h in heads]
             counts: dict[str, dict[str, int]] = {i: {} for i in ids}
             if ids:
-                stat = (select(results.c.run_id, results.c.status, results.c.verdict, func.count())
-                        .where(results.c.run_id.in_(ids)).group_by(results.c.run_id, results.c.status, results.c.verdict))
+                stat = (
+                    select(results.c.run_id, results.c.status, results.c.verdict, func.count())
+                    .where(results.c.run_id.in_(ids))
+                    .group_by(results.c.run_id, results.c.status, results.c.verdict)
+                )
                 for run_id, status, verdict, n in conn.execute(stat):
                     bucket = counts[run_id]
                     bucket[status] = bucket.get(status, 0) + n
                     if verdict:
                         bucket[f"v:{verdict}"] = bucket.get(f"v:{verdict}", 0) + n
-        return [RunSummary(
-            run_id=h["id"], created_at=h["created_at"], workload_spec=h["workload_spec"],
-            fingerprint=h["workload_fingerprint"], environment_fingerprint=h["env_fp"],
-            targets=sum(v for k, v in counts[h["id"]].items() if not k.startswith("v:")),
-            ok=counts[h["id"]].get("ok", 0), passed=counts[h["id"]].get("v:pass", 0),
-            failed=counts[h["id"]].get("v:fail", 0), errors=counts[h["id"]].get("error", 0),
-            skipped=counts[h["id"]].get("skipped", 0)) for h in heads]
+        return [
+            RunSummary(
+                run_id=h["id"],
+                created_at=h["created_at"],
+                workload_spec=h["workload_spec"],
+                fingerprint=h["workload_fingerprint"],
+                environment_fingerprint=h["env_fp"],
+                targets=sum(v for k, v in counts[h["id"]].items() if not k.startswith("v:")),
+                ok=counts[h["id"]].get("ok", 0),
+                passed=counts[h["id"]].get("v:pass", 0),
+                failed=counts[h["id"]].get("v:fail", 0),
+                errors=counts[h["id"]].get("error", 0),
+                skipped=counts[h["id"]].get("skipped", 0),
+            )
+            for h in heads
+        ]

@@ -25,13 +25,15 @@ __all__ = ["baselines", "environments", "meta", "metadata", "runs", "target_resu
 metadata = MetaData()
 
 meta = Table(
-    "meta", metadata,
+    "meta",
+    metadata,
     Column("key", String(64), primary_key=True),
     Column("value", Text, nullable=False),
 )
 
 environments = Table(
-    "environments", metadata,
+    "environments",
+    metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("fingerprint", String(32), nullable=False, unique=True),
     Column("captured_at", String(40), nullable=False),
@@ -39,7 +41,8 @@ environments = Table(
 )
 
 baselines = Table(
-    "baselines", metadata,
+    "baselines",
+    metadata,
     Column("id", String(32), primary_key=True),
     Column("workload_spec", Text, nullable=False, index=True),
     Column("fingerprint", String(32), nullable=False, index=True),
@@ -53,7 +56,8 @@ baselines = Table(
 )
 
 runs = Table(
-    "runs", metadata,
+    "runs",
+    metadata,
     Column("id", String(32), primary_key=True),
     Column("created_at", String(40), nullable=False, index=True),
     Column("workload_spec", Text, nullable=False, index=True),
@@ -66,7 +70,8 @@ runs = Table(
 )
 
 target_results = Table(
-    "target_results", metadata,
+    "target_results",
+    metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("run_id", String(32), ForeignKey("runs.id"), nullable=False, index=True),
     Column("position", Integer, nullable=False),
@@ -82,7 +87,8 @@ target_results = Table(
 )
 
 timing_samples = Table(
-    "timing_samples", metadata,
+    "timing_samples",
+    metadata,
     Column("result_id", Integer, ForeignKey("target_results.id"), primary_key=True),
     Column("seq", Integer, primary_key=True),
     Column("ms", Float, nullable=False),

@@ -83,7 +83,8 @@ def device_status(device: str) -> DeviceInfo:
     module = getattr(torch, device, None)
     if module is None or not hasattr(module, "is_available"):
         hint = {"neuron": "install AWS TorchNeuron (torch-neuronx) on a Trainium host"}.get(
-            device, "install its PyTorch plugin")
+            device, "install its PyTorch plugin"
+        )
         return DeviceInfo(device, False, 0, f"PyTorch has no '{device}' device registered ({hint})")
     try:
         ok = bool(module.is_available())
@@ -172,6 +173,7 @@ def check_backend_name(name: str) -> None:
 
     known = set(_registered_backends()) | set(OPTIONAL_BACKENDS)
     if name not in known and name not in _registered_backends(include_hidden=True):
-        raise SpecError(f"unknown torch.compile backend {name!r}; registered here: "
-                        + ", ".join(sorted(known)),
-                        hint="run `bakeoff targets` to see the backends")
+        raise SpecError(
+            f"unknown torch.compile backend {name!r}; registered here: " + ", ".join(sorted(known)),
+            hint="run `bakeoff targets` to see the backends",
+        )

@@ -31,10 +31,17 @@ KNOWN_DEVICES = ("cpu", "cuda", "xpu", "mps", "neuron")
 
 #: Accepted spellings of each dtype, mapped to the torch attribute name.
 DTYPE_ALIASES = {
-    "fp32": "float32", "float32": "float32", "float": "float32",
-    "fp16": "float16", "float16": "float16", "half": "float16",
-    "bf16": "bfloat16", "bfloat16": "bfloat16",
-    "fp64": "float64", "float64": "float64", "double": "float64",
+    "fp32": "float32",
+    "float32": "float32",
+    "float": "float32",
+    "fp16": "float16",
+    "float16": "float16",
+    "half": "float16",
+    "bf16": "bfloat16",
+    "bfloat16": "bfloat16",
+    "fp64": "float64",
+    "float64": "float64",
+    "double": "float64",
 }
 
 _MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -148,30 +155,32 @@ def parse_target(text: str, extra_devices: Iterable[str] = ()) -> Target:
     for key, value in options.items():
         if key == "dtype":
             if value.lower() not in DTYPE_ALIASES:
-                raise SpecError(f"unknown dtype {value!r} in target {text!r}",
-                                hint="use one of fp32, bf16, fp16, fp64")
+                raise SpecError(f"unknown dtype {value!r} in target {text!r}", hint="use one of fp32, bf16, fp16, fp64")
             fields["dtype"] = DTYPE_ALIASES[value.lower()]
         elif key == "dynamic":
             fields["dynamic"] = None if value.lower() in ("auto", "none") else parse_bool(value, key, text)
         elif key == "mode":
             if value not in _MODES:
-                raise SpecError(f"unknown compile mode {value!r} in target {text!r}",
-                                hint="use one of " + ", ".join(_MODES))
+                raise SpecError(
+                    f"unknown compile mode {value!r} in target {text!r}", hint="use one of " + ", ".join(_MODES)
+                )
             fields["mode"] = value
         elif key == "fullgraph":
             fields["fullgraph"] = parse_bool(value, key, text)
         elif key == "threads":
-            if not value.isdigit() or int(value) < 1:
-                raise SpecError(f"threads={value!r} in target {text!r} is not a positive integer",
-                                hint="e.g. threads=1")
+            if not (value.isascii() and value.isdigit()) or int(value) < 1:
+                raise SpecError(
+                    f"threads={value!r} in target {text!r} is not a positive integer", hint="e.g. threads=1"
+                )
             fields["threads"] = int(value)
         else:
-            raise SpecError(f"unknown option {key!r} in target {text!r}",
-                            hint="valid options: " + ", ".join(_OPTIONS))
+            raise SpecError(f"unknown option {key!r} in target {text!r}", hint="valid options: " + ", ".join(_OPTIONS))
     compile_only = [k for k in ("dynamic", "mode", "fullgraph") if k in options]
     if compile_only and fields["backend"] is None:
-        raise SpecError(f"option {compile_only[0]!r} in target {text!r} needs a compile backend",
-                        hint="add +BACKEND, e.g. cpu+inductor?" + compile_only[0] + "=...")
+        raise SpecError(
+            f"option {compile_only[0]!r} in target {text!r} needs a compile backend",
+            hint="add +BACKEND, e.g. cpu+inductor?" + compile_only[0] + "=...",
+        )
     return Target(**fields)
 
 

@@ -51,8 +51,10 @@ def parse_workload(text: str) -> WorkloadSpec:
     kind, sep, name = head.partition(":")
     if not sep or kind not in KINDS or not name:
         forms = "; ".join(KINDS.values())
-        raise SpecError(f"malformed workload {text!r}; expected one of: {forms}",
-                        hint="run `bakeoff workloads` for the architecture names")
+        raise SpecError(
+            f"malformed workload {text!r}; expected one of: {forms}",
+            hint="run `bakeoff workloads` for the architecture names",
+        )
     return WorkloadSpec(kind=kind, name=name, options=options)
 
 
@@ -93,8 +95,9 @@ class BuiltWorkload:
             self._fingerprint = fingerprint_of(self)
         return self._fingerprint
 
-    def __call__(self, model: torch.nn.Module | None = None, args: tuple | None = None,
-                 kwargs: dict | None = None) -> Any:
+    def __call__(
+        self, model: torch.nn.Module | None = None, args: tuple | None = None, kwargs: dict | None = None
+    ) -> Any:
         """Call ``model`` (default: the workload's own) on the inputs (default: its own)."""
         fn = self.model if model is None else model
         return fn(*(self.args if args is None else args), **(self.kwargs if kwargs is None else kwargs))

@@ -87,8 +87,10 @@ def _tiny_config(spec: WorkloadSpec, used: set[str]) -> Any:
             sizes[key] = _int_option(spec, key, spec.options[key])
             used.add(key)
     if sizes["hidden"] % sizes["heads"]:
-        raise SpecError(f"hidden={sizes['hidden']} is not divisible by heads={sizes['heads']} in {spec}",
-                        hint="pick hidden as a multiple of heads")
+        raise SpecError(
+            f"hidden={sizes['hidden']} is not divisible by heads={sizes['heads']} in {spec}",
+            hint="pick hidden as a multiple of heads",
+        )
     for key, (attr, _) in ARCH_DEFAULTS.items():
         if key == "kv_heads":
             sizes[key] = min(sizes[key], sizes["heads"]) if sizes["heads"] % sizes[key] == 0 else sizes["heads"]
@@ -97,8 +99,19 @@ def _tiny_config(spec: WorkloadSpec, used: set[str]) -> Any:
     # Config fields that would otherwise keep full-size values or inconsistent shapes.
     head_dim = sizes["hidden"] // sizes["heads"]
     _shrink(config, ("head_dim", "d_kv"), head_dim)
-    _shrink(config, ("n_inner", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff",
-                     "moe_intermediate_size", "shared_expert_intermediate_size"), sizes["intermediate"])
+    _shrink(
+        config,
+        (
+            "n_inner",
+            "ffn_dim",
+            "encoder_ffn_dim",
+            "decoder_ffn_dim",
+            "d_ff",
+            "moe_intermediate_size",
+            "shared_expert_intermediate_size",
+        ),
+        sizes["intermediate"],
+    )
     _shrink(config, ("word_embed_proj_dim",), sizes["hidden"])
     _shrink(config, ("num_experts", "num_local_experts", "n_routed_experts"), 4, only_down=True)
     _shrink(config, ("num_experts_per_tok",), 2, only_down=True)
@@ -120,8 +133,9 @@ def _tiny_config(spec: WorkloadSpec, used: set[str]) -> Any:
             continue
         if not hasattr(config, key):
             valid = ", ".join([*ARCH_DEFAULTS, *INPUT_DEFAULTS])
-            raise SpecError(f"unknown option {key!r} for {spec}",
-                            hint=f"use {valid}, or an attribute of the {spec.name} config")
+            raise SpecError(
+                f"unknown option {key!r} for {spec}", hint=f"use {valid}, or an attribute of the {spec.name} config"
+            )
         current = getattr(config, key)
         setattr(config, key, _coerce(value, current, spec, key))
         used.add(key)
@@ -173,8 +187,7 @@ def _model_class(model_type: str) -> tuple[str, Any]:
 
     category = list_architectures().get(model_type)
     if category is None:
-        raise SpecError(f"unknown architecture {model_type!r}",
-                        hint="run `bakeoff workloads` to list the valid names")
+        raise SpecError(f"unknown architecture {model_type!r}", hint="run `bakeoff workloads` to list the valid names")
     return category, AutoModelForCausalLM if category == "causal_lm" else AutoModel
 
 
@@ -183,8 +196,9 @@ def _config_summary(config: Any) -> dict[str, Any]:
     return {k: getattr(config, k) for k in keys if isinstance(getattr(config, k, None), int | str)}
 
 
-def _finish(spec: WorkloadSpec, model: Any, config: Any, category: str, inputs: dict,
-            seed: int, identity: dict) -> BuiltWorkload:
+def _finish(
+    spec: WorkloadSpec, model: Any, config: Any, category: str, inputs: dict, seed: int, identity: dict
+) -> BuiltWorkload:
     model.eval()
     details = {
         "head": category,
@@ -193,9 +207,14 @@ def _finish(spec: WorkloadSpec, model: Any, config: Any, category: str, inputs: 
         "config": _config_summary(config),
         "inputs": {k: list(v.shape) for k, v in inputs.items()},
     }
-    return BuiltWorkload(spec=spec, model=model, kwargs={**inputs, "use_cache": False}
-                         if category == "causal_lm" else inputs, seed=seed, details=details,
-                         identity=identity)
+    return BuiltWorkload(
+        spec=spec,
+        model=model,
+        kwargs={**inputs, "use_cache": False} if category == "causal_lm" else inputs,
+        seed=seed,
+        details=details,
+        identity=identity,
+    )
 
 
 def build_arch(spec: WorkloadSpec) -> BuiltWorkload:
@@ -210,8 +229,10 @@ def build_arch(spec: WorkloadSpec) -> BuiltWorkload:
     try:
         model = auto_class.from_config(config)
     except Exception as exc:  # transformers raises many kinds for inconsistent configs
-        raise WorkloadError(f"could not build {spec}: {type(exc).__name__}: {exc}",
-                            hint="adjust the size options (e.g. hidden, heads) for this architecture") from exc
+        raise WorkloadError(
+            f"could not build {spec}: {type(exc).__name__}: {exc}",
+            hint="adjust the size options (e.g. hidden, heads) for this architecture",
+        ) from exc
     inputs = _token_inputs(config, input_opts["batch"], input_opts["seq"], input_opts["seed"])
     identity = {"kind": "arch", "config": config.to_diff_dict(), "class": type(model).__name__}
     identity["config"].pop("transformers_version", None)
@@ -227,8 +248,9 @@ def build_hf_dir(spec: WorkloadSpec) -> BuiltWorkload:
     input_opts = _input_options(spec, used)
     unknown = set(spec.options) - used
     if unknown:
-        raise SpecError(f"unknown option {sorted(unknown)[0]!r} for {spec}",
-                        hint="hf: workloads take batch, seq and seed")
+        raise SpecError(
+            f"unknown option {sorted(unknown)[0]!r} for {spec}", hint="hf: workloads take batch, seq and seed"
+        )
     path = Path(spec.name).expanduser()
     source = str(path) if path.exists() else spec.name
     if path.exists() and not (path / "config.json").is_file():
@@ -237,9 +259,11 @@ def build_hf_dir(spec: WorkloadSpec) -> BuiltWorkload:
         config = AutoConfig.from_pretrained(source)
         category, auto_class = _model_class(config.model_type)
         model = auto_class.from_pretrained(source, dtype=torch.float32)
-    except (OSError, ValueError) as exc:
+    except SpecError:
+        raise
+    except Exception as exc:  # OSError, ValueError, SafetensorError, ... from a broken directory
         raise WorkloadError(
-            f"could not load {spec}: {str(exc).splitlines()[0]}",
+            f"could not load {spec}: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}",
             hint="give a local directory with config.json and weights; hub ids need network access",
         ) from exc
     config.use_cache = False

@@ -38,19 +38,23 @@ def _load_module(target: str) -> Any:
             spec.loader.exec_module(module)
         except Exception as exc:
             del sys.modules[name]
-            raise WorkloadError(f"importing {target} failed: {type(exc).__name__}: {exc}",
-                                hint="fix the error in your module") from exc
+            raise WorkloadError(
+                f"importing {target} failed: {type(exc).__name__}: {exc}", hint="fix the error in your module"
+            ) from exc
         return module
     if str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
     try:
         return importlib.import_module(target)
     except ModuleNotFoundError as exc:
-        raise WorkloadError(f"cannot import module {target!r}: {exc}",
-                            hint="run from the directory that contains it, or give a .py path") from exc
+        raise WorkloadError(
+            f"cannot import module {target!r}: {exc}",
+            hint="run from the directory that contains it, or give a .py path",
+        ) from exc
     except Exception as exc:
-        raise WorkloadError(f"importing {target} failed: {type(exc).__name__}: {exc}",
-                            hint="fix the error in your module") from exc
+        raise WorkloadError(
+            f"importing {target} failed: {type(exc).__name__}: {exc}", hint="fix the error in your module"
+        ) from exc
 
 
 def _split_inputs(spec: WorkloadSpec, inputs: Any) -> tuple[tuple, dict]:
@@ -60,13 +64,14 @@ def _split_inputs(spec: WorkloadSpec, inputs: Any) -> tuple[tuple, dict]:
         return (inputs,), {}
     if isinstance(inputs, dict):
         return (), dict(inputs)
-    if (isinstance(inputs, tuple) and len(inputs) == 2 and isinstance(inputs[0], tuple)
-            and isinstance(inputs[1], dict)):
+    if isinstance(inputs, tuple) and len(inputs) == 2 and isinstance(inputs[0], tuple) and isinstance(inputs[1], dict):
         return inputs[0], dict(inputs[1])
     if isinstance(inputs, tuple | list):
         return tuple(inputs), {}
-    raise WorkloadError(f"{spec} returned inputs of type {type(inputs).__name__}",
-                        hint="return a tensor, a tuple of args, a dict of kwargs, or (args, kwargs)")
+    raise WorkloadError(
+        f"{spec} returned inputs of type {type(inputs).__name__}",
+        hint="return a tensor, a tuple of args, a dict of kwargs, or (args, kwargs)",
+    )
 
 
 def build_user(spec: WorkloadSpec) -> BuiltWorkload:
@@ -79,22 +84,30 @@ def build_user(spec: WorkloadSpec) -> BuiltWorkload:
     module = _load_module(module_name)
     factory = getattr(module, func_name, None)
     if not callable(factory):
-        raise WorkloadError(f"{module_name} has no function {func_name!r}",
-                            hint="name a function that returns (model, inputs)")
+        raise WorkloadError(
+            f"{module_name} has no function {func_name!r}", hint="name a function that returns (model, inputs)"
+        )
     options = dict(spec.options)
     seed_text = options.pop("seed", "0")
-    if not seed_text.isdigit():
+    if not (seed_text.isascii() and seed_text.isdigit()):
         raise SpecError(f"seed={seed_text!r} in {spec} is not a non-negative integer", hint="e.g. seed=0")
     seed = int(seed_text)
     torch.manual_seed(seed)
     try:
         produced = factory(**options)
     except TypeError as exc:
-        raise WorkloadError(f"calling {func_name}({', '.join(options)}) failed: {exc}",
-                            hint="the factory must accept the spec's options as keyword arguments") from exc
+        raise WorkloadError(
+            f"calling {func_name}({', '.join(options)}) failed: {exc}",
+            hint="the factory must accept the spec's options as keyword arguments",
+        ) from exc
+    except Exception as exc:
+        raise WorkloadError(
+            f"{spec} raised {type(exc).__name__}: {exc}", hint="fix the factory; it runs on the CPU before any target"
+        ) from exc
     if not (isinstance(produced, tuple) and len(produced) == 2 and isinstance(produced[0], torch.nn.Module)):
-        raise WorkloadError(f"{spec} did not return (model, inputs)",
-                            hint="return a torch.nn.Module and its example inputs")
+        raise WorkloadError(
+            f"{spec} did not return (model, inputs)", hint="return a torch.nn.Module and its example inputs"
+        )
     model, inputs = produced
     args, kwargs = _split_inputs(spec, inputs)
     model.eval()
@@ -114,5 +127,6 @@ def build_user(spec: WorkloadSpec) -> BuiltWorkload:
         "inputs": {f"arg{i}": list(a.shape) for i, a in enumerate(args) if isinstance(a, torch.Tensor)}
         | {k: list(v.shape) for k, v in kwargs.items() if isinstance(v, torch.Tensor)},
     }
-    return BuiltWorkload(spec=spec, model=model, args=args, kwargs=kwargs, seed=seed,
-                         details=details, identity=identity)
+    return BuiltWorkload(
+        spec=spec, model=model, args=args, kwargs=kwargs, seed=seed, details=details, identity=identity
+    )

@@ -1,0 +1,396 @@
+"""Output comparison: the allclose rule, the float64 rule, and output flattening."""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+import torch
+
+from bakeoff.analysis.tolerance import FP64_MULTIPLIER, TOLERANCE, passes_fp64_rule, tolerance_for
+from bakeoff.checks.correctness import compare_outputs, compare_tensor
+from bakeoff.checks.outputs import flatten_outputs
+
+GOLDEN = torch.tensor([1.0, 2.0, -3.0, 0.5, 4.0, -0.25], dtype=torch.float64)
+
+
+def _offset(delta: float) -> torch.Tensor:
+    """GOLDEN moved by ``delta`` in every element, as float32."""
+    return (GOLDEN + delta).float()
+
+
+# -- tolerance table --------------------------------------------------------------------
+
+
+def test_tolerance_table() -> None:
+    assert tolerance_for("float32") == 1e-4
+    assert tolerance_for("bfloat16") == 1e-2
+    assert tolerance_for("float16") == 1e-3
+    assert tolerance_for("float64") == 1e-7
+    assert tolerance_for("int64") == 0.0
+    assert tolerance_for("bfloat16") > tolerance_for("float16") > tolerance_for("float32") > tolerance_for("float64")
+    assert set(TOLERANCE) == {"float64", "float32", "float16", "bfloat16"}
+
+
+def test_passes_fp64_rule_boundary() -> None:
+    assert FP64_MULTIPLIER == 2.0
+    # 2 * 0.25 + 1.0 / 10 = 0.6 (exact in binary up to the /10)
+    assert passes_fp64_rule(0.5, 0.25, 1.0)
+    assert passes_fp64_rule(0.6, 0.25, 1.0)
+    assert not passes_fp64_rule(0.61, 0.25, 1.0)
+    assert passes_fp64_rule(0.0, 0.0, 0.0)
+    assert not passes_fp64_rule(1e-12, 0.0, 0.0)
+
+
+# -- compare_tensor ---------------------------------------------------------------------
+
+
+def test_identical_tensors_pass_allclose() -> None:
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(0))
+    c = compare_tensor("output.logits", x.clone(), x, None, "float32")
+    assert c.passed
+    assert c.rule == "allclose"
+    assert c.problem == ""
+    assert c.name == "output.logits"
+    assert c.shape == (3, 4)
+    assert c.dtype == "float32"
+    assert c.max_abs_err == 0.0
+    assert c.max_rel_err == 0.0
+    assert c.cosine == pytest.approx(1.0, abs=1e-12)
+
+
+def test_within_tolerance_passes_allclose() -> None:
+    ref = torch.tensor([1.0, 2.0, 3.0])
+    res = ref + torch.tensor([5e-5, -5e-5, 0.0])
+    c = compare_tensor("o", res, ref, None, "float32")
+    assert c.passed and c.rule == "allclose"
+    assert c.max_abs_err == pytest.approx(5e-5, rel=1e-2)
+
+
+def test_perturbed_beyond_tolerance_fails_with_problem() -> None:
+    ref = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    res = ref.clone()
+    res[2] += 0.5
+    c = compare_tensor("out", res, ref, None, "float32")
+    assert not c.passed
+    assert c.rule == ""
+    assert "max abs error" in c.problem
+    assert "tol 0.0001" in c.problem
+    assert c.max_abs_err == pytest.approx(0.5)
+    assert c.max_rel_err == pytest.approx(0.5 / 4.0)  # largest error over largest reference magnitude
+    assert c.cosine < 1.0
+
+
+def test_cosine_of_opposite_outputs() -> None:
+    ref = torch.tensor([1.0, -2.0, 3.0])
+    c = compare_tensor("o", -ref, ref, None, "float32")
+    assert not c.passed
+    assert c.cosine == pytest.approx(-1.0)
+    assert c.max_abs_err == pytest.approx(6.0)
+    assert c.max_rel_err == pytest.approx(2.0)
+
+
+def test_fp64_rule_rescues_result_as_accurate_as_eager() -> None:
+    # The float32 eager reference is itself off from the float64 golden by +1e-3 everywhere
+    # (RMS 1e-3). The result is off by -1.5e-3 (RMS 1.5e-3): 2.5e-3 from the reference, far
+    # beyond allclose's 1e-4 + 1e-4 * |ref|, but 1.5e-3 <= 2 * 1e-3 + 1e-4 / 10 = 2.01e-3.
+    reference = _offset(+1e-3)
+    result = _offset(-1.5e-3)
+    assert not torch.allclose(result.double(), reference.double(), atol=1e-4, rtol=1e-4)
+
+    c = compare_tensor("o", result, reference, GOLDEN, "float32")
+    assert c.passed
+    assert c.rule == "fp64"
+    assert c.problem == ""
+    assert c.max_abs_err == pytest.approx(2.5e-3, rel=1e-3)
+
+
+def test_fp64_rule_rejects_result_worse_than_twice_eager_error() -> None:
+    # RMS error 2.5e-3 vs golden > 2.01e-3 allowed: fails both rules.
+    reference = _offset(+1e-3)
+    result = _offset(-2.5e-3)
+    c = compare_tensor("o", result, reference, GOLDEN, "float32")
+    assert not c.passed
+    assert c.rule == ""
+    assert "max abs error" in c.problem
+    assert c.max_abs_err == pytest.approx(3.5e-3, rel=1e-3)
+
+
+def test_fp64_rule_needs_a_golden() -> None:
+    c = compare_tensor("o", _offset(-1.5e-3), _offset(+1e-3), None, "float32")
+    assert not c.passed
+
+
+def test_fp64_rule_ignores_golden_of_other_shape() -> None:
+    c = compare_tensor("o", _offset(-1.5e-3), _offset(+1e-3), GOLDEN[:3], "float32")
+    assert not c.passed
+
+
+def test_fp64_rule_exact_reference_leaves_only_tol_over_ten() -> None:
+    # An exact reference (no error of its own) leaves only tol / 10 of slack.
+    reference = GOLDEN.float()
+    result = _offset(2e-4)
+    c = compare_tensor("o", result, reference, GOLDEN, "float32")
+    assert not c.passed
+
+
+def test_shape_mismatch_fails() -> None:
+    c = compare_tensor("o", torch.zeros(2, 3), torch.zeros(3, 2), None, "float32")
+    assert not c.passed
+    assert "shape" in c.problem
+    assert "(2, 3)" in c.problem and "(3, 2)" in c.problem
+    assert c.shape == (2, 3)
+    assert math.isinf(c.max_abs_err)
+    assert math.isinf(c.max_rel_err)
+
+
+def test_shape_mismatch_same_numel_is_not_forgiven_by_golden() -> None:
+    golden = torch.zeros(2, 3, dtype=torch.float64)
+    c = compare_tensor("o", torch.zeros(2, 3), torch.zeros(6), golden, "float32")
+    assert not c.passed
+
+
+def test_integer_outputs_must_match_exactly() -> None:
+    ref = torch.tensor([[1, 2, 3]], dtype=torch.int64)
+    same = compare_tensor("ids", ref.clone(), ref, None, "bfloat16")
+    assert same.passed
+    assert same.rule == "exact"
+    assert same.dtype == "int64"
+
+    off_by_one = ref.clone()
+    off_by_one[0, 1] = 3
+    differ = compare_tensor("ids", off_by_one, ref, None, "bfloat16")  # bf16's loose tol does not apply
+    assert not differ.passed
+    assert differ.problem == "integer output differs"
+    assert differ.max_abs_err == 1.0
+
+
+def test_bool_outputs_exact() -> None:
+    ref = torch.tensor([True, False, True])
+    assert compare_tensor("m", ref.clone(), ref, None, "float32").rule == "exact"
+    assert not compare_tensor("m", ~ref, ref, None, "float32").passed
+
+
+def test_dtype_tolerance_bf16_looser_than_fp32() -> None:
+    ref = torch.tensor([1.0, 2.0, 4.0])
+    res = ref * (1 + 5e-3)  # 0.5% relative error
+    assert compare_tensor("o", res, ref, None, "bfloat16").passed
+    assert compare_tensor("o", res, ref, None, "bfloat16").rule == "allclose"
+    assert not compare_tensor("o", res, ref, None, "float16").passed
+    assert not compare_tensor("o", res, ref, None, "float32").passed
+
+
+def test_real_bf16_tensors_one_ulp_apart() -> None:
+    # next bfloat16 after 1.0 is 1 + 2**-7 = 1.0078125
+    ref = torch.tensor([1.0, 1.0], dtype=torch.bfloat16)
+    res = torch.tensor([1.0, 1.0078125], dtype=torch.bfloat16)
+    assert res[1].item() == 1.0078125
+    c = compare_tensor("o", res, ref, None, "bfloat16")
+    assert c.passed and c.dtype == "bfloat16"
+    assert c.max_abs_err == 0.0078125
+    # the same error is too much for float16's tolerance (0.0078 > 1e-3 + 1e-3 * 1)
+    assert not compare_tensor("o", res.half(), ref.half(), None, "float16").passed
+
+
+def test_matching_nans_pass_and_new_nans_fail() -> None:
+    ref = torch.tensor([1.0, float("nan"), 3.0])
+    assert compare_tensor("o", ref.clone(), ref, None, "float32").passed
+
+    res = torch.tensor([1.0, 2.0, float("nan")])
+    c = compare_tensor("o", res, torch.tensor([1.0, 2.0, 3.0]), None, "float32")
+    assert not c.passed
+    assert c.problem == "non-finite values differ"
+    assert math.isinf(c.max_abs_err)
+
+
+def test_matching_infs_pass() -> None:
+    ref = torch.tensor([float("inf"), -1.0])
+    assert compare_tensor("o", ref.clone(), ref, None, "float32").passed
+
+
+def test_infinity_in_result_only_fails_even_with_golden() -> None:
+    ref = torch.tensor([1.0, 2.0])
+    res = torch.tensor([1.0, float("inf")])
+    c = compare_tensor("o", res, ref, ref.double(), "float32")
+    assert not c.passed
+
+
+def test_empty_tensors_pass() -> None:
+    c = compare_tensor("o", torch.zeros(0, 3), torch.zeros(0, 3), None, "float32")
+    assert c.passed
+    assert c.max_abs_err == 0.0
+
+
+def test_result_on_autograd_graph_is_compared() -> None:
+    ref = torch.tensor([1.0, 2.0])
+    res = ref.clone().requires_grad_(True) * 1.0
+    assert compare_tensor("o", res, ref, None, "float32").passed
+
+
+# -- compare_outputs --------------------------------------------------------------------
+
+
+def _outputs(**tensors: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {f"output.{k}": v for k, v in tensors.items()}
+
+
+def test_compare_outputs_pass() -> None:
+    a, b = torch.arange(6.0).reshape(2, 3), torch.tensor([7, 8])
+    ref = _outputs(logits=a, ids=b)
+    result = compare_outputs(_outputs(logits=a.clone(), ids=b.clone()), ref, None, "float32", "eager:float32")
+    assert result.verdict == "pass"
+    assert result.reason == ""
+    assert result.reference == "eager:float32"
+    assert result.tolerance == 1e-4
+    assert [o.name for o in result.outputs] == ["output.logits", "output.ids"]
+    assert [o.rule for o in result.outputs] == ["allclose", "exact"]
+    assert result.max_abs_err == 0.0
+
+
+def test_compare_outputs_uses_golden_per_output() -> None:
+    ref = _outputs(x=_offset(+1e-3))
+    golden = _outputs(x=GOLDEN)
+    result = compare_outputs(_outputs(x=_offset(-1.5e-3)), ref, golden, "float32", "eager:float32")
+    assert result.verdict == "pass"
+    assert result.outputs[0].rule == "fp64"
+    # without the golden it fails
+    assert compare_outputs(_outputs(x=_offset(-1.5e-3)), ref, None, "float32", "eager:float32").verdict == "fail"
+
+
+def test_compare_outputs_one_bad_output_fails_the_whole() -> None:
+    ref = _outputs(logits=torch.ones(4), hidden=torch.zeros(2, 2))
+    out = _outputs(logits=torch.ones(4), hidden=torch.full((2, 2), 0.5))
+    result = compare_outputs(out, ref, None, "float32", "eager:float32")
+    assert result.verdict == "fail"
+    assert result.reason.startswith("output.hidden: max abs error")
+    assert [o.passed for o in result.outputs] == [True, False]
+    assert result.max_abs_err == pytest.approx(0.5)
+
+
+def test_compare_outputs_missing_output() -> None:
+    ref = _outputs(logits=torch.ones(2), hidden=torch.ones(2))
+    result = compare_outputs(_outputs(logits=torch.ones(2)), ref, None, "float32", "eager:float32")
+    assert result.verdict == "fail"
+    assert "missing outputs: output.hidden" in result.reason
+    assert [o.name for o in result.outputs] == ["output.logits"]
+
+
+def test_compare_outputs_extra_output() -> None:
+    ref = _outputs(logits=torch.ones(2))
+    out = _outputs(logits=torch.ones(2), surprise=torch.ones(1))
+    result = compare_outputs(out, ref, None, "float32", "eager:float32")
+    assert result.verdict == "fail"
+    assert "unexpected outputs: output.surprise" in result.reason
+
+
+def test_compare_outputs_reports_every_problem() -> None:
+    ref = _outputs(a=torch.ones(2), b=torch.ones(2), c=torch.ones(3))
+    out = _outputs(a=torch.ones(2), c=torch.ones(2), d=torch.ones(1))
+    result = compare_outputs(out, ref, None, "float32", "eager:float32")
+    assert result.verdict == "fail"
+    assert "missing outputs: output.b" in result.reason
+    assert "unexpected outputs: output.d" in result.reason
+    assert "output.c: shape (2,) != reference (3,)" in result.reason
+    assert math.isinf(result.max_abs_err)
+
+
+def test_compare_outputs_nothing_to_compare() -> None:
+    result = compare_outputs({}, {}, None, "float32", "eager:float32")
+    assert result.verdict == "not_comparable"
+    assert "no tensors" in result.reason
+    assert result.max_abs_err is None
+
+
+def test_compare_outputs_dtype_aware() -> None:
+    ref = _outputs(x=torch.tensor([1.0, 2.0]))
+    out = _outputs(x=torch.tensor([1.004, 2.008]))
+    assert compare_outputs(out, ref, None, "bfloat16", "eager:bfloat16").verdict == "pass"
+    assert compare_outputs(out, ref, None, "bfloat16", "eager:bfloat16").tolerance == 1e-2
+    assert compare_outputs(out, ref, None, "float32", "eager:float32").verdict == "fail"
+
+
+# -- flatten_outputs --------------------------------------------------------------------
+
+
+def test_flatten_single_tensor() -> None:
+    t = torch.ones(2)
+    flat = flatten_outputs(t)
+    assert list(flat) == ["output"]
+    assert torch.equal(flat["output"], t)
+
+
+def test_flatten_nested_dict_and_tuple() -> None:
+    a, b, c, d = (torch.full((1,), float(i)) for i in range(4))
+    value = {"logits": a, "past": ((b, c), [d]), "extra": "ignored", "none": None, "n": 3}
+    flat = flatten_outputs(value)
+    assert list(flat) == ["output.logits", "output.past.0.0", "output.past.0.1", "output.past.1.0"]
+    assert [float(t) for t in flat.values()] == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_flatten_custom_prefix() -> None:
+    assert list(flatten_outputs((torch.ones(1), torch.ones(1)), prefix="y")) == ["y.0", "y.1"]
+
+
+def test_flatten_detaches() -> None:
+    w = torch.ones(2, requires_grad=True)
+    flat = flatten_outputs({"x": w * 2})
+    assert not flat["output.x"].requires_grad
+    assert flat["output.x"].device.type == "cpu"
+
+
+def test_flatten_ignores_non_tensors() -> None:
+    assert flatten_outputs(None) == {}
+    assert flatten_outputs("text") == {}
+    assert flatten_outputs({"a": 1.0, "b": [None, "x"]}) == {}
+
+
+class _FakeModelOutput(Mapping):
+    """A Mapping that is not a dict, like transformers' ModelOutput for our purposes."""
+
+    def __init__(self, **items: Any) -> None:
+        self._items = {k: v for k, v in items.items() if v is not None}
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def test_flatten_mapping_like_model_output_keeps_key_order() -> None:
+    logits, h0, h1 = torch.zeros(1), torch.ones(1), torch.full((1,), 2.0)
+    out = _FakeModelOutput(logits=logits, loss=None, hidden_states=(h0, h1))
+    flat = flatten_outputs(out)
+    assert list(flat) == ["output.logits", "output.hidden_states.0", "output.hidden_states.1"]
+    assert torch.equal(flat["output.hidden_states.1"], h1)
+
+
+def test_flatten_ordered_dict_order() -> None:
+    value = OrderedDict([("z", torch.zeros(1)), ("a", torch.ones(1))])
+    assert list(flatten_outputs(value)) == ["output.z", "output.a"]
+
+
+def test_flatten_real_transformers_model_output() -> None:
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    logits = torch.randn(1, 3, 5)
+    hidden = (torch.randn(1, 3, 4), torch.randn(1, 3, 4))
+    out = CausalLMOutputWithPast(logits=logits, hidden_states=hidden)  # loss, past None: absent
+    flat = flatten_outputs(out)
+    assert list(flat) == ["output.logits", "output.hidden_states.0", "output.hidden_states.1"]
+    assert torch.equal(flat["output.logits"], logits)
+    assert torch.equal(flat["output.hidden_states.0"], hidden[0])
+
+
+def test_flatten_then_compare_catches_wrong_second_head() -> None:
+    ref = flatten_outputs({"logits": torch.ones(3), "aux": torch.zeros(3)})
+    out = flatten_outputs({"logits": torch.ones(3), "aux": torch.ones(3)})
+    result = compare_outputs(out, ref, None, "float32", "eager:float32")
+    assert result.verdict == "fail"
+    assert "output.aux" in result.reason

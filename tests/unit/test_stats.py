@@ -1,0 +1,140 @@
+"""Order statistics over raw latency samples."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from bakeoff.analysis.stats import NOISE_IQR_RATIO, iqr, is_noisy, mean, percentile
+
+
+@pytest.mark.parametrize(
+    ("samples", "q", "expected"),
+    [
+        ([5.0], 0, 5.0),
+        ([5.0], 50, 5.0),
+        ([5.0], 100, 5.0),
+        ([1.0, 2.0, 3.0, 4.0], 50, 2.5),
+        ([4.0, 1.0, 3.0, 2.0], 50, 2.5),  # order of input does not matter
+        ([1.0, 2.0, 3.0, 4.0], 0, 1.0),
+        ([1.0, 2.0, 3.0, 4.0], 100, 4.0),
+        ([1.0, 2.0, 3.0, 4.0], 25, 1.75),  # rank 0.75 -> 1 + 0.75 * 1
+        ([1.0, 2.0, 3.0, 4.0], 75, 3.25),  # rank 2.25
+        ([10.0, 20.0, 30.0, 40.0, 50.0], 90, 46.0),  # rank 3.6 -> 40 + 0.6 * 10
+        ([10.0, 20.0, 30.0, 40.0, 50.0], 10, 14.0),  # rank 0.4
+        ([0.0, 100.0], 99, 99.0),
+        ([3.0, 3.0, 3.0], 37, 3.0),
+        ([1, 3], 50, 2.0),  # integers are fine
+    ],
+)
+def test_percentile_known_answers(samples: list[float], q: float, expected: float) -> None:
+    assert percentile(samples, q) == pytest.approx(expected, rel=1e-12, abs=1e-12)
+
+
+def test_percentile_does_not_modify_input() -> None:
+    samples = [3.0, 1.0, 2.0]
+    percentile(samples, 50)
+    assert samples == [3.0, 1.0, 2.0]
+
+
+def test_percentile_accepts_tuples() -> None:
+    assert percentile((2.0, 1.0, 3.0), 50) == 2.0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_percentile_matches_numpy_on_random_samples(seed: int) -> None:
+    rng = random.Random(seed)
+    n = rng.randint(1, 200)
+    samples = [rng.lognormvariate(0.0, 1.0) for _ in range(n)]
+    for q in (0, 1, 5, 10, 25, 33.3, 50, 66.7, 75, 90, 95, 99, 99.9, 100):
+        expected = float(np.percentile(samples, q))
+        assert percentile(samples, q) == pytest.approx(expected, rel=1e-12), (n, q)
+
+
+def test_percentile_monotonic_in_q() -> None:
+    rng = random.Random(42)
+    samples = [rng.random() for _ in range(50)]
+    values = [percentile(samples, q) for q in range(101)]
+    assert values == sorted(values)
+    assert values[0] == min(samples)
+    assert values[-1] == max(samples)
+
+
+def test_percentile_empty_raises() -> None:
+    with pytest.raises(ValueError, match="empty"):
+        percentile([], 50)
+
+
+@pytest.mark.parametrize("q", [-0.1, 100.01, 150, -5])
+def test_percentile_q_out_of_range(q: float) -> None:
+    with pytest.raises(ValueError, match="outside"):
+        percentile([1.0, 2.0], q)
+
+
+def test_mean() -> None:
+    assert mean([1.0, 2.0, 3.0, 6.0]) == 3.0
+    assert mean([0.1] * 10) == 0.1  # fsum: no accumulated rounding error
+    with pytest.raises(ValueError, match="empty"):
+        mean([])
+
+
+def test_iqr_known_answers() -> None:
+    assert iqr([1.0, 2.0, 3.0, 4.0]) == pytest.approx(1.5)  # 3.25 - 1.75
+    assert iqr([1.0, 2.0, 3.0, 4.0, 5.0]) == 2.0  # 4 - 2
+    assert iqr([7.0, 7.0, 7.0]) == 0.0
+    assert iqr([9.0]) == 0.0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_iqr_matches_numpy(seed: int) -> None:
+    rng = random.Random(100 + seed)
+    samples = [rng.gauss(10, 2) for _ in range(37)]
+    q75, q25 = np.percentile(samples, [75, 25])
+    assert iqr(samples) == pytest.approx(float(q75 - q25), rel=1e-12)
+
+
+def test_iqr_empty_raises() -> None:
+    with pytest.raises(ValueError):
+        iqr([])
+
+
+def test_noise_threshold_constant() -> None:
+    assert NOISE_IQR_RATIO == 0.10
+
+
+def test_is_noisy_thresholds() -> None:
+    # five samples: q25 is the 2nd, median the 3rd, q75 the 4th (all exact binary values)
+    exactly_at_threshold = [1.0, 9.5, 10.0, 10.5, 20.0]  # iqr 1.0 / median 10.0 = 0.1
+    assert iqr(exactly_at_threshold) / percentile(exactly_at_threshold, 50) == 0.1
+    assert not is_noisy(exactly_at_threshold)  # strictly greater is needed
+
+    above = [1.0, 9.5, 10.0, 10.75, 20.0]  # 1.25 / 10 = 0.125
+    assert is_noisy(above)
+
+    below = [1.0, 9.75, 10.0, 10.5, 20.0]  # 0.75 / 10 = 0.075
+    assert not is_noisy(below)
+
+
+def test_is_noisy_custom_ratio() -> None:
+    samples = [1.0, 9.75, 10.0, 10.5, 20.0]  # ratio 0.075
+    assert is_noisy(samples, ratio=0.05)
+    assert not is_noisy(samples, ratio=0.075)
+    assert not is_noisy(samples, ratio=0.5)
+
+
+def test_is_noisy_steady_and_spread() -> None:
+    assert not is_noisy([2.0] * 30)
+    assert not is_noisy([2.0] * 29 + [50.0])  # one outlier does not move the quartiles
+    assert is_noisy([1.0, 2.0, 3.0, 4.0, 5.0])  # 2 / 3
+
+
+def test_is_noisy_zero_median_is_not_noisy() -> None:
+    assert not is_noisy([0.0, 0.0, 0.0])
+    assert not is_noisy([0.0, 0.0, 0.0, 1.0, 2.0])  # median 0: no division by zero
+
+
+def test_is_noisy_empty_raises() -> None:
+    with pytest.raises(ValueError):
+        is_noisy([])
