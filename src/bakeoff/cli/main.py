@@ -124,7 +124,7 @@ def baseline(workload: str, dtypes: Sequence[str], refresh: bool, db: str | None
     _console().print(baseline_view(info, notes))
 
 
-def _finish_run(run: Any, fmt: str, db: str | None, strict: bool) -> None:
+def _finish_run(run: Any, fmt: str, db: str | None, strict: bool, strict_placement: bool = False) -> None:
     from bakeoff.results.codec import run_to_json
     from bakeoff.store.db import resolve_db_url
 
@@ -134,7 +134,7 @@ def _finish_run(run: Any, fmt: str, db: str | None, strict: bool) -> None:
         from bakeoff.report.terminal import run_view
 
         _console().print(run_view(run, where=resolve_db_url(db).removeprefix("sqlite:///")))
-    if strict and any(r.status == "error" or r.verdict in ("fail", "error") for r in run.results):
+    if (strict or strict_placement) and run.failures(placement=strict_placement):
         raise SystemExit(EXIT_FAILED)
 
 
@@ -161,6 +161,11 @@ def _finish_run(run: Any, fmt: str, db: str | None, strict: bool) -> None:
 @click.option("--in-process", is_flag=True, help="Run targets in this process (faster; a crash ends the run).")
 @click.option("--refresh-baseline", is_flag=True, help="Recompute the baseline first.")
 @click.option("--strict", is_flag=True, help="Exit 1 if any target fails correctness or errors.")
+@click.option(
+    "--strict-placement",
+    is_flag=True,
+    help="Exit 1 also if work did not stay on a target's device (placement other than on_device).",
+)
 @_db_option
 @_format_option
 def trial(
@@ -172,15 +177,17 @@ def trial(
     in_process: bool,
     refresh_baseline: bool,
     strict: bool,
+    strict_placement: bool,
     db: str | None,
     fmt: str,
 ) -> None:
-    """Run WORKLOAD on each target: correctness against the baseline, latency, memory.
+    """Run WORKLOAD on each target: correctness, where the work ran, latency, memory.
 
     WORKLOAD is arch:<model_type>[?options], hf:<directory> or py:<module or file.py>:<function>.
     Targets that cannot run here are skipped with the reason. The eager CPU reference is
     always measured too. Exit code: 0 when the trial ran (whatever the verdicts), 1 with
-    --strict when a target failed, 2 on bad input.
+    --strict when a target failed (or with --strict-placement when work left the device),
+    2 on bad input.
     """
     from bakeoff import api
 
@@ -195,7 +202,7 @@ def trial(
         refresh_baseline=refresh_baseline,
         progress=_progress(),
     )
-    _finish_run(run, fmt, db, strict)
+    _finish_run(run, fmt, db, strict, strict_placement)
 
 
 @cli.command(epilog="Example: bakeoff demo --db /tmp/demo.db")

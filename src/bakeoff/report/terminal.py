@@ -10,13 +10,19 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from bakeoff.results.values import BaselineInfo, RunResult, TargetResult
+from bakeoff.results.values import BaselineInfo, Placement, RunResult, TargetResult
 from bakeoff.store.db import RunSummary
 
 __all__ = ["baseline_view", "history_table", "run_view", "targets_view", "workloads_view"]
 
 _VERDICT_STYLE = {"pass": "green", "fail": "bold red", "not_comparable": "yellow", "error": "bold red"}
 _STATUS_STYLE = {"ok": "green", "error": "bold red", "skipped": "dim"}
+_PLACEMENT_STYLE = {
+    "on_device": "green",
+    "fallbacks": "bold yellow",
+    "left_on_host": "bold red",
+    "not_applicable": "dim",
+}
 
 
 def _ms(value: float | None) -> str:
@@ -45,8 +51,19 @@ def _speed(result: TargetResult) -> str:
     return f"{result.speedup:.2f}x" + (" (ref)" if result.is_reference else "")
 
 
+def _share(placement: Placement | None) -> str:
+    if placement is None or placement.verdict == "not_applicable" or placement.device_op_share is None:
+        return "-"
+    text = f"{placement.device_op_share:.0%} ops"
+    if placement.device_flop_share is not None:
+        text += f", {placement.device_flop_share:.0%} FLOPs"
+    return text
+
+
 def _notes(result: TargetResult) -> str:
     parts: list[str] = []
+    if result.placement is not None and result.placement.verdict not in ("on_device", "not_applicable"):
+        parts.append(f"placement: {result.placement.explanation}")
     if result.reason:
         parts.append(result.reason)
     if result.error is not None:
@@ -79,17 +96,34 @@ def run_view(run: RunResult, where: str | None = None) -> Group:
     )
     table = Table(show_lines=False, header_style="bold")
     table.add_column("target", overflow="fold")
-    for name in ("status", "correct", "max abs err", "p50 ms", "p90 ms", "speed vs cpu", "first call ms", "peak RSS"):
-        table.add_column(name, justify="left" if name in ("status", "correct") else "right", no_wrap=True)
+    for name in (
+        "status",
+        "correct",
+        "max abs err",
+        "placement",
+        "on device",
+        "p50 ms",
+        "p90 ms",
+        "speed vs cpu",
+        "first call ms",
+        "peak RSS",
+    ):
+        table.add_column(name, justify="left" if name in ("status", "correct", "placement") else "right", no_wrap=True)
     notes: list[Text] = []
     for result in run.results:
         verdict = result.verdict or "-"
         latency = result.latency
+        placement = result.placement
         table.add_row(
             escape(result.target.spec),
             Text(result.status, style=_STATUS_STYLE.get(result.status, "")),
             Text(verdict, style=_VERDICT_STYLE.get(verdict, "")),
             _err(result.correctness.max_abs_err if result.correctness else None),
+            Text(
+                placement.verdict if placement else "-",
+                style=_PLACEMENT_STYLE.get(placement.verdict, "") if placement else "",
+            ),
+            _share(placement),
             _ms(latency.p50_ms if latency and latency.count else None),
             _ms(latency.p(90) if latency and latency.count else None),
             _speed(result),

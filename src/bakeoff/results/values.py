@@ -19,6 +19,7 @@ __all__ = [
     "Correctness",
     "ErrorInfo",
     "Latency",
+    "Placement",
     "RunResult",
     "TargetResult",
     "TensorComparison",
@@ -143,6 +144,50 @@ class Correctness:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """Where a target's work ran (see :mod:`bakeoff.checks.placement` for the verdicts).
+
+    ``device_op_share`` is the share of recorded op calls whose outputs were on the target
+    device; ``device_flop_share`` the same weighted by estimated FLOPs (matmuls, convolutions,
+    attention), None where no op had a FLOP estimate. ``transfers`` has ``count`` and ``bytes``
+    per direction (``host_to_device``, ``device_to_host``); ``transfer_sites`` says in which
+    module each kind of copy happened. ``scope`` says what the dispatch-level audit saw.
+    """
+
+    verdict: str
+    explanation: str
+    scope: str = ""
+    ops_total: int = 0
+    ops_on_device: int = 0
+    device_op_share: float | None = None
+    device_flop_share: float | None = None
+    host_ops: dict[str, int] = field(default_factory=dict)
+    fallback_ops: dict[str, int] = field(default_factory=dict)
+    transfers: dict[str, dict[str, int]] = field(default_factory=dict)
+    transfer_sites: tuple[dict[str, Any], ...] = ()
+    host_syncs: dict[str, int] = field(default_factory=dict)
+    stray_parameters: tuple[str, ...] = ()
+    device_map: dict[str, Any] | None = None
+    signals: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["transfer_sites"] = list(self.transfer_sites)
+        data["stray_parameters"] = list(self.stray_parameters)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Placement:
+        return cls(
+            **{
+                **data,
+                "transfer_sites": tuple(data.get("transfer_sites", ())),
+                "stray_parameters": tuple(data.get("stray_parameters", ())),
+            }
+        )
+
+
+@dataclass(frozen=True)
 class ErrorInfo:
     """A failure kept as data. ``category``: exception, crash, timeout or out_of_memory."""
 
@@ -169,6 +214,7 @@ class TargetResult:
     reason: str = ""
     is_reference: bool = False
     correctness: Correctness | None = None
+    placement: Placement | None = None
     latency: Latency | None = None
     first_call_ms: float | None = None
     warmup_calls: int | None = None
@@ -206,7 +252,12 @@ class TargetResult:
     def from_dict(cls, data: dict[str, Any]) -> TargetResult:
         kwargs = {k: v for k, v in data.items() if k != "target_detail"}
         kwargs["target"] = Target.from_dict(data["target_detail"])
-        for key, kind in (("correctness", Correctness), ("latency", Latency), ("error", ErrorInfo)):
+        for key, kind in (
+            ("correctness", Correctness),
+            ("placement", Placement),
+            ("latency", Latency),
+            ("error", ErrorInfo),
+        ):
             if kwargs.get(key) is not None:
                 kwargs[key] = kind.from_dict(kwargs[key])
         for key in ("notes", "load_average"):
@@ -255,6 +306,19 @@ class RunResult:
     @property
     def fingerprint(self) -> str:
         return self.workload["fingerprint"]
+
+    def failures(self, placement: bool = False) -> list[str]:
+        """Specs of targets that fail a gate: an error or a failed correctness check, and with
+        ``placement`` also work that did not stay on the device (any placement verdict but
+        ``on_device``, except ``not_applicable`` for CPU targets)."""
+        failed = []
+        for item in self.results:
+            bad = item.status == "error" or item.verdict in ("fail", "error")
+            if placement and item.placement is not None:
+                bad = bad or item.placement.verdict not in ("on_device", "not_applicable")
+            if bad:
+                failed.append(item.target.spec)
+        return failed
 
     def result(self, spec: str) -> TargetResult:
         for item in self.results:

@@ -18,6 +18,7 @@ from typing import Any
 from bakeoff.checks.baseline import load_references
 from bakeoff.checks.correctness import compare_outputs
 from bakeoff.checks.outputs import flatten_outputs
+from bakeoff.checks.placement import audit_placement
 from bakeoff.measure.clock import Clock
 from bakeoff.measure.timing import TimingSettings, dynamo_compile_events, time_callable
 from bakeoff.results.values import Correctness, ErrorInfo, Latency, TargetResult
@@ -90,8 +91,11 @@ def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
         reset_device_peak_memory,
         synchronizer,
     )
+    from bakeoff.targets.plugins import load_plugins
+    from bakeoff.targets.probes import probe_for
     from bakeoff.workloads.registry import build_workload
 
+    load_plugins()
     started = time.monotonic()
     target = job.target
     phase = "build"
@@ -100,7 +104,7 @@ def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
         threads = target.effective_threads
         if threads is not None:
             torch.set_num_threads(threads)
-        workload = build_workload(job.workload_spec)
+        workload = build_workload(job.workload_spec, device=target.torch_device)
         fingerprint = workload.fingerprint
         if target.is_compiled:
             torch._dynamo.reset()
@@ -114,6 +118,8 @@ def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
             )
         phase = "correctness"
         correctness = _correctness(job, run.first_output, fingerprint)
+        phase = "placement audit"
+        placement = audit_placement(prepared, target, probe_for(target))
     except Exception as exc:
         text = str(exc).lower()
         oom = isinstance(exc, MemoryError) or "out of memory" in text or "can't allocate memory" in text
@@ -142,6 +148,7 @@ def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
         status="ok",
         is_reference=job.is_reference,
         correctness=correctness,
+        placement=placement,
         latency=latency,
         first_call_ms=run.first_call_s * 1e3,
         warmup_calls=run.warmup_calls,

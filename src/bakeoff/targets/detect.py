@@ -33,6 +33,7 @@ OPTIONAL_BACKENDS: dict[str, tuple[str | None, str | None, str]] = {
     "tvm": ("tvm", None, "install Apache TVM"),
     "neuron": ("torch_neuronx", "neuron", "install AWS TorchNeuron (torch-neuronx) on a Trainium host"),
     "cudagraphs": (None, "cuda", "needs a CUDA device"),
+    "emu": (None, "emu", "enable bakeoff's test device with BAKEOFF_EMU=1"),
 }
 
 
@@ -66,7 +67,10 @@ def privateuse1_name() -> str | None:
 
 
 def extra_devices() -> tuple[str, ...]:
-    """Device names accepted by the target parser besides the built-in ones."""
+    """Device names accepted by the target parser besides the built-in ones (after loading plugins)."""
+    from bakeoff.targets.plugins import load_plugins
+
+    load_plugins()
     name = privateuse1_name()
     return (name,) if name and name not in KNOWN_DEVICES else ()
 
@@ -106,6 +110,9 @@ def device_status(device: str) -> DeviceInfo:
 
 
 def list_devices() -> list[DeviceInfo]:
+    from bakeoff.targets.plugins import load_plugins
+
+    load_plugins()
     return [device_status(name) for name in (*KNOWN_DEVICES, *extra_devices())]
 
 
@@ -132,6 +139,8 @@ def backend_status(name: str, device: str | None = None) -> BackendInfo:
             return BackendInfo(name, False, f"backend '{name}' needs {module} ({how})")
     if needs_device is not None and device is not None and device != needs_device:
         return BackendInfo(name, False, f"backend '{name}' runs on {needs_device}, not {device}")
+    if needs_device is not None and device is None and needs_device not in (*KNOWN_DEVICES, *extra_devices()):
+        return BackendInfo(name, False, f"backend '{name}' needs the {needs_device} device ({how})")
     if needs_device is not None and device is None and not device_status(needs_device).available:
         return BackendInfo(name, False, f"backend '{name}' needs a {needs_device} device ({how})")
     if module is not None and name not in _registered_backends(include_hidden=True):

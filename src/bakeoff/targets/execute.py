@@ -34,7 +34,7 @@ def _move(value: Any, device: Any, dtype: Any) -> Any:
     if isinstance(value, torch.Tensor):
         if dtype is not None and value.is_floating_point():
             return value.to(device=device, dtype=dtype)
-        return value.to(device=device)
+        return value if device is None else value.to(device=device)
     if isinstance(value, dict):
         return {k: _move(v, device, dtype) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -45,18 +45,24 @@ def _move(value: Any, device: Any, dtype: Any) -> Any:
 def prepare(workload: BuiltWorkload, target: Target) -> Prepared:
     """Move the workload's model and inputs to the target and wrap it for its execution mode.
 
-    The model is moved in place (workloads are built fresh for each target). Floating
-    parameters and inputs are cast to the target's dtype when it has one.
+    The model is moved in place (workloads are built fresh for each target), unless the
+    workload placed itself. Floating parameters and
+    inputs are cast to the target's dtype when it has one.
     """
     import torch
 
     dtype = getattr(torch, target.dtype) if target.dtype else None
     device = torch.device(target.torch_device)
-    model = workload.model.to(device=device)
+    # A self-placed workload put its model where its own code puts it: moving it here would
+    # hide exactly what the placement audit must see.
+    model = workload.model if workload.self_placed else workload.model.to(device=device)
     if dtype is not None:
         model = model.to(dtype=dtype)
-    args = _move(workload.args, device, dtype)
-    kwargs = _move(workload.kwargs, device, dtype)
+    # Inputs go to the target device, except for a self-placed workload, which put them
+    # where its own code would (its factory, or next to its model as applications do).
+    input_device = None if workload.self_placed else device
+    args = _move(workload.args, input_device, dtype)
+    kwargs = _move(workload.kwargs, input_device, dtype)
     if target.backend is not None:
         options: dict[str, Any] = {"backend": target.backend, "fullgraph": target.fullgraph}
         if target.dynamic is not None:

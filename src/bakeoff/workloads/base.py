@@ -70,6 +70,8 @@ class BuiltWorkload:
         seed: the seed used for weights and inputs.
         details: JSON-able description (config summary, parameter count...).
         identity: JSON-able data that, with the weights and inputs, defines the fingerprint.
+        self_placed: the workload put its model (and inputs) on the target device itself;
+            bakeoff must not move them, and the placement audit checks what it did.
     """
 
     spec: WorkloadSpec
@@ -79,6 +81,7 @@ class BuiltWorkload:
     seed: int = 0
     details: dict[str, Any] = field(default_factory=dict)
     identity: dict[str, Any] = field(default_factory=dict)
+    self_placed: bool = False
     _fingerprint: str | None = None
 
     @property

@@ -239,17 +239,27 @@ def build_arch(spec: WorkloadSpec) -> BuiltWorkload:
     return _finish(spec, model, config, category, inputs, input_opts["seed"], identity)
 
 
-def build_hf_dir(spec: WorkloadSpec) -> BuiltWorkload:
-    """Load ``hf:<path>`` from a local directory (or a hub id when the hub is reachable)."""
+def build_hf_dir(spec: WorkloadSpec, device: str | None = None) -> BuiltWorkload:
+    """Load ``hf:<path>`` from a local directory (or a hub id when the hub is reachable).
+
+    With ``?device_map=auto`` (or any device name) the model is loaded the way an application
+    using ``from_pretrained(..., device_map=...)`` would load it for the target, and bakeoff
+    leaves its placement alone: a device map that does not recognise the device and keeps
+    layers on the CPU is then what the placement audit finds.
+    """
     import torch
     from transformers import AutoConfig
 
     used: set[str] = set()
     input_opts = _input_options(spec, used)
+    device_map = spec.options.get("device_map")
+    if device_map is not None:
+        used.add("device_map")
     unknown = set(spec.options) - used
     if unknown:
         raise SpecError(
-            f"unknown option {sorted(unknown)[0]!r} for {spec}", hint="hf: workloads take batch, seq and seed"
+            f"unknown option {sorted(unknown)[0]!r} for {spec}",
+            hint="hf: workloads take batch, seq, seed and device_map",
         )
     path = Path(spec.name).expanduser()
     source = str(path) if path.exists() else spec.name
@@ -258,9 +268,12 @@ def build_hf_dir(spec: WorkloadSpec) -> BuiltWorkload:
     try:
         config = AutoConfig.from_pretrained(source)
         category, auto_class = _model_class(config.model_type)
-        model = auto_class.from_pretrained(source, dtype=torch.float32)
+        placement = {"device_map": device_map} if device_map is not None and device is not None else {}
+        model = auto_class.from_pretrained(source, dtype=torch.float32, **placement)
     except SpecError:
         raise
+    except ImportError as exc:
+        raise WorkloadError(f"could not load {spec}: {exc}", hint="device_map needs `pip install accelerate`") from exc
     except Exception as exc:  # OSError, ValueError, SafetensorError, ... from a broken directory
         raise WorkloadError(
             f"could not load {spec}: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}",
@@ -268,6 +281,10 @@ def build_hf_dir(spec: WorkloadSpec) -> BuiltWorkload:
         ) from exc
     config.use_cache = False
     inputs = _token_inputs(config, input_opts["batch"], input_opts["seq"], input_opts["seed"])
+    if placement:  # as an application does: inputs go where from_pretrained put the model
+        inputs = {k: v.to(model.device) for k, v in inputs.items()}
     identity = {"kind": "hf", "source": source, "config": config.to_diff_dict()}
     identity["config"].pop("transformers_version", None)
-    return _finish(spec, model, config, category, inputs, input_opts["seed"], identity)
+    built = _finish(spec, model, config, category, inputs, input_opts["seed"], identity)
+    built.self_placed = bool(placement)
+    return built

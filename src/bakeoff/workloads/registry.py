@@ -11,10 +11,17 @@ __all__ = ["DEMO_WORKLOAD", "build_workload", "list_architectures"]
 DEMO_WORKLOAD = "arch:llama"
 
 
-def build_workload(spec: str | WorkloadSpec) -> BuiltWorkload:
-    """Build a workload on the CPU from its spec (a string or a parsed spec)."""
+def build_workload(spec: str | WorkloadSpec, device: str | None = None) -> BuiltWorkload:
+    """Build a workload from its spec (a string or a parsed spec).
+
+    Args:
+        device: the target device (``"cuda:0"``...) for workloads that place themselves (a
+            ``py:`` factory with a ``device`` parameter, an ``hf:`` model with ``device_map``);
+            None builds everything on the CPU, as the baseline needs. Other workloads are always
+            built on the CPU and moved by bakeoff.
+    """
     from bakeoff.workloads.user import build_user
 
     parsed = parse_workload(spec) if isinstance(spec, str) else spec
     builder = {"arch": build_arch, "hf": build_hf_dir, "py": build_user}[parsed.kind]
-    return builder(parsed)
+    return builder(parsed) if parsed.kind == "arch" else builder(parsed, device)

@@ -74,8 +74,19 @@ def _split_inputs(spec: WorkloadSpec, inputs: Any) -> tuple[tuple, dict]:
     )
 
 
-def build_user(spec: WorkloadSpec) -> BuiltWorkload:
-    """Import the factory, seed, call it and check what it returned."""
+def _takes_device(factory: Any) -> bool:
+    try:
+        return "device" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def build_user(spec: WorkloadSpec, device: str | None = None) -> BuiltWorkload:
+    """Import the factory, seed, call it and check what it returned.
+
+    A factory with a ``device`` parameter places the model and inputs itself: it is called
+    with the target device (``"cpu"`` for the baseline), and bakeoff does not move them.
+    """
     import torch
 
     module_name, sep, func_name = spec.name.rpartition(":")
@@ -94,7 +105,8 @@ def build_user(spec: WorkloadSpec) -> BuiltWorkload:
     seed = int(seed_text)
     torch.manual_seed(seed)
     try:
-        produced = factory(**options)
+        self_placed = _takes_device(factory)
+        produced = factory(**options, device=device or "cpu") if self_placed else factory(**options)
     except TypeError as exc:
         raise WorkloadError(
             f"calling {func_name}({', '.join(options)}) failed: {exc}",
@@ -128,5 +140,12 @@ def build_user(spec: WorkloadSpec) -> BuiltWorkload:
         | {k: list(v.shape) for k, v in kwargs.items() if isinstance(v, torch.Tensor)},
     }
     return BuiltWorkload(
-        spec=spec, model=model, args=args, kwargs=kwargs, seed=seed, details=details, identity=identity
+        spec=spec,
+        model=model,
+        args=args,
+        kwargs=kwargs,
+        seed=seed,
+        details=details,
+        identity=identity,
+        self_placed=self_placed,
     )

@@ -1,0 +1,186 @@
+"""``emu``: bakeoff's bundled *test* accelerator. Not a product feature.
+
+None of the machines bakeoff is developed on has an accelerator, so this package registers
+one through PyTorch's PrivateUse1 mechanism: a small C++ extension (built on first use with
+``torch.utils.cpp_extension`` and cached) gives real device tensors (``emu:0``) whose memory is
+host memory. Every op runs PyTorch's CPU kernels through one fallback; ops the test declares
+*unsupported* are counted there, which gives exact ground truth for the placement audit, and
+the ``emu`` compile backend compiles once per new input shape, which gives ground truth for
+the compilation audit.
+
+Enable it in a process with :func:`enable`, or for bakeoff's CLI and its workers with the
+environment: ``BAKEOFF_EMU=1`` (and ``BAKEOFF_EMU_UNSUPPORTED=aten::mul,aten::softmax``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from bakeoff.errors import BakeoffError
+
+__all__ = ["ENV_ENABLE", "ENV_UNSUPPORTED", "NAME", "counters", "enable", "enabled", "maybe_enable_from_env"]
+
+NAME = "emu"
+ENV_ENABLE = "BAKEOFF_EMU"
+ENV_UNSUPPORTED = "BAKEOFF_EMU_UNSUPPORTED"
+_SOURCE = Path(__file__).with_name("emu_device.cpp")
+_ext: Any = None
+
+
+def _cache_dir() -> Path:
+    import torch
+
+    base = Path(
+        os.environ.get("BAKEOFF_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "bakeoff"
+    )
+    digest = hashlib.sha256(_SOURCE.read_bytes() + torch.__version__.encode()).hexdigest()[:12]
+    path = base / f"emu-{digest}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _load_extension() -> Any:
+    from torch.utils.cpp_extension import load
+
+    try:
+        return load(
+            name="bakeoff_emu",
+            sources=[str(_SOURCE)],
+            build_directory=str(_cache_dir()),
+            extra_cflags=["-O1"],
+            verbose=False,
+        )
+    except Exception as exc:  # no compiler, no ninja, headers missing
+        raise BakeoffError(
+            f"could not build the emu test device: {type(exc).__name__}: {str(exc)[:300]}",
+            hint="it needs g++ and ninja (pip install ninja)",
+        ) from exc
+
+
+class _EmuModule:
+    """``torch.emu``: the device module PyTorch looks up for a PrivateUse1 backend."""
+
+    TEST_DEVICE = True
+
+    @staticmethod
+    def is_available() -> bool:
+        return True
+
+    @staticmethod
+    def device_count() -> int:
+        return 1
+
+    @staticmethod
+    def current_device() -> int:
+        return 0
+
+    @staticmethod
+    def set_device(device: Any) -> None:
+        return None
+
+    @staticmethod
+    def synchronize(device: Any = None) -> None:
+        return None  # emu work is synchronous
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return True
+
+    @staticmethod
+    def _lazy_init() -> None:
+        return None
+
+    @staticmethod
+    def _is_in_bad_fork() -> bool:
+        return False
+
+    @staticmethod
+    def get_device_name(device: Any = None) -> str:
+        return "bakeoff emu (test device, host memory)"
+
+    @staticmethod
+    def manual_seed(seed: int) -> None:
+        return None
+
+    @staticmethod
+    def manual_seed_all(seed: int) -> None:
+        return None
+
+    @staticmethod
+    def memory_allocated(device: Any = None) -> int:
+        return int(_ext.memory_allocated())
+
+    @staticmethod
+    def max_memory_allocated(device: Any = None) -> int:
+        return int(_ext.max_memory_allocated())
+
+    @staticmethod
+    def reset_peak_memory_stats(device: Any = None) -> None:
+        _ext.reset_peak_memory_stats()
+
+
+def enabled() -> bool:
+    return _ext is not None
+
+
+def _unsupported_from_env() -> list[str]:
+    return [name.strip() for name in os.environ.get(ENV_UNSUPPORTED, "").split(",") if name.strip()]
+
+
+def enable(unsupported: Iterable[str] | None = None) -> None:
+    """Register the ``emu`` device (and compile backend) in this process; idempotent.
+
+    Args:
+        unsupported: ATen op names (``aten::mul`` or ``aten::mul.Tensor``) the device "does not
+            support": they still run, through the counted host fallback. Defaults to
+            ``BAKEOFF_EMU_UNSUPPORTED``.
+
+    Raises:
+        BakeoffError: PrivateUse1 is already taken by another backend, or the build failed.
+    """
+    global _ext
+    import torch
+
+    if _ext is None:
+        current = torch._C._get_privateuse1_backend_name()
+        if current not in ("privateuseone", NAME):
+            raise BakeoffError(
+                f"cannot enable the emu test device: PrivateUse1 is already '{current}'",
+                hint="run emu in a process without another out-of-tree device",
+            )
+        ext = _load_extension()
+        ext.register_hooks()
+        torch.utils.rename_privateuse1_backend(NAME)
+        torch._register_device_module(NAME, _EmuModule)
+        torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
+        _ext = ext
+        from bakeoff.emu.backend import register_backend
+
+        register_backend()
+    _ext.set_unsupported(list(unsupported) if unsupported is not None else _unsupported_from_env())
+
+
+def maybe_enable_from_env() -> bool:
+    """Enable emu when ``BAKEOFF_EMU`` is set to 1/true; returns whether it is enabled."""
+    if os.environ.get(ENV_ENABLE, "").lower() in ("1", "true", "yes", "on"):
+        enable()
+    return enabled()
+
+
+def counters(reset: bool = False) -> dict[str, Any]:
+    """The device's counters: fallback ops, all device ops, transfers, syncs."""
+    if _ext is None:
+        raise BakeoffError("the emu test device is not enabled", hint="call bakeoff.emu.enable() or set BAKEOFF_EMU=1")
+    data = dict(_ext.counters())
+    if reset:
+        _ext.reset_counters()
+    return data
+
+
+def reset_counters() -> None:
+    if _ext is not None:
+        _ext.reset_counters()
