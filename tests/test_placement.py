@@ -14,16 +14,23 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from tests.conftest import py_workload
 
 from bakeoff.checks.placement import judge
-from tests.conftest import py_workload
 
 NO_TRANSFERS = {"host_to_device": {"count": 0, "bytes": 0}, "device_to_host": {"count": 0, "bytes": 0}}
 
 
 def _judge(**overrides):
-    findings = {"cpu_target": False, "stray": [], "off_map": [], "host_ops": {}, "fallback_ops": {},
-                "transfers": NO_TRANSFERS, "sites": []}
+    findings = {
+        "cpu_target": False,
+        "stray": [],
+        "off_map": [],
+        "host_ops": {},
+        "fallback_ops": {},
+        "transfers": NO_TRANSFERS,
+        "sites": [],
+    }
     return judge(**{**findings, **overrides})
 
 
@@ -48,9 +55,29 @@ def test_judge_verdicts_on_synthetic_findings():
 def _emu_trial(workload: str, tmp_path: Path, unsupported: str = "", *extra: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "BAKEOFF_EMU": "1", "BAKEOFF_EMU_UNSUPPORTED": unsupported}
     return subprocess.run(
-        [sys.executable, "-m", "bakeoff", "trial", workload, "--on", "emu", "--db", str(tmp_path / "b.db"),
-         "--in-process", "--samples", "3", "--min-time", "0", "--format", "json", *extra],
-        capture_output=True, text=True, env=env, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "bakeoff",
+            "trial",
+            workload,
+            "--on",
+            "emu",
+            "--db",
+            str(tmp_path / "b.db"),
+            "--in-process",
+            "--samples",
+            "3",
+            "--min-time",
+            "0",
+            "--format",
+            "json",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
 
 
@@ -90,8 +117,10 @@ def test_mid_forward_round_trip_is_reported_with_the_transfer(tmp_path):
     placement = _emu_result(py_workload("round_trip"), tmp_path)["placement"]
     assert placement["verdict"] == "fallbacks"
     hidden_bytes = 2 * 16 * 4  # the (2, 16) float32 hidden state
-    assert placement["transfers"] == {"host_to_device": {"count": 1, "bytes": hidden_bytes},
-                                      "device_to_host": {"count": 1, "bytes": hidden_bytes}}
+    assert placement["transfers"] == {
+        "host_to_device": {"count": 1, "bytes": hidden_bytes},
+        "device_to_host": {"count": 1, "bytes": hidden_bytes},
+    }
     assert placement["host_ops"] == {"aten::tanh": 1}
     assert {s["direction"] for s in placement["transfer_sites"]} == {"host_to_device", "device_to_host"}
 
