@@ -222,9 +222,19 @@ def test_unknown_device_message_includes_extra_devices() -> None:
 
 
 def test_unknown_option() -> None:
-    with pytest.raises(SpecError, match="unknown option 'precision'") as info:
-        parse_target("cpu?precision=fp32")
+    with pytest.raises(SpecError, match="unknown option 'accuracy'") as info:
+        parse_target("cpu?accuracy=fp32")
     assert "dtype" in (info.value.hint or "")
+
+
+@pytest.mark.parametrize("value", ["int8", "fp8", "float128", "bf"])
+def test_precision_option() -> None:
+    assert parse_target("cpu+openvino?precision=F32").precision == "f32"
+    assert parse_target("cpu+openvino?precision=bf16").spec == "cpu+openvino?precision=bf16"
+    with pytest.raises(SpecError, match="unknown precision"):
+        parse_target("cpu+openvino?precision=fp8")
+    with pytest.raises(SpecError, match="needs a compile backend"):
+        parse_target("cpu?precision=f32")
 
 
 @pytest.mark.parametrize("value", ["int8", "fp8", "float128", "bf"])

@@ -14,7 +14,8 @@ Verdicts:
     fallbacks       some ops ran on the host (or a backend reports fallbacks), or tensors
                     were copied to the host and back in the middle of the forward pass
     left_on_host    parameters/buffers (or device-map entries) are not on the target device
-    not_applicable  a CPU target: there is no other place the work could have run
+    not_applicable  a CPU target: there is no other place the work could have run (unless a
+                    CPU compile backend reports that it handed work back: then fallbacks)
 """
 
 from __future__ import annotations
@@ -237,6 +238,9 @@ def judge(
 ) -> tuple[str, str]:
     """The verdict and a one-line explanation, from the audit's findings (pure)."""
     if cpu_target:
+        if fallback_ops:  # a CPU compile backend that handed work back to PyTorch or inductor
+            top = ", ".join(f"{n} x{c}" for n, c in Counter(fallback_ops).most_common(3))
+            return "fallbacks", f"{sum(fallback_ops.values())} op call(s) did not run in the backend: {top}"
         return "not_applicable", "CPU target: all work runs on the host by definition"
     if stray or off_map:
         what = (stray + off_map)[:3]
@@ -276,6 +280,10 @@ def audit_placement(prepared: Any, target: Any, probe: Any | None) -> Any:
         with torch.no_grad():
             prepared()
         fallback_ops, signals = probe.end()
+    if prepared.backend_signals is not None:
+        backend_fallbacks, backend_signals = prepared.backend_signals()
+        fallback_ops = {**fallback_ops, **backend_fallbacks}
+        signals = {**signals, **backend_signals}
     root = getattr(prepared.model, "_orig_mod", prepared.model)
     recorder = audit_module(root, prepared, is_target)
     stray = stray_tensors(root, is_target)

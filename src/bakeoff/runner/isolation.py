@@ -55,15 +55,20 @@ def run_isolated(job: TargetJob, timeout_s: float) -> TargetResult:
         process.start()
         sender.close()
         data = None
-        if receiver.poll(timeout_s):
+        # poll() returns early on a result *or* on the pipe closing because the worker died;
+        # only a poll that runs out of time is a timeout (a dying worker may still be alive).
+        timed_out = not receiver.poll(timeout_s)
+        if not timed_out:
             try:
                 data = receiver.recv()
             except EOFError:
                 data = None
-        timed_out = data is None and process.is_alive()
-        if timed_out:
+        else:
             process.kill()
         process.join(10)
+        if process.is_alive():  # closed its end of the pipe but will not exit
+            process.kill()
+            process.join(10)
         elapsed = time.monotonic() - started
         if data is not None:
             return TargetResult.from_dict(data)

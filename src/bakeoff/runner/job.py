@@ -20,7 +20,7 @@ from bakeoff.checks.correctness import compare_outputs
 from bakeoff.checks.outputs import flatten_outputs
 from bakeoff.checks.placement import audit_placement
 from bakeoff.measure.clock import Clock
-from bakeoff.measure.timing import TimingSettings, dynamo_compile_events, time_callable
+from bakeoff.measure.timing import TimingSettings, time_callable
 from bakeoff.results.values import Correctness, ErrorInfo, Latency, TargetResult
 from bakeoff.targets.spec import Target
 
@@ -100,6 +100,7 @@ def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
     target = job.target
     phase = "build"
     load_before = os.getloadavg()[0]
+    prepared = None
     try:
         threads = target.effective_threads
         if threads is not None:
@@ -113,9 +114,7 @@ def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
         prepared = prepare(workload, target)
         phase = "first call" if not target.is_compiled else "compile and first call"
         with torch.no_grad():
-            run = time_callable(
-                prepared, synchronizer(target), job.timing, clock, dynamo_compile_events if target.is_compiled else None
-            )
+            run = time_callable(prepared, synchronizer(target), job.timing, clock, prepared.compile_events)
         phase = "correctness"
         correctness = _correctness(job, run.first_output, fingerprint)
         phase = "placement audit"
@@ -137,6 +136,9 @@ def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
             duration_s=time.monotonic() - started,
             threads=torch.get_num_threads(),
         )
+    finally:
+        if prepared is not None:
+            prepared.close()
     notes = []
     latency = Latency(tuple(s * 1e3 for s in run.samples_s))
     if latency.noisy:

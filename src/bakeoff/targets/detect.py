@@ -6,7 +6,7 @@ becomes a *skipped* result with the reason, never an exception.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 from dataclasses import asdict, dataclass
 
 from bakeoff.targets.spec import KNOWN_DEVICES, Target
@@ -27,7 +27,7 @@ __all__ = [
 #: Backends that need a library or a device; without it they are skipped with this advice.
 OPTIONAL_BACKENDS: dict[str, tuple[str | None, str | None, str]] = {
     # name: (module that must import, device type it needs, how to get it)
-    "openvino": ("openvino.torch", None, "pip install openvino"),
+    "openvino": ("openvino.torch", None, "pip install 'bakeoff[openvino]'"),
     "openxla": ("torch_xla", None, "install torch_xla"),
     "openxla_eval": ("torch_xla", None, "install torch_xla"),
     "tvm": ("tvm", None, "install Apache TVM"),
@@ -128,14 +128,16 @@ def _registered_backends(include_hidden: bool = False) -> list[str]:
 
 
 def backend_status(name: str, device: str | None = None) -> BackendInfo:
-    """Whether ``torch.compile(backend=name)`` can be used here (for ``device``, if given)."""
+    """Whether backend ``name`` can be used here (for ``device``, if given): a ``torch.compile``
+    backend, or one of bakeoff's export engines (``onnxrt``, ``openvino_export``)."""
+    from bakeoff.targets.engines import ENGINES, engine_status, importable
+
+    if name in ENGINES:
+        problem = engine_status(name, device)
+        return BackendInfo(name, problem is None, problem or "export engine (torch.export)")
     module, needs_device, how = OPTIONAL_BACKENDS.get(name, (None, None, ""))
     if module is not None:
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
+        if not importable(module):
             return BackendInfo(name, False, f"backend '{name}' needs {module} ({how})")
     if needs_device is not None and device is not None and device != needs_device:
         return BackendInfo(name, False, f"backend '{name}' runs on {needs_device}, not {device}")
@@ -154,7 +156,9 @@ def backend_status(name: str, device: str | None = None) -> BackendInfo:
 
 
 def list_backends() -> list[BackendInfo]:
-    names = sorted(set(_registered_backends()) | set(OPTIONAL_BACKENDS))
+    from bakeoff.targets.engines import ENGINES
+
+    names = sorted(set(_registered_backends()) | set(OPTIONAL_BACKENDS) | set(ENGINES))
     return [backend_status(name) for name in names]
 
 
@@ -179,8 +183,9 @@ def check_backend_name(name: str) -> None:
     reason); a typo such as ``inductr`` is.
     """
     from bakeoff.errors import SpecError
+    from bakeoff.targets.engines import ENGINES
 
-    known = set(_registered_backends()) | set(OPTIONAL_BACKENDS)
+    known = set(_registered_backends()) | set(OPTIONAL_BACKENDS) | set(ENGINES)
     if name not in known and name not in _registered_backends(include_hidden=True):
         raise SpecError(
             f"unknown torch.compile backend {name!r}; registered here: " + ", ".join(sorted(known)),

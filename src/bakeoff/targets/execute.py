@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bakeoff.targets.engines import ENGINES, make_engine
 from bakeoff.targets.spec import Target
 from bakeoff.workloads.base import BuiltWorkload
 
@@ -17,12 +18,23 @@ __all__ = ["Prepared", "device_peak_memory", "prepare", "reset_device_peak_memor
 
 @dataclass
 class Prepared:
-    """A workload placed on a target: ``fn()`` runs one forward pass there."""
+    """A workload placed on a target: ``fn()`` runs one forward pass there.
+
+    Attributes:
+        compile_events: a counter that grows with each compilation (dynamo's, or an export
+            engine's), None for eager targets; the timing loop warms up until it stops growing.
+        backend_signals: returns ``(fallback_ops, signals)`` from the backend's own reports
+            (for the placement audit), or None when the backend has none.
+        close: undoes process-wide changes the backend made (log handlers, patches).
+    """
 
     target: Target
     model: Any
     args: tuple
     kwargs: dict
+    compile_events: Callable[[], int] | None = None
+    backend_signals: Callable[[], tuple[dict[str, int], dict[str, Any]]] | None = None
+    close: Callable[[], None] = lambda: None
 
     def __call__(self) -> Any:
         return self.model(*self.args, **self.kwargs)
@@ -63,14 +75,32 @@ def prepare(workload: BuiltWorkload, target: Target) -> Prepared:
     input_device = None if workload.self_placed else device
     args = _move(workload.args, input_device, dtype)
     kwargs = _move(workload.kwargs, input_device, dtype)
-    if target.backend is not None:
+    prepared = Prepared(target=target, model=model, args=args, kwargs=kwargs)
+    if target.backend in ENGINES:
+        engine = make_engine(model, target)
+        prepared.model = engine
+        prepared.compile_events = lambda: len(engine.compilations)
+        prepared.backend_signals = lambda: ({}, engine.signals())
+    elif target.backend is not None:
         options: dict[str, Any] = {"backend": target.backend, "fullgraph": target.fullgraph}
         if target.dynamic is not None:
             options["dynamic"] = target.dynamic
         if target.mode is not None:
             options["mode"] = target.mode
-        model = torch.compile(model, **options)
-    return Prepared(target=target, model=model, args=args, kwargs=kwargs)
+        if target.backend == "openvino":
+            from bakeoff.targets.openvino import OpenVINOCompileWatch
+
+            watch = OpenVINOCompileWatch(target.precision)
+            options["options"] = watch.options()
+            prepared.backend_signals = watch.signals
+            prepared.close = watch.close
+        elif target.precision is not None:
+            raise ValueError(f"backend '{target.backend}' has no precision option")
+        from bakeoff.measure.timing import dynamo_compile_events
+
+        prepared.model = torch.compile(model, **options)
+        prepared.compile_events = dynamo_compile_events
+    return prepared
 
 
 def synchronizer(target: Target) -> Callable[[], None]:

@@ -45,7 +45,8 @@ DTYPE_ALIASES = {
 }
 
 _MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-_OPTIONS = ("dtype", "dynamic", "mode", "fullgraph", "threads")
+_OPTIONS = ("dtype", "dynamic", "mode", "fullgraph", "threads", "precision")
+_PRECISIONS = ("f32", "bf16", "f16")
 _HEAD = re.compile(r"^(?P<device>[a-z][a-z0-9_]*)(?::(?P<index>\d+))?(?:\+(?P<backend>[A-Za-z0-9_.\-]+))?$")
 
 TARGET_FORMS = (
@@ -67,6 +68,8 @@ class Target:
         dynamic: ``torch.compile(dynamic=...)``; None leaves PyTorch's default (automatic).
         mode: ``torch.compile(mode=...)``, or None.
         fullgraph: ``torch.compile(fullgraph=...)``.
+        precision: the inference precision hint of backends that have one (OpenVINO's
+            ``INFERENCE_PRECISION_HINT``: f32, bf16, f16); None keeps the backend's default.
         threads: intra-op CPU threads while this target runs; None means bakeoff's default
             (1 for CPU targets, because timings on shared machines are far steadier with one
             thread; unchanged for accelerators).
@@ -80,6 +83,7 @@ class Target:
     mode: str | None = None
     fullgraph: bool = False
     threads: int | None = None
+    precision: str | None = None
 
     @property
     def torch_device(self) -> str:
@@ -112,6 +116,8 @@ class Target:
             opts.append("fullgraph=true")
         if self.threads is not None:
             opts.append(f"threads={self.threads}")
+        if self.precision is not None:
+            opts.append(f"precision={self.precision}")
         return head + ("?" + "&".join(opts) if opts else "")
 
     def __str__(self) -> str:
@@ -173,9 +179,15 @@ def parse_target(text: str, extra_devices: Iterable[str] = ()) -> Target:
                     f"threads={value!r} in target {text!r} is not a positive integer", hint="e.g. threads=1"
                 )
             fields["threads"] = int(value)
+        elif key == "precision":
+            if value.lower() not in _PRECISIONS:
+                raise SpecError(
+                    f"unknown precision {value!r} in target {text!r}", hint="use one of " + ", ".join(_PRECISIONS)
+                )
+            fields["precision"] = value.lower()
         else:
             raise SpecError(f"unknown option {key!r} in target {text!r}", hint="valid options: " + ", ".join(_OPTIONS))
-    compile_only = [k for k in ("dynamic", "mode", "fullgraph") if k in options]
+    compile_only = [k for k in ("dynamic", "mode", "fullgraph", "precision") if k in options]
     if compile_only and fields["backend"] is None:
         raise SpecError(
             f"option {compile_only[0]!r} in target {text!r} needs a compile backend",
