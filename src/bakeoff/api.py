@@ -136,12 +136,13 @@ def demo(
     min_samples: int = 30,
     min_seconds: float = 0.5,
 ) -> RunResult:
-    """The bundled tiny workload against every target available here (eager and compiled CPU,
-    plus each accelerator present)."""
-    from bakeoff.targets.detect import list_devices
+    """The bundled tiny workload against every target available here: eager and compiled CPU,
+    the OpenVINO and ONNX Runtime engines when installed, and each accelerator present."""
+    from bakeoff.targets.detect import backend_status, list_devices
     from bakeoff.workloads.registry import DEMO_WORKLOAD
 
     on = ["cpu", "cpu+aot_eager", "cpu+inductor"]
+    on += [f"cpu+{name}" for name in ("openvino", "onnxrt") if backend_status(name, "cpu").available]
     for device in list_devices():
         if device.available and device.name != "cpu":
             on.append(device.name)

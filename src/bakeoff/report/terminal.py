@@ -64,6 +64,10 @@ def _notes(result: TargetResult) -> str:
     parts: list[str] = []
     if result.placement is not None and result.placement.verdict not in ("on_device", "not_applicable"):
         parts.append(f"placement: {result.placement.explanation}")
+    if result.placement is not None:
+        for engine, data in result.placement.signals.items():
+            if isinstance(data, dict) and data.get("precision"):
+                parts.append(f"{engine} ran in {data['precision']}")
     if result.reason:
         parts.append(result.reason)
     if result.error is not None:
