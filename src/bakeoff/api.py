@@ -43,6 +43,10 @@ def trial(
     min_samples: int = 30,
     min_seconds: float = 0.5,
     refresh_baseline: bool = False,
+    profile: str | None = None,
+    pad_to_buckets: str | None = None,
+    max_buckets: int = 4,
+    cold_compile_cache: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Run ``workload`` on each target in ``on`` and store the run.
@@ -56,6 +60,12 @@ def trial(
         min_samples: at least this many timed calls per target.
         min_seconds: and at least this long timing each target.
         refresh_baseline: recompute the baseline even if a fresh one is stored.
+        profile: an input profile (``"seq=16,32,64"``, ``"seq=uniform(8,128)&n=50"``, or a
+            .csv/.jsonl file of request lengths) to run every target over.
+        pad_to_buckets: ``"auto"`` or sizes such as ``"64,128,256"``: also run each target with
+            requests padded to these buckets (the static-shape what-if), side by side.
+        max_buckets: how many buckets ``auto`` may choose.
+        cold_compile_cache: give each target's compiler an empty cache (cold compile times).
         progress: called with a short message as each step starts.
 
     Raises:
@@ -66,16 +76,24 @@ def trial(
 
     spec = parse_workload(workload)
     parsed = _targets(on)
-    if min_samples < 1 or min_seconds < 0:
-        from bakeoff.errors import SpecError
+    from bakeoff.errors import SpecError
+    from bakeoff.workloads.profile import parse_profile
 
+    if min_samples < 1 or min_seconds < 0:
         raise SpecError("min_samples must be >= 1 and min_seconds >= 0", hint="e.g. --samples 30")
+    if max_buckets < 1:
+        raise SpecError("max_buckets must be at least 1", hint="e.g. --max-buckets 4")
+    parsed_profile = parse_profile(profile) if profile is not None else None
     store = Store.open(db)
     settings = TrialSettings(
         timing=TimingSettings(min_samples=min_samples, min_seconds=min_seconds),
         isolate=isolate,
         timeout_s=timeout_s,
         refresh_baseline=refresh_baseline,
+        profile=parsed_profile,
+        buckets=pad_to_buckets,
+        max_buckets=max_buckets,
+        cold_cache=cold_compile_cache,
     )
     return run_trial(store, spec, parsed, settings, progress)
 

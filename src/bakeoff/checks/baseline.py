@@ -17,7 +17,7 @@ from bakeoff.checks.correctness import max_abs_difference
 from bakeoff.checks.outputs import flatten_outputs
 from bakeoff.workloads.base import BuiltWorkload
 
-__all__ = ["compute_references", "load_references", "repeat_error", "save_references"]
+__all__ = ["compute_references", "load_references", "repeat_error", "save_references", "shape_tag"]
 
 _SEP = "::"
 
@@ -34,20 +34,28 @@ def _cast(value: Any, dtype: Any) -> Any:
     return value
 
 
-def _run_in(workload: BuiltWorkload, dtype_name: str) -> dict[str, Any]:
+def shape_tag(batch: int, seq: int) -> str:
+    """Suffix of the references for one profile shape, e.g. ``@1x16``."""
+    return f"@{batch}x{seq}"
+
+
+def _run_in(workload: BuiltWorkload, dtype_name: str, args: tuple, kwargs: dict) -> dict[str, Any]:
     import torch
 
     dtype = getattr(torch, dtype_name)
     model = copy.deepcopy(workload.model).to(dtype)
     with torch.no_grad():
-        out = workload(model, _cast(workload.args, dtype), _cast(workload.kwargs, dtype))
+        out = workload(model, _cast(args, dtype), _cast(kwargs, dtype))
     return flatten_outputs(out)
 
 
 def compute_references(
-    workload: BuiltWorkload, dtypes: Iterable[str] = ()
+    workload: BuiltWorkload, dtypes: Iterable[str] = (), shapes: Iterable[tuple[int, int]] = ()
 ) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """Run the workload eagerly on the CPU: float64 golden, native dtype twice, other dtypes once.
+
+    For each ``(batch, seq)`` in ``shapes`` (an input profile), the golden and eager references
+    of that shape are added too, named with :func:`shape_tag` (``eager:float32@1x16``).
 
     Returns:
         ``(references, notes)``; a dtype the CPU cannot run is left out with a note.
@@ -60,11 +68,16 @@ def compute_references(
     with torch.no_grad():
         refs[f"eager:{native}"] = flatten_outputs(workload())
         refs[f"repeat:{native}"] = flatten_outputs(workload())
-    for name, dtype in [("golden", "float64"), *((f"eager:{d}", d) for d in dtypes if d != native)]:
-        try:
-            refs[name] = _run_in(workload, dtype)
-        except Exception as exc:  # e.g. an op without a float64 or float16 CPU kernel
-            notes.append(f"no {name} reference: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+    inputs = [("", workload.args, workload.kwargs)]
+    inputs += [(shape_tag(b, s), *workload.inputs_for(b, s)) for b, s in dict.fromkeys(shapes)]
+    for tag, args, kwargs in inputs:
+        for name, dtype in [("golden", "float64"), *((f"eager:{d}", d) for d in {native, *dtypes})]:
+            if name + tag in refs:
+                continue
+            try:
+                refs[name + tag] = _run_in(workload, dtype, args, kwargs)
+            except Exception as exc:  # e.g. an op without a float64 or float16 CPU kernel
+                notes.append(f"no {name + tag} reference: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
     return refs, notes
 
 

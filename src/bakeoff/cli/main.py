@@ -138,7 +138,10 @@ def _finish_run(run: Any, fmt: str, db: str | None, strict: bool, strict_placeme
         raise SystemExit(EXIT_FAILED)
 
 
-@cli.command(epilog="Example: bakeoff trial 'arch:llama?layers=4' --on cpu,cpu+aot_eager,'cpu+inductor?dynamic=false'")
+@cli.command(
+    epilog="Example: bakeoff trial 'arch:llama?layers=4' --on cpu,cpu+aot_eager,'cpu+inductor?dynamic=false' "
+    "--profile 'seq=uniform(8,128)&n=50' --pad-to-buckets auto"
+)
 @click.argument("workload")
 @click.option(
     "--on",
@@ -160,6 +163,21 @@ def _finish_run(run: Any, fmt: str, db: str | None, strict: bool, strict_placeme
 )
 @click.option("--in-process", is_flag=True, help="Run targets in this process (faster; a crash ends the run).")
 @click.option("--refresh-baseline", is_flag=True, help="Recompute the baseline first.")
+@click.option(
+    "--profile",
+    default=None,
+    metavar="PROFILE",
+    help="Run over request sizes: 'seq=16,32,64', 'seq=uniform(8,128)&n=50&batch=1,2', "
+    "'seq=lognormal(8,512)&n=50', or a .csv/.jsonl file of lengths.",
+)
+@click.option(
+    "--pad-to-buckets",
+    default=None,
+    metavar="auto|N,N,...",
+    help="Also run each target with requests padded to these buckets, side by side (needs --profile).",
+)
+@click.option("--max-buckets", type=int, default=4, show_default=True, help="How many buckets 'auto' may choose.")
+@click.option("--cold-compile-cache", is_flag=True, help="Give each target's compiler an empty cache.")
 @click.option("--strict", is_flag=True, help="Exit 1 if any target fails correctness or errors.")
 @click.option(
     "--strict-placement",
@@ -176,6 +194,10 @@ def trial(
     timeout: float,
     in_process: bool,
     refresh_baseline: bool,
+    profile: str | None,
+    pad_to_buckets: str | None,
+    max_buckets: int,
+    cold_compile_cache: bool,
     strict: bool,
     strict_placement: bool,
     db: str | None,
@@ -200,6 +222,10 @@ def trial(
         min_samples=samples,
         min_seconds=min_time,
         refresh_baseline=refresh_baseline,
+        profile=profile,
+        pad_to_buckets=pad_to_buckets,
+        max_buckets=max_buckets,
+        cold_compile_cache=cold_compile_cache,
         progress=_progress(),
     )
     _finish_run(run, fmt, db, strict, strict_placement)

@@ -18,7 +18,7 @@ from typing import Any
 
 from bakeoff.measure.clock import Clock, PerfClock
 
-__all__ = ["TimingRun", "TimingSettings", "dynamo_compile_events", "time_callable"]
+__all__ = ["ProfileRun", "TimingRun", "TimingSettings", "dynamo_compile_events", "time_callable", "time_profile"]
 
 
 @dataclass(frozen=True)
@@ -104,3 +104,69 @@ def time_callable(
         settled=settled,
         samples_s=tuple(samples),
     )
+
+
+@dataclass(frozen=True)
+class ProfileRun:
+    """What a pass over an input profile observed (seconds).
+
+    ``first_pass`` holds, per request in arrival order, ``(shape, seconds, compiled)``: the
+    traffic a freshly started service sees, compilations included. ``steady`` pools, per
+    shape, every later call; ``outputs`` is one steady-state output per shape; ``unsteady``
+    the shapes that still compiled during the steady check.
+    """
+
+    first_pass: tuple[tuple[Any, float, bool], ...]
+    steady: dict[Any, tuple[float, ...]]
+    outputs: dict[Any, Any]
+    unsteady: tuple[Any, ...]
+    passes: int
+
+
+def time_profile(
+    calls: dict[Any, Callable[[], Any]],
+    order: list[Any],
+    sync: Callable[[], None],
+    settings: TimingSettings | None = None,
+    clock: Clock | None = None,
+    compile_events: Callable[[], int] | None = None,
+    steady_check: Callable[[Any], bool] | None = None,
+) -> ProfileRun:
+    """Run the profile once as traffic, check steadiness per shape, then time steady passes.
+
+    Steady passes repeat the whole profile (so each shape keeps its share of the traffic)
+    until ``min_samples`` calls and ``min_seconds`` are reached, or ``max_seconds``.
+    """
+    settings = settings or TimingSettings()
+    clock = clock or PerfClock()
+
+    def timed(shape: Any) -> tuple[Any, float, bool]:
+        before = compile_events() if compile_events else 0
+        sync()
+        start = clock.now()
+        out = calls[shape]()
+        sync()
+        seconds = clock.now() - start
+        return out, seconds, bool(compile_events and compile_events() != before)
+
+    first_pass = []
+    for shape in order:
+        _out, seconds, compiled = timed(shape)
+        first_pass.append((shape, seconds, compiled))
+    unsteady = tuple(s for s in dict.fromkeys(order) if steady_check is not None and not steady_check(s))
+    steady: dict[Any, list[float]] = {s: [] for s in dict.fromkeys(order)}
+    outputs: dict[Any, Any] = {}
+    passes, count, loop_start = 0, 0, clock.now()
+    while True:
+        elapsed = clock.now() - loop_start
+        if passes and count >= settings.min_samples and elapsed >= settings.min_seconds:
+            break
+        if passes and (elapsed >= settings.max_seconds or count >= settings.max_samples):
+            break
+        for shape in order:
+            out, seconds, _compiled = timed(shape)
+            outputs.setdefault(shape, out)
+            steady[shape].append(seconds)
+            count += 1
+        passes += 1
+    return ProfileRun(tuple(first_pass), {k: tuple(v) for k, v in steady.items()}, outputs, unsteady, passes)

@@ -16,6 +16,7 @@ from bakeoff.targets.spec import Target
 __all__ = [
     "VERDICTS",
     "BaselineInfo",
+    "Compilation",
     "Correctness",
     "ErrorInfo",
     "Latency",
@@ -188,6 +189,49 @@ class Placement:
 
 
 @dataclass(frozen=True)
+class Compilation:
+    """What a compiled target did over the input profile (see :mod:`bakeoff.checks.compilation`).
+
+    ``graphs`` counts the graphs dynamo produced; ``recompiles`` the recompilations, with the
+    guard failures that caused them in ``recompile_reasons``; ``graph_breaks`` the breaks, with
+    reason and user-code location in ``graph_break_reasons``; ``recompile_limit_hits`` the
+    times dynamo gave up and ran a frame eagerly; ``compilations`` one entry per compilation
+    (seconds, backend seconds, cache hit/miss, the shape that triggered it); ``steady`` whether
+    a pass over every profile shape under ``fail_on_recompile`` succeeded after warm-up, and
+    ``still_recompiling`` the shapes that did not; ``per_shape`` the first-call and steady-state
+    latency of each shape.
+    """
+
+    graphs: int = 0
+    recompiles: int = 0
+    recompile_reasons: tuple[str, ...] = ()
+    graph_breaks: int = 0
+    graph_break_reasons: tuple[dict[str, Any], ...] = ()
+    eager_frames: int = 0
+    recompile_limit_hits: int = 0
+    compile_seconds_total: float = 0.0
+    compilations: tuple[dict[str, Any], ...] = ()
+    cache: str = ""
+    steady: bool | None = None
+    still_recompiling: tuple[str, ...] = ()
+    per_shape: tuple[dict[str, Any], ...] = ()
+    signals: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        for key in ("recompile_reasons", "graph_break_reasons", "compilations", "still_recompiling", "per_shape"):
+            data[key] = list(getattr(self, key))
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Compilation:
+        values = dict(data)
+        for key in ("recompile_reasons", "graph_break_reasons", "compilations", "still_recompiling", "per_shape"):
+            values[key] = tuple(values.get(key, ()))
+        return cls(**values)
+
+
+@dataclass(frozen=True)
 class ErrorInfo:
     """A failure kept as data. ``category``: exception, crash, timeout or out_of_memory."""
 
@@ -215,6 +259,7 @@ class TargetResult:
     is_reference: bool = False
     correctness: Correctness | None = None
     placement: Placement | None = None
+    compilation: Compilation | None = None
     latency: Latency | None = None
     first_call_ms: float | None = None
     warmup_calls: int | None = None
@@ -226,6 +271,9 @@ class TargetResult:
     load_average: tuple[float, ...] | None = None
     duration_s: float | None = None
     notes: tuple[str, ...] = ()
+    adjustments: tuple[dict[str, Any], ...] = ()
+    variant: str = "as-is"
+    profile: dict[str, Any] | None = None
     error: ErrorInfo | None = None
 
     @property
@@ -253,6 +301,7 @@ class TargetResult:
         kwargs = {k: v for k, v in data.items() if k != "target_detail"}
         kwargs["target"] = Target.from_dict(data["target_detail"])
         for key, kind in (
+            ("compilation", Compilation),
             ("correctness", Correctness),
             ("placement", Placement),
             ("latency", Latency),
@@ -260,7 +309,7 @@ class TargetResult:
         ):
             if kwargs.get(key) is not None:
                 kwargs[key] = kind.from_dict(kwargs[key])
-        for key in ("notes", "load_average"):
+        for key in ("notes", "load_average", "adjustments"):
             if kwargs.get(key) is not None:
                 kwargs[key] = tuple(kwargs[key])
         return cls(**kwargs)
@@ -320,8 +369,8 @@ class RunResult:
                 failed.append(item.target.spec)
         return failed
 
-    def result(self, spec: str) -> TargetResult:
+    def result(self, spec: str, variant: str = "as-is") -> TargetResult:
         for item in self.results:
-            if item.target.spec == spec:
+            if item.target.spec == spec and item.variant == variant:
                 return item
-        raise KeyError(spec)
+        raise KeyError(f"{spec} ({variant})")

@@ -9,27 +9,34 @@ from __future__ import annotations
 
 import os
 import resource
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bakeoff.checks.baseline import load_references
+from bakeoff.checks.baseline import load_references, shape_tag
 from bakeoff.checks.correctness import compare_outputs
 from bakeoff.checks.outputs import flatten_outputs
 from bakeoff.checks.placement import audit_placement
 from bakeoff.measure.clock import Clock
-from bakeoff.measure.timing import TimingSettings, time_callable
-from bakeoff.results.values import Correctness, ErrorInfo, Latency, TargetResult
+from bakeoff.measure.timing import TimingSettings, time_callable, time_profile
+from bakeoff.results.values import Compilation, Correctness, ErrorInfo, Latency, TargetResult
 from bakeoff.targets.spec import Target
+from bakeoff.workloads.profile import InputProfile
 
-__all__ = ["TargetJob", "run_target"]
+__all__ = ["TargetJob", "adjustments_for", "run_target"]
 
 
 @dataclass(frozen=True)
 class TargetJob:
-    """Everything a worker needs, as plain picklable values."""
+    """Everything a worker needs, as plain picklable values.
+
+    ``profile`` runs the target over those request shapes instead of the workload's one input;
+    ``buckets`` pads every request up to the smallest bucket that holds it (the static-shape
+    what-if); ``cold_cache`` gives the compiler an empty cache directory.
+    """
 
     workload_spec: str
     target: Target
@@ -38,6 +45,32 @@ class TargetJob:
     repeat_max_abs_err: float = 0.0
     timing: TimingSettings = field(default_factory=TimingSettings)
     is_reference: bool = False
+    profile: InputProfile | None = None
+    buckets: tuple[int, ...] | None = None
+    cold_cache: bool = False
+
+    @property
+    def variant(self) -> str:
+        return "bucketed" if self.buckets else "as-is"
+
+
+def adjustments_for(target: Target, buckets: tuple[int, ...] | None = None) -> tuple[dict[str, Any], ...]:
+    """The ordered, named changes made to run ``target`` (the adjustments ledger)."""
+    ledger: list[dict[str, Any]] = []
+    for name, value in (
+        ("dtype cast", target.dtype),
+        ("compile dynamic", target.dynamic),
+        ("compile mode", target.mode),
+        ("inference precision", target.precision),
+        ("intra-op threads", target.threads),
+    ):
+        if value is not None:
+            ledger.append({"name": name, "value": value})
+    if target.fullgraph:
+        ledger.append({"name": "compile fullgraph", "value": True})
+    if buckets:
+        ledger.append({"name": "pad to buckets", "value": list(buckets)})
+    return tuple(ledger)
 
 
 def _peak_rss_bytes() -> int:
@@ -46,7 +79,15 @@ def _peak_rss_bytes() -> int:
     return int(peak if os.uname().sysname == "Darwin" else peak * 1024)
 
 
-def _correctness(job: TargetJob, outputs: Any, fingerprint: str) -> Correctness:
+def _native_dtype(outputs: Any) -> str:
+    for tensor in flatten_outputs(outputs).values():
+        if tensor.is_floating_point():
+            return str(tensor.dtype).removeprefix("torch.")
+    return "float32"
+
+
+def _correctness(job: TargetJob, checks: list[tuple[str, dict[str, Any]]], fingerprint: str, dtype: str) -> Correctness:
+    """Compare flattened outputs, per input (``""`` = the default one, else a shape tag)."""
     from bakeoff.analysis.tolerance import tolerance_for
 
     if job.baseline_path is None:
@@ -57,11 +98,7 @@ def _correctness(job: TargetJob, outputs: Any, fingerprint: str) -> Correctness:
             f"workload fingerprint here ({fingerprint}) differs from the baseline's "
             f"({job.fingerprint}): the model or its inputs are not reproducible",
         )
-    dtype = job.target.dtype or _native_dtype(outputs)
     name = f"eager:{dtype}"
-    refs = load_references(Path(job.baseline_path), [name, "golden"])
-    if name not in refs:
-        return Correctness("not_comparable", f"the baseline has no {name} reference", name)
     tol = tolerance_for(dtype)
     if job.repeat_max_abs_err > tol:
         return Correctness(
@@ -71,28 +108,102 @@ def _correctness(job: TargetJob, outputs: Any, fingerprint: str) -> Correctness:
             name,
             tol,
         )
-    return compare_outputs(flatten_outputs(outputs), refs[name], refs.get("golden"), dtype, name)
+    wanted = [n + tag for tag, _ in checks for n in (name, "golden")]
+    refs = load_references(Path(job.baseline_path), wanted)
+    verdicts, reasons, outputs = [], [], []
+    for tag, flat in checks:
+        if name + tag not in refs:
+            return Correctness("not_comparable", f"the baseline has no {name + tag} reference", name, tol)
+        result = compare_outputs(flat, refs[name + tag], refs.get("golden" + tag), dtype, name + tag)
+        verdicts.append(result.verdict)
+        label = tag.removeprefix("@")
+        if result.reason:
+            reasons.append(f"{label}: {result.reason}" if label else result.reason)
+        outputs.extend(
+            o if not label else type(o)(**{**o.__dict__, "name": f"{label}:{o.name}"}) for o in result.outputs
+        )
+    verdict = "fail" if "fail" in verdicts else ("not_comparable" if "not_comparable" in verdicts else "pass")
+    return Correctness(verdict, "; ".join(reasons)[:2000], name, tol, tuple(outputs))
 
 
-def _native_dtype(outputs: Any) -> str:
-    for tensor in flatten_outputs(outputs).values():
-        if tensor.is_floating_point():
-            return str(tensor.dtype).removeprefix("torch.")
-    return "float32"
+def _profile_calls(job: TargetJob, workload: Any, prepared: Any) -> tuple[dict, list, dict]:
+    """Per request shape: a call of the prepared model on (padded) inputs, and its bucket."""
+    from bakeoff.analysis.buckets import bucket_for
+    from bakeoff.targets.execute import place_inputs
+    from bakeoff.workloads.padding import pad_inputs
+
+    assert job.profile is not None
+    calls, padded_to = {}, {}
+    for request in job.profile.shapes:
+        key = (request.batch, request.seq)
+        args, kwargs = workload.inputs_for(request.batch, request.seq)
+        to = bucket_for(request.seq, job.buckets) if job.buckets else request.seq
+        args, kwargs = place_inputs(workload, job.target, *pad_inputs(args, kwargs, request.seq, to))
+        padded_to[key] = to
+        calls[key] = lambda a=args, k=kwargs: prepared.model(*a, **k)
+    order = [(r.batch, r.seq) for r in job.profile.requests]
+    return calls, order, padded_to
+
+
+def _steady_check(prepared: Any, calls: dict) -> Any:
+    """A check that a shape runs without compiling again (dynamo's fail_on_recompile stance)."""
+    import torch
+
+    def check(shape: Any) -> bool:
+        before = prepared.compile_events() if prepared.compile_events else 0
+        try:
+            if prepared.uses_dynamo:
+                with torch.compiler.set_stance("fail_on_recompile"):
+                    calls[shape]()
+            else:
+                calls[shape]()
+        except Exception:
+            return False
+        return not prepared.compile_events or prepared.compile_events() == before
+
+    return check
+
+
+def _profile_summary(job: TargetJob, run: Any, padded_to: dict) -> tuple[dict, tuple]:
+    from bakeoff.analysis.buckets import padding_waste
+    from bakeoff.analysis.stats import percentile
+
+    assert job.profile is not None
+    per_shape = []
+    for key, samples in run.steady.items():
+        first = next(seconds for shape, seconds, _ in run.first_pass if shape == key)
+        per_shape.append(
+            {
+                "shape": f"{key[0]}x{key[1]}",
+                "requests": sum(1 for s, _, _ in run.first_pass if s == key),
+                "padded_to": padded_to[key],
+                "first_call_ms": first * 1e3,
+                "steady_p50_ms": percentile(samples, 50) * 1e3 if samples else None,
+            }
+        )
+    lengths = [r.seq for r in job.profile.requests]
+    batches = [r.batch for r in job.profile.requests]
+    summary = {
+        "source": job.profile.source,
+        "requests": len(job.profile.requests),
+        "shapes": len(job.profile.shapes),
+        "first_pass_ms": sum(s for _, s, _ in run.first_pass) * 1e3,
+        "first_pass_compiles": sum(1 for _, _, compiled in run.first_pass if compiled),
+        "steady_passes": run.passes,
+        "buckets": list(job.buckets) if job.buckets else None,
+        "padding_waste": padding_waste(lengths, job.buckets, batches) if job.buckets else 0.0,
+    }
+    return summary, tuple(per_shape)
 
 
 def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
-    """Build the workload, put it on the target, time it and check its outputs."""
+    """Build the workload, put it on the target, time it and check its outputs and placement."""
     import torch
 
-    from bakeoff.targets.execute import (
-        device_peak_memory,
-        prepare,
-        reset_device_peak_memory,
-        synchronizer,
-    )
+    from bakeoff.targets.execute import device_peak_memory, prepare, reset_device_peak_memory, synchronizer
     from bakeoff.targets.plugins import load_plugins
     from bakeoff.targets.probes import probe_for
+    from bakeoff.workloads.padding import unpad_outputs
     from bakeoff.workloads.registry import build_workload
 
     load_plugins()
@@ -101,10 +212,13 @@ def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
     phase = "build"
     load_before = os.getloadavg()[0]
     prepared = None
+    profile_info, compilation, first_call_ms, warmups, settled = None, None, None, None, None
     try:
         threads = target.effective_threads
         if threads is not None:
             torch.set_num_threads(threads)
+        if job.cold_cache:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bakeoff-inductor-")
         workload = build_workload(job.workload_spec, device=target.torch_device)
         fingerprint = workload.fingerprint
         if target.is_compiled:
@@ -112,11 +226,48 @@ def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
         phase = "prepare"
         reset_device_peak_memory(target)
         prepared = prepare(workload, target)
+        sync = synchronizer(target)
         phase = "first call" if not target.is_compiled else "compile and first call"
         with torch.no_grad():
-            run = time_callable(prepared, synchronizer(target), job.timing, clock, prepared.compile_events)
+            if job.profile is None:
+                run = time_callable(prepared, sync, job.timing, clock, prepared.compile_events)
+                samples = run.samples_s
+                first_call_ms, warmups, settled = run.first_call_s * 1e3, run.warmup_calls, run.settled
+                dtype = target.dtype or _native_dtype(run.first_output)
+                checks = [("", flatten_outputs(run.first_output))]
+            else:
+                calls, order, padded_to = _profile_calls(job, workload, prepared)
+                profile_run = time_profile(
+                    calls,
+                    order,
+                    sync,
+                    job.timing,
+                    clock,
+                    prepared.compile_events,
+                    _steady_check(prepared, calls) if target.is_compiled else None,
+                )
+                samples = tuple(s for values in profile_run.steady.values() for s in values)
+                first_call_ms = profile_run.first_pass[0][1] * 1e3
+                settled = not profile_run.unsteady
+                dtype = target.dtype or _native_dtype(next(iter(profile_run.outputs.values())))
+                checks = [
+                    (shape_tag(*key), unpad_outputs(flatten_outputs(out), key[1], padded_to[key]))
+                    for key, out in profile_run.outputs.items()
+                ]
+                profile_info, per_shape = _profile_summary(job, profile_run, padded_to)
         phase = "correctness"
-        correctness = _correctness(job, run.first_output, fingerprint)
+        correctness = _correctness(job, checks, fingerprint, dtype)
+        if prepared.compile_summary is not None:
+            summary = prepared.compile_summary()
+            if job.profile is not None:
+                summary.update(
+                    steady=settled,
+                    per_shape=per_shape,
+                    still_recompiling=tuple(f"{b}x{s}" for b, s in profile_run.unsteady),
+                )
+            else:
+                summary.update(steady=settled)
+            compilation = Compilation(**summary)
         phase = "placement audit"
         placement = audit_placement(prepared, target, probe_for(target))
     except Exception as exc:
@@ -135,30 +286,42 @@ def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
             ),
             duration_s=time.monotonic() - started,
             threads=torch.get_num_threads(),
+            adjustments=adjustments_for(target, job.buckets),
+            variant=job.variant,
         )
     finally:
         if prepared is not None:
             prepared.close()
     notes = []
-    latency = Latency(tuple(s * 1e3 for s in run.samples_s))
+    latency = Latency(tuple(s * 1e3 for s in samples))
     if latency.noisy:
         notes.append("noisy timings (IQR > 10% of median)")
-    if not run.settled:
-        notes.append(f"still compiling after {run.warmup_calls} warm-up calls")
+    if not settled:
+        notes.append(
+            "still compiling after warm-up"
+            if job.profile is None
+            else "still compiling: some profile shapes recompiled after warm-up"
+        )
+    if compilation is not None and compilation.recompile_limit_hits:
+        notes.append(f"hit the recompile limit {compilation.recompile_limit_hits}x: those frames now run eagerly")
     return TargetResult(
         target=target,
         status="ok",
         is_reference=job.is_reference,
         correctness=correctness,
         placement=placement,
+        compilation=compilation,
         latency=latency,
-        first_call_ms=run.first_call_s * 1e3,
-        warmup_calls=run.warmup_calls,
-        settled=run.settled,
+        first_call_ms=first_call_ms,
+        warmup_calls=warmups,
+        settled=settled,
         peak_host_rss_bytes=_peak_rss_bytes(),
         device_peak_bytes=device_peak_memory(target),
         threads=torch.get_num_threads(),
         load_average=(load_before, os.getloadavg()[0]),
         duration_s=time.monotonic() - started,
         notes=tuple(notes),
+        adjustments=adjustments_for(target, job.buckets),
+        variant=job.variant,
+        profile=profile_info,
     )

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from bakeoff.checks.baseline import compute_references, repeat_error, save_references
+from bakeoff.checks.baseline import compute_references, repeat_error, save_references, shape_tag
 from bakeoff.env import Environment, capture_environment
 from bakeoff.measure.timing import TimingSettings
 from bakeoff.results.values import BaselineInfo, RunResult, TargetResult
@@ -21,6 +21,7 @@ from bakeoff.store.db import Store
 from bakeoff.targets.detect import unavailable_reason
 from bakeoff.targets.spec import Target
 from bakeoff.workloads.base import BuiltWorkload, WorkloadSpec
+from bakeoff.workloads.profile import InputProfile
 from bakeoff.workloads.registry import build_workload
 
 __all__ = ["REFERENCE", "TrialSettings", "ensure_baseline", "run_trial"]
@@ -37,13 +38,75 @@ class TrialSettings:
     isolate: bool = True
     timeout_s: float = 900.0
     refresh_baseline: bool = False
+    profile: InputProfile | None = None
+    buckets: str | None = None
+    max_buckets: int = 4
+    cold_cache: bool = False
 
     def to_dict(self) -> dict:
-        return {"timing": self.timing.to_dict(), "isolate": self.isolate, "timeout_s": self.timeout_s}
+        return {
+            "timing": self.timing.to_dict(),
+            "isolate": self.isolate,
+            "timeout_s": self.timeout_s,
+            "profile": self.profile.to_dict() if self.profile else None,
+            "pad_to_buckets": self.buckets,
+            "max_buckets": self.max_buckets,
+            "cold_cache": self.cold_cache,
+        }
+
+
+def resolve_buckets(profile: InputProfile | None, buckets: str | None, max_buckets: int) -> dict | None:
+    """The buckets to pad to (``auto``: the optimum for the profile) and how they compare.
+
+    Raises:
+        SpecError: buckets without a profile, malformed sizes, or a request longer than them.
+    """
+    from bakeoff.analysis.buckets import optimal_buckets, padding_waste, power_of_two_buckets
+    from bakeoff.errors import SpecError
+
+    if buckets is None:
+        return None
+    if profile is None:
+        raise SpecError("--pad-to-buckets needs an input profile", hint="add --profile, e.g. 'seq=uniform(8,128)&n=50'")
+    lengths = [r.seq for r in profile.requests]
+    batches = [r.batch for r in profile.requests]
+    if buckets == "auto":
+        chosen = optimal_buckets(lengths, max_buckets, batches)
+    else:
+        try:
+            chosen = sorted({int(v) for v in buckets.split(",")})
+        except ValueError:
+            raise SpecError(
+                f"--pad-to-buckets {buckets!r} is not 'auto' or a list of sizes",
+                hint="e.g. --pad-to-buckets auto or 64,128,256",
+            ) from None
+        if max(lengths) > chosen[-1]:
+            raise SpecError(
+                f"a profile request of length {max(lengths)} exceeds the largest bucket {chosen[-1]}",
+                hint=f"add a bucket of at least {max(lengths)}",
+            )
+    pow2 = power_of_two_buckets(lengths)
+    return {
+        "mode": buckets,
+        "chosen": chosen,
+        "waste": padding_waste(lengths, chosen, batches),
+        "power_of_two": pow2,
+        "power_of_two_waste": padding_waste(lengths, pow2, batches),
+    }
 
 
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
+
+
+def _parse_ref(name: str) -> tuple[str, str, tuple[int, int] | None]:
+    """``eager:float32@1x16`` -> ("eager", "float32", (1, 16)); ``golden`` -> ("golden", "", None)."""
+    head, _, shape = name.partition("@")
+    kind, _, dtype = head.partition(":")
+    if not shape:
+        return kind, dtype, None
+    batch, _, seq = shape.partition("x")
+    return kind, dtype, (int(batch), int(seq))
 
 
 def ensure_baseline(
@@ -53,12 +116,14 @@ def ensure_baseline(
     dtypes: Sequence[str] = (),
     refresh: bool = False,
     progress: Progress | None = None,
+    shapes: Sequence[tuple[int, int]] = (),
 ) -> tuple[BaselineInfo, list[str]]:
     """Reuse the newest baseline for this workload, or compute and store a new one.
 
     A new baseline is computed when asked (``refresh``), when none exists, when the stored one
     is *stale* (its fingerprint differs from the workload's now: other weights, config or
-    inputs), or when it lacks an eager reference for one of ``dtypes``.
+    inputs), or when it lacks an eager reference for one of ``dtypes`` or of the profile
+    ``shapes``. Extending keeps every reference the stored baseline had.
 
     Returns:
         The baseline and notes explaining why it was (re)computed, if it was.
@@ -66,6 +131,7 @@ def ensure_baseline(
     spec = workload.spec.spec
     existing = store.latest_baseline(spec)
     wanted = {f"eager:{d}" for d in dtypes}
+    wanted |= {f"eager:{d}{shape_tag(*shape)}" for d in {*dtypes, workload.dtype} for shape in shapes}
     reason = None
     if refresh:
         reason = "baseline recomputed on request"
@@ -74,16 +140,26 @@ def ensure_baseline(
     elif existing.fingerprint != workload.fingerprint:
         reason = f"stored baseline was stale (fingerprint {existing.fingerprint} != {workload.fingerprint}); recomputed"
     elif not wanted <= set(existing.references) or not Path(existing.path).is_file():
-        missing = sorted(r.removeprefix("eager:") for r in wanted - set(existing.references))
-        reason = "baseline extended with eager references for " + (", ".join(missing) or "missing files")
+        missing = wanted - set(existing.references)
+        missing_dtypes = sorted({_parse_ref(r)[1] for r in missing if _parse_ref(r)[2] is None})
+        missing_shapes = {_parse_ref(r)[2] for r in missing if _parse_ref(r)[2] is not None}
+        parts = (["eager references for " + ", ".join(missing_dtypes)] if missing_dtypes else []) + (
+            [f"references for {len(missing_shapes)} profile shape(s)"] if missing_shapes else []
+        )
+        reason = "baseline extended with " + (" and ".join(parts) or "missing files")
     if existing is not None and reason is None:
         return existing, []
     if progress:
         progress(f"computing baseline for {spec}")
-    keep = set(dtypes)
+    keep_dtypes, keep_shapes = set(dtypes), set(shapes)
     if existing is not None and existing.fingerprint == workload.fingerprint:
-        keep |= {r.removeprefix("eager:") for r in existing.references if r.startswith("eager:")}
-    refs, notes = compute_references(workload, sorted(keep))
+        for name in existing.references:
+            kind, dtype, shape = _parse_ref(name)
+            if kind == "eager":
+                keep_dtypes.add(dtype)
+            if shape is not None:
+                keep_shapes.add(shape)
+    refs, notes = compute_references(workload, sorted(keep_dtypes), sorted(keep_shapes))
     baseline_id = uuid.uuid4().hex[:12]
     path = store.artifacts_dir / "baselines" / workload.fingerprint / f"{baseline_id}.safetensors"
     save_references(path, refs)
@@ -111,7 +187,7 @@ def _with_reference(targets: Sequence[Target]) -> tuple[list[Target], Target]:
 
 
 def _speedups(results: list[TargetResult], reference: Target) -> list[TargetResult]:
-    ref = next((r for r in results if r.target == reference), None)
+    ref = next((r for r in results if r.target == reference and r.variant == "as-is"), None)
     if ref is None or ref.latency is None or not ref.latency.count:
         return results
     base = ref.latency.p50_ms
@@ -135,16 +211,27 @@ def run_trial(
     workload = build_workload(workload_spec)
     env = capture_environment()
     dtypes = sorted({t.dtype for t in targets if t.dtype} | {workload.dtype})
-    baseline, notes = ensure_baseline(store, workload, env, dtypes, settings.refresh_baseline, say)
+    profile = settings.profile
+    buckets = resolve_buckets(profile, settings.buckets, settings.max_buckets)
+    if profile is not None:  # fail early, with one clear line, for a workload that cannot vary its inputs
+        workload.inputs_for(profile.shapes[0].batch, profile.shapes[0].seq)
+    shapes = [(r.batch, r.seq) for r in profile.shapes] if profile else []
+    baseline, notes = ensure_baseline(store, workload, env, dtypes, settings.refresh_baseline, say, shapes)
     ordered, reference = _with_reference(targets)
-    results: list[TargetResult] = []
+    variants: list[tuple[Target, tuple[int, ...] | None]] = []
     for target in ordered:
-        is_ref = target == reference
+        variants.append((target, None))
+        if buckets and target != reference:
+            variants.append((target, tuple(buckets["chosen"])))
+    results: list[TargetResult] = []
+    for target, padding in variants:
+        is_ref = target == reference and padding is None
         reason = unavailable_reason(target)
         if reason is not None:
-            results.append(TargetResult(target=target, status="skipped", reason=reason, is_reference=is_ref))
+            if padding is None:
+                results.append(TargetResult(target=target, status="skipped", reason=reason, is_reference=is_ref))
             continue
-        say(f"running {target.spec}" + (" (reference)" if is_ref else ""))
+        say(f"running {target.spec}" + (" (reference)" if is_ref else "") + (" padded to buckets" if padding else ""))
         job = TargetJob(
             workload_spec=workload.spec.spec,
             target=target,
@@ -153,6 +240,9 @@ def run_trial(
             repeat_max_abs_err=baseline.repeat_max_abs_err,
             timing=settings.timing,
             is_reference=is_ref,
+            profile=profile,
+            buckets=padding,
+            cold_cache=settings.cold_cache,
         )
         if settings.isolate:
             from bakeoff.runner.isolation import run_isolated
@@ -167,7 +257,7 @@ def run_trial(
         environment=env,
         results=tuple(_speedups(results, reference)),
         baseline_id=baseline.id,
-        settings={**settings.to_dict(), "reference": reference.spec},
+        settings={**settings.to_dict(), "reference": reference.spec, "buckets": buckets},
     )
     store.save_run(run)
     return run

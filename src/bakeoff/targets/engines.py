@@ -127,6 +127,19 @@ class ExportEngine:
     def _build(self, exported: Any, tensors: list) -> Callable[[list], list]:
         raise NotImplementedError
 
+    def compile_summary(self) -> dict[str, Any]:
+        """The compilation audit's numbers: one export and compilation per input signature."""
+        return {
+            "graphs": len(self.compilations),
+            "recompiles": max(len(self.compilations) - 1, 0),
+            "recompile_reasons": tuple(f"new input shapes {list(c.signature)}" for c in self.compilations[1:]),
+            "compile_seconds_total": round(sum(c.seconds for c in self.compilations), 6),
+            "compilations": tuple(
+                {"id": str(i), "seconds": c.seconds, "shapes": [list(s[0]) for s in c.signature]}
+                for i, c in enumerate(self.compilations)
+            ),
+        }
+
     def signals(self) -> dict[str, Any]:
         return {
             self.name: {

@@ -13,7 +13,14 @@ from bakeoff.targets.engines import ENGINES, make_engine
 from bakeoff.targets.spec import Target
 from bakeoff.workloads.base import BuiltWorkload
 
-__all__ = ["Prepared", "device_peak_memory", "prepare", "reset_device_peak_memory", "synchronizer"]
+__all__ = [
+    "Prepared",
+    "device_peak_memory",
+    "place_inputs",
+    "prepare",
+    "reset_device_peak_memory",
+    "synchronizer",
+]
 
 
 @dataclass
@@ -25,6 +32,9 @@ class Prepared:
             engine's), None for eager targets; the timing loop warms up until it stops growing.
         backend_signals: returns ``(fallback_ops, signals)`` from the backend's own reports
             (for the placement audit), or None when the backend has none.
+        compile_summary: the compilation audit's findings so far (keyword arguments for
+            :class:`~bakeoff.results.values.Compilation`), None for eager targets.
+        uses_dynamo: the target runs under ``torch.compile`` (dynamo's stances apply).
         close: undoes process-wide changes the backend made (log handlers, patches).
     """
 
@@ -34,6 +44,8 @@ class Prepared:
     kwargs: dict
     compile_events: Callable[[], int] | None = None
     backend_signals: Callable[[], tuple[dict[str, int], dict[str, Any]]] | None = None
+    compile_summary: Callable[[], dict[str, Any]] | None = None
+    uses_dynamo: bool = False
     close: Callable[[], None] = lambda: None
 
     def __call__(self) -> Any:
@@ -54,53 +66,93 @@ def _move(value: Any, device: Any, dtype: Any) -> Any:
     return value
 
 
-def prepare(workload: BuiltWorkload, target: Target) -> Prepared:
-    """Move the workload's model and inputs to the target and wrap it for its execution mode.
+def place_inputs(workload: BuiltWorkload, target: Target, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Inputs moved to the target device and cast to its dtype.
 
-    The model is moved in place (workloads are built fresh for each target), unless the
-    workload placed itself. Floating parameters and
-    inputs are cast to the target's dtype when it has one.
+    A self-placed workload keeps its inputs where its own code put them (its factory, or next
+    to its model as applications do); only the dtype cast applies.
     """
     import torch
 
     dtype = getattr(torch, target.dtype) if target.dtype else None
-    device = torch.device(target.torch_device)
+    device = None if workload.self_placed else torch.device(target.torch_device)
+    return _move(args, device, dtype), _move(kwargs, device, dtype)
+
+
+def prepare(workload: BuiltWorkload, target: Target) -> Prepared:
+    """Move the workload's model and inputs to the target and wrap it for its execution mode.
+
+    The model is moved in place (workloads are built fresh for each target), unless the
+    workload placed itself. Floating parameters and inputs are cast to the target's dtype
+    when it has one. Compiled targets get a compilation audit watching the compiler.
+    """
+    import torch
+
+    dtype = getattr(torch, target.dtype) if target.dtype else None
     # A self-placed workload put its model where its own code puts it: moving it here would
     # hide exactly what the placement audit must see.
-    model = workload.model if workload.self_placed else workload.model.to(device=device)
+    model = workload.model if workload.self_placed else workload.model.to(device=torch.device(target.torch_device))
     if dtype is not None:
         model = model.to(dtype=dtype)
-    # Inputs go to the target device, except for a self-placed workload, which put them
-    # where its own code would (its factory, or next to its model as applications do).
-    input_device = None if workload.self_placed else device
-    args = _move(workload.args, input_device, dtype)
-    kwargs = _move(workload.kwargs, input_device, dtype)
+    args, kwargs = place_inputs(workload, target, workload.args, workload.kwargs)
     prepared = Prepared(target=target, model=model, args=args, kwargs=kwargs)
     if target.backend in ENGINES:
         engine = make_engine(model, target)
         prepared.model = engine
         prepared.compile_events = lambda: len(engine.compilations)
         prepared.backend_signals = lambda: ({}, engine.signals())
+        prepared.compile_summary = engine.compile_summary
     elif target.backend is not None:
-        options: dict[str, Any] = {"backend": target.backend, "fullgraph": target.fullgraph}
-        if target.dynamic is not None:
-            options["dynamic"] = target.dynamic
-        if target.mode is not None:
-            options["mode"] = target.mode
-        if target.backend == "openvino":
-            from bakeoff.targets.openvino import OpenVINOCompileWatch
-
-            watch = OpenVINOCompileWatch(target.precision)
-            options["options"] = watch.options()
-            prepared.backend_signals = watch.signals
-            prepared.close = watch.close
-        elif target.precision is not None:
-            raise ValueError(f"backend '{target.backend}' has no precision option")
-        from bakeoff.measure.timing import dynamo_compile_events
-
-        prepared.model = torch.compile(model, **options)
-        prepared.compile_events = dynamo_compile_events
+        _compile(prepared, model, target)
     return prepared
+
+
+def _compile(prepared: Prepared, model: Any, target: Target) -> None:
+    import torch
+
+    from bakeoff.checks.compilation import CompileWatch
+
+    options: dict[str, Any] = {"backend": target.backend, "fullgraph": target.fullgraph}
+    if target.dynamic is not None:
+        options["dynamic"] = target.dynamic
+    if target.mode is not None:
+        options["mode"] = target.mode
+    closers = []
+    if target.backend == "openvino":
+        from bakeoff.targets.openvino import OpenVINOCompileWatch
+
+        openvino = OpenVINOCompileWatch(target.precision)
+        options["options"] = openvino.options()
+        prepared.backend_signals = openvino.signals
+        closers.append(openvino.close)
+    elif target.precision is not None:
+        raise ValueError(f"backend '{target.backend}' has no precision option")
+    watch = CompileWatch()
+    closers.append(watch.close)
+    emu_start = None
+    if target.backend == "emu":
+        from bakeoff.emu.backend import COMPILATIONS
+
+        emu_start = len(COMPILATIONS)
+
+    def summary() -> dict[str, Any]:
+        data = watch.summary()
+        if emu_start is not None:
+            from bakeoff.emu.backend import COMPILATIONS
+
+            data["signals"] = {"emu": {"compilations": len(COMPILATIONS) - emu_start}}
+        return data
+
+    prepared.model = torch.compile(model, **options)
+    prepared.compile_events = watch.events
+    prepared.compile_summary = summary
+    prepared.uses_dynamo = True
+
+    def close() -> None:
+        for closer in closers:
+            closer()
+
+    prepared.close = close
 
 
 def synchronizer(target: Target) -> Callable[[], None]:

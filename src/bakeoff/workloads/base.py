@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +72,8 @@ class BuiltWorkload:
         identity: JSON-able data that, with the weights and inputs, defines the fingerprint.
         self_placed: the workload put its model (and inputs) on the target device itself;
             bakeoff must not move them, and the placement audit checks what it did.
+        make_inputs: builds ``(args, kwargs)`` for a ``(batch, seq)`` request shape, for input
+            profiles; None when the workload has only its one example input.
     """
 
     spec: WorkloadSpec
@@ -82,6 +84,7 @@ class BuiltWorkload:
     details: dict[str, Any] = field(default_factory=dict)
     identity: dict[str, Any] = field(default_factory=dict)
     self_placed: bool = False
+    make_inputs: Callable[[int, int], tuple[tuple, dict]] | None = None
     _fingerprint: str | None = None
 
     @property
@@ -104,6 +107,17 @@ class BuiltWorkload:
         """Call ``model`` (default: the workload's own) on the inputs (default: its own)."""
         fn = self.model if model is None else model
         return fn(*(self.args if args is None else args), **(self.kwargs if kwargs is None else kwargs))
+
+    def inputs_for(self, batch: int, seq: int) -> tuple[tuple, dict]:
+        """Inputs of one request shape (raises WorkloadError if the workload cannot vary them)."""
+        from bakeoff.errors import WorkloadError
+
+        if self.make_inputs is None:
+            raise WorkloadError(
+                f"{self.spec} cannot build inputs of other shapes",
+                hint="return (model, inputs, make_inputs) from your factory to use --profile",
+            )
+        return self.make_inputs(batch, seq)
 
     def to_dict(self) -> dict[str, Any]:
         return {

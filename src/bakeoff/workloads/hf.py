@@ -207,13 +207,23 @@ def _finish(
         "config": _config_summary(config),
         "inputs": {k: list(v.shape) for k, v in inputs.items()},
     }
+    extra = {"use_cache": False} if category == "causal_lm" else {}
+
+    def make_inputs(batch: int, seq: int) -> tuple[tuple, dict]:
+        # a seed per shape, so each shape's tokens are reproducible whatever the profile's order
+        tokens = _token_inputs(config, batch, seq, seed * 1_000_003 + batch * 10_007 + seq)
+        if any(t.device != inputs["input_ids"].device for t in tokens.values()):
+            tokens = {k: v.to(inputs["input_ids"].device) for k, v in tokens.items()}
+        return (), {**tokens, **extra}
+
     return BuiltWorkload(
         spec=spec,
         model=model,
-        kwargs={**inputs, "use_cache": False} if category == "causal_lm" else inputs,
+        kwargs={**inputs, **extra},
         seed=seed,
         details=details,
         identity=identity,
+        make_inputs=make_inputs,
     )
 
 
@@ -282,7 +292,7 @@ def build_hf_dir(spec: WorkloadSpec, device: str | None = None) -> BuiltWorkload
     config.use_cache = False
     inputs = _token_inputs(config, input_opts["batch"], input_opts["seq"], input_opts["seed"])
     if placement:  # as an application does: inputs go where from_pretrained put the model
-        inputs = {k: v.to(model.device) for k, v in inputs.items()}
+        inputs = {k: v.to(model.device) for k, v in inputs.items()}  # make_inputs follows them
     identity = {"kind": "hf", "source": source, "config": config.to_diff_dict()}
     identity["config"].pop("transformers_version", None)
     built = _finish(spec, model, config, category, inputs, input_opts["seed"], identity)

@@ -3,7 +3,9 @@
 The contract (documented in the README): bakeoff seeds ``torch.manual_seed(seed)``, then calls
 ``function(**options)`` with the spec's options other than ``seed`` as strings. The function
 returns ``(model, inputs)`` where ``inputs`` is a tensor, a tuple of positional arguments, a
-dict of keyword arguments, or a ``(args_tuple, kwargs_dict)`` pair.
+dict of keyword arguments, or a ``(args_tuple, kwargs_dict)`` pair. To run over an input
+profile, return a third element, ``make_inputs(batch, seq)``, that builds inputs of that shape
+in the same forms (bakeoff seeds torch's RNG per shape before calling it).
 """
 
 from __future__ import annotations
@@ -116,6 +118,9 @@ def build_user(spec: WorkloadSpec, device: str | None = None) -> BuiltWorkload:
         raise WorkloadError(
             f"{spec} raised {type(exc).__name__}: {exc}", hint="fix the factory; it runs on the CPU before any target"
         ) from exc
+    make_inputs = None
+    if isinstance(produced, tuple) and len(produced) == 3 and callable(produced[2]):
+        produced, make_inputs = produced[:2], produced[2]
     if not (isinstance(produced, tuple) and len(produced) == 2 and isinstance(produced[0], torch.nn.Module)):
         raise WorkloadError(
             f"{spec} did not return (model, inputs)", hint="return a torch.nn.Module and its example inputs"
@@ -148,4 +153,5 @@ def build_user(spec: WorkloadSpec, device: str | None = None) -> BuiltWorkload:
         details=details,
         identity=identity,
         self_placed=self_placed,
+        make_inputs=(lambda batch, seq: _split_inputs(spec, make_inputs(batch, seq))) if make_inputs else None,
     )
