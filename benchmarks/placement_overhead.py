@@ -18,9 +18,9 @@ import time
 import torch
 
 from bakeoff.checks.placement import audit_module
-from bakeoff.targets.execute import prepare
-from bakeoff.targets.spec import Target
-from bakeoff.workloads.registry import build_workload
+from bakeoff.target.execute import prepare
+from bakeoff.target.spec import Target
+from bakeoff.workload.registry import build_workload
 
 DEFAULT = [
     "arch:llama",

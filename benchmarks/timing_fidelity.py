@@ -21,9 +21,9 @@ import torch.utils.benchmark as tb
 
 from bakeoff.analysis.stats import percentile
 from bakeoff.measure.timing import TimingSettings, time_callable
-from bakeoff.targets.execute import prepare, synchronizer
-from bakeoff.targets.spec import Target
-from bakeoff.workloads.registry import build_workload
+from bakeoff.target.execute import prepare, synchronizer
+from bakeoff.target.spec import Target
+from bakeoff.workload.registry import build_workload
 
 DEFAULT_WORKLOADS = ["arch:llama", "arch:llama?layers=4&hidden=256&intermediate=512&seq=64", "arch:bert"]
 

@@ -136,7 +136,7 @@ def test_parameter_left_on_the_cpu_is_reported(tmp_path):
 @pytest.mark.emu
 def test_device_map_auto_that_leaves_the_model_on_the_cpu_is_reported(tmp_path):
     model_dir = tmp_path / "tiny-llama"
-    from bakeoff.workloads import build_workload
+    from bakeoff.workload import build_workload
 
     build_workload("arch:llama?layers=1&hidden=32").model.save_pretrained(model_dir)
     placement = _emu_result(f"hf:{model_dir}?device_map=auto", tmp_path)["placement"]
@@ -156,7 +156,7 @@ EMU_SCRIPT = textwrap.dedent("""
     import json, torch
     from bakeoff import emu
     from bakeoff.emu.backend import COMPILATIONS
-    from bakeoff.workloads import build_workload
+    from bakeoff.workload import build_workload
     emu.enable()
     facts = {}
     x = torch.ones(2, 3).to("emu")

@@ -23,8 +23,8 @@ PathLike = str | os.PathLike[str]
 
 
 def _targets(on: str | Iterable[str]) -> list:
-    from bakeoff.targets.detect import check_backend_name, extra_devices
-    from bakeoff.targets.spec import parse_targets
+    from bakeoff.target.detect import check_backend_name, extra_devices
+    from bakeoff.target.spec import parse_targets
 
     parsed = parse_targets([on] if isinstance(on, str) else list(on), extra_devices())
     for target in parsed:
@@ -72,12 +72,12 @@ def trial(
         SpecError, WorkloadError, StoreError: bad input; nothing is stored.
     """
     from bakeoff.runner.trial import TrialSettings, run_trial
-    from bakeoff.workloads.base import parse_workload
+    from bakeoff.workload.base import parse_workload
 
     spec = parse_workload(workload)
     parsed = _targets(on)
     from bakeoff.errors import SpecError
-    from bakeoff.workloads.profile import parse_profile
+    from bakeoff.workload.profile import parse_profile
 
     if min_samples < 1 or min_seconds < 0:
         raise SpecError("min_samples must be >= 1 and min_seconds >= 0", hint="e.g. --samples 30")
@@ -105,8 +105,8 @@ def baseline(
     from bakeoff.env import capture_environment
     from bakeoff.errors import SpecError
     from bakeoff.runner.trial import ensure_baseline
-    from bakeoff.targets.spec import DTYPE_ALIASES
-    from bakeoff.workloads.registry import build_workload
+    from bakeoff.target.spec import DTYPE_ALIASES
+    from bakeoff.workload.registry import build_workload
 
     names = []
     for dtype in dtypes:
@@ -120,15 +120,15 @@ def baseline(
 
 def targets() -> dict[str, list[dict[str, Any]]]:
     """Devices and torch.compile backends as seen from this process, with availability."""
-    from bakeoff.targets.detect import list_backends, list_devices
+    from bakeoff.target.detect import list_backends, list_devices
 
     return {"devices": [d.to_dict() for d in list_devices()], "backends": [b.to_dict() for b in list_backends()]}
 
 
 def workloads() -> dict[str, Any]:
     """Workload kinds with their syntax, and the architecture names ``arch:`` accepts."""
-    from bakeoff.workloads.base import KINDS
-    from bakeoff.workloads.hf import ARCH_DEFAULTS, INPUT_DEFAULTS, list_architectures
+    from bakeoff.workload.base import KINDS
+    from bakeoff.workload.hf import ARCH_DEFAULTS, INPUT_DEFAULTS, list_architectures
 
     return {
         "kinds": KINDS,
@@ -156,8 +156,8 @@ def demo(
 ) -> RunResult:
     """The bundled tiny workload against every target available here: eager and compiled CPU,
     the OpenVINO and ONNX Runtime engines when installed, and each accelerator present."""
-    from bakeoff.targets.detect import backend_status, list_devices
-    from bakeoff.workloads.registry import DEMO_WORKLOAD
+    from bakeoff.target.detect import backend_status, list_devices
+    from bakeoff.workload.registry import DEMO_WORKLOAD
 
     on = ["cpu", "cpu+aot_eager", "cpu+inductor"]
     on += [f"cpu+{name}" for name in ("openvino", "onnxrt") if backend_status(name, "cpu").available]

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from bakeoff.checks.baseline import compute_references, load_references, repeat_error, save_references
-from bakeoff.workloads import build_workload
-from bakeoff.workloads.base import BuiltWorkload, WorkloadSpec
+from bakeoff.workload import build_workload
+from bakeoff.workload.base import BuiltWorkload, WorkloadSpec
 
 
 class Affine(torch.nn.Module):

@@ -16,7 +16,7 @@ from bakeoff.results.values import BaselineInfo, Correctness, ErrorInfo, Latency
 from bakeoff.store import Store, resolve_db_url
 from bakeoff.store import schema as tables
 from bakeoff.store.migrations import MIGRATIONS, SCHEMA_VERSION, current_version, migrate
-from bakeoff.targets.spec import parse_target
+from bakeoff.target.spec import parse_target
 
 ENV_A = Environment(
     {"python": "3.11.7", "torch": "2.13.0", "captured_at": "2025-01-01T00:00:00+00:00", "load_average": [1.0, 1.0, 1.0]}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bakeoff.errors import SpecError
-from bakeoff.targets.spec import DTYPE_ALIASES, KNOWN_DEVICES, Target, parse_target, parse_targets
+from bakeoff.target.spec import DTYPE_ALIASES, KNOWN_DEVICES, Target, parse_target, parse_targets
 
 # -- successful parses ------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from bakeoff.results.values import (
     TargetResult,
     TensorComparison,
 )
-from bakeoff.targets.spec import Target, parse_target
+from bakeoff.target.spec import Target, parse_target
 
 ENV = Environment(
     {

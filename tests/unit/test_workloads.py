@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bakeoff.errors import SpecError, WorkloadError
-from bakeoff.workloads import BuiltWorkload, WorkloadSpec, build_workload, list_architectures, parse_workload
+from bakeoff.workload import BuiltWorkload, WorkloadSpec, build_workload, list_architectures, parse_workload
 
 SMALL = "layers=1&hidden=32&seq=8"
 

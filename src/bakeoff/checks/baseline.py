@@ -15,7 +15,7 @@ from typing import Any
 
 from bakeoff.checks.correctness import max_abs_difference
 from bakeoff.checks.outputs import flatten_outputs
-from bakeoff.workloads.base import BuiltWorkload
+from bakeoff.workload.base import BuiltWorkload
 
 __all__ = ["compute_references", "load_references", "repeat_error", "save_references", "shape_tag"]
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from bakeoff.analysis.stats import is_noisy, mean, percentile
 from bakeoff.env import Environment
-from bakeoff.targets.spec import Target
+from bakeoff.target.spec import Target
 
 __all__ = [
     "VERDICTS",

@@ -23,8 +23,8 @@ from bakeoff.checks.placement import audit_placement
 from bakeoff.measure.clock import Clock
 from bakeoff.measure.timing import TimingSettings, time_callable, time_profile
 from bakeoff.results.values import Compilation, Correctness, ErrorInfo, Latency, TargetResult
-from bakeoff.targets.spec import Target
-from bakeoff.workloads.profile import InputProfile
+from bakeoff.target.spec import Target
+from bakeoff.workload.profile import InputProfile
 
 __all__ = ["TargetJob", "adjustments_for", "run_target"]
 
@@ -129,8 +129,8 @@ def _correctness(job: TargetJob, checks: list[tuple[str, dict[str, Any]]], finge
 def _profile_calls(job: TargetJob, workload: Any, prepared: Any) -> tuple[dict, list, dict]:
     """Per request shape: a call of the prepared model on (padded) inputs, and its bucket."""
     from bakeoff.analysis.buckets import bucket_for
-    from bakeoff.targets.execute import place_inputs
-    from bakeoff.workloads.padding import pad_inputs
+    from bakeoff.target.execute import place_inputs
+    from bakeoff.workload.padding import pad_inputs
 
     assert job.profile is not None
     calls, padded_to = {}, {}
@@ -200,11 +200,11 @@ def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
     """Build the workload, put it on the target, time it and check its outputs and placement."""
     import torch
 
-    from bakeoff.targets.execute import device_peak_memory, prepare, reset_device_peak_memory, synchronizer
-    from bakeoff.targets.plugins import load_plugins
-    from bakeoff.targets.probes import probe_for
-    from bakeoff.workloads.padding import unpad_outputs
-    from bakeoff.workloads.registry import build_workload
+    from bakeoff.target.execute import device_peak_memory, prepare, reset_device_peak_memory, synchronizer
+    from bakeoff.target.plugins import load_plugins
+    from bakeoff.target.probes import probe_for
+    from bakeoff.workload.padding import unpad_outputs
+    from bakeoff.workload.registry import build_workload
 
     load_plugins()
     started = time.monotonic()

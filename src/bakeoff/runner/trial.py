@@ -18,11 +18,11 @@ from bakeoff.measure.timing import TimingSettings
 from bakeoff.results.values import BaselineInfo, RunResult, TargetResult
 from bakeoff.runner.job import TargetJob, run_target
 from bakeoff.store.db import Store
-from bakeoff.targets.detect import unavailable_reason
-from bakeoff.targets.spec import Target
-from bakeoff.workloads.base import BuiltWorkload, WorkloadSpec
-from bakeoff.workloads.profile import InputProfile
-from bakeoff.workloads.registry import build_workload
+from bakeoff.target.detect import unavailable_reason
+from bakeoff.target.spec import Target
+from bakeoff.workload.base import BuiltWorkload, WorkloadSpec
+from bakeoff.workload.profile import InputProfile
+from bakeoff.workload.registry import build_workload
 
 __all__ = ["REFERENCE", "TrialSettings", "ensure_baseline", "run_trial"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import asdict, dataclass
 
-from bakeoff.targets.spec import KNOWN_DEVICES, Target
+from bakeoff.target.spec import KNOWN_DEVICES, Target
 
 __all__ = [
     "BackendInfo",
@@ -68,7 +68,7 @@ def privateuse1_name() -> str | None:
 
 def extra_devices() -> tuple[str, ...]:
     """Device names accepted by the target parser besides the built-in ones (after loading plugins)."""
-    from bakeoff.targets.plugins import load_plugins
+    from bakeoff.target.plugins import load_plugins
 
     load_plugins()
     name = privateuse1_name()
@@ -110,7 +110,7 @@ def device_status(device: str) -> DeviceInfo:
 
 
 def list_devices() -> list[DeviceInfo]:
-    from bakeoff.targets.plugins import load_plugins
+    from bakeoff.target.plugins import load_plugins
 
     load_plugins()
     return [device_status(name) for name in (*KNOWN_DEVICES, *extra_devices())]
@@ -130,7 +130,7 @@ def _registered_backends(include_hidden: bool = False) -> list[str]:
 def backend_status(name: str, device: str | None = None) -> BackendInfo:
     """Whether backend ``name`` can be used here (for ``device``, if given): a ``torch.compile``
     backend, or one of bakeoff's export engines (``onnxrt``, ``openvino_export``)."""
-    from bakeoff.targets.engines import ENGINES, engine_status, importable
+    from bakeoff.target.engines import ENGINES, engine_status, importable
 
     if name in ENGINES:
         problem = engine_status(name, device)
@@ -156,7 +156,7 @@ def backend_status(name: str, device: str | None = None) -> BackendInfo:
 
 
 def list_backends() -> list[BackendInfo]:
-    from bakeoff.targets.engines import ENGINES
+    from bakeoff.target.engines import ENGINES
 
     names = sorted(set(_registered_backends()) | set(OPTIONAL_BACKENDS) | set(ENGINES))
     return [backend_status(name) for name in names]
@@ -183,7 +183,7 @@ def check_backend_name(name: str) -> None:
     reason); a typo such as ``inductr`` is.
     """
     from bakeoff.errors import SpecError
-    from bakeoff.targets.engines import ENGINES
+    from bakeoff.target.engines import ENGINES
 
     known = set(_registered_backends()) | set(OPTIONAL_BACKENDS) | set(ENGINES)
     if name not in known and name not in _registered_backends(include_hidden=True):

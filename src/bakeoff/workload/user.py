@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.errors import SpecError, WorkloadError
-from bakeoff.workloads.base import BuiltWorkload, WorkloadSpec
+from bakeoff.workload.base import BuiltWorkload, WorkloadSpec
 
 __all__ = ["build_user"]
 

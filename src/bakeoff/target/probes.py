@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any, Protocol
 
-from bakeoff.targets.spec import Target
+from bakeoff.target.spec import Target
 
 __all__ = ["Probe", "probe_for"]
 

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from bakeoff.targets.spec import Target, parse_target, parse_targets
+from bakeoff.target.spec import Target, parse_target, parse_targets
 
 __all__ = ["Target", "parse_target", "parse_targets"]

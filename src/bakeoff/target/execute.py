@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bakeoff.targets.engines import ENGINES, make_engine
-from bakeoff.targets.spec import Target
-from bakeoff.workloads.base import BuiltWorkload
+from bakeoff.target.engines import ENGINES, make_engine
+from bakeoff.target.spec import Target
+from bakeoff.workload.base import BuiltWorkload
 
 __all__ = [
     "Prepared",
@@ -119,7 +119,7 @@ def _compile(prepared: Prepared, model: Any, target: Target) -> None:
         options["mode"] = target.mode
     closers = []
     if target.backend == "openvino":
-        from bakeoff.targets.openvino import OpenVINOCompileWatch
+        from bakeoff.target.openvino import OpenVINOCompileWatch
 
         openvino = OpenVINOCompileWatch(target.precision)
         options["options"] = openvino.options()

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bakeoff.targets.spec import Target
+from bakeoff.target.spec import Target
 
 __all__ = ["ENGINES", "ExportEngine", "engine_status", "make_engine"]
 

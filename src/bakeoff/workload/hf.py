@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.errors import SpecError, WorkloadError
-from bakeoff.workloads.base import BuiltWorkload, WorkloadSpec
+from bakeoff.workload.base import BuiltWorkload, WorkloadSpec
 
 __all__ = ["ARCH_DEFAULTS", "build_arch", "build_hf_dir", "list_architectures"]
 

@@ -4,7 +4,7 @@ Examples: ``cpu``, ``cuda:1``, ``cpu+inductor``, ``neuron+neuron?dtype=bf16``,
 ``cuda+inductor?mode=max-autotune&dynamic=false``.
 
 Parsing is pure (no torch import): whether a target can run *here* is decided later by
-:mod:`bakeoff.targets.detect`, which turns an unavailable target into a skip with a reason.
+:mod:`bakeoff.target.detect`, which turns an unavailable target into a skip with a reason.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 #: Device types bakeoff knows by name. Any other name is accepted only if it is the
-#: PrivateUse1 device registered in this process (see :func:`bakeoff.targets.detect.privateuse1_name`).
+#: PrivateUse1 device registered in this process (see :func:`bakeoff.target.detect.privateuse1_name`).
 KNOWN_DEVICES = ("cpu", "cuda", "xpu", "mps", "neuron")
 
 #: Accepted spellings of each dtype, mapped to the torch attribute name.

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bakeoff.workloads.base import BuiltWorkload, WorkloadSpec, parse_workload
-from bakeoff.workloads.hf import build_arch, build_hf_dir, list_architectures
+from bakeoff.workload.base import BuiltWorkload, WorkloadSpec, parse_workload
+from bakeoff.workload.hf import build_arch, build_hf_dir, list_architectures
 
 __all__ = ["DEMO_WORKLOAD", "build_workload", "list_architectures"]
 
@@ -20,7 +20,7 @@ def build_workload(spec: str | WorkloadSpec, device: str | None = None) -> Built
             None builds everything on the CPU, as the baseline needs. Other workloads are always
             built on the CPU and moved by bakeoff.
     """
-    from bakeoff.workloads.user import build_user
+    from bakeoff.workload.user import build_user
 
     parsed = parse_workload(spec) if isinstance(spec, str) else spec
     builder = {"arch": build_arch, "hf": build_hf_dir, "py": build_user}[parsed.kind]

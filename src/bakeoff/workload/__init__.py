@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bakeoff.workloads.base import BuiltWorkload, WorkloadSpec, parse_workload
-from bakeoff.workloads.registry import build_workload, list_architectures
+from bakeoff.workload.base import BuiltWorkload, WorkloadSpec, parse_workload
+from bakeoff.workload.registry import build_workload, list_architectures
 
 __all__ = ["BuiltWorkload", "WorkloadSpec", "build_workload", "list_architectures", "parse_workload"]
