@@ -25,7 +25,7 @@ def test_help_ends_with_an_example_and_does_not_import_torch():
         "try:\n    main()\nexcept SystemExit:\n    pass\nprint('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "Example: bakeoff trial" in out
+    assert "Example:" in out and "bakeoff trial 'arch:llama?layers=4'" in out
     assert out.strip().endswith("False")
 
 
@@ -81,11 +81,74 @@ def test_unreadable_database_is_refused_and_left_untouched(tmp_path):
 
 
 def test_unknown_run_id(tmp_path):
+    from bakeoff.store import Store
+
+    Store.open(tmp_path / "b.db")
     result = bakeoff("show", "nope", "--db", str(tmp_path / "b.db"))
     assert result.returncode == 2
     assert result.stderr.strip() == (
         f"bakeoff: error: no run 'nope' in {tmp_path / 'b.db'} (run `bakeoff history` to list run ids)"
     )
+
+
+def test_reading_commands_do_not_create_a_database(tmp_path):
+    missing = tmp_path / "typo.db"
+    for command in (("history",), ("show", "abc")):
+        result = bakeoff(*command, "--db", str(missing))
+        assert result.returncode == 2
+        assert result.stderr.strip() == (
+            f"bakeoff: error: no database at {missing} (check --db / BAKEOFF_DB, or run a trial first)"
+        )
+    assert not missing.exists()
+
+
+def test_damaged_and_foreign_databases_are_refused_without_change(tmp_path):
+    import sqlite3
+
+    from bakeoff.store import Store
+
+    damaged = tmp_path / "damaged.db"
+    Store.open(damaged)
+    with sqlite3.connect(damaged) as conn:
+        conn.execute("UPDATE meta SET value = 'abc' WHERE key = 'schema_version'")
+    foreign = tmp_path / "foreign.db"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE notes (text TEXT)")
+    for path, message in (
+        (damaged, "is damaged: invalid literal for int() with base 10: 'abc'"),
+        (foreign, "is a database but not a bakeoff one (it has tables such as 'notes')"),
+    ):
+        before = path.read_bytes()
+        result = bakeoff("history", "--db", str(path))
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        assert message in result.stderr
+        assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["--timeout", "0"], "bakeoff: error: timeout must be positive, got 0 s (e.g. --timeout 900)"),
+        (["--samples", "0"], "bakeoff: error: samples must be at least 1, got 0 (e.g. --samples 30)"),
+        (
+            ["--in-process", "--timeout", "5"],
+            "bakeoff: error: --timeout needs worker processes (drop --in-process, or drop --timeout)",
+        ),
+        (
+            ["--pad-to-buckets", "auto"],
+            "bakeoff: error: --pad-to-buckets needs an input profile (add --profile, e.g. 'seq=uniform(8,128)&n=50')",
+        ),
+        (
+            ["--profile", "seq=abc"],
+            "bakeoff: error: seq='abc' is not a list of integers (e.g. --profile 'seq=16,32,64', "
+            "'seq=uniform(8,128)&n=50' or a .csv/.jsonl file of lengths)",
+        ),
+    ],
+)
+def test_bad_trial_options(args, line, tmp_path):
+    result = bakeoff("trial", py_workload("mlp"), *args, "--db", str(tmp_path / "b.db"))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == line
 
 
 def test_trial_json_history_show_end_to_end(tmp_path):

@@ -79,10 +79,14 @@ def trial(
     from bakeoff.errors import SpecError
     from bakeoff.workload.profile import parse_profile
 
-    if min_samples < 1 or min_seconds < 0:
-        raise SpecError("min_samples must be >= 1 and min_seconds >= 0", hint="e.g. --samples 30")
+    if min_samples < 1:
+        raise SpecError(f"samples must be at least 1, got {min_samples}", hint="e.g. --samples 30")
+    if min_seconds < 0:
+        raise SpecError(f"minimum timing seconds must be >= 0, got {min_seconds}", hint="e.g. --min-time 0.5")
+    if timeout_s <= 0:
+        raise SpecError(f"timeout must be positive, got {timeout_s:g} s", hint="e.g. --timeout 900")
     if max_buckets < 1:
-        raise SpecError("max_buckets must be at least 1", hint="e.g. --max-buckets 4")
+        raise SpecError(f"max buckets must be at least 1, got {max_buckets}", hint="e.g. --max-buckets 4")
     parsed_profile = parse_profile(profile) if profile is not None else None
     store = Store.open(db)
     settings = TrialSettings(
@@ -138,13 +142,13 @@ def workloads() -> dict[str, Any]:
 
 
 def history(*, db: PathLike | None = None, limit: int = 20, workload: str | None = None) -> list[RunSummary]:
-    """The newest runs first."""
-    return Store.open(db).list_runs(limit=limit, workload_spec=workload)
+    """The newest runs first (the database must exist)."""
+    return Store.open(db, create=False).list_runs(limit=limit, workload_spec=workload)
 
 
 def show(run_id: str, *, db: PathLike | None = None) -> RunResult:
     """A stored run by id (or unique id prefix)."""
-    return Store.open(db).get_run(run_id)
+    return Store.open(db, create=False).get_run(run_id)
 
 
 def demo(

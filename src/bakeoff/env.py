@@ -65,6 +65,9 @@ PACKAGES = (
 )
 #: Keys that vary between runs on the same environment and must not enter the fingerprint.
 VOLATILE = ("captured_at", "load_average")
+#: Environment variables recorded but left out of the fingerprint: cache locations change no
+#: behaviour, and torch sets TORCHINDUCTOR_CACHE_DIR itself once inductor has run.
+VOLATILE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "BAKEOFF_DB", "BAKEOFF_ARTIFACTS", "BAKEOFF_CACHE")
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,8 @@ class Environment:
     @property
     def fingerprint(self) -> str:
         stable = {k: v for k, v in self.data.items() if k not in VOLATILE}
+        if isinstance(stable.get("env"), dict):
+            stable["env"] = {k: v for k, v in stable["env"].items() if k not in VOLATILE_ENV}
         return hashlib.sha256(json.dumps(stable, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:

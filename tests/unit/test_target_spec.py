@@ -45,10 +45,10 @@ def test_backend() -> None:
 
 
 def test_backend_with_options() -> None:
-    t = parse_target("cpu+aot_eager?dynamic=false&mode=max-autotune")
-    assert t == Target(device="cpu", backend="aot_eager", dynamic=False, mode="max-autotune")
+    t = parse_target("cpu+inductor?dynamic=false&mode=max-autotune")
+    assert t == Target(device="cpu", backend="inductor", dynamic=False, mode="max-autotune")
     # canonical order and spelling
-    assert t.spec == "cpu+aot_eager?dynamic=false&mode=max-autotune"
+    assert t.spec == "cpu+inductor?dynamic=false&mode=max-autotune"
 
 
 def test_all_options_together() -> None:
@@ -143,7 +143,7 @@ ROUND_TRIP = [
     "cuda:1",
     "cuda:0",
     "cpu+inductor",
-    "cpu+aot_eager?dynamic=false&mode=max-autotune",
+    "cpu+inductor?dynamic=false&mode=max-autotune",
     "neuron+neuron?dtype=bf16",
     "cuda+inductor?mode=max-autotune-no-cudagraphs&fullgraph=1&dynamic=true",
     "cpu?threads=2&dtype=fp16",
@@ -355,3 +355,8 @@ def test_parse_targets_extra_devices_from_a_generator() -> None:
     # the iterable is consumed once but must serve every item of the list
     targets = parse_targets(["npu,npu:1", "cpu"], extra_devices=(d for d in ["npu"]))
     assert [t.spec for t in targets] == ["npu", "npu:1", "cpu"]
+
+
+def test_mode_only_with_inductor() -> None:
+    with pytest.raises(SpecError, match="applies only to the inductor backend"):
+        parse_target("cpu+aot_eager?mode=max-autotune")

@@ -65,9 +65,18 @@ def compute_references(
     native = workload.dtype
     refs: dict[str, dict[str, Any]] = {}
     notes: list[str] = []
-    with torch.no_grad():
-        refs[f"eager:{native}"] = flatten_outputs(workload())
-        refs[f"repeat:{native}"] = flatten_outputs(workload())
+    try:
+        with torch.no_grad():
+            refs[f"eager:{native}"] = flatten_outputs(workload())
+            refs[f"repeat:{native}"] = flatten_outputs(workload())
+    except Exception as exc:  # without an eager CPU run there is nothing to compare against
+        from bakeoff.errors import WorkloadError
+
+        first = (str(exc).splitlines() or [""])[0][:300]
+        raise WorkloadError(
+            f"{workload.spec} fails eagerly on the CPU, so it has no reference: {type(exc).__name__}: {first}",
+            hint="make the model run eagerly on the CPU first (python -c 'model(**inputs)')",
+        ) from exc
     inputs = [("", workload.args, workload.kwargs)]
     inputs += [(shape_tag(b, s), *workload.inputs_for(b, s)) for b, s in dict.fromkeys(shapes)]
     for tag, args, kwargs in inputs:

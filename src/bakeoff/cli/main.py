@@ -33,7 +33,7 @@ _format_option = click.option(
     type=click.Choice(["table", "json"]),
     default="table",
     show_default=True,
-    help="table for people, json (versioned schema) for machines.",
+    help="table for people, json for machines (run documents carry a versioned schema).",
 )
 
 
@@ -139,8 +139,9 @@ def _finish_run(run: Any, fmt: str, db: str | None, strict: bool, strict_placeme
 
 
 @cli.command(
-    epilog="Example: bakeoff trial 'arch:llama?layers=4' --on cpu,cpu+aot_eager,'cpu+inductor?dynamic=false' "
-    "--profile 'seq=uniform(8,128)&n=50' --pad-to-buckets auto"
+    epilog="\b\nExample:\n"
+    "  bakeoff trial 'arch:llama?layers=4' --on cpu,cpu+aot_eager,'cpu+inductor?dynamic=false' \\\n"
+    "      --profile 'seq=uniform(8,128)&n=50' --pad-to-buckets auto"
 )
 @click.argument("workload")
 @click.option(
@@ -157,9 +158,8 @@ def _finish_run(run: Any, fmt: str, db: str | None, strict: bool, strict_placeme
 @click.option(
     "--timeout",
     type=float,
-    default=900.0,
-    show_default=True,
-    help="Seconds before a target's worker is killed and recorded as timed out.",
+    default=None,
+    help="Seconds before a target's worker is killed and recorded as timed out (default 900).",
 )
 @click.option("--in-process", is_flag=True, help="Run targets in this process (faster; a crash ends the run).")
 @click.option("--refresh-baseline", is_flag=True, help="Recompute the baseline first.")
@@ -213,12 +213,16 @@ def trial(
     """
     from bakeoff import api
 
+    if in_process and timeout is not None:
+        from bakeoff.errors import SpecError
+
+        raise SpecError("--timeout needs worker processes", hint="drop --in-process, or drop --timeout")
     run = api.trial(
         workload,
         on=on,
         db=db,
         isolate=not in_process,
-        timeout_s=timeout,
+        timeout_s=900.0 if timeout is None else timeout,
         min_samples=samples,
         min_seconds=min_time,
         refresh_baseline=refresh_baseline,
@@ -243,7 +247,7 @@ def demo(db: str | None, fmt: str) -> None:
 
 
 @cli.command(epilog="Example: bakeoff history --workload arch:llama --limit 5")
-@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Runs to list.")
 @click.option("--workload", default=None, help="Only runs of this workload spec.")
 @_db_option
 @_format_option
@@ -256,7 +260,7 @@ def history(limit: int, workload: str | None, db: str | None, fmt: str) -> None:
         _emit_json([r.to_dict() for r in rows])
         return
     if not rows:
-        _console().print("no runs yet; try `bakeoff demo`")
+        _console().print(f"no runs of {workload} yet" if workload else "no runs yet; try `bakeoff demo`")
         return
     from bakeoff.report.terminal import history_table
 

@@ -356,6 +356,18 @@ class RunResult:
     def fingerprint(self) -> str:
         return self.workload["fingerprint"]
 
+    def to_dict(self) -> dict[str, Any]:
+        """The versioned JSON document (see :mod:`bakeoff.results.codec`)."""
+        from bakeoff.results.codec import run_to_json
+
+        return run_to_json(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunResult:
+        from bakeoff.results.codec import run_from_json
+
+        return run_from_json(data)
+
     def failures(self, placement: bool = False) -> list[str]:
         """Specs of targets that fail a gate: an error or a failed correctness check, and with
         ``placement`` also work that did not stay on the device (any placement verdict but

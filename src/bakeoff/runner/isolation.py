@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bakeoff.results.values import ErrorInfo, TargetResult
+from bakeoff.results.values import Correctness, ErrorInfo, TargetResult
 from bakeoff.runner.job import TargetJob
 
 __all__ = ["run_isolated"]
@@ -74,10 +74,19 @@ def run_isolated(job: TargetJob, timeout_s: float) -> TargetResult:
             return TargetResult.from_dict(data)
         tail = Path(crash_log).read_text(encoding="utf-8", errors="replace")[-4000:] if Path(crash_log).exists() else ""
     if timed_out:
-        error = ErrorInfo("Timeout", f"no result within {timeout_s:g} s; worker killed", "timeout", "", tail)
+        error = ErrorInfo("Timeout", f"no result within {timeout_s:g} s; worker killed", "timeout", "worker", tail)
     else:
         kind, category, message = _death(process.exitcode)
-        error = ErrorInfo(kind, message, category, "", tail)
+        error = ErrorInfo(kind, message, category, "worker", tail)
+    from bakeoff.runner.job import adjustments_for
+
     return TargetResult(
-        target=job.target, status="error", is_reference=job.is_reference, error=error, duration_s=elapsed
+        target=job.target,
+        status="error",
+        is_reference=job.is_reference,
+        correctness=Correctness("error", "no output to check: the worker ended without a result"),
+        error=error,
+        duration_s=elapsed,
+        adjustments=adjustments_for(job.target, job.buckets),
+        variant=job.variant,
     )

@@ -277,6 +277,7 @@ def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
             target=target,
             status="error",
             is_reference=job.is_reference,
+            correctness=Correctness("error", f"no output to check: the target failed during {phase}"),
             error=ErrorInfo(
                 type=type(exc).__name__,
                 message=str(exc).strip()[:2000] or type(exc).__name__,

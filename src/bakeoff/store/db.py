@@ -5,12 +5,14 @@ Nothing is overwritten: runs, baselines and environments are only ever inserted.
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import Engine, create_engine, event, func, insert, select
+from sqlalchemy import Engine, create_engine, event, func, insert, inspect, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from bakeoff.env import Environment
@@ -22,6 +24,7 @@ from bakeoff.store.migrations import SCHEMA_VERSION, current_version, migrate
 __all__ = ["DEFAULT_DB", "RunSummary", "Store", "resolve_db_url"]
 
 DEFAULT_DB = "bakeoff.db"
+T = TypeVar("T")
 
 
 def resolve_db_url(db: str | os.PathLike[str] | None) -> str:
@@ -61,6 +64,23 @@ def _sqlite_pragmas(engine: Engine) -> None:
         cursor.close()
 
 
+def _guarded(method: Callable[..., T]) -> Callable[..., T]:
+    """Turn database errors in a Store method into one StoreError line."""
+
+    @functools.wraps(method)
+    def wrapper(self: Store, *args: Any, **kwargs: Any) -> T:
+        try:
+            return method(self, *args, **kwargs)
+        except SQLAlchemyError as exc:
+            detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+            raise StoreError(
+                f"database {self.display_url} could not be read or written: {detail}",
+                hint="check the file or server; restore a damaged database from a backup",
+            ) from exc
+
+    return wrapper
+
+
 class Store:
     """A bakeoff knowledge base. Use :meth:`open`."""
 
@@ -71,9 +91,15 @@ class Store:
 
     @classmethod
     def open(
-        cls, db: str | os.PathLike[str] | None = None, artifacts_dir: str | os.PathLike[str] | None = None
+        cls,
+        db: str | os.PathLike[str] | None = None,
+        artifacts_dir: str | os.PathLike[str] | None = None,
+        create: bool = True,
     ) -> Store:
         """Open (creating and migrating if needed) the database at ``db``.
+
+        With ``create=False`` (commands that only read) a SQLite file that does not exist is an
+        error rather than a new empty database: a mistyped path must not look like "no runs".
 
         Artifacts (baseline tensors) live next to a SQLite file in ``<name>.artifacts/``, or in
         ``artifacts_dir`` / ``BAKEOFF_ARTIFACTS`` / ``./bakeoff-artifacts`` for server databases.
@@ -83,11 +109,17 @@ class Store:
                 database was written by a newer bakeoff.
         """
         url = resolve_db_url(db)
+        if url in ("sqlite://", "sqlite:///:memory:"):
+            raise StoreError("an in-memory database keeps nothing", hint="pass a file path, e.g. --db results.db")
         is_sqlite = url.startswith("sqlite:///")
         if is_sqlite:
             path = Path(url.removeprefix("sqlite:///"))
             if path.exists() and path.is_dir():
                 raise StoreError(f"database path {path} is a directory", hint="pass a file path, e.g. --db results.db")
+            if not create and not path.exists():
+                raise StoreError(f"no database at {path}", hint="check --db / BAKEOFF_DB, or run a trial first")
+            if url == "sqlite:///" or not path.name:
+                raise StoreError("an in-memory database keeps nothing", hint="pass a file path, e.g. --db results.db")
             if not path.parent.exists():
                 raise StoreError(
                     f"directory {path.parent} does not exist", hint="create it or choose another --db path"
@@ -111,6 +143,13 @@ class Store:
     def _migrate(self) -> None:
         try:
             with self.engine.begin() as conn:
+                foreign = [t for t in inspect(conn).get_table_names() if t not in schema.metadata.tables]
+                if foreign and not conn.dialect.has_table(conn, "meta"):
+                    raise StoreError(
+                        f"{self.display_url} is a database but not a bakeoff one "
+                        f"(it has tables such as {foreign[0]!r})",
+                        hint="pass a bakeoff database or a new path with --db",
+                    )
                 version = current_version(conn)
                 if version > SCHEMA_VERSION:
                     raise StoreError(
@@ -119,10 +158,20 @@ class Store:
                         hint="upgrade bakeoff to use it",
                     )
                 migrate(conn, version)
+                missing = sorted(set(schema.metadata.tables) - set(inspect(conn).get_table_names()))
+                if missing:
+                    raise StoreError(
+                        f"database {self.display_url} is damaged: table {missing[0]!r} is missing",
+                        hint="restore it from a backup or use a new --db",
+                    )
         except DBAPIError as exc:
             raise StoreError(
                 f"cannot open database {self.display_url}: {str(exc.orig).splitlines()[0]}",
                 hint="pass a bakeoff database file or a new path with --db",
+            ) from exc
+        except ValueError as exc:  # a schema_version that is not a number
+            raise StoreError(
+                f"database {self.display_url} is damaged: {exc}", hint="restore it from a backup or use a new --db"
             ) from exc
 
     @property
@@ -147,6 +196,7 @@ class Store:
         return Environment.from_dict(data)
 
     # -- baselines ----------------------------------------------------------------------
+    @_guarded
     def save_baseline(self, info: BaselineInfo, env: Environment) -> None:
         with self.engine.begin() as conn:
             env_id = self._environment_id(conn, env)
@@ -165,6 +215,7 @@ class Store:
                 )
             )
 
+    @_guarded
     def latest_baseline(self, workload_spec: str) -> BaselineInfo | None:
         """The newest baseline recorded for a workload spec (whatever its fingerprint)."""
         table, envs = schema.baselines, schema.environments
@@ -193,6 +244,7 @@ class Store:
         )
 
     # -- runs ---------------------------------------------------------------------------
+    @_guarded
     def save_run(self, run: RunResult) -> None:
         """Insert a run with its results and every raw timing sample, in one transaction."""
         from bakeoff import __version__
@@ -240,6 +292,7 @@ class Store:
                         ],
                     )
 
+    @_guarded
     def resolve_run_id(self, prefix: str) -> str:
         """The full id of the one run whose id starts with ``prefix``."""
         table = schema.runs
@@ -255,6 +308,7 @@ class Store:
             raise StoreError(f"run id prefix {prefix!r} is ambiguous", hint="give more characters of the id")
         return ids[0]
 
+    @_guarded
     def get_run(self, run_id: str) -> RunResult:
         run_id = self.resolve_run_id(run_id)
         runs, results, samples = schema.runs, schema.target_results, schema.timing_samples
@@ -289,6 +343,7 @@ class Store:
             settings=run["settings"],
         )
 
+    @_guarded
     def list_runs(self, limit: int = 20, workload_spec: str | None = None) -> list[RunSummary]:
         runs, results, envs = schema.runs, schema.target_results, schema.environments
         query = (

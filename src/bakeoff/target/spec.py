@@ -164,7 +164,13 @@ def parse_target(text: str, extra_devices: Iterable[str] = ()) -> Target:
                 raise SpecError(f"unknown dtype {value!r} in target {text!r}", hint="use one of fp32, bf16, fp16, fp64")
             fields["dtype"] = DTYPE_ALIASES[value.lower()]
         elif key == "dynamic":
-            fields["dynamic"] = None if value.lower() in ("auto", "none") else parse_bool(value, key, text)
+            if value.lower() in ("auto", "none"):
+                fields["dynamic"] = None
+            else:
+                try:
+                    fields["dynamic"] = parse_bool(value, key, text)
+                except SpecError as exc:
+                    raise SpecError(exc.message, hint="use true, false or auto") from None
         elif key == "mode":
             if value not in _MODES:
                 raise SpecError(
@@ -187,6 +193,11 @@ def parse_target(text: str, extra_devices: Iterable[str] = ()) -> Target:
             fields["precision"] = value.lower()
         else:
             raise SpecError(f"unknown option {key!r} in target {text!r}", hint="valid options: " + ", ".join(_OPTIONS))
+    if "mode" in options and fields["backend"] not in (None, "inductor"):
+        raise SpecError(
+            f"option 'mode' in target {text!r} applies only to the inductor backend",
+            hint="drop mode=, or use +inductor",
+        )
     compile_only = [k for k in ("dynamic", "mode", "fullgraph", "precision") if k in options]
     if compile_only and fields["backend"] is None:
         raise SpecError(

@@ -27,6 +27,9 @@ ARCH_DEFAULTS: dict[str, tuple[str, int]] = {
     "vocab": ("vocab_size", 1024),
     "positions": ("max_position_embeddings", 512),
 }
+#: arch: workloads larger than this are refused unless ``max_params=N`` allows them: a config
+#: the tiny defaults do not fully reach (a nested config, say) must not exhaust memory.
+MAX_PARAMS = 100_000_000
 #: Input options, not config options.
 INPUT_DEFAULTS = {"batch": 1, "seq": 16, "seed": 0}
 _CATEGORIES = ("causal_lm", "base")
@@ -48,11 +51,17 @@ def list_architectures() -> dict[str, str]:
     BERT also have a causal-LM class in transformers, but it is not how they are used: types
     with a masked-LM head are built as the base model (hidden states) instead.
     """
-    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    from transformers.models.auto import modeling_auto as auto
 
     causal, base = _mappings()
-    names = {name: "causal_lm" for name in causal if name not in MODEL_FOR_MASKED_LM_MAPPING_NAMES}
-    names.update({name: "base" for name in base if name not in names})
+    names = {name: "causal_lm" for name in causal if name not in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES}
+    # Base models only for architectures with a text task head: vision and audio models take
+    # pixel values or waveforms, not the token ids bakeoff generates.
+    text = set(auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES) | set(auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES)
+    text |= set(auto.MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES) | set(
+        auto.MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES
+    )
+    names.update({name: "base" for name in base if name not in names and name in text})
     return dict(sorted(names.items()))
 
 
@@ -61,8 +70,11 @@ def _int_option(spec: WorkloadSpec, key: str, value: str) -> int:
         number = int(value)
     except ValueError:
         raise SpecError(f"option {key}={value!r} in {spec} is not an integer", hint="e.g. layers=2") from None
-    if number < 0:
-        raise SpecError(f"option {key}={value!r} in {spec} is negative", hint="use a positive size")
+    if key == "seed":
+        if number < 0:
+            raise SpecError(f"seed={value!r} in {spec} is negative", hint="use a seed >= 0")
+    elif number < 1:
+        raise SpecError(f"option {key}={value!r} in {spec} must be at least 1", hint="use a positive size")
     return number
 
 
@@ -77,26 +89,20 @@ def _input_options(spec: WorkloadSpec, used: set[str]) -> dict[str, int]:
     return values
 
 
-def _tiny_config(spec: WorkloadSpec, used: set[str]) -> Any:
-    from transformers import AutoConfig
+def _sub_configs(config: Any) -> list[Any]:
+    """Nested configs (``text_config``, ``vision_config``...) of multimodal architectures."""
+    from transformers import PretrainedConfig
 
-    config = AutoConfig.for_model(spec.name)
-    sizes = {key: default for key, (_, default) in ARCH_DEFAULTS.items()}
-    for key in ARCH_DEFAULTS:
-        if key in spec.options:
-            sizes[key] = _int_option(spec, key, spec.options[key])
-            used.add(key)
-    if sizes["hidden"] % sizes["heads"]:
-        raise SpecError(
-            f"hidden={sizes['hidden']} is not divisible by heads={sizes['heads']} in {spec}",
-            hint="pick hidden as a multiple of heads",
-        )
+    return [value for value in vars(config).values() if isinstance(value, PretrainedConfig)]
+
+
+def _shrink_config(config: Any, sizes: dict[str, int], explicit: set[str]) -> None:
+    """Apply the small sizes to a config and, recursively, to its nested configs."""
     for key, (attr, _) in ARCH_DEFAULTS.items():
-        if key == "kv_heads":
-            sizes[key] = min(sizes[key], sizes["heads"]) if sizes["heads"] % sizes[key] == 0 else sizes["heads"]
-        if hasattr(config, attr) or key in spec.options:
-            _shrink(config, (attr,), sizes[key]) if hasattr(config, attr) else setattr(config, attr, sizes[key])
-    # Config fields that would otherwise keep full-size values or inconsistent shapes.
+        if hasattr(config, attr):
+            _shrink(config, (attr,), sizes[key])
+        elif key in explicit and config is not None:
+            setattr(config, attr, sizes[key])
     head_dim = sizes["hidden"] // sizes["heads"]
     _shrink(config, ("head_dim", "d_kv"), head_dim)
     _shrink(
@@ -109,12 +115,15 @@ def _tiny_config(spec: WorkloadSpec, used: set[str]) -> Any:
             "d_ff",
             "moe_intermediate_size",
             "shared_expert_intermediate_size",
+            "intermediate_size_mlp",
         ),
         sizes["intermediate"],
     )
-    _shrink(config, ("word_embed_proj_dim",), sizes["hidden"])
+    _shrink(config, ("word_embed_proj_dim", "projection_dim"), sizes["hidden"])
     _shrink(config, ("num_experts", "num_local_experts", "n_routed_experts"), 4, only_down=True)
     _shrink(config, ("num_experts_per_tok",), 2, only_down=True)
+    _shrink(config, ("encoder_layers", "decoder_layers", "num_decoder_layers"), sizes["layers"], only_down=True)
+    _shrink(config, ("encoder_attention_heads", "decoder_attention_heads"), sizes["heads"], only_down=True)
     for attr in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
         value = getattr(config, attr, None)
         if isinstance(value, int) and value >= sizes["vocab"]:
@@ -127,12 +136,38 @@ def _tiny_config(spec: WorkloadSpec, used: set[str]) -> Any:
     for attr in ("layer_types", "layers_block_type"):
         if isinstance(getattr(config, attr, None), list):
             _shrink(config, (attr,), getattr(config, attr)[: sizes["layers"]] or None)
+    for sub in _sub_configs(config):
+        _shrink_config(sub, sizes, set())
+
+
+def _tiny_config(spec: WorkloadSpec, used: set[str]) -> Any:
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model(spec.name)
+    sizes = {key: default for key, (_, default) in ARCH_DEFAULTS.items()}
+    explicit = {key for key in ARCH_DEFAULTS if key in spec.options}
+    for key in explicit:
+        sizes[key] = _int_option(spec, key, spec.options[key])
+        used.add(key)
+    if sizes["hidden"] % sizes["heads"]:
+        raise SpecError(
+            f"hidden={sizes['hidden']} is not divisible by heads={sizes['heads']} in {spec}",
+            hint="pick hidden as a multiple of heads",
+        )
+    if sizes["heads"] % sizes["kv_heads"]:
+        if "kv_heads" in explicit:
+            raise SpecError(
+                f"heads={sizes['heads']} is not divisible by kv_heads={sizes['kv_heads']} in {spec}",
+                hint="pick kv_heads as a divisor of heads",
+            )
+        sizes["kv_heads"] = sizes["heads"]  # the default does not fit the heads chosen: use full attention
+    _shrink_config(config, sizes, explicit)
     # Any remaining option names a config attribute directly (e.g. sliding_window=8).
     for key, value in spec.options.items():
-        if key in used or key in INPUT_DEFAULTS:
+        if key in used or key in INPUT_DEFAULTS or key == "max_params":
             continue
         if not hasattr(config, key):
-            valid = ", ".join([*ARCH_DEFAULTS, *INPUT_DEFAULTS])
+            valid = ", ".join([*ARCH_DEFAULTS, *INPUT_DEFAULTS, "max_params"])
             raise SpecError(
                 f"unknown option {key!r} for {spec}", hint=f"use {valid}, or an attribute of the {spec.name} config"
             )
@@ -235,13 +270,24 @@ def build_arch(spec: WorkloadSpec) -> BuiltWorkload:
     used: set[str] = set()
     input_opts = _input_options(spec, used)
     config = _tiny_config(spec, used)
-    torch.manual_seed(input_opts["seed"])
+    limit = _int_option(spec, "max_params", spec.options["max_params"]) if "max_params" in spec.options else MAX_PARAMS
     try:
+        with torch.device("meta"):  # count first: an unshrunk config must not exhaust memory
+            parameters = sum(p.numel() for p in auto_class.from_config(config).parameters())
+        if parameters > limit:
+            raise WorkloadError(
+                f"{spec} would have {parameters:,} parameters, more than max_params={limit:,}",
+                hint="pass smaller sizes (layers, hidden, ...) or raise the limit with max_params=N",
+            )
+        torch.manual_seed(input_opts["seed"])
         model = auto_class.from_config(config)
+    except WorkloadError:
+        raise
     except Exception as exc:  # transformers raises many kinds for inconsistent configs
+        first = (str(exc).splitlines() or [""])[0][:300]
         raise WorkloadError(
-            f"could not build {spec}: {type(exc).__name__}: {exc}",
-            hint="adjust the size options (e.g. hidden, heads) for this architecture",
+            f"could not build {spec}: {type(exc).__name__}: {first}",
+            hint="check the options against this architecture's config (bakeoff workloads lists the options)",
         ) from exc
     inputs = _token_inputs(config, input_opts["batch"], input_opts["seq"], input_opts["seed"])
     identity = {"kind": "arch", "config": config.to_diff_dict(), "class": type(model).__name__}
@@ -259,7 +305,9 @@ def build_hf_dir(spec: WorkloadSpec, device: str | None = None) -> BuiltWorkload
     """
     import torch
     from transformers import AutoConfig
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # one "Loading weights" bar per worker is noise
     used: set[str] = set()
     input_opts = _input_options(spec, used)
     device_map = spec.options.get("device_map")
@@ -272,6 +320,10 @@ def build_hf_dir(spec: WorkloadSpec, device: str | None = None) -> BuiltWorkload
             hint="hf: workloads take batch, seq, seed and device_map",
         )
     path = Path(spec.name).expanduser()
+    if not path.exists() and (spec.name.startswith(("/", ".", "~")) or spec.name.count("/") > 1):
+        raise WorkloadError(
+            f"no such directory {spec.name!r}", hint="point hf: at a directory saved with save_pretrained"
+        )
     source = str(path) if path.exists() else spec.name
     if path.exists() and not (path / "config.json").is_file():
         raise WorkloadError(f"{path} has no config.json", hint="point hf: at a directory saved with save_pretrained")

@@ -123,7 +123,8 @@ def build_user(spec: WorkloadSpec, device: str | None = None) -> BuiltWorkload:
         produced, make_inputs = produced[:2], produced[2]
     if not (isinstance(produced, tuple) and len(produced) == 2 and isinstance(produced[0], torch.nn.Module)):
         raise WorkloadError(
-            f"{spec} did not return (model, inputs)", hint="return a torch.nn.Module and its example inputs"
+            f"{spec} returned {type(produced).__name__}, not (model, inputs)",
+            hint="return a torch.nn.Module and its example inputs",
         )
     model, inputs = produced
     args, kwargs = _split_inputs(spec, inputs)
