@@ -330,8 +330,8 @@ def test_py_module_form(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     [
         ("missing", "no function 'missing'"),
         ("NOT_CALLABLE", "no function 'NOT_CALLABLE'"),
-        ("not_a_pair", "did not return"),
-        ("not_a_module", "did not return"),
+        ("not_a_pair", "not (model, inputs)"),
+        ("not_a_module", "not (model, inputs)"),
         ("bad_inputs", "inputs of type float"),
         ("sized", "failed"),  # required option not given
         ("as_tensor?unexpected=1", "failed"),  # option the factory does not accept
