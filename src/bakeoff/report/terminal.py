@@ -51,6 +51,79 @@ def _speed(result: TargetResult) -> str:
     return f"{result.speedup:.2f}x" + (" (ref)" if result.is_reference else "")
 
 
+def _label(result: TargetResult) -> str:
+    return result.target.spec + (f" [{result.variant}]" if result.variant != "as-is" else "")
+
+
+def _graphs(result: TargetResult) -> str:
+    compilation = result.compilation
+    if compilation is None:
+        return "-"
+    text = str(compilation.graphs)
+    if compilation.recompiles:
+        text += f" ({compilation.recompiles} recompiles)"
+    return text
+
+
+def _compile_notes(result: TargetResult) -> list[str]:
+    compilation = result.compilation
+    if compilation is None:
+        return []
+    parts = []
+    if compilation.graph_breaks:
+        where = ", ".join(f"{b['location'] or '?'} ({b['reason']})" for b in compilation.graph_break_reasons[:2])
+        parts.append(f"{compilation.graph_breaks} graph break(s): {where}")
+    if compilation.still_recompiling:
+        parts.append("still recompiling for " + ", ".join(compilation.still_recompiling[:5]))
+    if compilation.compile_seconds_total:
+        parts.append(
+            f"compile {compilation.compile_seconds_total:.2f} s in {len(compilation.compilations)} compilation(s)"
+        )
+    return parts
+
+
+def buckets_view(run: RunResult) -> Table:
+    """As-is vs bucketed, side by side, for each target that ran both ways."""
+    buckets = run.settings.get("buckets") or {}
+    table = Table(
+        title=f"static-shape what-if: buckets {buckets.get('chosen')} "
+        f"(padding waste {buckets.get('waste', 0):.1%}; powers of two {buckets.get('power_of_two')} "
+        f"would waste {buckets.get('power_of_two_waste', 0):.1%})",
+        title_justify="left",
+        header_style="bold",
+    )
+    for column in (
+        "target",
+        "variant",
+        "correct",
+        "graphs",
+        "recompiles",
+        "compile s",
+        "first pass ms",
+        "p50 ms",
+        "p90 ms",
+        "waste",
+    ):
+        table.add_column(column, justify="left" if column in ("target", "variant", "correct") else "right")
+    for result in run.results:
+        if not any(r.target == result.target and r.variant != "as-is" for r in run.results):
+            continue
+        c, latency, profile = result.compilation, result.latency, result.profile or {}
+        table.add_row(
+            escape(result.target.spec),
+            result.variant,
+            result.verdict or "-",
+            str(c.graphs) if c else "-",
+            str(c.recompiles) if c else "-",
+            f"{c.compile_seconds_total:.2f}" if c else "-",
+            _ms(profile.get("first_pass_ms")),
+            _ms(latency.p50_ms if latency and latency.count else None),
+            _ms(latency.p(90) if latency and latency.count else None),
+            f"{profile.get('padding_waste', 0):.1%}",
+        )
+    return table
+
+
 def _share(placement: Placement | None) -> str:
     if placement is None or placement.verdict == "not_applicable" or placement.device_op_share is None:
         return "-"
@@ -75,8 +148,11 @@ def _notes(result: TargetResult) -> str:
         parts.append(
             f"{result.error.category}{where}: {result.error.type}: {result.error.message.splitlines()[0][:160]}"
         )
-    if result.correctness is not None and result.correctness.reason:
+    if result.correctness is not None and result.correctness.reason and result.status != "error":
         parts.append(result.correctness.reason[:200])
+    parts.extend(_compile_notes(result))
+    if result.adjustments:
+        parts.append("adjustments: " + ", ".join(f"{a['name']}={a['value']}" for a in result.adjustments))
     parts.extend(result.notes)
     return "; ".join(parts)
 
@@ -99,7 +175,7 @@ def run_view(run: RunResult, where: str | None = None) -> Group:
         f"fingerprint {run.environment.fingerprint}",
     )
     table = Table(show_lines=False, header_style="bold")
-    table.add_column("target", overflow="fold")
+    table.add_column("target", overflow="fold", min_width=16)
     for name in (
         "status",
         "correct",
@@ -110,6 +186,7 @@ def run_view(run: RunResult, where: str | None = None) -> Group:
         "p90 ms",
         "speed vs cpu",
         "first call ms",
+        "graphs",
         "peak RSS",
     ):
         table.add_column(name, justify="left" if name in ("status", "correct", "placement") else "right", no_wrap=True)
@@ -119,7 +196,7 @@ def run_view(run: RunResult, where: str | None = None) -> Group:
         latency = result.latency
         placement = result.placement
         table.add_row(
-            escape(result.target.spec),
+            escape(_label(result)),
             Text(result.status, style=_STATUS_STYLE.get(result.status, "")),
             Text(verdict, style=_VERDICT_STYLE.get(verdict, "")),
             _err(result.correctness.max_abs_err if result.correctness else None),
@@ -132,11 +209,24 @@ def run_view(run: RunResult, where: str | None = None) -> Group:
             _ms(latency.p(90) if latency and latency.count else None),
             _speed(result),
             _ms(result.first_call_ms),
+            _graphs(result),
             _bytes(result.peak_host_rss_bytes),
         )
         if _notes(result):
-            notes.append(Text.assemble((f"{result.target.spec}: ", "bold"), _notes(result)))
-    parts: list[Any] = [header, table, *notes]
+            notes.append(Text.assemble((f"{_label(result)}: ", "bold"), _notes(result)))
+    parts: list[Any] = [header]
+    profile = run.settings.get("profile")
+    if profile:
+        parts.append(
+            Text(
+                f"profile {profile['source']}: {len(profile['requests'])} requests, "
+                f"{len({tuple(r) for r in profile['requests']})} shapes (latency: steady state, "
+                "per request; first call: the first request)"
+            )
+        )
+    parts += [table, *notes]
+    if any(r.variant != "as-is" for r in run.results):
+        parts.append(buckets_view(run))
     for note in workload.get("notes", []) or []:
         parts.append(Text(f"note: {note}", style="dim"))
     parts.append(Text("speed vs cpu = eager CPU p50 / target p50, measured in this run (>1 is faster).", style="dim"))

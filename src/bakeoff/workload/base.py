@@ -117,6 +117,10 @@ class BuiltWorkload:
                 f"{self.spec} cannot build inputs of other shapes",
                 hint="return (model, inputs, make_inputs) from your factory to use --profile",
             )
+        import torch
+
+        # a seed per shape: each shape's inputs are the same whichever process or order asks
+        torch.manual_seed(self.seed * 1_000_003 + batch * 10_007 + seq)
         return self.make_inputs(batch, seq)
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bakeoff.errors import SpecError
+from bakeoff.workload.profile import InputProfile, Request, parse_profile
+
+
+def test_list_of_lengths_in_order():
+    profile = parse_profile("seq=16,17,32,16")
+    assert profile.requests == (Request(1, 16), Request(1, 17), Request(1, 32), Request(1, 16))
+    assert profile.shapes == [Request(1, 16), Request(1, 17), Request(1, 32)]
+
+
+def test_batches_one_per_length_or_one_for_all():
+    assert parse_profile("seq=8,9&batch=2,4").requests == (Request(2, 8), Request(4, 9))
+    assert parse_profile("seq=8,9&batch=3").requests == (Request(3, 8), Request(3, 9))
+    with pytest.raises(SpecError, match="batch= has 3 values for 2 lengths"):
+        parse_profile("seq=8,9&batch=1,2,3")
+
+
+@pytest.mark.parametrize("kind", ["uniform", "lognormal"])
+def test_distributions_are_bounded_and_reproducible(kind):
+    text = f"seq={kind}(8,512)&n=200&batch=1,2,4&seed=7"
+    first, second = parse_profile(text), parse_profile(text)
+    assert first == second and len(first.requests) == 200
+    assert all(8 <= r.seq <= 512 and r.batch in (1, 2, 4) for r in first.requests)
+    assert parse_profile(text.replace("seed=7", "seed=8")) != first
+
+
+def test_lognormal_concentrates_on_short_requests():
+    lengths = sorted(r.seq for r in parse_profile("seq=lognormal(8,512)&n=1000").requests)
+    median = lengths[500]
+    assert 40 < median < 100  # the geometric mean of the bounds is 64
+
+
+def test_recorded_requests_from_csv_and_jsonl(tmp_path):
+    csv_file = tmp_path / "requests.csv"
+    csv_file.write_text("length,batch\n12,1\n40,2\n12,1\n")
+    assert parse_profile(str(csv_file)).requests == (Request(1, 12), Request(2, 40), Request(1, 12))
+    jsonl = tmp_path / "requests.jsonl"
+    jsonl.write_text("\n".join(json.dumps(row) for row in ({"seq": 5}, {"length": 7, "batch": 3})))
+    assert parse_profile(str(jsonl)).requests == (Request(1, 5), Request(3, 7))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("seq=", "malformed profile"),
+        ("len=8", "needs seq="),
+        ("seq=8,x", "not a list of integers"),
+        ("seq=0,4", "below 1"),
+        ("seq=uniform(9,8)", "bad bounds"),
+        ("seq=8,9&n=4", "n= applies to distributions"),
+        ("seq=8&seed=-1", "not a non-negative integer"),
+        ("missing.csv", "no such profile file"),
+    ],
+)
+def test_bad_profiles(text, message):
+    with pytest.raises(SpecError, match=message):
+        parse_profile(text)
+
+
+def test_bad_rows_name_the_row(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("length\n10\nabc\n")
+    with pytest.raises(SpecError, match="row 2 has no integer length"):
+        parse_profile(str(bad))
+
+
+def test_round_trip():
+    profile = parse_profile("seq=uniform(8,64)&n=5")
+    assert InputProfile.from_dict(profile.to_dict()) == profile
