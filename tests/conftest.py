@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,3 +21,47 @@ def py_workload(function: str, **options: str) -> str:
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     return tmp_path / "bakeoff.db"
+
+
+EMU_ENV = {"BAKEOFF_EMU": "1"}
+
+
+def cli_trial(
+    workload: str, on: str, tmp_path: Path, *extra: str, env: dict | None = None, command: list[str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m bakeoff trial`` in a fresh process: targets in-process, 3 samples, JSON out.
+
+    A fresh process keeps process-wide state (the emu device's PrivateUse1 name, OpenVINO's
+    dynamo settings) out of pytest's own process.
+    """
+    return subprocess.run(
+        [
+            *(command or [sys.executable, "-m", "bakeoff"]),
+            "trial",
+            workload,
+            "--on",
+            on,
+            "--db",
+            str(tmp_path / "b.db"),
+            "--in-process",
+            "--samples",
+            "3",
+            "--min-time",
+            "0",
+            "--format",
+            "json",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=600,
+    )
+
+
+def cli_result(workload: str, target: str, tmp_path: Path, *extra: str, **kwargs) -> dict:
+    """The JSON result of ``target`` from :func:`cli_trial`, which must have exited 0."""
+    result = cli_trial(workload, target, tmp_path, *extra, **kwargs)
+    assert result.returncode == 0, result.stderr
+    (found,) = [r for r in json.loads(result.stdout)["results"] if r["target"] == target]
+    return found

@@ -6,45 +6,19 @@ Each case runs ``python -m bakeoff trial`` as a user would, in a fresh process: 
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from tests.conftest import py_workload
+from tests.conftest import cli_result, py_workload
 
 pytest.importorskip("openvino", reason="install the test extras: pip install -e '.[test]'")
 pytest.importorskip("onnxruntime", reason="install the test extras: pip install -e '.[test]'")
 
 
 def _trial(workload: str, target: str, tmp_path: Path, *prefix: str) -> dict:
-    command = [*prefix] if prefix else [sys.executable, "-m", "bakeoff"]
-    result = subprocess.run(
-        [
-            *command,
-            "trial",
-            workload,
-            "--on",
-            target,
-            "--db",
-            str(tmp_path / "b.db"),
-            "--in-process",
-            "--samples",
-            "3",
-            "--min-time",
-            "0",
-            "--format",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr
-    (found,) = [r for r in json.loads(result.stdout)["results"] if r["target"] == target]
-    return found
+    return cli_result(workload, target, tmp_path, command=list(prefix) or None)
 
 
 def _openvino_default_precision() -> str:

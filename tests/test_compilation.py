@@ -3,13 +3,8 @@ behaviour and from the test device's shape-specialising compile backend."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
-from tests.conftest import py_workload
+from tests.conftest import EMU_ENV, cli_result, py_workload
 
 import bakeoff
 
@@ -97,35 +92,10 @@ def test_auto_buckets_come_from_the_profile(db):
 
 @pytest.mark.emu
 def test_emu_backend_compiles_exactly_once_per_new_shape(tmp_path):
-    env = {**os.environ, "BAKEOFF_EMU": "1"}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bakeoff",
-            "trial",
-            "arch:llama?layers=1&hidden=32&seq=8",
-            "--on",
-            "emu+emu?dynamic=false",
-            "--profile",
-            "seq=8,8,16,16,24,8",
-            "--db",
-            str(tmp_path / "b.db"),
-            "--in-process",
-            "--samples",
-            "3",
-            "--min-time",
-            "0",
-            "--format",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
+    target = "emu+emu?dynamic=false"
+    emu = cli_result(
+        "arch:llama?layers=1&hidden=32&seq=8", target, tmp_path, "--profile", "seq=8,8,16,16,24,8", env=EMU_ENV
     )
-    assert result.returncode == 0, result.stderr
-    (emu,) = [r for r in json.loads(result.stdout)["results"] if r["target"] == "emu+emu?dynamic=false"]
     assert emu["correctness"]["verdict"] == "pass"
     assert emu["compilation"]["signals"]["emu"]["compilations"] == 3  # 8, 16, 24
     assert emu["compilation"]["graphs"] == 3

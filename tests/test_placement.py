@@ -7,14 +7,13 @@ user would: the device renames PrivateUse1 for the whole process, so it stays ou
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from tests.conftest import py_workload
+from tests.conftest import EMU_ENV, cli_result, cli_trial, py_workload
 
 from bakeoff.checks.placement import judge
 
@@ -53,38 +52,11 @@ def test_judge_verdicts_on_synthetic_findings():
 
 
 def _emu_trial(workload: str, tmp_path: Path, unsupported: str = "", *extra: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "BAKEOFF_EMU": "1", "BAKEOFF_EMU_UNSUPPORTED": unsupported}
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bakeoff",
-            "trial",
-            workload,
-            "--on",
-            "emu",
-            "--db",
-            str(tmp_path / "b.db"),
-            "--in-process",
-            "--samples",
-            "3",
-            "--min-time",
-            "0",
-            "--format",
-            "json",
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    return cli_trial(workload, "emu", tmp_path, *extra, env={**EMU_ENV, "BAKEOFF_EMU_UNSUPPORTED": unsupported})
 
 
 def _emu_result(workload: str, tmp_path: Path, unsupported: str = "") -> dict:
-    result = _emu_trial(workload, tmp_path, unsupported)
-    assert result.returncode == 0, result.stderr
-    (emu,) = [r for r in json.loads(result.stdout)["results"] if r["target"] == "emu"]
+    emu = cli_result(workload, "emu", tmp_path, env={**EMU_ENV, "BAKEOFF_EMU_UNSUPPORTED": unsupported})
     assert emu["status"] == "ok", emu["error"]
     assert emu["correctness"]["verdict"] == "pass"
     return emu

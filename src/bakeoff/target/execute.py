@@ -53,17 +53,15 @@ class Prepared:
 
 
 def _move(value: Any, device: Any, dtype: Any) -> Any:
+    """Every tensor in ``value`` (any nesting) moved to ``device`` (None: stays), floating ones cast."""
     import torch
+    from torch.utils._pytree import tree_map_only
 
-    if isinstance(value, torch.Tensor):
-        if dtype is not None and value.is_floating_point():
-            return value.to(device=device, dtype=dtype)
-        return value if device is None else value.to(device=device)
-    if isinstance(value, dict):
-        return {k: _move(v, device, dtype) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(_move(v, device, dtype) for v in value)
-    return value
+    def move(tensor: torch.Tensor) -> torch.Tensor:
+        cast = dtype if dtype is not None and tensor.is_floating_point() else None
+        return tensor.to(device=device, dtype=cast) if device is not None or cast is not None else tensor
+
+    return tree_map_only(torch.Tensor, move, value)
 
 
 def place_inputs(workload: BuiltWorkload, target: Target, args: tuple, kwargs: dict) -> tuple[tuple, dict]:

@@ -16,16 +16,16 @@ __all__ = ["pad_inputs", "unpad_outputs"]
 
 def _pad(value: Any, seq: int, to: int) -> Any:
     import torch
+    from torch.utils._pytree import tree_map_only
 
-    if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[1] == seq and to > seq:
-        shape = list(value.shape)
+    def pad(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.dim() < 2 or tensor.shape[1] != seq or to <= seq:
+            return tensor
+        shape = list(tensor.shape)
         shape[1] = to - seq
-        return torch.cat([value, value.new_zeros(shape)], dim=1)
-    if isinstance(value, dict):
-        return {k: _pad(v, seq, to) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(_pad(v, seq, to) for v in value)
-    return value
+        return torch.cat([tensor, tensor.new_zeros(shape)], dim=1)
+
+    return tree_map_only(torch.Tensor, pad, value)
 
 
 def pad_inputs(args: tuple, kwargs: dict, seq: int, to: int) -> tuple[tuple, dict]:
