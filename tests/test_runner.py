@@ -135,3 +135,17 @@ def test_workers_turn_crash_and_hang_into_results_and_the_run_goes_on(db):
     assert hung.status == "error" and hung.error.category == "timeout" and hung.duration_s < 60
     assert after.verdict == "pass"  # the target after the hung one still ran
     assert len(bakeoff.history(db=db)) == 2
+
+
+def test_environment_switches_apply_per_target_and_are_recorded(db):
+    import os
+
+    run = bakeoff.trial(
+        py_workload("env_scaled"), on="cpu+aot_eager", db=db, isolate=False, env=["BAKEOFF_FIXTURE_SCALE=3"], **FAST
+    )
+    compiled = run.result("cpu+aot_eager")
+    assert {"name": "environment", "value": "BAKEOFF_FIXTURE_SCALE=3"} in compiled.adjustments
+    assert compiled.verdict == "fail"  # the switch changed the answer, and the ledger says why
+    assert "BAKEOFF_FIXTURE_SCALE" not in os.environ  # restored after the in-process target
+    with pytest.raises(bakeoff.BakeoffError, match="not KEY=VALUE"):
+        bakeoff.trial(py_workload("mlp"), db=db, env=["nonsense"], **FAST)

@@ -47,6 +47,7 @@ def trial(
     pad_to_buckets: str | None = None,
     max_buckets: int = 4,
     cold_compile_cache: bool = False,
+    env: Iterable[str] = (),
     progress: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Run ``workload`` on each target in ``on`` and store the run.
@@ -66,6 +67,8 @@ def trial(
             requests padded to these buckets (the static-shape what-if), side by side.
         max_buckets: how many buckets ``auto`` may choose.
         cold_compile_cache: give each target's compiler an empty cache (cold compile times).
+        env: ``KEY=VALUE`` environment switches set while each target runs (recorded as
+            adjustments), e.g. a backend's strict no-fallback mode.
         progress: called with a short message as each step starts.
 
     Raises:
@@ -88,6 +91,12 @@ def trial(
     if max_buckets < 1:
         raise SpecError(f"max buckets must be at least 1, got {max_buckets}", hint="e.g. --max-buckets 4")
     parsed_profile = parse_profile(profile) if profile is not None else None
+    switches = []
+    for item in env:
+        key, eq, value = item.partition("=")
+        if not eq or not key or not key.replace("_", "").isalnum():
+            raise SpecError(f"environment switch {item!r} is not KEY=VALUE", hint="e.g. --env TORCH_LOGS=recompiles")
+        switches.append((key, value))
     store = Store.open(db)
     settings = TrialSettings(
         timing=TimingSettings(min_samples=min_samples, min_seconds=min_seconds),
@@ -98,6 +107,7 @@ def trial(
         buckets=pad_to_buckets,
         max_buckets=max_buckets,
         cold_cache=cold_compile_cache,
+        env=tuple(switches),
     )
     return run_trial(store, spec, parsed, settings, progress)
 

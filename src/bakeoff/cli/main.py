@@ -178,6 +178,13 @@ def _finish_run(run: Any, fmt: str, db: str | None, strict: bool, strict_placeme
 )
 @click.option("--max-buckets", type=int, default=4, show_default=True, help="How many buckets 'auto' may choose.")
 @click.option("--cold-compile-cache", is_flag=True, help="Give each target's compiler an empty cache.")
+@click.option(
+    "--env",
+    "env",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Environment switch set while each target runs (repeatable; recorded as an adjustment).",
+)
 @click.option("--strict", is_flag=True, help="Exit 1 if any target fails correctness or errors.")
 @click.option(
     "--strict-placement",
@@ -198,6 +205,7 @@ def trial(
     pad_to_buckets: str | None,
     max_buckets: int,
     cold_compile_cache: bool,
+    env: Sequence[str],
     strict: bool,
     strict_placement: bool,
     db: str | None,
@@ -230,6 +238,7 @@ def trial(
         pad_to_buckets=pad_to_buckets,
         max_buckets=max_buckets,
         cold_compile_cache=cold_compile_cache,
+        env=env,
         progress=_progress(),
     )
     _finish_run(run, fmt, db, strict, strict_placement)

@@ -87,6 +87,6 @@ def run_isolated(job: TargetJob, timeout_s: float) -> TargetResult:
         correctness=Correctness("error", "no output to check: the worker ended without a result"),
         error=error,
         duration_s=elapsed,
-        adjustments=adjustments_for(job.target, job.buckets),
+        adjustments=adjustments_for(job.target, job.buckets, job.env),
         variant=job.variant,
     )

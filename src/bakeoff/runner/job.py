@@ -35,7 +35,8 @@ class TargetJob:
 
     ``profile`` runs the target over those request shapes instead of the workload's one input;
     ``buckets`` pads every request up to the smallest bucket that holds it (the static-shape
-    what-if); ``cold_cache`` gives the compiler an empty cache directory.
+    what-if); ``cold_cache`` gives the compiler an empty cache directory; ``env`` sets
+    environment switches (a backend's strict modes, say) while the target runs.
     """
 
     workload_spec: str
@@ -48,15 +49,18 @@ class TargetJob:
     profile: InputProfile | None = None
     buckets: tuple[int, ...] | None = None
     cold_cache: bool = False
+    env: tuple[tuple[str, str], ...] = ()
 
     @property
     def variant(self) -> str:
         return "bucketed" if self.buckets else "as-is"
 
 
-def adjustments_for(target: Target, buckets: tuple[int, ...] | None = None) -> tuple[dict[str, Any], ...]:
+def adjustments_for(
+    target: Target, buckets: tuple[int, ...] | None = None, env: tuple[tuple[str, str], ...] = ()
+) -> tuple[dict[str, Any], ...]:
     """The ordered, named changes made to run ``target`` (the adjustments ledger)."""
-    ledger: list[dict[str, Any]] = []
+    ledger: list[dict[str, Any]] = [{"name": "environment", "value": f"{k}={v}"} for k, v in env]
     for name, value in (
         ("dtype cast", target.dtype),
         ("compile dynamic", target.dynamic),
@@ -212,12 +216,16 @@ def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
     phase = "build"
     load_before = os.getloadavg()[0]
     prepared = None
+    saved_env: dict[str, str | None] = {}
     profile_info, compilation, first_call_ms, warmups, settled = None, None, None, None, None
     try:
         threads = target.effective_threads
         if threads is not None:
             torch.set_num_threads(threads)
+        saved_env = {key: os.environ.get(key) for key, _ in job.env}
+        os.environ.update(dict(job.env))
         if job.cold_cache:
+            saved_env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bakeoff-inductor-")
         workload = build_workload(job.workload_spec, device=target.torch_device)
         fingerprint = workload.fingerprint
@@ -259,6 +267,8 @@ def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
         correctness = _correctness(job, checks, fingerprint, dtype)
         if prepared.compile_summary is not None:
             summary = prepared.compile_summary()
+            hits = sum(1 for c in summary.get("compilations", ()) if c.get("cache") == "hit")
+            summary["cache"] = "cold (empty cache)" if job.cold_cache else f"existing cache ({hits} hit(s))"
             if job.profile is not None:
                 summary.update(
                     steady=settled,
@@ -287,12 +297,17 @@ def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
             ),
             duration_s=time.monotonic() - started,
             threads=torch.get_num_threads(),
-            adjustments=adjustments_for(target, job.buckets),
+            adjustments=adjustments_for(target, job.buckets, job.env),
             variant=job.variant,
         )
     finally:
         if prepared is not None:
             prepared.close()
+        for key, value in saved_env.items():  # in-process runs must not leak switches to the next target
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     notes = []
     latency = Latency(tuple(s * 1e3 for s in samples))
     if latency.noisy:
@@ -322,7 +337,7 @@ def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
         load_average=(load_before, os.getloadavg()[0]),
         duration_s=time.monotonic() - started,
         notes=tuple(notes),
-        adjustments=adjustments_for(target, job.buckets),
+        adjustments=adjustments_for(target, job.buckets, job.env),
         variant=job.variant,
         profile=profile_info,
     )

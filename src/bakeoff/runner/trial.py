@@ -42,6 +42,7 @@ class TrialSettings:
     buckets: str | None = None
     max_buckets: int = 4
     cold_cache: bool = False
+    env: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> dict:
         return {
@@ -52,6 +53,7 @@ class TrialSettings:
             "pad_to_buckets": self.buckets,
             "max_buckets": self.max_buckets,
             "cold_cache": self.cold_cache,
+            "env": [list(pair) for pair in self.env],
         }
 
 
@@ -243,6 +245,7 @@ def run_trial(
             profile=profile,
             buckets=padding,
             cold_cache=settings.cold_cache,
+            env=settings.env,
         )
         if settings.isolate:
             from bakeoff.runner.isolation import run_isolated
