@@ -174,7 +174,9 @@ def test_trial_json_history_show_end_to_end(tmp_path):
     history = bakeoff("history", "--db", db)
     assert doc["run_id"] in history.stdout and "mlp" in history.stdout
     shown = bakeoff("show", doc["run_id"][:5], "--db", db, "--format", "json")
-    assert json.loads(shown.stdout)["results"] == doc["results"]
+    shown_doc = json.loads(shown.stdout)
+    assert shown_doc["results"] == doc["results"]
+    assert shown_doc["environment"] == doc["environment"]  # this run's load average and time, not the first's
     table = bakeoff("show", doc["run_id"], "--db", db)
     assert "cpu+aot_eager" in table.stdout and "pass" in table.stdout and "1.00x (ref)" in table.stdout
 

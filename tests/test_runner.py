@@ -78,6 +78,9 @@ def test_bf16_target_is_checked_against_a_bf16_eager_reference(db):
     assert result.verdict == "pass"
     assert result.correctness.reference == "eager:bfloat16"
     assert result.correctness.tolerance == pytest.approx(1e-2)
+    # what the cast costs, against the workload's own float32, is reported beside the verdict
+    assert result.correctness.drift["reference"] == "eager:float32"
+    assert 1e-4 < result.correctness.drift["max_abs_err"] < 0.5
 
 
 def test_baseline_is_reused_and_recomputed_when_stale(db, tmp_path):

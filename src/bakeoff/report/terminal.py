@@ -150,6 +150,9 @@ def _notes(result: TargetResult) -> str:
         )
     if result.correctness is not None and result.correctness.reason and result.status != "error":
         parts.append(result.correctness.reason[:200])
+    drift = result.correctness.drift if result.correctness is not None else None
+    if drift:
+        parts.append(f"{drift['max_abs_err']:.2e} max abs from {drift['reference']} (the dtype's cost)")
     parts.extend(_compile_notes(result))
     if result.adjustments:
         parts.append("adjustments: " + ", ".join(f"{a['name']}={a['value']}" for a in result.adjustments))

@@ -101,13 +101,19 @@ class TensorComparison:
 
 @dataclass(frozen=True)
 class Correctness:
-    """The verdict for a target's outputs against the baseline."""
+    """The verdict for a target's outputs against the baseline.
+
+    A target in another dtype is judged against the eager CPU run *in its dtype*; ``drift``
+    then adds, for information, how far its outputs are from the workload's own dtype
+    (``{"reference": "eager:float32", "max_abs_err": ...}``): what the dtype change costs.
+    """
 
     verdict: str
     reason: str = ""
     reference: str = ""
     tolerance: float | None = None
     outputs: tuple[TensorComparison, ...] = ()
+    drift: dict[str, Any] | None = None
 
     @property
     def max_abs_err(self) -> float | None:
@@ -131,6 +137,7 @@ class Correctness:
             "max_rel_err": self.max_rel_err,
             "min_cosine": self.min_cosine,
             "outputs": [o.to_dict() for o in self.outputs],
+            "drift": self.drift,
         }
 
     @classmethod
@@ -141,6 +148,7 @@ class Correctness:
             reference=data.get("reference", ""),
             tolerance=data.get("tolerance"),
             outputs=tuple(TensorComparison.from_dict(o) for o in data.get("outputs", ())),
+            drift=data.get("drift"),
         )
 
 

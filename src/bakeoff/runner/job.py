@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.checks.baseline import load_references, shape_tag
-from bakeoff.checks.correctness import compare_outputs
+from bakeoff.checks.correctness import compare_outputs, max_abs_difference
 from bakeoff.checks.outputs import flatten_outputs
 from bakeoff.checks.placement import audit_placement
 from bakeoff.measure.clock import Clock
@@ -90,7 +90,9 @@ def _native_dtype(outputs: Any) -> str:
     return "float32"
 
 
-def _correctness(job: TargetJob, checks: list[tuple[str, dict[str, Any]]], fingerprint: str, dtype: str) -> Correctness:
+def _correctness(
+    job: TargetJob, checks: list[tuple[str, dict[str, Any]]], fingerprint: str, dtype: str, native: str
+) -> Correctness:
     """Compare flattened outputs, per input (``""`` = the default one, else a shape tag)."""
     from bakeoff.analysis.tolerance import tolerance_for
 
@@ -112,7 +114,8 @@ def _correctness(job: TargetJob, checks: list[tuple[str, dict[str, Any]]], finge
             name,
             tol,
         )
-    wanted = [n + tag for tag, _ in checks for n in (name, "golden")]
+    native_name = f"eager:{native}"
+    wanted = [n + tag for tag, _ in checks for n in (name, "golden", native_name)]
     refs = load_references(Path(job.baseline_path), wanted)
     verdicts, reasons, outputs = [], [], []
     for tag, flat in checks:
@@ -127,7 +130,20 @@ def _correctness(job: TargetJob, checks: list[tuple[str, dict[str, Any]]], finge
             o if not label else type(o)(**{**o.__dict__, "name": f"{label}:{o.name}"}) for o in result.outputs
         )
     verdict = "fail" if "fail" in verdicts else ("not_comparable" if "not_comparable" in verdicts else "pass")
-    return Correctness(verdict, "; ".join(reasons)[:2000], name, tol, tuple(outputs))
+    drift = None
+    if native != dtype:  # what the dtype change costs, against the workload's own dtype
+        errors = [
+            max_abs_difference(t, refs[native_name + tag][n])
+            for tag, flat in checks
+            for n, t in flat.items()
+            if native_name + tag in refs
+            and n in refs[native_name + tag]
+            and refs[native_name + tag][n].shape == t.shape
+            and t.is_floating_point()
+        ]
+        if errors:
+            drift = {"reference": native_name, "max_abs_err": max(errors)}
+    return Correctness(verdict, "; ".join(reasons)[:2000], name, tol, tuple(outputs), drift)
 
 
 def _profile_calls(job: TargetJob, workload: Any, prepared: Any) -> tuple[dict, list, dict]:
@@ -228,7 +244,7 @@ def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
             saved_env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bakeoff-inductor-")
         workload = build_workload(job.workload_spec, device=target.torch_device)
-        fingerprint = workload.fingerprint
+        fingerprint, native = workload.fingerprint, workload.dtype  # before prepare() casts the model
         if target.is_compiled:
             torch._dynamo.reset()
         phase = "prepare"
@@ -264,7 +280,7 @@ def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
                 ]
                 profile_info, per_shape = _profile_summary(job, profile_run, padded_to)
         phase = "correctness"
-        correctness = _correctness(job, checks, fingerprint, dtype)
+        correctness = _correctness(job, checks, fingerprint, dtype, native)
         if prepared.compile_summary is not None:
             summary = prepared.compile_summary()
             hits = sum(1 for c in summary.get("compilations", ()) if c.get("cache") == "hit")

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Engine, create_engine, event, func, insert, inspect, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from bakeoff.env import Environment
+from bakeoff.env import VOLATILE, Environment
 from bakeoff.errors import StoreError
 from bakeoff.results.values import BaselineInfo, RunResult, TargetResult
 from bakeoff.store import schema
@@ -25,6 +25,7 @@ __all__ = ["DEFAULT_DB", "RunSummary", "Store", "resolve_db_url"]
 
 DEFAULT_DB = "bakeoff.db"
 T = TypeVar("T")
+_VOLATILE_KEY = "_environment_volatile"
 
 
 def resolve_db_url(db: str | os.PathLike[str] | None) -> str:
@@ -260,7 +261,8 @@ class Store:
                     workload=run.workload,
                     environment_id=env_id,
                     baseline_id=run.baseline_id,
-                    settings=run.settings,
+                    # the environment row is shared; what varies from run to run stays with the run
+                    settings={**run.settings, _VOLATILE_KEY: {k: run.environment.data.get(k) for k in VOLATILE}},
                     bakeoff_version=__version__,
                 )
             )
@@ -333,6 +335,10 @@ class Store:
                     )
                     data["latency"] = {**data["latency"], "samples_ms": ms}
                 items.append(TargetResult.from_dict(data))
+        settings = dict(run["settings"])
+        volatile = settings.pop(_VOLATILE_KEY, None)
+        if volatile:
+            env = Environment({**env.data, **volatile})
         return RunResult(
             run_id=run["id"],
             created_at=run["created_at"],
@@ -340,7 +346,7 @@ class Store:
             environment=env,
             results=tuple(items),
             baseline_id=run["baseline_id"],
-            settings=run["settings"],
+            settings=settings,
         )
 
     @_guarded
