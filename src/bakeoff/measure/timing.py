@@ -18,7 +18,7 @@ from typing import Any
 
 from bakeoff.measure.clock import Clock, PerfClock
 
-__all__ = ["ProfileRun", "TimingRun", "TimingSettings", "dynamo_compile_events", "time_callable", "time_profile"]
+__all__ = ["ProfileRun", "TimingRun", "TimingSettings", "time_callable", "time_profile"]
 
 
 @dataclass(frozen=True)
@@ -49,13 +49,6 @@ class TimingRun:
     warmup_calls: int
     settled: bool
     samples_s: tuple[float, ...]
-
-
-def dynamo_compile_events() -> int:
-    """A number that grows whenever dynamo compiles a frame or a graph in this process."""
-    from torch._dynamo.utils import counters
-
-    return int(counters["frames"]["total"]) + int(counters["stats"]["unique_graphs"])
 
 
 def time_callable(
