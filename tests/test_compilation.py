@@ -49,6 +49,9 @@ def test_graph_breaks_are_reported_with_reason_and_location(db):
     (first, *_) = c.graph_break_reasons
     assert first["reason"].startswith("Data-dependent branching")
     assert first["location"].endswith("models.py:" + str(_line_of("if hidden.sum() > 0")))
+    # the placement report carries what the compiler accepted too
+    assert result.placement.signals["compile"]["graph_breaks"] == c.graph_breaks
+    assert result.placement.signals["compile"]["graphs"] == c.graphs
 
 
 def _line_of(text: str) -> int:

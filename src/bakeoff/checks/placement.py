@@ -284,6 +284,11 @@ def audit_placement(prepared: Any, target: Any, probe: Any | None) -> Any:
         backend_fallbacks, backend_signals = prepared.backend_signals()
         fallback_ops = {**fallback_ops, **backend_fallbacks}
         signals = {**signals, **backend_signals}
+    if prepared.compile_summary is not None:  # graphs the compiler accepted vs frames left to eager
+        summary = prepared.compile_summary()
+        signals["compile"] = {
+            key: summary.get(key, 0) for key in ("graphs", "graph_breaks", "eager_frames", "recompile_limit_hits")
+        }
     root = getattr(prepared.model, "_orig_mod", prepared.model)
     recorder = audit_module(root, prepared, is_target)
     stray = stray_tensors(root, is_target)
