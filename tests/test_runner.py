@@ -20,6 +20,14 @@ def test_clean_model_passes_on_eager_and_aot_eager_with_reference_added(db):
     assert compiled.status == "ok" and compiled.verdict == "pass"
     assert compiled.latency.count >= 5 and compiled.first_call_ms > 0
     assert compiled.speedup == pytest.approx(ref.latency.p50_ms / compiled.latency.p50_ms)
+    ci = compiled.speedup_ci
+    assert ci["low"] <= compiled.speedup <= ci["high"] and ci["confidence"] == 0.95
+    assert ci["significant"] == (not ci["low"] <= 1.0 <= ci["high"])
+    assert ref.speedup_ci["value"] == pytest.approx(1.0)
+    if compiled.latency.p50_ms >= ref.latency.p50_ms:
+        assert compiled.break_even_requests is None  # slower per request: never pays back
+    else:
+        assert compiled.break_even_requests >= 1
     assert {o.name for o in compiled.correctness.outputs} == {"output.logits", "output.hidden"}
     assert compiled.settled is True
 

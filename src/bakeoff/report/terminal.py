@@ -48,7 +48,10 @@ def _err(value: float | None) -> str:
 def _speed(result: TargetResult) -> str:
     if result.speedup is None:
         return "-"
-    return f"{result.speedup:.2f}x" + (" (ref)" if result.is_reference else "")
+    if result.is_reference:
+        return f"{result.speedup:.2f}x (ref)"
+    ci = result.speedup_ci or {}
+    return f"{result.speedup:.2f}x" + (" (n.s.)" if ci and not ci.get("significant") else "")
 
 
 def _label(result: TargetResult) -> str:
@@ -154,6 +157,14 @@ def _notes(result: TargetResult) -> str:
     if drift:
         parts.append(f"{drift['max_abs_err']:.2e} max abs from {drift['reference']} (the dtype's cost)")
     parts.extend(_compile_notes(result))
+    ci = result.speedup_ci
+    if ci and not result.is_reference:
+        parts.append(
+            f"speed {ci['low']:.2f}-{ci['high']:.2f}x (95% CI)"
+            + ("" if ci["significant"] else ": no significant difference from eager CPU")
+        )
+    if result.break_even_requests is not None and result.target.is_compiled:
+        parts.append(f"pays back its first call after {result.break_even_requests:.0f} request(s)")
     if result.adjustments:
         parts.append("adjustments: " + ", ".join(f"{a['name']}={a['value']}" for a in result.adjustments))
     parts.extend(result.notes)
@@ -232,7 +243,13 @@ def run_view(run: RunResult, where: str | None = None) -> Group:
         parts.append(buckets_view(run))
     for note in workload.get("notes", []) or []:
         parts.append(Text(f"note: {note}", style="dim"))
-    parts.append(Text("speed vs cpu = eager CPU p50 / target p50, measured in this run (>1 is faster).", style="dim"))
+    parts.append(
+        Text(
+            "speed vs cpu = eager CPU p50 / target p50, measured in this run (>1 is faster; "
+            "n.s. = its 95% bootstrap interval contains 1).",
+            style="dim",
+        )
+    )
     if where:
         parts.append(Text.assemble("stored in ", (where, "bold"), f"; show again with `bakeoff show {run.run_id}`"))
     return Group(*parts)

@@ -273,6 +273,8 @@ class TargetResult:
     warmup_calls: int | None = None
     settled: bool | None = None
     speedup: float | None = None
+    speedup_ci: dict[str, Any] | None = None
+    break_even_requests: float | None = None
     peak_host_rss_bytes: int | None = None
     device_peak_bytes: int | None = None
     threads: int | None = None

@@ -189,14 +189,23 @@ def _with_reference(targets: Sequence[Target]) -> tuple[list[Target], Target]:
 
 
 def _speedups(results: list[TargetResult], reference: Target) -> list[TargetResult]:
+    """Speed-up against the reference with a 95% bootstrap interval, and when compiling pays off."""
+    from bakeoff.analysis.compare import break_even_requests, ratio_of_medians
+
     ref = next((r for r in results if r.target == reference and r.variant == "as-is"), None)
     if ref is None or ref.latency is None or not ref.latency.count:
         return results
-    base = ref.latency.p50_ms
-    return [
-        replace(r, speedup=base / r.latency.p50_ms) if r.latency and r.latency.count and r.latency.p50_ms > 0 else r
-        for r in results
-    ]
+    updated = []
+    for r in results:
+        if r.latency is None or not r.latency.count or r.latency.p50_ms <= 0:
+            updated.append(r)
+            continue
+        estimate = ratio_of_medians(ref.latency.samples_ms, r.latency.samples_ms)
+        pays_back = None
+        if r.target.is_compiled and r.first_call_ms is not None:
+            pays_back = break_even_requests(r.first_call_ms, r.latency.p50_ms, ref.latency.p50_ms)
+        updated.append(replace(r, speedup=estimate.value, speedup_ci=estimate.to_dict(), break_even_requests=pays_back))
+    return updated
 
 
 def run_trial(
