@@ -322,8 +322,10 @@ def test_environment_stored_once_per_fingerprint(store: Store) -> None:
     with store.engine.connect() as conn:
         fps = set(conn.execute(select(tables.environments.c.fingerprint)).scalars())
     assert fps == {ENV_A.fingerprint, ENV_B.fingerprint}
-    # the environment is read back, linked from each run (first capture kept)
-    assert store.get_run("r2").environment == ENV_A
+    # the environment is read back, linked from each run, with that run's own time and load
+    assert store.get_run("r2").environment == later_a
+    assert store.get_run("r2").environment.fingerprint == ENV_A.fingerprint
+    assert store.get_run("r1").environment == ENV_A
     assert store.get_run("r3").environment == ENV_B
     assert [s.environment_fingerprint for s in store.list_runs()] == [
         ENV_B.fingerprint,
