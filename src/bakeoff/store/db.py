@@ -262,7 +262,10 @@ class Store:
                     environment_id=env_id,
                     baseline_id=run.baseline_id,
                     # the environment row is shared; what varies from run to run stays with the run
-                    settings={**run.settings, _VOLATILE_KEY: {k: run.environment.data.get(k) for k in VOLATILE}},
+                    settings={
+                        **run.settings,
+                        _VOLATILE_KEY: {k: run.environment.data[k] for k in VOLATILE if k in run.environment.data},
+                    },
                     bakeoff_version=__version__,
                 )
             )
