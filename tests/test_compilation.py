@@ -103,3 +103,14 @@ def test_emu_backend_compiles_exactly_once_per_new_shape(tmp_path):
     assert emu["compilation"]["signals"]["emu"]["compilations"] == 3  # 8, 16, 24
     assert emu["compilation"]["graphs"] == 3
     assert emu["profile"]["first_pass_compiles"] == 3
+
+
+@pytest.mark.compile
+def test_audit_does_not_depend_on_the_users_torch_logs(tmp_path):
+    # with TORCH_LOGS set, torch ignores bakeoff's set_logs; the counts must not drop to zero
+    result = cli_result(
+        LLAMA, "cpu+aot_eager?dynamic=false", tmp_path, "--profile", "seq=16,17,32", env={"TORCH_LOGS": "recompiles"}
+    )
+    assert result["compilation"]["graphs"] == 3
+    assert result["compilation"]["recompiles"] == 2
+    assert any("expected 16, actual 17" in r for r in result["compilation"]["recompile_reasons"])

@@ -14,6 +14,7 @@ never include another's.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections import Counter
 from typing import Any
@@ -58,7 +59,11 @@ class CompileWatch:
         counters.clear()
         torch._dynamo.utils.guard_failures.clear()
         self._metrics_start = len(self._metrics())
-        torch._logging.set_logs(recompiles=True, graph_breaks=True)
+        # With TORCH_LOGS set, torch ignores set_logs (and says so); the counts below then come
+        # from counters and compilation metrics alone, which do not depend on logging.
+        self._set_logs = not os.environ.get("TORCH_LOGS")
+        if self._set_logs:
+            torch._logging.set_logs(recompiles=True, graph_breaks=True)
         self.capture = _Capture()
         self._saved: dict[str, tuple[int, bool]] = {}
         for name in (_RECOMPILES, _GRAPH_BREAKS, _CONVERT):
@@ -105,15 +110,25 @@ class CompileWatch:
             {"reason": reason.splitlines()[0], "location": location, "count": count}
             for (reason, location), count in sorted(self.capture.breaks.items())
         ]
+        if not breaks:  # no log records (TORCH_LOGS overrode ours): reasons without locations
+            breaks = [
+                {"reason": k.splitlines()[0], "location": "", "count": v}
+                for k, v in unimplemented.items()
+                if "recompile limit" not in k.lower()
+            ]
         reasons = []
         for record in self.capture.recompiles:
             for line in record.splitlines()[2:]:
                 line = line.strip().removeprefix("- ").strip()
                 if line and line not in reasons:
                     reasons.append(line)
+        for compilation in compilations:  # the metrics carry each recompilation's first reason too
+            if compilation["reason"] and compilation["reason"] not in reasons:
+                reasons.append(compilation["reason"])
+        recompiled = sum(1 for c in compilations if c["reason"])
         return {
             "graphs": int(counters["stats"]["unique_graphs"]),
-            "recompiles": len(self.capture.recompiles),
+            "recompiles": max(len(self.capture.recompiles), recompiled),
             "recompile_reasons": tuple(reasons),
             "graph_breaks": sum(v for k, v in unimplemented.items() if "recompile limit" not in k.lower()),
             "graph_break_reasons": tuple(breaks),
@@ -131,4 +146,5 @@ class CompileWatch:
             log.removeHandler(self.capture)
             log.setLevel(level)
             log.propagate = propagate
-        torch._logging.set_logs()
+        if self._set_logs:
+            torch._logging.set_logs()
