@@ -43,8 +43,8 @@ def trial(
     min_samples: int = 30,
     min_seconds: float = 0.5,
     refresh_baseline: bool = False,
-    profile: str | None = None,
-    pad_to_buckets: str | None = None,
+    profile: str | os.PathLike[str] | None = None,
+    pad_to_buckets: str | int | Iterable[int] | None = None,
     max_buckets: int = 4,
     cold_compile_cache: bool = False,
     env: Iterable[str] = (),
@@ -90,12 +90,22 @@ def trial(
         raise SpecError(f"timeout must be positive, got {timeout_s:g} s", hint="e.g. --timeout 900")
     if max_buckets < 1:
         raise SpecError(f"max buckets must be at least 1, got {max_buckets}", hint="e.g. --max-buckets 4")
-    parsed_profile = parse_profile(profile) if profile is not None else None
+    if cold_compile_cache and not isolate:
+        raise SpecError(
+            "a cold compile cache needs worker processes (in one process compilers keep warm caches)",
+            hint="drop --in-process, or drop --cold-compile-cache",
+        )
+    if isinstance(env, str):
+        env = [env]
+    if pad_to_buckets is not None and not isinstance(pad_to_buckets, str):
+        values = pad_to_buckets if isinstance(pad_to_buckets, Iterable) else [pad_to_buckets]
+        pad_to_buckets = ",".join(str(v) for v in values)
+    parsed_profile = parse_profile(os.fspath(profile)) if profile is not None else None
     switches = []
     for item in env:
         key, eq, value = item.partition("=")
-        if not eq or not key or not key.replace("_", "").isalnum():
-            raise SpecError(f"environment switch {item!r} is not KEY=VALUE", hint="e.g. --env TORCH_LOGS=recompiles")
+        if not eq or not key or not key.replace("_", "").isalnum() or key[0].isdigit():
+            raise SpecError(f"environment switch {item!r} is not KEY=VALUE", hint="e.g. --env TORCHINDUCTOR_FREEZING=1")
         switches.append((key, value))
     store = Store.open(db)
     settings = TrialSettings(

@@ -55,7 +55,7 @@ def test_recorded_requests_from_csv_and_jsonl(tmp_path):
         ("seq=uniform(9,8)", "bad bounds"),
         ("seq=8,9&n=4", "n= applies to distributions"),
         ("seq=8&seed=-1", "not a non-negative integer"),
-        ("missing.csv", "no such profile file"),
+        ("missing.csv", "does not exist"),
     ],
 )
 def test_bad_profiles(text, message):
@@ -73,3 +73,43 @@ def test_bad_rows_name_the_row(tmp_path):
 def test_round_trip():
     profile = parse_profile("seq=uniform(8,64)&n=5")
     assert InputProfile.from_dict(profile.to_dict()) == profile
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("[12, 1]\n", "row 1 is not an object"),
+        ('{"length": 12.7}\n', "row 1 has no integer length"),
+        ('{"length": true}\n', "row 1 has no integer length"),
+        ('{"length": 12, "batch": 0}\n', "row 1 has a length or batch below 1"),
+    ],
+)
+def test_bad_jsonl_rows(tmp_path, content, message):
+    path = tmp_path / "requests.jsonl"
+    path.write_text(content)
+    with pytest.raises(SpecError, match=message):
+        parse_profile(str(path))
+
+
+def test_csv_with_bom_and_binary_files(tmp_path):
+    bom = tmp_path / "excel.csv"
+    bom.write_text("\ufefflength\n12\n", encoding="utf-8")
+    assert parse_profile(str(bom)).requests == (Request(1, 12),)
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(b"\xc1\xff\x00\x01")
+    with pytest.raises(SpecError, match="cannot read profile"):
+        parse_profile(str(binary))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("seq=99999999999999999999", "above 1,000,000"),
+        ("seq=uniform(8,128)&n=5,6", "must be one number"),
+        ("seq=uniform(8,128)&n=500000", "must be one number up to 100,000"),
+        ("seq=normal(8,128)&n=5", "unknown distribution"),
+    ],
+)
+def test_profile_bounds_and_unknown_distributions(text, message):
+    with pytest.raises(SpecError, match=message):
+        parse_profile(text)

@@ -360,3 +360,12 @@ def test_parse_targets_extra_devices_from_a_generator() -> None:
 def test_mode_only_with_inductor() -> None:
     with pytest.raises(SpecError, match="applies only to the inductor backend"):
         parse_target("cpu+aot_eager?mode=max-autotune")
+
+
+def test_precision_and_engine_options_are_checked_where_they_apply() -> None:
+    for spec in ("cpu+inductor?precision=f32", "cpu+onnxrt?precision=bf16"):
+        with pytest.raises(SpecError, match="applies only to OpenVINO"):
+            parse_target(spec)
+    with pytest.raises(SpecError, match="not to the export engine 'onnxrt'"):
+        parse_target("cpu+onnxrt?dynamic=true")
+    assert parse_target("cpu+openvino_export?precision=f32").precision == "f32"

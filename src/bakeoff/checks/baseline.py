@@ -86,6 +86,14 @@ def compute_references(
             try:
                 refs[name + tag] = _run_in(workload, dtype, args, kwargs)
             except Exception as exc:  # e.g. an op without a float64 or float16 CPU kernel
+                if name == f"eager:{native}":  # the shape itself does not work: refuse it now
+                    from bakeoff.errors import WorkloadError
+
+                    raise WorkloadError(
+                        f"{workload.spec} fails eagerly on the CPU for profile shape {tag.lstrip('@')}: "
+                        f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}",
+                        hint="remove that shape from the profile, or fix the model for it",
+                    ) from exc
                 notes.append(f"no {name + tag} reference: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
     return refs, notes
 

@@ -26,6 +26,7 @@ _GRAPH_BREAKS = "torch._dynamo.symbolic_convert.__graph_breaks"
 _CONVERT = "torch._dynamo.convert_frame"
 _LOCATION = re.compile(r"in user code at (\S+:\d+)")
 _REASON = re.compile(r"Graph Break Reason: (.*)")
+_GUARD_FAILURE = re.compile(r"^\d+/\d+: ")
 
 
 class _Capture(logging.Handler):
@@ -120,7 +121,7 @@ class CompileWatch:
         for record in self.capture.recompiles:
             for line in record.splitlines()[2:]:
                 line = line.strip().removeprefix("- ").strip()
-                if line and line not in reasons:
+                if _GUARD_FAILURE.match(line) and line not in reasons:  # not the stack-trace lines
                     reasons.append(line)
         for compilation in compilations:  # the metrics carry each recompilation's first reason too
             if compilation["reason"] and compilation["reason"] not in reasons:

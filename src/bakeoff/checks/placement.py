@@ -108,6 +108,11 @@ class PlacementRecorder:
                 return
         decisive = outputs or inputs
         on_device = any(self.is_target(t.device) for t in decisive)
+        if on_device and any(not self.is_target(t.device) and t.dim() > 0 for t in inputs):
+            # a device op that read a host tensor (not a 0-dim scalar): a real device would refuse
+            # it or copy it implicitly; either way the work was not all on the device
+            name = f"{name} (reads a host tensor)"
+            on_device = False
         if name in HOST_SYNC_OPS and any(self.is_target(t.device) for t in inputs):
             self.host_syncs[name] += 1
         if on_device:

@@ -243,7 +243,8 @@ def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
         if job.cold_cache:
             saved_env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bakeoff-inductor-")
-        workload = build_workload(job.workload_spec, device=target.torch_device)
+        # the reference is plain eager CPU: no device map or self-placement applies to it
+        workload = build_workload(job.workload_spec, device=None if job.is_reference else target.torch_device)
         fingerprint, native = workload.fingerprint, workload.dtype  # before prepare() casts the model
         if target.is_compiled:
             torch._dynamo.reset()

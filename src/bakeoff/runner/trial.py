@@ -82,6 +82,8 @@ def resolve_buckets(profile: InputProfile | None, buckets: str | None, max_bucke
                 f"--pad-to-buckets {buckets!r} is not 'auto' or a list of sizes",
                 hint="e.g. --pad-to-buckets auto or 64,128,256",
             ) from None
+        if chosen[0] < 1:
+            raise SpecError(f"--pad-to-buckets {buckets!r} has a size below 1", hint="e.g. 64,128,256")
         if max(lengths) > chosen[-1]:
             raise SpecError(
                 f"a profile request of length {max(lengths)} exceeds the largest bucket {chosen[-1]}",
@@ -254,7 +256,7 @@ def run_trial(
             profile=profile,
             buckets=padding,
             cold_cache=settings.cold_cache,
-            env=settings.env,
+            env=() if is_ref else settings.env,  # the reference stays what the baseline measured
         )
         if settings.isolate:
             from bakeoff.runner.isolation import run_isolated

@@ -27,7 +27,7 @@ __all__ = [
 #: Backends that need a library or a device; without it they are skipped with this advice.
 OPTIONAL_BACKENDS: dict[str, tuple[str | None, str | None, str]] = {
     # name: (module that must import, device type it needs, how to get it)
-    "openvino": ("openvino.torch", None, "pip install 'bakeoff[openvino]'"),
+    "openvino": ("openvino.torch", "cpu", "pip install 'bakeoff[openvino]'"),
     "openxla": ("torch_xla", None, "install torch_xla"),
     "openxla_eval": ("torch_xla", None, "install torch_xla"),
     "tvm": ("tvm", None, "install Apache TVM"),

@@ -196,9 +196,17 @@ class OpenVINOExportEngine(ExportEngine):
         self.precision = str(getattr(hint, "type_name", None) or hint)
         outputs = compiled.outputs
 
+        bf16 = [out.get_element_type().type_name == "bf16" for out in outputs]
+
         def run(inputs: list) -> list:
-            result = compiled([t.detach().numpy() for t in inputs])
-            return [torch.from_numpy(result[out]) for out in outputs]
+            result = compiled(
+                [t.detach().float().numpy() if t.dtype == torch.bfloat16 else t.detach().numpy() for t in inputs]
+            )
+            # numpy has no bfloat16: OpenVINO hands bf16 outputs back as their raw 16-bit patterns
+            return [
+                torch.from_numpy(result[out]).view(torch.bfloat16) if is_bf16 else torch.from_numpy(result[out])
+                for out, is_bf16 in zip(outputs, bf16, strict=True)
+            ]
 
         return run
 

@@ -198,6 +198,18 @@ def parse_target(text: str, extra_devices: Iterable[str] = ()) -> Target:
             f"option 'mode' in target {text!r} applies only to the inductor backend",
             hint="drop mode=, or use +inductor",
         )
+    if "precision" in options and fields["backend"] not in (None, "openvino", "openvino_export"):
+        raise SpecError(
+            f"option 'precision' in target {text!r} applies only to OpenVINO (openvino, openvino_export)",
+            hint="drop precision=, or use dtype= to cast the model",
+        )
+    engine_options = [k for k in ("dynamic", "fullgraph") if k in options]
+    if engine_options and fields["backend"] in ("onnxrt", "openvino_export"):
+        raise SpecError(
+            f"option {engine_options[0]!r} in target {text!r} applies to torch.compile backends, not to "
+            f"the export engine {fields['backend']!r} (it compiles once per input shape)",
+            hint=f"drop {engine_options[0]}=",
+        )
     compile_only = [k for k in ("dynamic", "mode", "fullgraph", "precision") if k in options]
     if compile_only and fields["backend"] is None:
         raise SpecError(

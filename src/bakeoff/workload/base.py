@@ -121,7 +121,13 @@ class BuiltWorkload:
 
         # a seed per shape: each shape's inputs are the same whichever process or order asks
         torch.manual_seed(self.seed * 1_000_003 + batch * 10_007 + seq)
-        return self.make_inputs(batch, seq)
+        try:
+            return self.make_inputs(batch, seq)
+        except Exception as exc:
+            raise WorkloadError(
+                f"{self.spec} could not build inputs of shape {batch}x{seq}: {type(exc).__name__}: {exc}",
+                hint="fix make_inputs for that shape, or leave it out of the profile",
+            ) from exc
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -60,6 +60,11 @@ class InputProfile:
         return cls(tuple(Request(b, s) for b, s in data["requests"]), data["source"])
 
 
+#: Bounds that keep a typo from allocating the machine away.
+MAX_LENGTH = 1_000_000
+MAX_REQUESTS = 100_000
+
+
 def _ints(text: str, key: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",")]
@@ -67,6 +72,8 @@ def _ints(text: str, key: str) -> list[int]:
         raise SpecError(f"{key}={text!r} is not a list of integers", hint=_HINT) from None
     if any(v < 1 for v in values):
         raise SpecError(f"{key}={text!r} has a value below 1", hint=_HINT)
+    if any(v > MAX_LENGTH for v in values):
+        raise SpecError(f"{key}={text!r} has a value above {MAX_LENGTH:,}", hint=_HINT)
     return values
 
 
@@ -78,6 +85,20 @@ def _draw(kind: str, low: int, high: int, count: int, rng: random.Random) -> lis
     return [min(high, max(low, round(rng.lognormvariate(mu, sigma)))) for _ in range(count)]
 
 
+def _whole(value: object, default: int | None) -> int:
+    """A whole number from a CSV cell or JSON value; floats and booleans are refused."""
+    if value is None or value == "":
+        if default is None:
+            raise ValueError("missing")
+        return default
+    if isinstance(value, bool | float):
+        raise ValueError("not a whole number")
+    text = str(value).strip()
+    if not (text.isascii() and text.isdigit()):
+        raise ValueError("not a whole number")
+    return int(text)
+
+
 def _from_file(path: Path) -> list[Request]:
     rows: list[dict] = []
     try:
@@ -87,13 +108,18 @@ def _from_file(path: Path) -> list[Request]:
         else:
             with path.open(encoding="utf-8") as handle:
                 rows = [json.loads(line) for line in handle if line.strip()]
-    except (OSError, json.JSONDecodeError, csv.Error) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, csv.Error) as exc:
         raise SpecError(f"cannot read profile {path}: {exc}", hint="one request per line with a length") from exc
     requests = []
     for number, row in enumerate(rows, start=1):
-        length = row.get("length", row.get("seq")) if isinstance(row, dict) else None
+        if not isinstance(row, dict):
+            raise SpecError(
+                f"{path} row {number} is not an object with a length",
+                hint='one request per line, e.g. {"length": 12, "batch": 1}',
+            )
+        row = {str(k).lstrip("\ufeff").strip(): v for k, v in row.items() if k is not None}
         try:
-            request = Request(int(row.get("batch") or 1), int(length))  # type: ignore[arg-type]
+            request = Request(_whole(row.get("batch"), 1), _whole(row.get("length", row.get("seq")), None))
         except (TypeError, ValueError):
             raise SpecError(
                 f"{path} row {number} has no integer length",
@@ -117,7 +143,8 @@ def parse_profile(text: str) -> InputProfile:
     if text.endswith((".csv", ".jsonl", ".json")):
         path = Path(text).expanduser()
         if not path.is_file():
-            raise SpecError(f"no such profile file {text!r}", hint=_HINT)
+            what = "is a directory, not a profile file" if path.is_dir() else "does not exist"
+            raise SpecError(f"profile {text!r} {what}", hint=_HINT)
         return InputProfile(tuple(_from_file(path)), text)
     options: dict[str, str] = {}
     for pair in text.split("&"):
@@ -138,11 +165,18 @@ def parse_profile(text: str) -> InputProfile:
         kind, low, high = dist[1], int(dist[2]), int(dist[3])
         if not 1 <= low <= high:
             raise SpecError(f"bad bounds in {options['seq']!r}", hint="need 1 <= low <= high")
-        count = _ints(options.get("n", "50"), "n")[0]
+        counts = _ints(options.get("n", "50"), "n")
+        if len(counts) != 1 or counts[0] > MAX_REQUESTS:
+            raise SpecError(f"n={options.get('n')!r} must be one number up to {MAX_REQUESTS:,}", hint=_HINT)
+        count = counts[0]
         lengths = _draw(kind, low, high, count, rng)
         batches = _ints(options.get("batch", "1"), "batch")
         batch_list = [rng.choice(batches) for _ in lengths]
     else:
+        if "(" in options["seq"]:
+            raise SpecError(
+                f"unknown distribution in seq={options['seq']!r}", hint="use uniform(lo,hi) or lognormal(lo,hi)"
+            )
         if "n" in options:
             raise SpecError("n= applies to distributions, not to a list of lengths", hint=_HINT)
         lengths = _ints(options["seq"], "seq")
