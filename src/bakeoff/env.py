@@ -90,20 +90,6 @@ class Environment:
     def from_dict(cls, data: dict[str, Any]) -> Environment:
         return cls({k: v for k, v in data.items() if k != "fingerprint"})
 
-    def differences(self, other: Environment) -> dict[str, tuple[Any, Any]]:
-        """Stable keys (and package versions) whose values differ: ``{key: (self, other)}``."""
-        diff: dict[str, tuple[Any, Any]] = {}
-        for key in sorted(set(self.data) | set(other.data)):
-            if key in VOLATILE or key == "packages":
-                continue
-            if self.data.get(key) != other.data.get(key):
-                diff[key] = (self.data.get(key), other.data.get(key))
-        mine, theirs = self.data.get("packages", {}), other.data.get("packages", {})
-        for pkg in sorted(set(mine) | set(theirs)):
-            if mine.get(pkg) != theirs.get(pkg):
-                diff[f"packages.{pkg}"] = (mine.get(pkg), theirs.get(pkg))
-        return diff
-
 
 def _cpu_model() -> str:
     try:

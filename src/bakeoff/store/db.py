@@ -110,7 +110,7 @@ class Store:
                 database was written by a newer bakeoff.
         """
         url = resolve_db_url(db)
-        if url in ("sqlite://", "sqlite:///:memory:"):
+        if url in ("sqlite://", "sqlite:///", "sqlite:///:memory:"):  # SQLAlchemy's in-memory forms
             raise StoreError("an in-memory database keeps nothing", hint="pass a file path, e.g. --db results.db")
         is_sqlite = url.startswith("sqlite:///")
         if is_sqlite:
@@ -119,8 +119,6 @@ class Store:
                 raise StoreError(f"database path {path} is a directory", hint="pass a file path, e.g. --db results.db")
             if not create and not path.exists():
                 raise StoreError(f"no database at {path}", hint="check --db / BAKEOFF_DB, or run a trial first")
-            if url == "sqlite:///" or not path.name:
-                raise StoreError("an in-memory database keeps nothing", hint="pass a file path, e.g. --db results.db")
             if not path.parent.exists():
                 raise StoreError(
                     f"directory {path.parent} does not exist", hint="create it or choose another --db path"
