@@ -22,7 +22,7 @@ ENV_A = Environment(
     {"python": "3.11.7", "torch": "2.13.0", "captured_at": "2025-01-01T00:00:00+00:00", "load_average": [1.0, 1.0, 1.0]}
 )
 ENV_B = Environment({"python": "3.11.7", "torch": "2.14.0", "captured_at": "2025-01-01T00:00:00+00:00"})
-TABLES = {"meta", "environments", "baselines", "runs", "target_results", "timing_samples"}
+TABLES = {"meta", "environments", "baselines", "runs", "target_results", "timing_samples", "requirements"}
 
 
 def _result(
@@ -390,3 +390,28 @@ def test_run_links_to_baseline(store: Store) -> None:
     store.save_baseline(_baseline("base1", "2025-01-01T00:00:00+00:00"), ENV_A)
     store.save_run(_run("withbase", baseline_id="base1"))
     assert store.get_run("withbase").baseline_id == "base1"
+
+
+def test_requirements_are_kept_per_workload_and_replaced_whole(tmp_path):
+    store = Store.open(tmp_path / "r.db")
+    assert store.requirements("arch:llama") == []
+    store.save_requirements("arch:llama", ["p90<=50ms", "throughput>=200/s"], "2026-01-01T00:00:00+00:00")
+    store.save_requirements("arch:bert", ["ttft<=200ms"], "2026-01-01T00:00:00+00:00")
+    store.save_requirements("arch:llama", ["p99<=80ms"], "2026-01-02T00:00:00+00:00")
+    reopened = Store.open(tmp_path / "r.db")
+    assert reopened.requirements("arch:llama") == ["p99<=80ms"]
+    assert reopened.requirements("arch:bert") == ["ttft<=200ms"]
+
+
+def test_version_1_database_gains_the_requirements_table(tmp_path):
+    engine = create_engine(f"sqlite:///{tmp_path / 'v1.db'}")
+    with engine.begin() as conn:
+        MIGRATIONS[0][1](conn)  # exactly what version 1 created
+        conn.execute(tables.meta.insert().values(key="schema_version", value="1"))
+    with engine.connect() as conn:
+        assert "requirements" not in inspect(conn).get_table_names()
+    store = Store.open(tmp_path / "v1.db")
+    store.save_requirements("arch:llama", ["p50<=1s"], "2026-01-01T00:00:00+00:00")
+    assert store.requirements("arch:llama") == ["p50<=1s"]
+    with store.engine.connect() as conn:
+        assert current_version(conn) == SCHEMA_VERSION == 2

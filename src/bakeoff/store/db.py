@@ -242,6 +242,23 @@ class Store:
             path=row["path"],
         )
 
+    # -- requirements -------------------------------------------------------------------
+    @_guarded
+    def save_requirements(self, workload_spec: str, items: list[str], updated_at: str) -> None:
+        """Replace the requirements kept for a workload spec (their canonical texts, in order)."""
+        table = schema.requirements
+        with self.engine.begin() as conn:
+            conn.execute(table.delete().where(table.c.workload_spec == workload_spec))
+            conn.execute(insert(table).values(workload_spec=workload_spec, updated_at=updated_at, texts=list(items)))
+
+    @_guarded
+    def requirements(self, workload_spec: str) -> list[str]:
+        """The requirements kept for a workload spec (empty if none were ever declared)."""
+        table = schema.requirements
+        with self.engine.connect() as conn:
+            items = conn.execute(select(table.c.texts).where(table.c.workload_spec == workload_spec)).scalar()
+        return list(items or [])
+
     # -- runs ---------------------------------------------------------------------------
     @_guarded
     def save_run(self, run: RunResult) -> None:

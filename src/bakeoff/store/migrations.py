@@ -17,12 +17,21 @@ from bakeoff.store import schema
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "current_version", "migrate"]
 
 
+_V1_TABLES = ("meta", "environments", "baselines", "runs", "target_results", "timing_samples")
+
+
 def _v1_initial(conn: Connection) -> None:
-    schema.metadata.create_all(conn)
+    # frozen: these tables have not changed since version 1; later tables come from later steps
+    schema.metadata.create_all(conn, tables=[schema.metadata.tables[name] for name in _V1_TABLES])
+
+
+def _v2_requirements(conn: Connection) -> None:
+    schema.requirements.create(conn)
 
 
 MIGRATIONS: list[tuple[str, Callable[[Connection], None]]] = [
     ("initial schema: environments, baselines, runs, target results, timing samples", _v1_initial),
+    ("requirements per workload", _v2_requirements),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

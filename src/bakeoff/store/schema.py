@@ -20,7 +20,16 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-__all__ = ["baselines", "environments", "meta", "metadata", "runs", "target_results", "timing_samples"]
+__all__ = [
+    "baselines",
+    "environments",
+    "meta",
+    "metadata",
+    "requirements",
+    "runs",
+    "target_results",
+    "timing_samples",
+]
 
 metadata = MetaData()
 
@@ -92,4 +101,14 @@ timing_samples = Table(
     Column("result_id", Integer, ForeignKey("target_results.id"), primary_key=True),
     Column("seq", Integer, primary_key=True),
     Column("ms", Float, nullable=False),
+)
+
+# version 2: what a workload's service needs (``--require``), kept per workload spec so that
+# later trials, on any baseline recomputed for it, check the same requirements.
+requirements = Table(
+    "requirements",
+    metadata,
+    Column("workload_spec", Text, primary_key=True),
+    Column("updated_at", String(40), nullable=False),
+    Column("texts", JSON, nullable=False),
 )
