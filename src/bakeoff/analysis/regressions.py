@@ -1,0 +1,475 @@
+"""Regression detection: what changed for a workload on a target between two runs.
+
+Pure functions over stored values. The vocabulary is small and fixed (after airspeed velocity):
+
+* ``improved`` / ``regressed``: the metric moved beyond its threshold, in the good or bad direction;
+* ``unchanged``: it did not (or the data cannot tell: a latency change whose interval contains 1);
+* ``not_comparable``: the two results do not measure the same thing (the workload's fingerprint
+  differs, the adjustments ledger differs, one side was skipped or lacks the metric);
+* ``failed``: the later result is an error.
+
+A result's *outcome* is the worst of its metrics, in the order failed, not_comparable (when the
+pair as a whole is not comparable), regressed, improved, unchanged. Thresholds are explicit
+parameters (:class:`Thresholds`), never hidden constants.
+
+:func:`find_regressions` chooses the pairs: for each workload + target + variant, the latest
+result against the newest earlier one *from a different environment* (reruns in the same
+environment measure noise, not an update).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bakeoff.env import VOLATILE, VOLATILE_ENV, Environment
+from bakeoff.results.values import RunResult, TargetResult
+
+__all__ = [
+    "OUTCOMES",
+    "Comparison",
+    "EnvironmentChange",
+    "EnvironmentDiff",
+    "MetricChange",
+    "Thresholds",
+    "compare_pair",
+    "compare_results",
+    "environment_diff",
+    "find_regressions",
+    "pair_runs",
+]
+
+OUTCOMES = ("improved", "regressed", "unchanged", "not_comparable", "failed")
+#: Worst first: a result's outcome is the first of these that any metric has.
+_SEVERITY = ("failed", "regressed", "improved", "unchanged", "not_comparable")
+_CORRECTNESS_RANK = {"pass": 1, "fail": 0, "error": 0}
+_PLACEMENT_RANK = {"on_device": 2, "fallbacks": 1, "left_on_host": 0}
+_REQUIREMENT_RANK = {"met": 1, "not_met": 0}
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When a change counts.
+
+    Attributes:
+        latency: a p50 latency change counts only when ``|after/before - 1|`` exceeds this
+            (0.10 = 10%) *and* the bootstrap interval of the ratio excludes 1.
+        confidence: the bootstrap interval's level (:func:`~bakeoff.analysis.compare.ratio_of_medians`).
+        resamples: bootstrap resamples.
+        min_samples: fewer timing samples than this on either side: latency is not comparable
+            (an interval from a handful of samples means little).
+        first_call: the first call (which includes compilation) is a single observation with no
+            interval, so it needs a larger relative change to count (0.5 = 50%).
+        op_share: an absolute change of the device op share beyond this counts (0.05 = 5 points).
+        compile_counts: graphs, recompiles and graph breaks change when they differ by more than
+            this (0: they are exact counts for a fixed input profile).
+    """
+
+    latency: float = 0.10
+    confidence: float = 0.95
+    resamples: int = 2000
+    min_samples: int = 5
+    first_call: float = 0.5
+    op_share: float = 0.05
+    compile_counts: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class MetricChange:
+    """One metric before and after, and what the change means.
+
+    ``change`` is the ratio after/before for times, the difference for counts and shares, None for
+    verdicts; ``low``/``high`` bound the latency ratio (bootstrap interval).
+    """
+
+    metric: str
+    outcome: str
+    before: Any
+    after: Any
+    change: float | None = None
+    low: float | None = None
+    high: float | None = None
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class EnvironmentChange:
+    """One environment key (dotted for nested keys, e.g. ``packages.torch``) that differs."""
+
+    key: str
+    before: Any
+    after: Any
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class EnvironmentDiff:
+    """What differs between two environments, volatile keys (capture time, load) left out."""
+
+    before: str
+    after: str
+    changes: tuple[EnvironmentChange, ...] = ()
+
+    @property
+    def same(self) -> bool:
+        return not self.changes
+
+    @property
+    def libraries(self) -> tuple[EnvironmentChange, ...]:
+        """Changes of library versions (torch and the packages list)."""
+        return tuple(c for c in self.changes if c.key == "torch" or c.key.startswith("packages."))
+
+    def summary(self, limit: int = 6) -> str:
+        """``torch 2.13.0 -> 2.14.0, env.OMP_NUM_THREADS unset -> 4``: libraries first, each once."""
+        if self.same:
+            return "same environment"
+        ordered = [*self.libraries, *(c for c in self.changes if c not in self.libraries)]
+        parts = list(
+            dict.fromkeys(f"{c.key.removeprefix('packages.')} {_show(c.before)} -> {_show(c.after)}" for c in ordered)
+        )
+        if len(parts) > limit:
+            parts = [*parts[:limit], f"and {len(parts) - limit} more"]
+        return ", ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "before": self.before,
+            "after": self.after,
+            "changes": [c.to_dict() for c in self.changes],
+            "summary": self.summary(),
+        }
+
+
+def _show(value: Any) -> str:
+    return "unset" if value is None else str(value)
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):  # an empty dict adds no keys: {} and a missing dict are the same
+            flat.update(_flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def environment_diff(before: Environment, after: Environment) -> EnvironmentDiff:
+    """Every stable key that differs between two environments, sorted by key."""
+    skip = set(VOLATILE) | {f"env.{k}" for k in VOLATILE_ENV}
+    a, b = _flatten(before.data), _flatten(after.data)
+    changes = tuple(
+        EnvironmentChange(key, a.get(key), b.get(key))
+        for key in sorted(set(a) | set(b))
+        if key not in skip and a.get(key) != b.get(key)
+    )
+    return EnvironmentDiff(before.fingerprint, after.fingerprint, changes)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A target's result in one run against its result in another, metric by metric."""
+
+    workload: str
+    target: str
+    variant: str
+    before_run: str
+    after_run: str
+    before_created_at: str
+    after_created_at: str
+    outcome: str
+    reason: str
+    metrics: tuple[MetricChange, ...]
+    environment: EnvironmentDiff
+    after_target: str = ""
+    thresholds: Thresholds = field(default_factory=Thresholds)
+
+    @property
+    def regressed(self) -> tuple[MetricChange, ...]:
+        return tuple(m for m in self.metrics if m.outcome in ("regressed", "failed"))
+
+    @property
+    def improved(self) -> tuple[MetricChange, ...]:
+        return tuple(m for m in self.metrics if m.outcome == "improved")
+
+    def metric(self, name: str) -> MetricChange:
+        return next(m for m in self.metrics if m.metric == name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workload": self.workload,
+            "target": self.target,
+            "after_target": self.after_target or self.target,
+            "variant": self.variant,
+            "before_run": self.before_run,
+            "after_run": self.after_run,
+            "before_created_at": self.before_created_at,
+            "after_created_at": self.after_created_at,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "metrics": [m.to_dict() for m in self.metrics],
+            "environment": self.environment.to_dict(),
+            "thresholds": self.thresholds.to_dict(),
+        }
+
+
+# -- metric rules -------------------------------------------------------------------------
+
+
+def _ranked(metric: str, before: Any, after: Any, rank: dict[str, int]) -> MetricChange:
+    """Verdict-like metrics: better or worse by rank; a value outside the rank is not comparable."""
+    if before is None and after is None:
+        return MetricChange(metric, "unchanged", None, None, detail="not measured")
+    if before == after:
+        return MetricChange(metric, "unchanged", before, after)
+    if before in rank and after in rank:
+        outcome = "improved" if rank[after] > rank[before] else "regressed"
+        return MetricChange(metric, outcome, before, after)
+    return MetricChange(metric, "not_comparable", before, after, detail="verdicts of different kinds")
+
+
+def _relative(metric: str, before: float | None, after: float | None, threshold: float) -> MetricChange:
+    """Lower is better; a single observation each, so only the size of the change counts."""
+    if before is None or after is None or before <= 0:
+        return MetricChange(metric, "not_comparable", before, after, detail="not measured on both sides")
+    ratio = after / before
+    outcome = "unchanged"
+    if abs(ratio - 1) > threshold:
+        outcome = "regressed" if ratio > 1 else "improved"
+    return MetricChange(
+        metric, outcome, before, after, change=ratio, detail=f"x{ratio:.2f} (threshold {threshold:.0%})"
+    )
+
+
+def _count(metric: str, before: int | None, after: int | None, threshold: int) -> MetricChange:
+    """Lower is better (graphs, recompiles, graph breaks)."""
+    if before is None or after is None:
+        return MetricChange(metric, "not_comparable", before, after, detail="not measured on both sides")
+    delta = after - before
+    outcome = "unchanged" if abs(delta) <= threshold else ("regressed" if delta > 0 else "improved")
+    return MetricChange(metric, outcome, before, after, change=float(delta))
+
+
+def _latency(before: TargetResult, after: TargetResult, t: Thresholds) -> MetricChange:
+    from bakeoff.analysis.compare import ratio_of_medians
+
+    a = before.latency.samples_ms if before.latency else ()
+    b = after.latency.samples_ms if after.latency else ()
+    p50_a = before.latency.p50_ms if a else None
+    p50_b = after.latency.p50_ms if b else None
+    if not a or not b:
+        return MetricChange("p50_ms", "not_comparable", p50_a, p50_b, detail="not timed on both sides")
+    if min(len(a), len(b)) < t.min_samples:
+        return MetricChange(
+            "p50_ms",
+            "not_comparable",
+            p50_a,
+            p50_b,
+            change=p50_b / p50_a if p50_a else None,
+            detail=f"fewer than {t.min_samples} samples ({len(a)} before, {len(b)} after)",
+        )
+    est = ratio_of_medians(b, a, confidence=t.confidence, resamples=t.resamples)
+    outcome = "unchanged"
+    big = abs(est.value - 1) > t.latency
+    if big and est.significant:
+        outcome = "regressed" if est.value > 1 else "improved"
+    detail = f"x{est.value:.2f} ({est.low:.2f}-{est.high:.2f}, {t.confidence:.0%} CI)"
+    if big and not est.significant:
+        detail += "; the interval contains 1: not significant"
+    elif est.significant and not big:
+        detail += f"; significant but within {t.latency:.0%}"
+    return MetricChange("p50_ms", outcome, p50_a, p50_b, change=est.value, low=est.low, high=est.high, detail=detail)
+
+
+def _requirements(before: TargetResult, after: TargetResult) -> list[MetricChange]:
+    old = {r["text"]: r for r in getattr(before, "requirements", None) or ()}
+    new = {r["text"]: r for r in getattr(after, "requirements", None) or ()}
+    changes = []
+    for text in [*old, *(k for k in new if k not in old)]:
+        a, b = old.get(text), new.get(text)
+        if a is None or b is None:
+            changes.append(
+                MetricChange(
+                    f"requirement: {text}",
+                    "not_comparable",
+                    a and a.get("verdict"),
+                    b and b.get("verdict"),
+                    detail="checked on one side only",
+                )
+            )
+            continue
+        change = _ranked(f"requirement: {text}", a.get("verdict"), b.get("verdict"), _REQUIREMENT_RANK)
+        if change.outcome == "not_comparable":
+            change = MetricChange(change.metric, change.outcome, change.before, change.after, detail="not measured")
+        changes.append(change)
+    return changes
+
+
+def _incomparable(before: TargetResult, after: TargetResult, fp_before: str, fp_after: str, same_target: bool) -> str:
+    if fp_before != fp_after:
+        return f"workload fingerprint changed ({fp_before} -> {fp_after}): a different model or inputs"
+    if same_target and list(before.adjustments) != list(after.adjustments):
+
+        def ledger(r: TargetResult) -> str:
+            return ", ".join(f"{a['name']}={a['value']}" for a in r.adjustments) or "none"
+
+        return f"adjustments differ ({ledger(before)} -> {ledger(after)})"
+    for side, result in (("before", before), ("after", after)):
+        if result.status == "skipped":
+            return f"skipped {side}: {result.reason}"
+    return ""
+
+
+def compare_results(
+    before: TargetResult,
+    after: TargetResult,
+    *,
+    before_fingerprint: str,
+    after_fingerprint: str,
+    thresholds: Thresholds | None = None,
+) -> tuple[str, str, tuple[MetricChange, ...]]:
+    """Classify every metric of ``after`` against ``before``.
+
+    Returns:
+        ``(outcome, reason, metrics)``. When the pair is not comparable (different workload
+        fingerprints, a different adjustments ledger for the same target, a skipped side) every
+        metric keeps its values for information but is marked ``not_comparable``. An error after
+        is ``failed`` whatever came before.
+    """
+    t = thresholds or Thresholds()
+    if after.status == "error":
+        error = after.error
+        what = (
+            f"{error.category}: {error.type}: {error.message.splitlines()[0] if error.message else ''}" if error else ""
+        )
+        was = "was already failing" if before.status == "error" else f"was {before.status}"
+        metric = MetricChange("status", "failed", before.status, after.status, detail=f"{what} ({was})")
+        return "failed", what or "error", (metric,)
+    metrics: list[MetricChange] = []
+    if before.status == "error":
+        metrics.append(MetricChange("status", "improved", before.status, after.status, detail="ran; it failed before"))
+    else:
+        metrics.append(MetricChange("status", "unchanged", before.status, after.status))
+    metrics.append(_ranked("correctness", before.verdict, after.verdict, _CORRECTNESS_RANK))
+    pb, pa = before.placement, after.placement
+    metrics.append(_ranked("placement", pb and pb.verdict, pa and pa.verdict, _PLACEMENT_RANK))
+    share_b = pb.device_op_share if pb else None
+    share_a = pa.device_op_share if pa else None
+    if share_b is not None and share_a is not None:
+        delta = share_a - share_b
+        outcome = "unchanged" if abs(delta) <= t.op_share else ("improved" if delta > 0 else "regressed")
+        metrics.append(MetricChange("device_op_share", outcome, share_b, share_a, change=delta))
+    metrics.append(_latency(before, after, t))
+    metrics.append(_relative("first_call_ms", before.first_call_ms, after.first_call_ms, t.first_call))
+    cb, ca = before.compilation, after.compilation
+    if cb is not None or ca is not None:
+        for name in ("graphs", "recompiles", "graph_breaks"):
+            metrics.append(_count(name, getattr(cb, name, None), getattr(ca, name, None), t.compile_counts))
+    metrics.extend(_requirements(before, after))
+    if before.status == "error":  # nothing to compare the measurements with
+        metrics = [metrics[0], *(_void(m, "no measurement before: it failed") for m in metrics[1:])]
+    reason = _incomparable(before, after, before_fingerprint, after_fingerprint, before.target == after.target)
+    if reason:
+        return "not_comparable", reason, tuple(_void(m, m.detail) for m in metrics)
+    outcome = next((o for o in _SEVERITY if any(m.outcome == o for m in metrics)), "unchanged")
+    if outcome == "not_comparable":
+        outcome = "unchanged"
+    changed = [m.metric for m in metrics if m.outcome in ("regressed", "improved")]
+    return outcome, ", ".join(changed) + (" changed" if changed else ""), tuple(metrics)
+
+
+def _void(metric: MetricChange, detail: str) -> MetricChange:
+    return MetricChange(
+        metric.metric, "not_comparable", metric.before, metric.after, metric.change, metric.low, metric.high, detail
+    )
+
+
+def compare_pair(
+    before_run: RunResult,
+    before: TargetResult,
+    after_run: RunResult,
+    after: TargetResult,
+    thresholds: Thresholds | None = None,
+) -> Comparison:
+    """:func:`compare_results` with the identity of both runs and their environment difference."""
+    t = thresholds or Thresholds()
+    outcome, reason, metrics = compare_results(
+        before, after, before_fingerprint=before_run.fingerprint, after_fingerprint=after_run.fingerprint, thresholds=t
+    )
+    return Comparison(
+        workload=after_run.workload["spec"],
+        target=before.target.spec,
+        after_target=after.target.spec,
+        variant=after.variant,
+        before_run=before_run.run_id,
+        after_run=after_run.run_id,
+        before_created_at=before_run.created_at,
+        after_created_at=after_run.created_at,
+        outcome=outcome,
+        reason=reason,
+        metrics=metrics,
+        environment=environment_diff(before_run.environment, after_run.environment),
+        thresholds=t,
+    )
+
+
+def pair_runs(
+    runs: Iterable[tuple[str, str, str, str, Iterable[tuple[str, str]]]],
+) -> list[tuple[tuple[str, str, str], str, str]]:
+    """Which runs to compare, from run headers alone.
+
+    Args:
+        runs: ``(run_id, created_at, workload_spec, environment_fingerprint, [(target, variant), ...])``.
+
+    Returns:
+        ``((workload, target, variant), before_run_id, after_run_id)`` for each key whose latest
+        run has an earlier run in a different environment: the newest such run is ``before``.
+        Keys without one are left out. Sorted by key.
+    """
+    by_key: dict[tuple[str, str, str], list[tuple[str, str, str]]] = {}
+    for run_id, created_at, workload, env_fp, keys in runs:
+        for target, variant in keys:
+            by_key.setdefault((workload, target, variant), []).append((created_at, run_id, env_fp))
+    pairs = []
+    for key in sorted(by_key):
+        ordered = sorted(by_key[key])
+        _, latest_id, latest_env = ordered[-1]
+        earlier = next((run_id for _, run_id, env in reversed(ordered[:-1]) if env != latest_env), None)
+        if earlier is not None:
+            pairs.append((key, earlier, latest_id))
+    return pairs
+
+
+def find_regressions(runs: Sequence[RunResult], thresholds: Thresholds | None = None) -> list[Comparison]:
+    """For each workload + target + variant in ``runs``: its latest result against the newest
+    earlier result from a different environment (see :func:`pair_runs`)."""
+    by_id = {run.run_id: run for run in runs}
+    headers = [
+        (
+            run.run_id,
+            run.created_at,
+            run.workload["spec"],
+            run.environment.fingerprint,
+            [(r.target.spec, r.variant) for r in run.results],
+        )
+        for run in runs
+    ]
+    comparisons = []
+    for (_, target, variant), before_id, after_id in pair_runs(headers):
+        before_run, after_run = by_id[before_id], by_id[after_id]
+        comparisons.append(
+            compare_pair(
+                before_run, before_run.result(target, variant), after_run, after_run.result(target, variant), thresholds
+            )
+        )
+    return comparisons

@@ -1,0 +1,234 @@
+"""Regression detection on synthetic series whose answers are known."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from bakeoff.analysis.regressions import (
+    Thresholds,
+    compare_results,
+    environment_diff,
+    find_regressions,
+    pair_runs,
+)
+from bakeoff.env import Environment
+from bakeoff.results.values import Compilation, Correctness, ErrorInfo, Latency, Placement, RunResult, TargetResult
+from bakeoff.target.spec import parse_target
+
+OLD = Environment({"torch": "2.13.0", "packages": {"torch": "2.13.0", "numpy": "2.1.0"}, "env": {}})
+NEW = Environment(
+    {"torch": "2.14.0", "packages": {"torch": "2.14.0", "numpy": "2.1.0"}, "env": {"OMP_NUM_THREADS": "1"}}
+)
+
+
+def samples(median: float, n: int = 60, spread: float = 0.02, seed: int = 0) -> tuple[float, ...]:
+    rng = random.Random(seed)
+    return tuple(median * (1 + rng.uniform(-spread, spread)) for _ in range(n))
+
+
+def result(spec: str = "cpu+inductor", median: float = 1.0, **extra: Any) -> TargetResult:
+    values: dict[str, Any] = {
+        "status": "ok",
+        "correctness": Correctness("pass"),
+        "placement": Placement("on_device", "", device_op_share=1.0),
+        "compilation": Compilation(graphs=1, recompiles=0, graph_breaks=0),
+        "latency": Latency(samples(median, seed=extra.pop("seed", 0))),
+        "first_call_ms": 100.0,
+    }
+    values.update(extra)
+    return TargetResult(target=parse_target(spec), **values)
+
+
+def classify(before: TargetResult, after: TargetResult, fp_after: str = "f" * 16, **thresholds: Any):
+    return compare_results(
+        before,
+        after,
+        before_fingerprint="f" * 16,
+        after_fingerprint=fp_after,
+        thresholds=Thresholds(**thresholds),
+    )
+
+
+def by_metric(metrics) -> dict[str, str]:
+    return {m.metric: m.outcome for m in metrics}
+
+
+def test_same_result_is_unchanged_everywhere():
+    outcome, reason, metrics = classify(result(), result(seed=1))
+    assert outcome == "unchanged" and reason == ""
+    assert set(by_metric(metrics).values()) == {"unchanged"}
+    assert list(by_metric(metrics)) == [
+        "status",
+        "correctness",
+        "placement",
+        "device_op_share",
+        "p50_ms",
+        "first_call_ms",
+        "graphs",
+        "recompiles",
+        "graph_breaks",
+    ]
+
+
+BIMODAL = (0.5,) * 10 + (1.5,) * 10  # medians of resamples jump between the modes
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "expected"),
+    [
+        (samples(1.0, seed=4), samples(1.30, seed=3), "regressed"),  # 30% slower, tight samples
+        (samples(1.0, seed=4), samples(0.70, seed=3), "improved"),
+        (samples(1.0, seed=4), samples(1.05, seed=3), "unchanged"),  # significant, but within 10%
+        ((*BIMODAL, 1.0), (*BIMODAL, 1.25), "unchanged"),  # 25% slower medians, the interval contains 1
+    ],
+)
+def test_latency_needs_both_size_and_significance(before, after, expected):
+    outcome, _, metrics = classify(result(latency=Latency(before)), result(latency=Latency(after)))
+    change = next(m for m in metrics if m.metric == "p50_ms")
+    assert change.outcome == expected
+    assert outcome == expected
+    assert change.low <= change.change <= change.high
+    if before[0] == 0.5:
+        assert change.change == 1.25 and change.low < 1 < change.high and "not significant" in change.detail
+
+
+def test_latency_threshold_is_a_parameter():
+    after = result(latency=Latency(samples(1.05, seed=3)))
+    _, _, metrics = classify(result(), after, latency=0.02)
+    assert by_metric(metrics)["p50_ms"] == "regressed"
+
+
+def test_too_few_samples_are_not_comparable():
+    _, _, metrics = classify(result(latency=Latency((1.0, 1.0))), result(latency=Latency((2.0, 2.0))))
+    change = next(m for m in metrics if m.metric == "p50_ms")
+    assert change.outcome == "not_comparable" and "fewer than 5 samples" in change.detail
+
+
+def test_verdicts_placement_and_counts():
+    after = result(
+        correctness=Correctness("fail", "outputs differ"),
+        placement=Placement("fallbacks", "3 ops on host", device_op_share=0.80),
+        compilation=Compilation(graphs=3, recompiles=2, graph_breaks=0),
+        first_call_ms=40.0,
+    )
+    before = result(compilation=Compilation(graphs=1, recompiles=0, graph_breaks=1))
+    outcome, reason, metrics = classify(before, after)
+    assert by_metric(metrics) == {
+        "status": "unchanged",
+        "correctness": "regressed",
+        "placement": "regressed",
+        "device_op_share": "regressed",
+        "p50_ms": "unchanged",
+        "first_call_ms": "improved",
+        "graphs": "regressed",
+        "recompiles": "regressed",
+        "graph_breaks": "improved",
+    }
+    assert outcome == "regressed"  # the worst wins
+    assert "correctness" in reason and "first_call_ms" in reason
+
+
+def test_improvement_only():
+    outcome, _, metrics = classify(result(correctness=Correctness("fail")), result())
+    assert outcome == "improved" and by_metric(metrics)["correctness"] == "improved"
+
+
+def test_error_after_is_failed_and_error_before_then_ok_is_improved():
+    broken = TargetResult(
+        target=parse_target("cpu+inductor"),
+        status="error",
+        error=ErrorInfo("RuntimeError", "backend crashed\nmore", category="crash", phase="compile"),
+    )
+    outcome, reason, metrics = classify(result(), broken)
+    assert outcome == "failed" and reason == "crash: RuntimeError: backend crashed"
+    assert [(m.metric, m.outcome) for m in metrics] == [("status", "failed")]
+    outcome, _, metrics = classify(broken, result())
+    assert outcome == "improved" and by_metric(metrics)["status"] == "improved"
+    assert by_metric(metrics)["p50_ms"] == "not_comparable"
+
+
+def test_fingerprint_or_adjustments_change_make_it_not_comparable():
+    outcome, reason, metrics = classify(result(), result(latency=Latency(samples(3.0))), fp_after="e" * 16)
+    assert outcome == "not_comparable"
+    assert reason == f"workload fingerprint changed ({'f' * 16} -> {'e' * 16}): a different model or inputs"
+    assert set(by_metric(metrics).values()) == {"not_comparable"}
+    assert next(m for m in metrics if m.metric == "p50_ms").change > 2  # the values stay for information
+    adjusted = result(adjustments=({"name": "environment", "value": "TORCHINDUCTOR_FREEZING=1"},))
+    outcome, reason, _ = classify(result(), adjusted)
+    assert outcome == "not_comparable"
+    assert reason == "adjustments differ (none -> environment=TORCHINDUCTOR_FREEZING=1)"
+
+
+def test_skipped_side_is_not_comparable():
+    skipped = TargetResult(target=parse_target("cpu+inductor"), status="skipped", reason="no compiler")
+    outcome, reason, _ = classify(result(), skipped)
+    assert outcome == "not_comparable" and reason == "skipped after: no compiler"
+
+
+def test_requirement_verdicts():
+    def req(text: str, verdict: str) -> dict[str, Any]:
+        return {"text": text, "verdict": verdict}
+
+    before, after = result(), result()
+    object.__setattr__(before, "requirements", (req("p50 < 5 ms", "met"), req("correct", "met")))
+    object.__setattr__(after, "requirements", (req("p50 < 5 ms", "not_met"), req("correct", "not_measured")))
+    _, _, metrics = classify(before, after)
+    assert by_metric(metrics)["requirement: p50 < 5 ms"] == "regressed"
+    assert by_metric(metrics)["requirement: correct"] == "not_comparable"
+
+
+def test_environment_diff_names_what_changed():
+    diff = environment_diff(
+        Environment({**OLD.data, "captured_at": "a", "load_average": [1, 1, 1]}),
+        Environment({**NEW.data, "captured_at": "b", "env": {"OMP_NUM_THREADS": "1", "TORCHINDUCTOR_CACHE_DIR": "/x"}}),
+    )
+    assert [(c.key, c.before, c.after) for c in diff.changes] == [
+        ("env.OMP_NUM_THREADS", None, "1"),
+        ("packages.torch", "2.13.0", "2.14.0"),
+        ("torch", "2.13.0", "2.14.0"),
+    ]
+    assert [c.key for c in diff.libraries] == ["packages.torch", "torch"]
+    assert diff.summary() == "torch 2.13.0 -> 2.14.0, env.OMP_NUM_THREADS unset -> 1"
+    assert environment_diff(OLD, Environment(dict(OLD.data))).same
+
+
+def _run(run_id: str, when: str, env: Environment, *results: TargetResult, spec: str = "arch:llama") -> RunResult:
+    workload = {"spec": spec, "fingerprint": "f" * 16}
+    return RunResult(run_id, f"2025-01-0{when}T00:00:00+00:00", workload, env, tuple(results))
+
+
+def test_pair_runs_skips_reruns_in_the_same_environment():
+    headers = [
+        ("r1", "1", "w", "envA", [("cpu", "as-is")]),
+        ("r2", "2", "w", "envB", [("cpu", "as-is"), ("cuda", "as-is")]),
+        ("r3", "3", "w", "envB", [("cpu", "as-is"), ("cuda", "as-is")]),
+        ("r4", "4", "v", "envA", [("cpu", "as-is")]),
+    ]
+    assert pair_runs(headers) == [(("w", "cpu", "as-is"), "r1", "r3")]
+
+
+def test_find_regressions_over_a_series():
+    slow = result(latency=Latency(samples(1.5, seed=9)))
+    runs = [
+        _run("r1", "1", OLD, result("cpu"), result()),
+        _run("r2", "2", OLD, result("cpu", seed=2), result(seed=2)),
+        _run("r3", "3", NEW, result("cpu", seed=3), slow),
+        _run("r4", "4", NEW, result("cpu", seed=4)),  # only cpu: inductor's latest stays r3
+    ]
+    found = {c.target: c for c in find_regressions(runs)}
+    assert set(found) == {"cpu", "cpu+inductor"}
+    assert (found["cpu"].before_run, found["cpu"].after_run, found["cpu"].outcome) == ("r2", "r4", "unchanged")
+    inductor = found["cpu+inductor"]
+    assert (inductor.before_run, inductor.after_run, inductor.outcome) == ("r2", "r3", "regressed")
+    assert [m.metric for m in inductor.regressed] == ["p50_ms"]
+    assert inductor.environment.summary().startswith("torch 2.13.0 -> 2.14.0")
+    doc = inductor.to_dict()
+    assert doc["outcome"] == "regressed" and doc["thresholds"]["latency"] == 0.10
+    assert doc["environment"]["changes"][0]["key"] == "env.OMP_NUM_THREADS"
+    # one environment only: nothing to compare
+    assert find_regressions(runs[:2]) == []
+    assert find_regressions([replace(runs[0], run_id="x")]) == []
