@@ -1,31 +1,48 @@
 """The Store: open a database by URL or path, migrate it, and read and write runs.
 
-Nothing is overwritten: runs, baselines and environments are only ever inserted.
+Nothing is overwritten: runs, baselines and environments are only ever inserted. The same code
+serves a SQLite file on a laptop and a PostgreSQL database shared by a team: several processes
+on several machines may write at once, so every insert that could meet a twin from another
+writer (an environment with the same fingerprint, a tag, an imported run) is written as
+"insert unless it exists", never as "look, then insert".
+
+Migrations: a SQLite file is upgraded when it is opened (one user, one file). A server database
+is shared by machines that may run different releases, so ordinary commands only create a new,
+empty one; an older one is refused until someone runs ``bakeoff db upgrade`` deliberately.
+Concurrent openers are serialised around a migration (an advisory lock on PostgreSQL, an
+immediate write transaction on SQLite), so two clients starting at once migrate once.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, create_engine, event, func, insert, inspect, select
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy import Engine, Table, create_engine, event, func, insert, inspect, select, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 
 from bakeoff.env import VOLATILE, Environment
 from bakeoff.errors import StoreError
 from bakeoff.results.values import BaselineInfo, RunResult, TargetResult
 from bakeoff.store import schema
-from bakeoff.store.migrations import SCHEMA_VERSION, current_version, migrate
+from bakeoff.store.annotations import Note, check_note_text, check_tag
+from bakeoff.store.migrations import SCHEMA_VERSION, current_version, migrate, pending
 
-__all__ = ["DEFAULT_DB", "RunSummary", "Store", "resolve_db_url"]
+__all__ = ["DEFAULT_DB", "RunSummary", "Store", "display_db_url", "resolve_db_url", "utc_now"]
 
 DEFAULT_DB = "bakeoff.db"
 T = TypeVar("T")
 _VOLATILE_KEY = "_environment_volatile"
+# pg_advisory_xact_lock key held while migrating a server database: "bakeoff" in ASCII
+_MIGRATION_LOCK = int.from_bytes(b"bakeoff", "big")
+_CONNECT_TIMEOUT_S = 10
+_SERVER_HINT = "check that the server is running and the URL's host, port, user, password and database name"
 
 
 def resolve_db_url(db: str | os.PathLike[str] | None) -> str:
@@ -34,6 +51,65 @@ def resolve_db_url(db: str | os.PathLike[str] | None) -> str:
     if "://" in value:
         return value
     return f"sqlite:///{Path(value).expanduser().resolve()}"
+
+
+def display_db_url(url: str) -> str:
+    """A database URL as it may be printed: a SQLite file as its path, a server URL without its password."""
+    if url.startswith("sqlite:///"):
+        return url.removeprefix("sqlite:///")
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url
+
+
+def utc_now() -> str:
+    """The current time as the store keeps it: ISO-8601 in UTC, microseconds, ``+00:00``."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def _create_engine(url: str) -> Engine:
+    """An engine for a SQLite or PostgreSQL URL; ``postgresql://`` means the psycopg 3 driver."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise StoreError(
+            f"cannot use database URL {url!r}: {exc}", hint="use a file path or a sqlite:/// or postgresql:// URL"
+        ) from exc
+    backend, _, driver = parsed.drivername.partition("+")
+    if backend == "postgres":  # the libpq spelling; SQLAlchemy only knows postgresql
+        backend = "postgresql"
+    if backend not in ("sqlite", "postgresql"):
+        raise StoreError(
+            f"bakeoff keeps runs in SQLite or PostgreSQL, not {backend!r} ({display_db_url(url)})",
+            hint="use a file path or a postgresql://user@host/dbname URL",
+        )
+    kwargs: dict[str, Any] = {}
+    if backend == "postgresql":
+        parsed = parsed.set(drivername=f"postgresql+{driver or 'psycopg'}")
+        if "connect_timeout" not in parsed.query:  # an unreachable host fails in seconds, not minutes
+            kwargs["connect_args"] = {"connect_timeout": _CONNECT_TIMEOUT_S}
+    try:
+        return create_engine(parsed, **kwargs)
+    except ImportError as exc:
+        raise StoreError(
+            f"cannot use {display_db_url(url)}: the PostgreSQL driver is not installed ({exc})",
+            hint="pip install 'bakeoff[postgres]' (psycopg 3)",
+        ) from exc
+    except (SQLAlchemyError, ValueError) as exc:
+        raise StoreError(
+            f"cannot use database URL {display_db_url(url)!r}: {exc}",
+            hint="use a file path or a sqlite:/// or postgresql:// URL",
+        ) from exc
+
+
+def _insert_unless_exists(conn: Any, table: Table, keys: list[str]) -> Any:
+    """``INSERT ... ON CONFLICT (keys) DO NOTHING``: safe when another writer inserts the same row."""
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert
+    return dialect_insert(table).on_conflict_do_nothing(index_elements=keys)
 
 
 @dataclass(frozen=True)
@@ -63,6 +139,21 @@ def _sqlite_pragmas(engine: Engine) -> None:
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA busy_timeout=30000")
         cursor.close()
+
+
+def _baseline_info(row: Any) -> BaselineInfo:
+    return BaselineInfo(
+        id=row["id"],
+        workload_spec=row["workload_spec"],
+        fingerprint=row["fingerprint"],
+        seed=row["seed"],
+        created_at=row["created_at"],
+        environment_fingerprint=row["env_fp"],
+        references=tuple(row["refs"]),
+        deterministic=bool(row["deterministic"]),
+        repeat_max_abs_err=float(row["repeat_max_abs_err"]),
+        path=row["path"],
+    )
 
 
 def _guarded(method: Callable[..., T]) -> Callable[..., T]:
@@ -96,18 +187,25 @@ class Store:
         db: str | os.PathLike[str] | None = None,
         artifacts_dir: str | os.PathLike[str] | None = None,
         create: bool = True,
+        upgrade: bool | None = None,
     ) -> Store:
         """Open (creating and migrating if needed) the database at ``db``.
 
         With ``create=False`` (commands that only read) a SQLite file that does not exist is an
         error rather than a new empty database: a mistyped path must not look like "no runs".
 
+        ``upgrade`` says what to do with an older schema: ``None`` (ordinary commands) upgrades a
+        SQLite file and refuses an older server database; ``True`` (``bakeoff db upgrade``)
+        applies pending migrations to either; ``False`` opens the database as it is, for
+        :meth:`schema_status` only.
+
         Artifacts (baseline tensors) live next to a SQLite file in ``<name>.artifacts/``, or in
         ``artifacts_dir`` / ``BAKEOFF_ARTIFACTS`` / ``./bakeoff-artifacts`` for server databases.
 
         Raises:
-            StoreError: the file is not a database, the server cannot be reached, or the
-                database was written by a newer bakeoff.
+            StoreError: the file is not a database, the server cannot be reached or its driver is
+                missing, the database was written by a newer bakeoff, or a server database needs
+                ``bakeoff db upgrade``.
         """
         url = resolve_db_url(db)
         if url in ("sqlite://", "sqlite:///", "sqlite:///:memory:"):  # SQLAlchemy's in-memory forms
@@ -127,68 +225,129 @@ class Store:
         else:
             default_artifacts = Path("bakeoff-artifacts").resolve()
         artifacts = Path(artifacts_dir or os.environ.get("BAKEOFF_ARTIFACTS") or default_artifacts)
-        try:
-            engine = create_engine(url)
-        except (SQLAlchemyError, ImportError, ValueError) as exc:
-            raise StoreError(
-                f"cannot use database URL {url!r}: {exc}", hint="use a file path or a sqlite:/// or postgresql:// URL"
-            ) from exc
+        engine = _create_engine(url)
         if is_sqlite:
             _sqlite_pragmas(engine)
         store = cls(engine, url, artifacts)
-        store._migrate()
+        try:
+            store._migrate(upgrade)
+        except BaseException:
+            engine.dispose()
+            raise
         return store
 
-    def _migrate(self) -> None:
-        try:
-            with self.engine.begin() as conn:
-                foreign = [t for t in inspect(conn).get_table_names() if t not in schema.metadata.tables]
-                if foreign and not conn.dialect.has_table(conn, "meta"):
-                    raise StoreError(
-                        f"{self.display_url} is a database but not a bakeoff one "
-                        f"(it has tables such as {foreign[0]!r})",
-                        hint="pass a bakeoff database or a new path with --db",
-                    )
-                version = current_version(conn)
-                if version > SCHEMA_VERSION:
-                    raise StoreError(
-                        f"database {self.display_url} has schema version {version}, newer than this "
-                        f"bakeoff understands ({SCHEMA_VERSION})",
-                        hint="upgrade bakeoff to use it",
-                    )
-                migrate(conn, version)
-                missing = sorted(set(schema.metadata.tables) - set(inspect(conn).get_table_names()))
-                if missing:
-                    raise StoreError(
-                        f"database {self.display_url} is damaged: table {missing[0]!r} is missing",
-                        hint="restore it from a backup or use a new --db",
-                    )
-        except DBAPIError as exc:
+    @property
+    def is_sqlite(self) -> bool:
+        return self.engine.dialect.name == "sqlite"
+
+    def _check_version(self, conn: Any, refuse_newer: bool = True) -> int:
+        foreign = [t for t in inspect(conn).get_table_names() if t not in schema.metadata.tables]
+        if foreign and not conn.dialect.has_table(conn, "meta"):
             raise StoreError(
-                f"cannot open database {self.display_url}: {str(exc.orig).splitlines()[0]}",
-                hint="pass a bakeoff database file or a new path with --db",
-            ) from exc
+                f"{self.display_url} is a database but not a bakeoff one (it has tables such as {foreign[0]!r})",
+                hint="pass a bakeoff database or a new path with --db",
+            )
+        version = current_version(conn)
+        if refuse_newer and version > SCHEMA_VERSION:
+            raise StoreError(
+                f"database {self.display_url} has schema version {version}, newer than this "
+                f"bakeoff understands ({SCHEMA_VERSION})",
+                hint="upgrade bakeoff to use it",
+            )
+        return version
+
+    def _migrate(self, upgrade: bool | None) -> None:
+        try:
+            with self.engine.connect() as conn:
+                version = self._check_version(conn, refuse_newer=upgrade is not False)
+            if upgrade is False:
+                return
+            if 0 < version < SCHEMA_VERSION and upgrade is None and not self.is_sqlite:
+                raise StoreError(
+                    f"database {self.display_url} has schema version {version}; this bakeoff needs "
+                    f"version {SCHEMA_VERSION}",
+                    hint="run `bakeoff db upgrade` once for everyone who shares it; "
+                    "older bakeoff releases will then refuse it",
+                )
+            if version < SCHEMA_VERSION:
+                with self.engine.begin() as conn:
+                    self._lock_for_migration(conn)
+                    migrate(conn, self._check_version(conn))  # again: another client may have done it
+            with self.engine.connect() as conn:
+                missing = sorted(set(schema.metadata.tables) - set(inspect(conn).get_table_names()))
+            if missing:
+                raise StoreError(
+                    f"database {self.display_url} is damaged: table {missing[0]!r} is missing",
+                    hint="restore it from a backup or use a new --db",
+                )
+        except DBAPIError as exc:
+            detail = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc.orig).__name__
+            if self.is_sqlite:
+                raise StoreError(
+                    f"cannot open database {self.display_url}: {detail}",
+                    hint="pass a bakeoff database file or a new path with --db",
+                ) from exc
+            raise StoreError(f"cannot open database {self.display_url}: {detail}", hint=_SERVER_HINT) from exc
         except ValueError as exc:  # a schema_version that is not a number
             raise StoreError(
                 f"database {self.display_url} is damaged: {exc}", hint="restore it from a backup or use a new --db"
             ) from exc
 
+    def _lock_for_migration(self, conn: Any) -> None:
+        """Hold, until this transaction ends, the right to migrate: one client at a time."""
+        if self.is_sqlite:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")  # the write lock now, not at the first write
+        else:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK})
+
+    @_guarded
+    def schema_status(self) -> dict[str, Any]:
+        """Where this database stands: its schema version, this release's, and what is pending."""
+        with self.engine.connect() as conn:
+            version = self._check_version(conn, refuse_newer=False)
+            runs = 0
+            if version >= 1:
+                runs = int(conn.execute(select(func.count()).select_from(schema.runs)).scalar_one())
+        return {
+            "database": self.display_url,
+            "dialect": self.engine.dialect.name,
+            "schema_version": version,
+            "supported_version": SCHEMA_VERSION,
+            "pending": pending(version) if version <= SCHEMA_VERSION else [],
+            "newer": version > SCHEMA_VERSION,
+            "runs": runs,
+        }
+
+    def upgrade(self) -> list[str]:
+        """Apply pending migrations (under the migration lock); the names of those applied."""
+        try:
+            with self.engine.begin() as conn:
+                self._lock_for_migration(conn)
+                return migrate(conn, self._check_version(conn))
+        except DBAPIError as exc:
+            raise StoreError(
+                f"cannot upgrade database {self.display_url}: {str(exc.orig).strip().splitlines()[0]}",
+                hint=_SERVER_HINT if not self.is_sqlite else "check that the file is writable",
+            ) from exc
+
     @property
     def display_url(self) -> str:
-        return self.url.removeprefix("sqlite:///")
+        return display_db_url(self.url)
 
     # -- environments -------------------------------------------------------------------
     def _environment_id(self, conn: Any, env: Environment) -> int:
         table = schema.environments
-        found = conn.execute(select(table.c.id).where(table.c.fingerprint == env.fingerprint)).scalar()
+        query = select(table.c.id).where(table.c.fingerprint == env.fingerprint)
+        found = conn.execute(query).scalar()
         if found is not None:
             return int(found)
-        result = conn.execute(
-            insert(table).values(
+        # another writer may be inserting the same environment right now: let its row win
+        conn.execute(
+            _insert_unless_exists(conn, table, ["fingerprint"]).values(
                 fingerprint=env.fingerprint, captured_at=env.data.get("captured_at", ""), data=env.to_dict()
             )
         )
-        return int(result.inserted_primary_key[0])
+        return int(conn.execute(query).scalar_one())
 
     def _environment(self, conn: Any, env_id: int) -> Environment:
         data = conn.execute(select(schema.environments.c.data).where(schema.environments.c.id == env_id)).scalar_one()
@@ -198,9 +357,13 @@ class Store:
     @_guarded
     def save_baseline(self, info: BaselineInfo, env: Environment) -> None:
         with self.engine.begin() as conn:
-            env_id = self._environment_id(conn, env)
+            self._insert_baseline(conn, info, env, insert(schema.baselines))
+
+    def _insert_baseline(self, conn: Any, info: BaselineInfo, env: Environment, statement: Any) -> bool:
+        env_id = self._environment_id(conn, env)
+        return bool(
             conn.execute(
-                insert(schema.baselines).values(
+                statement.values(
                     id=info.id,
                     workload_spec=info.workload_spec,
                     fingerprint=info.fingerprint,
@@ -212,7 +375,8 @@ class Store:
                     repeat_max_abs_err=info.repeat_max_abs_err,
                     path=info.path,
                 )
-            )
+            ).rowcount
+        )
 
     @_guarded
     def latest_baseline(self, workload_spec: str) -> BaselineInfo | None:
@@ -227,20 +391,22 @@ class Store:
         )
         with self.engine.connect() as conn:
             row = conn.execute(query).mappings().first()
-        if row is None:
-            return None
-        return BaselineInfo(
-            id=row["id"],
-            workload_spec=row["workload_spec"],
-            fingerprint=row["fingerprint"],
-            seed=row["seed"],
-            created_at=row["created_at"],
-            environment_fingerprint=row["env_fp"],
-            references=tuple(row["refs"]),
-            deterministic=bool(row["deterministic"]),
-            repeat_max_abs_err=float(row["repeat_max_abs_err"]),
-            path=row["path"],
+        return None if row is None else _baseline_info(row)
+
+    @_guarded
+    def baselines(self, workload_specs: Iterable[str] | None = None) -> list[tuple[BaselineInfo, Environment]]:
+        """Every baseline (of these workload specs), oldest first, with the environment it was made in."""
+        table, envs = schema.baselines, schema.environments
+        query = (
+            select(table, envs.c.fingerprint.label("env_fp"), envs.c.data.label("env_data"))
+            .join(envs, envs.c.id == table.c.environment_id)
+            .order_by(table.c.created_at, table.c.id)
         )
+        if workload_specs is not None:
+            query = query.where(table.c.workload_spec.in_(list(workload_specs)))
+        with self.engine.connect() as conn:
+            rows = conn.execute(query).mappings().all()
+        return [(_baseline_info(row), Environment.from_dict(row["env_data"])) for row in rows]
 
     # -- requirements -------------------------------------------------------------------
     @_guarded
@@ -250,6 +416,19 @@ class Store:
         with self.engine.begin() as conn:
             conn.execute(table.delete().where(table.c.workload_spec == workload_spec))
             conn.execute(insert(table).values(workload_spec=workload_spec, updated_at=updated_at, texts=list(items)))
+
+    @_guarded
+    def all_requirements(self, workload_specs: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """Every workload's kept requirements as ``{workload_spec, updated_at, texts}``."""
+        table = schema.requirements
+        query = select(table).order_by(table.c.workload_spec)
+        if workload_specs is not None:
+            query = query.where(table.c.workload_spec.in_(list(workload_specs)))
+        with self.engine.connect() as conn:
+            return [
+                {"workload_spec": r["workload_spec"], "updated_at": r["updated_at"], "texts": list(r["texts"])}
+                for r in conn.execute(query).mappings()
+            ]
 
     @_guarded
     def requirements(self, workload_spec: str) -> list[str]:
@@ -266,51 +445,55 @@ class Store:
         from bakeoff import __version__
 
         with self.engine.begin() as conn:
-            env_id = self._environment_id(conn, run.environment)
-            conn.execute(
-                insert(schema.runs).values(
-                    id=run.run_id,
-                    created_at=run.created_at,
-                    workload_spec=run.workload["spec"],
-                    workload_fingerprint=run.fingerprint,
-                    workload=run.workload,
-                    environment_id=env_id,
-                    baseline_id=run.baseline_id,
-                    # the environment row is shared; what varies from run to run stays with the run
-                    settings={
-                        **run.settings,
-                        _VOLATILE_KEY: {k: run.environment.data[k] for k in VOLATILE if k in run.environment.data},
-                    },
-                    bakeoff_version=__version__,
+            self._insert_run(conn, run, __version__, insert(schema.runs))
+
+    def _insert_run(self, conn: Any, run: RunResult, bakeoff_version: str, statement: Any) -> bool:
+        """Insert ``run`` with ``statement`` (a plain insert, or one that skips a run already there)."""
+        env_id = self._environment_id(conn, run.environment)
+        inserted = conn.execute(
+            statement.values(
+                id=run.run_id,
+                created_at=run.created_at,
+                workload_spec=run.workload["spec"],
+                workload_fingerprint=run.fingerprint,
+                workload=run.workload,
+                environment_id=env_id,
+                baseline_id=run.baseline_id,
+                # the environment row is shared; what varies from run to run stays with the run
+                settings={
+                    **run.settings,
+                    _VOLATILE_KEY: {k: run.environment.data[k] for k in VOLATILE if k in run.environment.data},
+                },
+                bakeoff_version=bakeoff_version,
+            )
+        ).rowcount
+        if not inserted:
+            return False
+        for position, result in enumerate(run.results):
+            data = result.to_dict()
+            if data.get("latency"):
+                data["latency"] = {k: v for k, v in data["latency"].items() if k != "samples_ms"}
+            row = conn.execute(
+                insert(schema.target_results).values(
+                    run_id=run.run_id,
+                    position=position,
+                    target_spec=result.target.spec,
+                    status=result.status,
+                    verdict=result.verdict,
+                    p50_ms=result.latency.p50_ms if result.latency and result.latency.count else None,
+                    speedup=result.speedup,
+                    error_type=result.error.type if result.error else None,
+                    error_category=result.error.category if result.error else None,
+                    data=data,
                 )
             )
-            for position, result in enumerate(run.results):
-                data = result.to_dict()
-                if data.get("latency"):
-                    data["latency"] = {k: v for k, v in data["latency"].items() if k != "samples_ms"}
-                row = conn.execute(
-                    insert(schema.target_results).values(
-                        run_id=run.run_id,
-                        position=position,
-                        target_spec=result.target.spec,
-                        status=result.status,
-                        verdict=result.verdict,
-                        p50_ms=result.latency.p50_ms if result.latency and result.latency.count else None,
-                        speedup=result.speedup,
-                        error_type=result.error.type if result.error else None,
-                        error_category=result.error.category if result.error else None,
-                        data=data,
-                    )
+            if result.latency and result.latency.count:
+                result_id = row.inserted_primary_key[0]
+                conn.execute(
+                    insert(schema.timing_samples),
+                    [{"result_id": result_id, "seq": i, "ms": ms} for i, ms in enumerate(result.latency.samples_ms)],
                 )
-                if result.latency and result.latency.count:
-                    result_id = row.inserted_primary_key[0]
-                    conn.execute(
-                        insert(schema.timing_samples),
-                        [
-                            {"result_id": result_id, "seq": i, "ms": ms}
-                            for i, ms in enumerate(result.latency.samples_ms)
-                        ],
-                    )
+        return True
 
     @_guarded
     def resolve_run_id(self, prefix: str) -> str:
@@ -368,7 +551,21 @@ class Store:
         )
 
     @_guarded
-    def list_runs(self, limit: int = 20, workload_spec: str | None = None) -> list[RunSummary]:
+    def run_index(self, workload_spec: str | None = None, tag: str | None = None) -> list[dict[str, str]]:
+        """``{id, created_at, workload_spec, bakeoff_version}`` of every run selected, oldest first."""
+        runs = schema.runs
+        query = select(runs.c.id, runs.c.created_at, runs.c.workload_spec, runs.c.bakeoff_version).order_by(
+            runs.c.created_at, runs.c.id
+        )
+        if workload_spec is not None:
+            query = query.where(runs.c.workload_spec == workload_spec)
+        if tag is not None:
+            query = query.where(runs.c.id.in_(select(schema.run_tags.c.run_id).where(schema.run_tags.c.tag == tag)))
+        with self.engine.connect() as conn:
+            return [dict(row) for row in conn.execute(query).mappings()]
+
+    @_guarded
+    def list_runs(self, limit: int = 20, workload_spec: str | None = None, tag: str | None = None) -> list[RunSummary]:
         runs, results, envs = schema.runs, schema.target_results, schema.environments
         query = (
             select(
@@ -384,6 +581,8 @@ class Store:
         )
         if workload_spec is not None:
             query = query.where(runs.c.workload_spec == workload_spec)
+        if tag is not None:
+            query = query.where(runs.c.id.in_(select(schema.run_tags.c.run_id).where(schema.run_tags.c.tag == tag)))
         with self.engine.connect() as conn:
             heads = conn.execute(query).mappings().all()
             ids = [h["id"] for h in heads]
@@ -415,3 +614,71 @@ class Store:
             )
             for h in heads
         ]
+
+    # -- notes and tags -----------------------------------------------------------------
+    @_guarded
+    def add_note(self, run_id: str, text: str, author: str | None = None, created_at: str | None = None) -> Note:
+        """Keep a free-form note on a run (``run_id`` may be a unique prefix).
+
+        ``author`` defaults to ``$USER`` (``None`` when unset); ``created_at`` to now, in UTC.
+        """
+        run_id = self.resolve_run_id(run_id)
+        values = {
+            "run_id": run_id,
+            "created_at": created_at or utc_now(),
+            "text": check_note_text(text),
+            "author": author if author is not None else os.environ.get("USER") or None,
+        }
+        with self.engine.begin() as conn:
+            note_id = conn.execute(insert(schema.run_notes).values(**values)).inserted_primary_key[0]
+        return Note(id=int(note_id), **values)
+
+    @_guarded
+    def notes(self, run_id: str) -> list[Note]:
+        """The notes on a run (exact id), oldest first."""
+        table = schema.run_notes
+        query = select(table).where(table.c.run_id == run_id).order_by(table.c.created_at, table.c.id)
+        with self.engine.connect() as conn:
+            return [Note(**row) for row in conn.execute(query).mappings()]
+
+    @_guarded
+    def add_tag(self, run_id: str, tag: str) -> list[str]:
+        """Tag a run (``run_id`` may be a unique prefix); tagging twice is harmless. Returns its tags."""
+        run_id = self.resolve_run_id(run_id)
+        with self.engine.begin() as conn:
+            conn.execute(
+                _insert_unless_exists(conn, schema.run_tags, ["run_id", "tag"]).values(
+                    run_id=run_id, tag=check_tag(tag), created_at=utc_now()
+                )
+            )
+        return self.tags(run_id)
+
+    @_guarded
+    def remove_tag(self, run_id: str, tag: str) -> bool:
+        """Take a tag off a run (``run_id`` may be a unique prefix); whether it had the tag."""
+        run_id = self.resolve_run_id(run_id)
+        table = schema.run_tags
+        with self.engine.begin() as conn:
+            removed = conn.execute(table.delete().where(table.c.run_id == run_id, table.c.tag == tag)).rowcount
+        return bool(removed)
+
+    @_guarded
+    def tags(self, run_id: str) -> list[str]:
+        """A run's tags (exact id), sorted."""
+        table = schema.run_tags
+        query = select(table.c.tag).where(table.c.run_id == run_id).order_by(table.c.tag)
+        with self.engine.connect() as conn:
+            return list(conn.execute(query).scalars())
+
+    @_guarded
+    def run_ids_with_tag(self, tag: str) -> list[str]:
+        """Ids of the runs carrying ``tag``, oldest run first."""
+        runs, tags = schema.runs, schema.run_tags
+        query = (
+            select(runs.c.id)
+            .join(tags, tags.c.run_id == runs.c.id)
+            .where(tags.c.tag == tag)
+            .order_by(runs.c.created_at, runs.c.id)
+        )
+        with self.engine.connect() as conn:
+            return list(conn.execute(query).scalars())

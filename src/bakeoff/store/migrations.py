@@ -14,7 +14,7 @@ from sqlalchemy import Connection, select
 
 from bakeoff.store import schema
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "current_version", "migrate"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "current_version", "migrate", "pending"]
 
 
 _V1_TABLES = ("meta", "environments", "baselines", "runs", "target_results", "timing_samples")
@@ -29,9 +29,15 @@ def _v2_requirements(conn: Connection) -> None:
     schema.requirements.create(conn)
 
 
+def _v3_notes_and_tags(conn: Connection) -> None:
+    schema.run_notes.create(conn)
+    schema.run_tags.create(conn)
+
+
 MIGRATIONS: list[tuple[str, Callable[[Connection], None]]] = [
     ("initial schema: environments, baselines, runs, target results, timing samples", _v1_initial),
     ("requirements per workload", _v2_requirements),
+    ("notes and tags on runs", _v3_notes_and_tags),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -42,6 +48,11 @@ def current_version(conn: Connection) -> int:
         return 0
     value = conn.execute(select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")).scalar()
     return int(value) if value is not None else 0
+
+
+def pending(start: int) -> list[str]:
+    """Names of the migrations a database at version ``start`` still needs, as :func:`migrate` reports them."""
+    return [f"{version + 1}: {MIGRATIONS[version][0]}" for version in range(start, SCHEMA_VERSION)]
 
 
 def migrate(conn: Connection, start: int) -> list[str]:

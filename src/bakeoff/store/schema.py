@@ -12,6 +12,7 @@ from sqlalchemy import (
     Column,
     Float,
     ForeignKey,
+    Index,
     Integer,
     MetaData,
     String,
@@ -26,6 +27,8 @@ __all__ = [
     "meta",
     "metadata",
     "requirements",
+    "run_notes",
+    "run_tags",
     "runs",
     "target_results",
     "timing_samples",
@@ -111,4 +114,25 @@ requirements = Table(
     Column("workload_spec", Text, primary_key=True),
     Column("updated_at", String(40), nullable=False),
     Column("texts", JSON, nullable=False),
+)
+
+# version 3: what people say about a run. Notes are free text kept beside the numbers (a failed
+# attempt, an operational observation); tags group runs for selection (``history --tag``).
+run_notes = Table(
+    "run_notes",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(32), ForeignKey("runs.id"), nullable=False, index=True),
+    Column("created_at", String(40), nullable=False),
+    Column("text", Text, nullable=False),
+    Column("author", Text, nullable=True),
+)
+
+run_tags = Table(
+    "run_tags",
+    metadata,
+    Column("run_id", String(32), ForeignKey("runs.id"), primary_key=True),
+    Column("tag", String(64), primary_key=True),
+    Column("created_at", String(40), nullable=False),
+    Index("ix_run_tags_tag", "tag"),
 )
