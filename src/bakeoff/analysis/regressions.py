@@ -384,8 +384,8 @@ def compare_results(
     outcome = next((o for o in _SEVERITY if any(m.outcome == o for m in metrics)), "unchanged")
     if outcome == "not_comparable":
         outcome = "unchanged"
-    changed = [m.metric for m in metrics if m.outcome in ("regressed", "improved")]
-    return outcome, ", ".join(changed) + (" changed" if changed else ""), tuple(metrics)
+    changed = [f"{m.metric} {m.outcome}" for m in metrics if m.outcome in ("regressed", "improved")]
+    return outcome, ", ".join(changed), tuple(metrics)
 
 
 def _void(metric: MetricChange, detail: str) -> MetricChange:

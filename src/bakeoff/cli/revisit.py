@@ -1,0 +1,184 @@
+"""``bakeoff regressions``, ``compare``, ``rerun`` and ``report``: revisiting after an update.
+
+Thin commands over :mod:`bakeoff.api`; they register themselves on the main group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import click
+
+from bakeoff.cli.main import EXIT_FAILED, _console, _db_option, _emit_json, _format_option, _progress, cli
+
+if TYPE_CHECKING:
+    from bakeoff.analysis.regressions import Thresholds
+
+__all__ = ["compare", "regressions", "report", "rerun"]
+
+_latency_option = click.option(
+    "--latency-threshold",
+    type=click.FloatRange(min=0),
+    default=0.10,
+    show_default=True,
+    help="A latency change counts only beyond this fraction (and when its 95% interval excludes no change).",
+)
+
+
+def _thresholds(latency: float) -> Thresholds:
+    from bakeoff.analysis.regressions import Thresholds
+
+    return Thresholds(latency=latency)
+
+
+@cli.command(epilog="Example: bakeoff regressions --workload arch:llama --strict")
+@click.option("--workload", default=None, help="Only this workload spec.")
+@click.option("--target", default=None, help="Only this target spec.")
+@_latency_option
+@click.option("--strict", is_flag=True, help="Exit 1 if anything regressed or now fails.")
+@_db_option
+@_format_option
+def regressions(
+    workload: str | None, target: str | None, latency_threshold: float, strict: bool, db: str | None, fmt: str
+) -> None:
+    """What changed since the previous environment, for each workload and target.
+
+    Compares each workload + target's latest result with the newest earlier one from a
+    different environment and classifies every metric: improved, regressed, unchanged, not
+    comparable (the workload or adjustments differ) or failed.
+    """
+    from bakeoff import api
+
+    found = api.regressions(db=db, workload=workload, target=target, thresholds=_thresholds(latency_threshold))
+    if fmt == "json":
+        _emit_json([c.to_dict() for c in found])
+    elif not found:
+        _console().print("nothing to compare: no workload and target has runs in two environments yet")
+    else:
+        from bakeoff.report.changes import regressions_table
+
+        _console().print(regressions_table(found))
+    if strict and any(c.outcome in ("regressed", "failed") for c in found):
+        raise SystemExit(EXIT_FAILED)
+
+
+@cli.command(epilog="Example: bakeoff compare 3f2a 9c1e   |   bakeoff compare 3f2a:cpu+inductor 3f2a:cpu+openvino")
+@click.argument("a")
+@click.argument("b")
+@_latency_option
+@_db_option
+@_format_option
+def compare(a: str, b: str, latency_threshold: float, db: str | None, fmt: str) -> None:
+    """Two runs (or two RUN:TARGET results) side by side, every metric classified (B against A)."""
+    from bakeoff import api
+
+    found = api.compare(a, b, db=db, thresholds=_thresholds(latency_threshold))
+    if fmt == "json":
+        _emit_json([c.to_dict() for c in found])
+        return
+    from bakeoff.report.changes import comparison_view
+
+    _console().print(comparison_view(found))
+
+
+@cli.command(epilog="Example: bakeoff rerun 3f2a   |   bakeoff rerun --workload arch:llama")
+@click.argument("run_id", required=False)
+@click.option("--workload", default=None, help="Repeat the latest run of this workload spec.")
+@click.option("--tag", default=None, help="Repeat every run with this tag.")
+@click.option("--in-process", is_flag=True, help="Run targets in this process, whatever the stored run did.")
+@click.option("--refresh-baseline", is_flag=True, help="Recompute the baseline first.")
+@click.option("--strict", is_flag=True, help="Exit 1 if a repeated target regressed or now fails.")
+@_db_option
+@_format_option
+def rerun(
+    run_id: str | None,
+    workload: str | None,
+    tag: str | None,
+    in_process: bool,
+    refresh_baseline: bool,
+    strict: bool,
+    db: str | None,
+    fmt: str,
+) -> None:
+    """Repeat stored trials in this environment (same workload, targets, profile, switches,
+    timing), then show what changed since the previous environment."""
+    from bakeoff import api
+
+    runs = api.rerun(
+        run_id,
+        workload=workload,
+        tag=tag,
+        db=db,
+        isolate=False if in_process else None,
+        refresh_baseline=refresh_baseline,
+        progress=_progress(),
+    )
+    new_ids = {r.run_id for r in runs}
+    found = [
+        c
+        for spec in dict.fromkeys(r.workload["spec"] for r in runs)
+        for c in api.regressions(db=db, workload=spec)
+        if c.after_run in new_ids
+    ]
+    if fmt == "json":
+        _emit_json({"runs": [r.to_dict() for r in runs], "regressions": [c.to_dict() for c in found]})
+    else:
+        from bakeoff.report.changes import regressions_table
+        from bakeoff.report.terminal import run_view
+
+        console = _console()
+        for run in runs:
+            console.print(run_view(run))
+        console.print(regressions_table(found) if found else "no earlier run in another environment to compare with")
+    if strict and any(c.outcome in ("regressed", "failed") for c in found):
+        raise SystemExit(EXIT_FAILED)
+
+
+@cli.command(epilog="Example: bakeoff report --workload arch:llama --html report.html --markdown report.md")
+@click.argument("run_ids", nargs=-1)
+@click.option("--workload", default=None, help="Every run of this workload spec.")
+@click.option("--tag", default=None, help="Every run with this tag.")
+@click.option(
+    "--html", "html_path", type=click.Path(dir_okay=False), default=None, help="Write a self-contained HTML page."
+)
+@click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False), default=None, help="Write Markdown.")
+@click.option(
+    "--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write JSON (schema bakeoff.report)."
+)
+@_latency_option
+@_db_option
+def report(
+    run_ids: Sequence[str],
+    workload: str | None,
+    tag: str | None,
+    html_path: str | None,
+    markdown_path: str | None,
+    json_path: str | None,
+    latency_threshold: float,
+    db: str | None,
+) -> None:
+    """Write an evidence report for RUN_IDS (or a workload, a tag; default: every run).
+
+    For each target: does it run correctly, where did the work run, does it meet the
+    requirements, what adjustments it took and how it failed, with plots, the regressions since
+    the previous environment and every run's environment.
+    """
+    from bakeoff import api
+
+    if sum(bool(x) for x in (run_ids, workload, tag)) > 1:
+        from bakeoff.errors import SpecError
+
+        raise SpecError("choose runs one way", hint="give RUN_IDS, --workload or --tag, not several")
+    evidence = api.report(
+        run_ids,
+        workload=workload,
+        tag=tag,
+        db=db,
+        html=html_path,
+        markdown=markdown_path,
+        json=json_path,
+        thresholds=_thresholds(latency_threshold),
+    )
+    written = ", ".join(p for p in (html_path, markdown_path, json_path) if p)
+    click.echo(f"wrote {written}: {len(evidence.runs)} run(s), {len(evidence.regressions)} comparison(s)")

@@ -1,0 +1,211 @@
+"""What an evidence report says, prepared once for every format (HTML, Markdown, JSON).
+
+The three questions a reader asks of each target, answered in plain words from the stored values:
+does it run correctly, where did the work run, does it meet the requirements. Rendering lives in
+:mod:`bakeoff.report.html` and :mod:`bakeoff.report.markdown`; this module only prepares values.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bakeoff.analysis.regressions import Comparison, Thresholds, find_regressions
+from bakeoff.env import Environment
+from bakeoff.results.codec import run_to_json
+from bakeoff.results.values import RunResult, TargetResult
+
+__all__ = [
+    "REPORT_SCHEMA",
+    "REPORT_SCHEMA_VERSION",
+    "Answer",
+    "Answers",
+    "Evidence",
+    "answers_for",
+    "build_evidence",
+    "render_json",
+]
+
+REPORT_SCHEMA = "bakeoff.report"
+REPORT_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Answer:
+    """``state``: yes, no, partly, unknown or none (nothing to answer); ``text`` says why."""
+
+    state: str
+    text: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"state": self.state, "text": self.text}
+
+
+@dataclass(frozen=True)
+class Answers:
+    correct: Answer
+    placement: Answer
+    requirements: Answer
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k).to_dict() for k in ("correct", "placement", "requirements")}
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    return (text.splitlines() or [""])[0][:limit]
+
+
+def _correct(result: TargetResult) -> Answer:
+    if result.status == "skipped":
+        return Answer("unknown", f"not run here: {result.reason}")
+    if result.status == "error" and result.error is not None:
+        where = f" during {result.error.phase}" if result.error.phase else ""
+        return Answer(
+            "no",
+            f"it failed ({result.error.category}{where}): {result.error.type}: {_first_line(result.error.message)}",
+        )
+    c = result.correctness
+    if c is None:
+        return Answer("unknown", "no correctness check was made")
+    if c.verdict == "pass":
+        detail = f" within tolerance {c.tolerance:g}" if c.tolerance is not None else ""
+        err = f" (largest difference {c.max_abs_err:.2e})" if c.max_abs_err is not None else ""
+        return Answer("yes", f"outputs match the reference {c.reference or 'baseline'}{detail}{err}")
+    if c.verdict == "fail":
+        return Answer("no", c.reason or f"outputs differ from the reference {c.reference}")
+    return Answer("unknown", c.reason or c.verdict)
+
+
+def _placement(result: TargetResult) -> Answer:
+    p = result.placement
+    if result.status != "ok" or p is None:
+        return Answer("unknown", "not audited" if result.status == "ok" else "not run")
+    share = f"{p.device_op_share:.0%} of ops on the device" if p.device_op_share is not None else ""
+    if p.verdict == "not_applicable":
+        return Answer("yes", "a CPU target: the host is the device")
+    if p.verdict == "on_device":
+        return Answer("yes", "all on the device" + (f" ({share})" if share else ""))
+    state = "partly" if p.verdict == "fallbacks" else "no"
+    return Answer(state, "; ".join(x for x in (p.explanation, share) if x))
+
+
+def _requirements(result: TargetResult) -> Answer:
+    items = getattr(result, "requirements", None) or ()
+    if not items:
+        return Answer("none", "no requirements declared")
+    verdicts = [r.get("verdict") for r in items]
+    met = verdicts.count("met")
+    text = f"{met} of {len(items)} met"
+    if "not_met" in verdicts:
+        failed = [r.get("text", "?") for r in items if r.get("verdict") == "not_met"]
+        return Answer("no", text + "; not met: " + "; ".join(failed))
+    if "not_measured" in verdicts:
+        return Answer("unknown", text + f"; {verdicts.count('not_measured')} not measured")
+    return Answer("yes", text)
+
+
+def answers_for(result: TargetResult) -> Answers:
+    """The three questions for one target, in plain words."""
+    return Answers(_correct(result), _placement(result), _requirements(result))
+
+
+def _note_dict(note: Any) -> dict[str, Any]:
+    if isinstance(note, str):
+        return {"text": note, "created_at": "", "author": None}
+    return {"text": note.text, "created_at": note.created_at, "author": getattr(note, "author", None)}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Everything a report shows: the runs (oldest first), what people noted and tagged, and the
+    regressions among them."""
+
+    generated_at: str
+    selection: str
+    database: str
+    runs: tuple[RunResult, ...]
+    notes: Mapping[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
+    tags: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    regressions: tuple[Comparison, ...] = ()
+    thresholds: Thresholds = field(default_factory=Thresholds)
+
+    @property
+    def environments(self) -> dict[str, Environment]:
+        """Each distinct environment, by fingerprint, in order of first use."""
+        found: dict[str, Environment] = {}
+        for run in self.runs:
+            found.setdefault(run.environment.fingerprint, run.environment)
+        return found
+
+    def comparison_for(self, run_id: str, result: TargetResult) -> Comparison | None:
+        """The regression check whose later side is this result, if any."""
+        return next(
+            (
+                c
+                for c in self.regressions
+                if c.after_run == run_id and c.target == result.target.spec and c.variant == result.variant
+            ),
+            None,
+        )
+
+    def series(self) -> dict[tuple[str, str, str], list[tuple[RunResult, TargetResult]]]:
+        """Each workload + target + variant over time: its runs, oldest first."""
+        found: dict[tuple[str, str, str], list[tuple[RunResult, TargetResult]]] = {}
+        for run in self.runs:
+            for result in run.results:
+                found.setdefault((run.workload["spec"], result.target.spec, result.variant), []).append((run, result))
+        return found
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": REPORT_SCHEMA,
+            "schema_version": REPORT_SCHEMA_VERSION,
+            "generated_at": self.generated_at,
+            "selection": self.selection,
+            "database": self.database,
+            "thresholds": self.thresholds.to_dict(),
+            "runs": [
+                {
+                    **run_to_json(run),
+                    "notes": list(self.notes.get(run.run_id, ())),
+                    "tags": list(self.tags.get(run.run_id, ())),
+                    "answers": {f"{r.target.spec}|{r.variant}": answers_for(r).to_dict() for r in run.results},
+                }
+                for run in self.runs
+            ],
+            "regressions": [c.to_dict() for c in self.regressions],
+        }
+
+
+def build_evidence(
+    runs: Sequence[RunResult],
+    *,
+    notes: Mapping[str, Sequence[Any]] | None = None,
+    tags: Mapping[str, Sequence[str]] | None = None,
+    selection: str = "",
+    database: str = "",
+    thresholds: Thresholds | None = None,
+    generated_at: str | None = None,
+) -> Evidence:
+    """Order the runs, attach notes and tags, and find the regressions among them."""
+    ordered = tuple(sorted(runs, key=lambda r: (r.created_at, r.run_id)))
+    t = thresholds or Thresholds()
+    return Evidence(
+        generated_at=generated_at or datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        selection=selection,
+        database=database,
+        runs=ordered,
+        notes={k: tuple(_note_dict(n) for n in v) for k, v in (notes or {}).items()},
+        tags={k: tuple(v) for k, v in (tags or {}).items()},
+        regressions=tuple(find_regressions(ordered, t)),
+        thresholds=t,
+    )
+
+
+def render_json(evidence: Evidence) -> str:
+    """The machine-readable report: schema ``bakeoff.report``, the run documents, derived answers
+    and regressions."""
+    return json.dumps(evidence.to_dict(), indent=1, default=str) + "\n"

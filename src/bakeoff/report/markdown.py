@@ -1,0 +1,149 @@
+"""The Markdown evidence report, for pull requests and issue trackers.
+
+Every value from a user or a model is escaped: ``<`` and ``&`` become entities (hosts render
+inline HTML, and no tag can start without ``<``), ``|`` is escaped inside tables and line breaks become spaces.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bakeoff.report.evidence import Evidence, answers_for
+from bakeoff.results.values import TargetResult
+
+__all__ = ["md", "render_markdown"]
+
+_MARK = {"yes": "yes", "no": "**NO**", "partly": "partly", "unknown": "unknown", "none": "-"}
+
+
+def md(value: Any) -> str:
+    """A value as safe Markdown text (inline, table-cell safe)."""
+    text = str(value).replace("&", "&amp;").replace("<", "&lt;")  # no tag can start; ">" alone is harmless
+    for raw, escaped in (("\\", "\\\\"), ("|", "\\|"), ("`", "\\`"), ("*", "\\*"), ("_", "\\_"), ("[", "\\[")):
+        text = text.replace(raw, escaped)
+    return " ".join(text.split())
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else (f"{value:.3f}" if value < 10 else f"{value:.1f}")
+
+
+def _label(result: TargetResult) -> str:
+    return result.target.spec + (f" [{result.variant}]" if result.variant != "as-is" else "")
+
+
+def _speed(result: TargetResult) -> str:
+    if result.speedup is None:
+        return "-"
+    ci = result.speedup_ci or {}
+    if result.is_reference or not ci:
+        return f"{result.speedup:.2f}x"
+    return f"{result.speedup:.2f}x ({ci['low']:.2f}-{ci['high']:.2f})" + ("" if ci.get("significant") else " n.s.")
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+def render_markdown(evidence: Evidence) -> str:
+    """Tables per run and target, requirements, placement, failures and regressions."""
+    out = [
+        "# bakeoff evidence report",
+        "",
+        f"Selection: {md(evidence.selection)}; {len(evidence.runs)} run(s) in {len(evidence.environments)} "
+        f"environment(s); generated {evidence.generated_at[:19].replace('T', ' ')} UTC.",
+        "",
+    ]
+    if evidence.regressions:
+        out += ["## Since the previous environment", ""]
+        rows = []
+        for c in evidence.regressions:
+            changed = [
+                f"{md(m.metric)}: {m.outcome}" + (f" ({md(m.detail)})" if m.detail else "")
+                for m in c.metrics
+                if m.outcome in ("regressed", "improved", "failed")
+            ]
+            what = md(c.reason) if c.outcome == "not_comparable" else "; ".join(changed) or "-"
+            target = c.target + (f" [{c.variant}]" if c.variant != "as-is" else "")
+            outcome = f"**{c.outcome}**" if c.outcome in ("regressed", "failed") else c.outcome
+            rows.append(
+                [
+                    md(c.workload),
+                    md(target),
+                    outcome.replace("_", " "),
+                    what,
+                    md(c.environment.summary()),
+                    f"{c.before_run} -> {c.after_run}",
+                ]
+            )
+        out += _table(["workload", "target", "outcome", "what changed", "environment change", "runs"], rows)
+    for run in reversed(evidence.runs):
+        env = run.environment
+        out += [
+            f"## {md(run.workload['spec'])}: run {run.run_id}",
+            "",
+            f"{run.created_at[:19].replace('T', ' ')} UTC; workload fingerprint {run.fingerprint}; environment "
+            f"{env.fingerprint} (torch {md(env.data.get('torch', '?'))}, {md(env.data.get('cpu', '?'))}).",
+            "",
+        ]
+        tags = evidence.tags.get(run.run_id, ())
+        if tags:
+            out += ["Tags: " + ", ".join(md(t) for t in tags), ""]
+        for note in evidence.notes.get(run.run_id, ()):
+            out += [f"> {md(note['text'])}", ""]
+        rows = []
+        for r in run.results:
+            a = answers_for(r)
+            latency = r.latency.p50_ms if r.latency and r.latency.count else None
+            rows.append(
+                [
+                    md(_label(r)),
+                    r.status,
+                    _MARK[a.correct.state],
+                    _MARK[a.placement.state],
+                    _MARK[a.requirements.state],
+                    _ms(latency),
+                    _speed(r),
+                    _ms(r.first_call_ms),
+                ]
+            )
+        out += _table(
+            [
+                "target",
+                "status",
+                "correct",
+                "on device",
+                "requirements",
+                "p50 ms",
+                "speed vs eager CPU (95% CI)",
+                "first call ms",
+            ],
+            rows,
+        )
+        details = []
+        for r in run.results:
+            a = answers_for(r)
+            lines = [f"- correct: {md(a.correct.text)}", f"- placement: {md(a.placement.text)}"]
+            if r.placement is not None and r.placement.host_ops:
+                ops = ", ".join(f"{md(k)} x{v}" for k, v in r.placement.host_ops.items())
+                lines.append(f"- host ops: {ops}")
+            for q in getattr(r, "requirements", None) or ():
+                value = q.get("value")
+                shown = f"{value:g}" if isinstance(value, (int, float)) else "-"
+                lines.append(
+                    f"- requirement {md(q.get('text', '?'))}: **{md(q.get('verdict', '?'))}** (measured {shown}"
+                    f"{' ' + md(q.get('unit')) if q.get('unit') else ''}"
+                    f"{', confident' if q.get('confident') else ', not confident'})"
+                )
+            if r.adjustments:
+                lines.append("- adjustments: " + ", ".join(f"{md(x['name'])}={md(x['value'])}" for x in r.adjustments))
+            if r.error is not None:
+                lines.append(
+                    f"- **failure** ({md(r.error.category)}{', ' + md(r.error.phase) if r.error.phase else ''}): "
+                    f"{md(r.error.type)}: {md((r.error.message.splitlines() or [''])[0][:300])}"
+                )
+            details += [f"**{md(_label(r))}**", "", *lines, ""]
+        out += details
+    return "\n".join(out).rstrip() + "\n"

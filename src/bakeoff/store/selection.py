@@ -1,0 +1,76 @@
+"""Light queries for choosing runs: who ran what, when, in which environment.
+
+Regression detection and reports first decide *which* runs they need from these headers (no
+results, no samples), then load only those runs in full.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+
+from bakeoff.store import schema
+from bakeoff.store.db import Store
+
+__all__ = ["RunHeader", "run_headers"]
+
+
+@dataclass(frozen=True)
+class RunHeader:
+    """A run's identity and the ``(target, variant)`` results it holds."""
+
+    run_id: str
+    created_at: str
+    workload_spec: str
+    environment_fingerprint: str
+    keys: tuple[tuple[str, str], ...]
+
+    def as_tuple(self) -> tuple[str, str, str, str, tuple[tuple[str, str], ...]]:
+        """The shape :func:`bakeoff.analysis.regressions.pair_runs` takes."""
+        return (self.run_id, self.created_at, self.workload_spec, self.environment_fingerprint, self.keys)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "keys": [list(k) for k in self.keys]}
+
+
+def run_headers(
+    store: Store,
+    *,
+    workload: str | None = None,
+    target: str | None = None,
+    run_ids: Sequence[str] | None = None,
+) -> list[RunHeader]:
+    """Headers of the runs matching every filter given, oldest first.
+
+    ``target`` keeps only that target's results in each header (and drops runs without it).
+    """
+    runs, results, envs = schema.runs, schema.target_results, schema.environments
+    query = (
+        select(
+            runs.c.id,
+            runs.c.created_at,
+            runs.c.workload_spec,
+            envs.c.fingerprint,
+            results.c.target_spec,
+            results.c.data["variant"].as_string().label("variant"),
+        )
+        .join(envs, envs.c.id == runs.c.environment_id)
+        .join(results, results.c.run_id == runs.c.id)
+        .order_by(runs.c.created_at, runs.c.id, results.c.position)
+    )
+    if workload is not None:
+        query = query.where(runs.c.workload_spec == workload)
+    if target is not None:
+        query = query.where(results.c.target_spec == target)
+    if run_ids is not None:
+        query = query.where(runs.c.id.in_(list(run_ids)))
+    heads: dict[str, tuple[str, str, str]] = {}
+    keys: dict[str, list[tuple[str, str]]] = {}
+    with store.engine.connect() as conn:
+        for run_id, created_at, spec, env_fp, target_spec, variant in conn.execute(query):
+            heads.setdefault(run_id, (created_at, spec, env_fp))
+            keys.setdefault(run_id, []).append((target_spec, variant or "as-is"))
+    return [RunHeader(run_id, *heads[run_id], tuple(keys[run_id])) for run_id in heads]
