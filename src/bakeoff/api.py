@@ -11,13 +11,39 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bakeoff.measure.timing import TimingSettings
 from bakeoff.results.values import BaselineInfo, RunResult
 from bakeoff.store.db import RunSummary, Store
 
-__all__ = ["baseline", "demo", "history", "show", "targets", "trial", "workloads"]
+if TYPE_CHECKING:
+    from bakeoff.analysis.regressions import Comparison, Thresholds
+    from bakeoff.report.evidence import Evidence
+    from bakeoff.store.annotations import Note
+    from bakeoff.store.transfer import ExportSummary, ImportSummary
+    from bakeoff.workload.profile import InputProfile
+
+__all__ = [
+    "annotations",
+    "baseline",
+    "compare",
+    "db_status",
+    "db_upgrade",
+    "demo",
+    "export_runs",
+    "history",
+    "import_runs",
+    "note",
+    "regressions",
+    "report",
+    "rerun",
+    "show",
+    "tag",
+    "targets",
+    "trial",
+    "workloads",
+]
 
 PathLike = str | os.PathLike[str]
 
@@ -43,11 +69,14 @@ def trial(
     min_samples: int = 30,
     min_seconds: float = 0.5,
     refresh_baseline: bool = False,
-    profile: str | os.PathLike[str] | None = None,
+    profile: str | os.PathLike[str] | InputProfile | None = None,
     pad_to_buckets: str | int | Iterable[int] | None = None,
     max_buckets: int = 4,
     cold_compile_cache: bool = False,
     env: Iterable[str] = (),
+    scenarios: str | Iterable[str] = (),
+    requirements: Iterable[str] | None = None,
+    interleave: bool = True,
     progress: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Run ``workload`` on each target in ``on`` and store the run.
@@ -62,13 +91,21 @@ def trial(
         min_seconds: and at least this long timing each target.
         refresh_baseline: recompute the baseline even if a fresh one is stored.
         profile: an input profile (``"seq=16,32,64"``, ``"seq=uniform(8,128)&n=50"``, or a
-            .csv/.jsonl file of request lengths) to run every target over.
+            .csv/.jsonl file of request lengths) to run every target over, or an
+            :class:`~bakeoff.workload.profile.InputProfile`.
         pad_to_buckets: ``"auto"`` or sizes such as ``"64,128,256"``: also run each target with
             requests padded to these buckets (the static-shape what-if), side by side.
         max_buckets: how many buckets ``auto`` may choose.
         cold_compile_cache: give each target's compiler an empty cache (cold compile times).
         env: ``KEY=VALUE`` environment switches set while each target runs (recorded as
             adjustments), e.g. a backend's strict no-fallback mode.
+        scenarios: beyond single-stream timing, as a list or one comma-separated string:
+            ``offline[?max_batch=64]``, ``server?rate=20`` or ``server?rate=sweep&bound=p99<=50ms``,
+            ``generation[?prompt=16&tokens=16]``, ``training[?optimizer=sgd]``.
+        requirements: what the service needs (``p90<=50ms``, ``throughput>=200/s``,
+            ``peak_memory<=4GiB``, ``ttft<=200ms``); each target gets a verdict per requirement.
+            They are kept with the workload; None checks the kept ones, ``[]`` clears them.
+        interleave: time the isolated targets in turns (A B A B) so drift affects all alike.
         progress: called with a short message as each step starts.
 
     Raises:
@@ -100,13 +137,28 @@ def trial(
     if pad_to_buckets is not None and not isinstance(pad_to_buckets, str):
         values = pad_to_buckets if isinstance(pad_to_buckets, Iterable) else [pad_to_buckets]
         pad_to_buckets = ",".join(str(v) for v in values)
-    parsed_profile = parse_profile(os.fspath(profile)) if profile is not None else None
+    from bakeoff.workload.profile import InputProfile
+
+    if isinstance(profile, InputProfile):  # a stored run's own requests (a rerun)
+        parsed_profile: InputProfile | None = profile
+    else:
+        parsed_profile = parse_profile(os.fspath(profile)) if profile is not None else None
     switches = []
     for item in env:
         key, eq, value = item.partition("=")
         if not eq or not key or not key.replace("_", "").isalnum() or key[0].isdigit():
             raise SpecError(f"environment switch {item!r} is not KEY=VALUE", hint="e.g. --env TORCHINDUCTOR_FREEZING=1")
         switches.append((key, value))
+    from bakeoff.analysis.requirements import parse_requirement
+    from bakeoff.runner.scenarios import parse_scenario
+
+    scenario_texts = [scenarios] if isinstance(scenarios, str) else list(scenarios)
+    parsed_scenarios = tuple(
+        parse_scenario(part) for text in scenario_texts for part in _split_scenarios(text) if part.strip()
+    )
+    if isinstance(requirements, str):
+        requirements = [requirements]
+    texts = None if requirements is None else tuple(parse_requirement(r).text for r in requirements)
     store = Store.open(db)
     settings = TrialSettings(
         timing=TimingSettings(min_samples=min_samples, min_seconds=min_seconds),
@@ -118,8 +170,17 @@ def trial(
         max_buckets=max_buckets,
         cold_cache=cold_compile_cache,
         env=tuple(switches),
+        scenarios=parsed_scenarios,
+        requirements=texts,
+        interleave=interleave,
     )
     return run_trial(store, spec, parsed, settings, progress)
+
+
+def _split_scenarios(text: str) -> list[str]:
+    """``offline,server?rate=5`` -> two scenarios; a comma inside options is not a separator
+    (scenario options never hold commas)."""
+    return [part.strip() for part in text.split(",")]
 
 
 def baseline(
@@ -161,9 +222,11 @@ def workloads() -> dict[str, Any]:
     }
 
 
-def history(*, db: PathLike | None = None, limit: int = 20, workload: str | None = None) -> list[RunSummary]:
-    """The newest runs first (the database must exist)."""
-    return Store.open(db, create=False).list_runs(limit=limit, workload_spec=workload)
+def history(
+    *, db: PathLike | None = None, limit: int = 20, workload: str | None = None, tag: str | None = None
+) -> list[RunSummary]:
+    """The newest runs first, optionally only one workload's or one tag's (the database must exist)."""
+    return Store.open(db, create=False).list_runs(limit=limit, workload_spec=workload, tag=tag)
 
 
 def show(run_id: str, *, db: PathLike | None = None) -> RunResult:
@@ -189,3 +252,301 @@ def demo(
         if device.available and device.name != "cpu":
             on.append(device.name)
     return trial(DEMO_WORKLOAD, on, db=db, progress=progress, min_samples=min_samples, min_seconds=min_seconds)
+
+
+# -- revisiting after an update -------------------------------------------------------------
+
+
+def regressions(
+    *,
+    db: PathLike | None = None,
+    workload: str | None = None,
+    target: str | None = None,
+    thresholds: Thresholds | None = None,
+) -> list[Comparison]:
+    """Each workload + target's latest result against the newest earlier one from a different
+    environment, metric by metric (see :mod:`bakeoff.analysis.regressions`)."""
+    from bakeoff.analysis.regressions import compare_pair, pair_runs
+    from bakeoff.store.selection import run_headers
+
+    store = Store.open(db, create=False)
+    pairs = pair_runs(h.as_tuple() for h in run_headers(store, workload=workload, target=target))
+    loaded: dict[str, RunResult] = {}
+
+    def run(run_id: str) -> RunResult:
+        if run_id not in loaded:
+            loaded[run_id] = store.get_run(run_id)
+        return loaded[run_id]
+
+    return [
+        compare_pair(run(a), run(a).result(spec, variant), run(b), run(b).result(spec, variant), thresholds)
+        for (_, spec, variant), a, b in pairs
+    ]
+
+
+def _run_and_target(store: Store, ref: str) -> tuple[RunResult, str | None]:
+    run_id, _, spec = ref.partition(":")
+    return store.get_run(run_id), spec or None
+
+
+def compare(a: str, b: str, *, db: PathLike | None = None, thresholds: Thresholds | None = None) -> list[Comparison]:
+    """``b`` against ``a``: two runs (target by target, for the targets both have) or two
+    ``RUN:TARGET`` results (e.g. two targets of one run).
+
+    Raises:
+        StoreError: an unknown or ambiguous run id.
+        SpecError: a target the run does not have, or two runs with no target in common.
+    """
+    from bakeoff.analysis.regressions import compare_pair
+    from bakeoff.errors import SpecError
+
+    store = Store.open(db, create=False)
+    (run_a, spec_a), (run_b, spec_b) = _run_and_target(store, a), _run_and_target(store, b)
+    if (spec_a is None) != (spec_b is None):
+        raise SpecError(f"cannot compare {a!r} with {b!r}", hint="give two runs, or two RUN:TARGET results")
+    if spec_a is not None and spec_b is not None:
+        picked = []
+        for run, spec in ((run_a, spec_a), (run_b, spec_b)):
+            try:
+                picked.append(run.result(spec))
+            except KeyError:
+                have = ", ".join(dict.fromkeys(r.target.spec for r in run.results))
+                raise SpecError(f"run {run.run_id} has no target {spec!r}", hint=f"it has {have}") from None
+        return [compare_pair(run_a, picked[0], run_b, picked[1], thresholds)]
+    keys_b = {(r.target.spec, r.variant) for r in run_b.results}
+    common = [r for r in run_a.results if (r.target.spec, r.variant) in keys_b]
+    if not common:
+        raise SpecError(
+            f"runs {run_a.run_id} and {run_b.run_id} have no target in common",
+            hint="compare two results instead, e.g. RUN_A:cpu+inductor RUN_B:cuda",
+        )
+    return [compare_pair(run_a, r, run_b, run_b.result(r.target.spec, r.variant), thresholds) for r in common]
+
+
+def rerun_keywords(run: RunResult) -> dict[str, Any]:
+    """The :func:`trial` keywords that repeat ``run``: its workload, targets (as listed, padded
+    variants come back from the same buckets), profile, buckets, environment switches, timing,
+    isolation and, where the run has them, scenarios and requirements."""
+    import inspect
+
+    from bakeoff.workload.profile import InputProfile
+
+    settings = run.settings
+    timing = settings.get("timing") or {}
+    keywords: dict[str, Any] = {
+        "workload": run.workload["spec"],
+        "on": list(dict.fromkeys(r.target.spec for r in run.results if r.variant == "as-is")),
+        "isolate": settings.get("isolate", True),
+        "timeout_s": settings.get("timeout_s", 900.0),
+        "min_samples": timing.get("min_samples", 30),
+        "min_seconds": timing.get("min_seconds", 0.5),
+        "profile": InputProfile.from_dict(settings["profile"]) if settings.get("profile") else None,
+        "pad_to_buckets": settings.get("pad_to_buckets"),
+        "max_buckets": settings.get("max_buckets", 4),
+        "cold_compile_cache": settings.get("cold_cache", False),
+        "env": [f"{k}={v}" for k, v in settings.get("env") or ()],
+    }
+    accepted = inspect.signature(trial).parameters
+    for key in ("scenarios", "requirements"):
+        if settings.get(key) and key in accepted:
+            keywords[key] = settings[key]
+    return keywords
+
+
+def rerun(
+    run_id: str | None = None,
+    *,
+    workload: str | None = None,
+    tag: str | None = None,
+    db: PathLike | None = None,
+    isolate: bool | None = None,
+    refresh_baseline: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> list[RunResult]:
+    """Repeat stored trials in the current environment: one run, the latest run of a workload,
+    or every run with a tag. ``isolate`` overrides the stored choice of worker processes.
+
+    Raises:
+        SpecError: not exactly one of run_id, workload and tag.
+        StoreError: nothing matches.
+    """
+    from bakeoff.errors import SpecError, StoreError
+
+    if sum(x is not None for x in (run_id, workload, tag)) != 1:
+        raise SpecError("rerun needs one of RUN_ID, --workload or --tag", hint="e.g. bakeoff rerun 3f2a")
+    store = Store.open(db, create=False)
+    if run_id is not None:
+        ids = [store.resolve_run_id(run_id)]
+    elif workload is not None:
+        latest = store.list_runs(limit=1, workload_spec=workload)
+        if not latest:
+            raise StoreError(f"no runs of {workload!r} to repeat", hint="run `bakeoff history` to list workloads")
+        ids = [latest[0].run_id]
+    else:
+        ids = list(store.run_ids_with_tag(tag))
+        if not ids:
+            raise StoreError(f"no runs tagged {tag!r} to repeat", hint="tag runs with `bakeoff tag RUN_ID TAG`")
+    plans = [rerun_keywords(store.get_run(i)) for i in ids]
+    runs = []
+    for plan in plans:
+        if isolate is not None:
+            plan["isolate"] = isolate
+        if not plan["isolate"]:
+            plan["cold_compile_cache"] = False
+        runs.append(trial(**plan, db=db, refresh_baseline=refresh_baseline, progress=progress))
+    return runs
+
+
+def select_runs(
+    store: Store, run_ids: Iterable[str] = (), *, workload: str | None = None, tag: str | None = None
+) -> list[RunResult]:
+    """Stored runs chosen by id prefixes, a workload or a tag (everything when none is given), oldest first."""
+    from bakeoff.errors import StoreError
+    from bakeoff.store.selection import run_headers
+
+    run_ids = list(run_ids)
+    if run_ids:
+        ids = list(dict.fromkeys(store.resolve_run_id(i) for i in run_ids))
+    elif tag is not None:
+        ids = list(store.run_ids_with_tag(tag))
+        if not ids:
+            raise StoreError(f"no runs tagged {tag!r}", hint="run `bakeoff history` to see what is stored")
+    else:
+        ids = [h.run_id for h in run_headers(store, workload=workload)]
+        if not ids:
+            what = f"no runs of {workload!r}" if workload else "no runs"
+            raise StoreError(f"{what} in {store.display_url}", hint="run a trial first, or check --db")
+    return sorted((store.get_run(i) for i in ids), key=lambda r: (r.created_at, r.run_id))
+
+
+def report(
+    run_ids: Iterable[str] = (),
+    *,
+    workload: str | None = None,
+    tag: str | None = None,
+    db: PathLike | None = None,
+    html: PathLike | None = None,
+    markdown: PathLike | None = None,
+    json: PathLike | None = None,
+    thresholds: Thresholds | None = None,
+) -> Evidence:
+    """Build the evidence for the selected runs and write it as HTML, Markdown and/or JSON.
+
+    Raises:
+        SpecError: no output was asked for.
+        StoreError: nothing matches the selection.
+    """
+    from bakeoff.errors import SpecError
+    from bakeoff.report.evidence import build_evidence
+
+    outputs = {"html": html, "markdown": markdown, "json": json}
+    if all(v is None for v in outputs.values()):
+        raise SpecError("no report format chosen", hint="add --html out.html, --markdown out.md or --json out.json")
+    store = Store.open(db, create=False)
+    runs = select_runs(store, run_ids, workload=workload, tag=tag)
+    selection = ", ".join(run_ids) or (f"workload {workload}" if workload else f"tag {tag}" if tag else "all runs")
+    evidence = build_evidence(
+        runs,
+        notes={r.run_id: store.notes(r.run_id) for r in runs},
+        tags={r.run_id: store.tags(r.run_id) for r in runs},
+        selection=selection,
+        database=store.display_url,
+        thresholds=thresholds,
+    )
+    for kind, path in outputs.items():
+        if path is None:
+            continue
+        if kind == "html":
+            from bakeoff.report.html import render_html as render
+        elif kind == "markdown":
+            from bakeoff.report.markdown import render_markdown as render
+        else:
+            from bakeoff.report.evidence import render_json as render
+        text = render(evidence)
+        try:
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        except OSError as exc:
+            raise SpecError(f"cannot write {os.fspath(path)}: {exc.strerror}", hint="choose another path") from exc
+    return evidence
+
+
+# -- sharing a knowledge base ---------------------------------------------------------------
+
+
+def db_status(*, db: PathLike | None = None) -> dict[str, Any]:
+    """The database's schema version, this release's, the migrations pending and the number of runs."""
+    return Store.open(db, create=False, upgrade=False).schema_status()
+
+
+def db_upgrade(*, db: PathLike | None = None) -> dict[str, Any]:
+    """Apply pending migrations (safe while other clients open the database); what was done."""
+    store = Store.open(db, create=False, upgrade=False)
+    before = store.schema_status()
+    if before["newer"]:
+        from bakeoff.errors import StoreError
+
+        raise StoreError(
+            f"database {store.display_url} has schema version {before['schema_version']}, newer than this "
+            f"bakeoff understands ({before['supported_version']})",
+            hint="upgrade bakeoff to use it",
+        )
+    applied = store.upgrade()
+    return {
+        "database": store.display_url,
+        "from_version": before["schema_version"],
+        "schema_version": store.schema_status()["schema_version"],
+        "applied": applied,
+    }
+
+
+def export_runs(
+    path: PathLike,
+    *,
+    db: PathLike | None = None,
+    format: str = "jsonl",
+    workload: str | None = None,
+    tag: str | None = None,
+) -> ExportSummary:
+    """Write the runs (all, one workload's or one tag's) to ``path`` as JSON lines or CSV.
+
+    JSON lines carry each run's full document with its notes and tags, and the baselines and
+    requirements of the workloads exported: :func:`import_runs` reads them into another
+    database. CSV is a flat table (one row per run and target) for spreadsheets.
+    """
+    from bakeoff.store.transfer import export
+
+    return export(Store.open(db, create=False), path, fmt=format, workload=workload, tag=tag)
+
+
+def import_runs(path: PathLike, *, db: PathLike | None = None) -> ImportSummary:
+    """Add what a JSON-lines export holds that the database lacks (importing twice adds nothing)."""
+    from bakeoff.store.transfer import import_
+
+    return import_(Store.open(db), path)
+
+
+def note(run_id: str, text: str, *, db: PathLike | None = None, author: str | None = None) -> Note:
+    """Keep a free-form note on a run (``run_id`` may be a unique prefix); ``author`` defaults to $USER."""
+    return Store.open(db, create=False).add_note(run_id, text, author=author)
+
+
+def tag(run_id: str, name: str, *, db: PathLike | None = None, remove: bool = False) -> list[str]:
+    """Put a tag on a run, or take it off with ``remove``; returns the run's tags afterwards."""
+    store = Store.open(db, create=False)
+    if not remove:
+        return store.add_tag(run_id, name)
+    full = store.resolve_run_id(run_id)
+    if not store.remove_tag(full, name):
+        from bakeoff.errors import StoreError
+
+        have = ", ".join(store.tags(full)) or "none"
+        raise StoreError(f"run {full} has no tag {name!r}", hint=f"its tags: {have}")
+    return store.tags(full)
+
+
+def annotations(run_id: str, *, db: PathLike | None = None) -> dict[str, Any]:
+    """``{"run_id", "notes": [Note, ...], "tags": [str, ...]}`` of a run (``run_id`` may be a prefix)."""
+    store = Store.open(db, create=False)
+    full = store.resolve_run_id(run_id)
+    return {"run_id": full, "notes": store.notes(full), "tags": store.tags(full)}

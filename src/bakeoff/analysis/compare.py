@@ -76,14 +76,18 @@ def ratio_of_medians(
     )
 
 
-def break_even_requests(first_call: float, steady: float, reference: float) -> float | None:
-    """After how many requests a compiled target has paid back its first (compiling) call.
+def break_even_requests(
+    first_call: float, steady: float, reference: float, reference_first: float | None = None
+) -> float | None:
+    """After how many requests a compiled target has paid back its slow start.
 
     The compiled target costs ``first_call + (n - 1) * steady`` for ``n`` requests, the
-    reference ``n * reference``. They are equal at ``n = (first_call - steady) / (reference -
-    steady)``. Returns that ``n`` rounded up (at least 1), or None when the compiled target is
-    not faster per request and so never pays back.
+    reference ``reference_first + (n - 1) * reference`` (``reference_first`` defaults to
+    ``reference``: a reference with no start-up cost). They are equal at ``n = 1 +
+    (first_call - reference_first) / (reference - steady)``. Returns that ``n`` rounded up (at
+    least 1), or None when the compiled target is not faster per request and so never pays back.
     """
     if steady >= reference:
         return None
-    return max(1.0, math.ceil((first_call - steady) / (reference - steady)))
+    start = reference if reference_first is None else reference_first
+    return max(1.0, math.ceil(1 + (first_call - start) / (reference - steady) - 1e-9))

@@ -8,8 +8,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-__all__ = ["NOISE_IQR_RATIO", "iqr", "is_noisy", "mean", "percentile"]
+__all__ = [
+    "NOISE_IQR_RATIO",
+    "Estimate",
+    "iqr",
+    "is_noisy",
+    "mean",
+    "percentile",
+    "percentile_estimate",
+    "samples_needed",
+]
 
 #: Samples whose interquartile range exceeds this fraction of the median are flagged noisy
 #: (the threshold torch.utils.benchmark uses for its warning).
@@ -42,3 +52,84 @@ def is_noisy(samples: Sequence[float], ratio: float = NOISE_IQR_RATIO) -> bool:
     """True when IQR / median exceeds ``ratio``."""
     median = percentile(samples, 50)
     return median > 0 and iqr(samples) / median > ratio
+
+
+def samples_needed(q: float) -> int:
+    """The fewest samples that put at least one observation above the ``q``-th percentile.
+
+    With fewer, the p``q`` "estimate" is just the largest sample: p99 needs 100, p90 10, p50 2.
+    """
+    if not 0 <= q < 100:
+        raise ValueError(f"percentile {q} outside 0..100 (exclusive of 100)")
+    return max(1, math.ceil(100 / (100 - q) - 1e-9))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A statistic with its bootstrap ``confidence`` interval and how many samples back it.
+
+    ``enough`` is False when the sample is too small for the statistic (see :func:`samples_needed`):
+    the value is then reported, never hidden, but flagged.
+    """
+
+    value: float
+    low: float
+    high: float
+    samples: int
+    confidence: float = 0.95
+    enough: bool = True
+
+    def scaled(self, factor: float) -> Estimate:
+        """The same estimate in other units (``factor`` > 0)."""
+        return Estimate(
+            self.value * factor, self.low * factor, self.high * factor, self.samples, self.confidence, self.enough
+        )
+
+    def inverted(self, numerator: float) -> Estimate:
+        """``numerator / x`` of a positive estimate (a latency into a rate): the interval flips."""
+        return Estimate(
+            numerator / self.value,
+            numerator / self.high,
+            numerator / self.low,
+            self.samples,
+            self.confidence,
+            self.enough,
+        )
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Estimate:
+        return cls(**data)
+
+
+def percentile_estimate(
+    samples: Sequence[float], q: float, confidence: float = 0.95, resamples: int = 2000, seed: int = 0
+) -> Estimate:
+    """The ``q``-th percentile with a percentile-bootstrap interval.
+
+    Algorithm: draw ``resamples`` resamples with replacement, take each one's ``q``-th
+    percentile, and report the ``(1 - confidence) / 2`` and ``(1 + confidence) / 2``
+    percentiles of those. Deterministic for a given ``seed``. A single sample gives a
+    zero-width interval and ``enough=False``.
+    """
+    if not samples:
+        raise ValueError("percentile of an empty sample")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence {confidence} outside (0, 1)")
+    import numpy as np
+
+    values = np.asarray(samples, dtype=float)
+    rng = np.random.default_rng(seed)
+    draws = values[rng.integers(0, len(values), (resamples, len(values)))]
+    stats = np.percentile(draws, q, axis=1)
+    tail = (1 - confidence) / 2 * 100
+    return Estimate(
+        value=percentile(samples, q),
+        low=float(np.percentile(stats, tail)),
+        high=float(np.percentile(stats, 100 - tail)),
+        samples=len(values),
+        confidence=confidence,
+        enough=len(values) >= samples_needed(q) and len(values) > 1,
+    )

@@ -125,16 +125,17 @@ def baseline(workload: str, dtypes: Sequence[str], refresh: bool, db: str | None
 
 
 def _finish_run(run: Any, fmt: str, db: str | None, strict: bool, strict_placement: bool = False) -> None:
+    """Print the run; with --strict exit 1 on a failed target or a requirement not met."""
     from bakeoff.results.codec import run_to_json
-    from bakeoff.store.db import resolve_db_url
+    from bakeoff.store.db import display_db_url, resolve_db_url
 
     if fmt == "json":
         _emit_json(run_to_json(run))
     else:
         from bakeoff.report.terminal import run_view
 
-        _console().print(run_view(run, where=resolve_db_url(db).removeprefix("sqlite:///")))
-    if (strict or strict_placement) and run.failures(placement=strict_placement):
+        _console().print(run_view(run, where=display_db_url(resolve_db_url(db))))
+    if (strict or strict_placement) and run.failures(placement=strict_placement, requirements=strict):
         raise SystemExit(EXIT_FAILED)
 
 
@@ -185,7 +186,27 @@ def _finish_run(run: Any, fmt: str, db: str | None, strict: bool, strict_placeme
     metavar="KEY=VALUE",
     help="Environment switch set while each target runs (repeatable; recorded as an adjustment).",
 )
-@click.option("--strict", is_flag=True, help="Exit 1 if any target fails correctness or errors.")
+@click.option(
+    "--scenario",
+    "scenarios",
+    multiple=True,
+    metavar="SCENARIO",
+    help="Also run: offline[?max_batch=64], server?rate=20 | server?rate=sweep&bound=p99<=50ms, "
+    "generation[?prompt=16&tokens=16], training[?optimizer=adamw] (comma-separated or repeated).",
+)
+@click.option(
+    "--require",
+    "requirements",
+    multiple=True,
+    metavar="REQ",
+    help="What the service needs, e.g. 'p90<=50ms', 'throughput>=200/s', 'peak_memory<=4GiB', 'ttft<=200ms' "
+    "(repeatable; kept with the workload, so later trials check them too).",
+)
+@click.option("--clear-requirements", is_flag=True, help="Forget the workload's kept requirements.")
+@click.option(
+    "--sequential", is_flag=True, help="Time targets one after another instead of in turns (less memory at once)."
+)
+@click.option("--strict", is_flag=True, help="Exit 1 if any target errors, fails correctness or misses a requirement.")
 @click.option(
     "--strict-placement",
     is_flag=True,
@@ -206,6 +227,10 @@ def trial(
     max_buckets: int,
     cold_compile_cache: bool,
     env: Sequence[str],
+    scenarios: Sequence[str],
+    requirements: Sequence[str],
+    clear_requirements: bool,
+    sequential: bool,
     strict: bool,
     strict_placement: bool,
     db: str | None,
@@ -225,6 +250,10 @@ def trial(
         from bakeoff.errors import SpecError
 
         raise SpecError("--timeout needs worker processes", hint="drop --in-process, or drop --timeout")
+    if clear_requirements and requirements:
+        from bakeoff.errors import SpecError
+
+        raise SpecError("--clear-requirements with --require", hint="give one or the other")
     run = api.trial(
         workload,
         on=on,
@@ -239,6 +268,9 @@ def trial(
         max_buckets=max_buckets,
         cold_compile_cache=cold_compile_cache,
         env=env,
+        scenarios=scenarios,
+        requirements=[] if clear_requirements else (list(requirements) or None),
+        interleave=not sequential,
         progress=_progress(),
     )
     _finish_run(run, fmt, db, strict, strict_placement)
@@ -258,13 +290,14 @@ def demo(db: str | None, fmt: str) -> None:
 @cli.command(epilog="Example: bakeoff history --workload arch:llama --limit 5")
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Runs to list.")
 @click.option("--workload", default=None, help="Only runs of this workload spec.")
+@click.option("--tag", default=None, help="Only runs with this tag (see `bakeoff tag`).")
 @_db_option
 @_format_option
-def history(limit: int, workload: str | None, db: str | None, fmt: str) -> None:
+def history(limit: int, workload: str | None, tag: str | None, db: str | None, fmt: str) -> None:
     """What was run, when, and in which environment (newest first)."""
     from bakeoff import api
 
-    rows = api.history(db=db, limit=limit, workload=workload)
+    rows = api.history(db=db, limit=limit, workload=workload, tag=tag)
     if fmt == "json":
         _emit_json([r.to_dict() for r in rows])
         return
@@ -281,10 +314,25 @@ def history(limit: int, workload: str | None, db: str | None, fmt: str) -> None:
 @_db_option
 @_format_option
 def show(run_id: str, db: str | None, fmt: str) -> None:
-    """Show a stored run (RUN_ID may be a unique prefix)."""
+    """Show a stored run (RUN_ID may be a unique prefix), with its tags and notes."""
     from bakeoff import api
+    from bakeoff.cli.kb import annotations_json, print_annotations
 
-    _finish_run(api.show(run_id, db=db), fmt, db, strict=False)
+    run = api.show(run_id, db=db)
+    found = api.annotations(run.run_id, db=db)
+    if fmt == "json":
+        from bakeoff.results.codec import run_to_json
+
+        _emit_json({**run_to_json(run), **annotations_json(found)})
+        return
+    _finish_run(run, fmt, db, strict=False)
+    print_annotations(_console(), found["notes"], found["tags"])
+
+
+from bakeoff.cli import kb as _kb  # noqa: E402  (db, export, import, note, tag)
+
+for _command in _kb.COMMANDS:
+    cli.add_command(_command)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -303,3 +351,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("bakeoff: interrupted", err=True)
         sys.exit(130)
+
+
+import bakeoff.cli.revisit  # noqa: E402, F401  (registers regressions, compare, rerun, report)

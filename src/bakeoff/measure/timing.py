@@ -18,7 +18,22 @@ from typing import Any
 
 from bakeoff.measure.clock import Clock, PerfClock
 
-__all__ = ["ProfileRun", "TimingRun", "TimingSettings", "time_callable", "time_profile"]
+__all__ = [
+    "ROUNDS",
+    "ProfileRun",
+    "TimingRun",
+    "TimingSettings",
+    "enough_samples",
+    "first_call",
+    "time_block",
+    "time_callable",
+    "time_pass",
+    "time_profile",
+    "warm_up",
+]
+
+#: Interleaved timing splits a target's minimum samples and seconds into about this many rounds.
+ROUNDS = 10
 
 
 @dataclass(frozen=True)
@@ -51,6 +66,57 @@ class TimingRun:
     samples_s: tuple[float, ...]
 
 
+def first_call(fn: Callable[[], Any], sync: Callable[[], None], clock: Clock) -> tuple[float, Any]:
+    """Phase 1: the first call on its own (compilation included), and its output."""
+    sync()
+    start = clock.now()
+    output = fn()
+    sync()
+    return clock.now() - start, output
+
+
+def warm_up(
+    fn: Callable[[], Any], settings: TimingSettings, compile_events: Callable[[], int] | None = None
+) -> tuple[int, bool]:
+    """Phase 2: call until a call compiles nothing and ``warmup_min`` calls were made.
+
+    Returns the number of calls and whether compilation settled before ``warmup_max``.
+    """
+    warmups = 0
+    while warmups < settings.warmup_max:
+        before = compile_events() if compile_events else 0
+        fn()
+        warmups += 1
+        quiet = compile_events is None or compile_events() == before
+        if quiet and warmups >= settings.warmup_min:
+            return warmups, True
+    return warmups, False
+
+
+def time_block(
+    fn: Callable[[], Any], sync: Callable[[], None], clock: Clock, count: int, seconds: float, cap_s: float
+) -> list[float]:
+    """Time single calls until at least ``count`` calls and ``seconds`` (or ``cap_s``) passed."""
+    sync()
+    samples: list[float] = []
+    loop_start = clock.now()
+    while True:
+        elapsed = clock.now() - loop_start
+        if samples and ((len(samples) >= count and elapsed >= seconds) or elapsed >= cap_s):
+            return samples
+        t0 = clock.now()
+        fn()
+        sync()
+        samples.append(clock.now() - t0)
+
+
+def enough_samples(count: int, seconds: float, settings: TimingSettings) -> bool:
+    """Whether a target has been timed enough: both minimums met, or a cap reached."""
+    if count >= settings.max_samples or (count and seconds >= settings.max_seconds):
+        return True
+    return count >= settings.min_samples and seconds >= settings.min_seconds
+
+
 def time_callable(
     fn: Callable[[], Any],
     sync: Callable[[], None],
@@ -58,38 +124,14 @@ def time_callable(
     clock: Clock | None = None,
     compile_events: Callable[[], int] | None = None,
 ) -> TimingRun:
-    """Run the three phases above on ``fn`` and return the raw observations."""
+    """Run the three phases above on ``fn`` in one go and return the raw observations."""
     settings = settings or TimingSettings()
     clock = clock or PerfClock()
-    sync()
-    start = clock.now()
-    first_output = fn()
-    sync()
-    first_call_s = clock.now() - start
-
-    warmups, settled = 0, False
-    while warmups < settings.warmup_max:
-        before = compile_events() if compile_events else 0
-        fn()
-        warmups += 1
-        quiet = compile_events is None or compile_events() == before
-        if quiet and warmups >= settings.warmup_min:
-            settled = True
-            break
-    sync()
-
-    samples: list[float] = []
-    loop_start = clock.now()
-    while len(samples) < settings.max_samples:
-        elapsed = clock.now() - loop_start
-        if len(samples) >= settings.min_samples and elapsed >= settings.min_seconds:
-            break
-        if elapsed >= settings.max_seconds and samples:
-            break
-        t0 = clock.now()
-        fn()
-        sync()
-        samples.append(clock.now() - t0)
+    first_call_s, first_output = first_call(fn, sync, clock)
+    warmups, settled = warm_up(fn, settings, compile_events)
+    samples = time_block(fn, sync, clock, settings.min_samples, settings.min_seconds, settings.max_seconds)[
+        : settings.max_samples
+    ]
     return TimingRun(
         first_call_s=first_call_s,
         first_output=first_output,
@@ -116,6 +158,26 @@ class ProfileRun:
     passes: int
 
 
+def time_pass(
+    calls: dict[Any, Callable[[], Any]],
+    order: list[Any],
+    sync: Callable[[], None],
+    clock: Clock,
+    compile_events: Callable[[], int] | None = None,
+) -> list[tuple[Any, float, Any, bool]]:
+    """One pass over the profile in arrival order: ``(shape, seconds, output, compiled)`` per request."""
+    observed = []
+    for shape in order:
+        before = compile_events() if compile_events else 0
+        sync()
+        start = clock.now()
+        out = calls[shape]()
+        sync()
+        seconds = clock.now() - start
+        observed.append((shape, seconds, out, bool(compile_events and compile_events() != before)))
+    return observed
+
+
 def time_profile(
     calls: dict[Any, Callable[[], Any]],
     order: list[Any],
@@ -132,34 +194,19 @@ def time_profile(
     """
     settings = settings or TimingSettings()
     clock = clock or PerfClock()
-
-    def timed(shape: Any) -> tuple[Any, float, bool]:
-        before = compile_events() if compile_events else 0
-        sync()
-        start = clock.now()
-        out = calls[shape]()
-        sync()
-        seconds = clock.now() - start
-        return out, seconds, bool(compile_events and compile_events() != before)
-
-    first_pass = []
-    for shape in order:
-        _out, seconds, compiled = timed(shape)
-        first_pass.append((shape, seconds, compiled))
+    first_pass = [
+        (shape, seconds, compiled)
+        for shape, seconds, _, compiled in time_pass(calls, order, sync, clock, compile_events)
+    ]
     unsteady = tuple(s for s in dict.fromkeys(order) if steady_check is not None and not steady_check(s))
     steady: dict[Any, list[float]] = {s: [] for s in dict.fromkeys(order)}
     outputs: dict[Any, Any] = {}
-    passes, count, loop_start = 0, 0, clock.now()
-    while True:
-        elapsed = clock.now() - loop_start
-        if passes and count >= settings.min_samples and elapsed >= settings.min_seconds:
-            break
-        if passes and (elapsed >= settings.max_seconds or count >= settings.max_samples):
-            break
-        for shape in order:
-            out, seconds, _compiled = timed(shape)
+    passes, count, timed = 0, 0, 0.0
+    while not passes or not enough_samples(count, timed, settings):
+        for shape, seconds, out, _compiled in time_pass(calls, order, sync, clock):
             outputs.setdefault(shape, out)
             steady[shape].append(seconds)
             count += 1
+            timed += seconds
         passes += 1
     return ProfileRun(tuple(first_pass), {k: tuple(v) for k, v in steady.items()}, outputs, unsteady, passes)

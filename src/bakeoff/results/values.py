@@ -22,6 +22,7 @@ __all__ = [
     "Latency",
     "Placement",
     "RunResult",
+    "ScenarioResult",
     "TargetResult",
     "TensorComparison",
 ]
@@ -240,6 +241,37 @@ class Compilation:
 
 
 @dataclass(frozen=True)
+class ScenarioResult:
+    """One scenario on one target (see :mod:`bakeoff.runner.scenarios`).
+
+    ``series`` keeps the raw samples in milliseconds by name (``latency``, ``wait``, ``ttft``,
+    ``tpot``, ``step``, ``batch=8``...); ``facts`` the measured scalars and settings that came
+    with them (batch sizes tried, achieved rate, queue depths). ``status`` is ok, error or
+    not_applicable (``reason`` says why). Memory is the peak during this scenario alone where
+    the OS allows resetting it (Linux), else the process's peak so far.
+    """
+
+    name: str
+    status: str
+    reason: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    series: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)
+    run_seconds: float = 0.0
+    peak_host_rss_bytes: int | None = None
+    device_peak_bytes: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["series"] = {k: list(v) for k, v in self.series.items()}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ScenarioResult:
+        return cls(**{**data, "series": {k: tuple(v) for k, v in data.get("series", {}).items()}})
+
+
+@dataclass(frozen=True)
 class ErrorInfo:
     """A failure kept as data. ``category``: exception, crash, timeout or out_of_memory."""
 
@@ -285,6 +317,21 @@ class TargetResult:
     variant: str = "as-is"
     profile: dict[str, Any] | None = None
     error: ErrorInfo | None = None
+    prepare_ms: float | None = None
+    scenarios: tuple[ScenarioResult, ...] = ()
+    requirements: tuple[dict[str, Any], ...] = ()
+    conditions: dict[str, Any] | None = None
+    noise: tuple[str, ...] = ()
+
+    @property
+    def time_to_first_result_ms(self) -> float | None:
+        """Preparing (moving, casting, compiling setup) plus the first call: a cold start's wait."""
+        if self.first_call_ms is None:
+            return None
+        return (self.prepare_ms or 0.0) + self.first_call_ms
+
+    def scenario(self, name: str) -> ScenarioResult | None:
+        return next((s for s in self.scenarios if s.name == name), None)
 
     @property
     def verdict(self) -> str | None:
@@ -300,6 +347,8 @@ class TargetResult:
                 value = value.spec
             elif hasattr(value, "to_dict"):
                 value = value.to_dict()
+            elif f.name == "scenarios":
+                value = [s.to_dict() for s in value]
             elif isinstance(value, tuple):
                 value = list(value)
             data[f.name] = value
@@ -319,9 +368,10 @@ class TargetResult:
         ):
             if kwargs.get(key) is not None:
                 kwargs[key] = kind.from_dict(kwargs[key])
-        for key in ("notes", "load_average", "adjustments"):
+        for key in ("notes", "load_average", "adjustments", "requirements", "noise"):
             if kwargs.get(key) is not None:
                 kwargs[key] = tuple(kwargs[key])
+        kwargs["scenarios"] = tuple(ScenarioResult.from_dict(s) for s in kwargs.get("scenarios", ()))
         return cls(**kwargs)
 
 
@@ -378,15 +428,18 @@ class RunResult:
 
         return run_from_json(data)
 
-    def failures(self, placement: bool = False) -> list[str]:
+    def failures(self, placement: bool = False, requirements: bool = False) -> list[str]:
         """Specs of targets that fail a gate: an error or a failed correctness check, and with
         ``placement`` also work that did not stay on the device (any placement verdict but
-        ``on_device``, except ``not_applicable`` for CPU targets)."""
+        ``on_device``, except ``not_applicable`` for CPU targets), with ``requirements`` also a
+        requirement not met or not measured."""
         failed = []
         for item in self.results:
             bad = item.status == "error" or item.verdict in ("fail", "error")
             if placement and item.placement is not None:
                 bad = bad or item.placement.verdict not in ("on_device", "not_applicable")
+            if requirements and item.status == "ok":
+                bad = bad or any(r["verdict"] != "met" for r in item.requirements)
             if bad:
                 failed.append(item.target.spec)
         return failed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
-from bakeoff.runner.job import TargetJob, run_target
+from bakeoff.runner.job import TargetJob
+from bakeoff.runner.session import run_target
 
 __all__ = ["TargetJob", "run_target"]

@@ -1,10 +1,12 @@
-"""Run a target job in a fresh worker process, so a crash, hang or OOM becomes a result.
+"""Run a target's session in its own worker process, so a crash, hang or OOM becomes a result.
 
 Each worker is a *spawned* interpreter: compile backends and device plugins that change
 process-global state (dynamo settings, PrivateUse1 registration) cannot leak between targets,
-and peak memory is measured per target. The worker sends back ``TargetResult.to_dict()``;
-if it dies instead, the parent records why (signal, exit code, timeout) with the tail of the
-Python-level traceback that ``faulthandler`` wrote.
+and peak memory is measured per target. The worker keeps its target prepared and runs the
+session's steps on command (``start``, ``round``, ``scenarios``, ``finish``), so the parent can
+time several targets in turns. If the worker dies or a step outlives the timeout, the parent
+records why (signal, exit code, timeout) with the tail of the Python-level traceback that
+``faulthandler`` wrote, and the target's remaining steps do nothing.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.results.values import Correctness, ErrorInfo, TargetResult
-from bakeoff.runner.job import TargetJob
+from bakeoff.runner.job import TargetJob, adjustments_for
 
-__all__ = ["run_isolated"]
+__all__ = ["IsolatedSession", "run_isolated"]
 
 
 def _worker(job: TargetJob, conn: Any, crash_log: str) -> None:
@@ -27,11 +29,22 @@ def _worker(job: TargetJob, conn: Any, crash_log: str) -> None:
 
     with open(crash_log, "w", encoding="utf-8") as log:
         faulthandler.enable(log)
-        from bakeoff.runner.job import run_target
+        from bakeoff.runner.session import TargetSession
 
-        result = run_target(job)
-        conn.send(result.to_dict())
-        conn.close()
+        session = TargetSession(job)
+        while True:
+            command = conn.recv()
+            if command == "start":
+                conn.send(session.start())
+            elif command == "round":
+                conn.send(session.round())
+            elif command == "scenarios":
+                session.run_scenarios()
+                conn.send(None)
+            else:
+                conn.send(session.finish().to_dict())
+                conn.close()
+                return
 
 
 def _death(exitcode: int | None) -> tuple[str, str, str]:
@@ -44,49 +57,102 @@ def _death(exitcode: int | None) -> tuple[str, str, str]:
     return "WorkerExit", "crash", f"worker exited with code {exitcode} without a result"
 
 
-def run_isolated(job: TargetJob, timeout_s: float) -> TargetResult:
-    """Run ``job`` in a spawned process; never raises for what happens inside it."""
-    ctx = multiprocessing.get_context("spawn")
-    receiver, sender = ctx.Pipe(duplex=False)
-    with tempfile.TemporaryDirectory(prefix="bakeoff-worker-") as tmp:
-        crash_log = str(Path(tmp) / "crash.log")
-        process = ctx.Process(target=_worker, args=(job, sender, crash_log), daemon=True)
-        started = time.monotonic()
-        process.start()
-        sender.close()
-        data = None
-        # poll() returns early on a result *or* on the pipe closing because the worker died;
-        # only a poll that runs out of time is a timeout (a dying worker may still be alive).
-        timed_out = not receiver.poll(timeout_s)
-        if not timed_out:
-            try:
-                data = receiver.recv()
-            except EOFError:
-                data = None
-        else:
-            process.kill()
-        process.join(10)
-        if process.is_alive():  # closed its end of the pipe but will not exit
-            process.kill()
-            process.join(10)
-        elapsed = time.monotonic() - started
-        if data is not None:
-            return TargetResult.from_dict(data)
-        tail = Path(crash_log).read_text(encoding="utf-8", errors="replace")[-4000:] if Path(crash_log).exists() else ""
-    if timed_out:
-        error = ErrorInfo("Timeout", f"no result within {timeout_s:g} s; worker killed", "timeout", "worker", tail)
-    else:
-        kind, category, message = _death(process.exitcode)
-        error = ErrorInfo(kind, message, category, "worker", tail)
-    from bakeoff.runner.job import adjustments_for
+class IsolatedSession:
+    """The parent's handle on a worker running one :class:`~bakeoff.runner.session.TargetSession`.
 
-    return TargetResult(
-        target=job.target,
-        status="error",
-        is_reference=job.is_reference,
-        correctness=Correctness("error", "no output to check: the worker ended without a result"),
-        error=error,
-        duration_s=elapsed,
-        adjustments=adjustments_for(job.target, job.buckets, job.env),
-        variant=job.variant,
-    )
+    Same steps as the session; never raises for what happens inside the worker. Each step may
+    take up to ``timeout_s``.
+    """
+
+    def __init__(self, job: TargetJob, timeout_s: float) -> None:
+        self.job, self.timeout_s = job, timeout_s
+        self.timing_done = False
+        self.result: TargetResult | None = None
+        self.started = time.monotonic()
+        self._tmp = tempfile.TemporaryDirectory(prefix="bakeoff-worker-")
+        self.crash_log = Path(self._tmp.name) / "crash.log"
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe(duplex=True)
+        self.process = ctx.Process(target=_worker, args=(job, child, str(self.crash_log)), daemon=True)
+        self.process.start()
+        child.close()
+
+    def _call(self, command: str) -> Any:
+        if self.result is not None:
+            return None
+        try:
+            self.conn.send(command)
+            # poll() returns early on a reply *or* on the pipe closing because the worker died;
+            # only a poll that runs out of time is a timeout (a dying worker may still be alive).
+            if self.conn.poll(self.timeout_s):
+                return self.conn.recv()
+            self._fail(command, timed_out=True)
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            self._fail(command, timed_out=False)
+        return None
+
+    def _stop(self) -> None:
+        self.process.join(30)  # a worker that sent its result exits on its own, cleaning up
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(10)
+        self.conn.close()
+
+    def _fail(self, command: str, timed_out: bool) -> None:
+        if timed_out:
+            self.process.kill()
+        self.process.join(10)
+        if self.process.is_alive():  # closed its end of the pipe but will not exit
+            self.process.kill()
+            self.process.join(10)
+        tail = self.crash_log.read_text(encoding="utf-8", errors="replace")[-4000:] if self.crash_log.exists() else ""
+        phase = f"worker ({command})"
+        if timed_out:
+            error = ErrorInfo(
+                "Timeout", f"no reply to '{command}' within {self.timeout_s:g} s; worker killed", "timeout", phase, tail
+            )
+        else:
+            kind, category, message = _death(self.process.exitcode)
+            error = ErrorInfo(kind, message, category, phase, tail)
+        self.result = TargetResult(
+            target=self.job.target,
+            status="error",
+            is_reference=self.job.is_reference,
+            correctness=Correctness("error", "no output to check: the worker ended without a result"),
+            error=error,
+            duration_s=time.monotonic() - self.started,
+            adjustments=adjustments_for(self.job.target, self.job.buckets, self.job.env),
+            variant=self.job.variant,
+        )
+        self.timing_done = True
+        self._stop()
+        self._tmp.cleanup()
+
+    def start(self) -> bool:
+        self.timing_done = bool(self._call("start")) or self.result is not None
+        return self.timing_done
+
+    def round(self) -> bool:
+        self.timing_done = bool(self._call("round")) or self.result is not None
+        return self.timing_done
+
+    def run_scenarios(self) -> None:
+        self._call("scenarios")
+
+    def finish(self) -> TargetResult:
+        data = self._call("finish")
+        if self.result is None:
+            self.result = TargetResult.from_dict(data)
+            self._stop()
+            self._tmp.cleanup()
+        return self.result
+
+
+def run_isolated(job: TargetJob, timeout_s: float) -> TargetResult:
+    """Run every step of ``job`` in a spawned process; never raises for what happens inside it."""
+    session = IsolatedSession(job, timeout_s)
+    done = session.start()
+    while not done:
+        done = session.round()
+    session.run_scenarios()
+    return session.finish()

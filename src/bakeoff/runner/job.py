@@ -9,24 +9,19 @@ from __future__ import annotations
 
 import os
 import resource
-import tempfile
-import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bakeoff.checks.baseline import load_references, shape_tag
+from bakeoff.checks.baseline import load_references
 from bakeoff.checks.correctness import compare_outputs, max_abs_difference
 from bakeoff.checks.outputs import flatten_outputs
-from bakeoff.checks.placement import audit_placement
-from bakeoff.measure.clock import Clock
-from bakeoff.measure.timing import TimingSettings, time_callable, time_profile
-from bakeoff.results.values import Compilation, Correctness, ErrorInfo, Latency, TargetResult
+from bakeoff.measure.timing import TimingSettings
+from bakeoff.results.values import Correctness
 from bakeoff.target.spec import Target
 from bakeoff.workload.profile import InputProfile
 
-__all__ = ["TargetJob", "adjustments_for", "run_target"]
+__all__ = ["TargetJob", "adjustments_for"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +45,7 @@ class TargetJob:
     buckets: tuple[int, ...] | None = None
     cold_cache: bool = False
     env: tuple[tuple[str, str], ...] = ()
+    scenarios: tuple[Any, ...] = ()  # ScenarioSpec values beyond single-stream
 
     @property
     def variant(self) -> str:
@@ -214,147 +210,3 @@ def _profile_summary(job: TargetJob, run: Any, padded_to: dict) -> tuple[dict, t
         "padding_waste": padding_waste(lengths, job.buckets, batches) if job.buckets else 0.0,
     }
     return summary, tuple(per_shape)
-
-
-def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
-    """Build the workload, put it on the target, time it and check its outputs and placement."""
-    import torch
-
-    from bakeoff.target.execute import device_peak_memory, prepare, reset_device_peak_memory, synchronizer
-    from bakeoff.target.plugins import load_plugins
-    from bakeoff.target.probes import probe_for
-    from bakeoff.workload.padding import unpad_outputs
-    from bakeoff.workload.registry import build_workload
-
-    load_plugins()
-    started = time.monotonic()
-    target = job.target
-    phase = "build"
-    load_before = os.getloadavg()[0]
-    prepared = None
-    saved_env: dict[str, str | None] = {}
-    profile_info, compilation, first_call_ms, warmups, settled = None, None, None, None, None
-    try:
-        threads = target.effective_threads
-        if threads is not None:
-            torch.set_num_threads(threads)
-        saved_env = {key: os.environ.get(key) for key, _ in job.env}
-        os.environ.update(dict(job.env))
-        if job.cold_cache:
-            saved_env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bakeoff-inductor-")
-        # the reference is plain eager CPU: no device map or self-placement applies to it
-        workload = build_workload(job.workload_spec, device=None if job.is_reference else target.torch_device)
-        fingerprint, native = workload.fingerprint, workload.dtype  # before prepare() casts the model
-        if target.is_compiled:
-            torch._dynamo.reset()
-        phase = "prepare"
-        reset_device_peak_memory(target)
-        prepared = prepare(workload, target)
-        sync = synchronizer(target)
-        phase = "first call" if not target.is_compiled else "compile and first call"
-        with torch.no_grad():
-            if job.profile is None:
-                run = time_callable(prepared, sync, job.timing, clock, prepared.compile_events)
-                samples = run.samples_s
-                first_call_ms, warmups, settled = run.first_call_s * 1e3, run.warmup_calls, run.settled
-                dtype = target.dtype or _native_dtype(run.first_output)
-                checks = [("", flatten_outputs(run.first_output))]
-            else:
-                calls, order, padded_to = _profile_calls(job, workload, prepared)
-                profile_run = time_profile(
-                    calls,
-                    order,
-                    sync,
-                    job.timing,
-                    clock,
-                    prepared.compile_events,
-                    _steady_check(prepared, calls) if target.is_compiled else None,
-                )
-                samples = tuple(s for values in profile_run.steady.values() for s in values)
-                first_call_ms = profile_run.first_pass[0][1] * 1e3
-                settled = not profile_run.unsteady
-                dtype = target.dtype or _native_dtype(next(iter(profile_run.outputs.values())))
-                checks = [
-                    (shape_tag(*key), unpad_outputs(flatten_outputs(out), key[1], padded_to[key]))
-                    for key, out in profile_run.outputs.items()
-                ]
-                profile_info, per_shape = _profile_summary(job, profile_run, padded_to)
-        phase = "correctness"
-        correctness = _correctness(job, checks, fingerprint, dtype, native)
-        if prepared.compile_summary is not None:
-            summary = prepared.compile_summary()
-            hits = sum(1 for c in summary.get("compilations", ()) if c.get("cache") == "hit")
-            summary["cache"] = "cold (empty cache)" if job.cold_cache else f"existing cache ({hits} hit(s))"
-            if job.profile is not None:
-                summary.update(
-                    steady=settled,
-                    per_shape=per_shape,
-                    still_recompiling=tuple(f"{b}x{s}" for b, s in profile_run.unsteady),
-                )
-            else:
-                summary.update(steady=settled)
-            compilation = Compilation(**summary)
-        phase = "placement audit"
-        placement = audit_placement(prepared, target, probe_for(target))
-    except Exception as exc:
-        text = str(exc).lower()
-        oom = isinstance(exc, MemoryError) or "out of memory" in text or "can't allocate memory" in text
-        return TargetResult(
-            target=target,
-            status="error",
-            is_reference=job.is_reference,
-            correctness=Correctness("error", f"no output to check: the target failed during {phase}"),
-            error=ErrorInfo(
-                type=type(exc).__name__,
-                message=str(exc).strip()[:2000] or type(exc).__name__,
-                category="out_of_memory" if oom else "exception",
-                phase=phase,
-                traceback=traceback.format_exc(),
-            ),
-            duration_s=time.monotonic() - started,
-            threads=torch.get_num_threads(),
-            adjustments=adjustments_for(target, job.buckets, job.env),
-            variant=job.variant,
-        )
-    finally:
-        if prepared is not None:
-            prepared.close()
-        for key, value in saved_env.items():  # in-process runs must not leak switches to the next target
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-    notes = []
-    latency = Latency(tuple(s * 1e3 for s in samples))
-    if latency.noisy:
-        notes.append("noisy timings (IQR > 10% of median)")
-    if not settled:
-        notes.append(
-            "still compiling after warm-up"
-            if job.profile is None
-            else "still compiling: some profile shapes recompiled after warm-up"
-        )
-    if compilation is not None and compilation.recompile_limit_hits:
-        notes.append(f"hit the recompile limit {compilation.recompile_limit_hits}x: those frames now run eagerly")
-    return TargetResult(
-        target=target,
-        status="ok",
-        is_reference=job.is_reference,
-        correctness=correctness,
-        placement=placement,
-        compilation=compilation,
-        latency=latency,
-        first_call_ms=first_call_ms,
-        warmup_calls=warmups,
-        settled=settled,
-        peak_host_rss_bytes=_peak_rss_bytes(),
-        device_peak_bytes=device_peak_memory(target),
-        threads=torch.get_num_threads(),
-        load_average=(load_before, os.getloadavg()[0]),
-        duration_s=time.monotonic() - started,
-        notes=tuple(notes),
-        adjustments=adjustments_for(target, job.buckets, job.env),
-        variant=job.variant,
-        profile=profile_info,
-    )

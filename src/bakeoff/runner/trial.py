@@ -12,11 +12,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from bakeoff.analysis.requirements import Requirement
 from bakeoff.checks.baseline import compute_references, repeat_error, save_references, shape_tag
 from bakeoff.env import Environment, capture_environment
 from bakeoff.measure.timing import TimingSettings
 from bakeoff.results.values import BaselineInfo, RunResult, TargetResult
-from bakeoff.runner.job import TargetJob, run_target
+from bakeoff.runner.job import TargetJob
+from bakeoff.runner.scenarios import ScenarioSpec, parse_scenario
 from bakeoff.store.db import Store
 from bakeoff.target.detect import unavailable_reason
 from bakeoff.target.spec import Target
@@ -32,7 +34,13 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True)
 class TrialSettings:
-    """How a trial runs. ``isolate`` runs each target in its own worker process."""
+    """How a trial runs.
+
+    ``isolate`` runs each target in its own worker process; ``interleave`` (with isolation)
+    keeps every target's worker alive and times them in turns, round by round. ``scenarios``
+    run after single-stream timing; ``requirements`` (texts such as ``p90<=50ms``) replace the
+    workload's stored ones, None keeps the stored ones.
+    """
 
     timing: TimingSettings = field(default_factory=TimingSettings)
     isolate: bool = True
@@ -43,6 +51,13 @@ class TrialSettings:
     max_buckets: int = 4
     cold_cache: bool = False
     env: tuple[tuple[str, str], ...] = ()
+    scenarios: tuple[ScenarioSpec, ...] = ()
+    requirements: tuple[str, ...] | None = None
+    interleave: bool = True
+
+    @property
+    def interleaved(self) -> bool:
+        return self.isolate and self.interleave
 
     def to_dict(self) -> dict:
         return {
@@ -54,6 +69,8 @@ class TrialSettings:
             "max_buckets": self.max_buckets,
             "cold_cache": self.cold_cache,
             "env": [list(pair) for pair in self.env],
+            "scenarios": [spec.spec for spec in self.scenarios],
+            "interleaved": self.interleaved,
         }
 
 
@@ -191,7 +208,11 @@ def _with_reference(targets: Sequence[Target]) -> tuple[list[Target], Target]:
 
 
 def _speedups(results: list[TargetResult], reference: Target) -> list[TargetResult]:
-    """Speed-up against the reference with a 95% bootstrap interval, and when compiling pays off."""
+    """Speed-up against the reference with a 95% bootstrap interval, and when compiling pays off.
+
+    Break-even compares time to first result (preparing, compiling, first call) plus steady
+    calls, for the target and the reference alike.
+    """
     from bakeoff.analysis.compare import break_even_requests, ratio_of_medians
 
     ref = next((r for r in results if r.target == reference and r.variant == "as-is"), None)
@@ -204,10 +225,91 @@ def _speedups(results: list[TargetResult], reference: Target) -> list[TargetResu
             continue
         estimate = ratio_of_medians(ref.latency.samples_ms, r.latency.samples_ms)
         pays_back = None
-        if r.target.is_compiled and r.first_call_ms is not None:
-            pays_back = break_even_requests(r.first_call_ms, r.latency.p50_ms, ref.latency.p50_ms)
+        if r.target.is_compiled and r.time_to_first_result_ms is not None:
+            pays_back = break_even_requests(
+                r.time_to_first_result_ms, r.latency.p50_ms, ref.latency.p50_ms, ref.time_to_first_result_ms
+            )
         updated.append(replace(r, speedup=estimate.value, speedup_ci=estimate.to_dict(), break_even_requests=pays_back))
     return updated
+
+
+def resolve_requirements(
+    store: Store, workload_spec: str, given: Sequence[str] | None
+) -> tuple[list[Requirement], list[str]]:
+    """The requirements to check: ``given`` (then kept for the workload), else the stored ones.
+
+    Raises:
+        SpecError: a malformed requirement (nothing is stored then).
+    """
+    from bakeoff.analysis.requirements import parse_requirement
+
+    if given is None:
+        return [parse_requirement(text) for text in store.requirements(workload_spec)], []
+    parsed = [parse_requirement(text) for text in given]
+    store.save_requirements(workload_spec, [r.text for r in parsed], _now())
+    note = f"requirements kept for {workload_spec}: " + (", ".join(r.text for r in parsed) or "none")
+    return parsed, [note]
+
+
+def _scenarios_for(given: Sequence[ScenarioSpec], requirements: Sequence[Requirement]) -> list[ScenarioSpec]:
+    """The scenarios asked for, plus any a requirement needs (with default options)."""
+    chosen = list(given)
+    for req in requirements:
+        if req.scenario not in {"", "single-stream", *(s.name for s in chosen)}:
+            chosen.append(parse_scenario(req.scenario))
+    return chosen
+
+
+def _session_factory(job: TargetJob, settings: TrialSettings) -> Callable[[], object]:
+    if settings.isolate:
+        from bakeoff.runner.isolation import IsolatedSession
+
+        return lambda: IsolatedSession(job, settings.timeout_s)
+    from bakeoff.runner.session import TargetSession
+
+    return lambda: TargetSession(job)
+
+
+def _with_requirements(result: TargetResult, requirements: Sequence[Requirement]) -> TargetResult:
+    if not requirements or result.status == "skipped":
+        return result
+    from bakeoff.analysis.metrics import check_target
+
+    checks = check_target(result, list(requirements))
+    return replace(result, requirements=tuple(c.to_dict() for c in checks))
+
+
+def _drive(sessions: list, interleave: bool, say: Progress) -> list[TargetResult]:
+    """Run every session's steps: round by round across sessions, or one session at a time.
+
+    ``sessions`` holds factories, so that without interleaving only one worker lives at a time.
+    """
+    if not interleave:
+        results = []
+        for label, make in sessions:
+            say(f"running {label}")
+            session = make()
+            done = session.start()
+            while not done:
+                done = session.round()
+            session.run_scenarios()
+            results.append(session.finish())
+        return results
+    live = []
+    for label, make in sessions:
+        say(f"preparing {label}")
+        session = make()
+        session.start()
+        live.append(session)
+    say(f"timing {len(live)} target(s) in turns")
+    active = [s for s in live if not s.timing_done]
+    while active:
+        active = [s for s in active if not s.round()]
+    for (label, _), session in zip(sessions, live, strict=True):
+        if session.job.scenarios:
+            say(f"scenarios on {label}")
+        session.run_scenarios()
+    return [session.finish() for session in live]
 
 
 def run_trial(
@@ -229,14 +331,18 @@ def run_trial(
     if profile is not None:  # fail early, with one clear line, for a workload that cannot vary its inputs
         workload.inputs_for(profile.shapes[0].batch, profile.shapes[0].seq)
     shapes = [(r.batch, r.seq) for r in profile.shapes] if profile else []
+    requirements, req_notes = resolve_requirements(store, workload.spec.spec, settings.requirements)
+    scenarios = _scenarios_for(settings.scenarios, requirements)
     baseline, notes = ensure_baseline(store, workload, env, dtypes, settings.refresh_baseline, say, shapes)
+    notes = [*notes, *req_notes]
     ordered, reference = _with_reference(targets)
     variants: list[tuple[Target, tuple[int, ...] | None]] = []
     for target in ordered:
         variants.append((target, None))
         if buckets and target != reference:
             variants.append((target, tuple(buckets["chosen"])))
-    results: list[TargetResult] = []
+    results: list[TargetResult | None] = []
+    sessions = []
     for target, padding in variants:
         is_ref = target == reference and padding is None
         reason = unavailable_reason(target)
@@ -244,7 +350,6 @@ def run_trial(
             if padding is None:
                 results.append(TargetResult(target=target, status="skipped", reason=reason, is_reference=is_ref))
             continue
-        say(f"running {target.spec}" + (" (reference)" if is_ref else "") + (" padded to buckets" if padding else ""))
         job = TargetJob(
             workload_spec=workload.spec.spec,
             target=target,
@@ -257,21 +362,28 @@ def run_trial(
             buckets=padding,
             cold_cache=settings.cold_cache,
             env=() if is_ref else settings.env,  # the reference stays what the baseline measured
+            scenarios=tuple(s for s in scenarios if s.name != "single-stream"),
         )
-        if settings.isolate:
-            from bakeoff.runner.isolation import run_isolated
-
-            results.append(run_isolated(job, settings.timeout_s))
-        else:
-            results.append(run_target(job))
+        label = target.spec + (" (reference)" if is_ref else "") + (" padded to buckets" if padding else "")
+        sessions.append((label, _session_factory(job, settings)))
+        results.append(None)
+    measured = iter(_drive(sessions, settings.interleaved, say))
+    done = [r if r is not None else next(measured) for r in results]
+    done = [_with_requirements(r, requirements) for r in _speedups(done, reference)]
     run = RunResult(
         run_id=uuid.uuid4().hex[:12],
         created_at=_now(),
         workload={**workload.to_dict(), "notes": notes},
         environment=env,
-        results=tuple(_speedups(results, reference)),
+        results=tuple(done),
         baseline_id=baseline.id,
-        settings={**settings.to_dict(), "reference": reference.spec, "buckets": buckets},
+        settings={
+            **settings.to_dict(),
+            "reference": reference.spec,
+            "buckets": buckets,
+            "scenarios": ["single-stream", *(s.spec for s in scenarios if s.name != "single-stream")],
+            "requirements": [r.text for r in requirements],
+        },
     )
     store.save_run(run)
     return run

@@ -1,0 +1,211 @@
+"""Service requirements (``p90<=50ms``, ``throughput>=200/s``, ...): parsing and verdicts.
+
+A requirement names a metric, a comparison and a threshold with a unit. Parsing normalises the
+threshold to the metric's base unit (milliseconds, per second, bytes). A verdict compares the
+measured point estimate with the threshold and says whether the whole confidence interval lies
+on the same side (``confident``): "met" with an interval that straddles the threshold means the
+data cannot rule out missing it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from bakeoff.analysis.stats import Estimate
+from bakeoff.errors import SpecError
+
+__all__ = [
+    "METRIC_HELP",
+    "Requirement",
+    "RequirementCheck",
+    "check_requirements",
+    "metric_percentile",
+    "parse_requirement",
+    "scenario_for",
+]
+
+_TIME = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1e3, "min": 60e3}
+_BYTES = {
+    "b": 1,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
+_RATE = {"/s": 1.0, "/min": 1 / 60, "tok/s": 1.0, "samples/s": 1.0, "": 1.0}
+_KINDS = {"time": ("ms", _TIME), "bytes": ("B", _BYTES), "rate": ("/s", _RATE)}
+
+#: metric name -> (kind, scenario that measures it, what it means)
+_FIXED = {
+    "first_result": ("time", "single-stream", "time to first result: preparing, compiling and the first call"),
+    "throughput": ("rate", "offline", "items per second at the best batch size"),
+    "tokens_per_s": ("rate", "offline", "tokens per second at the best batch size"),
+    "samples_per_s": ("rate", "training", "training samples per second"),
+    "server.rate": ("rate", "server", "highest arrival rate that met the latency bound (or the rate achieved)"),
+    "peak_memory": ("bytes", "", "peak host memory (RSS) over the scenarios run"),
+    "device_memory": ("bytes", "", "peak device memory over the scenarios run"),
+}
+#: prefix -> (scenario, what the percentile is of); ``p90`` is single-stream latency
+_PERCENTILED = {
+    "": ("single-stream", "request latency"),
+    "server.": ("server", "request latency including queueing"),
+    "ttft": ("generation", "time to first token"),
+    "tpot": ("generation", "time per output token"),
+    "step_time": ("training", "training step time"),
+}
+METRIC_HELP = (
+    "p50|p90|p99|p99.9 (single-stream latency), server.p99, ttft[.p90], tpot[.p90], step_time[.p90], "
+    "first_result, throughput, tokens_per_s, samples_per_s, server.rate, peak_memory, device_memory"
+)
+_PATTERN = re.compile(
+    r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(<=|>=|<|>)\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(\S*)\s*$"
+)
+_PCT = re.compile(r"^p(\d{1,2}(?:\.\d+)?)$")
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """``metric op threshold``; ``threshold`` in the base ``unit`` (ms, /s or B)."""
+
+    text: str
+    metric: str
+    op: str
+    threshold: float
+    unit: str
+    scenario: str
+
+    def holds(self, value: float) -> bool:
+        return {"<=": value <= self.threshold, "<": value < self.threshold}.get(
+            self.op, value >= self.threshold if self.op == ">=" else value > self.threshold
+        )
+
+
+def _metric_kind(metric: str) -> tuple[str, str, float | None]:
+    """(kind, scenario, percentile) for a metric name; raises SpecError for an unknown one."""
+    if metric in _FIXED:
+        kind, scenario, _ = _FIXED[metric]
+        return kind, scenario, None
+    whole = _PCT.match(metric)
+    if whole:
+        return "time", "single-stream", float(whole.group(1))
+    head, _, tail = metric.partition(".")
+    pct = _PCT.match(tail)
+    if head == "server" and pct:
+        return "time", "server", float(pct.group(1))
+    if head in _PERCENTILED and head not in ("", "server."):
+        if not tail:
+            return "time", _PERCENTILED[head][0], 50.0
+        if pct:
+            return "time", _PERCENTILED[head][0], float(pct.group(1))
+    raise SpecError(f"unknown requirement metric {metric!r}", hint=f"use one of {METRIC_HELP}")
+
+
+def metric_percentile(metric: str) -> float | None:
+    """The percentile a metric asks for (``tpot`` is the median), None for other metrics."""
+    return _metric_kind(metric)[2]
+
+
+def scenario_for(metric: str) -> str:
+    """The scenario that measures ``metric`` ("" for memory, measured by every scenario)."""
+    return _metric_kind(metric)[1]
+
+
+def parse_requirement(text: str) -> Requirement:
+    """Parse ``p90<=50ms``, ``throughput >= 200/s``, ``peak_memory<=4GiB``, ``ttft<=0.2s``.
+
+    Raises:
+        SpecError: malformed text, an unknown metric, a percentile of 100 or more, or a unit
+            that does not fit the metric (a time without a unit is refused: 50 what?).
+    """
+    match = _PATTERN.match(text)
+    if not match:
+        raise SpecError(
+            f"malformed requirement {text!r}",
+            hint="write METRIC OP VALUE[UNIT], e.g. 'p90<=50ms' or 'throughput>=200/s'",
+        )
+    metric, op, number, unit = match.groups()
+    kind, scenario, pct = _metric_kind(metric)
+    if pct is not None and pct >= 100:
+        raise SpecError(f"percentile {pct:g} in {text!r} must be below 100", hint="e.g. p99 or p99.9")
+    base, units = _KINDS[kind]
+    key = unit if kind != "bytes" else unit.lower()
+    if key not in units or (kind == "time" and not unit):
+        raise SpecError(
+            f"requirement {text!r}: {unit or 'no unit'} is not a {kind} unit",
+            hint="units: " + ", ".join(u for u in units if u) + (" (or none)" if kind == "rate" else ""),
+        )
+    threshold = float(number) * units[key]
+    return Requirement(f"{metric}{op}{number}{unit}", metric, op, threshold, base, scenario)
+
+
+@dataclass(frozen=True)
+class RequirementCheck:
+    """One requirement against one target: ``verdict`` is met, not_met or not_measured."""
+
+    requirement: Requirement
+    verdict: str
+    value: float | None = None
+    low: float | None = None
+    high: float | None = None
+    samples: int = 0
+    enough: bool = True
+    confident: bool = False
+    reason: str = ""
+
+    def to_dict(self) -> dict:
+        req = self.requirement
+        return {
+            "text": req.text,
+            "metric": req.metric,
+            "op": req.op,
+            "threshold": req.threshold,
+            "unit": req.unit,
+            "scenario": req.scenario,
+            "verdict": self.verdict,
+            "value": self.value,
+            "low": self.low,
+            "high": self.high,
+            "samples": self.samples,
+            "enough": self.enough,
+            "confident": self.confident,
+            "reason": self.reason,
+        }
+
+
+def check_requirements(
+    requirements: Sequence[Requirement], measured: Mapping[str, Estimate], missing: Mapping[str, str] | None = None
+) -> list[RequirementCheck]:
+    """Verdicts for ``requirements`` against ``measured`` metrics (in base units).
+
+    ``missing`` explains, per scenario, why a metric was not measured (the scenario failed or
+    does not apply); a requirement with no measurement is ``not_measured`` with that reason.
+    """
+    checks = []
+    for req in requirements:
+        estimate = measured.get(req.metric)
+        if estimate is None:
+            why = (missing or {}).get(req.scenario) or f"the {req.scenario or 'memory'} scenario did not measure it"
+            checks.append(RequirementCheck(req, "not_measured", reason=why))
+            continue
+        met = req.holds(estimate.value)
+        confident = all(req.holds(v) == met for v in (estimate.low, estimate.high))
+        checks.append(
+            RequirementCheck(
+                req,
+                "met" if met else "not_met",
+                estimate.value,
+                estimate.low,
+                estimate.high,
+                estimate.samples,
+                estimate.enough,
+                confident,
+                "" if estimate.enough else f"only {estimate.samples} sample(s) back this figure",
+            )
+        )
+    return checks

@@ -1,0 +1,379 @@
+"""One target of one trial as a session of steps, so several targets can be timed in turns.
+
+A trial drives every target's session through the same steps: :meth:`TargetSession.start`
+(build, place, first call and warm-up), :meth:`~TargetSession.round` repeated until the
+target has enough samples, :meth:`~TargetSession.run_scenarios`, and
+:meth:`~TargetSession.finish` (correctness, compilation and placement audits, training last
+because it changes the weights). Driving all sessions round by round gives the A B A B
+interleaving that lets drift in machine speed affect every target alike.
+
+No step raises for problems of the workload or target: the first exception becomes the
+session's ``status="error"`` result, with the phase it happened in and its traceback, and the
+remaining steps do nothing. Every step returns plain values, so a worker process can run
+the session and send them back (:mod:`bakeoff.runner.isolation`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import time
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from bakeoff.checks.baseline import shape_tag
+from bakeoff.checks.outputs import flatten_outputs
+from bakeoff.measure.clock import Clock, PerfClock
+from bakeoff.measure.timing import ROUNDS, enough_samples, first_call, time_block, time_pass, warm_up
+from bakeoff.results.values import Compilation, Correctness, ErrorInfo, Latency, ScenarioResult, TargetResult
+from bakeoff.runner.job import (
+    TargetJob,
+    _correctness,
+    _native_dtype,
+    _peak_rss_bytes,
+    _profile_calls,
+    _profile_summary,
+    _steady_check,
+    adjustments_for,
+)
+
+__all__ = ["TargetSession", "run_target"]
+
+
+def _conditions() -> dict[str, Any]:
+    """What the machine was like for one round of samples."""
+    import psutil
+    import torch
+
+    freq = psutil.cpu_freq()
+    return {
+        "threads": torch.get_num_threads(),
+        "load_1m": round(os.getloadavg()[0], 3),
+        "cpu_mhz": round(freq.current, 1) if freq and freq.current else None,
+    }
+
+
+class TargetSession:
+    """A target being measured; see the module docstring for the order of steps."""
+
+    def __init__(self, job: TargetJob, clock: Clock | None = None) -> None:
+        self.job = job
+        self.clock = clock or PerfClock()
+        self.failed: TargetResult | None = None
+        self.timing_done = False
+        self.phase = "build"
+        self.started = time.monotonic()
+        self.prepared: Any = None
+        self.saved_env: dict[str, str | None] = {}
+        self.samples: list[float] = []
+        self.per_shape: dict[Any, list[float]] = {}
+        self.outputs: dict[Any, Any] = {}
+        self.rounds: list[dict[str, Any]] = []
+        self.timed_s = 0.0
+        self.scenario_results: list[ScenarioResult] = []
+        self.stream_peak: tuple[int | None, int | None] = (None, None)
+
+    # -- plumbing --------------------------------------------------------------------------
+    @contextmanager
+    def _step(self) -> Iterator[None]:
+        """Run a step's body (callers skip it once the session failed); an exception becomes
+        the session's error result."""
+        import torch
+
+        try:
+            with torch.no_grad():
+                yield
+        except Exception as exc:
+            self.failed = self._error(exc)
+            self.timing_done = True
+            self._close()
+
+    def _error(self, exc: BaseException) -> TargetResult:
+        import torch
+
+        text = str(exc).lower()
+        oom = isinstance(exc, MemoryError) or "out of memory" in text or "can't allocate memory" in text
+        return TargetResult(
+            target=self.job.target,
+            status="error",
+            is_reference=self.job.is_reference,
+            correctness=Correctness("error", f"no output to check: the target failed during {self.phase}"),
+            error=ErrorInfo(
+                type=type(exc).__name__,
+                message=str(exc).strip()[:2000] or type(exc).__name__,
+                category="out_of_memory" if oom else "exception",
+                phase=self.phase,
+                traceback=traceback.format_exc(),
+            ),
+            duration_s=time.monotonic() - self.started,
+            threads=torch.get_num_threads(),
+            adjustments=adjustments_for(self.job.target, self.job.buckets, self.job.env),
+            variant=self.job.variant,
+        )
+
+    def _close(self) -> None:
+        if self.prepared is not None:
+            self.prepared.close()
+            self.prepared = None
+        for key, value in self.saved_env.items():  # in-process runs must not leak switches to the next target
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self.saved_env = {}
+
+    # -- steps -----------------------------------------------------------------------------
+    def start(self) -> bool:
+        """Build, place and prepare; first call and warm-up (or the profile's first pass).
+
+        Returns whether timing is already complete (it is, for a failed session).
+        """
+        import torch
+
+        from bakeoff.measure.memory import reset_peak_rss
+        from bakeoff.target.execute import prepare, reset_device_peak_memory, synchronizer
+        from bakeoff.target.plugins import load_plugins
+        from bakeoff.workload.registry import build_workload
+
+        job, target = self.job, self.job.target
+        self.load_before = os.getloadavg()[0]
+        if self.failed is not None:
+            return True
+        with self._step():
+            load_plugins()
+            if target.effective_threads is not None:
+                torch.set_num_threads(target.effective_threads)
+            self.saved_env = {key: os.environ.get(key) for key, _ in job.env}
+            os.environ.update(dict(job.env))
+            if job.cold_cache:
+                self.saved_env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bakeoff-inductor-")
+            # the reference is plain eager CPU: no device map or self-placement applies to it
+            self.workload = build_workload(job.workload_spec, device=None if job.is_reference else target.torch_device)
+            self.fingerprint, self.native = self.workload.fingerprint, self.workload.dtype  # before casting
+            if target.is_compiled:
+                torch._dynamo.reset()
+            self.phase = "prepare"
+            reset_device_peak_memory(target)
+            reset_peak_rss()
+            prepare_start = self.clock.now()
+            self.prepared = prepare(self.workload, target)
+            self.prepare_ms = (self.clock.now() - prepare_start) * 1e3
+            self.sync = synchronizer(target)
+            self.phase = "first call" if not target.is_compiled else "compile and first call"
+            events = self.prepared.compile_events
+            if job.profile is None:
+                seconds, output = first_call(self.prepared, self.sync, self.clock)
+                self.first_call_ms = seconds * 1e3
+                self.warmups, self.settled = warm_up(self.prepared, job.timing, events)
+                self.outputs[""] = output
+                self.request_calls = [self.prepared]
+            else:
+                self.calls, self.order, self.padded_to = _profile_calls(job, self.workload, self.prepared)
+                self.first_pass = [
+                    (shape, seconds, compiled)
+                    for shape, seconds, _, compiled in time_pass(self.calls, self.order, self.sync, self.clock, events)
+                ]
+                check = _steady_check(self.prepared, self.calls) if target.is_compiled else None
+                self.unsteady = tuple(s for s in dict.fromkeys(self.order) if check is not None and not check(s))
+                self.first_call_ms = self.first_pass[0][1] * 1e3
+                self.warmups, self.settled = None, not self.unsteady
+                self.per_shape = {s: [] for s in dict.fromkeys(self.order)}
+                self.request_calls = [self.calls[s] for s in self.order]
+            self.phase = "timing"
+        return self.timing_done
+
+    def round(self) -> bool:
+        """Time one round (about a tenth of the minimums, or one pass over the profile).
+
+        Returns whether the target now has enough samples.
+        """
+        from bakeoff.measure.memory import peak_rss_bytes
+        from bakeoff.target.execute import device_peak_memory
+
+        job = self.job
+        if self.failed is not None:
+            return True
+        with self._step():
+            settings = job.timing
+            if job.profile is None:
+                cap = max(settings.max_seconds - self.timed_s, 0.0)
+                block = time_block(
+                    self.prepared,
+                    self.sync,
+                    self.clock,
+                    math.ceil(settings.min_samples / ROUNDS),
+                    settings.min_seconds / ROUNDS,
+                    cap,
+                )
+            else:
+                block = []
+                for shape, seconds, out, _compiled in time_pass(self.calls, self.order, self.sync, self.clock):
+                    self.outputs.setdefault(shape, out)
+                    self.per_shape[shape].append(seconds)
+                    block.append(seconds)
+            self.samples.extend(block)
+            self.timed_s += sum(block)
+            self.rounds.append({"samples": len(block), **_conditions()})
+            self.timing_done = enough_samples(len(self.samples), self.timed_s, settings)
+            if self.timing_done:
+                self.stream_peak = (peak_rss_bytes(), device_peak_memory(job.target))
+        return self.timing_done
+
+    def run_scenarios(self) -> None:
+        """Every requested scenario but training (which runs last, in :meth:`finish`)."""
+        for spec in self.job.scenarios:
+            if spec.name not in ("single-stream", "training"):
+                self._scenario(spec)
+
+    def _scenario(self, spec: Any) -> None:
+        from bakeoff.analysis.stats import percentile
+        from bakeoff.runner.scenarios import ScenarioContext, run_scenario
+
+        if self.failed is not None:
+            return
+        with self._step():
+            self.phase = f"{spec.name} scenario"
+            context = ScenarioContext(
+                self.workload,
+                self.prepared,
+                self.job.target,
+                self.sync,
+                self.clock,
+                percentile(self.samples, 50) if self.samples else 0.0,
+                self.request_calls,
+            )
+            self.scenario_results.append(run_scenario(spec, context))
+
+    def finish(self) -> TargetResult:
+        """Check outputs, audit compilation and placement, run training, and close."""
+        from bakeoff.checks.placement import audit_placement
+        from bakeoff.target.probes import probe_for
+
+        job, target = self.job, self.job.target
+        result = None
+        if self.failed is not None:
+            return self.failed
+        with self._step():
+            self.phase = "correctness"
+            if job.profile is None:
+                output = self.outputs[""]
+                dtype = target.dtype or _native_dtype(output)
+                checks = [("", flatten_outputs(output))]
+            else:
+                from bakeoff.workload.padding import unpad_outputs
+
+                dtype = target.dtype or _native_dtype(next(iter(self.outputs.values())))
+                checks = [
+                    (shape_tag(*key), unpad_outputs(flatten_outputs(out), key[1], self.padded_to[key]))
+                    for key, out in self.outputs.items()
+                ]
+            correctness = _correctness(job, checks, self.fingerprint, dtype, self.native)
+            compilation, profile_info = self._compilation()
+            self.phase = "placement audit"
+            placement = audit_placement(self.prepared, target, probe_for(target))
+            training = next((s for s in job.scenarios if s.name == "training"), None)
+            if training is not None:
+                self._scenario(training)
+            result = self._result(correctness, compilation, placement, profile_info)
+        self._close()
+        assert result is not None or self.failed is not None
+        return result if result is not None else self.failed  # type: ignore[return-value]
+
+    # -- assembling the result ---------------------------------------------------------------
+    def _compilation(self) -> tuple[Compilation | None, dict | None]:
+        job, profile_info, per_shape = self.job, None, None
+        if job.profile is not None:
+            from bakeoff.measure.timing import ProfileRun
+
+            run = ProfileRun(
+                tuple(self.first_pass),
+                {k: tuple(v) for k, v in self.per_shape.items()},
+                self.outputs,
+                self.unsteady,
+                len(self.rounds),
+            )
+            profile_info, per_shape = _profile_summary(job, run, self.padded_to)
+        if self.prepared.compile_summary is None:
+            return None, profile_info
+        summary = self.prepared.compile_summary()
+        hits = sum(1 for c in summary.get("compilations", ()) if c.get("cache") == "hit")
+        summary["cache"] = "cold (empty cache)" if job.cold_cache else f"existing cache ({hits} hit(s))"
+        summary["steady"] = self.settled
+        if job.profile is not None:
+            summary.update(per_shape=per_shape, still_recompiling=tuple(f"{b}x{s}" for b, s in self.unsteady))
+        return Compilation(**summary), profile_info
+
+    def _single_stream(self) -> ScenarioResult:
+        # per-shape series for a profile; a single input's samples are the target's latency
+        series = {f"{b}x{s}": tuple(x * 1e3 for x in v) for (b, s), v in self.per_shape.items()}
+        return ScenarioResult(
+            "single-stream",
+            "ok",
+            options={},
+            series=series,
+            facts={"samples": len(self.samples), "rounds": len(self.rounds), "timed_seconds": self.timed_s},
+            run_seconds=self.timed_s + self.first_call_ms / 1e3,
+            peak_host_rss_bytes=self.stream_peak[0],
+            device_peak_bytes=self.stream_peak[1],
+        )
+
+    def _result(self, correctness: Any, compilation: Any, placement: Any, profile_info: Any) -> TargetResult:
+        import torch
+
+        from bakeoff.analysis.noise import noise_flags
+        from bakeoff.target.execute import device_peak_memory
+
+        job = self.job
+        latency = Latency(tuple(s * 1e3 for s in self.samples))
+        notes = []
+        if not self.settled:
+            notes.append(
+                "still compiling after warm-up"
+                if job.profile is None
+                else "still compiling: some profile shapes recompiled after warm-up"
+            )
+        if compilation is not None and compilation.recompile_limit_hits:
+            notes.append(f"hit the recompile limit {compilation.recompile_limit_hits}x: those frames now run eagerly")
+        noise = noise_flags(latency.samples_ms, self.rounds, os.cpu_count() or 1)
+        scenarios = [self._single_stream(), *self.scenario_results]
+        order = [s.name for s in job.scenarios]
+        scenarios.sort(key=lambda s: order.index(s.name) if s.name in order else -1)
+        return TargetResult(
+            target=job.target,
+            status="ok",
+            is_reference=job.is_reference,
+            correctness=correctness,
+            placement=placement,
+            compilation=compilation,
+            latency=latency,
+            first_call_ms=self.first_call_ms,
+            warmup_calls=self.warmups,
+            settled=self.settled,
+            peak_host_rss_bytes=_peak_rss_bytes(),
+            device_peak_bytes=device_peak_memory(job.target),
+            threads=torch.get_num_threads(),
+            load_average=(self.load_before, os.getloadavg()[0]),
+            duration_s=time.monotonic() - self.started,
+            notes=tuple(notes),
+            adjustments=adjustments_for(job.target, job.buckets, job.env),
+            variant=job.variant,
+            profile=profile_info,
+            prepare_ms=self.prepare_ms,
+            scenarios=tuple(scenarios),
+            conditions={"rounds": self.rounds},
+            noise=tuple(noise),
+        )
+
+
+def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
+    """Run every step of one target in this process, without interleaving."""
+    session = TargetSession(job, clock)
+    done = session.start()
+    while not done:
+        done = session.round()
+    session.run_scenarios()
+    return session.finish()
