@@ -1,0 +1,146 @@
+"""The HTML report in a real headless Chromium: it renders, and markup in stored strings stays text.
+
+Needs Debian's ``chromium`` (``.ci/run`` installs it). Skipped with the reason when it is absent,
+except in CI (``CI`` set), where its absence is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import struct
+import subprocess
+import zlib
+from pathlib import Path
+
+import pytest
+from tests.revisit_data import XSS, update_series
+from tests.test_revisit import _injected_db
+
+from bakeoff import api
+from bakeoff.store import Store
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+TITLE = "bakeoff evidence report"
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    if CHROMIUM is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed; .ci/run installs Debian's chromium package")
+        pytest.skip("chromium is not installed (apt-get install -y chromium) ; the report's browser tests need it")
+    return CHROMIUM
+
+
+def _chromium(binary: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            binary,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--virtual-time-budget=5000",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
+    """Decode an 8-bit RGB/RGBA, non-interlaced PNG into rows of pixel bytes (enough for a screenshot)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, header = 8, b"", None
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        body = data[pos + 8 : pos + 8 + length]
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    assert header is not None
+    width, height, depth, colour, _, _, interlace = header
+    assert depth == 8 and colour in (2, 6) and interlace == 0, header
+    bpp = 3 if colour == 2 else 4
+    raw = zlib.decompress(idat)
+    stride = width * bpp
+    rows, previous = [], bytearray(stride)
+    for y in range(height):
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
+        for i in range(stride):
+            left = line[i - bpp] if i >= bpp else 0
+            up = previous[i]
+            if kind == 1:
+                line[i] = (line[i] + left) & 0xFF
+            elif kind == 2:
+                line[i] = (line[i] + up) & 0xFF
+            elif kind == 3:
+                line[i] = (line[i] + ((left + up) >> 1)) & 0xFF
+            elif kind == 4:
+                corner = previous[i - bpp] if i >= bpp else 0
+                p = left + up - corner
+                pa, pb, pc = abs(p - left), abs(p - up), abs(p - corner)
+                line[i] = (line[i] + (left if pa <= pb and pa <= pc else up if pb <= pc else corner)) & 0xFF
+        rows.append(bytes(line))
+        previous = line
+    return width, bpp, rows
+
+
+def _colours(png: Path) -> dict[bytes, int]:
+    width, bpp, rows = _png_pixels(png.read_bytes())
+    counts: dict[bytes, int] = {}
+    for row in rows:
+        for x in range(0, width * bpp, bpp):
+            pixel = row[x : x + 3]
+            counts[pixel] = counts.get(pixel, 0) + 1
+    return counts
+
+
+def test_report_renders_in_chromium(chromium, tmp_path):
+    db = tmp_path / "kb.db"
+    update_series(Store.open(db))
+    page = tmp_path / "report.html"
+    api.report(db=db, html=page)
+    shot = tmp_path / "shot.png"
+    result = _chromium(chromium, tmp_path, "--window-size=900,1400", f"--screenshot={shot}", page.as_uri())
+    assert shot.is_file(), result.stderr[-2000:]
+    colours = _colours(shot)
+    total = sum(colours.values())
+    white = colours.get(b"\xff\xff\xff", 0)
+    assert len(colours) > 50, f"only {len(colours)} colours: a blank or unstyled page"
+    assert white < 0.95 * total
+    assert colours.get(b"\x1f\x3a\x5f", 0) > 1000  # the header band's colour: the page's own CSS applied
+    dom = _chromium(chromium, tmp_path, "--dump-dom", page.as_uri()).stdout
+    assert dom.count('class="main-svg"') >= 2, "plotly drew no figure (scripts blocked or failed)"
+
+
+def test_markup_in_stored_strings_does_not_execute(chromium, tmp_path):
+    db = _injected_db(tmp_path)
+    page = tmp_path / "report.html"
+    api.report(db=db, html=page)
+    dom = _chromium(chromium, tmp_path, "--dump-dom", page.as_uri()).stdout
+    assert f"<title>{TITLE}</title>" in dom, "the page's title changed: injected script ran"
+    assert "pwned" not in re.findall(r"<title>(.*?)</title>", dom)[0]
+    assert not re.search(r"<img[^>]*src=\"?x", dom), "an injected <img> became an element"
+    assert not re.search(r"<script>document\.title", dom), "an injected <script> became an element"
+    # the markup is visible as text: in the workload name, the error message and (with notes) the note
+    shown = "&lt;img src=x onerror=\"document.title='pwned'\"&gt;"
+    assert dom.count(shown) >= 3, dom.count(shown)
+    assert 'compile failed &lt;script&gt;document.title="pwned"&lt;/script&gt;' in dom
+    store = Store.open(db)
+    if hasattr(store, "add_note"):
+        assert "tried the new driver &lt;script&gt;" in dom
+    assert dom.count('class="main-svg"') >= 2, "the page did not finish rendering its figures"
+    shot = tmp_path / "shot.png"
+    _chromium(chromium, tmp_path, "--window-size=900,1000", f"--screenshot={shot}", page.as_uri())
+    assert len(_colours(shot)) > 50
+    assert XSS  # the payload is the one tests/revisit_data.py defines

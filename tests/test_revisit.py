@@ -1,0 +1,256 @@
+"""Revisiting after an update: rerun, regressions, compare and report, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.conftest import cli_trial, py_workload
+from tests.revisit_data import XSS, environment, failed_result, make_run, target_result, update_series
+
+from bakeoff.store import Store
+
+
+def bakeoff(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bakeoff", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.fixture
+def series_db(tmp_path: Path) -> str:
+    path = tmp_path / "kb.db"
+    update_series(Store.open(path))
+    return str(path)
+
+
+def test_regressions_table_json_and_strict(series_db):
+    table = bakeoff("regressions", "--db", series_db)
+    assert table.returncode == 0, table.stderr
+    assert "cpu+inductor" in table.stdout and "regressed" in table.stdout
+    assert "torch 2.13.0 -> 2.14.0" in table.stdout and "1 regressed, 1 unchanged" in table.stdout
+    assert bakeoff("regressions", "--db", series_db, "--strict").returncode == 1
+    found = json.loads(bakeoff("regressions", "--db", series_db, "--format", "json").stdout)
+    by_target = {c["target"]: c for c in found}
+    assert by_target["cpu"]["outcome"] == "unchanged"
+    inductor = by_target["cpu+inductor"]
+    assert (inductor["before_run"], inductor["after_run"]) == ("aaaa00000002", "bbbb00000003")
+    latency = next(m for m in inductor["metrics"] if m["metric"] == "p50_ms")
+    assert latency["outcome"] == "regressed" and 1.3 < latency["change"] < 1.5 and latency["low"] > 1.1
+    assert inductor["environment"]["summary"] == "torch 2.13.0 -> 2.14.0"
+    only_cpu = bakeoff("regressions", "--db", series_db, "--target", "cpu", "--strict", "--format", "json")
+    assert only_cpu.returncode == 0 and [c["target"] for c in json.loads(only_cpu.stdout)] == ["cpu"]
+    # a looser threshold than the 40% change: nothing regressed
+    loose = bakeoff("regressions", "--db", series_db, "--latency-threshold", "0.5", "--strict")
+    assert loose.returncode == 0, loose.stdout
+
+
+def test_regressions_report_failures(tmp_path):
+    path = tmp_path / "kb.db"
+    store = Store.open(path)
+    store.save_run(make_run("r1", "2025-01-01T00:00:00+00:00", environment("2.13.0"), (target_result("cpu+inductor"),)))
+    store.save_run(make_run("r2", "2025-01-02T00:00:00+00:00", environment("2.14.0"), (failed_result("cpu+inductor"),)))
+    result = bakeoff("regressions", "--db", str(path), "--strict", "--format", "json")
+    assert result.returncode == 1
+    (found,) = json.loads(result.stdout)
+    assert found["outcome"] == "failed" and found["reason"] == "crash: RuntimeError: backend crashed"
+
+
+def test_compare_runs_and_targets(series_db):
+    runs = json.loads(bakeoff("compare", "aaaa00000002", "bbbb", "--db", series_db, "--format", "json").stdout)
+    assert [(c["target"], c["outcome"]) for c in runs] == [("cpu", "unchanged"), ("cpu+inductor", "regressed")]
+    two = bakeoff("compare", "bbbb:cpu", "bbbb:cpu+inductor", "--db", series_db, "--format", "json")
+    (pair,) = json.loads(two.stdout)
+    assert (pair["target"], pair["after_target"]) == ("cpu", "cpu+inductor")
+    assert next(m for m in pair["metrics"] if m["metric"] == "p50_ms")["outcome"] == "improved"
+    table = bakeoff("compare", "aaaa00000002", "bbbb", "--db", series_db)
+    assert "arch:llama on cpu+inductor: aaaa00000002 vs bbbb00000003" in table.stdout
+    assert "p50_ms" in table.stdout and "regressed" in table.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["compare", "bbbb:cuda", "aaaa00000001:cpu"],
+            "bakeoff: error: run bbbb00000003 has no target 'cuda' (it has cpu, cpu+inductor)",
+        ),
+        (
+            ["compare", "bbbb", "aaaa00000001:cpu"],
+            "bakeoff: error: cannot compare 'bbbb' with 'aaaa00000001:cpu' (give two runs, or two RUN:TARGET results)",
+        ),
+        (
+            ["compare", "aaaa", "bbbb"],
+            "bakeoff: error: run id prefix 'aaaa' is ambiguous (give more characters of the id)",
+        ),
+        (["rerun"], "bakeoff: error: rerun needs one of RUN_ID, --workload or --tag (e.g. bakeoff rerun 3f2a)"),
+        (
+            ["rerun", "--workload", "arch:gpt2"],
+            "bakeoff: error: no runs of 'arch:gpt2' to repeat (run `bakeoff history` to list workloads)",
+        ),
+        (
+            ["report", "--workload", "arch:llama"],
+            "bakeoff: error: no report format chosen (add --html out.html, --markdown out.md or --json out.json)",
+        ),
+        (
+            ["report", "--workload", "arch:gpt2", "--json", "x.json"],
+            "bakeoff: error: no runs of 'arch:gpt2' in {db} (run a trial first, or check --db)",
+        ),
+    ],
+)
+def test_bad_input_is_one_line(series_db, args, line):
+    result = bakeoff(*args, "--db", series_db)
+    assert result.returncode == 2, result.stdout
+    assert result.stderr.strip() == line.format(db=series_db)
+
+
+def test_rerun_repeats_the_settings_and_an_environment_change_shows_up(tmp_path):
+    db = str(tmp_path / "b.db")
+    first = cli_trial(
+        py_workload("branchy"), "cpu", tmp_path, "--profile", "seq=4,8", "--env", "TORCHINDUCTOR_FREEZING=0"
+    )
+    assert first.returncode == 0, first.stderr
+    original = json.loads(first.stdout)
+    nothing = bakeoff("regressions", "--db", db)
+    assert "nothing to compare" in nothing.stdout  # one environment so far
+    # a simulated update: a variable the environment capture records (TORCH*) changes
+    again = bakeoff("rerun", original["run_id"][:6], "--db", db, "--format", "json", env={"TORCH_UPDATE_MARK": "2"})
+    assert again.returncode == 0, again.stderr
+    doc = json.loads(again.stdout)
+    (rerun,) = doc["runs"]
+    assert rerun["run_id"] != original["run_id"]
+    assert rerun["workload"]["spec"] == original["workload"]["spec"]
+    assert [r["target"] for r in rerun["results"]] == [r["target"] for r in original["results"]]
+    for key in ("timing", "profile", "env", "isolate", "pad_to_buckets", "max_buckets"):
+        assert rerun["settings"][key] == original["settings"][key], key
+    assert rerun["environment"]["env"]["TORCH_UPDATE_MARK"] == "2"
+    assert rerun["environment"]["fingerprint"] != original["environment"]["fingerprint"]
+    (change,) = doc["regressions"]
+    assert (change["before_run"], change["after_run"]) == (original["run_id"], rerun["run_id"])
+    assert change["environment"]["changes"] == [{"key": "env.TORCH_UPDATE_MARK", "before": None, "after": "2"}]
+    listed = json.loads(bakeoff("regressions", "--db", db, "--format", "json").stdout)
+    assert [(c["target"], c["after_run"]) for c in listed] == [("cpu", rerun["run_id"])]
+    assert listed[0]["outcome"] in ("unchanged", "improved", "regressed")  # timing on a shared machine
+    assert next(m for m in listed[0]["metrics"] if m["metric"] == "correctness")["outcome"] == "unchanged"
+
+
+def test_rerun_keywords_come_from_the_stored_settings():
+    from bakeoff.api import rerun_keywords
+    from bakeoff.workload.profile import InputProfile, Request
+
+    settings = {
+        "timing": {"min_samples": 7, "min_seconds": 0.1, "max_samples": 10000},
+        "isolate": False,
+        "timeout_s": 60.0,
+        "profile": {"source": "seq=4,8", "requests": [[1, 4], [1, 8]]},
+        "pad_to_buckets": "auto",
+        "max_buckets": 2,
+        "cold_cache": False,
+        "env": [["TORCHINDUCTOR_FREEZING", "1"]],
+    }
+    results = (target_result("cpu"), target_result("cpu+inductor"), target_result("cpu+inductor", variant="bucketed"))
+    run = make_run("r1", "2025-01-01T00:00:00+00:00", environment(), results, spec="arch:gpt2", settings=settings)
+    keywords = rerun_keywords(run)
+    assert keywords == {
+        "workload": "arch:gpt2",
+        "on": ["cpu", "cpu+inductor"],
+        "isolate": False,
+        "timeout_s": 60.0,
+        "min_samples": 7,
+        "min_seconds": 0.1,
+        "profile": InputProfile((Request(1, 4), Request(1, 8)), "seq=4,8"),
+        "pad_to_buckets": "auto",
+        "max_buckets": 2,
+        "cold_compile_cache": False,
+        "env": ["TORCHINDUCTOR_FREEZING=1"],
+        **{k: v for k, v in keywords.items() if k in ("scenarios", "requirements")},
+    }
+
+
+def test_rerun_by_tag_needs_tagged_runs(series_db):
+    store = Store.open(series_db)
+    if not hasattr(store, "run_ids_with_tag"):
+        pytest.skip("this store has no tags")
+    result = bakeoff("rerun", "--tag", "nightly", "--db", series_db)
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("bakeoff: error: no runs tagged 'nightly' to repeat")
+
+
+# -- reports ---------------------------------------------------------------------------------
+
+
+def _injected_db(tmp_path: Path) -> str:
+    """A database whose workload name, note, tag-adjacent text and error message carry markup."""
+    path = tmp_path / "kb.db"
+    store = Store.open(path)
+    update_series(store, spec=f"py:models.py:{XSS}")
+    broken = failed_result("cpu+aot_eager", message=f"compile failed {XSS}")
+    store.save_run(
+        make_run(
+            "cccc00000004",
+            "2025-01-04T10:00:00+00:00",
+            environment("2.14.0", TORCH_NOTE=XSS),
+            (target_result("cpu", 2.0, seed=8, reason=XSS), broken),
+            spec=f"py:models.py:{XSS}",
+        )
+    )
+    if hasattr(store, "add_note"):
+        store.add_note("cccc00000004", f"tried the new driver {XSS}", author=XSS)
+    if hasattr(store, "add_tag"):
+        store.add_tag("cccc00000004", "driver-560")
+    return str(path)
+
+
+def test_report_formats(series_db, tmp_path):
+    out = tmp_path / "r"
+    result = bakeoff(
+        "report", "--db", series_db, "--html", f"{out}.html", "--markdown", f"{out}.md", "--json", f"{out}.json"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"wrote {out}.html, {out}.md, {out}.json: 3 run(s), 2 comparison(s)"
+    doc = json.loads(Path(f"{out}.json").read_text())
+    assert (doc["schema"], doc["schema_version"]) == ("bakeoff.report", 1)
+    assert [r["run_id"] for r in doc["runs"]] == ["aaaa00000001", "aaaa00000002", "bbbb00000003"]
+    assert doc["runs"][0]["schema"] == "bakeoff.run" and doc["runs"][0]["results"][0]["latency"]["samples_ms"]
+    assert doc["runs"][2]["answers"]["cpu+inductor|as-is"]["correct"]["state"] == "yes"
+    assert {c["target"]: c["outcome"] for c in doc["regressions"]} == {"cpu": "unchanged", "cpu+inductor": "regressed"}
+    markdown = Path(f"{out}.md").read_text()
+    assert markdown.startswith("# bakeoff evidence report\n")
+    assert "| arch:llama | cpu+inductor | **regressed** | p50\\_ms: regressed (x1.40" in markdown
+    assert markdown.count("| target | status | correct | on device | requirements |") == 3
+    page = Path(f"{out}.html").read_text()
+    assert page.count("<script nonce=") == 2 and "<script src" not in page  # plotly inlined once, nothing fetched
+    assert "default-src 'none'" in page  # and the policy forbids any network load
+    assert page.count('class="figure-data"') == 2 + 3 * 4  # two histories, four figures per run
+    bakeoff("report", "bbbb", "--db", series_db, "--json", f"{out}-one.json")
+    assert [r["run_id"] for r in json.loads(Path(f"{out}-one.json").read_text())["runs"]] == ["bbbb00000003"]
+
+
+def test_report_escapes_markup_in_every_format(tmp_path):
+    db = _injected_db(tmp_path)
+    out = tmp_path / "r"
+    result = bakeoff("report", "--db", db, "--html", f"{out}.html", "--markdown", f"{out}.md", "--json", f"{out}.json")
+    assert result.returncode == 0, result.stderr
+    page = Path(f"{out}.html").read_text()
+    assert "<img src=x" not in page and '<script>document.title="pwned"' not in page
+    assert "&lt;img src=x onerror=" in page  # shown as text
+    assert "\\u0026lt;img src=x" in page  # in figure JSON: an entity for plotly, with no raw < or &
+    markdown = Path(f"{out}.md").read_text()
+    assert "<img" not in markdown and "<script" not in markdown and "&lt;img src=x" in markdown
+    assert json.loads(Path(f"{out}.json").read_text())["runs"][-1]["workload"]["spec"].endswith(XSS)
+
+
+def test_safe_json_cannot_close_a_script():
+    from bakeoff.report.html import safe_json
+
+    text = safe_json({"name": "</script><script>alert(1)</script>", "sep": "a\u2028b", "amp": "&"})
+    assert "<" not in text and ">" not in text and "&" not in text and "\u2028" not in text
+    assert json.loads(text) == {"name": "</script><script>alert(1)</script>", "sep": "a\u2028b", "amp": "&"}
