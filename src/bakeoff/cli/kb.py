@@ -29,10 +29,11 @@ _format_option = click.option(
 )
 
 
-def _out() -> Any:
+def _say(line: str) -> None:
+    """One line of plain text (never markup, never wrapped: paths and URLs stay whole)."""
     from bakeoff.cli.main import _console
 
-    return _console()
+    _console().print(line, markup=False, soft_wrap=True)
 
 
 def _json(data: Any) -> None:
@@ -50,12 +51,12 @@ def print_annotations(console: Any, notes: list[Any], tags: list[str]) -> None:
     from rich.text import Text
 
     if tags:
-        console.print(Text("tags: " + ", ".join(tags)))
+        _say(Text("tags: " + ", ".join(tags)))
     for note in notes:
         who = f" {note.author}" if note.author else ""
         line = Text(f"note {note.created_at[:19].replace('T', ' ')} UTC{who}: ", style="dim")
         line.append(note.text, style="")
-        console.print(line)
+        _say(line)
 
 
 def annotations_json(found: dict[str, Any]) -> dict[str, Any]:
@@ -72,17 +73,14 @@ def db() -> None:
 @_format_option
 def status(db: str | None, fmt: str) -> None:
     """Show the database's schema version, this release's, and any migrations pending."""
-    from rich.markup import escape
-
     from bakeoff import api
 
     info = api.db_status(db=db)
     if fmt == "json":
         _json(info)
         return
-    console = _out()
-    console.print(f"database  {escape(info['database'])} ({info['dialect']})")
-    console.print(f"runs      {info['runs']}")
+    _say(f"database  {info['database']} ({info['dialect']})")
+    _say(f"runs      {info['runs']}")
     line = f"schema    version {info['schema_version']}; this bakeoff uses version {info['supported_version']}"
     if info["newer"]:
         line += ": written by a newer bakeoff; upgrade bakeoff to use it"
@@ -90,9 +88,9 @@ def status(db: str | None, fmt: str) -> None:
         line += f": {_plural(len(info['pending']), 'migration')} pending; run `bakeoff db upgrade`"
     else:
         line += ": up to date"
-    console.print(line)
+    _say(line)
     for name in info["pending"]:
-        console.print(f"  pending {escape(name)}")
+        _say(f"  pending {name}")
 
 
 @db.command(epilog="Example: bakeoff db upgrade --db postgresql://bakeoff@db.internal/bakeoff")
@@ -105,22 +103,19 @@ def upgrade(db: str | None, fmt: str) -> None:
     machines that may run different releases, only by this command. Safe to run while others
     use the database: concurrent upgrades wait for each other and migrate once.
     """
-    from rich.markup import escape
-
     from bakeoff import api
 
     done = api.db_upgrade(db=db)
     if fmt == "json":
         _json(done)
         return
-    console = _out()
-    where = escape(done["database"])
+    where = done["database"]
     if not done["applied"]:
-        console.print(f"{where} is up to date (schema version {done['schema_version']})")
+        _say(f"{where} is up to date (schema version {done['schema_version']})")
         return
-    console.print(f"upgraded {where} from schema version {done['from_version']} to {done['schema_version']}:")
+    _say(f"upgraded {where} from schema version {done['from_version']} to {done['schema_version']}:")
     for name in done["applied"]:
-        console.print(f"  applied {escape(name)}")
+        _say(f"  applied {name}")
 
 
 @click.command(
@@ -142,8 +137,6 @@ def upgrade(db: str | None, fmt: str) -> None:
 @_db_option
 def export_command(workload: str | None, tag: str | None, fmt: str, output: str, db: str | None) -> None:
     """Write stored runs (with notes, tags, baselines and requirements) to a file."""
-    from rich.markup import escape
-
     from bakeoff import api
 
     done = api.export_runs(output, db=db, format=fmt, workload=workload, tag=tag)
@@ -154,7 +147,7 @@ def export_command(workload: str | None, tag: str | None, fmt: str, output: str,
             f"{_plural(done.runs, 'run')}, {_plural(done.baselines, 'baseline')}, "
             f"requirements of {_plural(done.requirements, 'workload')}"
         )
-    _out().print(f"exported {what} to {escape(done.path)}")
+    _say(f"exported {what} to {done.path}")
 
 
 @click.command("import", epilog="Example: bakeoff import findings.jsonl --db postgresql://bakeoff@db.internal/bakeoff")
@@ -167,8 +160,6 @@ def import_command(file: str, db: str | None, fmt: str) -> None:
     Importing the same file twice adds nothing; runs already present keep their results and
     gain any notes and tags the file has for them. A file from a newer bakeoff is refused.
     """
-    from rich.markup import escape
-
     from bakeoff import api
     from bakeoff.store.db import display_db_url, resolve_db_url
 
@@ -176,11 +167,11 @@ def import_command(file: str, db: str | None, fmt: str) -> None:
     if fmt == "json":
         _json(done.to_dict())
         return
-    _out().print(
+    _say(
         f"imported {_plural(done.runs, 'run')} ({done.runs_present} already present), "
         f"{_plural(done.baselines, 'baseline')} ({done.baselines_present} already present), "
         f"{_plural(done.requirements, 'requirements update')}, {_plural(done.notes, 'note')}, "
-        f"{_plural(done.tags, 'tag')} into {escape(display_db_url(resolve_db_url(db)))}"
+        f"{_plural(done.tags, 'tag')} into {display_db_url(resolve_db_url(db))}"
     )
 
 
@@ -198,7 +189,7 @@ def note(run_id: str, text: str, author: str | None, db: str | None, fmt: str) -
     if fmt == "json":
         _json(kept.to_dict())
         return
-    _out().print(f"noted on run {kept.run_id} (note {kept.id})")
+    _say(f"noted on run {kept.run_id} (note {kept.id})")
 
 
 @click.command(
@@ -218,7 +209,7 @@ def tag(run_id: str, name: str, remove: bool, db: str | None, fmt: str) -> None:
     if fmt == "json":
         _json({"tags": tags})
         return
-    _out().print(f"tags: {', '.join(tags) if tags else 'none'}", markup=False)
+    _say(f"tags: {', '.join(tags) if tags else 'none'}")
 
 
 COMMANDS = [db, export_command, import_command, note, tag]

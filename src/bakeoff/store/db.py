@@ -109,7 +109,8 @@ def _insert_unless_exists(conn: Any, table: Table, keys: list[str]) -> Any:
         from sqlalchemy.dialects.postgresql import insert as dialect_insert
     else:
         from sqlalchemy.dialects.sqlite import insert as dialect_insert
-    return dialect_insert(table).on_conflict_do_nothing(index_elements=keys)
+    # rowcount says whether the row went in; some drivers forget it once the cursor closes
+    return dialect_insert(table).on_conflict_do_nothing(index_elements=keys).execution_options(preserve_rowcount=True)
 
 
 @dataclass(frozen=True)
