@@ -10,7 +10,26 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_API = ("baseline", "demo", "history", "show", "targets", "trial", "workloads")
+_API = (
+    "baseline",
+    "compare",
+    "db_status",
+    "db_upgrade",
+    "demo",
+    "export_runs",
+    "history",
+    "import_runs",
+    "note",
+    "notes_and_tags",
+    "regressions",
+    "report",
+    "rerun",
+    "show",
+    "tag",
+    "targets",
+    "trial",
+    "workloads",
+)
 
 __all__ = ["BakeoffError", "__version__", *_API]
 

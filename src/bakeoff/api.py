@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from bakeoff.workload.profile import InputProfile
 
 __all__ = [
-    "annotations",
     "baseline",
     "compare",
     "db_status",
@@ -35,6 +34,7 @@ __all__ = [
     "history",
     "import_runs",
     "note",
+    "notes_and_tags",
     "regressions",
     "report",
     "rerun",
@@ -545,7 +545,7 @@ def tag(run_id: str, name: str, *, db: PathLike | None = None, remove: bool = Fa
     return store.tags(full)
 
 
-def annotations(run_id: str, *, db: PathLike | None = None) -> dict[str, Any]:
+def notes_and_tags(run_id: str, *, db: PathLike | None = None) -> dict[str, Any]:
     """``{"run_id", "notes": [Note, ...], "tags": [str, ...]}`` of a run (``run_id`` may be a prefix)."""
     store = Store.open(db, create=False)
     full = store.resolve_run_id(run_id)

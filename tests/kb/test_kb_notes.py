@@ -118,3 +118,19 @@ def test_store_api(tmp_path: Path) -> None:
         store.add_tag("r1", "x" * 65)
     with pytest.raises(StoreError, match="no run"):
         store.add_note("missing", "text")
+
+
+def test_keyword_api_from_the_package(kb: Path) -> None:
+    import bakeoff
+
+    db = kb / "bakeoff.db"
+    note = bakeoff.note(RUN[:4], "seen from Python", db=db, author="cy")
+    assert bakeoff.tag(RUN[:4], "py", db=db) == ["py"]
+    found = bakeoff.notes_and_tags(RUN[:4], db=db)
+    assert found == {"run_id": RUN, "notes": [note], "tags": ["py"]}
+    assert [s.run_id for s in bakeoff.history(db=db, tag="py")] == [RUN]
+    exported = bakeoff.export_runs(kb / "x.jsonl", db=db, tag="py")
+    assert exported.runs == 1
+    assert bakeoff.import_runs(kb / "x.jsonl", db=kb / "copy.db").runs == 1
+    assert bakeoff.db_status(db=kb / "copy.db")["runs"] == 1
+    assert bakeoff.db_upgrade(db=kb / "copy.db")["applied"] == []

@@ -319,7 +319,7 @@ def show(run_id: str, db: str | None, fmt: str) -> None:
     from bakeoff.cli.kb import annotations_json, print_annotations
 
     run = api.show(run_id, db=db)
-    found = api.annotations(run.run_id, db=db)
+    found = api.notes_and_tags(run.run_id, db=db)
     if fmt == "json":
         from bakeoff.results.codec import run_to_json
 
