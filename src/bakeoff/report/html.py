@@ -291,6 +291,10 @@ def _context(evidence: Evidence) -> dict[str, Any]:
                 "figures": [add(c, f) for c, f in figures_for_run(run)],
             }
         )
+    latest: dict[str, str] = {}
+    for run in evidence.runs:
+        latest[run.workload["spec"]] = run.run_id
+    glance = [item for item in runs if latest[item["run"].workload["spec"]] == item["run"].run_id]
     history = [add(c, f) for c, f in history_figures(evidence)]
     environments = [
         {
@@ -303,6 +307,7 @@ def _context(evidence: Evidence) -> dict[str, Any]:
     return {
         "e": evidence,
         "runs": runs,
+        "glance": glance,
         "history": history,
         "environments": environments,
         "regressions": sorted(
