@@ -17,6 +17,32 @@ from bakeoff.results.values import (
 )
 from bakeoff.target.spec import parse_target
 
+REQUIREMENTS = (
+    {
+        "text": "p90<=50ms",
+        "metric": "p90",
+        "op": "<=",
+        "threshold": 50.0,
+        "unit": "ms",
+        "value": 1.1,
+        "low": 1.0,
+        "high": 1.2,
+        "verdict": "met",
+        "confident": True,
+    },
+    {
+        "text": "throughput>=2000/s",
+        "metric": "throughput",
+        "op": ">=",
+        "threshold": 2000.0,
+        "unit": "/s",
+        "value": 900.0,
+        "low": 850.0,
+        "high": 950.0,
+        "verdict": "not_met",
+        "confident": True,
+    },
+)
 XSS = '<script>document.title="pwned"</script><img src=x onerror="document.title=\'pwned\'">'
 
 

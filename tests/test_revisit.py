@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from tests.conftest import cli_trial, py_workload
-from tests.revisit_data import XSS, environment, failed_result, make_run, target_result, update_series
+from tests.revisit_data import REQUIREMENTS, XSS, environment, failed_result, make_run, target_result, update_series
 
 from bakeoff.store import Store
 
@@ -176,9 +176,6 @@ def test_rerun_keywords_come_from_the_stored_settings():
 
 
 def test_rerun_by_tag_needs_tagged_runs(series_db):
-    store = Store.open(series_db)
-    if not hasattr(store, "run_ids_with_tag"):
-        pytest.skip("this store has no tags")
     result = bakeoff("rerun", "--tag", "nightly", "--db", series_db)
     assert result.returncode == 2
     assert result.stderr.strip().startswith("bakeoff: error: no runs tagged 'nightly' to repeat")
@@ -198,14 +195,15 @@ def _injected_db(tmp_path: Path) -> str:
             "cccc00000004",
             "2025-01-04T10:00:00+00:00",
             environment("2.14.0", TORCH_NOTE=XSS),
-            (target_result("cpu", 2.0, seed=8, reason=XSS), broken),
+            (
+                target_result("cpu", 2.0, seed=8, reason=XSS, requirements=({**REQUIREMENTS[0], "text": XSS},)),
+                broken,
+            ),
             spec=f"py:models.py:{XSS}",
         )
     )
-    if hasattr(store, "add_note"):
-        store.add_note("cccc00000004", f"tried the new driver {XSS}", author=XSS)
-    if hasattr(store, "add_tag"):
-        store.add_tag("cccc00000004", "driver-560")
+    store.add_note("cccc00000004", f"tried the new driver {XSS}", author=XSS)
+    store.add_tag("cccc00000004", "driver-560")
     return str(path)
 
 
@@ -254,3 +252,33 @@ def test_safe_json_cannot_close_a_script():
     text = safe_json({"name": "</script><script>alert(1)</script>", "sep": "a\u2028b", "amp": "&"})
     assert "<" not in text and ">" not in text and "&" not in text and "\u2028" not in text
     assert json.loads(text) == {"name": "</script><script>alert(1)</script>", "sep": "a\u2028b", "amp": "&"}
+
+
+def test_report_by_tag_with_requirements_notes_and_failures(tmp_path):
+    path = tmp_path / "kb.db"
+    store = Store.open(path)
+    update_series(store)
+    results = (
+        target_result("cpu", 2.0, seed=8),
+        target_result("cpu+inductor", 1.0, seed=9, requirements=REQUIREMENTS),
+        failed_result("cpu+openvino", message="conversion failed for aten::foo"),
+    )
+    store.save_run(make_run("dddd00000005", "2025-01-05T10:00:00+00:00", environment("2.14.0"), results))
+    store.add_tag("dddd00000005", "nightly")
+    store.add_note("dddd00000005", "openvino 2025.2 still fails to convert", author="ana")
+    out = tmp_path / "r"
+    result = bakeoff(
+        "report", "--tag", "nightly", "--db", str(path), "--html", f"{out}.html", "--markdown", f"{out}.md"
+    )
+    assert result.returncode == 0, result.stderr
+    markdown = Path(f"{out}.md").read_text()
+    assert "## arch:llama: run dddd00000005" in markdown and "run aaaa" not in markdown
+    assert "Tags: nightly" in markdown and "> openvino 2025.2 still fails to convert" in markdown
+    assert "| cpu+inductor | ok | yes | yes | **NO** |" in markdown
+    assert "- requirement throughput>=2000/s: **not\\_met** (measured 900 /s, confident)" in markdown
+    assert "- **failure** (crash, compile): RuntimeError: conversion failed for aten::foo" in markdown
+    page = Path(f"{out}.html").read_text()
+    assert "1 of 2 met; not met: throughput&gt;=2000/s" in page
+    assert "<td>p90&lt;=50ms</td>" in page and "openvino 2025.2 still fails to convert" in page
+    assert '<span class="tag">nightly</span>' in page
+    assert "conversion failed for aten::foo" in page and "Error</strong> (crash, during compile)" in page

@@ -173,12 +173,14 @@ def test_requirement_verdicts():
     def req(text: str, verdict: str) -> dict[str, Any]:
         return {"text": text, "verdict": verdict}
 
-    before, after = result(), result()
-    object.__setattr__(before, "requirements", (req("p50 < 5 ms", "met"), req("correct", "met")))
-    object.__setattr__(after, "requirements", (req("p50 < 5 ms", "not_met"), req("correct", "not_measured")))
+    before = result(requirements=(req("p50 < 5 ms", "met"), req("correct", "met")))
+    after = result(requirements=(req("p50 < 5 ms", "not_met"), req("correct", "not_measured"), req("new", "met")))
     _, _, metrics = classify(before, after)
     assert by_metric(metrics)["requirement: p50 < 5 ms"] == "regressed"
     assert by_metric(metrics)["requirement: correct"] == "not_comparable"
+    assert by_metric(metrics)["requirement: new"] == "not_comparable"  # checked on one side only
+    outcome, _, _ = classify(before, result(requirements=(req("p50 < 5 ms", "met"), req("correct", "met"))))
+    assert outcome == "unchanged"
 
 
 def test_environment_diff_names_what_changed():

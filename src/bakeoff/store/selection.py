@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 
+from bakeoff.errors import StoreError
 from bakeoff.store import schema
 from bakeoff.store.db import Store
 
@@ -69,8 +71,15 @@ def run_headers(
         query = query.where(runs.c.id.in_(list(run_ids)))
     heads: dict[str, tuple[str, str, str]] = {}
     keys: dict[str, list[tuple[str, str]]] = {}
-    with store.engine.connect() as conn:
-        for run_id, created_at, spec, env_fp, target_spec, variant in conn.execute(query):
-            heads.setdefault(run_id, (created_at, spec, env_fp))
-            keys.setdefault(run_id, []).append((target_spec, variant or "as-is"))
+    try:
+        with store.engine.connect() as conn:
+            for run_id, created_at, spec, env_fp, target_spec, variant in conn.execute(query):
+                heads.setdefault(run_id, (created_at, spec, env_fp))
+                keys.setdefault(run_id, []).append((target_spec, variant or "as-is"))
+    except SQLAlchemyError as exc:
+        detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        raise StoreError(
+            f"database {store.display_url} could not be read: {detail}",
+            hint="check the file or server; restore a damaged database from a backup",
+        ) from exc
     return [RunHeader(run_id, *heads[run_id], tuple(keys[run_id])) for run_id in heads]
