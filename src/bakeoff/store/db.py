@@ -470,6 +470,7 @@ class Store:
         ).rowcount
         if not inserted:
             return False
+        sample_rows: list[dict[str, Any]] = []
         for position, result in enumerate(run.results):
             data = result.to_dict()
             if data.get("latency"):
@@ -490,10 +491,11 @@ class Store:
             )
             if result.latency and result.latency.count:
                 result_id = row.inserted_primary_key[0]
-                conn.execute(
-                    insert(schema.timing_samples),
-                    [{"result_id": result_id, "seq": i, "ms": ms} for i, ms in enumerate(result.latency.samples_ms)],
+                sample_rows.extend(
+                    {"result_id": result_id, "seq": i, "ms": ms} for i, ms in enumerate(result.latency.samples_ms)
                 )
+        if sample_rows:  # one batch for the whole run
+            conn.execute(insert(schema.timing_samples), sample_rows)
         return True
 
     @_guarded
@@ -524,18 +526,21 @@ class Store:
                 .mappings()
                 .all()
             )
+            # every sample of the run in one query (one round trip to a server, not one per target)
+            by_result: dict[int, list[float]] = {row["id"]: [] for row in rows}
+            if rows:
+                query = (
+                    select(samples.c.result_id, samples.c.ms)
+                    .where(samples.c.result_id.in_(list(by_result)))
+                    .order_by(samples.c.result_id, samples.c.seq)
+                )
+                for result_id, ms in conn.execute(query):
+                    by_result[result_id].append(ms)
             items = []
             for row in rows:
                 data = dict(row["data"])
                 if data.get("latency") is not None:
-                    ms = (
-                        conn.execute(
-                            select(samples.c.ms).where(samples.c.result_id == row["id"]).order_by(samples.c.seq)
-                        )
-                        .scalars()
-                        .all()
-                    )
-                    data["latency"] = {**data["latency"], "samples_ms": ms}
+                    data["latency"] = {**data["latency"], "samples_ms": by_result[row["id"]]}
                 items.append(TargetResult.from_dict(data))
         settings = dict(run["settings"])
         volatile = settings.pop(_VOLATILE_KEY, None)
