@@ -227,7 +227,8 @@ def test_report_formats(series_db, tmp_path):
     page = Path(f"{out}.html").read_text()
     assert page.count("<script nonce=") == 2 and "<script src" not in page  # plotly inlined once, nothing fetched
     assert "default-src 'none'" in page  # and the policy forbids any network load
-    assert page.count('class="figure-data"') == 2 + 3 * 4  # two histories, four figures per run
+    # two histories; per run latency, speed and first calls per shape (no placement plot: CPU targets only)
+    assert page.count('class="figure-data"') == 2 + 3 * 3
     bakeoff("report", "bbbb", "--db", series_db, "--json", f"{out}-one.json")
     assert [r["run_id"] for r in json.loads(Path(f"{out}-one.json").read_text())["runs"]] == ["bbbb00000003"]
 
@@ -262,6 +263,7 @@ def test_report_by_tag_with_requirements_notes_and_failures(tmp_path):
         target_result("cpu", 2.0, seed=8),
         target_result("cpu+inductor", 1.0, seed=9, requirements=REQUIREMENTS),
         failed_result("cpu+openvino", message="conversion failed for aten::foo"),
+        target_result("cuda", 0.5, seed=10),
     )
     store.save_run(make_run("dddd00000005", "2025-01-05T10:00:00+00:00", environment("2.14.0"), results))
     store.add_tag("dddd00000005", "nightly")
@@ -281,4 +283,6 @@ def test_report_by_tag_with_requirements_notes_and_failures(tmp_path):
     assert "1 of 2 met; not met: throughput&gt;=2000/s" in page
     assert "<td>p90&lt;=50ms</td>" in page and "openvino 2025.2 still fails to convert" in page
     assert '<span class="tag">nightly</span>' in page
+    assert "placement of op calls" in page and "aten::nonzero &times;2" in page  # the device target's breakdown
+    assert "| cuda | ok | yes | partly | - |" in markdown
     assert "conversion failed for aten::foo" in page and "Error</strong> (crash, during compile)" in page

@@ -234,3 +234,13 @@ def test_find_regressions_over_a_series():
     # one environment only: nothing to compare
     assert find_regressions(runs[:2]) == []
     assert find_regressions([replace(runs[0], run_id="x")]) == []
+
+
+def test_first_call_needs_a_relative_and_an_absolute_change():
+    _, _, metrics = classify(result(first_call_ms=0.2), result(first_call_ms=1.4))
+    change = next(m for m in metrics if m.metric == "first_call_ms")
+    assert change.outcome == "unchanged" and change.change == pytest.approx(7.0)  # jitter below 5 ms
+    _, _, metrics = classify(result(first_call_ms=20.0), result(first_call_ms=40.0))
+    assert by_metric(metrics)["first_call_ms"] == "regressed"
+    _, _, metrics = classify(result(first_call_ms=0.2), result(first_call_ms=1.4), first_call_floor_ms=0.5)
+    assert by_metric(metrics)["first_call_ms"] == "regressed"

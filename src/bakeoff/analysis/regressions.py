@@ -60,7 +60,9 @@ class Thresholds:
         min_samples: fewer timing samples than this on either side: latency is not comparable
             (an interval from a handful of samples means little).
         first_call: the first call (which includes compilation) is a single observation with no
-            interval, so it needs a larger relative change to count (0.5 = 50%).
+            interval, so it needs a larger relative change to count (0.5 = 50%) ...
+        first_call_floor_ms: ... and an absolute change of more than this many milliseconds (a
+            first eager call of 0.2 ms that takes 1.4 ms next time is scheduling jitter, not news).
         op_share: an absolute change of the device op share beyond this counts (0.05 = 5 points).
         compile_counts: graphs, recompiles and graph breaks change when they differ by more than
             this (0: they are exact counts for a fixed input profile).
@@ -71,6 +73,7 @@ class Thresholds:
     resamples: int = 2000
     min_samples: int = 5
     first_call: float = 0.5
+    first_call_floor_ms: float = 5.0
     op_share: float = 0.05
     compile_counts: int = 0
 
@@ -238,17 +241,17 @@ def _ranked(metric: str, before: Any, after: Any, rank: dict[str, int]) -> Metri
     return MetricChange(metric, "not_comparable", before, after, detail="verdicts of different kinds")
 
 
-def _relative(metric: str, before: float | None, after: float | None, threshold: float) -> MetricChange:
-    """Lower is better; a single observation each, so only the size of the change counts."""
+def _relative(metric: str, before: float | None, after: float | None, threshold: float, floor: float) -> MetricChange:
+    """Lower is better; a single observation each, so only the size of the change counts: more
+    than ``threshold`` relative and more than ``floor`` absolute."""
     if before is None or after is None or before <= 0:
         return MetricChange(metric, "not_comparable", before, after, detail="not measured on both sides")
     ratio = after / before
     outcome = "unchanged"
-    if abs(ratio - 1) > threshold:
+    if abs(ratio - 1) > threshold and abs(after - before) > floor:
         outcome = "regressed" if ratio > 1 else "improved"
-    return MetricChange(
-        metric, outcome, before, after, change=ratio, detail=f"x{ratio:.2f} (threshold {threshold:.0%})"
-    )
+    detail = f"x{ratio:.2f} (counts beyond {threshold:.0%} and {floor:g})"
+    return MetricChange(metric, outcome, before, after, change=ratio, detail=detail)
 
 
 def _count(metric: str, before: int | None, after: int | None, threshold: int) -> MetricChange:
@@ -284,6 +287,8 @@ def _latency(before: TargetResult, after: TargetResult, t: Thresholds) -> Metric
     if big and est.significant:
         outcome = "regressed" if est.value > 1 else "improved"
     detail = f"x{est.value:.2f} ({est.low:.2f}-{est.high:.2f}, {t.confidence:.0%} CI)"
+    if getattr(before, "noise", None) or getattr(after, "noise", None):
+        detail += "; timings flagged noisy (see each run's notes)"
     if big and not est.significant:
         detail += "; the interval contains 1: not significant"
     elif est.significant and not big:
@@ -370,7 +375,9 @@ def compare_results(
         outcome = "unchanged" if abs(delta) <= t.op_share else ("improved" if delta > 0 else "regressed")
         metrics.append(MetricChange("device_op_share", outcome, share_b, share_a, change=delta))
     metrics.append(_latency(before, after, t))
-    metrics.append(_relative("first_call_ms", before.first_call_ms, after.first_call_ms, t.first_call))
+    metrics.append(
+        _relative("first_call_ms", before.first_call_ms, after.first_call_ms, t.first_call, t.first_call_floor_ms)
+    )
     cb, ca = before.compilation, after.compilation
     if cb is not None or ca is not None:
         for name in ("graphs", "recompiles", "graph_breaks"):

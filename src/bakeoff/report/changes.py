@@ -67,7 +67,8 @@ def regressions_table(comparisons: Sequence[Comparison]) -> Group:
             Text(
                 f"latency counts when it changes by more than {thresholds.latency:.0%} and its "
                 f"{thresholds.confidence:.0%} bootstrap interval excludes no change; first call beyond "
-                f"{thresholds.first_call:.0%}; compared with the newest earlier run in another environment",
+                f"{thresholds.first_call:.0%} and {thresholds.first_call_floor_ms:g} ms; compared with the newest "
+                "earlier run in another environment",
                 style="dim",
             )
         )

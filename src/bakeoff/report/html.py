@@ -86,7 +86,7 @@ def figures_for_run(run: RunResult) -> list[tuple[str, dict[str, Any]]]:
                 {"data": data, "layout": _layout("latency per call", "ms")},
             )
         )
-    rated = [r for r in run.results if r.speedup is not None and r.speedup_ci]
+    rated = [r for r in run.results if r.speedup is not None and r.speedup_ci and not r.is_reference]
     if rated:
         ci = [r.speedup_ci or {} for r in rated]
         figures.append(
@@ -132,7 +132,7 @@ def figures_for_run(run: RunResult) -> list[tuple[str, dict[str, Any]]]:
             )
         )
     audited = [r for r in run.results if r.placement is not None and r.placement.ops_total]
-    if audited:
+    if any(r.placement is not None and r.placement.verdict != "not_applicable" for r in audited):
         labels = [_t(_label(r)) for r in audited]
         device, fallback, host = [], [], []
         for r in audited:
@@ -280,6 +280,7 @@ def _context(evidence: Evidence) -> dict[str, Any]:
                     "answers": answers_for(r),
                     "comparison": comparison,
                     "requirements": getattr(r, "requirements", None) or (),
+                    "noise": getattr(r, "noise", None) or (),
                 }
             )
         runs.append(

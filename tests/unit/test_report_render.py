@@ -1,0 +1,94 @@
+"""The report renderers on fixed evidence: a golden Markdown file, the HTML's structure, the JSON's
+round trip. Regenerate the golden file with BAKEOFF_UPDATE_GOLDEN=1 after an intended change."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from tests.revisit_data import REQUIREMENTS, environment, failed_result, make_run, target_result
+
+from bakeoff.report.evidence import build_evidence, render_json
+from bakeoff.report.html import render_html
+from bakeoff.report.markdown import render_markdown
+from bakeoff.results.codec import run_from_json
+
+GOLDEN = Path(__file__).parent.parent / "golden" / "report.md"
+
+
+def _evidence():
+    old, new = environment("2.13.0"), environment("2.14.0", OMP_NUM_THREADS="1")
+    runs = [
+        make_run(
+            "aaaa00000001",
+            "2025-01-01T10:00:00+00:00",
+            old,
+            (target_result("cpu", 2.0, seed=1), target_result("cpu+inductor", 1.0, seed=2), target_result("cuda", 0.5)),
+        ),
+        make_run(
+            "bbbb00000002",
+            "2025-01-02T10:00:00+00:00",
+            new,
+            (
+                target_result("cpu", 2.0, seed=3),
+                target_result("cpu+inductor", 1.5, seed=4, requirements=REQUIREMENTS),
+                failed_result("cuda", "device lost | retry"),
+            ),
+        ),
+    ]
+    return build_evidence(
+        runs,
+        notes={"bbbb00000002": ["driver 560 installed"]},
+        tags={"bbbb00000002": ["nightly"]},
+        selection="all runs",
+        database="kb.db",
+        generated_at="2025-01-03T00:00:00+00:00",
+    )
+
+
+def test_markdown_matches_the_golden_file():
+    text = render_markdown(_evidence())
+    if os.environ.get("BAKEOFF_UPDATE_GOLDEN"):
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text()
+
+
+def test_html_structure():
+    evidence = _evidence()
+    page = render_html(evidence)
+    for section in ("how-to-read", "summary", "regressions", "runs", "environments"):
+        assert f'<section id="{section}">' in page
+    glance = page[page.index('<section id="summary">') : page.index('<section id="regressions">')]
+    assert glance.count("<tr>") == 1 + 3  # header + the latest run's three targets
+    outcomes = re.findall(r'<span class="outcome" style="color: #[0-9a-f]+">([a-z ]+)</span>', glance)
+    assert outcomes == ["unchanged", "regressed", "failed"]
+    assert page.count('<article class="run"') == 2 and page.count('<details id="env-') == 2
+    assert "<th>env OMP_NUM_THREADS</th><td>1</td>" in page
+    blocks = re.findall(r'<script type="application/json" class="figure-data" data-plot="(fig\d+)-plot">', page)
+    for plot in blocks:  # every figure has its place on the page
+        assert f'<div class="plot" id="{plot}-plot"></div>' in page
+    # histories of cpu and cpu+inductor (cuda has one timed run); run 1: latency, speed, placement (cuda) and
+    # first calls per shape; run 2: no placement plot (cuda failed, the rest are CPU targets)
+    assert len(blocks) == 2 + 4 + 3
+
+
+def test_json_report_round_trips_its_runs():
+    evidence = _evidence()
+    doc = json.loads(render_json(evidence))
+    assert (doc["schema"], doc["schema_version"]) == ("bakeoff.report", 1)
+    for stored, original in zip(doc["runs"], evidence.runs, strict=True):
+        assert run_from_json(stored) == original
+    assert doc["runs"][1]["notes"][0]["text"] == "driver 560 installed" and doc["runs"][1]["tags"] == ["nightly"]
+    assert doc["runs"][1]["answers"]["cpu+inductor|as-is"]["requirements"] == {
+        "state": "no",
+        "text": "1 of 2 met; not met: throughput>=2000/s",
+    }
+    assert {c["target"]: c["outcome"] for c in doc["regressions"]} == {
+        "cpu": "unchanged",
+        "cpu+inductor": "regressed",
+        "cuda": "failed",
+    }
+    assert doc["thresholds"]["latency"] == 0.10
