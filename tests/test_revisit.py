@@ -286,3 +286,20 @@ def test_report_by_tag_with_requirements_notes_and_failures(tmp_path):
     assert "placement of op calls" in page and "aten::nonzero &times;2" in page  # the device target's breakdown
     assert "| cuda | ok | yes | partly | - |" in markdown
     assert "conversion failed for aten::foo" in page and "Error</strong> (crash, during compile)" in page
+
+
+def test_rerun_by_tag_repeats_each_distinct_trial_once(tmp_path):
+    db = str(tmp_path / "b.db")
+    ids = []
+    for _ in range(2):
+        run = cli_trial(py_workload("mlp"), "cpu", tmp_path)
+        assert run.returncode == 0, run.stderr
+        ids.append(json.loads(run.stdout)["run_id"])
+    store = Store.open(db)
+    for run_id in ids:
+        store.add_tag(run_id, "nightly")
+    again = bakeoff("rerun", "--tag", "nightly", "--db", db, "--format", "json")
+    assert again.returncode == 0, again.stderr
+    (rerun,) = json.loads(again.stdout)["runs"]
+    assert rerun["run_id"] not in ids and rerun["workload"]["spec"] == py_workload("mlp")
+    assert rerun["settings"]["timing"]["min_samples"] == 3

@@ -364,7 +364,8 @@ def rerun(
     progress: Callable[[str], None] | None = None,
 ) -> list[RunResult]:
     """Repeat stored trials in the current environment: one run, the latest run of a workload,
-    or every run with a tag. ``isolate`` overrides the stored choice of worker processes.
+    or every run with a tag (identical trials once). ``isolate`` overrides the stored choice of
+    worker processes.
 
     Raises:
         SpecError: not exactly one of run_id, workload and tag.
@@ -386,7 +387,11 @@ def rerun(
         ids = list(store.run_ids_with_tag(tag))
         if not ids:
             raise StoreError(f"no runs tagged {tag!r} to repeat", hint="tag runs with `bakeoff tag RUN_ID TAG`")
-    plans = [rerun_keywords(store.get_run(i)) for i in ids]
+    plans: list[dict[str, Any]] = []
+    for i in ids:  # several tagged runs of one trial are repeated once
+        plan = rerun_keywords(store.get_run(i))
+        if plan not in plans:
+            plans.append(plan)
     runs = []
     for plan in plans:
         if isolate is not None:
