@@ -111,3 +111,31 @@ def test_other_database_kinds_are_refused() -> None:
         "bakeoff keeps runs in SQLite or PostgreSQL, not 'mysql' (mysql://u@h/db) "
         "(use a file path or a postgresql://user@host/dbname URL)"
     )
+
+
+def test_role_without_create_privilege_is_told_what_to_do(pg_url: str) -> None:
+    import uuid
+
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    role = f"reader_{uuid.uuid4().hex[:8]}"
+    admin = make_url(pg_url)
+    plain = admin.set(drivername="postgresql").render_as_string(hide_password=False)
+    try:
+        with psycopg.connect(plain, autocommit=True) as conn:
+            conn.execute(f"CREATE ROLE {role} LOGIN")  # PostgreSQL 15: no CREATE on schema public
+    except psycopg.Error as exc:
+        pytest.skip(f"the test server's role cannot create roles: {exc}")
+    try:
+        url = admin.set(username=role, password=None).render_as_string(hide_password=False)
+        with pytest.raises(StoreError) as info:
+            Store.open(url)
+        assert info.value.one_line() == (
+            f"cannot open database {url}: permission denied for schema public "
+            "(bakeoff's role must be able to create tables there: make it the database's owner, "
+            "e.g. createdb -O ROLE DBNAME, or ALTER DATABASE DBNAME OWNER TO ROLE)"
+        )
+    finally:
+        with psycopg.connect(plain, autocommit=True) as conn:
+            conn.execute(f"DROP ROLE {role}")

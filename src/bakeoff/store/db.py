@@ -43,6 +43,14 @@ _VOLATILE_KEY = "_environment_volatile"
 _MIGRATION_LOCK = int.from_bytes(b"bakeoff", "big")
 _CONNECT_TIMEOUT_S = 10
 _SERVER_HINT = "check that the server is running and the URL's host, port, user, password and database name"
+_PRIVILEGE_HINT = (
+    "bakeoff's role must be able to create tables there: make it the database's owner, "
+    "e.g. createdb -O ROLE DBNAME, or ALTER DATABASE DBNAME OWNER TO ROLE"
+)
+
+
+def _server_hint(detail: str) -> str:
+    return _PRIVILEGE_HINT if "permission denied" in detail.lower() else _SERVER_HINT
 
 
 def resolve_db_url(db: str | os.PathLike[str] | None) -> str:
@@ -288,7 +296,7 @@ class Store:
                     f"cannot open database {self.display_url}: {detail}",
                     hint="pass a bakeoff database file or a new path with --db",
                 ) from exc
-            raise StoreError(f"cannot open database {self.display_url}: {detail}", hint=_SERVER_HINT) from exc
+            raise StoreError(f"cannot open database {self.display_url}: {detail}", hint=_server_hint(detail)) from exc
         except ValueError as exc:  # a schema_version that is not a number
             raise StoreError(
                 f"database {self.display_url} is damaged: {exc}", hint="restore it from a backup or use a new --db"
@@ -326,9 +334,10 @@ class Store:
                 self._lock_for_migration(conn)
                 return migrate(conn, self._check_version(conn))
         except DBAPIError as exc:
+            detail = str(exc.orig).strip().splitlines()[0]
             raise StoreError(
-                f"cannot upgrade database {self.display_url}: {str(exc.orig).strip().splitlines()[0]}",
-                hint=_SERVER_HINT if not self.is_sqlite else "check that the file is writable",
+                f"cannot upgrade database {self.display_url}: {detail}",
+                hint=_server_hint(detail) if not self.is_sqlite else "check that the file is writable",
             ) from exc
 
     @property
