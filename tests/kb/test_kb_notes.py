@@ -134,3 +134,23 @@ def test_keyword_api_from_the_package(kb: Path) -> None:
     assert bakeoff.import_runs(kb / "x.jsonl", db=kb / "copy.db").runs == 1
     assert bakeoff.db_status(db=kb / "copy.db")["runs"] == 1
     assert bakeoff.db_upgrade(db=kb / "copy.db")["applied"] == []
+
+
+def test_every_sharing_command_ends_its_help_with_an_example_without_importing_torch() -> None:
+    code = """
+import sys
+from click.testing import CliRunner
+from bakeoff.cli.main import cli
+for args in (["db"], ["db", "status"], ["db", "upgrade"], ["export"], ["import"], ["note"], ["tag"]):
+    out = CliRunner().invoke(cli, [*args, "--help"]).output
+    last = out.strip().splitlines()[-1].strip()
+    print(" ".join(args), "|", "Example" in out, "|", last)
+print("torch imported:", "torch" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    lines = out.strip().splitlines()
+    assert lines[-1] == "torch imported: False"
+    for line in lines[:-1]:
+        command, has_example, last = line.split(" | ")
+        assert has_example == "True", command
+        assert last.startswith(("Example: bakeoff ", "bakeoff ")), (command, last)

@@ -63,12 +63,12 @@ def annotations_json(found: dict[str, Any]) -> dict[str, Any]:
     return {"notes": [n.to_dict() for n in found["notes"]], "tags": list(found["tags"])}
 
 
-@click.group(epilog="Example: bakeoff db status --db postgresql://bakeoff@db.internal/bakeoff")
+@click.group(epilog="\b\nExample:\n  bakeoff db status --db postgresql://bakeoff@db.internal/bakeoff")
 def db() -> None:
     """The knowledge base itself: its schema version and upgrades."""
 
 
-@db.command(epilog="Example: bakeoff db status --db postgresql://bakeoff@db.internal/bakeoff")
+@db.command(epilog="\b\nExample:\n  bakeoff db status --db postgresql://bakeoff@db.internal/bakeoff")
 @_db_option
 @_format_option
 def status(db: str | None, fmt: str) -> None:
@@ -93,7 +93,7 @@ def status(db: str | None, fmt: str) -> None:
         _say(f"  pending {name}")
 
 
-@db.command(epilog="Example: bakeoff db upgrade --db postgresql://bakeoff@db.internal/bakeoff")
+@db.command(epilog="\b\nExample:\n  bakeoff db upgrade --db postgresql://bakeoff@db.internal/bakeoff")
 @_db_option
 @_format_option
 def upgrade(db: str | None, fmt: str) -> None:
@@ -150,7 +150,9 @@ def export_command(workload: str | None, tag: str | None, fmt: str, output: str,
     _say(f"exported {what} to {done.path}")
 
 
-@click.command("import", epilog="Example: bakeoff import findings.jsonl --db postgresql://bakeoff@db.internal/bakeoff")
+@click.command(
+    "import", epilog="\b\nExample:\n  bakeoff import findings.jsonl --db postgresql://bakeoff@db.internal/bakeoff"
+)
 @click.argument("file", type=click.Path(dir_okay=False))
 @_db_option
 @_format_option
@@ -175,7 +177,7 @@ def import_command(file: str, db: str | None, fmt: str) -> None:
     )
 
 
-@click.command(epilog='Example: bakeoff note 3f2a "OOM at batch 8 with driver 560; fine with 555"')
+@click.command(epilog='\b\nExample:\n  bakeoff note 3f2a "OOM at batch 8 with driver 560; fine with 555"')
 @click.argument("run_id")
 @click.argument("text")
 @click.option("--author", default=None, help="Who says so (default: $USER).")
