@@ -101,6 +101,10 @@ def test_compare_runs_and_targets(series_db):
             "bakeoff: error: no report format chosen (add --html out.html, --markdown out.md or --json out.json)",
         ),
         (
+            ["report", "--json", "/nonexistent/dir/r.json"],
+            "bakeoff: error: cannot write /nonexistent/dir/r.json: No such file or directory (choose another path)",
+        ),
+        (
             ["report", "--workload", "arch:gpt2", "--json", "x.json"],
             "bakeoff: error: no runs of 'arch:gpt2' in {db} (run a trial first, or check --db)",
         ),

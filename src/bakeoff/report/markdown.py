@@ -61,7 +61,7 @@ def render_markdown(evidence: Evidence) -> str:
         rows = []
         for c in evidence.regressions:
             changed = [
-                f"{md(m.metric)}: {m.outcome}" + (f" ({md(m.detail)})" if m.detail else "")
+                f"{md(m.metric)}: {md(m.outcome)}" + (f" ({md(m.detail)})" if m.detail else "")
                 for m in c.metrics
                 if m.outcome in ("regressed", "improved", "failed")
             ]
@@ -75,17 +75,17 @@ def render_markdown(evidence: Evidence) -> str:
                     outcome.replace("_", " "),
                     what,
                     md(c.environment.summary()),
-                    f"{c.before_run} -> {c.after_run}",
+                    f"{md(c.before_run)} -> {md(c.after_run)}",
                 ]
             )
         out += _table(["workload", "target", "outcome", "what changed", "environment change", "runs"], rows)
     for run in reversed(evidence.runs):
         env = run.environment
         out += [
-            f"## {md(run.workload['spec'])}: run {run.run_id}",
+            f"## {md(run.workload['spec'])}: run {md(run.run_id)}",
             "",
-            f"{run.created_at[:19].replace('T', ' ')} UTC; workload fingerprint {run.fingerprint}; environment "
-            f"{env.fingerprint} (torch {md(env.data.get('torch', '?'))}, {md(env.data.get('cpu', '?'))}).",
+            f"{md(run.created_at[:19].replace('T', ' '))} UTC; workload fingerprint {md(run.fingerprint)}; "
+            f"environment {env.fingerprint} (torch {md(env.data.get('torch', '?'))}, {md(env.data.get('cpu', '?'))}).",
             "",
         ]
         tags = evidence.tags.get(run.run_id, ())
@@ -100,7 +100,7 @@ def render_markdown(evidence: Evidence) -> str:
             rows.append(
                 [
                     md(_label(r)),
-                    r.status,
+                    md(r.status),
                     _MARK[a.correct.state],
                     _MARK[a.placement.state],
                     _MARK[a.requirements.state],
@@ -127,7 +127,7 @@ def render_markdown(evidence: Evidence) -> str:
             a = answers_for(r)
             lines = [f"- correct: {md(a.correct.text)}", f"- placement: {md(a.placement.text)}"]
             if r.placement is not None and r.placement.host_ops:
-                ops = ", ".join(f"{md(k)} x{v}" for k, v in r.placement.host_ops.items())
+                ops = ", ".join(f"{md(k)} x{md(v)}" for k, v in r.placement.host_ops.items())
                 lines.append(f"- host ops: {ops}")
             for q in getattr(r, "requirements", None) or ():
                 value = q.get("value")
