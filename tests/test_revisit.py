@@ -307,3 +307,24 @@ def test_rerun_by_tag_repeats_each_distinct_trial_once(tmp_path):
     (rerun,) = json.loads(again.stdout)["runs"]
     assert rerun["run_id"] not in ids and rerun["workload"]["spec"] == py_workload("mlp")
     assert rerun["settings"]["timing"]["min_samples"] == 3
+
+
+def test_revisit_commands_end_their_help_with_an_example_without_importing_torch():
+    code = """
+import sys
+from click.testing import CliRunner
+from bakeoff.cli.main import cli
+for name in ("regressions", "compare", "rerun", "report"):
+    out = CliRunner().invoke(cli, [name, "--help"]).output
+    print(name, "|", out.strip().splitlines()[-1].strip())
+print("torch imported:", "torch" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    *lines, last = out.strip().splitlines()
+    assert last == "torch imported: False"
+    assert [line.split(" | ")[1].split()[:2] for line in lines] == [
+        ["bakeoff", "regressions"],
+        ["bakeoff", "compare"],
+        ["bakeoff", "rerun"],
+        ["bakeoff", "report"],
+    ]

@@ -32,7 +32,7 @@ def _thresholds(latency: float) -> Thresholds:
     return Thresholds(latency=latency)
 
 
-@cli.command(epilog="Example: bakeoff regressions --workload arch:llama --strict")
+@cli.command(epilog="\b\nExample:\n  bakeoff regressions --workload arch:llama --strict")
 @click.option("--workload", default=None, help="Only this workload spec.")
 @click.option("--target", default=None, help="Only this target spec.")
 @_latency_option
@@ -63,7 +63,7 @@ def regressions(
         raise SystemExit(EXIT_FAILED)
 
 
-@cli.command(epilog="Example: bakeoff compare 3f2a 9c1e   |   bakeoff compare 3f2a:cpu+inductor 3f2a:cpu+openvino")
+@cli.command(epilog="\b\nExamples:\n  bakeoff compare 3f2a 9c1e\n  bakeoff compare 9c1e:cpu+inductor 9c1e:cpu+openvino")
 @click.argument("a")
 @click.argument("b")
 @_latency_option
@@ -82,7 +82,7 @@ def compare(a: str, b: str, latency_threshold: float, db: str | None, fmt: str) 
     _console().print(comparison_view(found))
 
 
-@cli.command(epilog="Example: bakeoff rerun 3f2a   |   bakeoff rerun --workload arch:llama")
+@cli.command(epilog="\b\nExamples:\n  bakeoff rerun --tag nightly\n  bakeoff rerun 3f2a")
 @click.argument("run_id", required=False)
 @click.option("--workload", default=None, help="Repeat the latest run of this workload spec.")
 @click.option("--tag", default=None, help="Repeat every run with this tag.")
@@ -135,7 +135,7 @@ def rerun(
         raise SystemExit(EXIT_FAILED)
 
 
-@cli.command(epilog="Example: bakeoff report --workload arch:llama --html report.html --markdown report.md")
+@cli.command(epilog="\b\nExample:\n  bakeoff report --workload arch:llama --html report.html --markdown report.md")
 @click.argument("run_ids", nargs=-1)
 @click.option("--workload", default=None, help="Every run of this workload spec.")
 @click.option("--tag", default=None, help="Every run with this tag.")
