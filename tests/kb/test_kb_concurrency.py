@@ -3,7 +3,7 @@
 Two writer processes start together on a database that does not exist yet (so they also race
 to create the schema), then each saves the same sequence of environments: run ``i`` of both
 writers carries environment ``i``, so every environment is first inserted by two writers at
-about the same moment.
+about the same moment. After each run both declare the workload's requirements again.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ while not go.exists():
 store = Store.open(url)
 for i in range(n):
     store.save_run(variant(f"{prefix}{i:04d}", env=environment(i), created_at=f"2026-01-01T00:00:{i:02d}+00:00"))
+    store.save_requirements("arch:llama", [f"p50<={i}ms"], f"2026-01-01T00:00:{i:02d}+00:00")
 """
 
 
@@ -75,6 +76,8 @@ def _check(store: Store) -> None:
     with store.engine.connect() as conn:
         versions = conn.execute(select(tables.meta.c.value).where(tables.meta.c.key == "schema_version")).all()
     assert len(versions) == 1
+    assert _count(store, tables.requirements) == 1  # both declared requirements for it, over and over
+    assert store.requirements("arch:llama") == [f"p50<={RUNS_PER_WRITER - 1}ms"]
     summaries = store.list_runs(limit=1000)
     assert sorted(s.run_id for s in summaries) == sorted(f"{p}{i:04d}" for p in "ab" for i in range(RUNS_PER_WRITER))
     for summary in summaries:

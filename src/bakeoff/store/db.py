@@ -111,14 +111,23 @@ def _create_engine(url: str) -> Engine:
         ) from exc
 
 
-def _insert_unless_exists(conn: Any, table: Table, keys: list[str]) -> Any:
-    """``INSERT ... ON CONFLICT (keys) DO NOTHING``: safe when another writer inserts the same row."""
+def _dialect_insert(conn: Any, table: Table) -> Any:
+    """An INSERT that can say ``ON CONFLICT``: both SQLite and PostgreSQL have it."""
     if conn.dialect.name == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as dialect_insert
     else:
         from sqlalchemy.dialects.sqlite import insert as dialect_insert
+    return dialect_insert(table)
+
+
+def _insert_unless_exists(conn: Any, table: Table, keys: list[str]) -> Any:
+    """``INSERT ... ON CONFLICT (keys) DO NOTHING``: safe when another writer inserts the same row."""
     # rowcount says whether the row went in; some drivers forget it once the cursor closes
-    return dialect_insert(table).on_conflict_do_nothing(index_elements=keys).execution_options(preserve_rowcount=True)
+    return (
+        _dialect_insert(conn, table)
+        .on_conflict_do_nothing(index_elements=keys)
+        .execution_options(preserve_rowcount=True)
+    )
 
 
 @dataclass(frozen=True)
@@ -424,8 +433,13 @@ class Store:
         """Replace the requirements kept for a workload spec (their canonical texts, in order)."""
         table = schema.requirements
         with self.engine.begin() as conn:
-            conn.execute(table.delete().where(table.c.workload_spec == workload_spec))
-            conn.execute(insert(table).values(workload_spec=workload_spec, updated_at=updated_at, texts=list(items)))
+            # an upsert: two machines declaring requirements at once must not collide on the key
+            statement = _dialect_insert(conn, table)
+            statement = statement.on_conflict_do_update(
+                index_elements=["workload_spec"],
+                set_={"updated_at": statement.excluded.updated_at, "texts": statement.excluded.texts},
+            )
+            conn.execute(statement.values(workload_spec=workload_spec, updated_at=updated_at, texts=list(items)))
 
     @_guarded
     def all_requirements(self, workload_specs: Iterable[str] | None = None) -> list[dict[str, Any]]:

@@ -36,7 +36,7 @@ from bakeoff.errors import BakeoffError, StoreError
 from bakeoff.results.values import BaselineInfo, RunResult
 from bakeoff.store import schema
 from bakeoff.store.annotations import check_note_text, check_tag
-from bakeoff.store.db import Store, _insert_unless_exists, utc_now
+from bakeoff.store.db import Store, _dialect_insert, _insert_unless_exists, utc_now
 
 __all__ = ["CSV_COLUMNS", "EXPORT_SCHEMA", "EXPORT_VERSION", "ExportSummary", "ImportSummary", "export", "import_"]
 
@@ -383,13 +383,15 @@ def import_(store: Store, path: str | os.PathLike[str]) -> ImportSummary:
 
 
 def _merge_requirements(conn: Any, item: dict[str, Any]) -> int:
+    """Keep the newer of the stored and the imported requirements (an upsert: trials may write them now)."""
     table = schema.requirements
-    current = conn.execute(select(table.c.updated_at).where(table.c.workload_spec == item["workload_spec"])).scalar()
-    if current is not None and current >= item["updated_at"]:
-        return 0
-    conn.execute(table.delete().where(table.c.workload_spec == item["workload_spec"]))
-    conn.execute(insert(table).values(**item))
-    return 1
+    statement = _dialect_insert(conn, table)
+    statement = statement.on_conflict_do_update(
+        index_elements=["workload_spec"],
+        set_={"updated_at": statement.excluded.updated_at, "texts": statement.excluded.texts},
+        where=table.c.updated_at < statement.excluded.updated_at,
+    ).execution_options(preserve_rowcount=True)
+    return int(conn.execute(statement.values(**item)).rowcount)
 
 
 def _merge_notes(conn: Any, run_id: str, notes: list[dict[str, Any]]) -> int:
