@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -159,6 +160,8 @@ def test_rerun_keywords_come_from_the_stored_settings():
         "max_buckets": 2,
         "cold_cache": False,
         "env": [["TORCHINDUCTOR_FREEZING", "1"]],
+        "scenarios": ["offline"],
+        "interleaved": False,
     }
     results = (target_result("cpu"), target_result("cpu+inductor"), target_result("cpu+inductor", variant="bucketed"))
     run = make_run("r1", "2025-01-01T00:00:00+00:00", environment(), results, spec="arch:gpt2", settings=settings)
@@ -175,8 +178,10 @@ def test_rerun_keywords_come_from_the_stored_settings():
         "max_buckets": 2,
         "cold_compile_cache": False,
         "env": ["TORCHINDUCTOR_FREEZING=1"],
-        **{k: v for k, v in keywords.items() if k in ("scenarios", "requirements")},
+        "scenarios": ["offline"],
     }
+    isolated = rerun_keywords(replace(run, settings={**settings, "isolate": True}))
+    assert isolated["isolate"] is True and isolated["interleave"] is False
 
 
 def test_rerun_by_tag_needs_tagged_runs(series_db):

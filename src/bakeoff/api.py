@@ -326,7 +326,7 @@ def compare(a: str, b: str, *, db: PathLike | None = None, thresholds: Threshold
 def rerun_keywords(run: RunResult) -> dict[str, Any]:
     """The :func:`trial` keywords that repeat ``run``: its workload, targets (as listed, padded
     variants come back from the same buckets), profile, buckets, environment switches, timing,
-    isolation and, where the run has them, scenarios and requirements."""
+    isolation, interleaving and, where the run has them, scenarios and requirements."""
     import inspect
 
     from bakeoff.workload.profile import InputProfile
@@ -350,6 +350,8 @@ def rerun_keywords(run: RunResult) -> dict[str, Any]:
     for key in ("scenarios", "requirements"):
         if settings.get(key) and key in accepted:
             keywords[key] = settings[key]
+    if keywords["isolate"] and settings.get("interleaved") is False and "interleave" in accepted:
+        keywords["interleave"] = False  # the targets were timed one after another, not in turns
     return keywords
 
 
