@@ -14,6 +14,17 @@ from bakeoff.report.evidence import build_evidence, render_json
 from bakeoff.report.html import render_html
 from bakeoff.report.markdown import render_markdown
 from bakeoff.results.codec import run_from_json
+from bakeoff.results.values import ScenarioResult
+
+SCENARIOS = (
+    ScenarioResult(
+        "offline",
+        "ok",
+        series={"batch=1": (1.0, 1.2, 1.1), "batch=8": (4.0, 4.4, 4.2)},
+        facts={"best_batch": 8, "items_per_s": 1904.76, "batches": [1, 2, 4, 8]},
+    ),
+    ScenarioResult("generation", "not_applicable", reason="not a causal language model"),
+)
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "report.md"
 
@@ -33,7 +44,7 @@ def _evidence():
             new,
             (
                 target_result("cpu", 2.0, seed=3),
-                target_result("cpu+inductor", 1.5, seed=4, requirements=REQUIREMENTS),
+                target_result("cpu+inductor", 1.5, seed=4, requirements=REQUIREMENTS, scenarios=SCENARIOS),
                 failed_result("cuda", "device lost | retry"),
             ),
         ),
@@ -67,6 +78,11 @@ def test_html_structure():
     assert outcomes == ["unchanged", "regressed", "failed"]
     assert page.count('<article class="run"') == 2 and page.count('<details id="env-') == 2
     assert "<th>env OMP_NUM_THREADS</th><td>1</td>" in page
+    assert (
+        "<tr><td>offline</td><td>ok</td><td>batch=1: median 1.1 ms over 3; batch=8: median 4.2 ms over 3</td>"
+        "<td>best_batch 8; items_per_s 1905; batches 1, 2, 4, 8</td></tr>"
+    ) in page
+    assert "<td>generation</td><td>not applicable: not a causal language model</td>" in page
     blocks = re.findall(r'<script type="application/json" class="figure-data" data-plot="(fig\d+)-plot">', page)
     for plot in blocks:  # every figure has its place on the page
         assert f'<div class="plot" id="{plot}-plot"></div>' in page

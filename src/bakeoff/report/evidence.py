@@ -27,6 +27,7 @@ __all__ = [
     "answers_for",
     "build_evidence",
     "render_json",
+    "scenario_rows",
 ]
 
 REPORT_SCHEMA = "bakeoff.report"
@@ -110,6 +111,43 @@ def _requirements(result: TargetResult) -> Answer:
 def answers_for(result: TargetResult) -> Answers:
     """The three questions for one target, in plain words."""
     return Answers(_correct(result), _placement(result), _requirements(result))
+
+
+def _fact(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)) and len(value) > 8:
+        return ", ".join(str(v) for v in value[:8]) + ", ..."
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def scenario_rows(result: TargetResult) -> list[dict[str, str]]:
+    """One row per scenario a target ran (beyond single-stream timing): its status, the median
+    of each series of samples, and its scalar facts."""
+    from bakeoff.analysis.stats import percentile
+
+    rows = []
+    for scenario in getattr(result, "scenarios", None) or ():
+        series = "; ".join(
+            f"{name}: median {percentile(values, 50):.3g} ms over {len(values)}"
+            for name, values in scenario.series.items()
+            if values
+        )
+        facts = "; ".join(
+            f"{key} {_fact(value)}" for key, value in scenario.facts.items() if not isinstance(value, dict)
+        )
+        rows.append(
+            {
+                "name": scenario.name,
+                "status": scenario.status,
+                "reason": scenario.reason,
+                "series": series,
+                "facts": facts,
+            }
+        )
+    return rows
 
 
 def _note_dict(note: Any) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import secrets
 from functools import lru_cache
 from typing import Any
 
-from bakeoff.report.evidence import Evidence, answers_for
+from bakeoff.report.evidence import Evidence, answers_for, scenario_rows
 from bakeoff.results.values import RunResult, TargetResult
 
 __all__ = ["figures_for_run", "history_figures", "render_html", "safe_json"]
@@ -281,6 +281,7 @@ def _context(evidence: Evidence) -> dict[str, Any]:
                     "comparison": comparison,
                     "requirements": getattr(r, "requirements", None) or (),
                     "noise": getattr(r, "noise", None) or (),
+                    "scenarios": scenario_rows(r),
                 }
             )
         runs.append(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bakeoff.report.evidence import Evidence, answers_for
+from bakeoff.report.evidence import Evidence, answers_for, scenario_rows
 from bakeoff.results.values import TargetResult
 
 __all__ = ["md", "render_markdown"]
@@ -137,6 +137,10 @@ def render_markdown(evidence: Evidence) -> str:
                     f"{' ' + md(q.get('unit')) if q.get('unit') else ''}"
                     f"{', confident' if q.get('confident') else ', not confident'})"
                 )
+            for row in scenario_rows(r):
+                measured = "; ".join(x for x in (row["series"], row["facts"]) if x) or "-"
+                status = row["status"] + (f": {row['reason']}" if row["reason"] else "")
+                lines.append(f"- scenario {md(row['name'])} ({md(status)}): {md(measured)}")
             if r.adjustments:
                 lines.append("- adjustments: " + ", ".join(f"{md(x['name'])}={md(x['value'])}" for x in r.adjustments))
             if r.error is not None:
