@@ -93,6 +93,18 @@ def test_two_processes_writing_to_postgresql(pg_url: str, tmp_path: Path) -> Non
     _check(Store.open(pg_url))
 
 
+def test_two_processes_writing_to_postgresql_whose_default_is_serializable(pg_url: str, tmp_path: Path) -> None:
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    url = make_url(pg_url)
+    with psycopg.connect(url.set(drivername="postgresql").render_as_string(hide_password=False)) as conn:
+        conn.execute(f"ALTER DATABASE \"{url.database}\" SET default_transaction_isolation = 'serializable'")
+        conn.commit()
+    _write_concurrently(pg_url, tmp_path)
+    _check(Store.open(pg_url))
+
+
 def test_two_processes_writing_to_sqlite(tmp_path: Path) -> None:
     path = tmp_path / "shared.db"
     _write_concurrently(str(path), tmp_path)

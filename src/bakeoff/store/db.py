@@ -95,6 +95,9 @@ def _create_engine(url: str) -> Engine:
     kwargs: dict[str, Any] = {}
     if backend == "postgresql":
         parsed = parsed.set(drivername=f"postgresql+{driver or 'psycopg'}")
+        # whatever the server's default: "insert unless exists, then read it" needs to see rows
+        # other writers committed meanwhile
+        kwargs["isolation_level"] = "READ COMMITTED"
         if "connect_timeout" not in parsed.query:  # an unreachable host fails in seconds, not minutes
             kwargs["connect_args"] = {"connect_timeout": _CONNECT_TIMEOUT_S}
     try:
