@@ -234,3 +234,16 @@ def test_cli_export_and_import_say_what_they_did(tmp_path: Path) -> None:
         2,
         "bakeoff: error: no file nope.jsonl (pass the path of a `bakeoff export` file)",
     )
+
+
+def test_run_whose_baseline_is_nowhere_is_refused_and_nothing_imported(tmp_path: Path) -> None:
+    records = [r for r in _export_lines(tmp_path) if r.get("kind") != "baseline"]
+    path = _write(tmp_path / "no-baselines.jsonl", records)
+    store = Store.open(tmp_path / "target.db")
+    with pytest.raises(StoreError) as info:
+        import_(store, path)
+    assert info.value.one_line() == (
+        f"cannot import {path} into {store.display_url}: FOREIGN KEY constraint failed "
+        "(a run refers to a baseline the file and the database lack: export it with its baselines)"
+    )
+    assert _counts(store) == [0] * 8
