@@ -138,3 +138,45 @@ def test_is_noisy_zero_median_is_not_noisy() -> None:
 def test_is_noisy_empty_raises() -> None:
     with pytest.raises(ValueError):
         is_noisy([])
+
+
+def test_samples_needed_puts_one_observation_above_the_percentile():
+    from bakeoff.analysis.stats import samples_needed
+
+    assert [samples_needed(q) for q in (50, 90, 95, 99, 99.9)] == [2, 10, 20, 100, 1000]
+
+
+def test_percentile_estimate_interval_is_deterministic_and_covers_the_truth():
+    import numpy as np
+
+    from bakeoff.analysis.stats import percentile_estimate
+
+    rng = np.random.default_rng(7)
+    covered = 0
+    for trial in range(40):  # a 95% interval should cover the true median in most trials
+        samples = list(rng.normal(10.0, 1.0, 200))
+        estimate = percentile_estimate(samples, 50, seed=trial)
+        assert estimate.low <= estimate.value <= estimate.high
+        covered += estimate.low <= 10.0 <= estimate.high
+    assert covered >= 34
+    samples = list(rng.normal(10.0, 1.0, 50))
+    assert percentile_estimate(samples, 90, seed=1) == percentile_estimate(samples, 90, seed=1)
+
+
+def test_percentile_estimate_flags_too_few_samples_and_constant_data_has_no_width():
+    from bakeoff.analysis.stats import percentile_estimate
+
+    few = percentile_estimate([1.0, 2.0, 3.0] * 10, 99)
+    assert few.samples == 30 and not few.enough
+    assert percentile_estimate([1.0, 2.0, 3.0] * 40, 99).enough
+    flat = percentile_estimate([4.0] * 20, 50)
+    assert (flat.value, flat.low, flat.high) == (4.0, 4.0, 4.0)
+    assert not percentile_estimate([4.0], 50).enough
+
+
+def test_inverting_a_latency_estimate_gives_a_rate_with_the_interval_flipped():
+    from bakeoff.analysis.stats import Estimate
+
+    rate = Estimate(2.0, 1.0, 4.0, 30).inverted(1000.0)  # ms per item -> items per second
+    assert (rate.value, rate.low, rate.high) == (500.0, 250.0, 1000.0)
+    assert Estimate.from_dict(rate.to_dict()) == rate

@@ -65,11 +65,12 @@ def ratio_of_medians(
 
     rng = np.random.default_rng(seed)
     xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    ratios = []
-    for _ in range(resamples):
-        denominator = float(np.median(xb[rng.integers(0, len(xb), len(xb))]))
-        numerator = float(np.median(xa[rng.integers(0, len(xa), len(xa))]))
-        ratios.append(numerator / denominator if denominator > 0 else math.inf)
+    # all resamples at once: one row per resample
+    denominators = np.median(xb[rng.integers(0, len(xb), (resamples, len(xb)))], axis=1)
+    numerators = np.median(xa[rng.integers(0, len(xa), (resamples, len(xa)))], axis=1)
+    with np.errstate(divide="ignore"):
+        safe = np.where(denominators > 0, denominators, 1.0)
+        ratios = [float(x) for x in np.where(denominators > 0, numerators / safe, math.inf)]
     tail = (1 - confidence) / 2 * 100
     return RatioEstimate(
         percentile(a, 50) / med_b, percentile(ratios, tail), percentile(ratios, 100 - tail), confidence

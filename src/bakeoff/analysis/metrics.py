@@ -62,7 +62,9 @@ def metric_estimate(result: TargetResult, metric: str) -> Estimate | None:
         server = result.scenario("server")
         if server is None or server.status != "ok":
             return None
-        return _point(server.facts["max_rate"] if server.facts.get("sweep") else server.facts["achieved_rate"])
+        if server.facts.get("sweep"):  # no rate within the bound: the service sustains none
+            return _point(server.facts["max_rate"] or 0.0)
+        return _point(server.facts["achieved_rate"])
     key = "peak_host_rss_bytes" if metric == "peak_memory" else "device_peak_bytes"
     values = [getattr(s, key) for s in result.scenarios if getattr(s, key) is not None]
     if getattr(result, key) is not None:
@@ -71,7 +73,11 @@ def metric_estimate(result: TargetResult, metric: str) -> Estimate | None:
 
 
 def _missing(result: TargetResult) -> dict[str, Any]:
-    why = {s.name: f"the {s.name} scenario {s.status.replace('_', ' ')}: {s.reason}" for s in result.scenarios}
+    why = {
+        s.name: f"the {s.name} scenario {s.status.replace('_', ' ')}: {s.reason}"
+        for s in result.scenarios
+        if s.status != "ok"
+    }
     if result.status != "ok":
         reason = result.reason or (result.error.message if result.error else result.status)
         why = dict.fromkeys(("single-stream", "offline", "server", "generation", "training", ""), reason)

@@ -168,7 +168,126 @@ def _notes(result: TargetResult) -> str:
     if result.adjustments:
         parts.append("adjustments: " + ", ".join(f"{a['name']}={a['value']}" for a in result.adjustments))
     parts.extend(result.notes)
+    parts.extend(result.noise)
     return "; ".join(parts)
+
+
+def _figure(value: float, unit: str) -> str:
+    if unit == "B":
+        return _bytes(int(value))
+    if unit == "/s":
+        return f"{value:,.1f}/s"
+    return f"{value:.3g} ms" if value < 1000 else f"{value / 1000:.3g} s"
+
+
+def _estimate(result: TargetResult, metric: str, label: str, unit: str = "ms") -> str | None:
+    from bakeoff.analysis.metrics import metric_estimate
+
+    found = metric_estimate(result, metric)
+    if found is None:
+        return None
+    text = f"{label} {_figure(found.value, unit)}"
+    if found.high > found.low:
+        text += f" [{_figure(found.low, unit)}-{_figure(found.high, unit)}]"
+    if not found.enough:
+        text += f" (only {found.samples} samples)"
+    return text
+
+
+def _scenario_figures(result: TargetResult, scenario: Any) -> list[str]:
+    """The headline figures of one scenario, with intervals and sample counts."""
+    name, facts = scenario.name, scenario.facts
+    if name == "single-stream":
+        count = result.latency.count if result.latency else 0
+        figures = [_estimate(result, m, m) for m in ("p50", "p90", "p99")] + [f"{count} requests"]
+    elif name == "offline":
+        tried = [b["batch"] for b in facts["batches"]]
+        figures = [
+            _estimate(result, "throughput", f"best batch {facts['best_batch']}:", "/s"),
+            _estimate(result, "tokens_per_s", "tokens", "/s"),
+            f"batches {tried[0]}-{tried[-1]} tried",
+        ]
+        stopped = next((b for b in facts["batches"] if b["error"]), None)
+        if stopped:
+            figures.append(f"stopped at {stopped['batch']}: {stopped['error'][:80]}")
+    elif name == "server":
+        figures = [
+            f"rate {facts['rate']:.1f}/s (achieved {facts['achieved_rate']:.1f}/s)",
+            _estimate(result, "server.p50", "p50"),
+            _estimate(result, "server.p99", "p99"),
+            f"queue depth mean {facts['mean_queue_depth']:.2f}, max {facts['max_queue_depth']}",
+        ]
+        if facts.get("sweep"):
+            best = facts.get("max_rate")
+            figures.append(
+                f"highest rate within {facts['bound']}: " + (f"{best:.1f}/s" if best else "none of the rates tried")
+            )
+    elif name == "generation":
+        figures = [
+            _estimate(result, "ttft", "TTFT p50"),
+            _estimate(result, "tpot", "TPOT p50"),
+            _estimate(result, "tpot.p90", "TPOT p90"),
+            f"{facts['runs']}x{facts['tokens']} tokens",
+        ]
+    else:
+        figures = [
+            _estimate(result, "step_time", "step p50"),
+            _estimate(result, "samples_per_s", "samples", "/s"),
+            f"first step {facts['first_step_ms']:.4g} ms",
+            f"batch {facts['batch']}, {facts['optimizer']}",
+        ]
+    return [f for f in figures if f]
+
+
+def scenarios_view(run: RunResult) -> Table:
+    """One row per target and scenario: headline figures with their 95% intervals."""
+    table = Table(header_style="bold", title="scenarios (figures with 95% bootstrap intervals)")
+    for name, justify in (("target", "left"), ("scenario", "left"), ("status", "left"), ("figures", "left")):
+        table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    table.add_column("run s", justify="right", no_wrap=True)
+    table.add_column("peak RSS", justify="right", no_wrap=True)
+    for result in run.results:
+        for scenario in result.scenarios:
+            ok = scenario.status == "ok"
+            figures = "; ".join(_scenario_figures(result, scenario)) if ok else scenario.reason
+            table.add_row(
+                escape(_label(result)),
+                scenario.name,
+                Text(scenario.status, style=_STATUS_STYLE.get(scenario.status, "yellow")),
+                escape(figures),
+                f"{scenario.run_seconds:.2f}",
+                _bytes(scenario.peak_host_rss_bytes),
+            )
+    return table
+
+
+_REQUIREMENT_STYLE = {"met": "green", "not_met": "bold red", "not_measured": "yellow"}
+
+
+def requirements_view(run: RunResult) -> Table:
+    """Each target against each requirement: verdict, the measured value and its interval."""
+    table = Table(header_style="bold", title="requirements")
+    for name in ("target", "requirement", "verdict", "measured", "95% interval", "note"):
+        table.add_column(name, overflow="fold")
+    for result in run.results:
+        for check in result.requirements:
+            unit = check["unit"]
+            measured = "-" if check["value"] is None else _figure(check["value"], unit)
+            interval = "-"
+            if check["low"] is not None and check["high"] > check["low"]:
+                interval = f"{_figure(check['low'], unit)}-{_figure(check['high'], unit)}"
+            note = check["reason"]
+            if check["verdict"] in ("met", "not_met") and not check["confident"]:
+                note = "; ".join(filter(None, [note, "the interval straddles the threshold: not conclusive"]))
+            table.add_row(
+                escape(_label(result)),
+                escape(check["text"]),
+                Text(check["verdict"], style=_REQUIREMENT_STYLE.get(check["verdict"], "")),
+                measured,
+                interval,
+                escape(note),
+            )
+    return table
 
 
 def run_view(run: RunResult, where: str | None = None) -> Group:
@@ -241,6 +360,10 @@ def run_view(run: RunResult, where: str | None = None) -> Group:
     parts += [table, *notes]
     if any(r.variant != "as-is" for r in run.results):
         parts.append(buckets_view(run))
+    if any(s.name != "single-stream" for r in run.results for s in r.scenarios):
+        parts.append(scenarios_view(run))
+    if any(r.requirements for r in run.results):
+        parts.append(requirements_view(run))
     for note in workload.get("notes", []) or []:
         parts.append(Text(f"note: {note}", style="dim"))
     parts.append(

@@ -50,6 +50,7 @@ def _conditions() -> dict[str, Any]:
 
     freq = psutil.cpu_freq()
     return {
+        "at": round(time.time(), 6),  # wall clock, comparable across worker processes
         "threads": torch.get_num_threads(),
         "load_1m": round(os.getloadavg()[0], 3),
         "cpu_mhz": round(freq.current, 1) if freq and freq.current else None,
@@ -230,7 +231,6 @@ class TargetSession:
                 self._scenario(spec)
 
     def _scenario(self, spec: Any) -> None:
-        from bakeoff.analysis.stats import percentile
         from bakeoff.runner.scenarios import ScenarioContext, run_scenario
 
         if self.failed is not None:
@@ -243,7 +243,7 @@ class TargetSession:
                 self.job.target,
                 self.sync,
                 self.clock,
-                percentile(self.samples, 50) if self.samples else 0.0,
+                list(self.samples),
                 self.request_calls,
             )
             self.scenario_results.append(run_scenario(spec, context))

@@ -1,0 +1,238 @@
+"""Scenarios, requirements and interleaving, end to end on tiny models.
+
+Scenario figures are checked on a stepping clock (every clock read advances it by 1 ms), so
+each timed call "takes" exactly one millisecond and the figures have known values while the
+model really runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+
+import pytest
+from tests.conftest import cli_trial, py_workload
+
+import bakeoff
+from bakeoff.analysis.metrics import check_target
+from bakeoff.analysis.requirements import parse_requirement
+from bakeoff.measure.timing import TimingSettings
+from bakeoff.runner.job import TargetJob
+from bakeoff.runner.scenarios import parse_scenario
+from bakeoff.runner.session import run_target
+from bakeoff.store import Store
+from bakeoff.target.spec import parse_target
+
+LLAMA = "arch:llama?layers=1&hidden=32&seq=8"
+FAST = {"min_samples": 5, "min_seconds": 0.0}
+
+
+class SteppingClock:
+    """Each read returns the time, then moves it on by ``step`` seconds; sleeping moves it too."""
+
+    def __init__(self, step: float = 1e-3) -> None:
+        self.t, self.step = 0.0, step
+
+    def now(self) -> float:
+        value = self.t
+        self.t += self.step
+        return value
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+
+
+def _run(workload: str, *scenarios: str, target: str = "cpu"):
+    job = TargetJob(
+        workload_spec=workload,
+        target=parse_target(target),
+        fingerprint="",
+        baseline_path=None,
+        timing=TimingSettings(min_samples=10, min_seconds=0.0),
+        scenarios=tuple(parse_scenario(s) for s in scenarios),
+    )
+    return run_target(job, clock=SteppingClock())
+
+
+def test_every_scenario_on_a_tiny_language_model_gives_the_known_figures():
+    result = _run(
+        LLAMA,
+        "offline?max_batch=4",
+        "server?rate=100&requests=20",
+        "generation?prompt=4&tokens=3&runs=2",
+        "training?steps=3&warmup=1",
+    )
+    assert result.status == "ok", result.error
+    by_name = {s.name: s for s in result.scenarios}
+    assert list(by_name) == ["single-stream", "offline", "server", "generation", "training"]
+    assert all(s.status == "ok" for s in result.scenarios), [s.reason for s in result.scenarios]
+    assert result.latency.samples_ms == pytest.approx((1.0,) * result.latency.count)
+
+    offline = by_name["offline"]
+    assert [b["batch"] for b in offline.facts["batches"]] == [1, 2, 4]
+    assert offline.facts["best_batch"] == 4 and offline.facts["tokens_per_item"] == 8
+    assert [b["items_per_s"] for b in offline.facts["batches"]] == pytest.approx([1000, 2000, 4000])
+
+    server = by_name["server"]
+    assert len(server.series["latency"]) == len(server.series["wait"]) == 20
+    assert min(server.series["latency"]) >= 1.0  # service alone is one clock step
+    assert server.facts["rate"] == 100 and server.facts["sweep"] == [] and server.facts["max_rate"] is None
+
+    generation = by_name["generation"]
+    assert generation.series["ttft"] == pytest.approx((1.0, 1.0))
+    assert generation.series["tpot"] == pytest.approx((1.0,) * 4)  # 2 runs x 2 tokens after the first
+
+    training = by_name["training"]
+    assert training.series["step"] == pytest.approx((1.0,) * 3) and training.facts["batch"] == 1
+    assert all(s.peak_host_rss_bytes > 0 for s in result.scenarios)
+
+    checks = {
+        c.requirement.text: c
+        for c in check_target(
+            result,
+            [
+                parse_requirement(t)
+                for t in (
+                    "p90<=0.5ms",
+                    "throughput>=3999/s",
+                    "tokens_per_s>=31999",
+                    "ttft<=1ms",
+                    "tpot.p90<2ms",
+                    "step_time<=1ms",
+                    "samples_per_s>=1000",
+                    "peak_memory<=64GiB",
+                    "server.rate>=1000",
+                )
+            ],
+        )
+    }
+    assert (checks["p90<=0.5ms"].verdict, checks["p90<=0.5ms"].confident) == ("not_met", True)
+    assert checks["p90<=0.5ms"].value == pytest.approx(1.0)
+    for met in ("throughput>=3999/s", "tokens_per_s>=31999", "ttft<=1ms", "tpot.p90<2ms", "step_time<=1ms"):
+        assert checks[met].verdict == "met", (met, checks[met])
+    assert checks["samples_per_s>=1000"].value == pytest.approx(1000.0)
+    assert checks["peak_memory<=64GiB"].verdict == "met"
+    assert checks["server.rate>=1000"].verdict == "not_met"  # 20 requests at 100/s achieve about 100/s
+
+
+def test_server_sweep_finds_the_highest_rate_within_the_bound():
+    result = _run(LLAMA, "server?rate=sweep&requests=30&bound=p99<=5ms")
+    server = result.scenario("server")
+    assert server.status == "ok", server.reason
+    sweep = server.facts["sweep"]
+    assert sweep and [s["rate"] for s in sweep] == sorted(s["rate"] for s in sweep)
+    met = [s["rate"] for s in sweep if s["met"]]
+    assert server.facts["max_rate"] == (max(met) if met else None)
+    assert all(s["met"] for s in sweep[:-1])  # the sweep stops at the first rate over the bound
+    assert server.facts["bound"] == "p99<=5ms"
+
+
+def test_scenarios_that_do_not_fit_say_why_and_the_target_still_passes():
+    result = _run(py_workload("mlp"), "generation", "training?steps=2")
+    assert result.status == "ok"
+    generation, training = result.scenario("generation"), result.scenario("training")
+    assert generation.status == "not_applicable"
+    assert generation.reason.startswith("not a generative language model")
+    assert training.status == "ok" and len(training.series["step"]) == 2
+    checks = check_target(result, [parse_requirement("ttft<=1s")])
+    assert checks[0].verdict == "not_measured"
+    assert checks[0].reason.startswith("the generation scenario not applicable: not a generative language model")
+
+
+def test_a_scenario_that_raises_is_an_error_beside_a_good_single_stream():
+    result = _run(py_workload("mlp"), "offline?seq=4")  # the mlp cannot build inputs of other shapes
+    assert result.status == "ok" and result.latency.count >= 10
+    offline = result.scenario("offline")
+    assert offline.status == "error" and "cannot build inputs of other shapes" in offline.reason
+
+
+@pytest.mark.parametrize(
+    ("option", "line"),
+    [
+        ("--scenario=warp", "bakeoff: error: unknown scenario 'warp' (use one of single-stream, offline, server, "
+         "generation, training)"),
+        ("--scenario=server?rate=-1", "bakeoff: error: server rate -1 must be positive (e.g. server?rate=20)"),
+        ("--scenario=offline?batch=2", "bakeoff: error: scenario 'offline' has no option 'batch' (options: "
+         "max_batch, seq)"),
+        ("--require=p90<=50", "bakeoff: error: requirement 'p90<=50': no unit is not a time unit (units: ns, us, "
+         "µs, ms, s, min)"),
+    ],
+)
+def test_bad_scenarios_and_requirements_are_one_line_and_store_nothing(tmp_path, option, line):
+    result = cli_trial(py_workload("mlp"), "cpu", tmp_path, option)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == line
+    assert not (tmp_path / "b.db").exists() or Store.open(tmp_path / "b.db").list_runs() == []
+
+
+def test_requirements_are_kept_with_the_workload_and_strict_fails_when_one_is_missed(tmp_path):
+    first = cli_trial(py_workload("mlp"), "cpu", tmp_path, "--require", "p50<=1us", "--require", "peak_memory<=1TiB")
+    assert first.returncode == 0, first.stderr
+    (ref,) = json.loads(first.stdout)["results"]
+    verdicts = {r["text"]: r["verdict"] for r in ref["requirements"]}
+    assert verdicts == {"p50<=1us": "not_met", "peak_memory<=1TiB": "met"}
+
+    again = cli_trial(py_workload("mlp"), "cpu", tmp_path, "--strict")  # no --require: the kept ones apply
+    assert again.returncode == 1, again.stderr
+    doc = json.loads(again.stdout)
+    assert doc["settings"]["requirements"] == ["p50<=1us", "peak_memory<=1TiB"]
+    assert [r["verdict"] for r in doc["results"][0]["requirements"]] == ["not_met", "met"]
+
+    cleared = cli_trial(py_workload("mlp"), "cpu", tmp_path, "--clear-requirements", "--strict")
+    assert cleared.returncode == 0, cleared.stderr
+    assert json.loads(cleared.stdout)["results"][0]["requirements"] == []
+
+
+def test_table_output_shows_scenarios_and_requirements(tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "bakeoff", "trial", LLAMA, "--on", "cpu", "--db", str(tmp_path / "t.db"),
+            "--in-process", "--samples", "5", "--min-time", "0",
+            "--scenario", "generation?prompt=4&tokens=3&runs=2", "--require", "ttft<=10s", "--require", "p50<=1us",
+        ],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "scenarios (figures with 95% bootstrap intervals)" in out and "TTFT p50" in out
+    assert "requirements" in out and "ttft<=10s" in out and "not_met" in out
+
+
+@pytest.mark.isolated
+def test_isolated_targets_are_timed_in_turns_and_sequential_runs_are_not(db):
+    def order(run):
+        rounds = [(c["at"], r.target.spec) for r in run.results for c in r.conditions["rounds"]]
+        return [spec for _, spec in sorted(rounds)]
+
+    settings = {"min_samples": 20, "min_seconds": 0.2}
+    run = bakeoff.trial(py_workload("mlp"), on="cpu?threads=1", db=db, **settings)
+    assert run.settings["interleaved"] is True
+    seq = order(run)
+    both = 2 * min(seq.count("cpu"), seq.count("cpu?threads=1"))
+    assert both >= 10
+    assert all(a != b for a, b in itertools.pairwise(seq[:both])), seq  # A B A B ...
+
+    apart = bakeoff.trial(py_workload("mlp"), on="cpu?threads=1", db=db, interleave=False, **settings)
+    seq = order(apart)
+    assert apart.settings["interleaved"] is False
+    assert seq == sorted(seq, key=lambda spec: spec != "cpu")  # every reference round, then the target's
+
+
+@pytest.mark.isolated
+def test_a_worker_that_crashes_mid_timing_is_a_result_and_the_others_finish(db):
+    run = bakeoff.trial(
+        py_workload("crashes_while_timed"),
+        on="cpu?threads=1",
+        db=db,
+        env=["BAKEOFF_FIXTURE_CRASH_AT=8"],  # switches apply to targets, never to the reference
+        min_samples=30,
+        min_seconds=0.1,
+    )
+    crashed, ref = run.result("cpu?threads=1"), run.result("cpu")
+    assert crashed.status == "error" and crashed.error.category == "crash"
+    assert crashed.error.phase == "worker (round)" and crashed.error.type == "SIGABRT"
+    assert ref.status == "ok" and ref.latency.count >= 30 and ref.verdict == "pass"
+    stored = Store.open(db).get_run(run.run_id)
+    assert stored.result("cpu?threads=1").error.phase == "worker (round)"
