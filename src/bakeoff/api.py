@@ -327,8 +327,6 @@ def rerun_keywords(run: RunResult) -> dict[str, Any]:
     """The :func:`trial` keywords that repeat ``run``: its workload, targets (as listed, padded
     variants come back from the same buckets), profile, buckets, environment switches, timing,
     isolation, interleaving and, where the run has them, scenarios and requirements."""
-    import inspect
-
     from bakeoff.workload.profile import InputProfile
 
     settings = run.settings
@@ -346,11 +344,10 @@ def rerun_keywords(run: RunResult) -> dict[str, Any]:
         "cold_compile_cache": settings.get("cold_cache", False),
         "env": [f"{k}={v}" for k, v in settings.get("env") or ()],
     }
-    accepted = inspect.signature(trial).parameters
     for key in ("scenarios", "requirements"):
-        if settings.get(key) and key in accepted:
+        if settings.get(key):
             keywords[key] = settings[key]
-    if keywords["isolate"] and settings.get("interleaved") is False and "interleave" in accepted:
+    if keywords["isolate"] and settings.get("interleaved") is False:
         keywords["interleave"] = False  # the targets were timed one after another, not in turns
     return keywords
 

@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from bakeoff.analysis.stats import percentile
 from bakeoff.results.values import BaselineInfo, Placement, RunResult, TargetResult
 from bakeoff.store.db import RunSummary
 
@@ -163,6 +164,11 @@ def _notes(result: TargetResult) -> str:
             f"speed {ci['low']:.2f}-{ci['high']:.2f}x (95% CI)"
             + ("" if ci["significant"] else ": no significant difference from eager CPU")
         )
+    if result.target.is_compiled and result.time_to_first_result_ms is not None:
+        parts.append(
+            f"time to first result {result.time_to_first_result_ms:.4g} ms "
+            f"(prepare {result.prepare_ms or 0:.3g} + first call {result.first_call_ms:.4g})"
+        )
     if result.break_even_requests is not None and result.target.is_compiled:
         parts.append(f"pays back its first call after {result.break_even_requests:.0f} request(s)")
     if result.adjustments:
@@ -200,6 +206,14 @@ def _scenario_figures(result: TargetResult, scenario: Any) -> list[str]:
     if name == "single-stream":
         count = result.latency.count if result.latency else 0
         figures = [_estimate(result, m, m) for m in ("p50", "p90", "p99")] + [f"{count} requests"]
+        shapes = list(scenario.series.items())
+        for shape, samples in shapes[:6]:  # per profile shape
+            figures.append(
+                f"{shape}: p50 {_figure(percentile(samples, 50), 'ms')}, p99 {_figure(percentile(samples, 99), 'ms')}"
+                f" (n={len(samples)})"
+            )
+        if len(shapes) > 6:
+            figures.append(f"{len(shapes) - 6} more shape(s) in the JSON")
     elif name == "offline":
         tried = [b["batch"] for b in facts["batches"]]
         figures = [
