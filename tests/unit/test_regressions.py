@@ -244,3 +244,27 @@ def test_first_call_needs_a_relative_and_an_absolute_change():
     assert by_metric(metrics)["first_call_ms"] == "regressed"
     _, _, metrics = classify(result(first_call_ms=0.2), result(first_call_ms=1.4), first_call_floor_ms=0.5)
     assert by_metric(metrics)["first_call_ms"] == "regressed"
+
+
+def test_scenario_figures_are_classified_like_latency():
+    from bakeoff.results.values import ScenarioResult
+
+    def scenarios(ttft: float, step: float, items_per_s: float) -> tuple[ScenarioResult, ...]:
+        return (
+            ScenarioResult("generation", "ok", series={"ttft": samples(ttft, seed=1), "tpot": samples(1.0, seed=2)}),
+            ScenarioResult("training", "ok", series={"step": samples(step, seed=3)}),
+            ScenarioResult("offline", "ok", facts={"batches": [{"batch": 8, "items_per_s": items_per_s}]}),
+        )
+
+    before = result(scenarios=scenarios(ttft=10.0, step=5.0, items_per_s=1000.0))
+    after = result(scenarios=scenarios(ttft=15.0, step=5.05, items_per_s=1500.0), seed=0)
+    outcome, _, metrics = classify(before, after)
+    found = by_metric(metrics)
+    assert found["ttft_p50_ms"] == "regressed"  # 1.5x, far outside its interval
+    assert found["tpot_p50_ms"] == "unchanged"
+    assert found["training_step_p50_ms"] == "unchanged"  # 1% is within the 10% threshold
+    assert found["offline_items_per_s"] == "improved"
+    assert outcome == "regressed"
+    # a scenario that did not run on one side is simply not compared
+    _, _, metrics = classify(before, result())
+    assert "ttft_p50_ms" not in by_metric(metrics)

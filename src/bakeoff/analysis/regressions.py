@@ -263,18 +263,21 @@ def _count(metric: str, before: int | None, after: int | None, threshold: int) -
     return MetricChange(metric, outcome, before, after, change=float(delta))
 
 
-def _latency(before: TargetResult, after: TargetResult, t: Thresholds) -> MetricChange:
+def _samples_change(
+    metric: str, a: tuple[float, ...], b: tuple[float, ...], t: Thresholds, noisy: bool = False
+) -> MetricChange:
+    """Lower is better: the ratio of medians with its bootstrap interval; a change counts only
+    when larger than ``t.latency`` and significant."""
     from bakeoff.analysis.compare import ratio_of_medians
+    from bakeoff.analysis.stats import percentile
 
-    a = before.latency.samples_ms if before.latency else ()
-    b = after.latency.samples_ms if after.latency else ()
-    p50_a = before.latency.p50_ms if a else None
-    p50_b = after.latency.p50_ms if b else None
+    p50_a = percentile(a, 50) if a else None
+    p50_b = percentile(b, 50) if b else None
     if not a or not b:
-        return MetricChange("p50_ms", "not_comparable", p50_a, p50_b, detail="not timed on both sides")
+        return MetricChange(metric, "not_comparable", p50_a, p50_b, detail="not timed on both sides")
     if min(len(a), len(b)) < t.min_samples:
         return MetricChange(
-            "p50_ms",
+            metric,
             "not_comparable",
             p50_a,
             p50_b,
@@ -287,13 +290,58 @@ def _latency(before: TargetResult, after: TargetResult, t: Thresholds) -> Metric
     if big and est.significant:
         outcome = "regressed" if est.value > 1 else "improved"
     detail = f"x{est.value:.2f} ({est.low:.2f}-{est.high:.2f}, {t.confidence:.0%} CI)"
-    if getattr(before, "noise", None) or getattr(after, "noise", None):
+    if noisy:
         detail += "; timings flagged noisy (see each run's notes)"
     if big and not est.significant:
         detail += "; the interval contains 1: not significant"
     elif est.significant and not big:
         detail += f"; significant but within {t.latency:.0%}"
-    return MetricChange("p50_ms", outcome, p50_a, p50_b, change=est.value, low=est.low, high=est.high, detail=detail)
+    return MetricChange(metric, outcome, p50_a, p50_b, change=est.value, low=est.low, high=est.high, detail=detail)
+
+
+def _latency(before: TargetResult, after: TargetResult, t: Thresholds) -> MetricChange:
+    a = before.latency.samples_ms if before.latency else ()
+    b = after.latency.samples_ms if after.latency else ()
+    return _samples_change("p50_ms", a, b, t, bool(before.noise or after.noise))
+
+
+#: scenario series compared like latency (lower is better): metric name -> (scenario, series)
+_SCENARIO_SERIES = {
+    "server_latency_p50_ms": ("server", "latency"),
+    "ttft_p50_ms": ("generation", "ttft"),
+    "tpot_p50_ms": ("generation", "tpot"),
+    "training_step_p50_ms": ("training", "step"),
+}
+
+
+def _scenarios(before: TargetResult, after: TargetResult, t: Thresholds) -> list[MetricChange]:
+    """Scenario figures measured on both sides: their series, and offline throughput."""
+    changes = []
+    for metric, (name, series) in _SCENARIO_SERIES.items():
+        sb, sa = before.scenario(name), after.scenario(name)
+        if sb is None or sa is None or sb.status != "ok" or sa.status != "ok":
+            continue
+        changes.append(_samples_change(metric, sb.series.get(series, ()), sa.series.get(series, ()), t))
+    ob, oa = before.scenario("offline"), after.scenario("offline")
+    if ob is not None and oa is not None and ob.status == oa.status == "ok":
+
+        def best(s: Any) -> float | None:
+            return max((b.get("items_per_s") or 0 for b in s.facts.get("batches", ())), default=None) or None
+
+        rb, ra = best(ob), best(oa)
+        # throughput: higher is better, so compare the time per item (its inverse)
+        change = _relative("offline_items_per_s", 1 / rb if rb else None, 1 / ra if ra else None, t.latency, 0.0)
+        changes.append(
+            MetricChange(
+                "offline_items_per_s",
+                change.outcome,
+                rb,
+                ra,
+                ra / rb if rb and ra else None,
+                detail="best batch size's items/s; " + change.detail.split(" (")[0] + " per item",
+            )
+        )
+    return changes
 
 
 def _requirements(before: TargetResult, after: TargetResult) -> list[MetricChange]:
@@ -382,6 +430,7 @@ def compare_results(
     if cb is not None or ca is not None:
         for name in ("graphs", "recompiles", "graph_breaks"):
             metrics.append(_count(name, getattr(cb, name, None), getattr(ca, name, None), t.compile_counts))
+    metrics.extend(_scenarios(before, after, t))
     metrics.extend(_requirements(before, after))
     if before.status == "error":  # nothing to compare the measurements with
         metrics = [metrics[0], *(_void(m, "no measurement before: it failed") for m in metrics[1:])]
