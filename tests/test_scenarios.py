@@ -213,6 +213,13 @@ def test_isolated_targets_are_timed_in_turns_and_sequential_runs_are_not(db):
     both = 2 * min(seq.count("cpu"), seq.count("cpu?threads=1"))
     assert both >= 10
     assert all(a != b for a, b in itertools.pairwise(seq[:both])), seq  # A B A B ...
+    # rounds timed in turns are paired: the speed interval is a block bootstrap over them
+    from bakeoff.analysis.compare import ratio_of_paired_blocks
+    from bakeoff.runner.trial import _rounds
+
+    ref, target = run.result("cpu"), run.result("cpu?threads=1")
+    assert sum(len(b) for b in _rounds(target)) == target.latency.count
+    assert target.speedup_ci == ratio_of_paired_blocks(_rounds(ref), _rounds(target)).to_dict()
 
     apart = bakeoff.trial(py_workload("mlp"), on="cpu?threads=1", db=db, interleave=False, **settings)
     seq = order(apart)

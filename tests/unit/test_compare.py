@@ -56,3 +56,38 @@ def test_break_even_known_answers():
     assert break_even_requests(2.0, 1.0, 3.0) == 1  # pays back on the first request
     assert break_even_requests(1000.0, 3.0, 3.0) is None  # never faster per request
     assert break_even_requests(1000.0, 4.0, 3.0) is None
+
+
+def test_paired_blocks_of_identical_rounds_give_exactly_one():
+    from bakeoff.analysis.compare import ratio_of_paired_blocks
+
+    blocks = [[1.0 + i * 0.1 + j * 0.001 for j in range(20)] for i in range(8)]  # strong drift between rounds
+    estimate = ratio_of_paired_blocks(blocks, blocks)
+    assert (estimate.value, estimate.low, estimate.high) == (1.0, 1.0, 1.0)
+    assert not estimate.significant
+
+
+def test_paired_blocks_widen_the_interval_when_rounds_disagree():
+    import numpy as np
+
+    from bakeoff.analysis.compare import ratio_of_medians, ratio_of_paired_blocks
+
+    rng = np.random.default_rng(0)
+    per_round = [0.95, 1.05, 0.97, 1.03, 0.96, 1.04, 0.98, 1.02, 0.99, 1.01]  # drift the rounds share
+    a = [list(rng.normal(1.0, 0.002, 50)) for _ in per_round]
+    b = [list(rng.normal(r, 0.002, 50)) for r in per_round]
+    paired = ratio_of_paired_blocks(a, b)
+    pooled = ratio_of_medians([x for blk in a for x in blk], [x for blk in b for x in blk])
+    assert paired.value == pytest.approx(pooled.value)
+    assert paired.high - paired.low > 2 * (pooled.high - pooled.low)
+    assert paired.low <= 1.0 <= paired.high
+
+
+def test_paired_blocks_keep_unpaired_rounds_and_fall_back_with_one_round():
+    from bakeoff.analysis.compare import ratio_of_medians, ratio_of_paired_blocks
+
+    a = [[2.0] * 5, [2.0] * 5, [2.0] * 5]
+    b = [[1.0] * 5, [1.0] * 5]
+    estimate = ratio_of_paired_blocks(a, b)  # a's third round joins its second pair
+    assert (estimate.value, estimate.low, estimate.high) == (2.0, 2.0, 2.0) and estimate.significant
+    assert ratio_of_paired_blocks([[1.0, 2.0, 3.0]], [[1.0, 1.5]]) == ratio_of_medians([1.0, 2.0, 3.0], [1.0, 1.5])

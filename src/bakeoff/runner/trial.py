@@ -7,6 +7,7 @@ user did not list it), so every speed figure is a ratio measured under the same 
 from __future__ import annotations
 
 import datetime
+import itertools
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -207,13 +208,26 @@ def _with_reference(targets: Sequence[Target]) -> tuple[list[Target], Target]:
     return listed, REFERENCE
 
 
-def _speedups(results: list[TargetResult], reference: Target) -> list[TargetResult]:
+def _rounds(result: TargetResult) -> list[tuple[float, ...]]:
+    """A result's latency samples split into its timing rounds (empty if they do not add up)."""
+    counts = [r["samples"] for r in (result.conditions or {}).get("rounds", ())]
+    samples = result.latency.samples_ms if result.latency else ()
+    if not counts or sum(counts) != len(samples):
+        return []
+    edges = [sum(counts[:i]) for i in range(len(counts) + 1)]
+    return [samples[lo:hi] for lo, hi in itertools.pairwise(edges)]
+
+
+def _speedups(results: list[TargetResult], reference: Target, interleaved: bool = False) -> list[TargetResult]:
     """Speed-up against the reference with a 95% bootstrap interval, and when compiling pays off.
+
+    Targets timed in turns get a paired block bootstrap over their rounds (see
+    :func:`~bakeoff.analysis.compare.ratio_of_paired_blocks`), which accounts for drift.
 
     Break-even compares time to first result (preparing, compiling, first call) plus steady
     calls, for the target and the reference alike.
     """
-    from bakeoff.analysis.compare import break_even_requests, ratio_of_medians
+    from bakeoff.analysis.compare import break_even_requests, ratio_of_medians, ratio_of_paired_blocks
 
     ref = next((r for r in results if r.target == reference and r.variant == "as-is"), None)
     if ref is None or ref.latency is None or not ref.latency.count:
@@ -223,7 +237,11 @@ def _speedups(results: list[TargetResult], reference: Target) -> list[TargetResu
         if r.latency is None or not r.latency.count or r.latency.p50_ms <= 0:
             updated.append(r)
             continue
-        estimate = ratio_of_medians(ref.latency.samples_ms, r.latency.samples_ms)
+        ref_blocks, blocks = _rounds(ref), _rounds(r)
+        if interleaved and ref_blocks and blocks:  # rounds timed in turns: pair them
+            estimate = ratio_of_paired_blocks(ref_blocks, blocks)
+        else:
+            estimate = ratio_of_medians(ref.latency.samples_ms, r.latency.samples_ms)
         pays_back = None
         if r.target.is_compiled and r.time_to_first_result_ms is not None:
             pays_back = break_even_requests(
@@ -369,7 +387,7 @@ def run_trial(
         results.append(None)
     measured = iter(_drive(sessions, settings.interleaved, say))
     done = [r if r is not None else next(measured) for r in results]
-    done = [_with_requirements(r, requirements) for r in _speedups(done, reference)]
+    done = [_with_requirements(r, requirements) for r in _speedups(done, reference, settings.interleaved)]
     run = RunResult(
         run_id=uuid.uuid4().hex[:12],
         created_at=_now(),
