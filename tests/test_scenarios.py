@@ -141,6 +141,15 @@ def test_scenarios_that_do_not_fit_say_why_and_the_target_still_passes():
     assert checks[0].reason.startswith("the generation scenario not applicable: not a generative language model")
 
 
+@pytest.mark.compile
+def test_compilations_for_scenario_shapes_stay_out_of_the_single_stream_audit():
+    result = _run(py_workload("mlp"), "offline?max_batch=8", target="cpu+aot_eager")
+    assert result.status == "ok", result.error
+    assert result.compilation.graphs == 1 and result.compilation.recompiles == 0
+    offline = result.scenario("offline")
+    assert offline.status == "ok" and offline.facts["compilations"] >= 1  # batch 4 and 8 are new shapes
+
+
 def test_a_scenario_that_raises_is_an_error_beside_a_good_single_stream():
     result = _run(py_workload("mlp"), "offline?seq=4")  # the mlp cannot build inputs of other shapes
     assert result.status == "ok" and result.latency.count >= 10
@@ -151,13 +160,29 @@ def test_a_scenario_that_raises_is_an_error_beside_a_good_single_stream():
 @pytest.mark.parametrize(
     ("option", "line"),
     [
-        ("--scenario=warp", "bakeoff: error: unknown scenario 'warp' (use one of single-stream, offline, server, "
-         "generation, training)"),
+        (
+            "--scenario=warp",
+            "bakeoff: error: unknown scenario 'warp' (use one of single-stream, offline, server, generation, training)",
+        ),
         ("--scenario=server?rate=-1", "bakeoff: error: server rate -1 must be positive (e.g. server?rate=20)"),
-        ("--scenario=offline?batch=2", "bakeoff: error: scenario 'offline' has no option 'batch' (options: "
-         "max_batch, seq)"),
-        ("--require=p90<=50", "bakeoff: error: requirement 'p90<=50': no unit is not a time unit (units: ns, us, "
-         "µs, ms, s, min)"),
+        (
+            "--scenario=offline?batch=2",
+            "bakeoff: error: scenario 'offline' has no option 'batch' (options: max_batch, seq)",
+        ),
+        (
+            "--require=p90<=50",
+            "bakeoff: error: requirement 'p90<=50' needs a time unit (units: ns, us, µs, ms, s, min)",
+        ),
+        (
+            "--scenario=server?rate=5,server?rate=50",
+            "bakeoff: error: scenario 'server' given twice (give each "
+            "scenario once; compare rates with server?rate=sweep)",
+        ),
+        (
+            "--scenario=offline?max_batch=x",
+            "bakeoff: error: scenario option max_batch='x' in 'offline?max_batch=x' "
+            "is not a whole number (e.g. offline?max_batch=64)",
+        ),
     ],
 )
 def test_bad_scenarios_and_requirements_are_one_line_and_store_nothing(tmp_path, option, line):

@@ -156,6 +156,12 @@ def trial(
     parsed_scenarios = tuple(
         parse_scenario(part) for text in scenario_texts for part in _split_scenarios(text) if part.strip()
     )
+    seen = [s.name for s in parsed_scenarios]
+    twice = next((name for name in seen if seen.count(name) > 1), None)
+    if twice is not None:
+        raise SpecError(
+            f"scenario {twice!r} given twice", hint="give each scenario once; compare rates with server?rate=sweep"
+        )
     if isinstance(requirements, str):
         requirements = [requirements]
     texts = None if requirements is None else tuple(parse_requirement(r).text for r in requirements)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from bakeoff.analysis.queueing import fifo_queue, poisson_arrivals, queue_depths
@@ -44,3 +46,14 @@ def test_md1_mean_wait_matches_the_pollaczek_khinchine_formula():
         trace = fifo_queue(arrivals, [1.0] * len(arrivals))
         mean_wait = sum(trace.waits) / len(trace.waits)
         assert mean_wait == pytest.approx(rho / (2 * (1 - rho)), rel=0.08)
+
+
+def test_exact_arrivals_offer_exactly_the_requested_rate():
+    loose = poisson_arrivals(100.0, 100, seed=0)
+    exact = poisson_arrivals(100.0, 100, seed=0, exact=True)
+    assert 99 / exact[-1] == pytest.approx(100.0)
+    assert abs(99 / loose[-1] - 100.0) > 1.0  # a hundred draws alone miss the rate noticeably
+    gaps = [b - a for a, b in itertools.pairwise(exact)]
+    loose_gaps = [b - a for a, b in itertools.pairwise(loose)]
+    ratios = {round(g / h, 9) for g, h in zip(gaps, loose_gaps, strict=True)}
+    assert len(ratios) == 1  # the same draws, uniformly rescaled

@@ -21,7 +21,14 @@ SCENARIOS = (
         "offline",
         "ok",
         series={"batch=1": (1.0, 1.2, 1.1), "batch=8": (4.0, 4.4, 4.2)},
-        facts={"best_batch": 8, "items_per_s": 1904.76, "batches": [1, 2, 4, 8]},
+        facts={
+            "best_batch": 8,
+            "tokens_per_item": None,
+            "batches": [
+                {"batch": 1, "error": "", "p50_ms": 1.1, "items_per_s": 909.1},
+                {"batch": 8, "error": "", "p50_ms": 4.2, "items_per_s": 1904.8},
+            ],
+        },
     ),
     ScenarioResult("generation", "not_applicable", reason="not a causal language model"),
 )
@@ -79,8 +86,8 @@ def test_html_structure():
     assert page.count('<article class="run"') == 2 and page.count('<details id="env-') == 2
     assert "<th>env OMP_NUM_THREADS</th><td>1</td>" in page
     assert (
-        "<tr><td>offline</td><td>ok</td><td>batch=1: median 1.1 ms over 3; batch=8: median 4.2 ms over 3</td>"
-        "<td>best_batch 8; items_per_s 1905; batches 1, 2, 4, 8</td></tr>"
+        "<tr><td>offline</td><td>ok</td><td>best batch 8: 1,904.8/s [1,818.2/s-2,000.0/s]; batches 1-8 tried</td>"
+        "<td>ran 0.00 s, peak RSS -</td></tr>"
     ) in page
     assert "<td>generation</td><td>not applicable: not a causal language model</td>" in page
     blocks = re.findall(r'<script type="application/json" class="figure-data" data-plot="(fig\d+)-plot">', page)

@@ -43,7 +43,7 @@ def test_requirements_parse_into_base_units(text, metric, op, threshold, unit, s
             "p90=50ms",
             "malformed requirement 'p90=50ms' (write METRIC OP VALUE[UNIT], e.g. 'p90<=50ms' or 'throughput>=200/s')",
         ),
-        ("p90<=50", "requirement 'p90<=50': no unit is not a time unit (units: ns, us, µs, ms, s, min)"),
+        ("p90<=50", "requirement 'p90<=50' needs a time unit (units: ns, us, µs, ms, s, min)"),
         ("p90<=5GiB", "requirement 'p90<=5GiB': GiB is not a time unit (units: ns, us, µs, ms, s, min)"),
         (
             "throughput>=5ms",

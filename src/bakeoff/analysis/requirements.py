@@ -135,9 +135,11 @@ def parse_requirement(text: str) -> Requirement:
         raise SpecError(f"percentile {pct:g} in {text!r} must be below 100", hint="e.g. p99 or p99.9")
     base, units = _KINDS[kind]
     key = unit if kind != "bytes" else unit.lower()
-    if key not in units or (kind == "time" and not unit):
+    if kind == "time" and not unit:
+        raise SpecError(f"requirement {text!r} needs a time unit", hint="units: " + ", ".join(units))
+    if key not in units:
         raise SpecError(
-            f"requirement {text!r}: {unit or 'no unit'} is not a {kind} unit",
+            f"requirement {text!r}: {unit} is not a {kind} unit",
             hint="units: " + ", ".join(u for u in units if u) + (" (or none)" if kind == "rate" else ""),
         )
     threshold = float(number) * units[key]

@@ -124,27 +124,22 @@ def _fact(value: Any) -> str:
 
 
 def scenario_rows(result: TargetResult) -> list[dict[str, str]]:
-    """One row per scenario a target ran (beyond single-stream timing): its status, the median
-    of each series of samples, and its scalar facts."""
-    from bakeoff.analysis.stats import percentile
+    """One row per scenario a target ran: its status (and why, if it did not run), its headline
+    figures with 95% intervals, and its run length and peak memory."""
+    from bakeoff.report.figures import human_bytes, scenario_figures
 
     rows = []
     for scenario in getattr(result, "scenarios", None) or ():
-        series = "; ".join(
-            f"{name}: median {percentile(values, 50):.3g} ms over {len(values)}"
-            for name, values in scenario.series.items()
-            if values
-        )
-        facts = "; ".join(
-            f"{key} {_fact(value)}" for key, value in scenario.facts.items() if not isinstance(value, dict)
-        )
+        ok = scenario.status == "ok"
         rows.append(
             {
                 "name": scenario.name,
                 "status": scenario.status,
                 "reason": scenario.reason,
-                "series": series,
-                "facts": facts,
+                "series": "; ".join(scenario_figures(result, scenario)) if ok else "",
+                "facts": f"ran {scenario.run_seconds:.2f} s, peak RSS {human_bytes(scenario.peak_host_rss_bytes)}"
+                if ok
+                else "",
             }
         )
     return rows

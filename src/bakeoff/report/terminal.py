@@ -10,7 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from bakeoff.analysis.stats import percentile
+from bakeoff.report.figures import figure, scenario_figures
+from bakeoff.report.figures import human_bytes as _bytes
 from bakeoff.results.values import BaselineInfo, Placement, RunResult, TargetResult
 from bakeoff.store.db import RunSummary
 
@@ -30,16 +31,6 @@ def _ms(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:.3f}" if value < 10 else f"{value:.1f}"
-
-
-def _bytes(value: int | None) -> str:
-    if value is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024  # type: ignore[assignment]
-    return str(value)
 
 
 def _err(value: float | None) -> str:
@@ -178,81 +169,6 @@ def _notes(result: TargetResult) -> str:
     return "; ".join(parts)
 
 
-def _figure(value: float, unit: str) -> str:
-    if unit == "B":
-        return _bytes(int(value))
-    if unit == "/s":
-        return f"{value:,.1f}/s"
-    return f"{value:.3g} ms" if value < 1000 else f"{value / 1000:.3g} s"
-
-
-def _estimate(result: TargetResult, metric: str, label: str, unit: str = "ms") -> str | None:
-    from bakeoff.analysis.metrics import metric_estimate
-
-    found = metric_estimate(result, metric)
-    if found is None:
-        return None
-    text = f"{label} {_figure(found.value, unit)}"
-    if found.high > found.low:
-        text += f" [{_figure(found.low, unit)}-{_figure(found.high, unit)}]"
-    if not found.enough:
-        text += f" (only {found.samples} samples)"
-    return text
-
-
-def _scenario_figures(result: TargetResult, scenario: Any) -> list[str]:
-    """The headline figures of one scenario, with intervals and sample counts."""
-    name, facts = scenario.name, scenario.facts
-    if name == "single-stream":
-        count = result.latency.count if result.latency else 0
-        figures = [_estimate(result, m, m) for m in ("p50", "p90", "p99")] + [f"{count} requests"]
-        shapes = list(scenario.series.items())
-        for shape, samples in shapes[:6]:  # per profile shape
-            figures.append(
-                f"{shape}: p50 {_figure(percentile(samples, 50), 'ms')}, p99 {_figure(percentile(samples, 99), 'ms')}"
-                f" (n={len(samples)})"
-            )
-        if len(shapes) > 6:
-            figures.append(f"{len(shapes) - 6} more shape(s) in the JSON")
-    elif name == "offline":
-        tried = [b["batch"] for b in facts["batches"]]
-        figures = [
-            _estimate(result, "throughput", f"best batch {facts['best_batch']}:", "/s"),
-            _estimate(result, "tokens_per_s", "tokens", "/s"),
-            f"batches {tried[0]}-{tried[-1]} tried",
-        ]
-        stopped = next((b for b in facts["batches"] if b["error"]), None)
-        if stopped:
-            figures.append(f"stopped at {stopped['batch']}: {stopped['error'][:80]}")
-    elif name == "server":
-        figures = [
-            f"rate {facts['rate']:.1f}/s (achieved {facts['achieved_rate']:.1f}/s)",
-            _estimate(result, "server.p50", "p50"),
-            _estimate(result, "server.p99", "p99"),
-            f"queue depth mean {facts['mean_queue_depth']:.2f}, max {facts['max_queue_depth']}",
-        ]
-        if facts.get("sweep"):
-            best = facts.get("max_rate")
-            figures.append(
-                f"highest rate within {facts['bound']}: " + (f"{best:.1f}/s" if best else "none of the rates tried")
-            )
-    elif name == "generation":
-        figures = [
-            _estimate(result, "ttft", "TTFT p50"),
-            _estimate(result, "tpot", "TPOT p50"),
-            _estimate(result, "tpot.p90", "TPOT p90"),
-            f"{facts['runs']}x{facts['tokens']} tokens",
-        ]
-    else:
-        figures = [
-            _estimate(result, "step_time", "step p50"),
-            _estimate(result, "samples_per_s", "samples", "/s"),
-            f"first step {facts['first_step_ms']:.4g} ms",
-            f"batch {facts['batch']}, {facts['optimizer']}",
-        ]
-    return [f for f in figures if f]
-
-
 def scenarios_view(run: RunResult) -> Table:
     """One row per target and scenario: headline figures with their 95% intervals."""
     table = Table(header_style="bold", title="scenarios (figures with 95% bootstrap intervals)")
@@ -263,7 +179,7 @@ def scenarios_view(run: RunResult) -> Table:
     for result in run.results:
         for scenario in result.scenarios:
             ok = scenario.status == "ok"
-            figures = "; ".join(_scenario_figures(result, scenario)) if ok else scenario.reason
+            figures = "; ".join(scenario_figures(result, scenario)) if ok else scenario.reason
             table.add_row(
                 escape(_label(result)),
                 scenario.name,
@@ -286,10 +202,10 @@ def requirements_view(run: RunResult) -> Table:
     for result in run.results:
         for check in result.requirements:
             unit = check["unit"]
-            measured = "-" if check["value"] is None else _figure(check["value"], unit)
+            measured = "-" if check["value"] is None else figure(check["value"], unit)
             interval = "-"
             if check["low"] is not None and check["high"] > check["low"]:
-                interval = f"{_figure(check['low'], unit)}-{_figure(check['high'], unit)}"
+                interval = f"{figure(check['low'], unit)}-{figure(check['high'], unit)}"
             note = check["reason"]
             if check["verdict"] in ("met", "not_met") and not check["confident"]:
                 note = "; ".join(filter(None, [note, "the interval straddles the threshold: not conclusive"]))

@@ -77,8 +77,10 @@ def parse_scenario(text: str) -> ScenarioSpec:
             try:
                 options[key] = kind(given[key])
             except ValueError:
+                what = "a whole number" if kind is int else "a number"
                 raise SpecError(
-                    f"scenario option {key}={given[key]!r} in {text!r} is not a {kind.__name__}", hint=f"e.g. {head}"
+                    f"scenario option {key}={given[key]!r} in {text!r} is not {what}",
+                    hint=f"e.g. {head}?{key}={default if default is not None else 16}",
                 ) from None
     unknown = sorted(set(given) - set(known))
     if unknown:
@@ -206,7 +208,7 @@ def _server(ctx: ScenarioContext, options: dict) -> tuple[dict, dict]:
     pct = float(bound.metric.rsplit("p", 1)[1])
 
     def run(rate: float, seed: int) -> tuple[Any, float]:
-        result = serve(calls, poisson_arrivals(rate, count, seed), ctx.sync, rate, ctx.clock)
+        result = serve(calls, poisson_arrivals(rate, count, seed, exact=True), ctx.sync, rate, ctx.clock)
         return result, percentile(result.latencies, pct) * 1e3
 
     sweep, chosen = [], None

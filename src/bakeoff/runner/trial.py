@@ -262,7 +262,9 @@ def resolve_requirements(
     from bakeoff.analysis.requirements import parse_requirement
 
     if given is None:
-        return [parse_requirement(text) for text in store.requirements(workload_spec)], []
+        kept = [parse_requirement(text) for text in store.requirements(workload_spec)]
+        note = "requirements kept for this workload checked: " + ", ".join(r.text for r in kept)
+        return kept, [note] if kept else []
     parsed = [parse_requirement(text) for text in given]
     store.save_requirements(workload_spec, [r.text for r in parsed], _now())
     note = f"requirements kept for {workload_spec}: " + (", ".join(r.text for r in parsed) or "none")

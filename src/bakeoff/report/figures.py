@@ -1,0 +1,102 @@
+"""Headline figures of scenarios as short strings, shared by the terminal and the reports.
+
+Values come from :func:`bakeoff.analysis.metrics.metric_estimate`, so every renderer shows the
+same numbers with the same 95% intervals.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bakeoff.analysis.stats import percentile
+from bakeoff.results.values import TargetResult
+
+__all__ = ["figure", "human_bytes", "scenario_figures"]
+
+
+def human_bytes(value: int | None) -> str:
+    if value is None:
+        return "-"
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(value)
+
+
+def figure(value: float, unit: str) -> str:
+    if unit == "B":
+        return human_bytes(int(value))
+    if unit == "/s":
+        return f"{value:,.1f}/s"
+    return f"{value:.3g} ms" if value < 1000 else f"{value / 1000:.3g} s"
+
+
+def _estimate(result: TargetResult, metric: str, label: str, unit: str = "ms") -> str | None:
+    from bakeoff.analysis.metrics import metric_estimate
+
+    found = metric_estimate(result, metric)
+    if found is None:
+        return None
+    text = f"{label} {figure(found.value, unit)}"
+    if found.high > found.low:
+        text += f" [{figure(found.low, unit)}-{figure(found.high, unit)}]"
+    if not found.enough:
+        text += f" (only {found.samples} samples)"
+    return text
+
+
+def scenario_figures(result: TargetResult, scenario: Any) -> list[str]:
+    """The headline figures of one scenario, with intervals and sample counts."""
+    name, facts = scenario.name, scenario.facts
+    if name == "single-stream":
+        count = result.latency.count if result.latency else 0
+        figures = [_estimate(result, m, m) for m in ("p50", "p90", "p99")] + [f"{count} requests"]
+        shapes = list(scenario.series.items())
+        for shape, samples in shapes[:6]:  # per profile shape
+            figures.append(
+                f"{shape}: p50 {figure(percentile(samples, 50), 'ms')}, p99 {figure(percentile(samples, 99), 'ms')}"
+                f" (n={len(samples)})"
+            )
+        if len(shapes) > 6:
+            figures.append(f"{len(shapes) - 6} more shape(s) in the JSON")
+    elif name == "offline":
+        tried = [b["batch"] for b in facts["batches"]]
+        figures = [
+            _estimate(result, "throughput", f"best batch {facts['best_batch']}:", "/s"),
+            _estimate(result, "tokens_per_s", "tokens", "/s"),
+            f"batches {tried[0]}-{tried[-1]} tried",
+        ]
+        stopped = next((b for b in facts["batches"] if b["error"]), None)
+        if stopped:
+            figures.append(f"stopped at {stopped['batch']}: {stopped['error'][:80]}")
+    elif name == "server":
+        figures = [
+            f"rate {facts['rate']:.1f}/s (achieved {facts['achieved_rate']:.1f}/s)",
+            _estimate(result, "server.p50", "p50"),
+            _estimate(result, "server.p99", "p99"),
+            f"queue depth mean {facts['mean_queue_depth']:.2f}, max {facts['max_queue_depth']}",
+        ]
+        if facts.get("sweep"):
+            best = facts.get("max_rate")
+            figures.append(
+                f"highest rate within {facts['bound']}: " + (f"{best:.1f}/s" if best else "none of the rates tried")
+            )
+    elif name == "generation":
+        figures = [
+            _estimate(result, "ttft", "TTFT p50"),
+            _estimate(result, "tpot", "TPOT p50"),
+            _estimate(result, "tpot.p90", "TPOT p90"),
+            f"{facts['runs']}x{facts['tokens']} tokens",
+        ]
+    else:
+        figures = [
+            _estimate(result, "step_time", "step p50"),
+            _estimate(result, "samples_per_s", "samples", "/s"),
+            f"first step {facts['first_step_ms']:.4g} ms",
+            f"batch {facts['batch']}, {facts['optimizer']}",
+        ]
+    if facts.get("compilations"):
+        figures.append(f"{facts['compilations']} compilation(s) for its new shapes")
+    return [f for f in figures if f]
