@@ -134,7 +134,8 @@ def _finish_run(run: Any, fmt: str, db: str | None, strict: bool, strict_placeme
     else:
         from bakeoff.report.terminal import run_view
 
-        _console().print(run_view(run, where=display_db_url(resolve_db_url(db))))
+        console = _console()
+        console.print(run_view(run, where=display_db_url(resolve_db_url(db)), width=console.width))
     if (strict or strict_placement) and run.failures(placement=strict_placement, requirements=strict):
         raise SystemExit(EXIT_FAILED)
 

@@ -220,8 +220,38 @@ def requirements_view(run: RunResult) -> Table:
     return table
 
 
-def run_view(run: RunResult, where: str | None = None) -> Group:
-    """The comparison table for one run, with its identity above and how to find it below."""
+_LEFT = ("status", "correct", "placement")
+#: columns of the run table, the first to leave a narrow terminal first
+_DROP_ORDER = ("max abs err", "on device", "graphs", "p90 ms", "first call ms", "peak RSS", "placement", "status")
+
+
+def _fitting_columns(rows: Sequence[dict[str, Any]], width: int | None) -> list[str]:
+    """The run table's columns that fit in ``width`` (all of them when it is None)."""
+    columns = list(rows[0]) if rows else []
+    if width is None:
+        return columns
+
+    def needed(names: list[str]) -> int:
+        widths = [
+            max(len(name), *(len(row[name].plain if isinstance(row[name], Text) else str(row[name])) for row in rows))
+            for name in names
+        ]
+        widths[names.index("target")] = max(16, min(widths[names.index("target")], 40))
+        return sum(widths) + 3 * len(names) + 1
+
+    for name in _DROP_ORDER:
+        if needed(columns) <= width:
+            break
+        columns.remove(name)
+    return columns
+
+
+def run_view(run: RunResult, where: str | None = None, width: int | None = None) -> Group:
+    """The comparison table for one run, with its identity above and how to find it below.
+
+    With ``width`` (the terminal's), columns that do not fit are left out, least useful first,
+    and a line says so: every figure stays in ``--format json``.
+    """
     workload = run.workload
     header = Text.assemble(
         ("run ", "bold"),
@@ -237,46 +267,42 @@ def run_view(run: RunResult, where: str | None = None) -> Group:
         f"torch {run.environment.data.get('torch')}  {run.environment.data.get('cpu')}  "
         f"fingerprint {run.environment.fingerprint}",
     )
-    table = Table(show_lines=False, header_style="bold")
-    table.add_column("target", overflow="fold", min_width=16)
-    for name in (
-        "status",
-        "correct",
-        "max abs err",
-        "placement",
-        "on device",
-        "p50 ms",
-        "p90 ms",
-        "speed vs cpu",
-        "first call ms",
-        "graphs",
-        "peak RSS",
-    ):
-        table.add_column(name, justify="left" if name in ("status", "correct", "placement") else "right", no_wrap=True)
+    rows: list[dict[str, Any]] = []
     notes: list[Text] = []
     for result in run.results:
         verdict = result.verdict or "-"
         latency = result.latency
         placement = result.placement
-        table.add_row(
-            escape(_label(result)),
-            Text(result.status, style=_STATUS_STYLE.get(result.status, "")),
-            Text(verdict, style=_VERDICT_STYLE.get(verdict, "")),
-            _err(result.correctness.max_abs_err if result.correctness else None),
-            Text(
-                placement.verdict if placement else "-",
-                style=_PLACEMENT_STYLE.get(placement.verdict, "") if placement else "",
-            ),
-            _share(placement),
-            _ms(latency.p50_ms if latency and latency.count else None),
-            _ms(latency.p(90) if latency and latency.count else None),
-            _speed(result),
-            _ms(result.first_call_ms),
-            _graphs(result),
-            _bytes(result.peak_host_rss_bytes),
+        rows.append(
+            {
+                "target": escape(_label(result)),
+                "status": Text(result.status, style=_STATUS_STYLE.get(result.status, "")),
+                "correct": Text(verdict, style=_VERDICT_STYLE.get(verdict, "")),
+                "max abs err": _err(result.correctness.max_abs_err if result.correctness else None),
+                "placement": Text(
+                    placement.verdict if placement else "-",
+                    style=_PLACEMENT_STYLE.get(placement.verdict, "") if placement else "",
+                ),
+                "on device": _share(placement),
+                "p50 ms": _ms(latency.p50_ms if latency and latency.count else None),
+                "p90 ms": _ms(latency.p(90) if latency and latency.count else None),
+                "speed vs cpu": _speed(result),
+                "first call ms": _ms(result.first_call_ms),
+                "graphs": _graphs(result),
+                "peak RSS": _bytes(result.peak_host_rss_bytes),
+            }
         )
         if _notes(result):
             notes.append(Text.assemble((f"{_label(result)}: ", "bold"), _notes(result)))
+    columns = _fitting_columns(rows, width)
+    table = Table(show_lines=False, header_style="bold")
+    for name in columns:
+        if name == "target":
+            table.add_column(name, overflow="fold", min_width=16)
+        else:
+            table.add_column(name, justify="left" if name in _LEFT else "right", no_wrap=True)
+    for row in rows:
+        table.add_row(*(row[name] for name in columns))
     parts: list[Any] = [header]
     profile = run.settings.get("profile")
     if profile:
@@ -288,6 +314,9 @@ def run_view(run: RunResult, where: str | None = None) -> Group:
             )
         )
     parts += [table, *notes]
+    if width is not None and rows and len(columns) < len(rows[0]):
+        hidden = ", ".join(name for name in rows[0] if name not in columns)
+        parts.append(Text(f"narrow terminal: {hidden} not shown (widen it, or use --format json)", style="dim"))
     if any(r.variant != "as-is" for r in run.results):
         parts.append(buckets_view(run))
     if any(s.name != "single-stream" for r in run.results for s in r.scenarios):

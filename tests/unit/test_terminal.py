@@ -1,0 +1,47 @@
+"""The terminal run table on narrow and wide terminals."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from bakeoff.env import Environment
+from bakeoff.report.terminal import run_view
+from bakeoff.results.values import Compilation, Correctness, Latency, RunResult, TargetResult
+from bakeoff.target.spec import parse_target
+
+RUN = RunResult(
+    run_id="abc123abc123",
+    created_at="2026-01-01T00:00:00+00:00",
+    workload={"spec": "arch:llama", "fingerprint": "f" * 16, "dtype": "float32", "details": {}},
+    environment=Environment({"torch": "2.13.0", "cpu": "test cpu"}),
+    results=(
+        TargetResult(parse_target("cpu"), "ok", is_reference=True, correctness=Correctness("pass"),
+                     latency=Latency((1.0, 1.1, 1.2)), speedup=1.0),
+        TargetResult(parse_target("cpu+aot_eager"), "ok", correctness=Correctness("pass"),
+                     latency=Latency((2.0, 2.1, 2.2)), compilation=Compilation(graphs=4, recompiles=3)),
+    ),
+)  # fmt: skip
+
+
+def render(width: int | None, console_width: int) -> str:
+    console = Console(width=console_width, record=True, highlight=False)
+    console.print(run_view(RUN, width=width))
+    return console.export_text()
+
+
+def test_a_narrow_terminal_keeps_the_target_names_and_says_what_it_left_out():
+    text = render(80, 80)
+    assert "cpu+aot_eager" in text  # the target column is never squeezed away
+    assert all(len(line) <= 80 for line in text.splitlines())
+    assert "narrow terminal: max abs err, on device, p90 ms, first call ms, graphs, peak RSS" in text
+    header = next(line for line in text.splitlines() if "target" in line)
+    assert "p50 ms" in header and "speed vs cpu" in header and "max abs err" not in header
+
+
+def test_a_wide_terminal_shows_every_column():
+    text = render(200, 200)
+    header = next(line for line in text.splitlines() if "target" in line)
+    for column in ("max abs err", "on device", "graphs", "4 (3 recompiles)"):
+        assert column in (header if column != "4 (3 recompiles)" else text)
+    assert "narrow terminal" not in text
+    assert render(None, 200) == text
