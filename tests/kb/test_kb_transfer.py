@@ -247,3 +247,18 @@ def test_run_whose_baseline_is_nowhere_is_refused_and_nothing_imported(tmp_path:
         "(a run refers to a baseline the file and the database lack: export it with its baselines)"
     )
     assert _counts(store) == [0] * 8
+
+
+def test_csv_rows_carry_scenarios_and_requirement_verdicts() -> None:
+    from bakeoff.store.transfer import _csv_row
+
+    run = recorded_run(0)
+    item = {
+        **run.result("cpu").to_dict(),
+        "scenarios": [{"name": "offline", "status": "ok"}, {"name": "generation", "status": "not_applicable"}],
+        "requirements": [{"text": "p90<=50ms", "verdict": "met"}, {"text": "ttft<=1ms", "verdict": "not_measured"}],
+    }
+    row = _csv_row(run, item, "", "")
+    assert row["scenarios"] == "offline:ok; generation:not_applicable"
+    assert row["requirements"] == "p90<=50ms:met; ttft<=1ms:not_measured"
+    assert row["requirements_not_met"] == 1

@@ -241,7 +241,9 @@ def _ranked(metric: str, before: Any, after: Any, rank: dict[str, int]) -> Metri
     return MetricChange(metric, "not_comparable", before, after, detail="verdicts of different kinds")
 
 
-def _relative(metric: str, before: float | None, after: float | None, threshold: float, floor: float) -> MetricChange:
+def _relative(
+    metric: str, before: float | None, after: float | None, threshold: float, floor: float, unit: str = ""
+) -> MetricChange:
     """Lower is better; a single observation each, so only the size of the change counts: more
     than ``threshold`` relative and more than ``floor`` absolute."""
     if before is None or after is None or before <= 0:
@@ -250,7 +252,7 @@ def _relative(metric: str, before: float | None, after: float | None, threshold:
     outcome = "unchanged"
     if abs(ratio - 1) > threshold and abs(after - before) > floor:
         outcome = "regressed" if ratio > 1 else "improved"
-    detail = f"x{ratio:.2f} (counts beyond {threshold:.0%} and {floor:g})"
+    detail = f"x{ratio:.2f} (counts beyond {threshold:.0%} and {floor:g}{unit})"
     return MetricChange(metric, outcome, before, after, change=ratio, detail=detail)
 
 
@@ -424,7 +426,9 @@ def compare_results(
         metrics.append(MetricChange("device_op_share", outcome, share_b, share_a, change=delta))
     metrics.append(_latency(before, after, t))
     metrics.append(
-        _relative("first_call_ms", before.first_call_ms, after.first_call_ms, t.first_call, t.first_call_floor_ms)
+        _relative(
+            "first_call_ms", before.first_call_ms, after.first_call_ms, t.first_call, t.first_call_floor_ms, " ms"
+        )
     )
     cb, ca = before.compilation, after.compilation
     if cb is not None or ca is not None:
