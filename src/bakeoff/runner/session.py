@@ -43,6 +43,21 @@ from bakeoff.runner.job import (
 __all__ = ["TargetSession", "run_target"]
 
 
+def _quiet_third_party() -> None:
+    """Silence notices from backend libraries that a user of bakeoff cannot act on.
+
+    OpenVINO probes a dynamo setting that torch deprecated; torch's ONNX exporter notes that
+    torchvision's operators are not registered; a pickled pytree spec warns about its own API.
+    Everything else still reaches stderr.
+    """
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r".*inline_inbuilt_nn_modules is deprecated", category=FutureWarning)
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
+    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
+
+
 def _conditions() -> dict[str, Any]:
     """What the machine was like for one round of samples."""
     import psutil
@@ -145,6 +160,7 @@ class TargetSession:
         if self.failed is not None:
             return True
         with self._step():
+            _quiet_third_party()
             load_plugins()
             if target.effective_threads is not None:
                 torch.set_num_threads(target.effective_threads)
