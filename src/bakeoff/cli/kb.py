@@ -12,34 +12,18 @@ import click
 
 __all__ = ["COMMANDS", "annotations_json", "print_annotations"]
 
-_db_option = click.option(
-    "--db",
-    envvar="BAKEOFF_DB",
-    default=None,
-    metavar="PATH|URL",
-    help="Knowledge base: a SQLite file (default ./bakeoff.db) or a postgresql:// URL. Env: BAKEOFF_DB.",
-)
-_format_option = click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="table for people, json for machines.",
-)
+from bakeoff.cli.common import console, emit_json
+from bakeoff.cli.common import db_option as _db_option
+from bakeoff.cli.common import format_option as _format_option
 
 
 def _say(line: str) -> None:
     """One line of plain text (never markup, never wrapped: paths and URLs stay whole)."""
-    from bakeoff.cli.main import _console
-
-    _console().print(line, markup=False, soft_wrap=True)
+    console().print(line, markup=False, soft_wrap=True)
 
 
 def _json(data: Any) -> None:
-    from bakeoff.cli.main import _emit_json
-
-    _emit_json(data)
+    emit_json(data)
 
 
 def _plural(n: int, word: str) -> str:

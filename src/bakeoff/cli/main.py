@@ -6,53 +6,21 @@ stderr and exit code 2; anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 import click
 
+from bakeoff.cli.common import EXIT_BAD_INPUT, EXIT_FAILED
+from bakeoff.cli.common import console as _console
+from bakeoff.cli.common import db_option as _db_option
+from bakeoff.cli.common import emit_json as _emit_json
+from bakeoff.cli.common import format_option as _format_option
+from bakeoff.cli.common import progress as _progress
 from bakeoff.errors import BakeoffError
 
 __all__ = ["cli", "main"]
-
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
-
-_db_option = click.option(
-    "--db",
-    envvar="BAKEOFF_DB",
-    default=None,
-    metavar="PATH|URL",
-    help="Knowledge base: a SQLite file (default ./bakeoff.db) or a database URL. Env: BAKEOFF_DB.",
-)
-_format_option = click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="table for people, json for machines (run documents carry a versioned schema).",
-)
-
-
-def _console(stderr: bool = False) -> Any:
-    from rich.console import Console
-
-    console = Console(stderr=stderr, highlight=False)
-    if not console.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
-        console = Console(stderr=stderr, highlight=False, width=160)
-    return console
-
-
-def _progress() -> Any:
-    err = _console(stderr=True)
-    return lambda message: err.print(f"[dim]· {message}[/dim]")
-
-
-def _emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, default=str))
 
 
 @click.group(

@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from bakeoff.cli.main import EXIT_FAILED, _console, _db_option, _emit_json, _format_option, _progress, cli
+from bakeoff.cli.common import EXIT_FAILED
+from bakeoff.cli.common import console as _console
+from bakeoff.cli.common import db_option as _db_option
+from bakeoff.cli.common import emit_json as _emit_json
+from bakeoff.cli.common import format_option as _format_option
+from bakeoff.cli.common import progress as _progress
+from bakeoff.cli.main import cli
 
 if TYPE_CHECKING:
     from bakeoff.analysis.regressions import Thresholds

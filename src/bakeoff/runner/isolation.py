@@ -150,9 +150,6 @@ class IsolatedSession:
 
 def run_isolated(job: TargetJob, timeout_s: float) -> TargetResult:
     """Run every step of ``job`` in a spawned process; never raises for what happens inside it."""
-    session = IsolatedSession(job, timeout_s)
-    done = session.start()
-    while not done:
-        done = session.round()
-    session.run_scenarios()
-    return session.finish()
+    from bakeoff.runner.session import run_steps
+
+    return run_steps(IsolatedSession(job, timeout_s))

@@ -40,7 +40,7 @@ from bakeoff.runner.job import (
     adjustments_for,
 )
 
-__all__ = ["TargetSession", "run_target"]
+__all__ = ["TargetSession", "run_steps", "run_target"]
 
 
 def _quiet_third_party() -> None:
@@ -394,11 +394,15 @@ class TargetSession:
         )
 
 
-def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
-    """Run every step of one target in this process, without interleaving."""
-    session = TargetSession(job, clock)
+def run_steps(session: Any) -> TargetResult:
+    """Every step of one session (local or in a worker), one after another."""
     done = session.start()
     while not done:
         done = session.round()
     session.run_scenarios()
     return session.finish()
+
+
+def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
+    """Run every step of one target in this process, without interleaving."""
+    return run_steps(TargetSession(job, clock))

@@ -306,14 +306,11 @@ def _drive(sessions: list, interleave: bool, say: Progress) -> list[TargetResult
     """
     if not interleave:
         results = []
+        from bakeoff.runner.session import run_steps
+
         for label, make in sessions:
             say(f"running {label}")
-            session = make()
-            done = session.start()
-            while not done:
-                done = session.round()
-            session.run_scenarios()
-            results.append(session.finish())
+            results.append(run_steps(make()))
         return results
     live = []
     for label, make in sessions:

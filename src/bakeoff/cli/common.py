@@ -1,0 +1,47 @@
+"""What every command module shares: the ``--db`` and ``--format`` options and the output helpers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+__all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "console", "db_option", "emit_json", "format_option", "progress"]
+
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+db_option = click.option(
+    "--db",
+    envvar="BAKEOFF_DB",
+    default=None,
+    metavar="PATH|URL",
+    help="Knowledge base: a SQLite file (default ./bakeoff.db) or a postgresql:// URL. Env: BAKEOFF_DB.",
+)
+format_option = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="table for people, json for machines (run documents carry a versioned schema).",
+)
+
+
+def console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    found = Console(stderr=stderr, highlight=False)
+    if not found.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
+        found = Console(stderr=stderr, highlight=False, width=160)
+    return found
+
+
+def progress() -> Any:
+    err = console(stderr=True)
+    return lambda message: err.print(f"[dim]· {message}[/dim]")
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
