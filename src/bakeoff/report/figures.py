@@ -11,7 +11,7 @@ from typing import Any
 from bakeoff.analysis.stats import percentile
 from bakeoff.results.values import TargetResult
 
-__all__ = ["figure", "human_bytes", "scenario_figures"]
+__all__ = ["figure", "human_bytes", "requirement_figures", "scenario_figures"]
 
 
 def human_bytes(value: int | None) -> str:
@@ -100,3 +100,14 @@ def scenario_figures(result: TargetResult, scenario: Any) -> list[str]:
     if facts.get("compilations"):
         figures.append(f"{facts['compilations']} compilation(s) for its new shapes")
     return [f for f in figures if f]
+
+
+def requirement_figures(check: dict[str, Any]) -> tuple[str, str]:
+    """``(measured, interval)`` of one requirement check, in its unit ("-" where there is none)."""
+    unit = check.get("unit") or "ms"
+    value, low, high = check.get("value"), check.get("low"), check.get("high")
+    measured = "-" if value is None else figure(value, unit)
+    interval = "-"
+    if low is not None and high is not None and high > low:
+        interval = f"{figure(low, unit)}-{figure(high, unit)}"
+    return measured, interval

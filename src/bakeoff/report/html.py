@@ -20,6 +20,7 @@ from functools import lru_cache
 from typing import Any
 
 from bakeoff.report.evidence import Evidence, answers_for, scenario_rows
+from bakeoff.report.figures import requirement_figures
 from bakeoff.results.values import RunResult, TargetResult
 
 __all__ = ["figures_for_run", "history_figures", "render_html", "safe_json"]
@@ -279,7 +280,11 @@ def _context(evidence: Evidence) -> dict[str, Any]:
                     "label": _label(r),
                     "answers": answers_for(r),
                     "comparison": comparison,
-                    "requirements": getattr(r, "requirements", None) or (),
+                    "requirements": [
+                        {**q, "measured": shown[0], "interval": shown[1]}
+                        for q in getattr(r, "requirements", None) or ()
+                        for shown in [requirement_figures(q)]
+                    ],
                     "noise": getattr(r, "noise", None) or (),
                     "scenarios": scenario_rows(r),
                 }

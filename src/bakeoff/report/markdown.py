@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from bakeoff.report.evidence import Evidence, answers_for, scenario_rows
+from bakeoff.report.figures import requirement_figures
 from bakeoff.results.values import TargetResult
 
 __all__ = ["md", "render_markdown"]
@@ -130,12 +131,11 @@ def render_markdown(evidence: Evidence) -> str:
                 ops = ", ".join(f"{md(k)} x{md(v)}" for k, v in r.placement.host_ops.items())
                 lines.append(f"- host ops: {ops}")
             for q in getattr(r, "requirements", None) or ():
-                value = q.get("value")
-                shown = f"{value:g}" if isinstance(value, (int, float)) else "-"
+                measured, interval = requirement_figures(q)
+                within = f", 95% interval {md(interval)}" if interval != "-" else ""
                 lines.append(
-                    f"- requirement {md(q.get('text', '?'))}: **{md(q.get('verdict', '?'))}** (measured {shown}"
-                    f"{' ' + md(q.get('unit')) if q.get('unit') else ''}"
-                    f"{', confident' if q.get('confident') else ', not confident'})"
+                    f"- requirement {md(q.get('text', '?'))}: **{md(q.get('verdict', '?'))}** (measured {md(measured)}"
+                    f"{within}{', confident' if q.get('confident') else ', not confident'})"
                 )
             for row in scenario_rows(r):
                 measured = "; ".join(x for x in (row["series"], row["facts"]) if x) or "-"

@@ -10,8 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from bakeoff.report.figures import figure, scenario_figures
 from bakeoff.report.figures import human_bytes as _bytes
+from bakeoff.report.figures import requirement_figures, scenario_figures
 from bakeoff.results.values import BaselineInfo, Placement, RunResult, TargetResult
 from bakeoff.store.db import RunSummary
 
@@ -201,11 +201,7 @@ def requirements_view(run: RunResult) -> Table:
         table.add_column(name, overflow="fold")
     for result in run.results:
         for check in result.requirements:
-            unit = check["unit"]
-            measured = "-" if check["value"] is None else figure(check["value"], unit)
-            interval = "-"
-            if check["low"] is not None and check["high"] > check["low"]:
-                interval = f"{figure(check['low'], unit)}-{figure(check['high'], unit)}"
+            measured, interval = requirement_figures(check)
             note = check["reason"]
             if check["verdict"] in ("met", "not_met") and not check["confident"]:
                 note = "; ".join(filter(None, [note, "the interval straddles the threshold: not conclusive"]))
