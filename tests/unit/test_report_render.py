@@ -86,7 +86,7 @@ def test_html_structure():
     assert page.count('<article class="run"') == 2 and page.count('<details id="env-') == 2
     assert "<th>env OMP_NUM_THREADS</th><td>1</td>" in page
     assert (
-        "<tr><td>offline</td><td>ok</td><td>best batch 8: 1,904.8/s [1,818.2/s-2,000.0/s]; batches 1-8 tried</td>"
+        "<tr><td>offline</td><td>ok</td><td>best batch 8: 1,904.8/s [1,818.2/s-2,000.0/s] (n=3); batches 1-8 tried</td>"
         "<td>ran 0.00 s, peak RSS -</td></tr>"
     ) in page
     assert "<td>generation</td><td>not applicable: not a causal language model</td>" in page

@@ -43,7 +43,14 @@ def _estimate(result: TargetResult, metric: str, label: str, unit: str = "ms") -
     if found.high > found.low:
         text += f" [{figure(found.low, unit)}-{figure(found.high, unit)}]"
     if not found.enough:
-        text += f" (only {found.samples} samples)"
+        from bakeoff.analysis.requirements import metric_percentile
+        from bakeoff.analysis.stats import samples_needed
+
+        pct = metric_percentile(metric)
+        need = f": p{pct:g} needs {samples_needed(pct)}" if pct is not None else ""
+        text += f" (only {found.samples} samples{need})"
+    elif found.samples > 1:
+        text += f" (n={found.samples})"
     return text
 
 
