@@ -86,7 +86,8 @@ def trial(
         on: target specs, as a list or one comma-separated string.
         db: database path or URL (default ``BAKEOFF_DB`` or ``./bakeoff.db``).
         isolate: run each target in its own worker process (crashes and hangs become results).
-        timeout_s: per-target limit when isolated.
+        timeout_s: when isolated, how long one step of a target (preparing with its first call,
+            a timing round, its scenarios, its checks) may take before its worker is killed.
         min_samples: at least this many timed calls per target.
         min_seconds: and at least this long timing each target.
         refresh_baseline: recompute the baseline even if a fresh one is stored.

@@ -129,7 +129,8 @@ def _finish_run(run: Any, fmt: str, db: str | None, strict: bool, strict_placeme
     "--timeout",
     type=float,
     default=None,
-    help="Seconds before a target's worker is killed and recorded as timed out (default 900).",
+    help="Seconds one step of a target (preparing, a timing round, its scenarios, its checks) may take "
+    "before its worker is killed and the target recorded as timed out (default 900).",
 )
 @click.option("--in-process", is_flag=True, help="Run targets in this process (faster; a crash ends the run).")
 @click.option("--refresh-baseline", is_flag=True, help="Recompute the baseline first.")
