@@ -3,7 +3,7 @@
 ``ru_maxrss`` only ever grows over a process's life, so it cannot say what one scenario
 needed. On Linux, writing ``5`` to ``/proc/self/clear_refs`` resets the peak (``VmHWM``) to
 the current resident size, which makes a per-scenario peak measurable; elsewhere the
-process-lifetime peak is reported and :func:`peak_is_per_scenario` says so.
+process-lifetime peak is reported.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import re
 import resource
 from pathlib import Path
 
-__all__ = ["peak_is_per_scenario", "peak_rss_bytes", "reset_peak_rss"]
+__all__ = ["lifetime_peak_rss_bytes", "peak_rss_bytes", "reset_peak_rss"]
 
 _STATUS = Path("/proc/self/status")
 _CLEAR = Path("/proc/self/clear_refs")
@@ -28,8 +28,10 @@ def reset_peak_rss() -> bool:
         return False
 
 
-def peak_is_per_scenario() -> bool:
-    return _CLEAR.exists() and os.access(_CLEAR, os.W_OK)
+def lifetime_peak_rss_bytes() -> int:
+    """The process's peak resident set size since it started (resets do not affect it)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return int(peak if os.uname().sysname == "Darwin" else peak * 1024)
 
 
 def peak_rss_bytes() -> int:
@@ -40,5 +42,4 @@ def peak_rss_bytes() -> int:
             return int(match.group(1)) * 1024
     except OSError:
         pass
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
-    return int(peak if os.uname().sysname == "Darwin" else peak * 1024)
+    return lifetime_peak_rss_bytes()

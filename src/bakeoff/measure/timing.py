@@ -8,6 +8,11 @@ Algorithm:
        ``warmup_max`` and report that compilation had not settled.
     3. Time single calls, synchronising the device before each clock read, until both
        ``min_samples`` and ``min_seconds`` are reached (or a cap is hit). Every sample is kept.
+
+The phases are separate functions so that a trial can time targets in turns: a round of
+:func:`time_block` (or one :func:`time_pass` over an input profile) for one target, then one
+for the next, until :func:`enough_samples` says each has enough. :func:`time_callable` runs
+all three phases in one go.
 """
 
 from __future__ import annotations
@@ -28,7 +33,6 @@ __all__ = [
     "time_block",
     "time_callable",
     "time_pass",
-    "time_profile",
     "warm_up",
 ]
 
@@ -176,37 +180,3 @@ def time_pass(
         seconds = clock.now() - start
         observed.append((shape, seconds, out, bool(compile_events and compile_events() != before)))
     return observed
-
-
-def time_profile(
-    calls: dict[Any, Callable[[], Any]],
-    order: list[Any],
-    sync: Callable[[], None],
-    settings: TimingSettings | None = None,
-    clock: Clock | None = None,
-    compile_events: Callable[[], int] | None = None,
-    steady_check: Callable[[Any], bool] | None = None,
-) -> ProfileRun:
-    """Run the profile once as traffic, check steadiness per shape, then time steady passes.
-
-    Steady passes repeat the whole profile (so each shape keeps its share of the traffic)
-    until ``min_samples`` calls and ``min_seconds`` are reached, or ``max_seconds``.
-    """
-    settings = settings or TimingSettings()
-    clock = clock or PerfClock()
-    first_pass = [
-        (shape, seconds, compiled)
-        for shape, seconds, _, compiled in time_pass(calls, order, sync, clock, compile_events)
-    ]
-    unsteady = tuple(s for s in dict.fromkeys(order) if steady_check is not None and not steady_check(s))
-    steady: dict[Any, list[float]] = {s: [] for s in dict.fromkeys(order)}
-    outputs: dict[Any, Any] = {}
-    passes, count, timed = 0, 0, 0.0
-    while not passes or not enough_samples(count, timed, settings):
-        for shape, seconds, out, _compiled in time_pass(calls, order, sync, clock):
-            outputs.setdefault(shape, out)
-            steady[shape].append(seconds)
-            count += 1
-            timed += seconds
-        passes += 1
-    return ProfileRun(tuple(first_pass), {k: tuple(v) for k, v in steady.items()}, outputs, unsteady, passes)

@@ -7,8 +7,6 @@ rest of a sweep goes on. It returns plain values, so a worker process can send i
 
 from __future__ import annotations
 
-import os
-import resource
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,12 +69,6 @@ def adjustments_for(
     if buckets:
         ledger.append({"name": "pad to buckets", "value": list(buckets)})
     return tuple(ledger)
-
-
-def _peak_rss_bytes() -> int:
-    # ru_maxrss is KiB on Linux, bytes on macOS.
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if os.uname().sysname == "Darwin" else peak * 1024)
 
 
 def _native_dtype(outputs: Any) -> str:

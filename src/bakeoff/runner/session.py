@@ -33,7 +33,6 @@ from bakeoff.runner.job import (
     TargetJob,
     _correctness,
     _native_dtype,
-    _peak_rss_bytes,
     _profile_calls,
     _profile_summary,
     _steady_check,
@@ -350,6 +349,7 @@ class TargetSession:
         import torch
 
         from bakeoff.analysis.noise import noise_flags
+        from bakeoff.measure.memory import lifetime_peak_rss_bytes
         from bakeoff.target.execute import device_peak_memory
 
         job = self.job
@@ -378,7 +378,7 @@ class TargetSession:
             first_call_ms=self.first_call_ms,
             warmup_calls=self.warmups,
             settled=self.settled,
-            peak_host_rss_bytes=_peak_rss_bytes(),
+            peak_host_rss_bytes=lifetime_peak_rss_bytes(),
             device_peak_bytes=device_peak_memory(job.target),
             threads=torch.get_num_threads(),
             load_average=(self.load_before, os.getloadavg()[0]),
