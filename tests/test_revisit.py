@@ -286,7 +286,10 @@ def test_report_by_tag_with_requirements_notes_and_failures(tmp_path):
     assert "## arch:llama: run dddd00000005" in markdown and "run aaaa" not in markdown
     assert "Tags: nightly" in markdown and "> openvino 2025.2 still fails to convert" in markdown
     assert "| cpu+inductor | ok | yes | yes | **NO** |" in markdown
-    assert "- requirement throughput>=2000/s: **not\\_met** (measured 900 /s, confident)" in markdown
+    assert (
+        "- requirement throughput>=2000/s: **not\\_met** (measured 900.0/s, 95% interval 850.0/s-950.0/s, confident)"
+        in markdown
+    )
     assert "- **failure** (crash, compile): RuntimeError: conversion failed for aten::foo" in markdown
     page = Path(f"{out}.html").read_text()
     assert "1 of 2 met; not met: throughput&gt;=2000/s" in page
