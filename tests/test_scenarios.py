@@ -226,7 +226,7 @@ def test_table_output_shows_scenarios_and_requirements(tmp_path):
 
 
 @pytest.mark.isolated
-def test_isolated_targets_are_timed_in_turns_and_sequential_runs_are_not(db):
+def test_isolated_targets_are_timed_in_alternating_turns_and_sequential_runs_are_not(db):
     def order(run):
         rounds = [(c["at"], r.target.spec) for r in run.results for c in r.conditions["rounds"]]
         return [spec for _, spec in sorted(rounds)]
@@ -237,7 +237,9 @@ def test_isolated_targets_are_timed_in_turns_and_sequential_runs_are_not(db):
     seq = order(run)
     both = 2 * min(seq.count("cpu"), seq.count("cpu?threads=1"))
     assert both >= 10
-    assert all(a != b for a, b in itertools.pairwise(seq[:both])), seq  # A B A B ...
+    turns = [seq[i : i + 2] for i in range(0, both, 2)]
+    assert all(set(turn) == {"cpu", "cpu?threads=1"} for turn in turns), seq  # every turn times both
+    assert all(a[0] != b[0] for a, b in itertools.pairwise(turns)), seq  # A B, B A, A B: neither always first
     # rounds timed in turns are paired: the speed interval is a block bootstrap over them
     from bakeoff.analysis.compare import ratio_of_paired_blocks
     from bakeoff.runner.trial import _rounds
@@ -268,3 +270,35 @@ def test_a_worker_that_crashes_mid_timing_is_a_result_and_the_others_finish(db):
     assert ref.status == "ok" and ref.latency.count >= 30 and ref.verdict == "pass"
     stored = Store.open(db).get_run(run.run_id)
     assert stored.result("cpu?threads=1").error.phase == "worker (round)"
+
+
+@pytest.mark.isolated
+def test_replicates_measure_each_target_in_several_processes_and_pool_them(db):
+    from bakeoff.analysis.compare import ratio_of_paired_blocks
+    from bakeoff.runner.replicates import replicate_blocks
+
+    run = bakeoff.trial(
+        py_workload("mlp"), on="cpu?threads=1", db=db, replicates=2, min_samples=10, min_seconds=0.05,
+        scenarios="training?steps=2",
+    )  # fmt: skip
+    assert run.settings["replicates"] == 2
+    ref, target = run.result("cpu"), run.result("cpu?threads=1")
+    for result in (ref, target):
+        pids = {r["pid"]: r["replicate"] for r in result.conditions["rounds"]}
+        assert len(pids) == 2 and sorted(pids.values()) == [0, 1]  # two worker processes, one per replicate
+        assert [r["status"] for r in result.conditions["replicates"]] == ["ok", "ok"]
+        assert result.latency.count == sum(r["samples"] for r in result.conditions["replicates"]) >= 20
+        assert [s.name for s in result.scenarios] == ["single-stream", "training"]  # from the first replicate only
+    expected = ratio_of_paired_blocks(replicate_blocks(ref), replicate_blocks(target))
+    assert target.speedup_ci == expected.to_dict()  # the interval resamples processes
+    stored = Store.open(db).get_run(run.run_id)
+    assert stored.result("cpu?threads=1").conditions["replicates"] == target.conditions["replicates"]
+
+
+def test_replicates_need_worker_processes(tmp_path):
+    result = cli_trial(py_workload("mlp"), "cpu", tmp_path, "--replicates", "2")  # cli_trial runs in-process
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "bakeoff: error: replicates need worker processes (one process cannot show the spread between processes) "
+        "(drop --in-process, or drop --replicates)"
+    )

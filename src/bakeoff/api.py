@@ -77,6 +77,7 @@ def trial(
     scenarios: str | Iterable[str] = (),
     requirements: Iterable[str] | None = None,
     interleave: bool = True,
+    replicates: int = 1,
     progress: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Run ``workload`` on each target in ``on`` and store the run.
@@ -107,6 +108,8 @@ def trial(
             ``peak_memory<=4GiB``, ``ttft<=200ms``); each target gets a verdict per requirement.
             They are kept with the workload; None checks the kept ones, ``[]`` clears them.
         interleave: time the isolated targets in turns (A B A B) so drift affects all alike.
+        replicates: measure each target (the reference too) in this many worker processes and
+            pool their samples; speed intervals then include the spread between processes.
         progress: called with a short message as each step starts.
 
     Raises:
@@ -126,6 +129,13 @@ def trial(
         raise SpecError(f"minimum timing seconds must be >= 0, got {min_seconds}", hint="e.g. --min-time 0.5")
     if timeout_s <= 0:
         raise SpecError(f"timeout must be positive, got {timeout_s:g} s", hint="e.g. --timeout 900")
+    if replicates < 1:
+        raise SpecError(f"replicates must be at least 1, got {replicates}", hint="e.g. --replicates 3")
+    if replicates > 1 and not isolate:
+        raise SpecError(
+            "replicates need worker processes (one process cannot show the spread between processes)",
+            hint="drop --in-process, or drop --replicates",
+        )
     if max_buckets < 1:
         raise SpecError(f"max buckets must be at least 1, got {max_buckets}", hint="e.g. --max-buckets 4")
     if cold_compile_cache and not isolate:
@@ -180,6 +190,7 @@ def trial(
         scenarios=parsed_scenarios,
         requirements=texts,
         interleave=interleave,
+        replicates=replicates,
     )
     return run_trial(store, spec, parsed, settings, progress)
 
@@ -354,6 +365,8 @@ def rerun_keywords(run: RunResult) -> dict[str, Any]:
     for key in ("scenarios", "requirements"):
         if settings.get(key):
             keywords[key] = settings[key]
+    if settings.get("replicates", 1) > 1:
+        keywords["replicates"] = settings["replicates"]
     if keywords["isolate"] and settings.get("interleaved") is False:
         keywords["interleave"] = False  # the targets were timed one after another, not in turns
     return keywords

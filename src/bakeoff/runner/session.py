@@ -65,6 +65,7 @@ def _conditions() -> dict[str, Any]:
     freq = psutil.cpu_freq()
     return {
         "at": round(time.time(), 6),  # wall clock, comparable across worker processes
+        "pid": os.getpid(),
         "threads": torch.get_num_threads(),
         "load_1m": round(os.getloadavg()[0], 3),
         "cpu_mhz": round(freq.current, 1) if freq and freq.current else None,

@@ -55,6 +55,7 @@ class TrialSettings:
     scenarios: tuple[ScenarioSpec, ...] = ()
     requirements: tuple[str, ...] | None = None
     interleave: bool = True
+    replicates: int = 1
 
     @property
     def interleaved(self) -> bool:
@@ -72,6 +73,7 @@ class TrialSettings:
             "env": [list(pair) for pair in self.env],
             "scenarios": [spec.spec for spec in self.scenarios],
             "interleaved": self.interleaved,
+            "replicates": self.replicates,
         }
 
 
@@ -221,13 +223,16 @@ def _rounds(result: TargetResult) -> list[tuple[float, ...]]:
 def _speedups(results: list[TargetResult], reference: Target, interleaved: bool = False) -> list[TargetResult]:
     """Speed-up against the reference with a 95% bootstrap interval, and when compiling pays off.
 
-    Targets timed in turns get a paired block bootstrap over their rounds (see
-    :func:`~bakeoff.analysis.compare.ratio_of_paired_blocks`), which accounts for drift.
+    Targets timed in turns get a paired block bootstrap (see
+    :func:`~bakeoff.analysis.compare.ratio_of_paired_blocks`): over their replicate processes
+    when there are several, which accounts for the spread between processes, else over their
+    rounds, which accounts for drift.
 
     Break-even compares time to first result (preparing, compiling, first call) plus steady
     calls, for the target and the reference alike.
     """
     from bakeoff.analysis.compare import break_even_requests, ratio_of_medians, ratio_of_paired_blocks
+    from bakeoff.runner.replicates import replicate_blocks
 
     ref = next((r for r in results if r.target == reference and r.variant == "as-is"), None)
     if ref is None or ref.latency is None or not ref.latency.count:
@@ -237,8 +242,10 @@ def _speedups(results: list[TargetResult], reference: Target, interleaved: bool 
         if r.latency is None or not r.latency.count or r.latency.p50_ms <= 0:
             updated.append(r)
             continue
-        ref_blocks, blocks = _rounds(ref), _rounds(r)
-        if interleaved and ref_blocks and blocks:  # rounds timed in turns: pair them
+        ref_blocks, blocks = replicate_blocks(ref), replicate_blocks(r)
+        if not (ref_blocks and blocks):  # one process each: pair the rounds instead
+            ref_blocks, blocks = _rounds(ref), _rounds(r)
+        if interleaved and ref_blocks and blocks:  # timed in turns: pair processes, or rounds
             estimate = ratio_of_paired_blocks(ref_blocks, blocks)
         else:
             estimate = ratio_of_medians(ref.latency.samples_ms, r.latency.samples_ms)
@@ -319,9 +326,12 @@ def _drive(sessions: list, interleave: bool, say: Progress) -> list[TargetResult
         session.start()
         live.append(session)
     say(f"timing {len(live)} target(s) in turns")
-    active = [s for s in live if not s.timing_done]
-    while active:
-        active = [s for s in active if not s.round()]
+    active, turn = [s for s in live if not s.timing_done], 0
+    while active:  # A B, then B A: no target always goes first (an order effect would bias ratios)
+        order = active if turn % 2 == 0 else active[::-1]
+        finished = {id(s) for s in order if s.round()}
+        active = [s for s in active if id(s) not in finished]
+        turn += 1
     for (label, _), session in zip(sessions, live, strict=True):
         if session.job.scenarios:
             say(f"scenarios on {label}")
@@ -358,7 +368,7 @@ def run_trial(
         variants.append((target, None))
         if buckets and target != reference:
             variants.append((target, tuple(buckets["chosen"])))
-    results: list[TargetResult | None] = []
+    results: list[TargetResult | int] = []  # a result, or how many replicate sessions will give it
     sessions = []
     for target, padding in variants:
         is_ref = target == reference and padding is None
@@ -382,10 +392,15 @@ def run_trial(
             scenarios=tuple(s for s in scenarios if s.name != "single-stream"),
         )
         label = target.spec + (" (reference)" if is_ref else "") + (" padded to buckets" if padding else "")
-        sessions.append((label, _session_factory(job, settings)))
-        results.append(None)
+        for index in range(settings.replicates):  # scenarios describe the target: the first replicate runs them
+            copy = job if index == 0 else replace(job, scenarios=())
+            suffix = f" [replicate {index + 1}/{settings.replicates}]" if settings.replicates > 1 else ""
+            sessions.append((label + suffix, _session_factory(copy, settings)))
+        results.append(settings.replicates)
+    from bakeoff.runner.replicates import merge_replicates
+
     measured = iter(_drive(sessions, settings.interleaved, say))
-    done = [r if r is not None else next(measured) for r in results]
+    done = [r if isinstance(r, TargetResult) else merge_replicates([next(measured) for _ in range(r)]) for r in results]
     done = [_with_requirements(r, requirements) for r in _speedups(done, reference, settings.interleaved)]
     run = RunResult(
         run_id=uuid.uuid4().hex[:12],
