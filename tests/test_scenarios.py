@@ -87,6 +87,7 @@ def test_every_scenario_on_a_tiny_language_model_gives_the_known_figures():
     training = by_name["training"]
     assert training.series["step"] == pytest.approx((1.0,) * 3) and training.facts["batch"] == 1
     assert all(s.peak_host_rss_bytes > 0 for s in result.scenarios)
+    assert result.peak_host_rss_bytes >= max(s.peak_host_rss_bytes for s in result.scenarios)  # the target's peak
 
     checks = {
         c.requirement.text: c
@@ -127,6 +128,15 @@ def test_server_sweep_finds_the_highest_rate_within_the_bound():
     assert server.facts["max_rate"] == (max(met) if met else None)
     assert all(s["met"] for s in sweep[:-1])  # the sweep stops at the first rate over the bound
     assert server.facts["bound"] == "p99<=5ms"
+
+
+def test_a_sweep_where_no_rate_meets_the_bound_says_so():
+    result = _run(LLAMA, "server?rate=sweep&requests=10&bound=p99<=0.5ms")  # one call alone takes 1 ms
+    server = result.scenario("server")
+    assert server.facts["max_rate"] is None and len(server.facts["sweep"]) == 1  # stops at the first miss
+    (check,) = check_target(result, [parse_requirement("server.rate>=1")])
+    assert (check.verdict, check.value) == ("not_met", 0.0)
+    assert check.reason == "no rate tried kept latency within p99<=0.5ms: the service sustains none of them"
 
 
 def test_scenarios_that_do_not_fit_say_why_and_the_target_still_passes():

@@ -31,8 +31,9 @@ def test_replicates_pool_samples_keep_rounds_by_process_and_the_largest_peak():
     assert merged.latency.samples_ms == (1.0, 1.1, 1.2, 2.0, 2.1)  # pooled, never averaged
     assert [r["replicate"] for r in merged.conditions["rounds"]] == [0, 0, 1, 1]
     assert [r["p50_ms"] for r in merged.conditions["replicates"]] == [1.1, 2.05]
-    assert merged.peak_host_rss_bytes == 300 and merged.noise == ("machine busy",)
+    assert merged.peak_host_rss_bytes == 300 and merged.noise == ("replicate 1: machine busy",)
     assert "2 of 2 replicate processes pooled" in merged.notes
+    assert "the speed interval resamples only 2 processes: use 3 or more replicates" in merged.notes
     assert replicate_blocks(merged) == [(1.0, 1.1, 1.2), (2.0, 2.1)]
     assert replicate_blocks(a) == []  # one process: no replicate blocks
     assert merge_replicates([a]) is a

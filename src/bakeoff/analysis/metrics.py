@@ -9,6 +9,7 @@ median latency, so their interval is the latency interval inverted. A figure mea
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from bakeoff.analysis.requirements import Requirement, RequirementCheck, check_requirements, metric_percentile
@@ -91,4 +92,9 @@ def check_target(result: TargetResult, requirements: list[Requirement]) -> list[
         estimate = metric_estimate(result, req.metric) if result.status == "ok" else None
         if estimate is not None:
             measured[req.metric] = estimate
-    return check_requirements(requirements, measured, _missing(result))
+    checks = check_requirements(requirements, measured, _missing(result))
+    server = result.scenario("server")
+    if server is not None and server.status == "ok" and server.facts.get("sweep") and not server.facts["max_rate"]:
+        why = f"no rate tried kept latency within {server.facts['bound']}: the service sustains none of them"
+        checks = [replace(c, reason=why) if c.requirement.metric == "server.rate" else c for c in checks]
+    return checks

@@ -38,9 +38,10 @@ class ServerRun:
 
     @property
     def achieved_rate(self) -> float:
-        """Requests completed per second of the run (first arrival to last finish)."""
-        span = self.finishes[-1] - self.arrivals[0]
-        return len(self.finishes) / span if span > 0 else float("inf")
+        """Completions per second: ``n - 1`` intervals between the first and the last finish,
+        counted as the offered rate counts ``n - 1`` gaps between arrivals."""
+        span = self.finishes[-1] - self.finishes[0]
+        return (len(self.finishes) - 1) / span if span > 0 else float("inf")
 
 
 def serve(

@@ -62,9 +62,10 @@ def scenario_figures(result: TargetResult, scenario: Any) -> list[str]:
         figures = [_estimate(result, m, m) for m in ("p50", "p90", "p99")] + [f"{count} requests"]
         shapes = list(scenario.series.items())
         for shape, samples in shapes[:6]:  # per profile shape
+            few = f"only {len(samples)} samples: p99 needs 100" if len(samples) < 100 else f"n={len(samples)}"
             figures.append(
                 f"{shape}: p50 {figure(percentile(samples, 50), 'ms')}, p99 {figure(percentile(samples, 99), 'ms')}"
-                f" (n={len(samples)})"
+                f" ({few})"
             )
         if len(shapes) > 6:
             figures.append(f"{len(shapes) - 6} more shape(s) in the JSON")

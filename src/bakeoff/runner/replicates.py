@@ -53,6 +53,8 @@ def merge_replicates(results: Sequence[TargetResult]) -> TargetResult:
         for index, result in enumerate(results)
     ]
     notes = [*base.notes, f"{len(ran)} of {len(results)} replicate processes pooled"]
+    if len(ran) < 3:
+        notes.append(f"the speed interval resamples only {len(ran)} processes: use 3 or more replicates")
     for item in summary:
         if item["status"] != "ok":
             notes.append(f"replicate {item['replicate']} {item['status']}: {item['error'] or ''}".rstrip(": "))
@@ -65,7 +67,7 @@ def merge_replicates(results: Sequence[TargetResult]) -> TargetResult:
         peak_host_rss_bytes=max(peaks) if peaks else None,
         device_peak_bytes=max(device) if device else None,
         notes=tuple(notes),
-        noise=tuple(dict.fromkeys(flag for r in ran for flag in r.noise)),
+        noise=tuple(f"replicate {i}: {flag}" for i, r in enumerate(results) if r.status == "ok" for flag in r.noise),
         duration_s=sum(r.duration_s or 0.0 for r in results),
     )
 

@@ -92,6 +92,7 @@ class TargetSession:
         self.scenario_results: list[ScenarioResult] = []
         self.stream_peak: tuple[int | None, int | None] = (None, None)
         self.compile_snapshot: dict[str, Any] | None = None
+        self.build_peak: int | None = None
 
     # -- plumbing --------------------------------------------------------------------------
     @contextmanager
@@ -150,7 +151,7 @@ class TargetSession:
         """
         import torch
 
-        from bakeoff.measure.memory import reset_peak_rss
+        from bakeoff.measure.memory import peak_rss_bytes, reset_peak_rss
         from bakeoff.target.execute import prepare, reset_device_peak_memory, synchronizer
         from bakeoff.target.plugins import load_plugins
         from bakeoff.workload.registry import build_workload
@@ -176,6 +177,7 @@ class TargetSession:
                 torch._dynamo.reset()
             self.phase = "prepare"
             reset_device_peak_memory(target)
+            self.build_peak = peak_rss_bytes()  # resets below also reset the kernel's lifetime peak
             reset_peak_rss()
             prepare_start = self.clock.now()
             self.prepared = prepare(self.workload, target)
@@ -379,7 +381,12 @@ class TargetSession:
             first_call_ms=self.first_call_ms,
             warmup_calls=self.warmups,
             settled=self.settled,
-            peak_host_rss_bytes=lifetime_peak_rss_bytes(),
+            # every reset (per scenario) also resets the kernel's lifetime peak: take the largest seen
+            peak_host_rss_bytes=max(
+                v
+                for v in (lifetime_peak_rss_bytes(), self.build_peak, *(s.peak_host_rss_bytes for s in scenarios))
+                if v is not None
+            ),
             device_peak_bytes=device_peak_memory(job.target),
             threads=torch.get_num_threads(),
             load_average=(self.load_before, os.getloadavg()[0]),
