@@ -79,12 +79,6 @@ class Estimate:
     confidence: float = 0.95
     enough: bool = True
 
-    def scaled(self, factor: float) -> Estimate:
-        """The same estimate in other units (``factor`` > 0)."""
-        return Estimate(
-            self.value * factor, self.low * factor, self.high * factor, self.samples, self.confidence, self.enough
-        )
-
     def inverted(self, numerator: float) -> Estimate:
         """``numerator / x`` of a positive estimate (a latency into a rate): the interval flips."""
         return Estimate(

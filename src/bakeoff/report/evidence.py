@@ -113,16 +113,6 @@ def answers_for(result: TargetResult) -> Answers:
     return Answers(_correct(result), _placement(result), _requirements(result))
 
 
-def _fact(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, (list, tuple)) and len(value) > 8:
-        return ", ".join(str(v) for v in value[:8]) + ", ..."
-    if isinstance(value, (list, tuple)):
-        return ", ".join(str(v) for v in value)
-    return str(value)
-
-
 def scenario_rows(result: TargetResult) -> list[dict[str, str]]:
     """One row per scenario a target ran: its status (and why, if it did not run), its headline
     figures with 95% intervals, and its run length and peak memory."""

@@ -21,7 +21,7 @@ from typing import Any
 from bakeoff.results.values import Correctness, ErrorInfo, TargetResult
 from bakeoff.runner.job import TargetJob, adjustments_for
 
-__all__ = ["IsolatedSession", "run_isolated"]
+__all__ = ["IsolatedSession"]
 
 
 def _worker(job: TargetJob, conn: Any, crash_log: str) -> None:
@@ -146,10 +146,3 @@ class IsolatedSession:
             self._stop()
             self._tmp.cleanup()
         return self.result
-
-
-def run_isolated(job: TargetJob, timeout_s: float) -> TargetResult:
-    """Run every step of ``job`` in a spawned process; never raises for what happens inside it."""
-    from bakeoff.runner.session import run_steps
-
-    return run_steps(IsolatedSession(job, timeout_s))
