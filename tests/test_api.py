@@ -17,3 +17,22 @@ def test_api_functions_stay_callable_after_subpackages_are_imported():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_every_public_name_is_callable_after_every_subpackage_is_imported():
+    code = (
+        "import importlib, pkgutil, bakeoff\n"
+        "for info in pkgutil.walk_packages(bakeoff.__path__, 'bakeoff.'):\n"
+        "    if not info.name.startswith(('bakeoff.cli', 'bakeoff.__main__')):\n"
+        "        importlib.import_module(info.name)\n"
+        "import bakeoff.report.html\n"
+        "from bakeoff.report import terminal\n"
+        "assert type(terminal).__name__ == 'module'\n"
+        "bad = [n for n in bakeoff._API if not callable(getattr(bakeoff, n)) or type(getattr(bakeoff, n)).__name__ == 'module']\n"
+        "assert not bad, bad\n"
+        "assert bakeoff.report is bakeoff.api.report\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"

@@ -6,6 +6,8 @@ The keyword API lives in :mod:`bakeoff.api` and is re-exported here lazily, so t
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import Any
 
 __version__ = "0.1.0"
@@ -44,3 +46,21 @@ def __getattr__(name: str) -> Any:
 
         return BakeoffError
     raise AttributeError(f"module 'bakeoff' has no attribute {name!r}")
+
+
+class _Package(types.ModuleType):
+    """Keeps the API functions when a subpackage of the same name is imported.
+
+    Importing a submodule binds it as an attribute of its parent package: ``import
+    bakeoff.report.html`` would replace the :func:`bakeoff.report` function with the
+    ``bakeoff.report`` subpackage. The subpackage stays reachable through ``sys.modules`` and
+    ``from bakeoff.report import ...``; the name on the package keeps meaning the function.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _API and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
