@@ -9,6 +9,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -125,10 +126,12 @@ def trial(
 
     if min_samples < 1:
         raise SpecError(f"samples must be at least 1, got {min_samples}", hint="e.g. --samples 30")
-    if min_seconds < 0:
-        raise SpecError(f"minimum timing seconds must be >= 0, got {min_seconds}", hint="e.g. --min-time 0.5")
-    if timeout_s <= 0:
-        raise SpecError(f"timeout must be positive, got {timeout_s:g} s", hint="e.g. --timeout 900")
+    if not math.isfinite(min_seconds) or min_seconds < 0:
+        raise SpecError(
+            f"minimum timing seconds must be a finite number >= 0, got {min_seconds}", hint="e.g. --min-time 0.5"
+        )
+    if not math.isfinite(timeout_s) or timeout_s <= 0:
+        raise SpecError(f"timeout must be a positive number of seconds, got {timeout_s:g}", hint="e.g. --timeout 900")
     if replicates < 1:
         raise SpecError(f"replicates must be at least 1, got {replicates}", hint="e.g. --replicates 3")
     if replicates > 1 and not isolate:
@@ -164,9 +167,13 @@ def trial(
     from bakeoff.runner.scenarios import parse_scenario
 
     scenario_texts = [scenarios] if isinstance(scenarios, str) else list(scenarios)
-    parsed_scenarios = tuple(
-        parse_scenario(part) for text in scenario_texts for part in _split_scenarios(text) if part.strip()
-    )
+    parts = [part.strip() for text in scenario_texts for part in _split_scenarios(text)]
+    if any(not part for part in parts):
+        raise SpecError(
+            f"empty scenario in {', '.join(repr(t) for t in scenario_texts)}",
+            hint="name one: offline, server?rate=20, generation or training (or drop --scenario)",
+        )
+    parsed_scenarios = tuple(parse_scenario(part) for part in parts)
     seen = [s.name for s in parsed_scenarios]
     twice = next((name for name in seen if seen.count(name) > 1), None)
     if twice is not None:

@@ -44,4 +44,6 @@ def progress() -> Any:
 
 
 def emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, default=str))
+    from bakeoff.results.strictjson import for_display
+
+    click.echo(json.dumps(for_display(data), indent=2, default=str, allow_nan=False))

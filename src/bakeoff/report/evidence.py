@@ -231,4 +231,6 @@ def build_evidence(
 def render_json(evidence: Evidence) -> str:
     """The machine-readable report: schema ``bakeoff.report``, the run documents, derived answers
     and regressions."""
-    return json.dumps(evidence.to_dict(), indent=1, default=str) + "\n"
+    from bakeoff.results.strictjson import for_display
+
+    return json.dumps(for_display(evidence.to_dict()), indent=1, default=str, allow_nan=False) + "\n"

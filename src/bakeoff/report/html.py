@@ -36,7 +36,9 @@ _OUTCOME_COLOUR = {
 
 def safe_json(value: Any) -> str:
     """JSON that cannot end the ``<script>`` element it sits in, nor break a JavaScript string."""
-    text = json.dumps(value, separators=(",", ":"), default=str, allow_nan=False)
+    from bakeoff.results.strictjson import for_display
+
+    text = json.dumps(for_display(value), separators=(",", ":"), default=str, allow_nan=False)
     for raw, escaped in (
         ("<", "\\u003c"),
         (">", "\\u003e"),

@@ -92,7 +92,10 @@ def _create_engine(url: str) -> Engine:
             f"bakeoff keeps runs in SQLite or PostgreSQL, not {backend!r} ({display_db_url(url)})",
             hint="use a file path or a postgresql://user@host/dbname URL",
         )
-    kwargs: dict[str, Any] = {}
+    from bakeoff.results import strictjson
+
+    # JSON columns: strict JSON (PostgreSQL refuses NaN/Infinity), infinities tagged and restored
+    kwargs: dict[str, Any] = {"json_serializer": strictjson.dumps, "json_deserializer": strictjson.loads}
     if backend == "postgresql":
         parsed = parsed.set(drivername=f"postgresql+{driver or 'psycopg'}")
         # whatever the server's default: "insert unless exists, then read it" needs to see rows

@@ -33,6 +33,7 @@ from sqlalchemy.exc import DBAPIError
 
 from bakeoff.env import Environment
 from bakeoff.errors import BakeoffError, StoreError
+from bakeoff.results import strictjson
 from bakeoff.results.values import BaselineInfo, RunResult
 from bakeoff.store import schema
 from bakeoff.store.annotations import check_note_text, check_tag
@@ -151,7 +152,7 @@ def _write_jsonl(
     from bakeoff import __version__
 
     def line(record: dict[str, Any]) -> None:
-        out.write(json.dumps(record, sort_keys=True, separators=(",", ":"), allow_nan=True) + "\n")
+        out.write(strictjson.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
 
     filtered = workload is not None or tag is not None
     specs = sorted({row["workload_spec"] for row in index}) if filtered else None
@@ -270,7 +271,7 @@ def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 if not raw.strip():
                     continue
                 try:
-                    record = json.loads(raw)
+                    record = strictjson.loads(raw)
                 except json.JSONDecodeError as exc:
                     raise StoreError(
                         f"{path}, line {number}: not JSON ({exc.msg})",

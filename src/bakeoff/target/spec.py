@@ -9,6 +9,7 @@ Parsing is pure (no torch import): whether a target can run *here* is decided la
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -45,6 +46,7 @@ DTYPE_ALIASES = {
 }
 
 _MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+MAX_THREADS = 1024
 _OPTIONS = ("dtype", "dynamic", "mode", "fullgraph", "threads", "precision")
 _PRECISIONS = ("f32", "bf16", "f16")
 _HEAD = re.compile(r"^(?P<device>[a-z][a-z0-9_]*)(?::(?P<index>\d+))?(?:\+(?P<backend>[A-Za-z0-9_.\-]+))?$")
@@ -183,6 +185,12 @@ def parse_target(text: str, extra_devices: Iterable[str] = ()) -> Target:
             if not (value.isascii() and value.isdigit()) or int(value) < 1:
                 raise SpecError(
                     f"threads={value!r} in target {text!r} is not a positive integer", hint="e.g. threads=1"
+                )
+            if int(value) > MAX_THREADS:
+                # OpenMP cannot start that many threads: torch segfaults instead of saying so
+                raise SpecError(
+                    f"threads={value} in target {text!r} is more than {MAX_THREADS}",
+                    hint=f"use at most the machine's cores (this one has {os.cpu_count()})",
                 )
             fields["threads"] = int(value)
         elif key == "precision":

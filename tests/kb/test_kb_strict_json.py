@@ -1,0 +1,94 @@
+"""Infinite figures (an output whose finiteness differs from the reference) stay strict JSON everywhere."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.kb.runs import recorded_run, variant
+
+from bakeoff.results import strictjson
+from bakeoff.store.db import Store
+
+
+def _strict(text: str):
+    def refuse(constant: str):
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _run_with_infinite_error(run_id: str):
+    data = recorded_run().to_dict()
+    data["results"][1]["correctness"]["outputs"][0]["max_abs_err"] = math.inf
+    data["results"][1]["correctness"]["outputs"][0]["max_rel_err"] = math.nan
+    data["results"][1]["correctness"]["verdict"] = "fail"
+    return variant(run_id, results=data["results"])
+
+
+def test_codec_round_trips_non_finite_floats_as_strict_json():
+    value = {"a": [math.inf, -math.inf, 1.5], "b": {"c": math.nan}, "d": {"$float": "text stays"}}
+    text = strictjson.dumps(value)
+    _strict(text)
+    back = strictjson.loads(text)
+    assert back["a"] == [math.inf, -math.inf, 1.5] and math.isnan(back["b"]["c"])
+    assert back["d"] == {"$float": "text stays"}
+    assert strictjson.for_display(value)["a"] == ["inf", "-inf", 1.5]
+    assert strictjson.loads('{"x": NaN}')["x"] != 0  # older text with bare NaN still reads
+
+
+def _check_store(url: str, tmp_path: Path) -> None:
+    store = Store.open(url, artifacts_dir=tmp_path / "artifacts")
+    store.save_run(_run_with_infinite_error("infrun000001"))
+    read = store.get_run("infrun000001")
+    output = read.results[1].correctness.outputs[0]
+    assert output.max_abs_err == math.inf and math.isnan(output.max_rel_err)
+
+
+def test_sqlite_store_keeps_infinities(tmp_path):
+    _check_store(str(tmp_path / "b.db"), tmp_path)
+
+
+def test_postgres_store_keeps_infinities(pg_url, tmp_path):
+    # PostgreSQL's json type refuses bare NaN/Infinity: the tagged form is what lets this store at all
+    _check_store(pg_url, tmp_path)
+
+
+def test_every_json_output_parses_strictly(tmp_path):
+    db = tmp_path / "b.db"
+    Store.open(str(db)).save_run(_run_with_infinite_error("infrun000001"))
+
+    def bakeoff(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "bakeoff", *args, "--db", str(db)], capture_output=True, text=True, timeout=300
+        )
+
+    shown = bakeoff("show", "infrun000001", "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    doc = _strict(shown.stdout)
+    assert doc["results"][1]["correctness"]["outputs"][0]["max_abs_err"] == "inf"
+    exported = bakeoff("export", "-o", str(tmp_path / "out.jsonl"))
+    assert exported.returncode == 0, exported.stderr
+    lines = (tmp_path / "out.jsonl").read_text().splitlines()
+    assert all(_strict(line) for line in lines)
+    assert '{"$float":"inf"}' in "".join(lines)
+    reported = bakeoff("report", "--json", str(tmp_path / "r.json"))
+    assert reported.returncode == 0, reported.stderr
+    assert _strict((tmp_path / "r.json").read_text())
+    for command in (["history"], ["regressions"]):
+        out = bakeoff(*command, "--format", "json")
+        assert out.returncode == 0, out.stderr
+        _strict(out.stdout)
+    # and the export imports back with the infinity intact
+    other = tmp_path / "other.db"
+    imported = subprocess.run(
+        [sys.executable, "-m", "bakeoff", "import", str(tmp_path / "out.jsonl"), "--db", str(other)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert imported.returncode == 0, imported.stderr
+    assert Store.open(str(other)).get_run("infrun000001").results[1].correctness.outputs[0].max_abs_err == math.inf
