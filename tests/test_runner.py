@@ -136,6 +136,7 @@ def test_workers_turn_crash_and_hang_into_results_and_the_run_goes_on(db):
     assert ref.status == "ok" and ref.verdict == "pass"
     assert crashed.status == "error" and crashed.error.category == "crash"
     assert crashed.error.type == "SIGSEGV"
+    assert crashed.error.phase == "compile and first call"  # where in the worker's start it died
     assert "Segmentation fault" in crashed.error.traceback  # faulthandler's dump from the worker
 
     hang = bakeoff.trial(

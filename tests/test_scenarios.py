@@ -276,10 +276,10 @@ def test_a_worker_that_crashes_mid_timing_is_a_result_and_the_others_finish(db):
     )
     crashed, ref = run.result("cpu?threads=1"), run.result("cpu")
     assert crashed.status == "error" and crashed.error.category == "crash"
-    assert crashed.error.phase == "worker (round)" and crashed.error.type == "SIGABRT"
+    assert crashed.error.phase == "timing" and crashed.error.type == "SIGABRT"
     assert ref.status == "ok" and ref.latency.count >= 30 and ref.verdict == "pass"
     stored = Store.open(db).get_run(run.run_id)
-    assert stored.result("cpu?threads=1").error.phase == "worker (round)"
+    assert stored.result("cpu?threads=1").error.phase == "timing"
 
 
 @pytest.mark.isolated

@@ -69,7 +69,7 @@ def compute_references(
         with torch.no_grad():
             refs[f"eager:{native}"] = flatten_outputs(workload())
             refs[f"repeat:{native}"] = flatten_outputs(workload())
-    except Exception as exc:  # without an eager CPU run there is nothing to compare against
+    except (Exception, SystemExit) as exc:  # without an eager CPU run there is nothing to compare against
         from bakeoff.errors import WorkloadError
 
         first = (str(exc).splitlines() or [""])[0][:300]
@@ -85,7 +85,7 @@ def compute_references(
                 continue
             try:
                 refs[name + tag] = _run_in(workload, dtype, args, kwargs)
-            except Exception as exc:  # e.g. an op without a float64 or float16 CPU kernel
+            except (Exception, SystemExit) as exc:  # e.g. an op without a float64 or float16 CPU kernel
                 if name == f"eager:{native}":  # the shape itself does not work: refuse it now
                     from bakeoff.errors import WorkloadError
 

@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "console", "db_option", "emit_json", "format_option", "progress"]
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_FAILED",
+    "console",
+    "db_option",
+    "emit_json",
+    "format_option",
+    "progress",
+    "workload_output_to_stderr",
+]
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -47,3 +60,21 @@ def emit_json(data: Any) -> None:
     from bakeoff.results.strictjson import for_display
 
     click.echo(json.dumps(for_display(data), indent=2, default=str, allow_nan=False))
+
+
+@contextmanager
+def workload_output_to_stderr() -> Iterator[None]:
+    """While workloads run, whatever they print (Python or C, in this process or in workers
+    spawned meanwhile, which inherit file descriptor 1) goes to stderr, so that stdout holds
+    only bakeoff's own output: ``--format json`` stays parseable however chatty the model is."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    previous, sys.stdout = sys.stdout, sys.stderr
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+        sys.stdout = previous

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from bakeoff.cli.common import EXIT_BAD_INPUT, EXIT_FAILED
+from bakeoff.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, workload_output_to_stderr
 from bakeoff.cli.common import console as _console
 from bakeoff.cli.common import db_option as _db_option
 from bakeoff.cli.common import emit_json as _emit_json
@@ -83,7 +83,8 @@ def baseline(workload: str, dtypes: Sequence[str], refresh: bool, db: str | None
     """Preserve the reference outputs of WORKLOAD (float64 golden and eager CPU runs)."""
     from bakeoff import api
 
-    info, notes = api.baseline(workload, db=db, dtypes=dtypes, refresh=refresh)
+    with workload_output_to_stderr():
+        info, notes = api.baseline(workload, db=db, dtypes=dtypes, refresh=refresh)
     if fmt == "json":
         _emit_json({**info.to_dict(), "notes": notes})
         return
@@ -233,26 +234,27 @@ def trial(
         from bakeoff.errors import SpecError
 
         raise SpecError("--clear-requirements with --require", hint="give one or the other")
-    run = api.trial(
-        workload,
-        on=on,
-        db=db,
-        isolate=not in_process,
-        timeout_s=900.0 if timeout is None else timeout,
-        min_samples=samples,
-        min_seconds=min_time,
-        refresh_baseline=refresh_baseline,
-        profile=profile,
-        pad_to_buckets=pad_to_buckets,
-        max_buckets=max_buckets,
-        cold_compile_cache=cold_compile_cache,
-        env=env,
-        scenarios=scenarios,
-        requirements=[] if clear_requirements else (list(requirements) or None),
-        interleave=not sequential,
-        replicates=replicates,
-        progress=_progress(),
-    )
+    with workload_output_to_stderr():
+        run = api.trial(
+            workload,
+            on=on,
+            db=db,
+            isolate=not in_process,
+            timeout_s=900.0 if timeout is None else timeout,
+            min_samples=samples,
+            min_seconds=min_time,
+            refresh_baseline=refresh_baseline,
+            profile=profile,
+            pad_to_buckets=pad_to_buckets,
+            max_buckets=max_buckets,
+            cold_compile_cache=cold_compile_cache,
+            env=env,
+            scenarios=scenarios,
+            requirements=[] if clear_requirements else (list(requirements) or None),
+            interleave=not sequential,
+            replicates=replicates,
+            progress=_progress(),
+        )
     _finish_run(run, fmt, db, strict, strict_placement)
 
 
@@ -263,7 +265,8 @@ def demo(db: str | None, fmt: str) -> None:
     """Run the bundled tiny workload (arch:llama) on every target available here."""
     from bakeoff import api
 
-    run = api.demo(db=db, progress=_progress())
+    with workload_output_to_stderr():
+        run = api.demo(db=db, progress=_progress())
     _finish_run(run, fmt, db, strict=False)
 
 
@@ -315,12 +318,33 @@ for _command in _kb.COMMANDS:
     cli.add_command(_command)
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the main thread is, so that it unwinds like Ctrl-C: workers are
+    stopped (they are daemons of this process) and nothing half-done is stored."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise _Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of ``bakeoff`` and ``python -m bakeoff``: the single error boundary."""
+    """Entry point of ``bakeoff`` and ``python -m bakeoff``: the single error boundary.
+
+    Ctrl-C exits 130 and SIGTERM 143, each with one line; workers ignore Ctrl-C themselves and
+    are stopped by this process on its way out.
+    """
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         cli.main(args=list(argv) if argv is not None else None, prog_name="bakeoff", standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("bakeoff: aborted", err=True)
+    except click.exceptions.Abort as exc:  # click's wrapping of Ctrl-C (and of our SIGTERM)
+        if isinstance(exc.__cause__, _Terminated):
+            click.echo("bakeoff: terminated", err=True)
+            sys.exit(143)
+        click.echo(
+            "bakeoff: interrupted" if isinstance(exc.__cause__, KeyboardInterrupt) else "bakeoff: aborted", err=True
+        )
         sys.exit(130)
     except click.ClickException as exc:
         exc.show()
@@ -328,6 +352,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     except BakeoffError as exc:
         click.echo(f"bakeoff: error: {exc.one_line()}", err=True)
         sys.exit(EXIT_BAD_INPUT)
+    except _Terminated:
+        click.echo("bakeoff: terminated", err=True)
+        sys.exit(143)
     except KeyboardInterrupt:
         click.echo("bakeoff: interrupted", err=True)
         sys.exit(130)

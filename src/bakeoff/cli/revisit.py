@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from bakeoff.cli.common import EXIT_FAILED
+from bakeoff.cli.common import EXIT_FAILED, workload_output_to_stderr
 from bakeoff.cli.common import console as _console
 from bakeoff.cli.common import db_option as _db_option
 from bakeoff.cli.common import emit_json as _emit_json
@@ -111,15 +111,16 @@ def rerun(
     timing), then show what changed since the previous environment."""
     from bakeoff import api
 
-    runs = api.rerun(
-        run_id,
-        workload=workload,
-        tag=tag,
-        db=db,
-        isolate=False if in_process else None,
-        refresh_baseline=refresh_baseline,
-        progress=_progress(),
-    )
+    with workload_output_to_stderr():
+        runs = api.rerun(
+            run_id,
+            workload=workload,
+            tag=tag,
+            db=db,
+            isolate=False if in_process else None,
+            refresh_baseline=refresh_baseline,
+            progress=_progress(),
+        )
     new_ids = {r.run_id for r in runs}
     found = [
         c

@@ -6,14 +6,22 @@ and peak memory is measured per target. The worker keeps its target prepared and
 session's steps on command (``start``, ``round``, ``scenarios``, ``finish``), so the parent can
 time several targets in turns. If the worker dies or a step outlives the timeout, the parent
 records why (signal, exit code, timeout) with the tail of the Python-level traceback that
-``faulthandler`` wrote, and the target's remaining steps do nothing.
+``faulthandler`` wrote (for a hang, the stack the worker was stuck in, dumped on request before
+it is killed) and the phase of the session it was in, and the target's remaining steps do nothing.
+
+Workers never outlive the parent: on Linux the kernel kills them when it dies (the parent-death
+signal), elsewhere a watcher thread notices the parent is gone. They ignore Ctrl-C, which the
+terminal sends to the whole process group: the parent alone decides to stop them, quietly.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
+import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -24,14 +32,50 @@ from bakeoff.runner.job import TargetJob, adjustments_for
 __all__ = ["IsolatedSession"]
 
 
-def _worker(job: TargetJob, conn: Any, crash_log: str) -> None:
+_STACK_SIGNAL = getattr(signal, "SIGUSR1", None)  # asks a hung worker for its Python stack
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Make sure this worker cannot outlive ``parent_pid`` (a ``kill -9`` of bakeoff included)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="bakeoff-parent-watch", daemon=True).start()
+
+
+def _worker(job: TargetJob, conn: Any, crash_log: str, parent_pid: int, phase_file: str) -> None:
     import faulthandler
 
+    _die_with_parent(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     with open(crash_log, "w", encoding="utf-8") as log:
         faulthandler.enable(log)
+        if _STACK_SIGNAL is not None:
+            faulthandler.register(_STACK_SIGNAL, file=log, all_threads=True)
         from bakeoff.runner.session import TargetSession
 
-        session = TargetSession(job)
+        class ReportingSession(TargetSession):
+            """Writes each phase it enters to ``phase_file``, for the parent to name if it dies there."""
+
+            def __setattr__(self, name: str, value: Any) -> None:
+                super().__setattr__(name, value)
+                if name == "phase":
+                    Path(phase_file).write_text(str(value), encoding="utf-8")
+
+        session = ReportingSession(job)
         while True:
             command = conn.recv()
             if command == "start":
@@ -71,9 +115,14 @@ class IsolatedSession:
         self.started = time.monotonic()
         self._tmp = tempfile.TemporaryDirectory(prefix="bakeoff-worker-")
         self.crash_log = Path(self._tmp.name) / "crash.log"
+        self.phase_file = Path(self._tmp.name) / "phase"
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe(duplex=True)
-        self.process = ctx.Process(target=_worker, args=(job, child, str(self.crash_log)), daemon=True)
+        self.process = ctx.Process(
+            target=_worker,
+            args=(job, child, str(self.crash_log), os.getpid(), str(self.phase_file)),
+            daemon=True,
+        )
         self.process.start()
         child.close()
 
@@ -98,22 +147,41 @@ class IsolatedSession:
             self.process.join(10)
         self.conn.close()
 
+    def _dump_stack(self) -> None:
+        """Ask a hung worker to write its Python stack to the crash log (faulthandler answers
+        even when the worker is stuck inside C code), and give it a moment to do so."""
+        if _STACK_SIGNAL is None or not self.process.is_alive() or self.process.pid is None:
+            return
+        before = self.crash_log.stat().st_size if self.crash_log.exists() else 0
+        try:
+            os.kill(self.process.pid, _STACK_SIGNAL)
+        except OSError:
+            return
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            if self.crash_log.exists() and self.crash_log.stat().st_size > before:
+                time.sleep(0.1)  # let it finish writing every thread
+                return
+            time.sleep(0.02)
+
     def _fail(self, command: str, timed_out: bool) -> None:
         if timed_out:
+            self._dump_stack()
             self.process.kill()
         self.process.join(10)
         if self.process.is_alive():  # closed its end of the pipe but will not exit
             self.process.kill()
             self.process.join(10)
         tail = self.crash_log.read_text(encoding="utf-8", errors="replace")[-4000:] if self.crash_log.exists() else ""
-        phase = f"worker ({command})"
+        inner = self.phase_file.read_text(encoding="utf-8").strip() if self.phase_file.exists() else ""
+        phase = inner or f"worker ({command})"
         if timed_out:
-            error = ErrorInfo(
-                "Timeout", f"no reply to '{command}' within {self.timeout_s:g} s; worker killed", "timeout", phase, tail
-            )
+            message = f"no reply to '{command}' within {self.timeout_s:g} s"
+            message += f" (stuck in {inner})" if inner else ""
+            error = ErrorInfo("Timeout", message + "; worker killed", "timeout", phase, tail)
         else:
             kind, category, message = _death(self.process.exitcode)
-            error = ErrorInfo(kind, message, category, phase, tail)
+            error = ErrorInfo(kind, f"{message} during '{command}'", category, phase, tail)
         self.result = TargetResult(
             target=self.job.target,
             status="error",

@@ -104,7 +104,7 @@ class TargetSession:
         try:
             with torch.no_grad():
                 yield
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # a workload's sys.exit() is its failure, not the run's end
             self.failed = self._error(exc)
             self.timing_done = True
             self._close()

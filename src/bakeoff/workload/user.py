@@ -38,7 +38,7 @@ def _load_module(target: str) -> Any:
         sys.modules[name] = module
         try:
             spec.loader.exec_module(module)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # sys.exit() in a workload is its error, not bakeoff's exit
             del sys.modules[name]
             raise WorkloadError(
                 f"importing {target} failed: {type(exc).__name__}: {exc}", hint="fix the error in your module"
@@ -53,7 +53,7 @@ def _load_module(target: str) -> Any:
             f"cannot import module {target!r}: {exc}",
             hint="run from the directory that contains it, or give a .py path",
         ) from exc
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise WorkloadError(
             f"importing {target} failed: {type(exc).__name__}: {exc}", hint="fix the error in your module"
         ) from exc
@@ -114,7 +114,7 @@ def build_user(spec: WorkloadSpec, device: str | None = None) -> BuiltWorkload:
             f"calling {func_name}({', '.join(options)}) failed: {exc}",
             hint="the factory must accept the spec's options as keyword arguments",
         ) from exc
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise WorkloadError(
             f"{spec} raised {type(exc).__name__}: {exc}", hint="fix the factory; it runs on the CPU before any target"
         ) from exc

@@ -1,0 +1,135 @@
+"""Faults a hostile user provokes: chatty and exiting workloads, kill -9, Ctrl-C, SIGTERM, hangs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+import bakeoff
+from bakeoff.store.db import Store
+
+HOSTILE = Path(__file__).parent / "fixtures" / "hostile_models.py"
+
+
+def spec(function: str, **options: str) -> str:
+    query = "&".join(f"{k}={v}" for k, v in options.items())
+    return f"py:{HOSTILE}:{function}" + (f"?{query}" if query else "")
+
+
+def bakeoff_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "bakeoff", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.isolated
+@pytest.mark.parametrize("isolation", [[], ["--in-process"]])
+def test_a_chatty_model_cannot_corrupt_json_output(isolation, tmp_path):
+    result = bakeoff_cli(
+        "trial", spec("chatty"), "--on", "cpu", "--samples", "3", "--min-time", "0", "--format", "json",
+        "--db", str(tmp_path / "b.db"), *isolation,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)  # nothing but bakeoff's JSON on stdout
+    assert doc["results"][0]["correctness"]["verdict"] == "pass"
+    assert "forward called with" in result.stderr and "raw write to fd 1" in result.stderr
+
+
+def test_a_factory_that_calls_sys_exit_is_a_workload_error(tmp_path):
+    db = tmp_path / "b.db"
+    result = bakeoff_cli("trial", spec("exits", code="7"), "--on", "cpu", "--db", str(db))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("bakeoff: error: ")
+    assert "SystemExit: 7" in result.stderr and "Traceback" not in result.stderr
+    assert not db.exists() or Store.open(str(db)).list_runs() == []
+
+
+def _descendants_of_session(sid: int) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if os.getsid(proc.pid) == sid and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except (ProcessLookupError, psutil.Error, PermissionError):
+            continue
+    return found
+
+
+def _start_hanging_trial(tmp_path: Path) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bakeoff", "trial", spec("hangs_in_worker"), "--on", "cpu?threads=1",
+         "--timeout", "300", "--samples", "3", "--min-time", "0", "--db", str(tmp_path / "b.db")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # until its workers are running (and one of them hangs)
+        try:
+            if len(psutil.Process(proc.pid).children()) >= 1:
+                time.sleep(8)  # past spawning and the first call: stuck in the forward now
+                return proc
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError("the trial never started a worker: " + proc.communicate()[1])
+
+
+def _gone_within(sid: int, seconds: float) -> list[psutil.Process]:
+    deadline = time.monotonic() + seconds
+    left = _descendants_of_session(sid)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = _descendants_of_session(sid)
+    return left
+
+
+@pytest.mark.isolated
+def test_kill_9_of_bakeoff_takes_its_hung_workers_with_it(tmp_path):
+    proc = _start_hanging_trial(tmp_path)
+    workers = psutil.Process(proc.pid).children()
+    assert workers
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    left = _gone_within(proc.pid, 5)
+    for stray in left:
+        stray.kill()
+    assert not left, [p.cmdline() for p in left]
+
+
+@pytest.mark.isolated
+@pytest.mark.parametrize(
+    ("sig", "code", "line"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]
+)
+def test_ctrl_c_and_sigterm_stop_quietly_with_one_line(sig, code, line, tmp_path):
+    proc = _start_hanging_trial(tmp_path)
+    if sig == signal.SIGINT:
+        os.killpg(proc.pid, sig)  # as a terminal does: the whole foreground process group
+    else:
+        os.kill(proc.pid, sig)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == code, stderr
+    said = [row for row in stderr.strip().splitlines() if row.strip() and not row.startswith("·")]
+    assert said == [f"bakeoff: {line}"], stderr
+    left = _gone_within(proc.pid, 5)
+    for stray in left:
+        stray.kill()
+    assert not left, [p.cmdline() for p in left]
+    db = tmp_path / "b.db"
+    assert not db.exists() or Store.open(str(db)).list_runs() == []  # nothing half-stored
+
+
+@pytest.mark.isolated
+def test_a_timeout_stores_where_the_worker_hung(tmp_path):
+    run = bakeoff.trial(
+        spec("hangs_in_worker"), on="cpu?threads=1", db=tmp_path / "b.db", timeout_s=15, min_samples=3, min_seconds=0
+    )
+    hung = run.result("cpu?threads=1")
+    assert hung.status == "error" and hung.error.category == "timeout"
+    assert hung.error.phase == "first call"
+    assert "stuck_in_the_forward" in hung.error.traceback and "hostile_models.py" in hung.error.traceback
