@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+import bakeoff as bakeoff_api
+
 
 def bakeoff(*args: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None):
     return subprocess.run(
@@ -53,3 +55,50 @@ def test_bad_numbers_and_empty_options_are_refused(args, line, tmp_path):
     assert result.stderr.strip().splitlines()[-1].startswith(line)
     assert "Traceback" not in result.stderr
     assert not db.exists()
+
+
+@pytest.mark.parametrize(
+    "statements",
+    [
+        ["create table runs (id text primary key, note text)", "insert into runs values ('a', 'mine')"],
+        ["create table meta (key text, value text)", "insert into meta values ('owner', 'someone else')"],
+        ["create table meta (k text)", "create table environments (x int)"],
+    ],
+)
+@pytest.mark.parametrize("command", [["history"], ["show", "abc"], ["trial", "arch:llama", "--on", "cpu"]])
+def test_a_foreign_sqlite_file_is_refused_and_stays_byte_identical(statements, command, tmp_path):
+    import sqlite3
+
+    foreign = tmp_path / "theirs.db"
+    with sqlite3.connect(foreign) as conn:
+        for statement in statements:
+            conn.execute(statement)
+    before = foreign.read_bytes()
+    result = bakeoff(*command, "--db", str(foreign), cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("bakeoff: error: ") and ("not a bakeoff one" in line or "cannot open database" in line)
+    assert foreign.read_bytes() == before
+    assert not (tmp_path / "theirs.db.artifacts").exists()
+
+
+def test_report_checks_its_output_path_before_reading_anything(tmp_path):
+    # the database does not exist either: the unwritable path is found first, before any rendering
+    result = bakeoff("report", "--html", str(tmp_path / "no" / "such" / "r.html"), "--db", str(tmp_path / "none.db"))
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"bakeoff: error: cannot write {tmp_path}/no/such/r.html: directory {tmp_path}/no/such does not exist "
+        "(choose another path)"
+    )
+    with pytest.raises(bakeoff_api.BakeoffError, match="it is a directory"):
+        bakeoff_api.report(json=tmp_path, db=tmp_path / "none.db")
+
+
+@pytest.mark.parametrize("command", [["history"], ["trial", "arch:llama"]])
+def test_an_empty_db_option_is_refused(command, tmp_path):
+    result = bakeoff(*command, "--db", "", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "bakeoff: error: --db is empty (give a file path or a postgresql:// URL, or leave --db out for ./bakeoff.db)"
+    )
+    assert list(tmp_path.iterdir()) == []

@@ -103,7 +103,8 @@ def test_compare_runs_and_targets(series_db):
         ),
         (
             ["report", "--json", "/nonexistent/dir/r.json"],
-            "bakeoff: error: cannot write /nonexistent/dir/r.json: No such file or directory (choose another path)",
+            "bakeoff: error: cannot write /nonexistent/dir/r.json: directory /nonexistent/dir does not exist "
+            "(choose another path)",
         ),
         (
             ["report", "--workload", "arch:gpt2", "--json", "x.json"],

@@ -473,6 +473,9 @@ def report(
     outputs = {"html": html, "markdown": markdown, "json": json}
     if all(v is None for v in outputs.values()):
         raise SpecError("no report format chosen", hint="add --html out.html, --markdown out.md or --json out.json")
+    for path in outputs.values():
+        if path is not None:
+            _check_writable(path)  # before minutes of rendering, not after
     store = Store.open(db, create=False)
     runs = select_runs(store, run_ids, workload=workload, tag=tag)
     selection = ", ".join(run_ids) or (f"workload {workload}" if workload else f"tag {tag}" if tag else "all runs")
@@ -500,6 +503,24 @@ def report(
         except OSError as exc:
             raise SpecError(f"cannot write {os.fspath(path)}: {exc.strerror}", hint="choose another path") from exc
     return evidence
+
+
+def _check_writable(path: PathLike) -> None:
+    from pathlib import Path
+
+    from bakeoff.errors import SpecError
+
+    target = Path(path).expanduser()
+    parent = target.parent if str(target.parent) else Path(".")
+    why = None
+    if target.is_dir():
+        why = "it is a directory"
+    elif not parent.is_dir():
+        why = f"directory {parent} does not exist"
+    elif not os.access(parent, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        why = "permission denied"
+    if why:
+        raise SpecError(f"cannot write {os.fspath(path)}: {why}", hint="choose another path")
 
 
 # -- sharing a knowledge base ---------------------------------------------------------------

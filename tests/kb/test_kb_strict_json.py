@@ -92,3 +92,30 @@ def test_every_json_output_parses_strictly(tmp_path):
     )
     assert imported.returncode == 0, imported.stderr
     assert Store.open(str(other)).get_run("infrun000001").results[1].correctness.outputs[0].max_abs_err == math.inf
+
+
+def _rewrite_first_result(db: Path, change) -> None:
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        (row_id, text), *_ = conn.execute("select id, data from target_results order by id").fetchall()
+        data = json.loads(text)
+        change(data)
+        conn.execute("update target_results set data = ? where id = ?", (json.dumps(data), row_id))
+        conn.execute("update runs set bakeoff_version = '9.9.9'")
+
+
+def test_a_run_from_a_newer_bakeoff_that_cannot_be_read_is_one_line_naming_its_version(tmp_path):
+    db = tmp_path / "b.db"
+    Store.open(str(db)).save_run(variant("newer0000001"))
+    _rewrite_first_result(db, lambda data: data.pop("status"))
+    shown = subprocess.run(
+        [sys.executable, "-m", "bakeoff", "show", "newer0000001", "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shown.returncode == 2
+    assert "Traceback" not in shown.stderr
+    (line,) = shown.stderr.strip().splitlines()
+    assert line.startswith("bakeoff: error: run newer0000001 was written by bakeoff 9.9.9 in a result format")

@@ -56,6 +56,10 @@ def _server_hint(detail: str) -> str:
 def resolve_db_url(db: str | os.PathLike[str] | None) -> str:
     """``--db`` value, else ``BAKEOFF_DB``, else ``bakeoff.db`` here; plain paths become SQLite URLs."""
     value = str(db) if db is not None else os.environ.get("BAKEOFF_DB") or DEFAULT_DB
+    if not value.strip():
+        raise StoreError(
+            "--db is empty", hint="give a file path or a postgresql:// URL, or leave --db out for ./bakeoff.db"
+        )
     if "://" in value:
         return value
     return f"sqlite:///{Path(value).expanduser().resolve()}"
@@ -265,13 +269,22 @@ class Store:
         return self.engine.dialect.name == "sqlite"
 
     def _check_version(self, conn: Any, refuse_newer: bool = True) -> int:
-        foreign = [t for t in inspect(conn).get_table_names() if t not in schema.metadata.tables]
-        if foreign and not conn.dialect.has_table(conn, "meta"):
+        """The database's schema version, after making sure it is bakeoff's to touch.
+
+        A database with tables but no recorded schema version is someone else's (even when a
+        table happens to be called ``meta`` or ``runs``): it is refused before anything is
+        written, so a mistyped ``--db`` leaves the file byte-identical.
+        """
+        names = inspect(conn).get_table_names()
+        version = current_version(conn)
+        if version == 0 and names:
+            ours = [t for t in names if t in schema.metadata.tables]
+            shown = next((t for t in names if t not in schema.metadata.tables), names[0])
             raise StoreError(
-                f"{self.display_url} is a database but not a bakeoff one (it has tables such as {foreign[0]!r})",
+                f"{self.display_url} is a database but not a bakeoff one (it has tables such as {shown!r}"
+                + (" and no bakeoff schema version)" if ours else ")"),
                 hint="pass a bakeoff database or a new path with --db",
             )
-        version = current_version(conn)
         if refuse_newer and version > SCHEMA_VERSION:
             raise StoreError(
                 f"database {self.display_url} has schema version {version}, newer than this "
@@ -570,7 +583,16 @@ class Store:
                 data = dict(row["data"])
                 if data.get("latency") is not None:
                     data["latency"] = {**data["latency"], "samples_ms": by_result[row["id"]]}
-                items.append(TargetResult.from_dict(data))
+                try:
+                    items.append(TargetResult.from_dict(data))
+                except (TypeError, KeyError, ValueError, AttributeError) as exc:
+                    from bakeoff import __version__
+
+                    raise StoreError(
+                        f"run {run_id} was written by bakeoff {run['bakeoff_version']} in a result format "
+                        f"this bakeoff ({__version__}) cannot read ({type(exc).__name__}: {exc})",
+                        hint=f"read it with bakeoff {run['bakeoff_version']} or newer",
+                    ) from exc
         settings = dict(run["settings"])
         volatile = settings.pop(_VOLATILE_KEY, None)
         if volatile:
