@@ -102,3 +102,34 @@ def test_an_empty_db_option_is_refused(command, tmp_path):
         "bakeoff: error: --db is empty (give a file path or a postgresql:// URL, or leave --db out for ./bakeoff.db)"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_rerun_refuses_stored_switches_that_load_code_and_shows_the_others(tmp_path):
+    from tests.conftest import cli_trial, py_workload
+
+    db = tmp_path / "b.db"
+    first = cli_trial(py_workload("mlp"), "cpu", tmp_path, "--env", "PYTHONWARNINGS=ignore", "--env", "MY_FLAG=1")
+    assert first.returncode == 0, first.stderr
+    stored = bakeoff_api.history(db=db)
+    refused = bakeoff("rerun", stored[0].run_id, "--in-process", "--db", str(db))
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == (
+        "bakeoff: error: the stored run would set PYTHONWARNINGS=ignore, which can load code into bakeoff's "
+        "processes (check where the run came from; pass --allow-code-env to apply it anyway)"
+    )
+    assert len(bakeoff_api.history(db=db)) == 1  # nothing ran
+    allowed = bakeoff("rerun", stored[0].run_id, "--in-process", "--allow-code-env", "--db", str(db))
+    assert allowed.returncode == 0, allowed.stderr
+    assert "applying the stored environment switches: PYTHONWARNINGS=ignore, MY_FLAG=1" in allowed.stderr
+    assert len(bakeoff_api.history(db=db)) == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "loads"),
+    [("LD_PRELOAD", True), ("PYTHONPATH", True), ("DYLD_INSERT_LIBRARIES", True), ("BAKEOFF_PLUGINS", True),
+     ("TORCHINDUCTOR_FREEZING", False), ("OMP_NUM_THREADS", False), ("MY_FLAG", False)],
+)  # fmt: skip
+def test_which_switches_load_code(name, loads):
+    from bakeoff.runner.switches import loads_code
+
+    assert loads_code(name) is loads

@@ -387,14 +387,21 @@ def rerun(
     db: PathLike | None = None,
     isolate: bool | None = None,
     refresh_baseline: bool = False,
+    allow_code_env: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> list[RunResult]:
     """Repeat stored trials in the current environment: one run, the latest run of a workload,
     or every run with a tag (identical trials once). ``isolate`` overrides the stored choice of
     worker processes.
 
+    The stored environment switches are applied again and announced through ``progress``.
+    Switches that load code (``LD_PRELOAD``, ``PYTHONPATH``, ...; see
+    :mod:`bakeoff.runner.switches`) are refused unless ``allow_code_env``: a run imported from
+    someone else's export must not run code of their choosing here.
+
     Raises:
-        SpecError: not exactly one of run_id, workload and tag.
+        SpecError: not exactly one of run_id, workload and tag; a code-loading switch without
+            ``allow_code_env``.
         StoreError: nothing matches.
     """
     from bakeoff.errors import SpecError, StoreError
@@ -418,6 +425,17 @@ def rerun(
         plan = rerun_keywords(store.get_run(i))
         if plan not in plans:
             plans.append(plan)
+    from bakeoff.runner.switches import loads_code
+
+    switches = list(dict.fromkeys(s for plan in plans for s in plan["env"]))
+    risky = [s for s in switches if loads_code(s.partition("=")[0])]
+    if risky and not allow_code_env:
+        raise SpecError(
+            f"the stored run would set {', '.join(risky)}, which can load code into bakeoff's processes",
+            hint="check where the run came from; pass --allow-code-env to apply it anyway",
+        )
+    if switches and progress:
+        progress("applying the stored environment switches: " + ", ".join(switches))
     runs = []
     for plan in plans:
         if isolate is not None:

@@ -94,6 +94,11 @@ def compare(a: str, b: str, latency_threshold: float, db: str | None, fmt: str) 
 @click.option("--tag", default=None, help="Repeat every run with this tag.")
 @click.option("--in-process", is_flag=True, help="Run targets in this process, whatever the stored run did.")
 @click.option("--refresh-baseline", is_flag=True, help="Recompute the baseline first.")
+@click.option(
+    "--allow-code-env",
+    is_flag=True,
+    help="Apply stored environment switches that load code (LD_PRELOAD, PYTHONPATH, ...); refused otherwise.",
+)
 @click.option("--strict", is_flag=True, help="Exit 1 if a repeated target regressed or now fails.")
 @_db_option
 @_format_option
@@ -103,6 +108,7 @@ def rerun(
     tag: str | None,
     in_process: bool,
     refresh_baseline: bool,
+    allow_code_env: bool,
     strict: bool,
     db: str | None,
     fmt: str,
@@ -119,6 +125,7 @@ def rerun(
             db=db,
             isolate=False if in_process else None,
             refresh_baseline=refresh_baseline,
+            allow_code_env=allow_code_env,
             progress=_progress(),
         )
     new_ids = {r.run_id for r in runs}
