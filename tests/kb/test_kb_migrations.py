@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, inspect, select, text
+from sqlalchemy import MetaData, Table, create_engine, inspect, select, text
 from sqlalchemy.engine import make_url
 from tests.kb.runs import V1_CONTENT, V1_DB, recorded_baseline, variant
 
@@ -103,7 +103,8 @@ def _copy_v1_to_postgresql(url: str) -> None:
     with source.connect() as src, target.begin() as dst:
         MIGRATIONS[0][1](dst)
         for name in V1_TABLES:
-            rows = [dict(r) for r in src.execute(select(tables.metadata.tables[name])).mappings()]
+            as_written = Table(name, MetaData(), autoload_with=src)  # version 1's columns, not today's
+            rows = [dict(r) for r in src.execute(select(as_written)).mappings()]
             if rows:
                 dst.execute(tables.metadata.tables[name].insert(), rows)
         for name in ("environments", "target_results"):  # ids were copied: move the sequences on

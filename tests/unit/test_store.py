@@ -357,7 +357,7 @@ def _baseline(baseline_id: str, created_at: str, spec: str = "arch:llama", env: 
         references=("eager:float32", "repeat:float32", "golden"),
         deterministic=True,
         repeat_max_abs_err=0.0,
-        path=f"/artifacts/{baseline_id}.safetensors",
+        path=f"baselines/ffffffffffffffff/{baseline_id}.safetensors",  # as the store keeps it
     )
 
 

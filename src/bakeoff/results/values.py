@@ -389,6 +389,7 @@ class BaselineInfo:
     deterministic: bool
     repeat_max_abs_err: float
     path: str
+    sha256: str = ""  # of the tensor file; empty for baselines stored before hashes were kept
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -11,7 +11,6 @@ import itertools
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from bakeoff.analysis.requirements import Requirement
 from bakeoff.checks.baseline import compute_references, repeat_error, save_references, shape_tag
@@ -20,7 +19,7 @@ from bakeoff.measure.timing import TimingSettings
 from bakeoff.results.values import BaselineInfo, RunResult, TargetResult
 from bakeoff.runner.job import TargetJob
 from bakeoff.runner.scenarios import ScenarioSpec, parse_scenario
-from bakeoff.store.db import Store
+from bakeoff.store.db import Store, file_sha256
 from bakeoff.target.detect import unavailable_reason
 from bakeoff.target.spec import Target
 from bakeoff.workload.base import BuiltWorkload, WorkloadSpec
@@ -163,7 +162,9 @@ def ensure_baseline(
         reason = "baseline created"
     elif existing.fingerprint != workload.fingerprint:
         reason = f"stored baseline was stale (fingerprint {existing.fingerprint} != {workload.fingerprint}); recomputed"
-    elif not wanted <= set(existing.references) or not Path(existing.path).is_file():
+    elif (problem := store.baseline_problem(existing)) is not None:
+        reason = f"stored baseline {existing.id} {problem}; recomputed"
+    elif not wanted <= set(existing.references):
         missing = wanted - set(existing.references)
         missing_dtypes = sorted({_parse_ref(r)[1] for r in missing if _parse_ref(r)[2] is None})
         missing_shapes = {_parse_ref(r)[2] for r in missing if _parse_ref(r)[2] is not None}
@@ -172,7 +173,7 @@ def ensure_baseline(
         )
         reason = "baseline extended with " + (" and ".join(parts) or "missing files")
     if existing is not None and reason is None:
-        return existing, []
+        return replace(existing, path=str(store.baseline_file(existing))), []
     if progress:
         progress(f"computing baseline for {spec}")
     keep_dtypes, keep_shapes = set(dtypes), set(shapes)
@@ -185,7 +186,7 @@ def ensure_baseline(
                 keep_shapes.add(shape)
     refs, notes = compute_references(workload, sorted(keep_dtypes), sorted(keep_shapes))
     baseline_id = uuid.uuid4().hex[:12]
-    path = store.artifacts_dir / "baselines" / workload.fingerprint / f"{baseline_id}.safetensors"
+    path = store.artifacts_dir / f"baselines/{workload.fingerprint}/{baseline_id}.safetensors"
     save_references(path, refs)
     info = BaselineInfo(
         id=baseline_id,
@@ -198,6 +199,7 @@ def ensure_baseline(
         deterministic=repeat_error(refs, workload.dtype) == 0.0,
         repeat_max_abs_err=repeat_error(refs, workload.dtype),
         path=str(path),
+        sha256=file_sha256(path),
     )
     store.save_baseline(info, env)
     return info, [reason, *notes]

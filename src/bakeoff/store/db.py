@@ -16,7 +16,9 @@ immediate write transaction on SQLite), so two clients starting at once migrate 
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -34,7 +36,16 @@ from bakeoff.store import schema
 from bakeoff.store.annotations import Note, check_note_text, check_tag
 from bakeoff.store.migrations import SCHEMA_VERSION, current_version, migrate, pending
 
-__all__ = ["DEFAULT_DB", "RunSummary", "Store", "display_db_url", "resolve_db_url", "utc_now"]
+__all__ = [
+    "DEFAULT_DB",
+    "RunSummary",
+    "Store",
+    "baseline_name",
+    "display_db_url",
+    "file_sha256",
+    "resolve_db_url",
+    "utc_now",
+]
 
 DEFAULT_DB = "bakeoff.db"
 T = TypeVar("T")
@@ -63,6 +74,33 @@ def resolve_db_url(db: str | os.PathLike[str] | None) -> str:
     if "://" in value:
         return value
     return f"sqlite:///{Path(value).expanduser().resolve()}"
+
+
+_ARTIFACT_KEY = re.compile(r"[0-9A-Za-z_-]{1,64}")
+
+
+def baseline_name(info: BaselineInfo) -> str:
+    """Where a baseline's tensors live *inside* an artifact store, derived from its id and
+    fingerprint alone: what the database and exports keep instead of a machine's path.
+
+    Raises:
+        StoreError: an id or fingerprint that could name a path outside the store.
+    """
+    for what, value in (("id", info.id), ("fingerprint", info.fingerprint)):
+        if not _ARTIFACT_KEY.fullmatch(str(value)):
+            raise StoreError(
+                f"baseline {what} {str(value)[:80]!r} is not a bakeoff {what}",
+                hint="only letters, digits, '-' and '_' (a file written by bakeoff has nothing else)",
+            )
+    return f"baselines/{info.fingerprint}/{info.id}.safetensors"
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def display_db_url(url: str) -> str:
@@ -181,6 +219,7 @@ def _baseline_info(row: Any) -> BaselineInfo:
         deterministic=bool(row["deterministic"]),
         repeat_max_abs_err=float(row["repeat_max_abs_err"]),
         path=row["path"],
+        sha256=row.get("sha256") or "",
     )
 
 
@@ -392,6 +431,25 @@ class Store:
         return Environment.from_dict(data)
 
     # -- baselines ----------------------------------------------------------------------
+    def baseline_file(self, info: BaselineInfo) -> Path:
+        """The tensor file of ``info`` in this store's artifacts, whatever path the record names."""
+        return self.artifacts_dir / baseline_name(info)
+
+    def baseline_problem(self, info: BaselineInfo) -> str | None:
+        """Why ``info``'s tensors cannot be used as a reference here, or None when they can:
+        the file must be in this store's artifacts and match the content hash recorded with it."""
+        try:
+            path = self.baseline_file(info)
+        except StoreError as exc:
+            return str(exc)
+        if not path.is_file():
+            return "has no tensor file here"
+        if not info.sha256:
+            return "has no content hash to verify its tensor file against"
+        if file_sha256(path) != info.sha256:
+            return "tensor file does not match its content hash"
+        return None
+
     @_guarded
     def save_baseline(self, info: BaselineInfo, env: Environment) -> None:
         with self.engine.begin() as conn:
@@ -411,7 +469,8 @@ class Store:
                     refs=list(info.references),
                     deterministic=info.deterministic,
                     repeat_max_abs_err=info.repeat_max_abs_err,
-                    path=info.path,
+                    path=baseline_name(info),  # never a path of the machine that wrote it
+                    sha256=info.sha256 or None,
                 )
             ).rowcount
         )

@@ -10,7 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sqlalchemy import Connection, select
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    Connection,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    select,
+)
 
 from bakeoff.store import schema
 
@@ -19,10 +32,32 @@ __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "current_version", "migrate", "pendin
 
 _V1_TABLES = ("meta", "environments", "baselines", "runs", "target_results", "timing_samples")
 
+# frozen: the baselines table as version 1 created it (version 4 added its sha256 column)
+_V1 = MetaData()
+schema.environments.to_metadata(_V1)
+_V1_BASELINES = Table(
+    "baselines",
+    _V1,
+    Column("id", String(32), primary_key=True),
+    Column("workload_spec", Text, nullable=False, index=True),
+    Column("fingerprint", String(32), nullable=False, index=True),
+    Column("seed", Integer, nullable=False),
+    Column("created_at", String(40), nullable=False),
+    Column("environment_id", Integer, ForeignKey("environments.id"), nullable=False),
+    Column("refs", JSON, nullable=False),
+    Column("deterministic", Boolean, nullable=False),
+    Column("repeat_max_abs_err", Float, nullable=False),
+    Column("path", Text, nullable=False),
+)
+
 
 def _v1_initial(conn: Connection) -> None:
-    # frozen: these tables have not changed since version 1; later tables come from later steps
-    schema.metadata.create_all(conn, tables=[schema.metadata.tables[name] for name in _V1_TABLES])
+    # frozen: apart from baselines, these tables have not changed since version 1; later tables
+    # come from later steps
+    first, rest = ("meta", "environments"), ("runs", "target_results", "timing_samples")
+    schema.metadata.create_all(conn, tables=[schema.metadata.tables[name] for name in first])
+    _V1_BASELINES.create(conn)
+    schema.metadata.create_all(conn, tables=[schema.metadata.tables[name] for name in rest])
 
 
 def _v2_requirements(conn: Connection) -> None:
@@ -34,10 +69,15 @@ def _v3_notes_and_tags(conn: Connection) -> None:
     schema.run_tags.create(conn)
 
 
+def _v4_baseline_hashes(conn: Connection) -> None:
+    conn.exec_driver_sql("ALTER TABLE baselines ADD COLUMN sha256 VARCHAR(64)")
+
+
 MIGRATIONS: list[tuple[str, Callable[[Connection], None]]] = [
     ("initial schema: environments, baselines, runs, target results, timing samples", _v1_initial),
     ("requirements per workload", _v2_requirements),
     ("notes and tags on runs", _v3_notes_and_tags),
+    ("content hashes of baseline tensor files", _v4_baseline_hashes),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -65,6 +65,7 @@ baselines = Table(
     Column("deterministic", Boolean, nullable=False),
     Column("repeat_max_abs_err", Float, nullable=False),
     Column("path", Text, nullable=False),
+    Column("sha256", String(64), nullable=True),  # of the tensor file; version 4
 )
 
 runs = Table(

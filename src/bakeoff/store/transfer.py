@@ -37,7 +37,7 @@ from bakeoff.results import strictjson
 from bakeoff.results.values import BaselineInfo, RunResult
 from bakeoff.store import schema
 from bakeoff.store.annotations import check_note_text, check_tag
-from bakeoff.store.db import Store, _dialect_insert, _insert_unless_exists, utc_now
+from bakeoff.store.db import Store, _dialect_insert, _insert_unless_exists, baseline_name, utc_now
 
 __all__ = ["CSV_COLUMNS", "EXPORT_SCHEMA", "EXPORT_VERSION", "ExportSummary", "ImportSummary", "export", "import_"]
 
@@ -170,7 +170,8 @@ def _write_jsonl(
     for item in requirements:
         line({"kind": "requirements", **item})
     for info, env in baselines:
-        line({"kind": "baseline", "baseline": info.to_dict(), "environment": env.to_dict()})
+        record = {**info.to_dict(), "path": baseline_name(info)}  # no path of this machine
+        line({"kind": "baseline", "baseline": record, "environment": env.to_dict()})
     for row in index:
         run = store.get_run(row["id"])
         notes = [{k: v for k, v in n.to_dict().items() if k not in ("id", "run_id")} for n in store.notes(row["id"])]
@@ -327,6 +328,10 @@ def _read(path: Path) -> _Records:
                 records.runs.append((run, str(record.get("bakeoff_version") or "unknown"), notes, tags))
             elif kind == "baseline":
                 info = BaselineInfo.from_dict(record["baseline"])
+                try:
+                    baseline_name(info)  # its tensors may only ever be looked for inside the artifact store
+                except StoreError as exc:
+                    raise StoreError(f"{path}, line {number}: {exc.message}", hint=exc.hint) from exc
                 records.baselines.append((info, Environment.from_dict(record["environment"])))
             elif kind == "requirements":
                 records.requirements.append(
