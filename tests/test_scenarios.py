@@ -290,6 +290,24 @@ def test_isolated_targets_are_timed_in_alternating_turns_and_sequential_runs_are
 
 
 @pytest.mark.isolated
+@pytest.mark.parametrize("isolate", [True, False])
+def test_every_target_runs_the_references_server_load_and_is_judged_at_it(db, isolate):
+    run = bakeoff.trial(
+        py_workload("mlp"), on="cpu?threads=1", db=db, isolate=isolate, min_samples=10, min_seconds=0.0,
+        scenarios="server?requests=10", requirements=["server.p99<=10s", "server.rate>=1"],
+    )  # fmt: skip
+    ref, other = run.result("cpu").scenario("server"), run.result("cpu?threads=1").scenario("server")
+    assert ref.status == other.status == "ok", (ref.reason, other.reason)
+    assert ref.facts["bound"] == other.facts["bound"] == "server.p99<=10s"  # the requirement is the bound
+    assert (ref.facts["rates_from"], other.facts["rates_from"]) == ("own", "reference")
+    assert other.options["ladder"] == ref.facts["ladder"]  # the same offered loads, from the reference
+    assert other.facts["judged_rate"] == other.facts["rate"] == ref.facts["max_rate"] == ref.facts["judged_rate"]
+    p99 = {r.target.spec: next(c for c in r.requirements if c["text"] == "server.p99<=10s") for r in run.results}
+    assert p99["cpu"]["judged_at"] == p99["cpu?threads=1"]["judged_at"] == ref.facts["max_rate"]
+    assert all(c["reason"].endswith(f"the reference's highest rate within {ref.facts['bound']}") for c in p99.values())
+
+
+@pytest.mark.isolated
 def test_a_worker_that_crashes_mid_timing_is_a_result_and_the_others_finish(db):
     run = bakeoff.trial(
         py_workload("crashes_while_timed"),

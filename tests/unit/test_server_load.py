@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from bakeoff.analysis.metrics import check_target
+from bakeoff.analysis.metrics import check_target, metric_estimate
 from bakeoff.analysis.queueing import fifo_queue, poisson_arrivals
 from bakeoff.analysis.requirements import parse_requirement
 from bakeoff.analysis.stats import percentile
@@ -160,6 +160,20 @@ def test_a_much_slower_target_is_still_measured_at_the_references_load_past_its_
     )
 
 
+def test_a_rate_met_again_after_a_miss_is_not_sustained():
+    clock, served = FakeClock(), []
+
+    def call() -> None:  # the second rate's 100 requests take 30 ms each, the others 5 ms
+        clock.t += 0.030 if REQUESTS <= len(served) < 2 * REQUESTS else 0.005
+        served.append(1)
+
+    ctx = ScenarioContext(None, None, None, lambda: None, clock, [0.005] * 50, [call])
+    options = {**parse_scenario("server?bound=p99<=20ms").options, "ladder": [10.0, 25.0, 50.0], "judge_at": 50.0}
+    _, facts = _server(ctx, options)
+    assert [s["met"] for s in facts["sweep"]] == [True, False, True]  # on to the common load, 50/s, past a miss
+    assert facts["max_rate"] == 10.0 and facts["judged_rate"] == 50.0  # 50/s met, but 25/s below it did not
+
+
 def test_targets_swept_at_their_own_rates_are_not_compared():
     own = _result(_serve(0.0106, "server?rate=sweep&bound=p99<=50ms"))  # not the reference, no shared rates
     for text in ("server.p99<=50ms", "server.rate>=10"):
@@ -216,6 +230,7 @@ def test_a_rate_requirement_below_the_lowest_rate_missed_is_not_judged():
     assert (low.verdict, low.value) == ("not_measured", None)
     high = _check(reference, "server.rate>=20")
     assert (high.verdict, high.value) == ("not_met", None)  # none sustained, not 0/s
+    assert metric_estimate(reference, "server.rate") is None
     assert high.reason == (
         "single observation: no rate tried kept latency within p99<=15ms: none sustained (the lowest, 10.0/s, missed)"
     )
