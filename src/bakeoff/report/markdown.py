@@ -133,6 +133,9 @@ def render_markdown(evidence: Evidence) -> str:
                 lines.append(f"- host ops: {ops}")
             for q in getattr(r, "requirements", None) or ():
                 measured, interval = requirement_figures(q)
+                reason = q.get("reason") or ""
+                if interval == SINGLE_OBSERVATION:  # said once, beside the value
+                    reason = reason.removeprefix(f"{SINGLE_OBSERVATION}: ").removeprefix("no interval")
                 within = (
                     ""
                     if interval == "-"
@@ -142,7 +145,8 @@ def render_markdown(evidence: Evidence) -> str:
                 )
                 lines.append(
                     f"- requirement {md(q.get('text', '?'))}: **{md(q.get('verdict', '?'))}** (measured {md(measured)}"
-                    f"{within}{', confident' if q.get('confident') else ', not confident'})"
+                    f"{within}{', confident' if q.get('confident') else ', not confident'}"
+                    f"{'; ' + md(reason) if reason else ''})"
                 )
             for row in scenario_rows(r):
                 measured = "; ".join(x for x in (row["series"], row["facts"]) if x) or "-"
