@@ -228,3 +228,14 @@ def test_demo_runs_every_cpu_target_including_inductor(tmp_path):
         assert by_target[spec]["correctness"]["verdict"] == "pass"
     assert by_target["cpu+inductor"]["first_call_ms"] > by_target["cpu"]["first_call_ms"]
     assert (tmp_path / "bakeoff.db").is_file()  # the default database, in the working directory
+
+
+def test_a_recorded_profile_over_the_length_cap_is_one_line_before_anything_runs(tmp_path):
+    requests = tmp_path / "requests.csv"
+    requests.write_text("length\n12\n1000000000\n")
+    result = bakeoff("trial", py_workload("mlp"), "--profile", str(requests), "--db", str(tmp_path / "b.db"))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"bakeoff: error: {requests} row 2 has length 1,000,000,000, above the cap of 1,000,000 "
+        "(use sizes up to 1,000,000)"
+    )

@@ -11,6 +11,7 @@ import itertools
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from tests.conftest import cli_trial, py_workload
@@ -118,25 +119,49 @@ def test_every_scenario_on_a_tiny_language_model_gives_the_known_figures():
     assert checks["server.rate>=1000"].verdict == "not_met"  # 20 requests at 100/s achieve about 100/s
 
 
+def _stepping_server_p99_ms(rate: float, requests: int) -> float:
+    """The known p99 of the server loop on the stepping clock: it reads the clock three times a
+    request (idle check, start, finish), so a request starts 1 ms after ``max(arrival, free)``,
+    is read as finished 1 ms later, and the server is free again 1 ms after that."""
+    from bakeoff.analysis.queueing import poisson_arrivals
+    from bakeoff.analysis.stats import percentile
+
+    free, latencies = 1e-3, []
+    for arrival in poisson_arrivals(rate, requests, 0, exact=True):
+        start = max(arrival, free)
+        latencies.append(start + 2e-3 - arrival)
+        free = start + 3e-3
+    return percentile(latencies, 99) * 1e3
+
+
 def test_server_sweep_finds_the_highest_rate_within_the_bound():
-    result = _run(LLAMA, "server?rate=sweep&requests=30&bound=p99<=5ms")
+    # single-stream calls take 1 ms: capacity 1000/s, so the sweep tries 100, 250, 500/s...;
+    # p99 is 7.5, 10.3 and 32.0 ms there, so within 20 ms the answer is 250/s
+    result = _run(LLAMA, "server?rate=sweep&requests=30&bound=p99<=20ms")
     server = result.scenario("server")
     assert server.status == "ok", server.reason
     sweep = server.facts["sweep"]
-    assert sweep and [s["rate"] for s in sweep] == sorted(s["rate"] for s in sweep)
-    met = [s["rate"] for s in sweep if s["met"]]
-    assert server.facts["max_rate"] == (max(met) if met else None)
-    assert all(s["met"] for s in sweep[:-1])  # the sweep stops at the first rate over the bound
-    assert server.facts["bound"] == "p99<=5ms"
+    assert [s["rate"] for s in sweep] == [100.0, 250.0, 500.0]
+    assert [s["met"] for s in sweep] == [True, True, False]  # stops at the first rate over the bound
+    assert [s["p99_ms"] for s in sweep] == pytest.approx([_stepping_server_p99_ms(r, 30) for r in (100, 250, 500)])
+    assert server.facts["max_rate"] == server.facts["rate"] == 250.0  # the latency figures are at that rate
+    assert server.facts["bound"] == "p99<=20ms"
+    (check,) = check_target(replace(result, is_reference=True), [parse_requirement("server.rate>=250")])
+    assert (check.verdict, check.value, check.samples, check.low, check.high) == ("met", 250.0, 1, None, None)
 
 
 def test_a_sweep_where_no_rate_meets_the_bound_says_so():
     result = _run(LLAMA, "server?rate=sweep&requests=10&bound=p99<=0.5ms")  # one call alone takes 1 ms
     server = result.scenario("server")
     assert server.facts["max_rate"] is None and len(server.facts["sweep"]) == 1  # stops at the first miss
-    (check,) = check_target(result, [parse_requirement("server.rate>=1")])
-    assert (check.verdict, check.value) == ("not_met", 0.0)
-    assert check.reason == "no rate tried kept latency within p99<=0.5ms: the service sustains none of them"
+    reference = replace(result, is_reference=True)
+    (check,) = check_target(reference, [parse_requirement("server.rate>=200")])
+    assert (check.verdict, check.value) == ("not_met", None)  # sustains none: no rate, not 0/s
+    assert check.reason == (
+        "single observation: no rate tried kept latency within p99<=0.5ms: none sustained (the lowest, 100.0/s, missed)"
+    )
+    (below,) = check_target(reference, [parse_requirement("server.rate>=1")])  # below the lowest rate tried
+    assert below.verdict == "not_measured" and below.reason.endswith("give server?rate=1")
 
 
 def test_scenarios_that_do_not_fit_say_why_and_the_target_still_passes():
@@ -262,6 +287,24 @@ def test_isolated_targets_are_timed_in_alternating_turns_and_sequential_runs_are
     seq = order(apart)
     assert apart.settings["interleaved"] is False
     assert seq == sorted(seq, key=lambda spec: spec != "cpu")  # every reference round, then the target's
+
+
+@pytest.mark.isolated
+@pytest.mark.parametrize("isolate", [True, False])
+def test_every_target_runs_the_references_server_load_and_is_judged_at_it(db, isolate):
+    run = bakeoff.trial(
+        py_workload("mlp"), on="cpu?threads=1", db=db, isolate=isolate, min_samples=10, min_seconds=0.0,
+        scenarios="server?requests=10", requirements=["server.p99<=10s", "server.rate>=1"],
+    )  # fmt: skip
+    ref, other = run.result("cpu").scenario("server"), run.result("cpu?threads=1").scenario("server")
+    assert ref.status == other.status == "ok", (ref.reason, other.reason)
+    assert ref.facts["bound"] == other.facts["bound"] == "server.p99<=10s"  # the requirement is the bound
+    assert (ref.facts["rates_from"], other.facts["rates_from"]) == ("own", "reference")
+    assert other.options["ladder"] == ref.facts["ladder"]  # the same offered loads, from the reference
+    assert other.facts["judged_rate"] == other.facts["rate"] == ref.facts["max_rate"] == ref.facts["judged_rate"]
+    p99 = {r.target.spec: next(c for c in r.requirements if c["text"] == "server.p99<=10s") for r in run.results}
+    assert p99["cpu"]["judged_at"] == p99["cpu?threads=1"]["judged_at"] == ref.facts["max_rate"]
+    assert all(c["reason"].endswith(f"the reference's highest rate within {ref.facts['bound']}") for c in p99.values())
 
 
 @pytest.mark.isolated

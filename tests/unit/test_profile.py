@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from bakeoff.errors import SpecError
-from bakeoff.workload.profile import InputProfile, Request, parse_profile
+from bakeoff.workload.profile import MAX_REQUESTS, InputProfile, Request, parse_profile
 
 
 def test_list_of_lengths_in_order():
@@ -51,7 +52,6 @@ def test_recorded_requests_from_csv_and_jsonl(tmp_path):
         ("seq=", "malformed profile"),
         ("len=8", "needs seq="),
         ("seq=8,x", "not a list of integers"),
-        ("seq=0,4", "below 1"),
         ("seq=uniform(9,8)", "bad bounds"),
         ("seq=8,9&n=4", "n= applies to distributions"),
         ("seq=8&seed=-1", "not a non-negative integer"),
@@ -81,7 +81,7 @@ def test_round_trip():
         ("[12, 1]\n", "row 1 is not an object"),
         ('{"length": 12.7}\n', "row 1 has no integer length"),
         ('{"length": true}\n', "row 1 has no integer length"),
-        ('{"length": 12, "batch": 0}\n', "row 1 has a length or batch below 1"),
+        ('{"length": 12, "batch": 0}\n', "row 1 has batch 0: sizes must be at least 1"),
     ],
 )
 def test_bad_jsonl_rows(tmp_path, content, message):
@@ -102,14 +102,64 @@ def test_csv_with_bom_and_binary_files(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("text", "message"),
+    ("text", "line"),
     [
-        ("seq=99999999999999999999", "above 1,000,000"),
-        ("seq=uniform(8,128)&n=5,6", "must be one number"),
-        ("seq=uniform(8,128)&n=500000", "must be one number up to 100,000"),
-        ("seq=normal(8,128)&n=5", "unknown distribution"),
+        (
+            "seq=99999999999999999999",
+            "seq='99999999999999999999' has length 99,999,999,999,999,999,999, above the cap of 1,000,000 "
+            "(use sizes up to 1,000,000)",
+        ),
+        ("seq=0,4", "seq='0,4' has length 0: sizes must be at least 1 (use positive sizes)"),
+        ("seq=uniform(8,128)&n=5,6", "n='5,6' must be one whole number of requests (e.g. n=50)"),
+        (
+            "seq=uniform(8,128)&n=500000",
+            "n=500000 asks for 500,000 requests, above the cap of 100,000 (use at most 100,000)",
+        ),
+        ("seq=uniform(8,128)&n=0", "n=0 draws no requests (e.g. n=50)"),
+        ("seq=uniform(8,1e400)", "the bounds in seq='uniform(8,1e400)' must be whole numbers (e.g. uniform(8,128))"),
+        (
+            "seq=lognormal(8,2000000)",
+            "seq='lognormal(8,2000000)' has upper bound 2,000,000, above the cap of 1,000,000 "
+            "(use sizes up to 1,000,000)",
+        ),
+        (
+            "seq=normal(8,128)&n=5",
+            "unknown distribution in seq='normal(8,128)' (use uniform(lo,hi) or lognormal(lo,hi))",
+        ),
     ],
 )
-def test_profile_bounds_and_unknown_distributions(text, message):
-    with pytest.raises(SpecError, match=message):
+def test_profile_bounds_and_unknown_distributions_say_exactly_what_is_wrong(text, line):
+    with pytest.raises(SpecError, match=re.escape(line.partition(" (")[0])) as info:
         parse_profile(text)
+    assert info.value.one_line() == line
+
+
+@pytest.mark.parametrize(
+    ("rows", "line"),
+    [
+        ("length\n10\n-5\n", "row 2 has length -5: sizes must be at least 1 (use positive sizes)"),
+        (
+            "length\n10\n1000000000\n",
+            "row 2 has length 1,000,000,000, above the cap of 1,000,000 (use sizes up to 1,000,000)",
+        ),
+        (
+            "length,batch\n10,2000000\n",
+            "row 1 has batch 2,000,000, above the cap of 1,000,000 (use sizes up to 1,000,000)",
+        ),
+    ],
+)
+def test_files_get_the_same_size_checks_as_the_command_line(tmp_path, rows, line):
+    path = tmp_path / "requests.csv"
+    path.write_text(rows)
+    with pytest.raises(SpecError, match=re.escape(line.partition(" (")[0])) as info:
+        parse_profile(str(path))
+    assert info.value.one_line() == f"{path} {line}"
+
+
+def test_files_get_the_same_request_cap_as_the_command_line(tmp_path):
+    path = tmp_path / "requests.csv"
+    path.write_text("length\n" + "4\n" * (MAX_REQUESTS + 1))
+    with pytest.raises(SpecError, match=re.escape(f"has {MAX_REQUESTS + 1:,} requests, above the cap")):
+        parse_profile(str(path))
+    path.write_text("length\n" + "4\n" * MAX_REQUESTS)  # the clean control: exactly the cap
+    assert len(parse_profile(str(path)).requests) == MAX_REQUESTS

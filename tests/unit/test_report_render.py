@@ -115,3 +115,24 @@ def test_json_report_round_trips_its_runs():
         "cuda": "failed",
     }
     assert doc["thresholds"]["latency"] == 0.10
+
+
+def test_reports_show_a_single_observation_and_the_load_a_server_verdict_was_judged_at():
+    single = {**REQUIREMENTS[0], "text": "first_result<=2s", "metric": "first_result", "value": 1500.0}
+    single.update(low=None, high=None, samples=1, confident=False, reason="single observation: no interval")
+    judged = {**REQUIREMENTS[0], "text": "server.p99<=50ms", "metric": "server.p99", "value": 31.8, "samples": 100}
+    judged["reason"] = "judged at 50.0/s, the reference's highest rate within server.p99<=50ms"
+    run = make_run(
+        "cccc00000003",
+        "2025-01-02T10:00:00+00:00",
+        environment(),
+        (target_result("cpu", 2.0, seed=3, requirements=(single, judged)),),
+    )
+    evidence = build_evidence([run], selection="all runs", database="kb.db", generated_at="2025-01-03T00:00:00+00:00")
+    text = render_markdown(evidence)
+    assert "- requirement first\\_result&lt;=2s: **met** (measured 1.5 s, single observation, not confident)\n" in text
+    assert "95% interval 1.5 s" not in text  # never a zero-width interval
+    assert "judged at 50.0/s, the reference's highest rate within server.p99&lt;=50ms)" in text
+    page = render_html(evidence)
+    assert '<td class="num">single observation</td>' in page
+    assert "judged at 50.0/s, the reference&#39;s highest rate within server.p99&lt;=50ms" in page

@@ -84,3 +84,32 @@ def test_strict_and_non_strict_comparisons_differ_at_the_threshold():
     at = {"p50": Estimate(5.0, 5.0, 5.0, 10)}
     assert check_requirements([parse_requirement("p50<=5ms")], at)[0].verdict == "met"
     assert check_requirements([parse_requirement("p50<5ms")], at)[0].verdict == "not_met"
+
+
+def test_one_reading_is_a_single_observation_without_an_interval():
+    reqs = [parse_requirement(t) for t in ("first_result<=2s", "peak_memory<=1GiB", "p50<=5ms")]
+    measured = {
+        "first_result": Estimate(1500.0, 1500.0, 1500.0, 1),  # read once: no spread to build an interval from
+        "peak_memory": Estimate(2e9, 2e9, 2e9, 1),
+        "p50": Estimate(4.0, 4.0, 4.0, 200),  # the clean control: 200 identical samples do give an interval
+    }
+    checks = {c.requirement.metric: c for c in check_requirements(reqs, measured)}
+    for metric, verdict in (("first_result", "met"), ("peak_memory", "not_met")):
+        check = checks[metric]
+        assert (check.verdict, check.samples, check.low, check.high) == (verdict, 1, None, None)
+        assert check.confident is False and check.reason == "single observation: no interval"
+    assert (checks["p50"].low, checks["p50"].high, checks["p50"].confident) == (4.0, 4.0, True)
+    assert checks["p50"].reason == ""
+
+
+def test_renderers_say_single_observation_never_a_zero_width_interval():
+    from bakeoff.report.figures import requirement_figures
+
+    (single,) = check_requirements(
+        [parse_requirement("first_result<=2s")], {"first_result": Estimate(1.5e3, 1.5e3, 1.5e3, 1)}
+    )
+    assert requirement_figures(single.to_dict()) == ("1.5 s", "single observation")
+    (many,) = check_requirements([parse_requirement("p50<=5ms")], {"p50": Estimate(4.0, 3.5, 4.5, 200)})
+    assert requirement_figures(many.to_dict()) == ("4 ms", "3.5 ms-4.5 ms")
+    (none,) = check_requirements([parse_requirement("p50<=5ms")], {})
+    assert requirement_figures(none.to_dict()) == ("-", "-")

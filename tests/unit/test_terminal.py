@@ -45,3 +45,23 @@ def test_a_wide_terminal_shows_every_column():
         assert column in (header if column != "4 (3 recompiles)" else text)
     assert "narrow terminal" not in text
     assert render(None, 200) == text
+
+
+def test_the_requirements_table_calls_one_reading_a_single_observation_and_only_intervals_inconclusive():
+    from dataclasses import replace
+
+    from bakeoff.analysis.requirements import check_requirements, parse_requirement
+    from bakeoff.analysis.stats import Estimate
+    from bakeoff.report.terminal import requirements_view
+
+    reqs = [parse_requirement("first_result<=2s"), parse_requirement("p50<=5ms")]
+    measured = {"first_result": Estimate(1.5e3, 1.5e3, 1.5e3, 1), "p50": Estimate(4.9, 4.5, 5.5, 200)}
+    checks = tuple(c.to_dict() for c in check_requirements(reqs, measured))
+    run = replace(RUN, results=(replace(RUN.results[0], requirements=checks),))
+    console = Console(width=200, record=True, highlight=False)
+    console.print(requirements_view(run))
+    lines = console.export_text().splitlines()
+    first = next(line for line in lines if "first_result" in line)
+    assert "single observation" in first and "straddles" not in first  # one reading has no interval to straddle
+    p50 = next(line for line in lines if "p50<=5ms" in line)
+    assert "4.5 ms-5.5 ms" in p50 and "the interval straddles the threshold: not conclusive" in p50

@@ -4,7 +4,9 @@ A requirement names a metric, a comparison and a threshold with a unit. Parsing 
 threshold to the metric's base unit (milliseconds, per second, bytes). A verdict compares the
 measured point estimate with the threshold and says whether the whole confidence interval lies
 on the same side (``confident``): "met" with an interval that straddles the threshold means the
-data cannot rule out missing it.
+data cannot rule out missing it. A figure read once (time to first result, peak memory, the rate
+a server sweep sustained) is a *single observation*: it has no interval, so its verdict is never
+``confident``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from bakeoff.errors import SpecError
 
 __all__ = [
     "METRIC_HELP",
+    "SINGLE_OBSERVATION",
     "Requirement",
     "RequirementCheck",
     "check_requirements",
@@ -39,6 +42,8 @@ _BYTES = {
     "tib": 1024**4,
 }
 _RATE = {"/s": 1.0, "/min": 1 / 60, "tok/s": 1.0, "samples/s": 1.0, "": 1.0}
+#: the reason a verdict on one reading gives, and what renderers show for its interval
+SINGLE_OBSERVATION = "single observation"
 _KINDS = {"time": ("ms", _TIME), "bytes": ("B", _BYTES), "rate": ("/s", _RATE)}
 
 #: metric name -> (kind, scenario that measures it, what it means)
@@ -148,7 +153,11 @@ def parse_requirement(text: str) -> Requirement:
 
 @dataclass(frozen=True)
 class RequirementCheck:
-    """One requirement against one target: ``verdict`` is met, not_met or not_measured."""
+    """One requirement against one target: ``verdict`` is met, not_met or not_measured.
+
+    ``judged_at`` is the offered load (requests/s) a server verdict was judged at, the same for
+    every target of a trial; None for other metrics.
+    """
 
     requirement: Requirement
     verdict: str
@@ -159,6 +168,7 @@ class RequirementCheck:
     enough: bool = True
     confident: bool = False
     reason: str = ""
+    judged_at: float | None = None
 
     def to_dict(self) -> dict:
         req = self.requirement
@@ -177,6 +187,7 @@ class RequirementCheck:
             "enough": self.enough,
             "confident": self.confident,
             "reason": self.reason,
+            "judged_at": self.judged_at,
         }
 
 
@@ -196,6 +207,18 @@ def check_requirements(
             checks.append(RequirementCheck(req, "not_measured", reason=why))
             continue
         met = req.holds(estimate.value)
+        if estimate.samples <= 1:  # one reading: no spread to build an interval from
+            checks.append(
+                RequirementCheck(
+                    req,
+                    "met" if met else "not_met",
+                    estimate.value,
+                    samples=estimate.samples,
+                    enough=estimate.enough,
+                    reason=f"{SINGLE_OBSERVATION}: no interval",
+                )
+            )
+            continue
         confident = all(req.holds(v) == met for v in (estimate.low, estimate.high))
         checks.append(
             RequirementCheck(

@@ -89,8 +89,15 @@ def scenario_figures(result: TargetResult, scenario: Any) -> list[str]:
         if facts.get("sweep"):
             best = facts.get("max_rate")
             figures.append(
-                f"highest rate within {facts['bound']}: " + (f"{best:.1f}/s" if best else "none of the rates tried")
+                f"highest rate within {facts['bound']}: "
+                + (f"{best:.1f}/s" if best is not None else "none of the rates tried")
             )
+            if facts.get("rates_from") == "reference":  # the load is the reference's, and says so
+                judged = facts.get("judged_rate")
+                figures.append(
+                    "swept at the reference's rates; "
+                    + (f"latency at its highest within the bound, {judged:.1f}/s" if judged else "it sustained none")
+                )
     elif name == "generation":
         figures = [
             _estimate(result, "ttft", "TTFT p50"),
@@ -111,11 +118,19 @@ def scenario_figures(result: TargetResult, scenario: Any) -> list[str]:
 
 
 def requirement_figures(check: dict[str, Any]) -> tuple[str, str]:
-    """``(measured, interval)`` of one requirement check, in its unit ("-" where there is none)."""
+    """``(measured, interval)`` of one requirement check, in its unit ("-" where there is none).
+
+    A value read once has no interval: its interval reads "single observation", never a
+    zero-width range that would look like certainty.
+    """
+    from bakeoff.analysis.requirements import SINGLE_OBSERVATION
+
     unit = check.get("unit") or "ms"
     value, low, high = check.get("value"), check.get("low"), check.get("high")
     measured = "-" if value is None else figure(value, unit)
     interval = "-"
-    if low is not None and high is not None and high > low:
+    if value is not None and check.get("samples") == 1:
+        interval = SINGLE_OBSERVATION
+    elif low is not None and high is not None and high > low:
         interval = f"{figure(low, unit)}-{figure(high, unit)}"
     return measured, interval

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bakeoff.analysis.requirements import SINGLE_OBSERVATION
 from bakeoff.report.evidence import Evidence, answers_for, scenario_rows
 from bakeoff.report.figures import requirement_figures
 from bakeoff.results.values import TargetResult
@@ -132,10 +133,20 @@ def render_markdown(evidence: Evidence) -> str:
                 lines.append(f"- host ops: {ops}")
             for q in getattr(r, "requirements", None) or ():
                 measured, interval = requirement_figures(q)
-                within = f", 95% interval {md(interval)}" if interval != "-" else ""
+                reason = q.get("reason") or ""
+                if interval == SINGLE_OBSERVATION:  # said once, beside the value
+                    reason = reason.removeprefix(f"{SINGLE_OBSERVATION}: ").removeprefix("no interval")
+                within = (
+                    ""
+                    if interval == "-"
+                    else f", {interval}"
+                    if interval == SINGLE_OBSERVATION
+                    else f", 95% interval {md(interval)}"
+                )
                 lines.append(
                     f"- requirement {md(q.get('text', '?'))}: **{md(q.get('verdict', '?'))}** (measured {md(measured)}"
-                    f"{within}{', confident' if q.get('confident') else ', not confident'})"
+                    f"{within}{', confident' if q.get('confident') else ', not confident'}"
+                    f"{'; ' + md(reason) if reason else ''})"
                 )
             for row in scenario_rows(r):
                 measured = "; ".join(x for x in (row["series"], row["facts"]) if x) or "-"

@@ -203,7 +203,7 @@ def requirements_view(run: RunResult) -> Table:
         for check in result.requirements:
             measured, interval = requirement_figures(check)
             note = check["reason"]
-            if check["verdict"] in ("met", "not_met") and not check["confident"]:
+            if check["verdict"] in ("met", "not_met") and not check["confident"] and check.get("low") is not None:
                 note = "; ".join(filter(None, [note, "the interval straddles the threshold: not conclusive"]))
             table.add_row(
                 escape(_label(result)),

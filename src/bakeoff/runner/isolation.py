@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,10 @@ def _worker(job: TargetJob, conn: Any, crash_log: str, parent_pid: int, phase_fi
         session = ReportingSession(job)
         while True:
             command = conn.recv()
-            if command == "start":
+            if isinstance(command, tuple):  # ("use", scenarios): run these instead of the job's own
+                session.job = replace(session.job, scenarios=command[1])
+                conn.send(None)
+            elif command == "start":
                 conn.send(session.start())
             elif command == "round":
                 conn.send(session.round())
@@ -126,18 +130,19 @@ class IsolatedSession:
         self.process.start()
         child.close()
 
-    def _call(self, command: str) -> Any:
+    def _call(self, command: str | tuple[str, Any]) -> Any:
         if self.result is not None:
             return None
+        name = command if isinstance(command, str) else command[0]
         try:
             self.conn.send(command)
             # poll() returns early on a reply *or* on the pipe closing because the worker died;
             # only a poll that runs out of time is a timeout (a dying worker may still be alive).
             if self.conn.poll(self.timeout_s):
                 return self.conn.recv()
-            self._fail(command, timed_out=True)
+            self._fail(name, timed_out=True)
         except (EOFError, BrokenPipeError, ConnectionResetError):
-            self._fail(command, timed_out=False)
+            self._fail(name, timed_out=False)
         return None
 
     def _stop(self) -> None:
@@ -203,6 +208,11 @@ class IsolatedSession:
     def round(self) -> bool:
         self.timing_done = bool(self._call("round")) or self.result is not None
         return self.timing_done
+
+    def use_scenarios(self, scenarios: tuple[Any, ...]) -> None:
+        """Run ``scenarios`` instead of the job's own (a trial sets the reference's server load)."""
+        self.job = replace(self.job, scenarios=scenarios)
+        self._call(("use", scenarios))
 
     def run_scenarios(self) -> None:
         self._call("scenarios")

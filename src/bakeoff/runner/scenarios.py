@@ -6,7 +6,9 @@ the other targets). The others run after it, in the target's worker:
 * ``offline``: doubling batch sizes until one fails or gets slow; items/s (and tokens/s for
   token inputs) at the best batch size.
 * ``server``: Poisson arrivals at ``rate`` requests/s (or ``rate=sweep``: increasing rates, the
-  highest that keeps p99 within ``bound``); latency includes queueing.
+  highest that keeps p99 within ``bound``); latency includes queueing. Every target of a trial
+  is loaded alike: a sweep runs the reference's rates under the reference's bound
+  (:func:`common_load`), so that no two targets are compared at different loads.
 * ``generation``: greedy decoding with a KV cache: time to first token, time per output token.
 * ``training``: forward, backward and optimiser step; step time and samples/s.
 
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +29,16 @@ from bakeoff.measure.clock import Clock
 from bakeoff.results.values import ScenarioResult
 from bakeoff.specsyntax import split_options
 
-__all__ = ["SCENARIOS", "ScenarioContext", "ScenarioSpec", "parse_scenario", "run_scenario"]
+__all__ = [
+    "SCENARIOS",
+    "SWEEP_FRACTIONS",
+    "ScenarioContext",
+    "ScenarioSpec",
+    "common_load",
+    "parse_scenario",
+    "run_scenario",
+    "with_requirement_bound",
+]
 
 #: name -> {option: (type, default)}
 SCENARIOS: dict[str, dict[str, tuple[type, Any]]] = {
@@ -38,18 +49,26 @@ SCENARIOS: dict[str, dict[str, tuple[type, Any]]] = {
     "training": {"steps": (int, 10), "warmup": (int, 2), "optimizer": (str, "adamw"), "lr": (float, 1e-4)},
 }
 _OPTIMIZERS = ("adamw", "sgd")
+#: a sweep's rates as fractions of the reference's capacity (1 / mean single-stream time): light
+#: to nearly saturated, then beyond, for targets faster than the reference
+SWEEP_FRACTIONS = (0.1, 0.25, 0.5, 0.7, 0.85, 0.95, 1.2, 1.5, 2.0, 3.0, 5.0, 10.0)
 
 
 @dataclass(frozen=True)
 class ScenarioSpec:
-    """A scenario and its options, e.g. ``server?rate=20&requests=200``."""
+    """A scenario and its options, e.g. ``server?rate=20&requests=200``.
+
+    Besides the options a user writes, a trial may set ``ladder`` and ``judge_at`` on a server
+    sweep (see :func:`common_load`); they are kept with the results but not in :attr:`spec`.
+    """
 
     name: str
     options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def spec(self) -> str:
-        given = {k: v for k, v in self.options.items() if v != SCENARIOS[self.name][k][1]}
+        known = SCENARIOS[self.name]
+        given = {k: v for k, v in self.options.items() if k in known and v != known[k][1]}
         return self.name + ("?" + "&".join(f"{k}={v}" for k, v in given.items()) if given else "")
 
     def to_dict(self) -> dict[str, Any]:
@@ -192,6 +211,16 @@ def _leaves(args: tuple, kwargs: dict) -> list[Any]:
 
 
 def _server(ctx: ScenarioContext, options: dict) -> tuple[dict, dict]:
+    """Serve Poisson traffic at a fixed rate, or sweep rising rates until one misses the bound.
+
+    A sweep's rates are ``ladder`` when the trial gives the reference's (with ``judge_at``, the
+    reference's highest rate within the bound: this target runs at least up to it, even past a
+    miss, so its latency there is measured), else :data:`SWEEP_FRACTIONS` of this target's own
+    capacity. ``max_rate`` is the highest rate below the first miss; the latency figures are at
+    ``judge_at`` when given, else at ``max_rate`` (or the lowest rate tried when none met).
+    """
+    import math
+
     from bakeoff.analysis.queueing import poisson_arrivals
     from bakeoff.analysis.requirements import parse_requirement
     from bakeoff.analysis.stats import percentile
@@ -211,24 +240,32 @@ def _server(ctx: ScenarioContext, options: dict) -> tuple[dict, dict]:
         result = serve(calls, poisson_arrivals(rate, count, seed, exact=True), ctx.sync, rate, ctx.clock)
         return result, percentile(result.latencies, pct) * 1e3
 
-    sweep, chosen = [], None
-    if options["rate"] == "sweep":  # rising rates, as fractions of capacity, until one misses the bound
-        capacity = 1.0 / service
-        for fraction in (0.1, 0.25, 0.5, 0.7, 0.85, 0.95):
-            result, value = run(fraction * capacity, options["seed"])
+    sweep: list[dict[str, Any]] = []
+    ladder: list[float] = []
+    if options["rate"] == "sweep":
+        given = options.get("ladder")
+        ladder = [float(r) for r in given] if given else [float(f"{f / service:.6g}") for f in SWEEP_FRACTIONS]
+        judge_at = options.get("judge_at") if given else None
+        missed, max_rate, best, judged, first = False, None, None, None, None
+        for rate in ladder:
+            result, value = run(rate, options["seed"])
             met = bound.holds(value)
-            sweep.append(
-                {"rate": result.rate, "achieved_rate": result.achieved_rate, f"p{pct:g}_ms": value, "met": met}
-            )
-            if met or chosen is None:  # the highest rate that met the bound, else the lowest tried
-                chosen = result
-            if not met:
-                break
-        met_rates = [s["rate"] for s in sweep if s["met"]]
-        max_rate = max(met_rates) if met_rates else None
+            sweep.append({"rate": rate, "achieved_rate": result.achieved_rate, f"p{pct:g}_ms": value, "met": met})
+            first = first or result
+            if met and not missed:
+                max_rate, best = rate, result
+            missed = missed or not met
+            if judge_at is not None and math.isclose(rate, judge_at, rel_tol=1e-9):
+                judged = result
+            if missed and (judge_at is None or rate >= judge_at * (1 - 1e-9)):
+                break  # every rate up to the common load is measured; beyond a miss, none
+        if given:
+            chosen, judged_rate, rates_from = judged or best or first, judge_at if judged else None, "reference"
+        else:
+            chosen, judged_rate, rates_from = best or first, max_rate, "own"
     else:
-        chosen, value = run(float(options["rate"]), options["seed"])
-        max_rate = None
+        chosen, _ = run(float(options["rate"]), options["seed"])
+        max_rate, judged_rate, rates_from = None, chosen.rate, "fixed"
     assert chosen is not None
     facts = {
         "rate": chosen.rate,
@@ -238,9 +275,53 @@ def _server(ctx: ScenarioContext, options: dict) -> tuple[dict, dict]:
         "bound": bound.text,
         "sweep": sweep,
         "max_rate": max_rate,
+        "ladder": ladder,
+        "rates_from": rates_from,
+        "judged_rate": judged_rate,
     }
     series = {"latency": tuple(x * 1e3 for x in chosen.latencies), "wait": tuple(x * 1e3 for x in chosen.waits)}
     return series, facts
+
+
+def with_requirement_bound(spec: ScenarioSpec, requirements: Sequence[Any]) -> ScenarioSpec:
+    """A server scenario whose bound is the first server latency requirement, unless it has one.
+
+    ``--require 'server.p99<=50ms'`` then decides which rates a sweep counts as sustained, the
+    same for every target, instead of a bound derived from a target's own latency.
+    """
+    if spec.name != "server" or spec.options.get("bound") is not None:
+        return spec
+    for req in requirements:
+        if req.scenario == "server" and req.unit == "ms" and req.op.startswith("<"):
+            return ScenarioSpec("server", {**spec.options, "bound": req.text})
+    return spec
+
+
+def common_load(specs: Sequence[ScenarioSpec], reference: Any) -> tuple[ScenarioSpec, ...]:
+    """The scenarios a non-reference target runs, given the reference's finished result.
+
+    A server sweep takes the reference's rates (its whole ladder), its bound, and its highest
+    rate within the bound as the load every target's latency is judged at, so that a rate or
+    latency comparison never sets targets under different loads. Without a reference sweep (it
+    failed, or did not run) the spec is unchanged and the verdicts refuse to compare.
+    """
+    server = reference.scenario("server") if reference is not None and reference.status == "ok" else None
+    out = []
+    for spec in specs:
+        if spec.name == "server" and spec.options.get("rate") == "sweep" and server is not None:
+            facts = server.facts if server.status == "ok" else {}
+            if facts.get("ladder"):
+                spec = ScenarioSpec(
+                    "server",
+                    {
+                        **spec.options,
+                        "bound": facts["bound"],
+                        "ladder": list(facts["ladder"]),
+                        "judge_at": facts["max_rate"],
+                    },
+                )
+        out.append(spec)
+    return tuple(out)
 
 
 def _generation(ctx: ScenarioContext, options: dict) -> tuple[dict, dict]:

@@ -11,6 +11,7 @@ import itertools
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from bakeoff.analysis.requirements import Requirement
 from bakeoff.checks.baseline import compute_references, repeat_error, save_references, shape_tag
@@ -281,22 +282,33 @@ def resolve_requirements(
 
 
 def _scenarios_for(given: Sequence[ScenarioSpec], requirements: Sequence[Requirement]) -> list[ScenarioSpec]:
-    """The scenarios asked for, plus any a requirement needs (with default options)."""
+    """The scenarios asked for, plus any a requirement needs (with default options); a server
+    latency requirement is the server sweep's bound unless one was given."""
+    from bakeoff.runner.scenarios import with_requirement_bound
+
     chosen = list(given)
     for req in requirements:
         if req.scenario not in {"", "single-stream", *(s.name for s in chosen)}:
             chosen.append(parse_scenario(req.scenario))
-    return chosen
+    return [with_requirement_bound(spec, requirements) for spec in chosen]
 
 
-def _session_factory(job: TargetJob, settings: TrialSettings) -> Callable[[], object]:
+def _session_factory(settings: TrialSettings) -> Callable[[TargetJob], Any]:
     if settings.isolate:
         from bakeoff.runner.isolation import IsolatedSession
 
-        return lambda: IsolatedSession(job, settings.timeout_s)
+        return lambda job: IsolatedSession(job, settings.timeout_s)
     from bakeoff.runner.session import TargetSession
 
-    return lambda: TargetSession(job)
+    return TargetSession
+
+
+def _use_scenarios(session: Any, scenarios: tuple[ScenarioSpec, ...]) -> None:
+    """Give a started session (local, or in its worker) the scenarios it runs instead of its own."""
+    if hasattr(session, "use_scenarios"):
+        session.use_scenarios(scenarios)
+    else:
+        session.job = replace(session.job, scenarios=scenarios)
 
 
 def _with_requirements(result: TargetResult, requirements: Sequence[Requirement]) -> TargetResult:
@@ -308,37 +320,59 @@ def _with_requirements(result: TargetResult, requirements: Sequence[Requirement]
     return replace(result, requirements=tuple(c.to_dict() for c in checks))
 
 
-def _drive(sessions: list, interleave: bool, say: Progress) -> list[TargetResult]:
+def _drive(
+    sessions: list[tuple[str, TargetJob]], make: Callable[[TargetJob], Any], interleave: bool, say: Progress
+) -> list[TargetResult]:
     """Run every session's steps: round by round across sessions, or one session at a time.
 
-    ``sessions`` holds factories, so that without interleaving only one worker lives at a time.
+    Without interleaving only one worker lives at a time. Either way the reference runs its
+    scenarios and finishes first, so that its server load (the rates it swept, its bound and
+    the highest rate within it) is every other target's: see
+    :func:`~bakeoff.runner.scenarios.common_load`. Results come back in the order given.
     """
+    from bakeoff.runner.scenarios import common_load
+
+    order = sorted(range(len(sessions)), key=lambda i: not sessions[i][1].is_reference)
+    results: dict[int, TargetResult] = {}
+    reference: TargetResult | None = None
     if not interleave:
-        results = []
         from bakeoff.runner.session import run_steps
 
-        for label, make in sessions:
+        for i in order:
+            label, job = sessions[i]
+            if not job.is_reference:
+                job = replace(job, scenarios=common_load(job.scenarios, reference))
             say(f"running {label}")
-            results.append(run_steps(make()))
-        return results
+            results[i] = run_steps(make(job))
+            if job.is_reference and job.scenarios:
+                reference = results[i]
+        return [results[i] for i in range(len(sessions))]
     live = []
-    for label, make in sessions:
+    for label, job in sessions:
         say(f"preparing {label}")
-        session = make()
+        session = make(job)
         session.start()
         live.append(session)
     say(f"timing {len(live)} target(s) in turns")
     active, turn = [s for s in live if not s.timing_done], 0
     while active:  # A B, then B A: no target always goes first (an order effect would bias ratios)
-        order = active if turn % 2 == 0 else active[::-1]
-        finished = {id(s) for s in order if s.round()}
+        order_now = active if turn % 2 == 0 else active[::-1]
+        finished = {id(s) for s in order_now if s.round()}
         active = [s for s in active if id(s) not in finished]
         turn += 1
-    for (label, _), session in zip(sessions, live, strict=True):
-        if session.job.scenarios:
+    for i in order:
+        (label, job), session = sessions[i], live[i]
+        if job.scenarios and not job.is_reference:
+            common = common_load(job.scenarios, reference)
+            if common != job.scenarios:
+                _use_scenarios(session, common)
+        if job.scenarios:
             say(f"scenarios on {label}")
         session.run_scenarios()
-    return [session.finish() for session in live]
+        if job.is_reference:  # finished now: its server load is the others' load
+            results[i] = session.finish()
+            reference = results[i] if job.scenarios else reference
+    return [results[i] if i in results else live[i].finish() for i in range(len(sessions))]
 
 
 def run_trial(
@@ -397,11 +431,11 @@ def run_trial(
         for index in range(settings.replicates):  # scenarios describe the target: the first replicate runs them
             copy = job if index == 0 else replace(job, scenarios=())
             suffix = f" [replicate {index + 1}/{settings.replicates}]" if settings.replicates > 1 else ""
-            sessions.append((label + suffix, _session_factory(copy, settings)))
+            sessions.append((label + suffix, copy))
         results.append(settings.replicates)
     from bakeoff.runner.replicates import merge_replicates
 
-    measured = iter(_drive(sessions, settings.interleaved, say))
+    measured = iter(_drive(sessions, _session_factory(settings), settings.interleaved, say))
     done = [r if isinstance(r, TargetResult) else merge_replicates([next(measured) for _ in range(r)]) for r in results]
     done = [_with_requirements(r, requirements) for r in _speedups(done, reference, settings.interleaved)]
     run = RunResult(

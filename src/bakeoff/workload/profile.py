@@ -28,6 +28,7 @@ from bakeoff.errors import SpecError
 __all__ = ["InputProfile", "Request", "parse_profile"]
 
 _DIST = re.compile(r"^(uniform|lognormal)\((\d+),(\d+)\)$")
+_BAD_BOUNDS = re.compile(r"^(uniform|lognormal)\(.*\)$")  # a known distribution whose bounds are not whole
 _HINT = "e.g. --profile 'seq=16,32,64', 'seq=uniform(8,128)&n=50' or a .csv/.jsonl file of lengths"
 
 
@@ -65,16 +66,32 @@ MAX_LENGTH = 1_000_000
 MAX_REQUESTS = 100_000
 
 
+def _size(value: int, key: str, where: str) -> int:
+    """One length or batch size, from the command line or a file: the same bounds for both."""
+    if value < 1:
+        raise SpecError(f"{where} has {key} {value}: sizes must be at least 1", hint="use positive sizes")
+    if value > MAX_LENGTH:
+        raise SpecError(
+            f"{where} has {key} {value:,}, above the cap of {MAX_LENGTH:,}", hint=f"use sizes up to {MAX_LENGTH:,}"
+        )
+    return value
+
+
+def _count(count: int, what: str) -> int:
+    """How many requests a profile holds, from the command line or a file: at most the cap."""
+    if count > MAX_REQUESTS:
+        raise SpecError(
+            f"{what} {count:,} requests, above the cap of {MAX_REQUESTS:,}", hint=f"use at most {MAX_REQUESTS:,}"
+        )
+    return count
+
+
 def _ints(text: str, key: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",")]
     except ValueError:
         raise SpecError(f"{key}={text!r} is not a list of integers", hint=_HINT) from None
-    if any(v < 1 for v in values):
-        raise SpecError(f"{key}={text!r} has a value below 1", hint=_HINT)
-    if any(v > MAX_LENGTH for v in values):
-        raise SpecError(f"{key}={text!r} has a value above {MAX_LENGTH:,}", hint=_HINT)
-    return values
+    return [_size(v, "length" if key == "seq" else key, f"{key}={text!r}") for v in values]
 
 
 def _draw(kind: str, low: int, high: int, count: int, rng: random.Random) -> list[int]:
@@ -86,7 +103,8 @@ def _draw(kind: str, low: int, high: int, count: int, rng: random.Random) -> lis
 
 
 def _whole(value: object, default: int | None) -> int:
-    """A whole number from a CSV cell or JSON value; floats and booleans are refused."""
+    """A whole number (possibly negative: the bounds are checked apart) from a CSV cell or JSON
+    value; floats and booleans are refused."""
     if value is None or value == "":
         if default is None:
             raise ValueError("missing")
@@ -94,7 +112,8 @@ def _whole(value: object, default: int | None) -> int:
     if isinstance(value, bool | float):
         raise ValueError("not a whole number")
     text = str(value).strip()
-    if not (text.isascii() and text.isdigit()):
+    digits = text[1:] if text[:1] in "+-" else text
+    if not (digits.isascii() and digits.isdigit()):
         raise ValueError("not a whole number")
     return int(text)
 
@@ -125,11 +144,12 @@ def _from_file(path: Path) -> list[Request]:
                 f"{path} row {number} has no integer length",
                 hint="give a 'length' (or 'seq') column and optionally 'batch'",
             ) from None
-        if request.seq < 1 or request.batch < 1:
-            raise SpecError(f"{path} row {number} has a length or batch below 1", hint="use positive sizes")
+        _size(request.seq, "length", f"{path} row {number}")
+        _size(request.batch, "batch", f"{path} row {number}")
         requests.append(request)
     if not requests:
         raise SpecError(f"profile {path} has no requests", hint="one request per line with a length")
+    _count(len(requests), f"profile {path} has")
     return requests
 
 
@@ -160,19 +180,28 @@ def parse_profile(text: str) -> InputProfile:
         raise SpecError(f"seed={seed_text!r} is not a non-negative integer", hint=_HINT)
     seed = int(seed_text)
     rng = random.Random(seed)
-    dist = _DIST.match(options["seq"].replace(" ", ""))
+    seq = options["seq"].replace(" ", "")
+    dist = _DIST.match(seq)
     if dist:
         kind, low, high = dist[1], int(dist[2]), int(dist[3])
         if not 1 <= low <= high:
             raise SpecError(f"bad bounds in {options['seq']!r}", hint="need 1 <= low <= high")
-        counts = _ints(options.get("n", "50"), "n")
-        if len(counts) != 1 or counts[0] > MAX_REQUESTS:
-            raise SpecError(f"n={options.get('n')!r} must be one number up to {MAX_REQUESTS:,}", hint=_HINT)
-        count = counts[0]
+        _size(high, "upper bound", f"seq={options['seq']!r}")
+        n_text = options.get("n", "50")
+        if not (n_text.isascii() and n_text.isdigit()):
+            raise SpecError(f"n={n_text!r} must be one whole number of requests", hint="e.g. n=50")
+        count = _count(int(n_text), f"n={n_text} asks for")
+        if count < 1:
+            raise SpecError(f"n={n_text} draws no requests", hint="e.g. n=50")
         lengths = _draw(kind, low, high, count, rng)
         batches = _ints(options.get("batch", "1"), "batch")
         batch_list = [rng.choice(batches) for _ in lengths]
     else:
+        if _BAD_BOUNDS.match(seq):
+            raise SpecError(
+                f"the bounds in seq={options['seq']!r} must be whole numbers",
+                hint=f"e.g. {seq.partition('(')[0]}(8,128)",
+            )
         if "(" in options["seq"]:
             raise SpecError(
                 f"unknown distribution in seq={options['seq']!r}", hint="use uniform(lo,hi) or lognormal(lo,hi)"
@@ -187,4 +216,5 @@ def parse_profile(text: str) -> InputProfile:
                 hint="give one batch size, or one per length",
             )
         batch_list = batches * len(lengths) if len(batches) == 1 else batches
+        _count(len(lengths), "seq= lists")
     return InputProfile(tuple(Request(b, s) for b, s in zip(batch_list, lengths, strict=True)), text)
