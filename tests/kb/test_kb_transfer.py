@@ -186,6 +186,7 @@ def test_csv_is_not_an_export_to_import(tmp_path: Path) -> None:
 
 def test_csv_is_one_row_per_run_and_target(tmp_path: Path) -> None:
     laptop = _laptop(tmp_path / "laptop.db")
+    stored = [s.run_id for s in laptop.list_runs(limit=100)]
     path = tmp_path / "runs.csv"
     done = bakeoff(
         "export", "--format", "csv", "-o", str(path), "--tag", "driver-560", "--db", "laptop.db", cwd=tmp_path
@@ -206,7 +207,7 @@ def test_csv_is_one_row_per_run_and_target(tmp_path: Path) -> None:
     )
     assert cpu["notes"].startswith("first try on the new driver | OOM at batch 8")
     assert {r["notes"] for r in rows if r["run_id"] == "c0ffee000002"} == {'\'=HYPERLINK("http://example.invalid")'}
-    assert laptop.list_runs(limit=100)  # the export only read
+    assert [s.run_id for s in laptop.list_runs(limit=100)] == stored  # the export only read
 
 
 def test_cli_export_and_import_say_what_they_did(tmp_path: Path) -> None:

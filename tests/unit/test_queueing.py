@@ -35,7 +35,7 @@ def test_poisson_arrivals_have_the_requested_rate_and_are_reproducible():
     assert (len(arrivals) - 1) / arrivals[-1] == pytest.approx(50.0, rel=0.03)
     assert poisson_arrivals(50.0, 10, seed=3) == arrivals[:10]
     assert poisson_arrivals(50.0, 10, seed=4) != arrivals[:10]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must be positive"):
         poisson_arrivals(0.0, 10)
 
 

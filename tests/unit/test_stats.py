@@ -96,7 +96,7 @@ def test_iqr_matches_numpy(seed: int) -> None:
 
 
 def test_iqr_empty_raises() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="empty sample"):
         iqr([])
 
 
@@ -136,7 +136,7 @@ def test_is_noisy_zero_median_is_not_noisy() -> None:
 
 
 def test_is_noisy_empty_raises() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="empty sample"):
         is_noisy([])
 
 

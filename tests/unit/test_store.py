@@ -264,7 +264,7 @@ def test_resolve_run_id_treats_wildcards_literally(store: Store, prefix: str) ->
 
 
 def test_resolve_run_id_empty_store(store: Store) -> None:
-    with pytest.raises(StoreError):
+    with pytest.raises(StoreError, match="no run"):
         store.resolve_run_id("a")
 
 

@@ -232,10 +232,16 @@ def test_settings_round_trip() -> None:
     assert defaults.warmup_min <= defaults.warmup_max
 
 
-def test_default_clock_is_monotonic() -> None:
+def test_default_clock_counts_seconds_and_never_goes_back() -> None:
+    import time
+
     clock = PerfClock()
-    a, b = clock.now(), clock.now()
-    assert b >= a
+    readings = [clock.now() for _ in range(1000)]
+    assert readings == sorted(readings)
+    start = clock.now()
+    time.sleep(0.02)  # the OS sleeps at least this long: a lower bound, never an upper one
+    assert clock.now() - start >= 0.019
+    assert clock.now() - start < 1e6  # seconds, not nanoseconds
 
 
 def test_real_clock_default_runs() -> None:

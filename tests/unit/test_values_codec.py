@@ -277,7 +277,7 @@ def test_run_accessors() -> None:
     run = _run()
     assert run.fingerprint == "3d3306cea8a1a055"
     assert run.result("cuda:1").status == "skipped"
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError, match="mps"):
         run.result("mps")
 
 
@@ -346,14 +346,14 @@ def test_newer_schema_version_refused() -> None:
 def test_non_integer_schema_version_refused(version: Any) -> None:
     data = run_to_json(_run())
     data["schema_version"] = version
-    with pytest.raises(BakeoffError):
+    with pytest.raises(BakeoffError, match=f"run document schema version {version} is newer"):
         run_from_json(data)
 
 
 def test_missing_schema_version_refused() -> None:
     data = run_to_json(_run())
     del data["schema_version"]
-    with pytest.raises(BakeoffError):
+    with pytest.raises(BakeoffError, match="run document schema version None is newer"):
         run_from_json(data)
 
 
