@@ -4,6 +4,10 @@ Two writer processes start together on a database that does not exist yet (so th
 to create the schema), then each saves the same sequence of environments: run ``i`` of both
 writers carries environment ``i``, so every environment is first inserted by two writers at
 about the same moment. After each run both declare the workload's requirements again.
+
+A file barrier before every run makes both writers start it together (neither may go on until
+the other has arrived), and each reports when its save began and ended: the test asserts that
+the saves really overlapped, so a race that the timing happened to avoid cannot pass unseen.
 """
 
 from __future__ import annotations
@@ -30,12 +34,19 @@ from bakeoff.store import Store
 from tests.kb.runs import environment, variant
 
 url, prefix, n, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
+other = "b" if prefix == "a" else "a"
 while not go.exists():
     time.sleep(0.001)
 store = Store.open(url)
 for i in range(n):
+    (go.parent / f"{prefix}{i}").touch()  # the barrier: arrive, then wait for the other writer
+    deadline = time.monotonic() + 60
+    while not (go.parent / f"{other}{i}").exists() and time.monotonic() < deadline:
+        time.sleep(0.0002)
+    began = time.time()
     store.save_run(variant(f"{prefix}{i:04d}", env=environment(i), created_at=f"2026-01-01T00:00:{i:02d}+00:00"))
     store.save_requirements("arch:llama", [f"p50<={i}ms"], f"2026-01-01T00:00:{i:02d}+00:00")
+    print(i, began, time.time(), flush=True)
 """
 
 
@@ -60,9 +71,15 @@ def _write_concurrently(url: str, tmp_path: Path) -> None:
     ]
     time.sleep(1.5)  # both have imported bakeoff and are waiting
     go.touch()
+    spans = []
     for writer in writers:
-        _, err = writer.communicate(timeout=300)
+        out, err = writer.communicate(timeout=300)
         assert writer.returncode == 0, err
+        spans.append({int(i): (float(a), float(b)) for i, a, b in (row.split() for row in out.splitlines())})
+    first, second = spans
+    overlapped = sum(1 for i in range(RUNS_PER_WRITER) if first[i][0] < second[i][1] and second[i][0] < first[i][1])
+    # the barrier puts both saves of run i side by side; most must truly have run at once
+    assert overlapped >= RUNS_PER_WRITER // 2, f"only {overlapped} of {RUNS_PER_WRITER} saves overlapped"
 
 
 def _check(store: Store) -> None:
