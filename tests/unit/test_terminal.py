@@ -45,3 +45,22 @@ def test_a_wide_terminal_shows_every_column():
         assert column in (header if column != "4 (3 recompiles)" else text)
     assert "narrow terminal" not in text
     assert render(None, 200) == text
+
+
+def test_the_notes_give_the_correctness_sensitivity_beside_the_verdict():
+    from bakeoff.report.evidence import answers_for
+    from bakeoff.results.values import TensorComparison
+
+    figures = dict(rule="golden", golden_err=5.6e-3, floor=5.7e-3, bias=2e-4, sensitivity=2.8e-3)
+    logits = TensorComparison("output.logits", (1, 16, 1024), "bfloat16", 3.9e-3, 1e-3, 1.0, True, **figures)
+    judged = Correctness("pass", "", "eager:bfloat16", 1e-2, (logits,))
+    bf16 = TargetResult(parse_target("cpu?dtype=bf16"), "ok", correctness=judged, latency=Latency((1.0,)))
+    console = Console(width=200, record=True, highlight=False)
+    console.print(run_view(RunResult(**{**RUN.__dict__, "results": (*RUN.results, bf16)}), width=200))
+    text = console.export_text()
+    assert "correctness flags a relative bias above 0.0028" in text
+    assert text.count("correctness flags") == 1  # targets judged without a golden have no figure
+    assert answers_for(bf16).correct.text == (
+        "outputs match the reference eager:bfloat16 as closely as eager matches float64 "
+        "(it flags a relative bias above 0.0028) (largest difference 3.90e-03)"
+    )
