@@ -70,6 +70,9 @@ def test_golden_rule_bias_limit_is_twice_the_bias_floor() -> None:
     # a reference with a larger bias of its own widens the limit to twice that bias
     assert judge_against_golden(_figures(bias=0.0079, ref_bias=-0.004), "bfloat16").passed
     assert not judge_against_golden(_figures(bias=0.0081, ref_bias=-0.004), "bfloat16").passed
+    # averaging is credited over at most 16 rows: 1024 rows have the limit of 16
+    assert judge_against_golden(_figures(rows=1024), "bfloat16").bias_limit == pytest.approx(0.005)
+    assert judge_against_golden(_figures(rows=4), "bfloat16").bias_limit == pytest.approx(0.01)
     # one row: no averaging, the bias floor is the relative floor itself
     assert judge_against_golden(_figures(bias=0.0199, rows=1), "bfloat16").passed
     assert not judge_against_golden(_figures(bias=0.0201, rows=1, error=0.019), "bfloat16").passed
@@ -214,7 +217,7 @@ def _noisy_case(bias: float, seed: int = 0, noise: float = 5e-3) -> tuple[torch.
 def test_allclose_is_not_enough_when_a_golden_exists() -> None:
     # A 0.5% bias stays inside bfloat16's allclose(1e-2) of the reference and inside twice the
     # rms floor (sqrt(2) * 5e-3 < 1e-2), but not inside the golden rule's bias limit:
-    # 2 * 5e-3 / sqrt(64 rows) = 1.25e-3.
+    # 2 * 5e-3 / sqrt(16 rows, the most credited) = 2.5e-3.
     result, reference, golden = _noisy_case(0.005)
     assert torch.allclose(result.double(), reference.double(), atol=1e-2, rtol=1e-2)
     c = compare_tensor("o", result, reference, golden, "bfloat16")
@@ -229,7 +232,7 @@ def test_allclose_is_not_enough_when_a_golden_exists() -> None:
 def test_sensitivity_agrees_with_what_is_caught(seed: int) -> None:
     _, reference, golden = _noisy_case(0.0, seed)
     sensitivity = compare_tensor("o", reference.clone(), reference, golden, "bfloat16").sensitivity
-    assert sensitivity == pytest.approx(2 * 5e-3 / 8, rel=0.1)  # twice the floor over sqrt(64) rows
+    assert sensitivity == pytest.approx(2 * 5e-3 / 4, rel=0.1)  # twice the floor over sqrt(16) rows
     for factor, caught in ((0.0, False), (0.3, False), (-0.3, False), (1.3, True), (-1.3, True), (3.0, True)):
         c = compare_tensor("o", *_noisy_case(factor * sensitivity, seed), "bfloat16")
         assert c.passed is not caught, (factor, c.problem)
