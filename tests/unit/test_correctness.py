@@ -1,4 +1,4 @@
-"""Output comparison: the allclose rule, the float64 rule, and output flattening."""
+"""Output comparison: the golden rule, the allclose fallback, and output flattening."""
 
 from __future__ import annotations
 
@@ -10,8 +10,15 @@ from typing import Any
 import pytest
 import torch
 
-from bakeoff.analysis.tolerance import FP64_MULTIPLIER, TOLERANCE, passes_fp64_rule, tolerance_for
-from bakeoff.checks.correctness import compare_outputs, compare_tensor
+from bakeoff.analysis.tolerance import (
+    BIAS_MULTIPLIER,
+    FP64_MULTIPLIER,
+    TOLERANCE,
+    GoldenFigures,
+    judge_against_golden,
+    tolerance_for,
+)
+from bakeoff.checks.correctness import compare_outputs, compare_tensor, golden_figures
 from bakeoff.checks.outputs import flatten_outputs
 
 GOLDEN = torch.tensor([1.0, 2.0, -3.0, 0.5, 4.0, -0.25], dtype=torch.float64)
@@ -35,14 +42,65 @@ def test_tolerance_table() -> None:
     assert set(TOLERANCE) == {"float64", "float32", "float16", "bfloat16"}
 
 
-def test_passes_fp64_rule_boundary() -> None:
+def _figures(**changes: float) -> GoldenFigures:
+    base = {"golden_rms": 1.0, "floor": 0.01, "error": 0.01, "ref_bias": 0.0, "bias": 0.0, "rows": 16}
+    return GoldenFigures(**{**base, **changes})
+
+
+def test_golden_rule_error_limit_is_twice_the_floor() -> None:
     assert FP64_MULTIPLIER == 2.0
-    # 2 * 0.25 + 1.0 / 10 = 0.6 (exact in binary up to the /10)
-    assert passes_fp64_rule(0.5, 0.25, 1.0)
-    assert passes_fp64_rule(0.6, 0.25, 1.0)
-    assert not passes_fp64_rule(0.61, 0.25, 1.0)
-    assert passes_fp64_rule(0.0, 0.0, 0.0)
-    assert not passes_fp64_rule(1e-12, 0.0, 0.0)
+    assert judge_against_golden(_figures(error=0.0199), "bfloat16").passed
+    failed = judge_against_golden(_figures(error=0.0201), "bfloat16")
+    assert not failed.passed
+    assert failed.error_limit == pytest.approx(0.02)
+    assert failed.problem == "rms error vs float64 golden 0.0201 of rms(golden) > 2x the eager bfloat16 run's 0.01"
+    assert not judge_against_golden(_figures(error=float("nan")), "bfloat16").passed
+
+
+def test_golden_rule_bias_limit_is_twice_the_bias_floor() -> None:
+    assert BIAS_MULTIPLIER == 2.0
+    # floor 1% of rms(golden) over 16 rows: bias floor 0.01 / sqrt(16) = 0.0025, limit 0.005
+    judged = judge_against_golden(_figures(bias=0.0049), "bfloat16")
+    assert judged.passed and judged.bias_limit == pytest.approx(0.005)
+    failed = judge_against_golden(_figures(bias=-0.0051), "bfloat16")
+    assert not failed.passed
+    assert failed.problem == (
+        "relative bias vs float64 golden -0.0051 beyond +-0.005 (2x the eager bfloat16 run's bias floor)"
+    )
+    # a reference with a larger bias of its own widens the limit to twice that bias
+    assert judge_against_golden(_figures(bias=0.0079, ref_bias=-0.004), "bfloat16").passed
+    assert not judge_against_golden(_figures(bias=0.0081, ref_bias=-0.004), "bfloat16").passed
+    # averaging is credited over at most 16 rows: 1024 rows have the limit of 16
+    assert judge_against_golden(_figures(rows=1024), "bfloat16").bias_limit == pytest.approx(0.005)
+    assert judge_against_golden(_figures(rows=4), "bfloat16").bias_limit == pytest.approx(0.01)
+    # one row: no averaging, the bias floor is the relative floor itself
+    assert judge_against_golden(_figures(bias=0.0199, rows=1), "bfloat16").passed
+    assert not judge_against_golden(_figures(bias=0.0201, rows=1, error=0.019), "bfloat16").passed
+
+
+def test_golden_rule_sensitivity_is_the_smaller_limit() -> None:
+    assert judge_against_golden(_figures(), "bfloat16").sensitivity == pytest.approx(0.005)
+    assert judge_against_golden(_figures(ref_bias=0.02), "bfloat16").sensitivity == pytest.approx(0.02)  # error limit
+    # relative to rms(golden): the same figures at ten times the scale give the same sensitivity
+    scaled = _figures(golden_rms=10.0, floor=0.1, error=0.1)
+    assert judge_against_golden(scaled, "bfloat16").sensitivity == pytest.approx(0.005)
+
+
+def test_golden_rule_exact_reference_leaves_one_roundoff() -> None:
+    u = 2.0**-24
+    exact = judge_against_golden(_figures(floor=0.0, error=0.9 * u, rows=1), "float32")
+    assert exact.passed and exact.error_limit == pytest.approx(u)
+    assert exact.sensitivity == pytest.approx(u)
+    assert not judge_against_golden(_figures(floor=0.0, error=1.1 * u, rows=1), "float32").passed
+    # bfloat16's roundoff is 2**-8: an exact bfloat16 reference still leaves that much room
+    assert judge_against_golden(_figures(floor=0.0, error=0.003, rows=1), "bfloat16").passed
+
+
+def test_golden_rule_zero_golden_has_no_relative_figures() -> None:
+    judged = judge_against_golden(_figures(golden_rms=0.0, floor=0.1, error=0.15), "float32")
+    assert judged.passed and judged.bias_limit is None and judged.sensitivity is None
+    failed = judge_against_golden(_figures(golden_rms=0.0, floor=0.1, error=0.25), "float32")
+    assert failed.problem == "rms error vs float64 golden 0.25 absolute > 2x the eager float32 run's 0.1"
 
 
 # -- compare_tensor ---------------------------------------------------------------------
@@ -93,48 +151,102 @@ def test_cosine_of_opposite_outputs() -> None:
     assert c.max_rel_err == pytest.approx(2.0)
 
 
-def test_fp64_rule_rescues_result_as_accurate_as_eager() -> None:
+def test_golden_rule_passes_result_as_accurate_as_eager() -> None:
     # The float32 eager reference is itself off from the float64 golden by +1e-3 everywhere
     # (RMS 1e-3). The result is off by -1.5e-3 (RMS 1.5e-3): 2.5e-3 from the reference, far
-    # beyond allclose's 1e-4 + 1e-4 * |ref|, but 1.5e-3 <= 2 * 1e-3 + 1e-4 / 10 = 2.01e-3.
+    # beyond allclose's 1e-4 + 1e-4 * |ref|, but 1.5e-3 <= 2 * 1e-3, and its relative bias
+    # (-1.5e-3 * sum(g) / sum(g^2) = -2.1e-4) is within 2 * 1e-3 / rms(g) = 8.9e-4 (one row).
     reference = _offset(+1e-3)
     result = _offset(-1.5e-3)
     assert not torch.allclose(result.double(), reference.double(), atol=1e-4, rtol=1e-4)
 
     c = compare_tensor("o", result, reference, GOLDEN, "float32")
     assert c.passed
-    assert c.rule == "fp64"
+    assert c.rule == "golden"
     assert c.problem == ""
     assert c.max_abs_err == pytest.approx(2.5e-3, rel=1e-3)
+    rms = float(GOLDEN.pow(2).mean().sqrt())
+    assert c.golden_err == pytest.approx(1.5e-3 / rms, rel=1e-3)
+    assert c.floor == pytest.approx(1e-3 / rms, rel=1e-3)
+    assert c.bias == pytest.approx(-1.5e-3 * float(GOLDEN.sum()) / float(GOLDEN.pow(2).sum()), rel=1e-3)
+    assert c.sensitivity == pytest.approx(2 * 1e-3 / rms, rel=1e-3)
 
 
-def test_fp64_rule_rejects_result_worse_than_twice_eager_error() -> None:
-    # RMS error 2.5e-3 vs golden > 2.01e-3 allowed: fails both rules.
+def test_golden_rule_rejects_result_worse_than_twice_eager_error() -> None:
+    # RMS error 2.5e-3 vs golden > 2e-3 allowed
     reference = _offset(+1e-3)
     result = _offset(-2.5e-3)
     c = compare_tensor("o", result, reference, GOLDEN, "float32")
     assert not c.passed
     assert c.rule == ""
-    assert "max abs error" in c.problem
+    assert c.problem.startswith("rms error vs float64 golden 0.00111 of rms(golden) > 2x")
     assert c.max_abs_err == pytest.approx(3.5e-3, rel=1e-3)
 
 
-def test_fp64_rule_needs_a_golden() -> None:
+def test_golden_rule_needs_a_golden() -> None:
     c = compare_tensor("o", _offset(-1.5e-3), _offset(+1e-3), None, "float32")
     assert not c.passed
+    assert c.sensitivity is None and c.golden_err is None
 
 
-def test_fp64_rule_ignores_golden_of_other_shape() -> None:
+def test_golden_of_other_shape_falls_back_to_allclose() -> None:
     c = compare_tensor("o", _offset(-1.5e-3), _offset(+1e-3), GOLDEN[:3], "float32")
     assert not c.passed
+    assert "tol 0.0001" in c.problem
 
 
-def test_fp64_rule_exact_reference_leaves_only_tol_over_ten() -> None:
-    # An exact reference (no error of its own) leaves only tol / 10 of slack.
+def test_golden_rule_exact_reference_leaves_only_roundoff() -> None:
+    # An exact reference (no error of its own) leaves one unit roundoff of rms(golden).
     reference = GOLDEN.float()
-    result = _offset(2e-4)
-    c = compare_tensor("o", result, reference, GOLDEN, "float32")
+    c = compare_tensor("o", _offset(2e-4), reference, GOLDEN, "float32")
     assert not c.passed
+    assert compare_tensor("o", reference.clone(), reference, GOLDEN, "float32").passed
+
+
+def _noisy_case(bias: float, seed: int = 0, noise: float = 5e-3) -> tuple[torch.Tensor, ...]:
+    """A golden like logits (64 rows of 128, rms 0.16), a bfloat16-like reference with relative
+    rounding noise ``noise`` of rms(golden), and a result with its own such noise, scaled by
+    ``1 + bias``."""
+    gen = torch.Generator().manual_seed(seed)
+    golden = 0.16 * torch.randn(64, 128, generator=gen, dtype=torch.float64)
+    reference = golden + noise * 0.16 * torch.randn(64, 128, generator=gen, dtype=torch.float64)
+    result = golden * (1 + bias) + noise * 0.16 * torch.randn(64, 128, generator=gen, dtype=torch.float64)
+    return result.float(), reference.float(), golden
+
+
+def test_allclose_is_not_enough_when_a_golden_exists() -> None:
+    # A 0.5% bias stays inside bfloat16's allclose(1e-2) of the reference and inside twice the
+    # rms floor (sqrt(2) * 5e-3 < 1e-2), but not inside the golden rule's bias limit:
+    # 2 * 5e-3 / sqrt(16 rows, the most credited) = 2.5e-3.
+    result, reference, golden = _noisy_case(0.005)
+    assert torch.allclose(result.double(), reference.double(), atol=1e-2, rtol=1e-2)
+    c = compare_tensor("o", result, reference, golden, "bfloat16")
+    assert not c.passed
+    assert c.problem.startswith("relative bias vs float64 golden +0.0049")
+    assert c.bias == pytest.approx(0.005, abs=5e-4)
+    # without the golden, the allclose fallback passes it: what the fallback cannot see
+    assert compare_tensor("o", result, reference, None, "bfloat16").rule == "allclose"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_sensitivity_agrees_with_what_is_caught(seed: int) -> None:
+    _, reference, golden = _noisy_case(0.0, seed)
+    sensitivity = compare_tensor("o", reference.clone(), reference, golden, "bfloat16").sensitivity
+    assert sensitivity == pytest.approx(2 * 5e-3 / 4, rel=0.1)  # twice the floor over sqrt(16) rows
+    for factor, caught in ((0.0, False), (0.3, False), (-0.3, False), (1.3, True), (-1.3, True), (3.0, True)):
+        c = compare_tensor("o", *_noisy_case(factor * sensitivity, seed), "bfloat16")
+        assert c.passed is not caught, (factor, c.problem)
+        assert c.sensitivity == pytest.approx(sensitivity, rel=1e-6)
+
+
+def test_golden_figures_ignore_matching_non_finite_elements() -> None:
+    golden = torch.tensor([[1.0, float("inf")], [2.0, -1.0]], dtype=torch.float64)
+    reference = golden.float()
+    figures = golden_figures(reference.clone(), reference, golden)
+    assert figures.rows == 2
+    assert figures.golden_rms == pytest.approx(math.sqrt(6 / 3))
+    assert figures.error == 0.0 and figures.bias == 0.0
+    assert compare_tensor("o", reference.clone(), reference, golden, "float32").passed
 
 
 def test_shape_mismatch_fails() -> None:
@@ -242,7 +354,11 @@ def test_compare_outputs_pass() -> None:
     ref = _outputs(logits=a, ids=b)
     result = compare_outputs(_outputs(logits=a.clone(), ids=b.clone()), ref, None, "float32", "eager:float32")
     assert result.verdict == "pass"
-    assert result.reason == ""
+    assert result.reason == (
+        "no float64 golden for output.logits: judged by allclose(atol=rtol=0.0001) to eager:float32 only, "
+        "blind to a systematic error below that"
+    )
+    assert result.sensitivity is None
     assert result.reference == "eager:float32"
     assert result.tolerance == 1e-4
     assert [o.name for o in result.outputs] == ["output.logits", "output.ids"]
@@ -255,7 +371,9 @@ def test_compare_outputs_uses_golden_per_output() -> None:
     golden = _outputs(x=GOLDEN)
     result = compare_outputs(_outputs(x=_offset(-1.5e-3)), ref, golden, "float32", "eager:float32")
     assert result.verdict == "pass"
-    assert result.outputs[0].rule == "fp64"
+    assert result.reason == ""  # judged against the golden: no fallback note
+    assert result.outputs[0].rule == "golden"
+    assert result.sensitivity == result.outputs[0].sensitivity > 0
     # without the golden it fails
     assert compare_outputs(_outputs(x=_offset(-1.5e-3)), ref, None, "float32", "eager:float32").verdict == "fail"
 

@@ -65,3 +65,22 @@ def test_the_requirements_table_calls_one_reading_a_single_observation_and_only_
     assert "single observation" in first and "straddles" not in first  # one reading has no interval to straddle
     p50 = next(line for line in lines if "p50<=5ms" in line)
     assert "4.5 ms-5.5 ms" in p50 and "the interval straddles the threshold: not conclusive" in p50
+
+
+def test_the_notes_give_the_correctness_sensitivity_beside_the_verdict():
+    from bakeoff.report.evidence import answers_for
+    from bakeoff.results.values import TensorComparison
+
+    figures = dict(rule="golden", golden_err=5.6e-3, floor=5.7e-3, bias=2e-4, sensitivity=2.8e-3)
+    logits = TensorComparison("output.logits", (1, 16, 1024), "bfloat16", 3.9e-3, 1e-3, 1.0, True, **figures)
+    judged = Correctness("pass", "", "eager:bfloat16", 1e-2, (logits,))
+    bf16 = TargetResult(parse_target("cpu?dtype=bf16"), "ok", correctness=judged, latency=Latency((1.0,)))
+    console = Console(width=200, record=True, highlight=False)
+    console.print(run_view(RunResult(**{**RUN.__dict__, "results": (*RUN.results, bf16)}), width=200))
+    text = console.export_text()
+    assert "correctness flags a relative bias above 0.0028" in text
+    assert text.count("correctness flags") == 1  # targets judged without a golden have no figure
+    assert answers_for(bf16).correct.text == (
+        "outputs match the reference eager:bfloat16 as closely as eager matches float64 "
+        "(it flags a relative bias above 0.0028) (largest difference 3.90e-03)"
+    )

@@ -180,6 +180,24 @@ def test_correctness_without_outputs() -> None:
     assert Correctness.from_dict({"verdict": "error"}) == Correctness("error")
 
 
+def test_correctness_sensitivity_is_the_largest_of_the_outputs() -> None:
+    golden = dict(rule="golden", golden_err=4e-3, floor=5e-3, bias=1e-4)
+    a = TensorComparison("output.a", (1, 16, 8), "bfloat16", 4e-3, 1e-2, 0.9999, True, **golden, sensitivity=2e-3)
+    b = TensorComparison("output.b", (1, 8), "bfloat16", 4e-3, 1e-2, 0.9999, True, **golden, sensitivity=9e-3)
+    value = Correctness("pass", "", "eager:bfloat16", 1e-2, (a, b))
+    data = value.to_dict()
+    assert data["sensitivity"] == 9e-3
+    assert data["outputs"][0]["sensitivity"] == 2e-3 and data["outputs"][0]["floor"] == 5e-3
+    assert Correctness.from_dict(json.loads(json.dumps(data))) == value
+    assert Correctness("pass", "", "eager:float32", 1e-4, (LOGITS, HIDDEN)).sensitivity is None
+
+
+def test_tensor_comparison_reads_documents_from_before_and_after_the_golden_figures() -> None:
+    older = {k: v for k, v in HIDDEN.to_dict().items() if k not in ("golden_err", "floor", "bias", "sensitivity")}
+    assert TensorComparison.from_dict(older) == HIDDEN
+    assert TensorComparison.from_dict({**HIDDEN.to_dict(), "a_later_figure": 1.0}) == HIDDEN
+
+
 def test_error_info_round_trip() -> None:
     value = ErrorInfo(
         "torch.OutOfMemoryError", "CUDA out of memory", category="out_of_memory", phase="first_call", traceback="tb"

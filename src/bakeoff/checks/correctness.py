@@ -1,8 +1,10 @@
 """Does the target compute the same thing as the baseline? Dtype-aware, output by output.
 
-See :mod:`bakeoff.analysis.tolerance` for the two rules. Verdicts:
-    pass            every output tensor passes one rule
-    fail            an output is missing, has another shape, or passes neither rule
+See :mod:`bakeoff.analysis.tolerance` for the rules: the golden rule whenever the baseline has
+a float64 golden output (allclose alone is not enough then), the allclose rule only without
+one, exact equality for integer outputs. Verdicts:
+    pass            every output tensor passes its rule
+    fail            an output is missing, has another shape, or fails its rule
     not_comparable  the reference itself cannot be trusted (nondeterministic eager runs, or a
                     workload whose fingerprint differs from the baseline's)
     error           the target produced no output (set by the runner, not here)
@@ -13,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from bakeoff.analysis.tolerance import passes_fp64_rule, tolerance_for
+from bakeoff.analysis.tolerance import GoldenFigures, judge_against_golden, tolerance_for
 from bakeoff.results.values import Correctness, TensorComparison
 
-__all__ = ["compare_outputs", "compare_tensor", "max_abs_difference"]
+__all__ = ["compare_outputs", "compare_tensor", "golden_figures", "max_abs_difference"]
 
 
 def max_abs_difference(a: Any, b: Any) -> float:
@@ -36,8 +38,36 @@ def _rms(diff: Any) -> float:
     return float(diff.double().pow(2).mean().sqrt()) if diff.numel() else 0.0
 
 
+def _bias(value: Any, golden: Any) -> float:
+    """Least-squares relative scale error of ``value`` against ``golden`` (0 for a zero golden)."""
+    norm = float((golden * golden).sum())
+    return float(((value - golden) * golden).sum()) / norm if norm > 0 else 0.0
+
+
+def golden_figures(result: Any, reference: Any, golden: Any) -> GoldenFigures:
+    """The golden rule's inputs for one output, over the elements finite in all three."""
+    import torch
+
+    res, ref, gold = (t.detach().cpu().double() for t in (result, reference, golden))
+    keep = torch.isfinite(res) & torch.isfinite(ref) & torch.isfinite(gold)
+    rows = max(gold.numel() // gold.shape[-1], 1) if gold.dim() >= 2 and gold.shape[-1] else 1
+    res, ref, gold = res[keep], ref[keep], gold[keep]
+    return GoldenFigures(
+        golden_rms=_rms(gold),
+        floor=_rms(ref - gold),
+        error=_rms(res - gold),
+        ref_bias=_bias(ref, gold),
+        bias=_bias(res, gold),
+        rows=rows,
+    )
+
+
 def compare_tensor(name: str, result: Any, reference: Any, golden: Any | None, dtype: str) -> TensorComparison:
-    """Compare one output tensor; ``reference`` is same-dtype eager, ``golden`` float64 eager."""
+    """Compare one output tensor; ``reference`` is same-dtype eager, ``golden`` float64 eager.
+
+    With a golden of the same shape the golden rule decides; allclose to the reference is the
+    fallback only without one.
+    """
     import torch
 
     if tuple(result.shape) != tuple(reference.shape):
@@ -52,7 +82,6 @@ def compare_tensor(name: str, result: Any, reference: Any, golden: Any | None, d
             problem=f"shape {tuple(result.shape)} != reference {tuple(reference.shape)}",
         )
     res, ref = result.detach().cpu().double(), reference.detach().cpu().double()
-    finite = torch.isfinite(res) == torch.isfinite(ref)
     max_abs = max_abs_difference(res, ref)
     finite_ref = ref[torch.isfinite(ref)]
     scale = float(finite_ref.abs().max()) if finite_ref.numel() else 0.0
@@ -61,28 +90,30 @@ def compare_tensor(name: str, result: Any, reference: Any, golden: Any | None, d
     norms = float(flat_res.norm() * flat_ref.norm())
     cosine = float(flat_res @ flat_ref) / norms if norms > 0 else float(max_abs == 0)
     dtype_name = str(result.dtype).removeprefix("torch.")
+    common = (name, tuple(result.shape), dtype_name, max_abs, max_rel, cosine)
     if not result.is_floating_point():
         ok = bool(torch.equal(result.cpu(), reference.cpu()))
-        return TensorComparison(
-            name,
-            tuple(result.shape),
-            dtype_name,
-            max_abs,
-            max_rel,
-            cosine,
-            ok,
-            rule="exact" if ok else "",
-            problem="" if ok else "integer output differs",
-        )
-    tol = tolerance_for(dtype)
-    if bool(finite.all()) and torch.allclose(res, ref, atol=tol, rtol=tol, equal_nan=True):
-        return TensorComparison(name, tuple(result.shape), dtype_name, max_abs, max_rel, cosine, True, "allclose")
+        return TensorComparison(*common, ok, rule="exact" if ok else "", problem="" if ok else "integer output differs")
+    both_finite = torch.isfinite(res) & torch.isfinite(ref)
+    finite = bool((both_finite | (res == ref) | (torch.isnan(res) & torch.isnan(ref))).all())
     if golden is not None and tuple(golden.shape) == tuple(result.shape):
-        gold = golden.detach().cpu().double()
-        if passes_fp64_rule(_rms(res - gold), _rms(ref - gold), tol):
-            return TensorComparison(name, tuple(result.shape), dtype_name, max_abs, max_rel, cosine, True, "fp64")
-    problem = "non-finite values differ" if not bool(finite.all()) else f"max abs error {max_abs:.3g} > tol {tol:g}"
-    return TensorComparison(name, tuple(result.shape), dtype_name, max_abs, max_rel, cosine, False, problem=problem)
+        figures = golden_figures(res, ref, golden)
+        judged = judge_against_golden(figures, dtype)
+        relative = figures.golden_rms if figures.golden_rms > 0 else None
+        extra = {
+            "golden_err": figures.error / relative if relative else None,
+            "floor": figures.floor / relative if relative else None,
+            "bias": figures.bias if relative else None,
+            "sensitivity": judged.sensitivity,
+        }
+        if not finite:
+            return TensorComparison(*common, False, problem="non-finite values differ", **extra)
+        return TensorComparison(*common, judged.passed, "golden" if judged.passed else "", judged.problem, **extra)
+    tol = tolerance_for(dtype)
+    if finite and torch.allclose(res, ref, atol=tol, rtol=tol, equal_nan=True):
+        return TensorComparison(*common, True, "allclose")
+    problem = "non-finite values differ" if not finite else f"max abs error {max_abs:.3g} > tol {tol:g}"
+    return TensorComparison(*common, False, problem=problem)
 
 
 def compare_outputs(
@@ -102,6 +133,13 @@ def compare_outputs(
             gold = golden.get(name) if golden is not None else None
             comparisons.append(compare_tensor(name, outputs[name], ref, gold, dtype))
     failed = [c for c in comparisons if not c.passed]
+    fallback = [c.name for c in comparisons if c.rule == "allclose"]
+    note = (
+        f"no float64 golden for {', '.join(fallback)}: judged by allclose(atol=rtol={tol:g}) to "
+        f"{reference_name} only, blind to a systematic error below that"
+        if fallback
+        else ""
+    )
     if missing or extra or failed:
         parts = []
         if missing:
@@ -109,7 +147,8 @@ def compare_outputs(
         if extra:
             parts.append("unexpected outputs: " + ", ".join(extra))
         parts.extend(f"{c.name}: {c.problem}" for c in failed)
+        parts.extend([note] if note else [])
         return Correctness("fail", "; ".join(parts), reference_name, tol, tuple(comparisons))
     if not comparisons:
         return Correctness("not_comparable", "the workload returned no tensors", reference_name, tol)
-    return Correctness("pass", "", reference_name, tol, tuple(comparisons))
+    return Correctness("pass", note, reference_name, tol, tuple(comparisons))

@@ -72,7 +72,10 @@ def _correct(result: TargetResult) -> Answer:
     if c is None:
         return Answer("unknown", "no correctness check was made")
     if c.verdict == "pass":
-        detail = f" within tolerance {c.tolerance:g}" if c.tolerance is not None else ""
+        if c.sensitivity is not None:  # judged against the float64 golden
+            detail = f" as closely as eager matches float64 (it flags a relative bias above {c.sensitivity:.2g})"
+        else:
+            detail = f" within tolerance {c.tolerance:g}" if c.tolerance is not None else ""
         err = f" (largest difference {c.max_abs_err:.2e})" if c.max_abs_err is not None else ""
         return Answer("yes", f"outputs match the reference {c.reference or 'baseline'}{detail}{err}")
     if c.verdict == "fail":

@@ -145,6 +145,9 @@ def _notes(result: TargetResult) -> str:
         )
     if result.correctness is not None and result.correctness.reason and result.status != "error":
         parts.append(result.correctness.reason[:200])
+    sensitivity = result.correctness.sensitivity if result.correctness is not None else None
+    if sensitivity is not None and result.status == "ok":
+        parts.append(f"correctness flags a relative bias above {sensitivity:.2g}")
     drift = result.correctness.drift if result.correctness is not None else None
     if drift:
         parts.append(f"{drift['max_abs_err']:.2e} max abs from {drift['reference']} (the dtype's cost)")

@@ -75,9 +75,16 @@ class TensorComparison:
 
     ``max_rel_err`` is the largest absolute error divided by the largest reference magnitude
     (a scale-aware figure that does not explode where the reference is near zero). ``rule``
-    says which test passed: ``allclose`` (within the dtype's tolerance of the same-dtype eager
-    reference) or ``fp64`` (error against the float64 golden no worse than a multiple of the
-    eager run's own error); empty when it failed.
+    says which test passed: ``golden`` (error and bias against the float64 golden within a
+    multiple of the eager same-dtype run's own; see :mod:`bakeoff.analysis.tolerance`),
+    ``allclose`` (within the dtype's tolerance of the same-dtype eager reference: the fallback
+    without a golden), ``exact`` (integers), or ``fp64`` in documents stored before the golden
+    rule; empty when it failed.
+
+    The golden rule's figures, all relative to rms(golden) and None without a golden:
+    ``golden_err`` the target's RMS error, ``floor`` the eager reference's (the dtype's noise
+    floor on this workload), ``bias`` the target's relative bias, and ``sensitivity`` the
+    smallest uniform relative bias of this output the rule flags.
     """
 
     name: str
@@ -89,6 +96,10 @@ class TensorComparison:
     passed: bool
     rule: str = ""
     problem: str = ""
+    golden_err: float | None = None
+    floor: float | None = None
+    bias: float | None = None
+    sensitivity: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -97,7 +108,8 @@ class TensorComparison:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TensorComparison:
-        return cls(**{**data, "shape": tuple(data["shape"])})
+        known = {f.name for f in fields(cls)}  # keep reading documents with fields added later
+        return cls(**{**{k: v for k, v in data.items() if k in known}, "shape": tuple(data["shape"])})
 
 
 @dataclass(frozen=True)
@@ -107,6 +119,11 @@ class Correctness:
     A target in another dtype is judged against the eager CPU run *in its dtype*; ``drift``
     then adds, for information, how far its outputs are from the workload's own dtype
     (``{"reference": "eager:float32", "max_abs_err": ...}``): what the dtype change costs.
+
+    ``sensitivity`` (derived from the outputs, stored with them) is the largest of the outputs'
+    sensitivities: the smallest uniform relative bias of every output that this check flags,
+    i.e. what a ``pass`` rules out. None when no output was judged against a float64 golden
+    (the allclose fallback has no such figure).
     """
 
     verdict: str
@@ -128,6 +145,10 @@ class Correctness:
     def min_cosine(self) -> float | None:
         return min((o.cosine for o in self.outputs), default=None)
 
+    @property
+    def sensitivity(self) -> float | None:
+        return max((o.sensitivity for o in self.outputs if o.sensitivity is not None), default=None)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "verdict": self.verdict,
@@ -137,6 +158,7 @@ class Correctness:
             "max_abs_err": self.max_abs_err,
             "max_rel_err": self.max_rel_err,
             "min_cosine": self.min_cosine,
+            "sensitivity": self.sensitivity,
             "outputs": [o.to_dict() for o in self.outputs],
             "drift": self.drift,
         }
