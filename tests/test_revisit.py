@@ -337,3 +337,24 @@ print("torch imported:", "torch" in sys.modules)
         ["bakeoff", "rerun"],
         ["bakeoff", "report"],
     ]
+
+
+def test_a_real_update_that_slows_down_and_changes_outputs_is_classified_regressed(tmp_path):
+    """End to end, no hand-built runs: two real trials in two environments."""
+    from tests.fixtures import hostile_models
+
+    db = str(tmp_path / "b.db")
+    spec = f"py:{hostile_models.__file__}:updated_by_environment"
+    before = cli_trial(spec, "cpu", tmp_path, "--samples", "20")
+    assert before.returncode == 0, before.stderr
+    update = {"TORCH_FIXTURE_DELAY_MS": "5", "TORCH_FIXTURE_SHIFT": "0.01"}
+    after = cli_trial(spec, "cpu", tmp_path, "--samples", "20", env=update)
+    assert after.returncode == 0, after.stderr
+    listed = bakeoff("regressions", "--db", db, "--format", "json", "--strict")
+    assert listed.returncode == 1, listed.stderr  # --strict: something regressed
+    (change,) = json.loads(listed.stdout)
+    assert change["outcome"] == "regressed"
+    metrics = {m["metric"]: m for m in change["metrics"]}
+    assert metrics["correctness"]["outcome"] == "regressed"
+    assert metrics["p50_ms"]["outcome"] == "regressed"
+    assert {"key": "env.TORCH_FIXTURE_DELAY_MS", "before": None, "after": "5"} in change["environment"]["changes"]
