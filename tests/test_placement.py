@@ -6,31 +6,212 @@ user would: the device renames PrivateUse1 for the whole process, so it stays ou
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from tests.conftest import EMU_ENV, cli_result, cli_trial, py_workload
+from tests.conftest import EMU_ENV, MODELS, cli_result, cli_trial, py_workload
 
-from bakeoff.checks.placement import judge
+from bakeoff.checks.placement import ENGINE_MOSTLY_HANDED_BACK, VERDICTS, audit_module, judge
 
 NO_TRANSFERS = {"host_to_device": {"count": 0, "bytes": 0}, "device_to_host": {"count": 0, "bytes": 0}}
 
 
+FINDINGS = {
+    "cpu_target": False,
+    "stray": [],
+    "off_map": [],
+    "host_ops": {},
+    "fallback_ops": {},
+    "transfers": NO_TRANSFERS,
+    "sites": [],
+    "host_state": [],
+    "engine_work": None,
+}
+
+
 def _judge(**overrides):
-    findings = {
-        "cpu_target": False,
-        "stray": [],
-        "off_map": [],
-        "host_ops": {},
-        "fallback_ops": {},
-        "transfers": NO_TRANSFERS,
-        "sites": [],
+    return judge(**{**FINDINGS, **overrides})
+
+
+def contradictions(verdict: str, explanation: str, findings: dict) -> list[str]:
+    """Where a verdict's explanation disagrees with the figures it was judged from."""
+    f = {**FINDINGS, **findings}
+    problems = []
+    host_total = sum(f["host_ops"].values()) + sum(f["fallback_ops"].values())
+    host_state = sum(s["count"] for s in f["host_state"] or [])
+    work = f["engine_work"] or {}
+    percents = [int(p) for p in re.findall(r"(\d+)%", explanation)]
+    if verdict not in VERDICTS:
+        problems.append(f"unknown verdict {verdict}")
+    if "nothing left on the host" in explanation and (host_state or f["stray"] or f["off_map"] or host_total):
+        problems.append("says nothing was left on the host, but something was")
+    if verdict == "on_device" and (
+        host_total or host_state or f["stray"] or f["off_map"] or work.get("share", 1) < ENGINE_MOSTLY_HANDED_BACK
+    ):
+        problems.append("on_device with host work, host state, stray tensors or an engine that did not run")
+    if verdict == "engine_did_not_run":
+        if work.get("share") is None or work["share"] >= ENGINE_MOSTLY_HANDED_BACK:
+            problems.append("engine_did_not_run for an engine that ran most of its work")
+        if percents[:1] != [round(100 * work.get("share", -1))]:
+            problems.append(f"share in words {percents[:1]} is not the engine's share {work.get('share')}")
+        if f"{work.get('op_calls_in_engine')} of {work.get('op_calls')} op calls" not in explanation:
+            problems.append("op call counts missing or different")
+    elif work.get("share") is not None and work["share"] < ENGINE_MOSTLY_HANDED_BACK:
+        problems.append(f"{verdict} for an engine that ran {work['share']:.0%} of its work")
+    if verdict == "left_on_host":
+        if f["stray"] or f["off_map"]:
+            if (f["stray"] + f["off_map"])[0] not in explanation:
+                problems.append("left_on_host without naming what was left")
+        elif not host_state:
+            problems.append("left_on_host with nothing left")
+        else:
+            if f"{host_state} copies" not in explanation or f["host_state"][0]["module"] not in explanation:
+                problems.append("host-state count or module missing")
+            if f"{sum(s['bytes'] for s in f['host_state'])} B per pass" not in explanation:
+                problems.append("host-state bytes missing")
+            if "register_buffer" not in explanation:
+                problems.append("no fix named")
+    if verdict == "fallbacks":
+        if host_total and not re.search(rf"\b{host_total} op call", explanation):
+            problems.append(f"fallbacks without the count {host_total}")
+        if not host_total and not [s for s in f["sites"] if s["direction"] == "device_to_host"]:
+            problems.append("fallbacks with no host work and no round trip")
+    if verdict == "not_applicable" and (not f["cpu_target"] or f["fallback_ops"]):
+        problems.append("not_applicable off the CPU, or with work handed back")
+    if host_total and verdict in ("left_on_host",) and f"{host_total} op call(s) ran on the host" not in explanation:
+        problems.append("host op calls left out of the explanation")
+    return problems
+
+
+HOST_STATE = [{"module": "head", "count": 2, "bytes": 32}]
+ROUND_TRIP = {"host_to_device": {"count": 1, "bytes": 64}, "device_to_host": {"count": 1, "bytes": 64}}
+ROUND_TRIP_SITES = [{"module": "encoder", "direction": "device_to_host", "count": 1, "bytes": 64}]
+ENGINE_IDLE = {
+    "engine": "openvino",
+    "op_calls": 900,
+    "op_calls_in_engine": 18,
+    "share": 0.02,
+    "partitions": 2,
+    "partitions_failed": 1,
+}
+ENGINE_BUSY = {
+    "engine": "openvino",
+    "op_calls": 900,
+    "op_calls_in_engine": 900,
+    "share": 1.0,
+    "partitions": 2,
+    "partitions_failed": 0,
+}
+
+
+def test_judge_host_state_copied_every_forward_is_left_on_host():
+    verdict, why = _judge(
+        host_state=HOST_STATE, transfers={**NO_TRANSFERS, "host_to_device": {"count": 2, "bytes": 32}}
+    )
+    assert verdict == "left_on_host"
+    assert "2 copies, 32 B per pass, in head" in why and "register_buffer" in why
+    assert "nothing left on the host" not in why
+    # control: a host-to-device copy that was not host state (an input, a round trip's return) is not
+    assert _judge(transfers={**NO_TRANSFERS, "host_to_device": {"count": 1, "bytes": 128}})[0] == "on_device"
+
+
+def test_judge_engine_that_handed_back_most_work_did_not_run():
+    verdict, why = _judge(cpu_target=True, engine_work=ENGINE_IDLE, fallback_ops={"aten::mm (failed partition)": 8})
+    assert verdict == "engine_did_not_run"
+    assert why.startswith("openvino ran 2% of the work handed to it (18 of 900 op calls")
+    assert "1 of 2 partition(s) failed at run time" in why
+    zero = {**ENGINE_IDLE, "op_calls_in_engine": 0, "share": 0.0}
+    assert _judge(cpu_target=True, engine_work=zero)[0] == "engine_did_not_run"
+    # controls: an engine that ran all or most of its work keeps the usual verdicts
+    assert _judge(cpu_target=True, engine_work=ENGINE_BUSY)[0] == "not_applicable"
+    most = {**ENGINE_BUSY, "op_calls_in_engine": 600, "share": 600 / 900}
+    assert _judge(cpu_target=True, engine_work=most, fallback_ops={"aten::i0 (left to PyTorch)": 1})[0] == "fallbacks"
+
+
+def _findings_grid():
+    """Every combination of the findings that decide a verdict, each alone and together."""
+    options = {
+        "cpu_target": [False, True],
+        "stray": [[], ["fc2.weight (cpu)"]],
+        "host_ops": [{}, {"aten::tanh": 1}],
+        "fallback_ops": [{}, {"aten::rsqrt.out": 3}],
+        "host_state": [[], HOST_STATE],
+        "engine_work": [None, ENGINE_IDLE, ENGINE_BUSY],
+        "round_trip": [False, True],
     }
-    return judge(**{**findings, **overrides})
+    for values in itertools.product(*options.values()):
+        findings = dict(zip(options, values, strict=True))
+        if findings.pop("round_trip"):
+            findings.update(transfers=ROUND_TRIP, sites=ROUND_TRIP_SITES)
+        if findings["cpu_target"] and (findings["stray"] or findings["host_ops"] or findings["host_state"]):
+            continue  # a CPU target has no host to leave anything on
+        yield findings
+
+
+def test_every_verdict_explanation_agrees_with_its_figures():
+    seen = set()
+    for findings in _findings_grid():
+        verdict, why = _judge(**findings)
+        seen.add(verdict)
+        assert contradictions(verdict, why, findings) == [], (findings, verdict, why)
+    assert seen == set(VERDICTS)  # the grid reaches every verdict
+
+
+def test_contradiction_check_catches_a_wrong_explanation():
+    """The agreement check itself must be able to fail."""
+    assert contradictions(
+        "on_device", "every op ran on the target device; nothing left on the host", {"host_state": HOST_STATE}
+    )
+    assert contradictions("fallbacks", "2 op call(s) ran on the host: aten::tanh x2", {"host_ops": {"aten::tanh": 3}})
+    assert contradictions("not_applicable", "CPU target", {"cpu_target": True, "engine_work": ENGINE_IDLE})
+    assert contradictions(
+        "engine_did_not_run",
+        "openvino ran 50% of the work handed to it (18 of 900 op calls)",
+        {"engine_work": ENGINE_IDLE},
+    )
+
+
+def _load_fixture(name: str, *args):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("placement_fixture_models", MODELS)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)(*args)
+
+
+@pytest.mark.parametrize(
+    ("factory", "expected"),
+    [
+        ("host_state_attribute", [{"module": "ScaleKeptOnHost", "count": 1, "bytes": 16}]),
+        ("host_state_constant", [{"module": "OffsetBuiltOnHost", "count": 1, "bytes": 16}]),
+        ("scale_as_buffer", []),  # control: a registered buffer moved with the model
+        ("mlp", []),
+    ],
+)
+def test_recorder_tells_host_state_from_clean_models(factory, expected):
+    """In process, with ``meta`` playing the device: the recorder only sees devices, not data."""
+    model, inputs = _load_fixture(factory)
+    model, inputs = model.to("meta"), tuple(x.to("meta") for x in inputs)
+    recorder = audit_module(model, lambda: model(*inputs), lambda d: d.type == "meta", inputs=inputs)
+    assert recorder.host_state_sites() == expected
+    assert recorder.transfers["host_to_device"]["count"] == sum(s["count"] for s in expected)
+
+
+def test_recorder_does_not_count_the_workloads_own_inputs_as_host_state():
+    model, inputs = _load_fixture("moves_its_own_inputs", "meta")
+    recorder = audit_module(model, lambda: model(*inputs), lambda d: d.type == "meta", inputs=inputs)
+    assert recorder.transfers["host_to_device"] == {"count": 1, "bytes": 2 * 16 * 4}  # the copy was seen ...
+    assert recorder.host_state_sites() == []  # ... and is the input, not state left behind
+    # seeded: the same copy, with the audit not told it is the input, is host state
+    blind = audit_module(model, lambda: model(*inputs), lambda d: d.type == "meta")
+    assert blind.host_state_sites() == [{"module": "MovesItsOwnInputs", "count": 1, "bytes": 128}]
 
 
 def test_judge_verdicts_on_synthetic_findings():
@@ -71,6 +252,10 @@ def test_unsupported_op_is_reported_with_its_count(tmp_path):
     assert placement["fallback_ops"] == {"aten::rsqrt.out": 3}
     assert placement["signals"]["emu"]["host_fallback_ops"] == 3
     assert 0 < placement["device_op_share"] < 1
+    # the counts agree with the share: the fallback's ops are not counted on the device
+    assert placement["ops_on_device"] == placement["ops_total"] - 3
+    assert placement["device_op_share"] == placement["ops_on_device"] / placement["ops_total"]
+    assert contradictions(placement["verdict"], placement["explanation"], _stored_findings(placement)) == []
 
 
 @pytest.mark.emu
@@ -84,6 +269,42 @@ def test_clean_models_are_on_device_without_false_alarms(tmp_path):
         assert placement["device_op_share"] == 1.0
 
 
+def _stored_findings(placement: dict) -> dict:
+    """The judge's findings, read back from a stored placement."""
+    return {
+        "stray": placement["stray_parameters"],
+        "host_ops": placement["host_ops"],
+        "fallback_ops": placement["fallback_ops"],
+        "transfers": placement["transfers"],
+        "sites": placement["transfer_sites"],
+        "host_state": placement.get("host_state_copies", []),
+        "engine_work": placement.get("engine_work"),
+    }
+
+
+@pytest.mark.emu
+def test_host_state_copied_every_forward_is_left_on_host(tmp_path):
+    placement = _emu_result(py_workload("host_state_attribute"), tmp_path)["placement"]
+    assert placement["verdict"] == "left_on_host", placement
+    assert placement["host_state_copies"] == [{"module": "ScaleKeptOnHost", "count": 1, "bytes": 16}]
+    assert placement["transfers"]["host_to_device"] == {"count": 1, "bytes": 16}
+    assert placement["stray_parameters"] == []  # nothing .to() could have moved: only the copy tells
+    assert "nothing left on the host" not in placement["explanation"]
+    assert contradictions(placement["verdict"], placement["explanation"], _stored_findings(placement)) == []
+
+
+@pytest.mark.emu
+def test_buffer_and_self_moved_inputs_are_not_host_state(tmp_path):
+    placement = _emu_result(py_workload("scale_as_buffer"), tmp_path)["placement"]
+    assert placement["verdict"] == "on_device", placement
+    assert placement["host_state_copies"] == [] and placement["transfers"] == NO_TRANSFERS
+    # a self-placed workload whose forward copies its own host inputs in
+    placement = _emu_result(py_workload("moves_its_own_inputs"), tmp_path)["placement"]
+    assert placement["transfers"]["host_to_device"] == {"count": 1, "bytes": 2 * 16 * 4}
+    assert placement["verdict"] == "on_device", placement
+    assert contradictions(placement["verdict"], placement["explanation"], _stored_findings(placement)) == []
+
+
 @pytest.mark.emu
 def test_mid_forward_round_trip_is_reported_with_the_transfer(tmp_path):
     placement = _emu_result(py_workload("round_trip"), tmp_path)["placement"]
@@ -95,6 +316,7 @@ def test_mid_forward_round_trip_is_reported_with_the_transfer(tmp_path):
     }
     assert placement["host_ops"] == {"aten::tanh": 1}
     assert {s["direction"] for s in placement["transfer_sites"]} == {"host_to_device", "device_to_host"}
+    assert placement["host_state_copies"] == []  # the copy back came from the device: a round trip
 
 
 @pytest.mark.emu
@@ -172,3 +394,19 @@ def test_emu_behaves_like_an_out_of_tree_accelerator():
     assert facts["generated"] == ["emu:0", [1, 19]]
     # one compilation per new input shape (2, 3, 5 rows), none for repeats
     assert [shape[0] for shape in facts["compilations"]] == [2, 3, 5]
+
+
+@pytest.mark.emu
+def test_one_op_fewer_unsupported_is_seen_by_regressions(tmp_path):
+    """Marking one op fewer unsupported changes the environment and the host-op counts, even
+    where the rounded share would not move."""
+    from bakeoff import api
+
+    workload = "arch:llama?layers=1&hidden=32"
+    assert _emu_trial(workload, tmp_path, "aten::rsqrt,aten::silu").returncode == 0
+    assert _emu_trial(workload, tmp_path, "aten::rsqrt").returncode == 0
+    (found,) = [c for c in api.regressions(db=tmp_path / "b.db") if c.target == "emu"]
+    assert "env.BAKEOFF_EMU_UNSUPPORTED" in {c.key for c in found.environment.changes}
+    change = next(m for m in found.metrics if m.metric == "host_op_calls")
+    assert (change.outcome, change.before - change.after) == ("improved", 1)  # one SiLU per MLP
+    assert change.detail == "aten::silu.out 1 -> 0"

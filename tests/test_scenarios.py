@@ -182,7 +182,11 @@ def test_compilations_for_scenario_shapes_stay_out_of_the_single_stream_audit():
     assert result.status == "ok", result.error
     assert result.compilation.graphs == 1 and result.compilation.recompiles == 0
     offline = result.scenario("offline")
-    assert offline.status == "ok" and offline.facts["compilations"] >= 1  # batch 4 and 8 are new shapes
+    assert offline.status == "ok" and offline.facts["graphs"] >= 1  # batch 4 and 8 are new shapes
+    # every graph made before the placement audit is labelled with its traffic, and they add up
+    compile_signals = result.placement.signals["compile"]
+    assert compile_signals["graphs_by_scenario"] == {"single-stream": 1, "offline": offline.facts["graphs"]}
+    assert sum(compile_signals["graphs_by_scenario"].values()) == compile_signals["graphs"]
 
 
 def test_a_scenario_that_raises_is_an_error_beside_a_good_single_stream():

@@ -43,6 +43,10 @@ ENV_PREFIXES = (
     "ORT_",
     "TRANSFORMERS_",
     "HF_HUB_OFFLINE",
+    # bakeoff's own device switches: out-of-tree plugins to load, the test device and the ops it
+    # declares unsupported (which changes where work runs)
+    "BAKEOFF_PLUGINS",
+    "BAKEOFF_EMU",
 )
 #: Distributions whose versions matter when present (looked up without importing them).
 PACKAGES = (
@@ -112,6 +116,29 @@ def _packages() -> dict[str, str]:
     return found
 
 
+def _plugins() -> dict[str, str]:
+    """Versions of the device plugins named in ``BAKEOFF_PLUGINS``: their distribution's
+    version, else the module's ``__version__``, else "unknown"."""
+    names = [n.strip() for n in os.environ.get("BAKEOFF_PLUGINS", "").split(",") if n.strip()]
+    if not names:
+        return {}
+    owners = metadata.packages_distributions()
+    found: dict[str, str] = {}
+    for name in names:
+        top = name.split(".")[0]
+        version = None
+        for dist in owners.get(top, ()):
+            try:
+                version = metadata.version(dist)
+                break
+            except metadata.PackageNotFoundError:
+                continue
+        if version is None and name in sys.modules:
+            version = getattr(sys.modules[name], "__version__", None)
+        found[name] = str(version or "unknown")
+    return found
+
+
 def _devices() -> dict[str, Any]:
     import torch
 
@@ -160,4 +187,7 @@ def capture_environment() -> Environment:
         "captured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
+    plugins = _plugins()
+    if plugins:  # only when there are any: an environment without plugins keeps its fingerprint
+        data["plugins"] = plugins
     return Environment(data)

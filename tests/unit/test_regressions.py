@@ -66,6 +66,8 @@ def test_same_result_is_unchanged_everywhere():
         "correctness",
         "placement",
         "device_op_share",
+        "host_op_calls",
+        "host_state_copies",
         "p50_ms",
         "first_call_ms",
         "graphs",
@@ -122,6 +124,8 @@ def test_verdicts_placement_and_counts():
         "correctness": "regressed",
         "placement": "regressed",
         "device_op_share": "regressed",
+        "host_op_calls": "unchanged",  # the synthetic result names no ops: only the share moved
+        "host_state_copies": "unchanged",
         "p50_ms": "unchanged",
         "first_call_ms": "improved",
         "graphs": "regressed",
@@ -268,3 +272,48 @@ def test_scenario_figures_are_classified_like_latency():
     # a scenario that did not run on one side is simply not compared
     _, _, metrics = classify(before, result())
     assert "ttft_p50_ms" not in by_metric(metrics)
+
+
+def test_fallback_counts_are_compared_even_when_the_rounded_share_is_not():
+    """One op fewer marked unsupported: 13 -> 9 fallbacks moved the share by under a point."""
+    before = result(
+        placement=Placement(
+            "fallbacks", "13 op call(s)", device_op_share=0.979, fallback_ops={"aten::rsqrt.out": 9, "aten::mul.out": 4}
+        )
+    )
+    after = result(placement=Placement("fallbacks", "9 op call(s)", device_op_share=0.979,
+                                       fallback_ops={"aten::rsqrt.out": 9}))  # fmt: skip
+    outcome, reason, metrics = classify(before, after)
+    change = next(m for m in metrics if m.metric == "host_op_calls")
+    assert (change.outcome, change.before, change.after, change.change) == ("improved", 13, 9, -4.0)
+    assert change.detail == "aten::mul.out 4 -> 0"
+    assert by_metric(metrics)["device_op_share"] == "unchanged"  # the share alone would have hidden it
+    assert outcome == "improved" and "host_op_calls improved" in reason
+    # control: the same counts are unchanged
+    _, _, metrics = classify(before, result(placement=before.placement))
+    assert by_metric(metrics)["host_op_calls"] == "unchanged"
+
+
+def test_host_state_copies_are_compared_by_module():
+    state = ({"module": "head", "count": 2, "bytes": 32},)
+    before = result(placement=Placement("on_device", "", device_op_share=1.0))
+    after = result(placement=Placement("left_on_host", "host state", device_op_share=1.0, host_state_copies=state))
+    outcome, _, metrics = classify(before, after)
+    change = next(m for m in metrics if m.metric == "host_state_copies")
+    assert change.outcome == "regressed" and change.detail == "head 0 -> 2"
+    assert by_metric(metrics)["placement"] == "regressed" and outcome == "regressed"
+
+
+def test_engine_that_stopped_running_is_a_placement_regression():
+    cpu = {"spec": "cpu+openvino"}
+    ran = result(**cpu, placement=Placement("not_applicable", "", device_op_share=1.0))
+    idle = result(**cpu, placement=Placement("engine_did_not_run", "openvino ran 0%", device_op_share=0.0))
+    _, _, metrics = classify(ran, idle)
+    assert by_metric(metrics)["placement"] == "regressed"
+    assert by_metric(metrics)["device_op_share"] == "regressed"
+    _, _, metrics = classify(idle, ran)
+    assert by_metric(metrics)["placement"] == "improved"
+    # verdicts of equal rank but different kinds are not ranked against each other
+    left = result(placement=Placement("left_on_host", "", device_op_share=1.0))
+    idle_device = result(placement=Placement("engine_did_not_run", "", device_op_share=0.0))
+    assert by_metric(classify(left, idle_device)[2])["placement"] == "not_comparable"

@@ -44,7 +44,8 @@ OUTCOMES = ("improved", "regressed", "unchanged", "not_comparable", "failed")
 #: Worst first: a result's outcome is the first of these that any metric has.
 _SEVERITY = ("failed", "regressed", "improved", "unchanged", "not_comparable")
 _CORRECTNESS_RANK = {"pass": 1, "fail": 0, "error": 0}
-_PLACEMENT_RANK = {"on_device": 2, "fallbacks": 1, "left_on_host": 0}
+#: Placement verdicts, better higher; verdicts of equal rank are of different kinds (not comparable).
+_PLACEMENT_RANK = {"on_device": 2, "not_applicable": 2, "fallbacks": 1, "left_on_host": 0, "engine_did_not_run": 0}
 _REQUIREMENT_RANK = {"met": 1, "not_met": 0}
 
 
@@ -235,7 +236,7 @@ def _ranked(metric: str, before: Any, after: Any, rank: dict[str, int]) -> Metri
         return MetricChange(metric, "unchanged", None, None, detail="not measured")
     if before == after:
         return MetricChange(metric, "unchanged", before, after)
-    if before in rank and after in rank:
+    if before in rank and after in rank and rank[after] != rank[before]:
         outcome = "improved" if rank[after] > rank[before] else "regressed"
         return MetricChange(metric, outcome, before, after)
     return MetricChange(metric, "not_comparable", before, after, detail="verdicts of different kinds")
@@ -263,6 +264,32 @@ def _count(metric: str, before: int | None, after: int | None, threshold: int) -
     delta = after - before
     outcome = "unchanged" if abs(delta) <= threshold else ("regressed" if delta > 0 else "improved")
     return MetricChange(metric, outcome, before, after, change=float(delta))
+
+
+def _placement_counts(before: Any, after: Any, t: Thresholds) -> list[MetricChange]:
+    """Exact counts behind the share, lower is better: a rounded share hides a few ops moving.
+
+    ``host_op_calls`` are op calls the dispatch audit saw on the host plus those the backend's
+    own fallback ran (per forward pass); ``host_state_copies`` the host-to-device copies of
+    host state per forward pass. Each names the ops (or modules) whose counts changed.
+    """
+    metrics = []
+    for name, b, a in (
+        ("host_op_calls", {**before.host_ops, **before.fallback_ops}, {**after.host_ops, **after.fallback_ops}),
+        (
+            "host_state_copies",
+            {s["module"]: s["count"] for s in before.host_state_copies},
+            {s["module"]: s["count"] for s in after.host_state_copies},
+        ),
+    ):
+        change = _count(name, sum(b.values()), sum(a.values()), t.compile_counts)
+        moved = [f"{k} {b.get(k, 0)} -> {a.get(k, 0)}" for k in sorted(set(b) | set(a)) if b.get(k, 0) != a.get(k, 0)]
+        if moved:
+            change = MetricChange(
+                change.metric, change.outcome, change.before, change.after, change.change, detail=", ".join(moved[:5])
+            )
+        metrics.append(change)
+    return metrics
 
 
 def _samples_change(
@@ -424,6 +451,8 @@ def compare_results(
         delta = share_a - share_b
         outcome = "unchanged" if abs(delta) <= t.op_share else ("improved" if delta > 0 else "regressed")
         metrics.append(MetricChange("device_op_share", outcome, share_b, share_a, change=delta))
+    if pb is not None and pa is not None:
+        metrics.extend(_placement_counts(pb, pa, t))
     metrics.append(_latency(before, after, t))
     metrics.append(
         _relative(

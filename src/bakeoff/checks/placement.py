@@ -9,13 +9,22 @@ work done inside a backend's own host fallback, or inside a compiled graph, so
 backend-specific signals (the test device's fallback counter, the compile backends' own
 reports) are merged in by the caller as ``fallback_ops`` and ``signals``.
 
+Host-to-device copies inside the forward pass are sorted by where their data came from: the
+workload's own inputs (when it places them itself), data the forward pass had just copied to
+the host (a round trip), or anything else: host state the model keeps or builds on every call
+(a plain tensor attribute that ``.to()`` does not move, a ``torch.tensor(...)`` made on the
+host), which is left behind as surely as a parameter on the CPU.
+
 Verdicts:
-    on_device       every op ran on the target device, nothing left behind, no fallbacks
-    fallbacks       some ops ran on the host (or a backend reports fallbacks), or tensors
-                    were copied to the host and back in the middle of the forward pass
-    left_on_host    parameters/buffers (or device-map entries) are not on the target device
-    not_applicable  a CPU target: there is no other place the work could have run (unless a
-                    CPU compile backend reports that it handed work back: then fallbacks)
+    on_device           every op ran on the target device, nothing left behind, no fallbacks
+    fallbacks           some ops ran on the host (or a backend reports fallbacks), or tensors
+                        were copied to the host and back in the middle of the forward pass
+    left_on_host        parameters/buffers (or device-map entries) are not on the target
+                        device, or host state is copied to the device on every forward pass
+    engine_did_not_run  the target's engine handed back most of its work (it ran under half of
+                        the op calls given to it): what ran was mostly PyTorch
+    not_applicable      a CPU target: there is no other place the work could have run (unless
+                        a CPU compile backend reports that it handed work back: then fallbacks)
 """
 
 from __future__ import annotations
@@ -25,7 +34,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["HOST_SYNC_OPS", "PlacementRecorder", "audit_module", "audit_placement", "judge"]
+__all__ = [
+    "ENGINE_MOSTLY_HANDED_BACK",
+    "HOST_SYNC_OPS",
+    "VERDICTS",
+    "PlacementRecorder",
+    "audit_module",
+    "audit_placement",
+    "judge",
+]
+
+#: Every placement verdict, best first for a device target.
+VERDICTS = ("on_device", "not_applicable", "fallbacks", "left_on_host", "engine_did_not_run")
+#: An engine that ran less than this share of the op calls given to it "did not run".
+ENGINE_MOSTLY_HANDED_BACK = 0.5
 
 #: Ops that make the host wait for the device: they return data to Python or size an output
 #: by the data's values.
@@ -68,11 +90,29 @@ def _nbytes(tensor: Any) -> int:
     return int(tensor.numel() * tensor.element_size())
 
 
+def _storage(tensor: Any) -> int | None:
+    """A host tensor's storage address: views share it, so data keeps its origin through views."""
+    try:
+        return int(tensor.untyped_storage().data_ptr())
+    except Exception:  # tensors without storage (sparse, some subclasses)
+        return None
+
+
 @dataclass
 class PlacementRecorder:
-    """Accumulates what the dispatch mode saw. ``is_target(device)`` says if a device counts as the target's."""
+    """Accumulates what the dispatch mode saw. ``is_target(device)`` says if a device counts as the target's.
+
+    ``input_storages`` are the host storages of the workload's own inputs: copying them to the
+    device is the workload's business, not state left behind. Host tensors that came from the
+    device during the pass (and host results computed from them) are tracked, so copying them
+    back is a round trip; any other host-to-device copy is host state, counted in ``host_state``.
+    """
 
     is_target: Callable[[Any], bool]
+    input_storages: set = field(default_factory=set)
+    from_device: set = field(default_factory=set)
+    host_state: Counter = field(default_factory=Counter)
+    host_state_bytes: Counter = field(default_factory=Counter)
     ops_total: int = 0
     ops_on_device: int = 0
     host_ops: Counter = field(default_factory=Counter)
@@ -105,8 +145,16 @@ class PlacementRecorder:
                 self.transfers[direction]["bytes"] += _nbytes(dst)
                 self.transfer_sites[(module, direction)] += 1
                 self.transfer_site_bytes[(module, direction)] += _nbytes(dst)
+                if direction == "device_to_host":
+                    self.from_device.add(_storage(dst))
+                elif _storage(src) is None or _storage(src) not in self.input_storages | self.from_device:
+                    self.host_state[module] += 1
+                    self.host_state_bytes[module] += _nbytes(dst)
                 return
         decisive = outputs or inputs
+        host_inputs = {_storage(t) for t in inputs if not self.is_target(t.device)} - {None}
+        if host_inputs & self.from_device:  # host work on data that came from the device
+            self.from_device.update(_storage(t) for t in outputs if not self.is_target(t.device))
         on_device = any(self.is_target(t.device) for t in decisive)
         if on_device and any(not self.is_target(t.device) and t.dim() > 0 for t in inputs):
             # a device op that read a host tensor (not a 0-dim scalar): a real device would refuse
@@ -124,8 +172,8 @@ class PlacementRecorder:
             self.host_ops[name] += 1
             self.flops_host += flops
 
-    def shares(self, fallback_ops: Mapping[str, int]) -> tuple[float | None, float | None]:
-        """Op and FLOP shares on the device, after taking out what a backend ran on the host.
+    def device_counts(self, fallback_ops: Mapping[str, int]) -> tuple[int, float]:
+        """Op calls and FLOPs on the device, after taking out what a backend ran on the host.
 
         ``fallback_ops`` come from the backend's own counter over an identical forward pass,
         named per overload (``aten::rsqrt.out``); each is matched to the dispatch-level op of the
@@ -140,9 +188,14 @@ class PlacementRecorder:
             ops_device -= moved
             if calls:
                 flops_device -= moved * self.device_flops[base] / calls
-        op_share = max(ops_device, 0) / self.ops_total if self.ops_total else None
+        return max(ops_device, 0), max(flops_device, 0.0)
+
+    def shares(self, fallback_ops: Mapping[str, int]) -> tuple[float | None, float | None]:
+        """Op and FLOP shares on the device, after :meth:`device_counts` took out the fallbacks."""
+        ops_device, flops_device = self.device_counts(fallback_ops)
+        op_share = ops_device / self.ops_total if self.ops_total else None
         total_flops = self.flops_device + self.flops_host
-        flop_share = max(flops_device, 0.0) / total_flops if total_flops else None
+        flop_share = flops_device / total_flops if total_flops else None
         return op_share, flop_share
 
     def sites(self) -> list[dict[str, Any]]:
@@ -154,6 +207,14 @@ class PlacementRecorder:
                 "bytes": self.transfer_site_bytes[(module, direction)],
             }
             for (module, direction), count in sorted(self.transfer_sites.items())
+        ]
+
+    def host_state_sites(self) -> list[dict[str, Any]]:
+        """Per module: host-to-device copies per forward pass of data that was neither an input
+        nor something the pass itself had brought back from the device."""
+        return [
+            {"module": module, "count": count, "bytes": self.host_state_bytes[module]}
+            for module, count in sorted(self.host_state.items())
         ]
 
 
@@ -169,12 +230,19 @@ def _flops(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
         return 0
 
 
-def audit_module(root: Any, run: Callable[[], Any], is_target: Callable[[Any], bool]) -> PlacementRecorder:
-    """Run ``run()`` once under the dispatch-level recorder, attributing ops to ``root``'s submodules."""
+def audit_module(
+    root: Any, run: Callable[[], Any], is_target: Callable[[Any], bool], inputs: Any = ()
+) -> PlacementRecorder:
+    """Run ``run()`` once under the dispatch-level recorder, attributing ops to ``root``'s submodules.
+
+    ``inputs`` (any nesting) are the workload's own inputs: copying those to the device is not
+    host state left behind.
+    """
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
     recorder = PlacementRecorder(is_target=is_target)
+    recorder.input_storages = {_storage(t) for t in _tensors(inputs) if not is_target(t.device)}
     modules = list(root.named_modules()) if isinstance(root, torch.nn.Module) else []
 
     def push(module: Any, _inputs: Any) -> None:
@@ -231,6 +299,28 @@ def off_device_map_entries(device_map: Mapping[str, Any] | None, is_target: Call
     return off
 
 
+def _top(names: Mapping[str, int]) -> str:
+    return ", ".join(f"{n} x{c}" for n, c in Counter(names).most_common(3))
+
+
+def _engine_handed_back(engine_work: Mapping[str, Any] | None) -> str | None:
+    """The explanation when an engine ran under half of the op calls given to it, else None."""
+    if not engine_work or engine_work.get("share") is None or engine_work["share"] >= ENGINE_MOSTLY_HANDED_BACK:
+        return None
+    name = engine_work.get("engine", "the engine")
+    text = (
+        f"{name} ran {engine_work['share']:.0%} of the work handed to it "
+        f"({engine_work.get('op_calls_in_engine', 0)} of {engine_work.get('op_calls', 0)} op calls"
+        f"{' ' + engine_work['scope'] if engine_work.get('scope') else ''}); PyTorch ran the rest"
+    )
+    if engine_work.get("partitions_failed"):
+        text += (
+            f": {engine_work['partitions_failed']} of {engine_work.get('partitions', '?')} partition(s) "
+            "failed at run time"
+        )
+    return text
+
+
 def judge(
     *,
     cpu_target: bool,
@@ -240,23 +330,45 @@ def judge(
     fallback_ops: Mapping[str, int],
     transfers: Mapping[str, Mapping[str, int]],
     sites: list[dict],
+    host_state: list[dict] | None = None,
+    engine_work: Mapping[str, Any] | None = None,
 ) -> tuple[str, str]:
-    """The verdict and a one-line explanation, from the audit's findings (pure)."""
+    """The verdict and a one-line explanation, from the audit's findings (pure).
+
+    The order says what a reader must hear first: an engine that mostly did not run (nothing
+    else it reports matters much), then anything left behind on the host (parameters, buffers,
+    device-map entries, host state copied in every call), then work that ran on the host.
+    """
+    handed_back = _engine_handed_back(engine_work)
+    if handed_back:
+        return "engine_did_not_run", handed_back
     if cpu_target:
         if fallback_ops:  # a CPU compile backend that handed work back to PyTorch or inductor
-            top = ", ".join(f"{n} x{c}" for n, c in Counter(fallback_ops).most_common(3))
-            return "fallbacks", f"{sum(fallback_ops.values())} op call(s) did not run in the backend: {top}"
+            return (
+                "fallbacks",
+                f"{sum(fallback_ops.values())} op call(s) did not run in the backend: {_top(fallback_ops)}",
+            )
         return "not_applicable", "CPU target: all work runs on the host by definition"
+    fallback_total = sum(fallback_ops.values()) + sum(host_ops.values())
+    also = f"; also {fallback_total} op call(s) ran on the host" if fallback_total else ""
     if stray or off_map:
         what = (stray + off_map)[:3]
         more = len(stray) + len(off_map) - len(what)
-        return "left_on_host", ("not on the target device: " + ", ".join(what) + (f" and {more} more" if more else ""))
-    fallback_total = sum(fallback_ops.values()) + sum(host_ops.values())
+        return "left_on_host", (
+            "not on the target device: " + ", ".join(what) + (f" and {more} more" if more else "") + also
+        )
+    if host_state:
+        count = sum(s["count"] for s in host_state)
+        size = sum(s["bytes"] for s in host_state)
+        where = ", ".join(f"{s['module']} ({s['count']} copies, {s['bytes']} B)" for s in host_state[:3])
+        return "left_on_host", (
+            f"host state copied to the device on every forward pass: {count} copies, {size} B per pass, in {where}; "
+            "register it with register_buffer (so .to() moves it) or create it on the device" + also
+        )
     round_trips = [s for s in sites if s["direction"] == "device_to_host"]
     if fallback_total:
         names = Counter({**host_ops}) + Counter({**fallback_ops})
-        top = ", ".join(f"{n} x{c}" for n, c in names.most_common(3))
-        return "fallbacks", f"{fallback_total} op call(s) ran on the host: {top}"
+        return "fallbacks", f"{fallback_total} op call(s) ran on the host: {_top(names)}"
     if round_trips and transfers["host_to_device"]["count"]:
         where = ", ".join(sorted({s["module"] for s in round_trips})[:3])
         return "fallbacks", f"tensors copied to the host and back during the forward pass (in {where})"
@@ -269,7 +381,9 @@ def audit_placement(prepared: Any, target: Any, probe: Any | None) -> Any:
     Runs the real execution path once between ``probe.begin()``/``probe.end()`` (backend
     signals), then once under the dispatch-level recorder. For a compiled target the recorder
     sees the eager ops PyTorch runs while a dispatch mode is active, not the compiled graph:
-    ``scope`` says so, and the backend's own signals speak for the compiled graph.
+    ``scope`` says so, and the backend's own signals speak for the compiled graph. On a CPU
+    target the host is the device, so the dispatch audit's shares say nothing: the shares are
+    the engine's own (the op calls it ran itself) where it reports them, else None.
     """
     import torch
 
@@ -289,27 +403,38 @@ def audit_placement(prepared: Any, target: Any, probe: Any | None) -> Any:
         backend_fallbacks, backend_signals = prepared.backend_signals()
         fallback_ops = {**fallback_ops, **backend_fallbacks}
         signals = {**signals, **backend_signals}
+    engine_work = signals.pop("engine_work", None)
     if prepared.compile_summary is not None:  # graphs the compiler accepted vs frames left to eager
         summary = prepared.compile_summary()
         signals["compile"] = {
             key: summary.get(key, 0) for key in ("graphs", "graph_breaks", "eager_frames", "recompile_limit_hits")
         }
     root = getattr(prepared.model, "_orig_mod", prepared.model)
-    recorder = audit_module(root, prepared, is_target)
+    recorder = audit_module(root, prepared, is_target, inputs=(prepared.args, prepared.kwargs))
     stray = stray_tensors(root, is_target)
     device_map = getattr(root, "hf_device_map", None)
     off_map = off_device_map_entries(device_map, is_target)
     sites = recorder.sites()
+    host_state = recorder.host_state_sites()
+    cpu_target = target.device == "cpu"
     verdict, explanation = judge(
-        cpu_target=target.device == "cpu",
+        cpu_target=cpu_target,
         stray=stray,
         off_map=off_map,
         host_ops=recorder.host_ops,
         fallback_ops=fallback_ops,
         transfers=recorder.transfers,
         sites=sites,
+        host_state=host_state,
+        engine_work=engine_work,
     )
-    op_share, flop_share = recorder.shares(fallback_ops)
+    if cpu_target:
+        op_share = engine_work.get("share") if engine_work else None
+        flop_share = None
+        ops_on_device = recorder.ops_total
+    else:
+        op_share, flop_share = recorder.shares(fallback_ops)
+        ops_on_device = recorder.device_counts(fallback_ops)[0]
     scope = (
         "eager ATen ops (the compiled graph itself is covered by backend signals)"
         if target.is_compiled
@@ -320,7 +445,7 @@ def audit_placement(prepared: Any, target: Any, probe: Any | None) -> Any:
         explanation=explanation,
         scope=scope,
         ops_total=recorder.ops_total,
-        ops_on_device=recorder.ops_on_device,
+        ops_on_device=ops_on_device,
         device_op_share=op_share,
         device_flop_share=flop_share,
         host_ops=dict(recorder.host_ops),
@@ -331,4 +456,6 @@ def audit_placement(prepared: Any, target: Any, probe: Any | None) -> Any:
         stray_parameters=tuple(stray),
         device_map={str(k): str(v) for k, v in device_map.items()} if device_map else None,
         signals=signals,
+        host_state_copies=tuple(host_state),
+        engine_work=dict(engine_work) if engine_work else None,
     )

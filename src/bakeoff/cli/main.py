@@ -189,7 +189,8 @@ def _finish_run(run: Any, fmt: str, db: str | None, strict: bool, strict_placeme
 @click.option(
     "--strict-placement",
     is_flag=True,
-    help="Exit 1 also if work did not stay on a target's device (placement other than on_device).",
+    help="Exit 1 also if work did not stay on a target's device or engine (placement fallbacks, "
+    "left_on_host or engine_did_not_run; on_device and a CPU target's not_applicable pass).",
 )
 @_db_option
 @_format_option

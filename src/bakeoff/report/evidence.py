@@ -87,13 +87,16 @@ def _placement(result: TargetResult) -> Answer:
     p = result.placement
     if result.status != "ok" or p is None:
         return Answer("unknown", "not audited" if result.status == "ok" else "not run")
-    share = f"{p.device_op_share:.0%} of ops on the device" if p.device_op_share is not None else ""
+    from bakeoff.report.figures import engine_notes, placement_share
+
+    share = placement_share(result)
+    notes = engine_notes(result)
     if p.verdict == "not_applicable":
-        return Answer("yes", "a CPU target: the host is the device")
+        return Answer("yes", "; ".join(["a CPU target: the host is the device", *([share] if share else []), *notes]))
     if p.verdict == "on_device":
-        return Answer("yes", "all on the device" + (f" ({share})" if share else ""))
+        return Answer("yes", "; ".join(["all on the device" + (f" ({share})" if share else ""), *notes]))
     state = "partly" if p.verdict == "fallbacks" else "no"
-    return Answer(state, "; ".join(x for x in (p.explanation, share) if x))
+    return Answer(state, "; ".join(x for x in (p.explanation, share, *notes) if x))
 
 
 def _requirements(result: TargetResult) -> Answer:

@@ -11,7 +11,10 @@ from typing import Any
 from bakeoff.analysis.stats import percentile
 from bakeoff.results.values import TargetResult
 
-__all__ = ["figure", "human_bytes", "requirement_figures", "scenario_figures"]
+__all__ = ["engine_notes", "figure", "human_bytes", "placement_share", "requirement_figures", "scenario_figures"]
+
+#: Engine precisions that must change results against a float32 eager reference.
+REDUCED_PRECISIONS = frozenset({"bf16", "f16", "bfloat16", "float16"})
 
 
 def human_bytes(value: int | None) -> str:
@@ -112,7 +115,9 @@ def scenario_figures(result: TargetResult, scenario: Any) -> list[str]:
             f"first step {facts['first_step_ms']:.4g} ms",
             f"batch {facts['batch']}, {facts['optimizer']}",
         ]
-    if facts.get("compilations"):
+    if facts.get("graphs"):
+        figures.append(f"{facts['graphs']} more graph(s) compiled for its new shapes")
+    elif facts.get("compilations"):  # documents written before graphs were counted per scenario
         figures.append(f"{facts['compilations']} compilation(s) for its new shapes")
     return [f for f in figures if f]
 
@@ -134,3 +139,61 @@ def requirement_figures(check: dict[str, Any]) -> tuple[str, str]:
     elif low is not None and high is not None and high > low:
         interval = f"{figure(low, unit)}-{figure(high, unit)}"
     return measured, interval
+
+
+def placement_share(result: TargetResult) -> str:
+    """Where the op calls ran, in words that match the audit's figures.
+
+    An engine that reports its work gets its own share (of the op calls handed to it); a CPU
+    target's dispatch audit says nothing about where work ran (the host is the device), so
+    it gets none; a device target gets the share of op calls (and FLOPs) on the device.
+    """
+    p = result.placement
+    if p is None:
+        return ""
+    work = p.engine_work
+    if work and work.get("share") is not None:
+        return (
+            f"{work.get('engine', 'the engine')} ran {work['share']:.0%} of the op calls handed to it "
+            f"({work.get('op_calls_in_engine', 0)} of {work.get('op_calls', 0)})"
+        )
+    if result.target.device == "cpu" or p.verdict == "not_applicable" or p.device_op_share is None:
+        return ""
+    text = f"{p.device_op_share:.0%} of ops on the device ({p.ops_on_device} of {p.ops_total})"
+    if p.device_flop_share is not None:
+        text += f", {p.device_flop_share:.0%} of FLOPs"
+    return text
+
+
+def engine_notes(result: TargetResult) -> list[str]:
+    """What an engine's precision setting meant for this result.
+
+    A precision is stated as the one the work ran in only when the engine ran it: an engine
+    that handed its work back to PyTorch never used its precision. Outputs bit-identical to
+    a float32 eager reference under a reduced precision cannot have been computed in it.
+    """
+    p = result.placement
+    if p is None:
+        return []
+    notes = []
+    err = result.correctness.max_abs_err if result.correctness is not None else None
+    for engine, data in p.signals.items():
+        precision = data.get("precision") if isinstance(data, dict) else None
+        if not precision:
+            continue
+        work = p.engine_work if p.engine_work and p.engine_work.get("engine") == engine else None
+        share = work.get("share") if work else None
+        if share is None:
+            notes.append(f"{engine} ran in {precision}")
+        elif share == 0:
+            notes.append(f"{engine} did not run: its {precision} setting was never used")
+        elif share < 1:
+            notes.append(f"{engine} ran {share:.0%} of its op calls, in {precision}; PyTorch ran the rest")
+        else:
+            notes.append(f"{engine} ran in {precision}")
+        if str(precision).lower() in REDUCED_PRECISIONS and err == 0.0 and result.target.dtype in (None, "float32"):
+            notes.append(
+                f"outputs are bit-identical to eager although {engine} was set to {precision}: "
+                f"they were not computed in {precision}"
+            )
+    return notes

@@ -10,8 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from bakeoff.report.figures import engine_notes, requirement_figures, scenario_figures
 from bakeoff.report.figures import human_bytes as _bytes
-from bakeoff.report.figures import requirement_figures, scenario_figures
 from bakeoff.results.values import BaselineInfo, Placement, RunResult, TargetResult
 from bakeoff.store.db import RunSummary
 
@@ -23,6 +23,7 @@ _PLACEMENT_STYLE = {
     "on_device": "green",
     "fallbacks": "bold yellow",
     "left_on_host": "bold red",
+    "engine_did_not_run": "bold red",
     "not_applicable": "dim",
 }
 
@@ -119,8 +120,11 @@ def buckets_view(run: RunResult) -> Table:
     return table
 
 
-def _share(placement: Placement | None) -> str:
-    if placement is None or placement.verdict == "not_applicable" or placement.device_op_share is None:
+def _share(placement: Placement | None, cpu: bool = False) -> str:
+    """The device's share; on a CPU target only an engine's own share means anything."""
+    if placement is not None and placement.engine_work and placement.engine_work.get("share") is not None:
+        return f"{placement.engine_work['share']:.0%} in {placement.engine_work.get('engine', 'engine')}"
+    if placement is None or placement.verdict == "not_applicable" or placement.device_op_share is None or cpu:
         return "-"
     text = f"{placement.device_op_share:.0%} ops"
     if placement.device_flop_share is not None:
@@ -132,10 +136,7 @@ def _notes(result: TargetResult) -> str:
     parts: list[str] = []
     if result.placement is not None and result.placement.verdict not in ("on_device", "not_applicable"):
         parts.append(f"placement: {result.placement.explanation}")
-    if result.placement is not None:
-        for engine, data in result.placement.signals.items():
-            if isinstance(data, dict) and data.get("precision"):
-                parts.append(f"{engine} ran in {data['precision']}")
+    parts.extend(engine_notes(result))
     if result.reason:
         parts.append(result.reason)
     if result.error is not None:
@@ -282,7 +283,7 @@ def run_view(run: RunResult, where: str | None = None, width: int | None = None)
                     placement.verdict if placement else "-",
                     style=_PLACEMENT_STYLE.get(placement.verdict, "") if placement else "",
                 ),
-                "on device": _share(placement),
+                "on device": _share(placement, cpu=result.target.device == "cpu"),
                 "p50 ms": _ms(latency.p50_ms if latency and latency.count else None),
                 "p90 ms": _ms(latency.p(90) if latency and latency.count else None),
                 "speed vs cpu": _speed(result),

@@ -184,6 +184,11 @@ class Placement:
     attention), None where no op had a FLOP estimate. ``transfers`` has ``count`` and ``bytes``
     per direction (``host_to_device``, ``device_to_host``); ``transfer_sites`` says in which
     module each kind of copy happened. ``scope`` says what the dispatch-level audit saw.
+    ``ops_on_device`` counts op calls that ran on the device, after taking out what the
+    backend's own fallback ran on the host (``ops_total`` on a CPU target, where the host is
+    the device). ``host_state_copies`` lists, per module, host-to-device copies per forward
+    pass of data that was not an input (host state left behind); ``engine_work`` is what an
+    engine reports of the op calls handed to it and how many it ran itself (``share``).
     """
 
     verdict: str
@@ -201,20 +206,25 @@ class Placement:
     stray_parameters: tuple[str, ...] = ()
     device_map: dict[str, Any] | None = None
     signals: dict[str, Any] = field(default_factory=dict)
+    host_state_copies: tuple[dict[str, Any], ...] = ()
+    engine_work: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["transfer_sites"] = list(self.transfer_sites)
         data["stray_parameters"] = list(self.stray_parameters)
+        data["host_state_copies"] = list(self.host_state_copies)
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Placement:
+        known = {f.name for f in fields(cls)}
         return cls(
             **{
-                **data,
+                **{k: v for k, v in data.items() if k in known},  # a newer document's extra keys are left out
                 "transfer_sites": tuple(data.get("transfer_sites", ())),
                 "stray_parameters": tuple(data.get("stray_parameters", ())),
+                "host_state_copies": tuple(data.get("host_state_copies", ())),
             }
         )
 
@@ -453,8 +463,9 @@ class RunResult:
 
     def failures(self, placement: bool = False, requirements: bool = False) -> list[str]:
         """Specs of targets that fail a gate: an error or a failed correctness check, and with
-        ``placement`` also work that did not stay on the device (any placement verdict but
-        ``on_device``, except ``not_applicable`` for CPU targets), with ``requirements`` also a
+        ``placement`` also work that did not stay on the device or in the engine (any placement
+        verdict but ``on_device``, except ``not_applicable`` for CPU targets: ``fallbacks``,
+        ``left_on_host`` and ``engine_did_not_run`` fail), with ``requirements`` also a
         requirement not met or not measured."""
         failed = []
         for item in self.results:

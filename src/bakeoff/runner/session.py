@@ -268,11 +268,12 @@ class TargetSession:
                 list(self.samples),
                 self.request_calls,
             )
-            events = self.prepared.compile_events
-            before = events() if events else 0
+            summary = self.prepared.compile_summary
+            before = summary()["graphs"] if summary is not None else 0
             result = run_scenario(spec, context)
-            if events and result.status == "ok":
-                result.facts["compilations"] = events() - before  # new shapes compile here, not in the audit
+            if summary is not None and result.status == "ok":
+                # new shapes compile here, not in the single-stream audit: the graphs they added
+                result.facts["graphs"] = summary()["graphs"] - before
             self.scenario_results.append(result)
 
     def finish(self) -> TargetResult:
@@ -302,6 +303,7 @@ class TargetSession:
             compilation, profile_info = self._compilation()
             self.phase = "placement audit"
             placement = audit_placement(self.prepared, target, probe_for(target))
+            placement = _label_graphs(placement, compilation, self.scenario_results)  # training comes after
             training = next((s for s in job.scenarios if s.name == "training"), None)
             if training is not None:
                 self._scenario(training)
@@ -414,3 +416,23 @@ def run_steps(session: Any) -> TargetResult:
 def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
     """Run every step of one target in this process, without interleaving."""
     return run_steps(TargetSession(job, clock))
+
+
+def _label_graphs(placement: Any, compilation: Any, scenarios: Any = ()) -> Any:
+    """Say which traffic each graph the compiler made belongs to, so the counts add up.
+
+    ``signals.compile.graphs`` counts every graph made until the placement audit; the
+    compilation audit's ``graphs`` covers the single-stream traffic only, and each scenario
+    records the graphs its own shapes added (training runs after the audit: its graphs are in
+    its own figures only). ``graphs_by_scenario`` lists them side by side.
+    """
+    from dataclasses import replace
+
+    compile_signals = placement.signals.get("compile") if placement is not None else None
+    if compile_signals is None or compilation is None:
+        return placement
+    by_scenario = {"single-stream": compilation.graphs}
+    by_scenario.update({s.name: s.facts["graphs"] for s in scenarios if "graphs" in s.facts})
+    return replace(
+        placement, signals={**placement.signals, "compile": {**compile_signals, "graphs_by_scenario": by_scenario}}
+    )
