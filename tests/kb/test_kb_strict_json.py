@@ -119,3 +119,21 @@ def test_a_run_from_a_newer_bakeoff_that_cannot_be_read_is_one_line_naming_its_v
     assert "Traceback" not in shown.stderr
     (line,) = shown.stderr.strip().splitlines()
     assert line.startswith("bakeoff: error: run newer0000001 was written by bakeoff 9.9.9 in a result format")
+
+
+def test_a_run_from_a_newer_bakeoff_with_added_fields_reads_around_them(tmp_path):
+    db = tmp_path / "b.db"
+    Store.open(str(db)).save_run(variant("newer0000002"))
+
+    def add_fields(data):
+        data["a_field_added_later"] = {"x": 1}
+        data["target_detail"]["an_option_added_later"] = "y"
+        for key in ("correctness", "placement", "compilation", "error"):
+            if data.get(key):
+                data[key]["added_later"] = 1
+        for scenario in data.get("scenarios") or ():
+            scenario["added_later"] = 1
+
+    _rewrite_first_result(db, add_fields)
+    read = Store.open(str(db)).get_run("newer0000002")
+    assert read.results[0] == variant("newer0000002").results[0]  # everything it knows, intact

@@ -28,6 +28,16 @@ __all__ = [
 ]
 
 VERDICTS = ("pass", "fail", "not_comparable", "error")
+
+
+def known_fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` without the keys ``cls`` does not have: a document written by a newer bakeoff
+    may carry fields added since, which this reader keeps reading around (adding a field is a
+    compatible change; changing a meaning bumps the document's version)."""
+    known = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in known}
+
+
 STATUSES = ("ok", "error", "skipped")
 
 
@@ -266,7 +276,7 @@ class Compilation:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Compilation:
-        values = dict(data)
+        values = known_fields(cls, data)
         for key in ("recompile_reasons", "graph_break_reasons", "compilations", "still_recompiling", "per_shape"):
             values[key] = tuple(values.get(key, ()))
         return cls(**values)
@@ -300,7 +310,7 @@ class ScenarioResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ScenarioResult:
-        return cls(**{**data, "series": {k: tuple(v) for k, v in data.get("series", {}).items()}})
+        return cls(**{**known_fields(cls, data), "series": {k: tuple(v) for k, v in data.get("series", {}).items()}})
 
 
 @dataclass(frozen=True)
@@ -318,7 +328,7 @@ class ErrorInfo:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ErrorInfo:
-        return cls(**data)
+        return cls(**known_fields(cls, data))
 
 
 @dataclass(frozen=True)
@@ -389,7 +399,7 @@ class TargetResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TargetResult:
-        kwargs = {k: v for k, v in data.items() if k != "target_detail"}
+        kwargs = known_fields(cls, data)
         kwargs["target"] = Target.from_dict(data["target_detail"])
         for key, kind in (
             ("compilation", Compilation),
@@ -430,7 +440,7 @@ class BaselineInfo:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BaselineInfo:
-        return cls(**{**data, "references": tuple(data["references"])})
+        return cls(**{**known_fields(cls, data), "references": tuple(data["references"])})
 
 
 @dataclass(frozen=True)

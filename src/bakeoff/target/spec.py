@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 from bakeoff.errors import SpecError
 from bakeoff.specsyntax import parse_bool, split_options
@@ -130,7 +130,8 @@ class Target:
 
     @classmethod
     def from_dict(cls, data: dict) -> Target:
-        return cls(**{k: v for k, v in data.items() if k != "spec"})
+        known = {f.name for f in fields(cls)}  # a newer document's added keys are read around
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 def parse_target(text: str, extra_devices: Iterable[str] = ()) -> Target:
