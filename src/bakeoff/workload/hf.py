@@ -69,7 +69,7 @@ def _int_option(spec: WorkloadSpec, key: str, value: str) -> int:
     try:
         number = int(value)
     except ValueError:
-        raise SpecError(f"option {key}={value!r} in {spec} is not an integer", hint="e.g. layers=2") from None
+        raise SpecError(f"option {key}={value!r} in {spec} is not an integer", hint=f"e.g. {key}=2") from None
     if key == "seed":
         if number < 0:
             raise SpecError(f"seed={value!r} in {spec} is negative", hint="use a seed >= 0")
