@@ -80,26 +80,46 @@ def _start_hanging_trial(tmp_path: Path) -> subprocess.Popen[str]:
     raise AssertionError("the trial never started a worker: " + proc.communicate()[1])
 
 
-def _gone_within(sid: int, seconds: float) -> list[psutil.Process]:
+def _alive(processes: list[psutil.Process]) -> list[psutil.Process]:
+    found = []
+    for proc in processes:
+        try:
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _gone_within(sid: int, seconds: float, known: list[psutil.Process] = ()) -> list[psutil.Process]:
+    """What is left of the session ``sid`` (and of the ``known`` workers) after ``seconds``; kills it."""
     deadline = time.monotonic() + seconds
-    left = _descendants_of_session(sid)
+
+    def left_now() -> list[psutil.Process]:
+        seen = {p.pid: p for p in [*_descendants_of_session(sid), *_alive(list(known))]}
+        return list(seen.values())
+
+    left = left_now()
     while left and time.monotonic() < deadline:
         time.sleep(0.2)
-        left = _descendants_of_session(sid)
+        left = left_now()
+    for stray in left:  # never leave one running, whatever the assertion then says
+        try:
+            stray.kill()
+        except psutil.Error:
+            pass
     return left
 
 
 @pytest.mark.isolated
 def test_kill_9_of_bakeoff_takes_its_hung_workers_with_it(tmp_path):
     proc = _start_hanging_trial(tmp_path)
-    workers = psutil.Process(proc.pid).children()
+    workers = psutil.Process(proc.pid).children(recursive=True)
     assert workers
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=30)
-    left = _gone_within(proc.pid, 5)
-    for stray in left:
-        stray.kill()
-    assert not left, [p.cmdline() for p in left]
+    left = _gone_within(proc.pid, 5, workers)
+    assert not left, [p.pid for p in left]
 
 
 @pytest.mark.isolated
@@ -108,6 +128,7 @@ def test_kill_9_of_bakeoff_takes_its_hung_workers_with_it(tmp_path):
 )
 def test_ctrl_c_and_sigterm_stop_quietly_with_one_line(sig, code, line, tmp_path):
     proc = _start_hanging_trial(tmp_path)
+    workers = psutil.Process(proc.pid).children(recursive=True)
     if sig == signal.SIGINT:
         os.killpg(proc.pid, sig)  # as a terminal does: the whole foreground process group
     else:
@@ -116,10 +137,8 @@ def test_ctrl_c_and_sigterm_stop_quietly_with_one_line(sig, code, line, tmp_path
     assert proc.returncode == code, stderr
     said = [row for row in stderr.strip().splitlines() if row.strip() and not row.startswith("·")]
     assert said == [f"bakeoff: {line}"], stderr
-    left = _gone_within(proc.pid, 5)
-    for stray in left:
-        stray.kill()
-    assert not left, [p.cmdline() for p in left]
+    left = _gone_within(proc.pid, 5, workers)
+    assert not left, [p.pid for p in left]
     db = tmp_path / "b.db"
     assert not db.exists() or Store.open(str(db)).list_runs() == []  # nothing half-stored
 
