@@ -128,7 +128,10 @@ def test_damaged_and_foreign_databases_are_refused_without_change(tmp_path):
 @pytest.mark.parametrize(
     ("args", "line"),
     [
-        (["--timeout", "0"], "bakeoff: error: timeout must be positive, got 0 s (e.g. --timeout 900)"),
+        (
+            ["--timeout", "0"],
+            "bakeoff: error: timeout must be a positive number of seconds, got 0 (e.g. --timeout 900)",
+        ),
         (["--samples", "0"], "bakeoff: error: samples must be at least 1, got 0 (e.g. --samples 30)"),
         (
             ["--in-process", "--timeout", "5"],
