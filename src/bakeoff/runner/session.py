@@ -207,7 +207,8 @@ class TargetSession:
         return self.timing_done
 
     def round(self) -> bool:
-        """Time one round (about a tenth of the minimums, or one pass over the profile).
+        """Time one round (about a tenth of the minimums, or one pass over the profile), after
+        the round's untimed warm call(s): in turns, a round starts cold.
 
         Returns whether the target now has enough samples.
         """
@@ -228,10 +229,12 @@ class TargetSession:
                     math.ceil(settings.min_samples / ROUNDS),
                     settings.min_seconds / ROUNDS,
                     cap,
+                    warmup=settings.round_warmup,
                 )
             else:
                 block = []
-                for shape, seconds, out, _compiled in time_pass(self.calls, self.order, self.sync, self.clock):
+                passed = time_pass(self.calls, self.order, self.sync, self.clock, warmup=settings.round_warmup)
+                for shape, seconds, out, _compiled in passed:
                     self.outputs.setdefault(shape, out)
                     self.per_shape[shape].append(seconds)
                     block.append(seconds)
