@@ -369,7 +369,8 @@ class TargetSession:
             )
         if compilation is not None and compilation.recompile_limit_hits:
             notes.append(f"hit the recompile limit {compilation.recompile_limit_hits}x: those frames now run eagerly")
-        noise = noise_flags(latency.samples_ms, self.rounds, os.cpu_count() or 1)
+        series = {f"{b}x{s}": v for (b, s), v in self.per_shape.items()} if job.profile is not None else None
+        noise = noise_flags(latency.samples_ms, self.rounds, os.cpu_count() or 1, series=series)
         scenarios = [self._single_stream(), *self.scenario_results]
         order = [s.name for s in job.scenarios]
         scenarios.sort(key=lambda s: order.index(s.name) if s.name in order else -1)
