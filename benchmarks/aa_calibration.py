@@ -13,9 +13,10 @@ over the trials:
   explains, and the between-process spread per process that remains,
   ``sqrt(max(0, sd^2 - bootstrap^2) / 2)``: the value for ``--process-spread`` on this machine;
 * the **per-round first-sample excess**: each timing round's first sample over the median of its
-  others (median over every round of every target; 1.00 means the first sample is like the
-  rest). ``--round-warmup 0`` times each round's first call, as bakeoff did before every round
-  opened with an untimed call.
+  others (median and p90 over every round of every target; 1.00 means the first sample is like
+  the rest), and beside it the **round-start penalty** the untimed warm call absorbed (its time
+  over the same median). ``--round-warmup 0`` times each round's first call, as bakeoff did
+  before every round opened with an untimed call.
 
 Usage: .venv/bin/python benchmarks/aa_calibration.py [--trials 20] [--on cpu,cpu?threads=1]
        [--workload arch:llama] [--samples 30] [--min-time 0.5] [--round-warmup 1] [--quick]
@@ -40,16 +41,19 @@ from bakeoff.target.spec import parse_targets
 QUICK = {"trials": 2, "workload": "arch:llama?layers=1&hidden=32&seq=8", "samples": 10, "min_time": 0.05}
 
 
-def first_sample_excess(result: TargetResult) -> list[float]:
-    """Per round with at least three samples: its first sample over the median of the others."""
+def round_starts(result: TargetResult) -> tuple[list[float], list[float]]:
+    """Per round with at least three samples: its first sample over the median of the others,
+    and its untimed warm call (``warm_ms``, where the round had one) over the same median."""
     samples = result.latency.samples_ms if result.latency else ()
-    excess, at = [], 0
+    excess, penalty, at = [], [], 0
     for round_ in (result.conditions or {}).get("rounds", ()):
         block = samples[at : at + round_["samples"]]
         at += round_["samples"]
         if len(block) >= 3 and percentile(block[1:], 50) > 0:
             excess.append(block[0] / percentile(block[1:], 50))
-    return excess
+            if round_.get("warm_ms"):
+                penalty.append(round_["warm_ms"] / percentile(block[1:], 50))
+    return excess, penalty
 
 
 def inside(low: float | None, high: float | None) -> bool:
@@ -78,7 +82,7 @@ def main() -> None:
         f"{args.trials} A/A trial(s) of {args.workload} on {args.on}; {args.samples} samples, "
         f"{args.min_time:g} s per target; round warm-up {args.round_warmup}; process spread {args.process_spread:g}"
     )
-    ratios, reported_in, bootstrap_in, boot_sd, slowest, excess = [], [], [], [], 0, []
+    ratios, reported_in, bootstrap_in, boot_sd, slowest, excess, penalty = [], [], [], [], 0, [], []
     with tempfile.TemporaryDirectory(prefix="bakeoff-aa-") as tmp:
         store = Store.open(Path(tmp) / "aa.db")
         for index in range(args.trials):
@@ -88,7 +92,9 @@ def main() -> None:
             slowest += ref.latency.p50_ms >= max(r.latency.p50_ms for r in ok)
             line = []
             for r in ok:
-                excess.extend(first_sample_excess(r))
+                starts = round_starts(r)
+                excess.extend(starts[0])
+                penalty.extend(starts[1])
                 if r.is_reference or not r.speedup_ci:
                     continue
                 ci = r.speedup_ci
@@ -114,6 +120,11 @@ def main() -> None:
         print(
             f"per-round first-sample excess: median {statistics.median(excess):.3f}x, "
             f"p90 {percentile(excess, 90):.3f}x over {len(excess)} rounds"
+        )
+    if penalty:
+        print(
+            f"round-start penalty kept out of the samples (untimed warm call / round median): "
+            f"median {statistics.median(penalty):.3f}x, p90 {percentile(penalty, 90):.3f}x"
         )
 
 

@@ -27,6 +27,7 @@ SCRIPTS: dict[str, tuple[list[str], list[str], list]] = {
             rf"bias: geometric mean ratio {NUMBER}; reference slowest in \d+ of 2",
             rf"spread: sd of log ratio {NUMBER}",
             rf"per-round first-sample excess: median {NUMBER}x",
+            rf"round-start penalty kept out of the samples \(untimed warm call / round median\): median {NUMBER}x",
         ],
         [pytest.mark.isolated],
     ),

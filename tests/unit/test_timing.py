@@ -280,7 +280,7 @@ class ColdAfterOthers:
 
 
 def test_time_block_warmup_keeps_the_cold_call_out_of_the_samples() -> None:
-    from bakeoff.measure.timing import time_block
+    from bakeoff.measure.timing import time_block, warm_calls
 
     clock = FakeClock()
     fn = ColdAfterOthers(clock)
@@ -288,6 +288,9 @@ def test_time_block_warmup_keeps_the_cold_call_out_of_the_samples() -> None:
     fn.other_worker_ran()
     assert time_block(fn, _no_sync, clock, 3, 0.0, 1e9, warmup=1) == [1.0, 1.0, 1.0]
     assert fn.calls == 3 + 1 + 3
+    fn.other_worker_ran()
+    assert warm_calls(fn, _no_sync, 2, clock) == 9.0 + 1.0  # timed apart when a clock is given
+    assert warm_calls(fn, _no_sync, 0, clock) == 0.0 and fn.calls == 3 + 1 + 3 + 2
 
 
 def test_time_pass_warmup_calls_the_first_shape_untimed() -> None:
@@ -340,6 +343,8 @@ def test_every_round_of_a_session_opens_with_an_untimed_call(round_warmup: int) 
     cold = [s for s in session.samples if s == 9.0]
     assert len(cold) == (0 if round_warmup else 3)  # the control shows the per-round excess
     assert len(session.samples) == 12
+    # the round-start penalty is reported apart: what the warm call took, per round
+    assert [r.get("warm_ms") for r in session.rounds] == ([9000.0] * 3 if round_warmup else [None] * 3)
 
 
 @pytest.mark.parametrize("round_warmup", [0, 1])
@@ -355,6 +360,7 @@ def test_every_profile_pass_opens_with_an_untimed_call(round_warmup: int) -> Non
         session.round()
     assert session.per_shape[keys[0]] == ([1.0, 1.0] if round_warmup else [9.0, 9.0])
     assert session.per_shape[keys[1]] == [2.0, 2.0]
+    assert [r.get("warm_ms") for r in session.rounds] == ([9000.0] * 2 if round_warmup else [None] * 2)
 
 
 def test_settings_stored_before_round_warmup_read_as_zero() -> None:

@@ -111,12 +111,20 @@ def warm_up(
     return warmups, False
 
 
-def warm_calls(fn: Callable[[], Any], sync: Callable[[], None], calls: int) -> None:
-    """``calls`` untimed calls (and a sync): a round's cold start, paid before its samples."""
+def warm_calls(fn: Callable[[], Any], sync: Callable[[], None], calls: int, clock: Clock | None = None) -> float:
+    """``calls`` calls kept out of the samples: a round's cold start, paid before its samples.
+
+    Returns the seconds they took (0 without a ``clock``), so that the round-start penalty can
+    be reported apart from the samples.
+    """
+    if not calls:
+        return 0.0
+    sync()
+    start = clock.now() if clock else 0.0
     for _ in range(calls):
         fn()
-    if calls:
-        sync()
+    sync()
+    return clock.now() - start if clock else 0.0
 
 
 def time_block(

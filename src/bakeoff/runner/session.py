@@ -27,7 +27,7 @@ from typing import Any
 from bakeoff.checks.baseline import shape_tag
 from bakeoff.checks.outputs import flatten_outputs
 from bakeoff.measure.clock import Clock, PerfClock
-from bakeoff.measure.timing import ROUNDS, enough_samples, first_call, time_block, time_pass, warm_up
+from bakeoff.measure.timing import ROUNDS, enough_samples, first_call, time_block, time_pass, warm_calls, warm_up
 from bakeoff.results.values import Compilation, Correctness, ErrorInfo, Latency, ScenarioResult, TargetResult
 from bakeoff.runner.job import (
     TargetJob,
@@ -208,7 +208,8 @@ class TargetSession:
 
     def round(self) -> bool:
         """Time one round (about a tenth of the minimums, or one pass over the profile), after
-        the round's untimed warm call(s): in turns, a round starts cold.
+        the round's warm call(s): in turns, a round starts cold. Their time is kept apart, as the
+        round's ``warm_ms``: the round-start penalty, never a sample.
 
         Returns whether the target now has enough samples.
         """
@@ -220,6 +221,8 @@ class TargetSession:
             return True
         with self._step():
             settings = job.timing
+            first = self.prepared if job.profile is None else self.calls[self.order[0]]
+            warm_s = warm_calls(first, self.sync, settings.round_warmup, self.clock)  # the round's cold start
             if job.profile is None:
                 cap = max(settings.max_seconds - self.timed_s, 0.0)
                 block = time_block(
@@ -229,18 +232,17 @@ class TargetSession:
                     math.ceil(settings.min_samples / ROUNDS),
                     settings.min_seconds / ROUNDS,
                     cap,
-                    warmup=settings.round_warmup,
                 )
             else:
                 block = []
-                passed = time_pass(self.calls, self.order, self.sync, self.clock, warmup=settings.round_warmup)
-                for shape, seconds, out, _compiled in passed:
+                for shape, seconds, out, _compiled in time_pass(self.calls, self.order, self.sync, self.clock):
                     self.outputs.setdefault(shape, out)
                     self.per_shape[shape].append(seconds)
                     block.append(seconds)
             self.samples.extend(block)
             self.timed_s += sum(block)
-            self.rounds.append({"samples": len(block), **_conditions()})
+            warm = {"warm_ms": warm_s * 1e3} if settings.round_warmup else {}
+            self.rounds.append({"samples": len(block), **warm, **_conditions()})
             self.timing_done = enough_samples(len(self.samples), self.timed_s, settings)
             if self.timing_done:
                 self.stream_peak = (peak_rss_bytes(), device_peak_memory(job.target))
