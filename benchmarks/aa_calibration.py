@@ -41,19 +41,22 @@ from bakeoff.target.spec import parse_targets
 QUICK = {"trials": 2, "workload": "arch:llama?layers=1&hidden=32&seq=8", "samples": 10, "min_time": 0.05}
 
 
-def round_starts(result: TargetResult) -> tuple[list[float], list[float]]:
+def round_starts(result: TargetResult) -> tuple[list[float], list[float], list[float]]:
     """Per round with at least three samples: its first sample over the median of the others,
-    and its untimed warm call (``warm_ms``, where the round had one) over the same median."""
+    its second sample over the median of the others (the control: any sample's excess under the
+    machine's noise), and its untimed warm call (``warm_ms``, where it had one) over the first's
+    median."""
     samples = result.latency.samples_ms if result.latency else ()
-    excess, penalty, at = [], [], 0
+    excess, control, penalty, at = [], [], [], 0
     for round_ in (result.conditions or {}).get("rounds", ()):
         block = samples[at : at + round_["samples"]]
         at += round_["samples"]
         if len(block) >= 3 and percentile(block[1:], 50) > 0:
             excess.append(block[0] / percentile(block[1:], 50))
+            control.append(block[1] / percentile([block[0], *block[2:]], 50))
             if round_.get("warm_ms"):
                 penalty.append(round_["warm_ms"] / percentile(block[1:], 50))
-    return excess, penalty
+    return excess, control, penalty
 
 
 def inside(low: float | None, high: float | None) -> bool:
@@ -82,7 +85,8 @@ def main() -> None:
         f"{args.trials} A/A trial(s) of {args.workload} on {args.on}; {args.samples} samples, "
         f"{args.min_time:g} s per target; round warm-up {args.round_warmup}; process spread {args.process_spread:g}"
     )
-    ratios, reported_in, bootstrap_in, boot_sd, slowest, excess, penalty = [], [], [], [], 0, [], []
+    ratios, reported_in, bootstrap_in, boot_sd, slowest = [], [], [], [], 0
+    excess, control, penalty = [], [], []
     with tempfile.TemporaryDirectory(prefix="bakeoff-aa-") as tmp:
         store = Store.open(Path(tmp) / "aa.db")
         for index in range(args.trials):
@@ -94,7 +98,8 @@ def main() -> None:
             for r in ok:
                 starts = round_starts(r)
                 excess.extend(starts[0])
-                penalty.extend(starts[1])
+                control.extend(starts[1])
+                penalty.extend(starts[2])
                 if r.is_reference or not r.speedup_ci:
                     continue
                 ci = r.speedup_ci
@@ -119,7 +124,8 @@ def main() -> None:
     if excess:
         print(
             f"per-round first-sample excess: median {statistics.median(excess):.3f}x, "
-            f"p90 {percentile(excess, 90):.3f}x over {len(excess)} rounds"
+            f"p90 {percentile(excess, 90):.3f}x over {len(excess)} rounds; the second sample's (control): "
+            f"median {statistics.median(control):.3f}x, p90 {percentile(control, 90):.3f}x"
         )
     if penalty:
         print(
