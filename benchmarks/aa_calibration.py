@@ -11,7 +11,9 @@ over the trials:
   and how often the reference was the slowest of the identical targets (1 in k by chance);
 * the **spread**: the standard deviation of log(ratio) over the trials, the part the bootstrap
   explains, and the between-process spread per process that remains,
-  ``sqrt(max(0, sd^2 - bootstrap^2) / 2)``: the value for ``--process-spread`` on this machine;
+  ``sqrt(max(0, sd^2 - bootstrap^2) / 2)``: the value for ``--process-spread`` on this machine
+  (also from the median absolute deviation and the median bootstrap width, which a few wild
+  trials on a busy machine do not dominate);
 * the **per-round first-sample excess**: each timing round's first sample over the median of its
   others (median and p90 over every round of every target; 1.00 means the first sample is like
   the rest), and beside it the **round-start penalty** the untimed warm call absorbed (its time
@@ -121,6 +123,15 @@ def main() -> None:
     bias = math.exp(statistics.fmean(logs))
     print(f"bias: geometric mean ratio {bias:.4f}; reference slowest in {slowest} of {args.trials}")
     print(f"spread: sd of log ratio {sd:.4f}; bootstrap explains {boot:.4f}; between-process spread {between:.4f}")
+    if len(logs) > 1:  # a busy machine's outliers dominate the sd: the same from medians
+        center = statistics.median(logs)
+        robust = 1.4826 * statistics.median(abs(x - center) for x in logs)
+        robust_boot = statistics.median(boot_sd)
+        robust_between = math.sqrt(max(0.0, robust * robust - robust_boot * robust_boot) / 2)
+        print(
+            f"robust spread (1.4826 MAD): sd of log ratio {robust:.4f}; bootstrap explains {robust_boot:.4f}; "
+            f"between-process spread {robust_between:.4f}"
+        )
     if excess:
         print(
             f"per-round first-sample excess: median {statistics.median(excess):.3f}x, "

@@ -26,6 +26,7 @@ SCRIPTS: dict[str, tuple[list[str], list[str], list]] = {
             rf"false-positive rate \(reported interval excludes 1\): {NUMBER}%",
             rf"bias: geometric mean ratio {NUMBER}; reference slowest in \d+ of 2",
             rf"spread: sd of log ratio {NUMBER}",
+            rf"robust spread \(1.4826 MAD\): sd of log ratio {NUMBER}",
             rf"per-round first-sample excess: median {NUMBER}x",
             rf"round-start penalty kept out of the samples \(untimed warm call / round median\): median {NUMBER}x",
         ],
