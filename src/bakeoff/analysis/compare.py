@@ -31,9 +31,11 @@ __all__ = [
 ]
 
 #: The standard deviation of log(median latency) between worker processes of one target, beyond
-#: what a bootstrap over one process's rounds sees. Measured with benchmarks/aa_calibration.py
-#: on a shared 2-core machine (A/A trials of the tiny llama, one thread per worker); a machine
-#: with quieter or noisier processes can measure and pass its own (``process_spread``).
+#: what a bootstrap over one process's rounds sees. From A/A trials of the tiny llama on a shared
+#: 2-core machine (one thread per worker, benchmarks/aa_calibration.py): identical workers
+#: measured 0.95-1.06x of each other, a log-ratio standard deviation of about 0.03 (robust to the
+#: busiest trials), so about 0.02 per process. A machine with quieter or noisier processes can
+#: measure and pass its own (``process_spread``).
 PROCESS_SPREAD = 0.02
 
 
