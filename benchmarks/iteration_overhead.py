@@ -12,7 +12,8 @@ Prints three figures, each against a reference measured in the same run:
 3. The server scenario's dispatch lateness: for requests that arrive at an idle server, how
    long after their arrival time the call starts (the sleep-then-spin wait's precision).
 
-Usage: .venv/bin/python benchmarks/iteration_overhead.py [--calls 20000]
+Usage: .venv/bin/python benchmarks/iteration_overhead.py [--calls 20000] [--rounds 5] [--samples 300]
+       [--requests 1000] [--quick]
 """
 
 from __future__ import annotations
@@ -101,11 +102,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--samples", type=int, default=300, help="per worker, in the interleaved rounds")
+    parser.add_argument("--requests", type=int, default=1000, help="for the server dispatch")
+    parser.add_argument("--quick", action="store_true", help="a few hundred calls, one round (a smoke test)")
+    if parser.parse_args().quick:  # smaller defaults; options given still win
+        parser.set_defaults(calls=400, rounds=1, samples=20, requests=100)
     args = parser.parse_args()
     torch.set_num_threads(1)
     timing_loop(args.calls, args.rounds)
-    worker_rounds(samples=300)
-    server_dispatch(requests=1000)
+    worker_rounds(samples=args.samples)
+    server_dispatch(requests=args.requests)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ timing samples per target, as trials keep them), then times:
 * ``regressions`` over the whole database,
 * the HTML, Markdown and JSON reports of the whole database (time and size).
 
-Usage: .venv/bin/python benchmarks/kb_scale.py [--runs 1000] [--keep DIR]
+Usage: .venv/bin/python benchmarks/kb_scale.py [--runs 1000] [--keep DIR] [--quick]
 """
 
 from __future__ import annotations
@@ -124,6 +124,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--keep", type=Path, default=None, help="write the database and reports here")
+    parser.add_argument("--quick", action="store_true", help="20 runs (a smoke test)")
+    if parser.parse_args().quick:  # smaller defaults; options given still win
+        parser.set_defaults(runs=20)
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bakeoff-kb-")) if args.keep is None else args.keep
     folder.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ all), one ``show``, export to JSON lines and CSV, import into a second fresh dat
 same import again (which adds nothing), and two processes writing at once.
 
 Usage:
-    .venv/bin/python benchmarks/kb_sharing.py [--runs 1000] [--db URL --db2 URL]
+    .venv/bin/python benchmarks/kb_sharing.py [--runs 1000] [--db URL --db2 URL] [--quick]
 
 Without ``--db`` it uses temporary SQLite files; for PostgreSQL pass two empty databases, e.g.
 ``--db postgresql://bakeoff@127.0.0.1:5432/a --db2 postgresql://bakeoff@127.0.0.1:5432/b``.
@@ -85,6 +85,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--db", default=None, help="an empty database (default: a temporary SQLite file)")
     parser.add_argument("--db2", default=None, help="a second empty database to import into")
+    parser.add_argument("--quick", action="store_true", help="20 runs (a smoke test)")
+    if parser.parse_args().quick:  # smaller defaults; options given still win
+        parser.set_defaults(runs=20)
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bakeoff-kb-sharing-"))
     db = args.db or str(folder / "a.db")

@@ -6,7 +6,7 @@ time of a plain forward and of an audited forward of the same model on the CPU, 
 alternating rounds, and their ratio. The audit runs once per target, after timing, so the
 ratio is a one-off cost per target, not a distortion of the latency figures.
 
-Usage: .venv/bin/python benchmarks/placement_overhead.py [--rounds 15] [WORKLOAD ...]
+Usage: .venv/bin/python benchmarks/placement_overhead.py [--rounds 15] [--quick] [WORKLOAD ...]
 """
 
 from __future__ import annotations
@@ -27,17 +27,21 @@ DEFAULT = [
     "arch:llama?layers=4&hidden=256&heads=8&intermediate=1024&seq=128",
     "arch:bert?layers=6&hidden=384&heads=6&intermediate=1536&seq=128",
 ]
+QUICK = ["arch:llama?layers=1&hidden=32&seq=8"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("workloads", nargs="*", default=DEFAULT)
+    parser.add_argument("workloads", nargs="*", default=None)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--quick", action="store_true", help="one small model, two rounds (a smoke test)")
+    if parser.parse_args().quick:  # smaller defaults; options given still win
+        parser.set_defaults(rounds=2)
     args = parser.parse_args()
     torch.set_num_threads(1)
     target = Target("cpu")
     print(f"{'workload':68} {'params':>9} {'ops':>5} {'plain ms':>9} {'audited ms':>11} {'ratio':>6}")
-    for spec in args.workloads:
+    for spec in args.workloads or (QUICK if args.quick else DEFAULT):
         workload = build_workload(spec)
         prepared = prepare(workload, target)
         plain, audited = [], []

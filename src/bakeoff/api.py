@@ -79,6 +79,7 @@ def trial(
     requirements: Iterable[str] | None = None,
     interleave: bool = True,
     replicates: int = 1,
+    process_spread: float | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Run ``workload`` on each target in ``on`` and store the run.
@@ -111,6 +112,9 @@ def trial(
         interleave: time the isolated targets in turns (A B A B) so drift affects all alike.
         replicates: measure each target (the reference too) in this many worker processes and
             pool their samples; speed intervals then include the spread between processes.
+        process_spread: the standard deviation of log(median latency) between worker processes
+            of one target, which every speed interval includes (None: the default measured on a
+            shared 2-core machine; ``benchmarks/aa_calibration.py`` measures your machine's).
         progress: called with a short message as each step starts.
 
     Raises:
@@ -139,6 +143,8 @@ def trial(
             "replicates need worker processes (one process cannot show the spread between processes)",
             hint="drop --in-process, or drop --replicates",
         )
+    if process_spread is not None and not 0 <= process_spread < 1:
+        raise SpecError(f"process spread must be in [0, 1), got {process_spread:g}", hint="e.g. --process-spread 0.02")
     if max_buckets < 1:
         raise SpecError(f"max buckets must be at least 1, got {max_buckets}", hint="e.g. --max-buckets 4")
     if cold_compile_cache and not isolate:
@@ -198,6 +204,7 @@ def trial(
         requirements=texts,
         interleave=interleave,
         replicates=replicates,
+        process_spread=process_spread,
     )
     return run_trial(store, spec, parsed, settings, progress)
 
@@ -374,6 +381,8 @@ def rerun_keywords(run: RunResult) -> dict[str, Any]:
             keywords[key] = settings[key]
     if settings.get("replicates", 1) > 1:
         keywords["replicates"] = settings["replicates"]
+    if settings.get("process_spread") is not None:
+        keywords["process_spread"] = settings["process_spread"]
     if keywords["isolate"] and settings.get("interleaved") is False:
         keywords["interleave"] = False  # the targets were timed one after another, not in turns
     return keywords

@@ -180,3 +180,49 @@ def test_inverting_a_latency_estimate_gives_a_rate_with_the_interval_flipped():
     rate = Estimate(2.0, 1.0, 4.0, 30).inverted(1000.0)  # ms per item -> items per second
     assert (rate.value, rate.low, rate.high) == (500.0, 250.0, 1000.0)
     assert Estimate.from_dict(rate.to_dict()) == rate
+
+
+# -- noise flags under an input profile: judged within each shape ----------------------------
+
+
+def _shape_series(spread_short: float, spread_long: float, n: int = 20) -> dict[str, list[float]]:
+    rng = random.Random(11)
+    return {
+        "1x8": [1.0 * (1 + rng.uniform(-spread_short, spread_short)) for _ in range(n)],
+        "1x128": [10.0 * (1 + rng.uniform(-spread_long, spread_long)) for _ in range(n)],
+    }
+
+
+def _flags(series: dict[str, list[float]] | None, samples: list[float]) -> list[str]:
+    from bakeoff.analysis.noise import noise_flags
+
+    return [f for f in noise_flags(samples, [], cores=2, series=series) if f.startswith("noisy timings")]
+
+
+def test_steady_shapes_of_different_lengths_are_not_noisy() -> None:
+    series = _shape_series(0.01, 0.01)
+    pooled = [x for values in series.values() for x in values]
+    assert _flags(None, pooled)  # the fault: all shapes together spread 1 ms to 10 ms
+    assert _flags(series, pooled) == []
+
+
+def test_noise_within_every_shape_is_flagged() -> None:
+    series = _shape_series(0.4, 0.4)
+    (flag,) = _flags(series, [x for values in series.values() for x in values])
+    assert flag.startswith("noisy timings: IQR within shapes is ")
+    assert "1x8" in flag and "1x128" in flag
+
+
+def test_one_noisy_shape_among_steady_ones_is_named() -> None:
+    series = {**_shape_series(0.01, 0.01), "1x64": [5.0 * (1 + 0.5 * (i % 2)) for i in range(10)]}
+    series["1x32"] = [3.0] * 30  # steady shapes outweigh it in the pooled ratios
+    series["1x16"] = [2.0] * 30
+    (flag,) = _flags(series, [x for values in series.values() for x in values])
+    # 1x64 alternates 5 and 7.5 ms: IQR 2.5 of a median of 6.25
+    assert flag == "noisy timings in 1 of 5 shapes: IQR over 10% of the shape's median (1x64 40%)"
+
+
+def test_a_single_input_or_shape_is_judged_on_all_its_samples() -> None:
+    steady, noisy = [1.0, 1.01, 0.99, 1.0], [1.0, 1.5, 0.6, 1.2]
+    assert _flags(None, steady) == [] and _flags({"1x8": steady}, steady) == []
+    assert _flags(None, noisy) and _flags({"1x8": noisy}, noisy)

@@ -259,3 +259,118 @@ def test_warmup_max_below_min(warmup_max: int) -> None:
     run = time_callable(fn, _no_sync, _settings(warmup_min=5, warmup_max=warmup_max, min_samples=1), clock)
     assert run.warmup_calls == warmup_max
     assert run.settled is False
+
+
+# -- a round timed in turns starts cold: its first call is paid, not sampled ----------------
+
+
+class ColdAfterOthers:
+    """A call that is slow (``cold`` s) the first time after another worker ran, then ``warm`` s.
+
+    ``other_worker_ran()`` is what the turn of another target does to this one's caches.
+    """
+
+    def __init__(self, clock: FakeClock, cold: float = 9.0, warm: float = 1.0) -> None:
+        self.clock, self.cold_s, self.warm_s = clock, cold, warm
+        self.is_cold = True
+        self.calls = 0
+
+    def other_worker_ran(self) -> None:
+        self.is_cold = True
+
+    def __call__(self) -> int:
+        self.calls += 1
+        self.clock.advance(self.cold_s if self.is_cold else self.warm_s)
+        self.is_cold = False
+        return self.calls
+
+
+def test_time_block_warmup_keeps_the_cold_call_out_of_the_samples() -> None:
+    from bakeoff.measure.timing import time_block, warm_calls
+
+    clock = FakeClock()
+    fn = ColdAfterOthers(clock)
+    assert time_block(fn, _no_sync, clock, 3, 0.0, 1e9) == [9.0, 1.0, 1.0]  # the control: no warm call
+    fn.other_worker_ran()
+    assert time_block(fn, _no_sync, clock, 3, 0.0, 1e9, warmup=1) == [1.0, 1.0, 1.0]
+    assert fn.calls == 3 + 1 + 3
+    fn.other_worker_ran()
+    assert warm_calls(fn, _no_sync, 2, clock) == 9.0 + 1.0  # timed apart when a clock is given
+    assert warm_calls(fn, _no_sync, 0, clock) == 0.0 and fn.calls == 3 + 1 + 3 + 2
+
+
+def test_time_pass_warmup_calls_the_first_shape_untimed() -> None:
+    from bakeoff.measure.timing import time_pass
+
+    clock = FakeClock()
+    first, second = ColdAfterOthers(clock, cold=9.0, warm=2.0), ColdAfterOthers(clock, cold=0.5, warm=0.5)
+    calls = {"a": first, "b": second}
+    assert [s for _, s, _, _ in time_pass(calls, ["a", "b", "a"], _no_sync, clock)] == [9.0, 0.5, 2.0]
+    first.other_worker_ran()
+    assert [s for _, s, _, _ in time_pass(calls, ["a", "b", "a"], _no_sync, clock, warmup=1)] == [2.0, 0.5, 2.0]
+    assert (first.calls, second.calls) == (2 + 3, 1 + 1)
+
+
+def _session(clock: FakeClock, round_warmup: int, profile: bool = False):
+    """A session already past ``start``: its calls are scripted, so no model is built."""
+    from bakeoff.runner.job import TargetJob
+    from bakeoff.runner.session import TargetSession
+    from bakeoff.target.spec import Target
+    from bakeoff.workload.profile import InputProfile, Request
+
+    timing = _settings(min_samples=40, min_seconds=0.0, round_warmup=round_warmup)
+    requests = (Request(1, 8), Request(1, 16))
+    job = TargetJob(
+        workload_spec="py:unused.py:make",
+        target=Target("cpu"),
+        fingerprint="0",
+        baseline_path=None,
+        timing=timing,
+        profile=InputProfile(requests, "seq=8,16") if profile else None,
+    )
+    session = TargetSession(job, clock)
+    session.sync, session.phase = _no_sync, "timing"
+    session.prepared = type("Prepared", (), {"compile_summary": None})()
+    return session, requests
+
+
+@pytest.mark.parametrize("round_warmup", [0, 1])
+def test_every_round_of_a_session_opens_with_an_untimed_call(round_warmup: int) -> None:
+    clock = FakeClock()
+    session, _ = _session(clock, round_warmup)
+    fn = ColdAfterOthers(clock)
+    session.prepared = fn  # the prepared model is what each round calls
+    for _ in range(3):
+        fn.other_worker_ran()
+        session.round()
+    per_round = [r["samples"] for r in session.rounds]
+    assert per_round == [4, 4, 4]  # ceil(40 / ROUNDS) samples each
+    assert fn.calls == sum(per_round) + 3 * round_warmup
+    cold = [s for s in session.samples if s == 9.0]
+    assert len(cold) == (0 if round_warmup else 3)  # the control shows the per-round excess
+    assert len(session.samples) == 12
+    # the round-start penalty is reported apart: what the warm call took, per round
+    assert [r.get("warm_ms") for r in session.rounds] == ([9000.0] * 3 if round_warmup else [None] * 3)
+
+
+@pytest.mark.parametrize("round_warmup", [0, 1])
+def test_every_profile_pass_opens_with_an_untimed_call(round_warmup: int) -> None:
+    clock = FakeClock()
+    session, requests = _session(clock, round_warmup, profile=True)
+    first, second = ColdAfterOthers(clock), ColdAfterOthers(clock, cold=2.0, warm=2.0)
+    keys = [(r.batch, r.seq) for r in requests]
+    session.calls, session.order = dict(zip(keys, [first, second], strict=True)), keys
+    session.per_shape = {k: [] for k in keys}
+    for _ in range(2):
+        first.other_worker_ran()
+        session.round()
+    assert session.per_shape[keys[0]] == ([1.0, 1.0] if round_warmup else [9.0, 9.0])
+    assert session.per_shape[keys[1]] == [2.0, 2.0]
+    assert [r.get("warm_ms") for r in session.rounds] == ([9000.0] * 2 if round_warmup else [None] * 2)
+
+
+def test_settings_stored_before_round_warmup_read_as_zero() -> None:
+    stored = {k: v for k, v in TimingSettings().to_dict().items() if k != "round_warmup"}
+    assert TimingSettings.from_dict(stored).round_warmup == 0  # older runs timed every first call
+    assert TimingSettings().round_warmup == 1
+    assert TimingSettings.from_dict({**stored, "from_the_future": 1}) == TimingSettings(round_warmup=0)

@@ -1,6 +1,14 @@
 """Comparing two sets of timing samples honestly: ratios with bootstrap intervals, and when a
 compiled target pays back its compile time.
 
+A bootstrap over one process's samples (or its rounds) sees the noise *within* that process.
+It cannot see what differs *between* worker processes running the same code (where their
+memory landed, the cores they ran on): identical targets in two workers differ by a few
+percent, run after run, and such an interval calls that difference significant most of the
+time. :func:`with_process_spread` widens an interval by a between-process spread measured with
+``benchmarks/aa_calibration.py`` (A/A trials: the same target twice), so that a difference
+inside that spread is not called significant.
+
 All functions are pure and deterministic (the bootstrap takes an explicit seed).
 """
 
@@ -8,11 +16,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from statistics import NormalDist
 
 from bakeoff.analysis.stats import percentile
 
-__all__ = ["RatioEstimate", "break_even_requests", "ratio_of_medians", "ratio_of_paired_blocks"]
+__all__ = [
+    "PROCESS_SPREAD",
+    "RatioEstimate",
+    "break_even_requests",
+    "ratio_of_medians",
+    "ratio_of_paired_blocks",
+    "with_process_spread",
+]
+
+#: The standard deviation of log(median latency) between worker processes of one target, beyond
+#: what a bootstrap over one process's rounds sees. From A/A trials of the tiny llama on a shared
+#: 2-core machine (one thread per worker, benchmarks/aa_calibration.py): identical workers
+#: measured 0.95-1.06x of each other, a log-ratio standard deviation of about 0.03 (robust to the
+#: busiest trials), so about 0.02 per process. A machine with quieter or noisier processes can
+#: measure and pass its own (``process_spread``).
+PROCESS_SPREAD = 0.02
 
 
 @dataclass(frozen=True)
@@ -20,12 +44,17 @@ class RatioEstimate:
     """``value`` = median(a) / median(b), with a ``confidence`` interval ``[low, high]``.
 
     ``significant`` is False when the interval contains 1: the data cannot tell the two apart.
+    ``bootstrap_low`` and ``bootstrap_high`` keep the bootstrap's own interval when
+    :func:`with_process_spread` widened it by ``process_spread`` (else they are None and 0).
     """
 
     value: float
     low: float
     high: float
     confidence: float
+    bootstrap_low: float | None = None
+    bootstrap_high: float | None = None
+    process_spread: float = 0.0
 
     @property
     def significant(self) -> bool:
@@ -38,6 +67,9 @@ class RatioEstimate:
             "high": self.high,
             "confidence": self.confidence,
             "significant": self.significant,
+            "bootstrap_low": self.bootstrap_low,
+            "bootstrap_high": self.bootstrap_high,
+            "process_spread": self.process_spread,
         }
 
 
@@ -125,6 +157,50 @@ def ratio_of_paired_blocks(
     tail = (1 - confidence) / 2 * 100
     return RatioEstimate(
         percentile(all_a, 50) / med_b, percentile(ratios, tail), percentile(ratios, 100 - tail), confidence
+    )
+
+
+def with_process_spread(
+    estimate: RatioEstimate,
+    spread: float,
+    processes: tuple[int, int] = (1, 1),
+    resampled_processes: bool = False,
+) -> RatioEstimate:
+    """``estimate`` with its interval widened by the spread between worker processes.
+
+    Algorithm (on the log scale, where a ratio's errors add): each side's median carries a
+    process effect with standard deviation ``spread``, averaged over its ``processes``, so the
+    ratio's process part has half-width ``h = z * spread * sqrt(1/n_a + 1/n_b)`` at the
+    estimate's confidence (``z`` the normal quantile). A bootstrap over rounds of one process
+    per side cannot see that part: each side of the interval becomes ``sqrt(b^2 + h^2)``
+    (``b`` the bootstrap's half-width on that side). A bootstrap that resampled processes
+    (``resampled_processes``) saw it, but from too few processes to trust its size: ``h`` is
+    then a floor, ``max(b, h)``. ``spread`` 0 returns the estimate unchanged.
+
+    Raises:
+        ValueError: a negative spread or fewer than one process on a side.
+    """
+    if spread < 0:
+        raise ValueError(f"process spread {spread} is negative")
+    if min(processes) < 1:
+        raise ValueError(f"each side needs at least one process, got {processes}")
+    if spread == 0 or estimate.value <= 0 or estimate.low <= 0:
+        return estimate
+    z = NormalDist().inv_cdf((1 + estimate.confidence) / 2)
+    h = z * spread * math.sqrt(1 / processes[0] + 1 / processes[1])
+    below = math.log(estimate.value / estimate.low)
+    above = math.log(estimate.high / estimate.value) if math.isfinite(estimate.high) else math.inf
+    if resampled_processes:
+        below, above = max(below, h), max(above, h)
+    else:
+        below, above = math.hypot(below, h), math.hypot(above, h)
+    return replace(
+        estimate,
+        low=estimate.value * math.exp(-below),
+        high=estimate.value * math.exp(above) if math.isfinite(above) else math.inf,
+        bootstrap_low=estimate.low,
+        bootstrap_high=estimate.high,
+        process_spread=spread,
     )
 
 

@@ -185,6 +185,14 @@ def _finish_run(run: Any, fmt: str, db: str | None, strict: bool, strict_placeme
     help="Measure each target in this many worker processes and pool them: speed intervals then include "
     "the spread between processes (a few percent on CPUs).",
 )
+@click.option(
+    "--process-spread",
+    type=float,
+    default=None,
+    help="The spread between worker processes (standard deviation of log median latency) that speed "
+    "intervals include; default 0.02, measured on a shared 2-core machine (benchmarks/aa_calibration.py "
+    "measures yours).",
+)
 @click.option("--strict", is_flag=True, help="Exit 1 if any target errors, fails correctness or misses a requirement.")
 @click.option(
     "--strict-placement",
@@ -212,6 +220,7 @@ def trial(
     clear_requirements: bool,
     sequential: bool,
     replicates: int,
+    process_spread: float | None,
     strict: bool,
     strict_placement: bool,
     db: str | None,
@@ -254,6 +263,7 @@ def trial(
             requirements=[] if clear_requirements else (list(requirements) or None),
             interleave=not sequential,
             replicates=replicates,
+            process_spread=process_spread,
             progress=_progress(),
         )
     _finish_run(run, fmt, db, strict, strict_placement)

@@ -13,6 +13,11 @@ The phases are separate functions so that a trial can time targets in turns: a r
 :func:`time_block` (or one :func:`time_pass` over an input profile) for one target, then one
 for the next, until :func:`enough_samples` says each has enough. :func:`time_callable` runs
 all three phases in one go.
+
+A round timed in turns starts after another worker ran: caches, branch predictors and the
+scheduler's view of the process are cold, and its first call is not a sample of steady state
+(several times its neighbours). So each round begins with
+``round_warmup`` untimed calls (:func:`warm_calls`): that penalty is paid, not sampled.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ __all__ = [
     "time_block",
     "time_callable",
     "time_pass",
+    "warm_calls",
     "warm_up",
 ]
 
@@ -42,7 +48,10 @@ ROUNDS = 10
 
 @dataclass(frozen=True)
 class TimingSettings:
-    """How long to measure. Defaults give >= 30 samples and >= 0.5 s of timed calls."""
+    """How long to measure. Defaults give >= 30 samples and >= 0.5 s of timed calls.
+
+    ``round_warmup`` untimed calls open every timing round (see the module docstring).
+    """
 
     min_samples: int = 30
     min_seconds: float = 0.5
@@ -50,13 +59,18 @@ class TimingSettings:
     max_seconds: float = 60.0
     warmup_min: int = 2
     warmup_max: int = 20
+    round_warmup: int = 1
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
 
     @classmethod
     def from_dict(cls, data: dict) -> TimingSettings:
-        return cls(**data)
+        """Tolerant of older documents: settings stored before ``round_warmup`` existed timed
+        every round's first call, so a missing value reads as 0; unknown keys are ignored."""
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        known.setdefault("round_warmup", 0)
+        return cls(**known)
 
 
 @dataclass(frozen=True)
@@ -97,10 +111,36 @@ def warm_up(
     return warmups, False
 
 
+def warm_calls(fn: Callable[[], Any], sync: Callable[[], None], calls: int, clock: Clock | None = None) -> float:
+    """``calls`` calls kept out of the samples: a round's cold start, paid before its samples.
+
+    Returns the seconds they took (0 without a ``clock``), so that the round-start penalty can
+    be reported apart from the samples.
+    """
+    if not calls:
+        return 0.0
+    sync()
+    start = clock.now() if clock else 0.0
+    for _ in range(calls):
+        fn()
+    sync()
+    return clock.now() - start if clock else 0.0
+
+
 def time_block(
-    fn: Callable[[], Any], sync: Callable[[], None], clock: Clock, count: int, seconds: float, cap_s: float
+    fn: Callable[[], Any],
+    sync: Callable[[], None],
+    clock: Clock,
+    count: int,
+    seconds: float,
+    cap_s: float,
+    warmup: int = 0,
 ) -> list[float]:
-    """Time single calls until at least ``count`` calls and ``seconds`` (or ``cap_s``) passed."""
+    """Time single calls until at least ``count`` calls and ``seconds`` (or ``cap_s``) passed.
+
+    ``warmup`` untimed calls come first (a round's cold start); they count towards nothing.
+    """
+    warm_calls(fn, sync, warmup)
     sync()
     samples: list[float] = []
     loop_start = clock.now()
@@ -168,8 +208,14 @@ def time_pass(
     sync: Callable[[], None],
     clock: Clock,
     compile_events: Callable[[], int] | None = None,
+    warmup: int = 0,
 ) -> list[tuple[Any, float, Any, bool]]:
-    """One pass over the profile in arrival order: ``(shape, seconds, output, compiled)`` per request."""
+    """One pass over the profile in arrival order: ``(shape, seconds, output, compiled)`` per request.
+
+    ``warmup`` untimed calls of the first request's shape come first (a round's cold start).
+    """
+    if order:
+        warm_calls(calls[order[0]], sync, warmup)
     observed = []
     for shape in order:
         before = compile_events() if compile_events else 0

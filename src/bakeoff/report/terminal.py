@@ -328,7 +328,7 @@ def run_view(run: RunResult, where: str | None = None, width: int | None = None)
     parts.append(
         Text(
             "speed vs cpu = eager CPU p50 / target p50, measured in this run (>1 is faster; "
-            "n.s. = its 95% bootstrap interval contains 1).",
+            "n.s. = its 95% interval, the spread between worker processes included, contains 1).",
             style="dim",
         )
     )

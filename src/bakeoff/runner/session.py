@@ -27,7 +27,7 @@ from typing import Any
 from bakeoff.checks.baseline import shape_tag
 from bakeoff.checks.outputs import flatten_outputs
 from bakeoff.measure.clock import Clock, PerfClock
-from bakeoff.measure.timing import ROUNDS, enough_samples, first_call, time_block, time_pass, warm_up
+from bakeoff.measure.timing import ROUNDS, enough_samples, first_call, time_block, time_pass, warm_calls, warm_up
 from bakeoff.results.values import Compilation, Correctness, ErrorInfo, Latency, ScenarioResult, TargetResult
 from bakeoff.runner.job import (
     TargetJob,
@@ -207,7 +207,9 @@ class TargetSession:
         return self.timing_done
 
     def round(self) -> bool:
-        """Time one round (about a tenth of the minimums, or one pass over the profile).
+        """Time one round (about a tenth of the minimums, or one pass over the profile), after
+        the round's warm call(s): in turns, a round starts cold. Their time is kept apart, as the
+        round's ``warm_ms``: the round-start penalty, never a sample.
 
         Returns whether the target now has enough samples.
         """
@@ -219,6 +221,8 @@ class TargetSession:
             return True
         with self._step():
             settings = job.timing
+            first = self.prepared if job.profile is None else self.calls[self.order[0]]
+            warm_s = warm_calls(first, self.sync, settings.round_warmup, self.clock)  # the round's cold start
             if job.profile is None:
                 cap = max(settings.max_seconds - self.timed_s, 0.0)
                 block = time_block(
@@ -237,7 +241,8 @@ class TargetSession:
                     block.append(seconds)
             self.samples.extend(block)
             self.timed_s += sum(block)
-            self.rounds.append({"samples": len(block), **_conditions()})
+            warm = {"warm_ms": warm_s * 1e3} if settings.round_warmup else {}
+            self.rounds.append({"samples": len(block), **warm, **_conditions()})
             self.timing_done = enough_samples(len(self.samples), self.timed_s, settings)
             if self.timing_done:
                 self.stream_peak = (peak_rss_bytes(), device_peak_memory(job.target))
@@ -368,7 +373,8 @@ class TargetSession:
             )
         if compilation is not None and compilation.recompile_limit_hits:
             notes.append(f"hit the recompile limit {compilation.recompile_limit_hits}x: those frames now run eagerly")
-        noise = noise_flags(latency.samples_ms, self.rounds, os.cpu_count() or 1)
+        series = {f"{b}x{s}": v for (b, s), v in self.per_shape.items()} if job.profile is not None else None
+        noise = noise_flags(latency.samples_ms, self.rounds, os.cpu_count() or 1, series=series)
         scenarios = [self._single_stream(), *self.scenario_results]
         order = [s.name for s in job.scenarios]
         scenarios.sort(key=lambda s: order.index(s.name) if s.name in order else -1)

@@ -40,7 +40,9 @@ class TrialSettings:
     ``isolate`` runs each target in its own worker process; ``interleave`` (with isolation)
     keeps every target's worker alive and times them in turns, round by round. ``scenarios``
     run after single-stream timing; ``requirements`` (texts such as ``p90<=50ms``) replace the
-    workload's stored ones, None keeps the stored ones.
+    workload's stored ones, None keeps the stored ones. ``process_spread`` is the spread between
+    worker processes that speed intervals include (None: the measured default,
+    :data:`~bakeoff.analysis.compare.PROCESS_SPREAD`).
     """
 
     timing: TimingSettings = field(default_factory=TimingSettings)
@@ -56,10 +58,18 @@ class TrialSettings:
     requirements: tuple[str, ...] | None = None
     interleave: bool = True
     replicates: int = 1
+    process_spread: float | None = None
 
     @property
     def interleaved(self) -> bool:
         return self.isolate and self.interleave
+
+    @property
+    def spread(self) -> float:
+        """The between-process spread speed intervals include."""
+        from bakeoff.analysis.compare import PROCESS_SPREAD
+
+        return PROCESS_SPREAD if self.process_spread is None else self.process_spread
 
     def to_dict(self) -> dict:
         return {
@@ -74,6 +84,7 @@ class TrialSettings:
             "scenarios": [spec.spec for spec in self.scenarios],
             "interleaved": self.interleaved,
             "replicates": self.replicates,
+            "process_spread": self.spread,
         }
 
 
@@ -223,18 +234,27 @@ def _rounds(result: TargetResult) -> list[tuple[float, ...]]:
     return [samples[lo:hi] for lo, hi in itertools.pairwise(edges)]
 
 
-def _speedups(results: list[TargetResult], reference: Target, interleaved: bool = False) -> list[TargetResult]:
-    """Speed-up against the reference with a 95% bootstrap interval, and when compiling pays off.
+def _speedups(
+    results: list[TargetResult], reference: Target, interleaved: bool = False, spread: float = 0.0
+) -> list[TargetResult]:
+    """Speed-up against the reference with a 95% interval, and when compiling pays off.
 
     Targets timed in turns get a paired block bootstrap (see
     :func:`~bakeoff.analysis.compare.ratio_of_paired_blocks`): over their replicate processes
-    when there are several, which accounts for the spread between processes, else over their
-    rounds, which accounts for drift.
+    when there are several, else over their rounds, which accounts for drift. Either way the
+    interval is widened by the between-process ``spread``
+    (:func:`~bakeoff.analysis.compare.with_process_spread`): a bootstrap over rounds cannot see
+    it, one over a few processes sees too little of it. The reference's own ratio is exactly 1.
 
     Break-even compares time to first result (preparing, compiling, first call) plus steady
     calls, for the target and the reference alike.
     """
-    from bakeoff.analysis.compare import break_even_requests, ratio_of_medians, ratio_of_paired_blocks
+    from bakeoff.analysis.compare import (
+        break_even_requests,
+        ratio_of_medians,
+        ratio_of_paired_blocks,
+        with_process_spread,
+    )
     from bakeoff.runner.replicates import replicate_blocks
 
     ref = next((r for r in results if r.target == reference and r.variant == "as-is"), None)
@@ -246,12 +266,17 @@ def _speedups(results: list[TargetResult], reference: Target, interleaved: bool 
             updated.append(r)
             continue
         ref_blocks, blocks = replicate_blocks(ref), replicate_blocks(r)
-        if not (ref_blocks and blocks):  # one process each: pair the rounds instead
+        processes = (max(len(ref_blocks), 1), max(len(blocks), 1))
+        resampled = bool(ref_blocks and blocks)
+        if not resampled:  # one process each: pair the rounds instead
             ref_blocks, blocks = _rounds(ref), _rounds(r)
         if interleaved and ref_blocks and blocks:  # timed in turns: pair processes, or rounds
             estimate = ratio_of_paired_blocks(ref_blocks, blocks)
         else:
             estimate = ratio_of_medians(ref.latency.samples_ms, r.latency.samples_ms)
+            resampled = False
+        if r is not ref:  # the same samples: no process between them
+            estimate = with_process_spread(estimate, spread, processes, resampled and interleaved)
         pays_back = None
         if r.target.is_compiled and r.time_to_first_result_ms is not None:
             pays_back = break_even_requests(
@@ -355,8 +380,12 @@ def _drive(
         live.append(session)
     say(f"timing {len(live)} target(s) in turns")
     active, turn = [s for s in live if not s.timing_done], 0
-    while active:  # A B, then B A: no target always goes first (an order effect would bias ratios)
-        order_now = active if turn % 2 == 0 else active[::-1]
+    while active:
+        # rotate the order (A B C, B C A, C A B; with two, A B, B A): each target takes every
+        # place in turn, so drift and order effects fall on all alike, and with three or more no
+        # target ever follows itself (a warm start the others would not get)
+        start = turn % len(active)
+        order_now = active[start:] + active[:start]
         finished = {id(s) for s in order_now if s.round()}
         active = [s for s in active if id(s) not in finished]
         turn += 1
@@ -437,7 +466,9 @@ def run_trial(
 
     measured = iter(_drive(sessions, _session_factory(settings), settings.interleaved, say))
     done = [r if isinstance(r, TargetResult) else merge_replicates([next(measured) for _ in range(r)]) for r in results]
-    done = [_with_requirements(r, requirements) for r in _speedups(done, reference, settings.interleaved)]
+    done = [
+        _with_requirements(r, requirements) for r in _speedups(done, reference, settings.interleaved, settings.spread)
+    ]
     run = RunResult(
         run_id=uuid.uuid4().hex[:12],
         created_at=_now(),

@@ -1,0 +1,84 @@
+"""Every script in benchmarks/ runs with its tiny arguments and prints its figures.
+
+The figures themselves are not judged here (no timed assertions on a shared machine): this keeps
+the scripts from rotting as the library changes under them. A new script must be listed below.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
+NUMBER = r"-?\d+(?:\.\d+)?"
+
+#: script -> (tiny arguments, lines its output must contain (regular expressions), pytest marks)
+SCRIPTS: dict[str, tuple[list[str], list[str], list]] = {
+    "aa_calibration.py": (
+        ["--quick"],
+        [
+            rf"false-positive rate \(reported interval excludes 1\): {NUMBER}%",
+            rf"bias: geometric mean ratio {NUMBER}; reference slowest in \d+ of 2",
+            rf"spread: sd of log ratio {NUMBER}",
+            rf"robust spread \(1.4826 MAD\): sd of log ratio {NUMBER}",
+            rf"per-round first-sample excess: median {NUMBER}x",
+            rf"round-start penalty kept out of the samples \(untimed warm call / round median\): median {NUMBER}x",
+        ],
+        [pytest.mark.isolated],
+    ),
+    "iteration_overhead.py": (
+        ["--quick"],
+        [
+            rf"timing loop, empty callable\s*: \+{NUMBER} us per iteration",
+            rf"interleaved rounds: \d+ rounds, \d+ samples; wall {NUMBER} s",
+            rf"server dispatch: start - arrival at an idle server p50 {NUMBER} us",
+        ],
+        [pytest.mark.isolated],
+    ),
+    "kb_scale.py": (
+        ["--quick"],
+        [rf"history \(newest 20\)\s+{NUMBER} s", rf"report --html \(whole database\)\s+{NUMBER} s"],
+        [],
+    ),
+    "kb_sharing.py": (
+        ["--quick"],
+        [rf"import into an empty database\s+{NUMBER} s", r"runs in the database afterwards \(expected\)\s+30 \(30\)"],
+        [pytest.mark.isolated],  # two writer processes
+    ),
+    "placement_overhead.py": (["--quick"], [rf"arch:llama\S*\s+{NUMBER}M\s+\d+\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}"], []),
+    "timing_fidelity.py": (
+        ["--quick"],
+        [
+            rf"bakeoff per-sample overhead \(empty callable\): p50 {NUMBER} us",
+            rf"arch:llama\S*(\s+{NUMBER}){{6}}\s+\d+ ",
+        ],
+        [],
+    ),
+}
+
+
+def test_every_benchmark_is_listed() -> None:
+    assert sorted(p.name for p in BENCHMARKS.glob("*.py")) == sorted(SCRIPTS)
+
+
+@pytest.mark.parametrize("script", [pytest.param(name, marks=marks) for name, (_, _, marks) in sorted(SCRIPTS.items())])
+def test_benchmark_runs_with_tiny_arguments(script: str, tmp_path: Path) -> None:
+    arguments, expected, _ = SCRIPTS[script]
+    path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *arguments],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": path},
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for pattern in expected:
+        assert re.search(pattern, done.stdout), f"{script} did not print /{pattern}/:\n{done.stdout[-3000:]}"
