@@ -40,8 +40,8 @@ class FakeSession:
 
 def _turns(names: str, rounds: int) -> list[str]:
     log: list[str] = []
-    sessions = [(n, lambda n=n: FakeSession(n, rounds, log)) for n in names]
-    assert _drive(sessions, True, lambda _msg: None) == list(names)
+    sessions = [(n, SimpleNamespace(name=n, is_reference=False, scenarios=())) for n in names]
+    assert _drive(sessions, lambda job: FakeSession(job.name, rounds, log), True, lambda _msg: None) == list(names)
     return log
 
 
