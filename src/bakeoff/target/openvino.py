@@ -198,6 +198,7 @@ class OpenVINOCompileWatch:
                     "partitions": 0,
                     "partitions_failed": 0,
                     "scope": "every graph went to inductor",
+                    "ran_instead": "inductor",
                 }
             return None
         return {
