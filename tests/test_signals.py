@@ -283,3 +283,28 @@ def test_openvino_graph_handed_to_inductor_is_reported():
     assert control["signals"]["graphs"] == 1 and control["signals"]["graphs_handed_to_inductor"] == 0
     assert control["fallback"] == {} and control["signals"]["ops_converted"] > 0
     assert control["work"]["share"] == 1.0 and control["verdict"] == "not_applicable"
+
+
+TRIAL_WITH_OPENVINO_REFUSING = textwrap.dedent("""
+    from openvino.frontend.pytorch.torchdynamo import backend
+
+    def refuse(options):
+        raise RuntimeError("seeded: OpenVINO cannot convert this graph")
+
+    backend._get_model_caching = refuse
+    from bakeoff.cli.main import main
+    main()
+""")
+
+
+@pytest.mark.compile
+def test_openvino_handing_a_graph_to_inductor_in_a_trial_names_the_conversion_failure(tmp_path):
+    """bakeoff compiles with AOT autograd, where OpenVINO's own inductor fallback fails at the
+    first call: the stored error must say so, not just "not enough values to unpack"."""
+    pytest.importorskip("openvino", reason="install the test extras: pip install -e '.[test]'")
+    command = [sys.executable, "-c", TRIAL_WITH_OPENVINO_REFUSING]
+    result = cli_result(signal_workload("tiny_linear"), "cpu+openvino", tmp_path, command=command)
+    assert result["status"] == "error"
+    message = result["error"]["message"]
+    assert message.startswith("OpenVINO could not convert a graph (Failed in OpenVINO execution: seeded:")
+    assert "handed it to inductor, whose fallback failed under AOT autograd" in message
