@@ -66,8 +66,6 @@ def test_device_to_host_syncs_are_counted_like_the_device_counts_them(emu_in_pro
 
 def test_sync_ops_count_only_when_they_read_the_device():
     """In process, with the CPU playing the device: the recorder sees devices, not data."""
-    import torch
-
     from bakeoff.checks.placement import audit_module
 
     model, inputs = _fixture("syncs_and_matmul")
@@ -79,7 +77,6 @@ def test_sync_ops_count_only_when_they_read_the_device():
     linear, linear_inputs = _fixture("tiny_linear")
     clean = audit_module(linear, lambda: linear(*linear_inputs), lambda d: d.type == "cpu")
     assert clean.host_syncs == {} and clean.ops_total > 0
-    assert isinstance(torch.nonzero(torch.ones(1)), torch.Tensor)  # the fixture's ops exist here
 
 
 def _flops_by_op() -> dict[str, int]:
