@@ -107,6 +107,13 @@ class CompileWatch:
                 }
             )
         unimplemented = counters["unimplemented"]
+        # A break dynamo cannot trace through (a data-dependent branch) lands in "unimplemented";
+        # one it breaks on by design (Tensor.item(), nonzero, an explicit graph_break()) only in
+        # "graph_break". Each logged break is one record, when the records are ours to see.
+        unimplemented_breaks = sum(v for k, v in unimplemented.items() if "recompile limit" not in k.lower())
+        graph_breaks = max(
+            unimplemented_breaks, sum(counters["graph_break"].values()), sum(self.capture.breaks.values())
+        )
         breaks = [
             {"reason": reason.splitlines()[0], "location": location, "count": count}
             for (reason, location), count in sorted(self.capture.breaks.items())
@@ -114,7 +121,7 @@ class CompileWatch:
         if not breaks:  # no log records (TORCH_LOGS overrode ours): reasons without locations
             breaks = [
                 {"reason": k.splitlines()[0], "location": "", "count": v}
-                for k, v in unimplemented.items()
+                for k, v in (unimplemented | counters["graph_break"]).items()
                 if "recompile limit" not in k.lower()
             ]
         reasons = []
@@ -131,7 +138,7 @@ class CompileWatch:
             "graphs": int(counters["stats"]["unique_graphs"]),
             "recompiles": max(len(self.capture.recompiles), recompiled),
             "recompile_reasons": tuple(reasons),
-            "graph_breaks": sum(v for k, v in unimplemented.items() if "recompile limit" not in k.lower()),
+            "graph_breaks": graph_breaks,
             "graph_break_reasons": tuple(breaks),
             "eager_frames": max(int(counters["frames"]["total"]) - int(counters["frames"]["ok"]), 0),
             "recompile_limit_hits": len(self.capture.limit_hits),

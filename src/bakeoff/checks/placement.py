@@ -308,10 +308,15 @@ def _engine_handed_back(engine_work: Mapping[str, Any] | None) -> str | None:
     if not engine_work or engine_work.get("share") is None or engine_work["share"] >= ENGINE_MOSTLY_HANDED_BACK:
         return None
     name = engine_work.get("engine", "the engine")
+    calls = engine_work.get("op_calls", 0)
+    scope = engine_work.get("scope")
+    # a scope reads on from the counts ("over every call of the trial"); with no calls counted
+    # at all it says why instead ("every graph went to inductor")
+    scope_text = (" " if calls else "; ") + scope if scope else ""
     text = (
         f"{name} ran {engine_work['share']:.0%} of the work handed to it "
-        f"({engine_work.get('op_calls_in_engine', 0)} of {engine_work.get('op_calls', 0)} op calls"
-        f"{' ' + engine_work['scope'] if engine_work.get('scope') else ''}); PyTorch ran the rest"
+        f"({engine_work.get('op_calls_in_engine', 0)} of {calls} op calls{scope_text}); "
+        f"{engine_work.get('ran_instead', 'PyTorch')} ran the rest"
     )
     if engine_work.get("partitions_failed"):
         text += (

@@ -56,6 +56,30 @@ class _Records(logging.Handler):
             self.runtime_fallbacks.append(message[:500])
 
 
+def _explain_failed_fallback(compiled: Any, conversion_error: str) -> Any:
+    """``compiled``, raising an error that says what happened if it fails when called.
+
+    Under AOT autograd OpenVINO's inductor fallback (OpenVINO 2026.4, torch 2.13) returns a
+    function the caller invokes with the wrong convention; its first call fails with a bare
+    "not enough values to unpack", which names neither OpenVINO nor the conversion failure.
+    """
+    from bakeoff.errors import BakeoffError
+
+    def call(*args: Any) -> Any:
+        try:
+            return compiled(*args)
+        except Exception as exc:
+            raise BakeoffError(
+                f"OpenVINO could not convert a graph ({conversion_error}) and handed it to inductor, "
+                f"whose fallback failed under AOT autograd: {type(exc).__name__}: {exc}",
+                hint="the graph needs an op or pattern OpenVINO cannot convert; "
+                "try cpu+openvino_export, or report the conversion error to OpenVINO",
+            ) from exc
+
+    call._boxed_call = getattr(compiled, "_boxed_call", False)  # type: ignore[attr-defined]
+    return call
+
+
 class OpenVINOCompileWatch:
     """Install with the target, read :meth:`signals` after running, :meth:`close` at the end."""
 
@@ -114,7 +138,14 @@ class OpenVINOCompileWatch:
             for node in subgraph.graph.nodes:
                 if node.op == "call_function" and _op_name(node) not in _PLUMBING:
                     self.handed_to_inductor[_op_name(node)] += 1
+            if self._aot_autograd(options):
+                compiled = _explain_failed_fallback(compiled, self.handler.conversion_failures[-1])
         return compiled
+
+    def _aot_autograd(self, options: Any) -> bool:
+        """Whether OpenVINO converts under AOT autograd (the options it keeps override the call's)."""
+        kept = getattr(self._backend, "openvino_options", None) or options or {}
+        return isinstance(kept, dict) and bool(kept.get("aot_autograd"))
 
     def _watch_partitions(self) -> Any:
         original, watch = self._original_partitions, self
@@ -198,6 +229,7 @@ class OpenVINOCompileWatch:
                     "partitions": 0,
                     "partitions_failed": 0,
                     "scope": "every graph went to inductor",
+                    "ran_instead": "inductor",
                 }
             return None
         return {
