@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import tempfile
 import time
 import traceback
@@ -84,6 +85,7 @@ class TargetSession:
         self.started = time.monotonic()
         self.prepared: Any = None
         self.saved_env: dict[str, str | None] = {}
+        self.cold_cache_dir: str | None = None
         self.samples: list[float] = []
         self.per_shape: dict[Any, list[float]] = {}
         self.outputs: dict[Any, Any] = {}
@@ -142,6 +144,9 @@ class TargetSession:
             else:
                 os.environ[key] = value
         self.saved_env = {}
+        if self.cold_cache_dir is not None:  # an empty cache for one target's compiles: not kept
+            shutil.rmtree(self.cold_cache_dir, ignore_errors=True)
+            self.cold_cache_dir = None
 
     # -- steps -----------------------------------------------------------------------------
     def start(self) -> bool:
@@ -169,7 +174,8 @@ class TargetSession:
             os.environ.update(dict(job.env))
             if job.cold_cache:
                 self.saved_env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
-                os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bakeoff-inductor-")
+                self.cold_cache_dir = tempfile.mkdtemp(prefix="bakeoff-inductor-")
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = self.cold_cache_dir
             # the reference is plain eager CPU: no device map or self-placement applies to it
             self.workload = build_workload(job.workload_spec, device=None if job.is_reference else target.torch_device)
             self.fingerprint, self.native = self.workload.fingerprint, self.workload.dtype  # before casting
