@@ -6,17 +6,21 @@ import subprocess
 import sys
 
 
+def _runs_clean(code: str) -> None:
+    """``code`` in a fresh interpreter (no module pytest imported) ends by printing ok."""
+    result = subprocess.run([sys.executable, "-c", code + "print('ok')\n"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
 def test_api_functions_stay_callable_after_subpackages_are_imported():
     code = (
         "import bakeoff, bakeoff.target, bakeoff.workload, bakeoff.results\n"
         "info = bakeoff.targets(); bakeoff.targets()\n"
         "assert any(d['name'] == 'cpu' and d['available'] for d in info['devices'])\n"
         "assert 'llama' in bakeoff.workloads()['architectures']\n"
-        "print('ok')\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "ok"
+    _runs_clean(code)
 
 
 def test_every_public_name_is_callable_after_every_subpackage_is_imported():
@@ -31,8 +35,5 @@ def test_every_public_name_is_callable_after_every_subpackage_is_imported():
         "bad = [n for n in bakeoff._API if type(getattr(bakeoff, n)).__name__ != 'function']\n"
         "assert not bad, bad\n"
         "assert bakeoff.report is bakeoff.api.report\n"
-        "print('ok')\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "ok"
+    _runs_clean(code)
