@@ -285,7 +285,12 @@ def test_isolated_targets_are_timed_in_alternating_turns_and_sequential_runs_are
 
     ref, target = run.result("cpu"), run.result("cpu?threads=1")
     assert sum(len(b) for b in _rounds(target)) == target.latency.count
-    assert target.speedup_ci == ratio_of_paired_blocks(_rounds(ref), _rounds(target)).to_dict()
+    from bakeoff.analysis.compare import PROCESS_SPREAD, with_process_spread
+
+    # rounds of one process each, widened by the declared spread between processes
+    paired = ratio_of_paired_blocks(_rounds(ref), _rounds(target))
+    assert target.speedup_ci == with_process_spread(paired, PROCESS_SPREAD).to_dict()
+    assert target.speedup_ci["bootstrap_low"] == paired.low and target.speedup_ci["process_spread"] == PROCESS_SPREAD
 
     apart = bakeoff.trial(py_workload("mlp"), on="cpu?threads=1", db=db, interleave=False, **settings)
     seq = order(apart)
@@ -346,8 +351,11 @@ def test_replicates_measure_each_target_in_several_processes_and_pool_them(db):
         assert [r["status"] for r in result.conditions["replicates"]] == ["ok", "ok"]
         assert result.latency.count == sum(r["samples"] for r in result.conditions["replicates"]) >= 20
         assert [s.name for s in result.scenarios] == ["single-stream", "training"]  # from the first replicate only
+    from bakeoff.analysis.compare import PROCESS_SPREAD, with_process_spread
+
     expected = ratio_of_paired_blocks(replicate_blocks(ref), replicate_blocks(target))
-    assert target.speedup_ci == expected.to_dict()  # the interval resamples processes
+    # the interval resamples processes; too few of them to trust, so the spread is its floor
+    assert target.speedup_ci == with_process_spread(expected, PROCESS_SPREAD, (2, 2), True).to_dict()
     stored = Store.open(db).get_run(run.run_id)
     assert stored.result("cpu?threads=1").conditions["replicates"] == target.conditions["replicates"]
 
