@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from bakeoff.analysis.stats import is_noisy, mean, percentile
 from bakeoff.env import Environment
 from bakeoff.errors import BakeoffError
+from bakeoff.stats import is_noisy, mean, percentile
 from bakeoff.target.spec import Target
 
 __all__ = [
