@@ -20,7 +20,6 @@ import hashlib
 import os
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,6 +30,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 
 from bakeoff.env import VOLATILE, Environment
 from bakeoff.errors import StoreError
+from bakeoff.results.summary import RunSummary
 from bakeoff.results.values import BaselineInfo, RunResult, TargetResult
 from bakeoff.store import schema
 from bakeoff.store.annotations import Note, check_note_text, check_tag
@@ -176,26 +176,6 @@ def _insert_unless_exists(conn: Any, table: Table, keys: list[str]) -> Any:
         .on_conflict_do_nothing(index_elements=keys)
         .execution_options(preserve_rowcount=True)
     )
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    """One line of history."""
-
-    run_id: str
-    created_at: str
-    workload_spec: str
-    fingerprint: str
-    environment_fingerprint: str
-    targets: int
-    ok: int
-    passed: int
-    failed: int
-    errors: int
-    skipped: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 def _sqlite_pragmas(engine: Engine) -> None:
