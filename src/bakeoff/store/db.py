@@ -530,7 +530,7 @@ class Store:
     @_guarded
     def save_run(self, run: RunResult) -> None:
         """Insert a run with its results and every raw timing sample, in one transaction."""
-        from bakeoff import __version__
+        from bakeoff.version import __version__
 
         with self.engine.begin() as conn:
             self._insert_run(conn, run, __version__, insert(schema.runs))
@@ -635,7 +635,7 @@ class Store:
                 try:
                     items.append(TargetResult.from_dict(data))
                 except (TypeError, KeyError, ValueError, AttributeError) as exc:
-                    from bakeoff import __version__
+                    from bakeoff.version import __version__
 
                     raise StoreError(
                         f"run {run_id} was written by bakeoff {run['bakeoff_version']} in a result format "

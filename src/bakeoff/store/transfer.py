@@ -149,7 +149,7 @@ def export(
 def _write_jsonl(
     store: Store, index: list[dict[str, str]], out: IO[str], workload: str | None, tag: str | None, where: str
 ) -> ExportSummary:
-    from bakeoff import __version__
+    from bakeoff.version import __version__
 
     def line(record: dict[str, Any]) -> None:
         out.write(strictjson.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
