@@ -248,7 +248,7 @@ class Placement:
 
 @dataclass(frozen=True)
 class Compilation:
-    """What a compiled target did over the input profile (see :mod:`bakeoff.checks.compilation`).
+    """What a compiled target did over the input profile (see :mod:`bakeoff.target.dynamo`).
 
     ``graphs`` counts the graphs dynamo produced; ``recompiles`` the recompilations, with the
     guard failures that caused them in ``recompile_reasons``; ``graph_breaks`` the breaks, with
