@@ -33,10 +33,10 @@ import tempfile
 from pathlib import Path
 
 from bakeoff.analysis.compare import PROCESS_SPREAD
-from bakeoff.analysis.stats import percentile
 from bakeoff.measure.timing import TimingSettings
 from bakeoff.results.values import TargetResult
 from bakeoff.runner.trial import TrialSettings, run_trial
+from bakeoff.stats import percentile
 from bakeoff.store import Store
 from bakeoff.target.spec import parse_targets
 

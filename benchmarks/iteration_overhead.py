@@ -25,12 +25,12 @@ import time
 import torch
 
 from bakeoff.analysis.queueing import poisson_arrivals
-from bakeoff.analysis.stats import percentile
 from bakeoff.measure.clock import PerfClock
 from bakeoff.measure.scenarios import serve
 from bakeoff.measure.timing import TimingSettings, time_block
 from bakeoff.runner.isolation import IsolatedSession
 from bakeoff.runner.job import TargetJob
+from bakeoff.stats import percentile
 from bakeoff.target.execute import prepare, synchronizer
 from bakeoff.target.spec import Target, parse_target
 from bakeoff.workload.registry import build_workload

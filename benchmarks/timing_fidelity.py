@@ -28,8 +28,8 @@ from typing import Any
 import torch
 import torch.utils.benchmark as tb
 
-from bakeoff.analysis.stats import percentile
 from bakeoff.measure.timing import TimingSettings, time_callable
+from bakeoff.stats import percentile
 from bakeoff.target.execute import prepare, synchronizer
 from bakeoff.target.spec import Target
 from bakeoff.workload.registry import build_workload

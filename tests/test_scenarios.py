@@ -124,7 +124,7 @@ def _stepping_server_p99_ms(rate: float, requests: int) -> float:
     request (idle check, start, finish), so a request starts 1 ms after ``max(arrival, free)``,
     is read as finished 1 ms later, and the server is free again 1 ms after that."""
     from bakeoff.analysis.queueing import poisson_arrivals
-    from bakeoff.analysis.stats import percentile
+    from bakeoff.stats import percentile
 
     free, latencies = 1e-3, []
     for arrival in poisson_arrivals(rate, requests, 0, exact=True):

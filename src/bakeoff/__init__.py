@@ -10,7 +10,7 @@ import sys
 import types
 from typing import Any
 
-__version__ = "0.1.0"
+from bakeoff.version import __version__
 
 _API = (
     "baseline",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from bakeoff.analysis.requirements import check_requirements, parse_requirement, scenario_for
-from bakeoff.analysis.stats import Estimate
 from bakeoff.errors import SpecError
+from bakeoff.stats import Estimate
 
 
 @pytest.mark.parametrize(

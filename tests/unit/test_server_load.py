@@ -15,7 +15,6 @@ import pytest
 from bakeoff.analysis.metrics import check_target, metric_estimate
 from bakeoff.analysis.queueing import fifo_queue, poisson_arrivals
 from bakeoff.analysis.requirements import parse_requirement
-from bakeoff.analysis.stats import percentile
 from bakeoff.results.values import ScenarioResult, TargetResult
 from bakeoff.runner.scenarios import (
     SWEEP_FRACTIONS,
@@ -26,6 +25,7 @@ from bakeoff.runner.scenarios import (
     with_requirement_bound,
 )
 from bakeoff.runner.trial import _scenarios_for
+from bakeoff.stats import percentile
 from bakeoff.target.spec import Target
 
 REQUESTS = 100

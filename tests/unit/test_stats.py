@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from bakeoff.analysis.stats import NOISE_IQR_RATIO, iqr, is_noisy, mean, percentile
+from bakeoff.stats import NOISE_IQR_RATIO, iqr, is_noisy, mean, percentile
 
 
 @pytest.mark.parametrize(
@@ -141,7 +141,7 @@ def test_is_noisy_empty_raises() -> None:
 
 
 def test_samples_needed_puts_one_observation_above_the_percentile():
-    from bakeoff.analysis.stats import samples_needed
+    from bakeoff.stats import samples_needed
 
     assert [samples_needed(q) for q in (50, 90, 95, 99, 99.9)] == [2, 10, 20, 100, 1000]
 
@@ -149,7 +149,7 @@ def test_samples_needed_puts_one_observation_above_the_percentile():
 def test_percentile_estimate_interval_is_deterministic_and_covers_the_truth():
     import numpy as np
 
-    from bakeoff.analysis.stats import percentile_estimate
+    from bakeoff.stats import percentile_estimate
 
     rng = np.random.default_rng(7)
     covered = 0
@@ -164,7 +164,7 @@ def test_percentile_estimate_interval_is_deterministic_and_covers_the_truth():
 
 
 def test_percentile_estimate_flags_too_few_samples_and_constant_data_has_no_width():
-    from bakeoff.analysis.stats import percentile_estimate
+    from bakeoff.stats import percentile_estimate
 
     few = percentile_estimate([1.0, 2.0, 3.0] * 10, 99)
     assert few.samples == 30 and not few.enough
@@ -175,7 +175,7 @@ def test_percentile_estimate_flags_too_few_samples_and_constant_data_has_no_widt
 
 
 def test_inverting_a_latency_estimate_gives_a_rate_with_the_interval_flipped():
-    from bakeoff.analysis.stats import Estimate
+    from bakeoff.stats import Estimate
 
     rate = Estimate(2.0, 1.0, 4.0, 30).inverted(1000.0)  # ms per item -> items per second
     assert (rate.value, rate.low, rate.high) == (500.0, 250.0, 1000.0)

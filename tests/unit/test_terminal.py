@@ -51,8 +51,8 @@ def test_the_requirements_table_calls_one_reading_a_single_observation_and_only_
     from dataclasses import replace
 
     from bakeoff.analysis.requirements import check_requirements, parse_requirement
-    from bakeoff.analysis.stats import Estimate
     from bakeoff.report.terminal import requirements_view
+    from bakeoff.stats import Estimate
 
     reqs = [parse_requirement("first_result<=2s"), parse_requirement("p50<=5ms")]
     measured = {"first_result": Estimate(1.5e3, 1.5e3, 1.5e3, 1), "p50": Estimate(4.9, 4.5, 5.5, 200)}

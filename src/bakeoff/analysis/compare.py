@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from statistics import NormalDist
 
-from bakeoff.analysis.stats import percentile
+from bakeoff.stats import percentile
 
 __all__ = [
     "PROCESS_SPREAD",

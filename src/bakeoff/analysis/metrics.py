@@ -21,8 +21,8 @@ from bakeoff.analysis.requirements import (
     check_requirements,
     metric_percentile,
 )
-from bakeoff.analysis.stats import Estimate, percentile_estimate
 from bakeoff.results.values import TargetResult
+from bakeoff.stats import Estimate, percentile_estimate
 
 __all__ = ["check_target", "metric_estimate"]
 

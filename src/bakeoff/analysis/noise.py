@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bakeoff.analysis.stats import NOISE_IQR_RATIO, iqr, percentile
+from bakeoff.stats import NOISE_IQR_RATIO, iqr, percentile
 
 __all__ = ["MIN_SHAPE_SAMPLES", "noise_flags"]
 

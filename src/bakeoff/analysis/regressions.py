@@ -298,7 +298,7 @@ def _samples_change(
     """Lower is better: the ratio of medians with its bootstrap interval; a change counts only
     when larger than ``t.latency`` and significant."""
     from bakeoff.analysis.compare import ratio_of_medians
-    from bakeoff.analysis.stats import percentile
+    from bakeoff.stats import percentile
 
     p50_a = percentile(a, 50) if a else None
     p50_b = percentile(b, 50) if b else None

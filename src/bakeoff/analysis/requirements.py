@@ -15,8 +15,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from bakeoff.analysis.stats import Estimate
 from bakeoff.errors import SpecError
+from bakeoff.stats import Estimate
 
 __all__ = [
     "METRIC_HELP",

@@ -12,6 +12,9 @@ from typing import Any
 
 import click
 
+from bakeoff.cli import kb as _kb
+from bakeoff.cli import revisit as _revisit  # noqa: F401  (registers regressions, compare, rerun, report)
+from bakeoff.cli.app import cli
 from bakeoff.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, workload_output_to_stderr
 from bakeoff.cli.common import console as _console
 from bakeoff.cli.common import db_option as _db_option
@@ -21,20 +24,6 @@ from bakeoff.cli.common import progress as _progress
 from bakeoff.errors import BakeoffError
 
 __all__ = ["cli", "main"]
-
-
-@click.group(
-    context_settings={"help_option_names": ["-h", "--help"]},
-    epilog="Example: bakeoff trial arch:llama --on cpu,cpu+inductor",
-)
-@click.version_option(package_name="bakeoff")
-def cli() -> None:
-    """Can this PyTorch application move to another accelerator backend, and what does it cost?
-
-    bakeoff runs a workload on several targets (device + execution mode + dtype), checks each
-    against a preserved baseline, times it against the eager CPU reference, and keeps every
-    run in a knowledge base.
-    """
 
 
 @cli.command(epilog="Example: bakeoff targets --format json")
@@ -323,9 +312,7 @@ def show(run_id: str, db: str | None, fmt: str) -> None:
     print_annotations(_console(), found["notes"], found["tags"])
 
 
-from bakeoff.cli import kb as _kb  # noqa: E402  (db, export, import, note, tag)
-
-for _command in _kb.COMMANDS:
+for _command in _kb.COMMANDS:  # db, export, import, note, tag
     cli.add_command(_command)
 
 
@@ -369,6 +356,3 @@ def main(argv: Sequence[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("bakeoff: interrupted", err=True)
         sys.exit(130)
-
-
-import bakeoff.cli.revisit  # noqa: E402, F401  (registers regressions, compare, rerun, report)

@@ -1,6 +1,6 @@
 """``bakeoff regressions``, ``compare``, ``rerun`` and ``report``: revisiting after an update.
 
-Thin commands over :mod:`bakeoff.api`; they register themselves on the main group.
+Thin commands over :mod:`bakeoff.api`; they register themselves on the command group of :mod:`bakeoff.cli.app`.
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 
 import click
 
+from bakeoff.cli.app import cli
 from bakeoff.cli.common import EXIT_FAILED, workload_output_to_stderr
 from bakeoff.cli.common import console as _console
 from bakeoff.cli.common import db_option as _db_option
 from bakeoff.cli.common import emit_json as _emit_json
 from bakeoff.cli.common import format_option as _format_option
 from bakeoff.cli.common import progress as _progress
-from bakeoff.cli.main import cli
 
 if TYPE_CHECKING:
     from bakeoff.analysis.regressions import Thresholds

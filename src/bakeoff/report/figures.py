@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bakeoff.analysis.stats import percentile
 from bakeoff.results.values import TargetResult
+from bakeoff.stats import percentile
 
 __all__ = ["engine_notes", "figure", "human_bytes", "placement_share", "requirement_figures", "scenario_figures"]
 
@@ -47,7 +47,7 @@ def _estimate(result: TargetResult, metric: str, label: str, unit: str = "ms") -
         text += f" [{figure(found.low, unit)}-{figure(found.high, unit)}]"
     if not found.enough:
         from bakeoff.analysis.requirements import metric_percentile
-        from bakeoff.analysis.stats import samples_needed
+        from bakeoff.stats import samples_needed
 
         pct = metric_percentile(metric)
         need = f": p{pct:g} needs {samples_needed(pct)}" if pct is not None else ""

@@ -12,8 +12,8 @@ from rich.text import Text
 
 from bakeoff.report.figures import engine_notes, requirement_figures, scenario_figures
 from bakeoff.report.figures import human_bytes as _bytes
+from bakeoff.results.summary import RunSummary
 from bakeoff.results.values import BaselineInfo, Placement, RunResult, TargetResult
-from bakeoff.store.db import RunSummary
 
 __all__ = ["baseline_view", "history_table", "run_view", "targets_view", "workloads_view"]
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from bakeoff.analysis.stats import is_noisy, mean, percentile
 from bakeoff.env import Environment
+from bakeoff.errors import BakeoffError
+from bakeoff.stats import is_noisy, mean, percentile
 from bakeoff.target.spec import Target
 
 __all__ = [
+    "SCHEMA",
+    "SCHEMA_VERSION",
     "VERDICTS",
     "BaselineInfo",
     "Compilation",
@@ -28,6 +31,10 @@ __all__ = [
 ]
 
 VERDICTS = ("pass", "fail", "not_comparable", "error")
+
+#: The run document's name and version (see :mod:`bakeoff.results.codec`).
+SCHEMA = "bakeoff.run"
+SCHEMA_VERSION = 1
 
 
 def known_fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
@@ -241,7 +248,7 @@ class Placement:
 
 @dataclass(frozen=True)
 class Compilation:
-    """What a compiled target did over the input profile (see :mod:`bakeoff.checks.compilation`).
+    """What a compiled target did over the input profile (see :mod:`bakeoff.target.dynamo`).
 
     ``graphs`` counts the graphs dynamo produced; ``recompiles`` the recompilations, with the
     guard failures that caused them in ``recompile_reasons``; ``graph_breaks`` the breaks, with
@@ -461,15 +468,41 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The versioned JSON document (see :mod:`bakeoff.results.codec`)."""
-        from bakeoff.results.codec import run_to_json
-
-        return run_to_json(self)
+        return {
+            "schema": SCHEMA,
+            "schema_version": SCHEMA_VERSION,
+            "run_id": self.run_id,
+            "created_at": self.created_at,
+            "workload": self.workload,
+            "environment": self.environment.to_dict(),
+            "baseline_id": self.baseline_id,
+            "settings": self.settings,
+            "results": [r.to_dict() for r in self.results],
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunResult:
-        from bakeoff.results.codec import run_from_json
-
-        return run_from_json(data)
+        """Read the versioned JSON document, refusing one newer than this release understands."""
+        if data.get("schema") != SCHEMA:
+            raise BakeoffError(
+                f"not a bakeoff run document (schema={data.get('schema')!r})",
+                hint="pass JSON written by `bakeoff ... --format json`",
+            )
+        version = data.get("schema_version")
+        if not isinstance(version, int) or version > SCHEMA_VERSION:
+            raise BakeoffError(
+                f"run document schema version {version} is newer than this bakeoff understands ({SCHEMA_VERSION})",
+                hint="upgrade bakeoff to read it",
+            )
+        return cls(
+            run_id=data["run_id"],
+            created_at=data["created_at"],
+            workload=data["workload"],
+            environment=Environment.from_dict(data["environment"]),
+            results=tuple(TargetResult.from_dict(r) for r in data["results"]),
+            baseline_id=data.get("baseline_id"),
+            settings=data.get("settings", {}),
+        )
 
     def failures(self, placement: bool = False, requirements: bool = False) -> list[str]:
         """Specs of targets that fail a gate: an error or a failed correctness check, and with

@@ -174,7 +174,7 @@ def _steady_check(prepared: Any, calls: dict) -> Any:
 
 def _profile_summary(job: TargetJob, run: Any, padded_to: dict) -> tuple[dict, tuple]:
     from bakeoff.analysis.buckets import padding_waste
-    from bakeoff.analysis.stats import percentile
+    from bakeoff.stats import percentile
 
     assert job.profile is not None
     per_shape = []

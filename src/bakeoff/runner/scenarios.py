@@ -163,8 +163,8 @@ def _tokens_per_item(args: tuple, kwargs: dict) -> int | None:
 
 
 def _offline(ctx: ScenarioContext, options: dict) -> tuple[dict, dict]:
-    from bakeoff.analysis.stats import percentile
     from bakeoff.measure.scenarios import batch_sweep
+    from bakeoff.stats import percentile
     from bakeoff.target.execute import place_inputs
 
     workload, target = ctx.workload, ctx.target
@@ -223,8 +223,8 @@ def _server(ctx: ScenarioContext, options: dict) -> tuple[dict, dict]:
 
     from bakeoff.analysis.queueing import poisson_arrivals
     from bakeoff.analysis.requirements import parse_requirement
-    from bakeoff.analysis.stats import percentile
     from bakeoff.measure.scenarios import serve
+    from bakeoff.stats import percentile
 
     count = options["requests"]
     calls = [ctx.requests[i % len(ctx.requests)] for i in range(count)]

@@ -20,7 +20,6 @@ import hashlib
 import os
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,6 +30,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 
 from bakeoff.env import VOLATILE, Environment
 from bakeoff.errors import StoreError
+from bakeoff.results.summary import RunSummary
 from bakeoff.results.values import BaselineInfo, RunResult, TargetResult
 from bakeoff.store import schema
 from bakeoff.store.annotations import Note, check_note_text, check_tag
@@ -41,8 +41,10 @@ __all__ = [
     "RunSummary",
     "Store",
     "baseline_name",
+    "dialect_insert",
     "display_db_url",
     "file_sha256",
+    "insert_unless_exists",
     "resolve_db_url",
     "utc_now",
 ]
@@ -159,7 +161,7 @@ def _create_engine(url: str) -> Engine:
         ) from exc
 
 
-def _dialect_insert(conn: Any, table: Table) -> Any:
+def dialect_insert(conn: Any, table: Table) -> Any:
     """An INSERT that can say ``ON CONFLICT``: both SQLite and PostgreSQL have it."""
     if conn.dialect.name == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as dialect_insert
@@ -168,34 +170,14 @@ def _dialect_insert(conn: Any, table: Table) -> Any:
     return dialect_insert(table)
 
 
-def _insert_unless_exists(conn: Any, table: Table, keys: list[str]) -> Any:
+def insert_unless_exists(conn: Any, table: Table, keys: list[str]) -> Any:
     """``INSERT ... ON CONFLICT (keys) DO NOTHING``: safe when another writer inserts the same row."""
     # rowcount says whether the row went in; some drivers forget it once the cursor closes
     return (
-        _dialect_insert(conn, table)
+        dialect_insert(conn, table)
         .on_conflict_do_nothing(index_elements=keys)
         .execution_options(preserve_rowcount=True)
     )
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    """One line of history."""
-
-    run_id: str
-    created_at: str
-    workload_spec: str
-    fingerprint: str
-    environment_fingerprint: str
-    targets: int
-    ok: int
-    passed: int
-    failed: int
-    errors: int
-    skipped: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 def _sqlite_pragmas(engine: Engine) -> None:
@@ -420,7 +402,7 @@ class Store:
             return int(found)
         # another writer may be inserting the same environment right now: let its row win
         conn.execute(
-            _insert_unless_exists(conn, table, ["fingerprint"]).values(
+            insert_unless_exists(conn, table, ["fingerprint"]).values(
                 fingerprint=env.fingerprint, captured_at=env.data.get("captured_at", ""), data=env.to_dict()
             )
         )
@@ -454,6 +436,10 @@ class Store:
     def save_baseline(self, info: BaselineInfo, env: Environment) -> None:
         with self.engine.begin() as conn:
             self._insert_baseline(conn, info, env, insert(schema.baselines))
+
+    def insert_baseline_unless_exists(self, conn: Any, info: BaselineInfo, env: Environment) -> bool:
+        """Insert a baseline in the caller's transaction ``conn`` unless its id is there; True if it went in."""
+        return self._insert_baseline(conn, info, env, insert_unless_exists(conn, schema.baselines, ["id"]))
 
     def _insert_baseline(self, conn: Any, info: BaselineInfo, env: Environment, statement: Any) -> bool:
         env_id = self._environment_id(conn, env)
@@ -512,7 +498,7 @@ class Store:
         table = schema.requirements
         with self.engine.begin() as conn:
             # an upsert: two machines declaring requirements at once must not collide on the key
-            statement = _dialect_insert(conn, table)
+            statement = dialect_insert(conn, table)
             statement = statement.on_conflict_do_update(
                 index_elements=["workload_spec"],
                 set_={"updated_at": statement.excluded.updated_at, "texts": statement.excluded.texts},
@@ -544,10 +530,14 @@ class Store:
     @_guarded
     def save_run(self, run: RunResult) -> None:
         """Insert a run with its results and every raw timing sample, in one transaction."""
-        from bakeoff import __version__
+        from bakeoff.version import __version__
 
         with self.engine.begin() as conn:
             self._insert_run(conn, run, __version__, insert(schema.runs))
+
+    def insert_run_unless_exists(self, conn: Any, run: RunResult, bakeoff_version: str) -> bool:
+        """Insert a run in the caller's transaction ``conn`` unless its id is there; True if it went in."""
+        return self._insert_run(conn, run, bakeoff_version, insert_unless_exists(conn, schema.runs, ["id"]))
 
     def _insert_run(self, conn: Any, run: RunResult, bakeoff_version: str, statement: Any) -> bool:
         """Insert ``run`` with ``statement`` (a plain insert, or one that skips a run already there)."""
@@ -645,7 +635,7 @@ class Store:
                 try:
                     items.append(TargetResult.from_dict(data))
                 except (TypeError, KeyError, ValueError, AttributeError) as exc:
-                    from bakeoff import __version__
+                    from bakeoff.version import __version__
 
                     raise StoreError(
                         f"run {run_id} was written by bakeoff {run['bakeoff_version']} in a result format "
@@ -763,7 +753,7 @@ class Store:
         run_id = self.resolve_run_id(run_id)
         with self.engine.begin() as conn:
             conn.execute(
-                _insert_unless_exists(conn, schema.run_tags, ["run_id", "tag"]).values(
+                insert_unless_exists(conn, schema.run_tags, ["run_id", "tag"]).values(
                     run_id=run_id, tag=check_tag(tag), created_at=utc_now()
                 )
             )

@@ -37,7 +37,7 @@ from bakeoff.results import strictjson
 from bakeoff.results.values import BaselineInfo, RunResult
 from bakeoff.store import schema
 from bakeoff.store.annotations import check_note_text, check_tag
-from bakeoff.store.db import Store, _dialect_insert, _insert_unless_exists, baseline_name, utc_now
+from bakeoff.store.db import Store, baseline_name, dialect_insert, insert_unless_exists, utc_now
 
 __all__ = ["CSV_COLUMNS", "EXPORT_SCHEMA", "EXPORT_VERSION", "ExportSummary", "ImportSummary", "export", "import_"]
 
@@ -149,7 +149,7 @@ def export(
 def _write_jsonl(
     store: Store, index: list[dict[str, str]], out: IO[str], workload: str | None, tag: str | None, where: str
 ) -> ExportSummary:
-    from bakeoff import __version__
+    from bakeoff.version import __version__
 
     def line(record: dict[str, Any]) -> None:
         out.write(strictjson.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
@@ -378,10 +378,10 @@ def import_(store: Store, path: str | os.PathLike[str]) -> ImportSummary:
             for item in records.requirements:
                 counts["requirements"] += _merge_requirements(conn, item)
             for info, env in records.baselines:
-                added = store._insert_baseline(conn, info, env, _insert_unless_exists(conn, schema.baselines, ["id"]))
+                added = store.insert_baseline_unless_exists(conn, info, env)
                 counts["baselines" if added else "baselines_present"] += 1
             for run, version, notes, tags in records.runs:
-                added = store._insert_run(conn, run, version, _insert_unless_exists(conn, schema.runs, ["id"]))
+                added = store.insert_run_unless_exists(conn, run, version)
                 counts["runs" if added else "runs_present"] += 1
                 counts["notes"] += _merge_notes(conn, run.run_id, notes)
                 counts["tags"] += _merge_tags(conn, run.run_id, tags)
@@ -397,7 +397,7 @@ def import_(store: Store, path: str | os.PathLike[str]) -> ImportSummary:
 def _merge_requirements(conn: Any, item: dict[str, Any]) -> int:
     """Keep the newer of the stored and the imported requirements (an upsert: trials may write them now)."""
     table = schema.requirements
-    statement = _dialect_insert(conn, table)
+    statement = dialect_insert(conn, table)
     statement = statement.on_conflict_do_update(
         index_elements=["workload_spec"],
         set_={"updated_at": statement.excluded.updated_at, "texts": statement.excluded.texts},
@@ -428,6 +428,6 @@ def _merge_notes(conn: Any, run_id: str, notes: list[dict[str, Any]]) -> int:
 def _merge_tags(conn: Any, run_id: str, tags: list[str]) -> int:
     added = 0
     for tag in tags:
-        statement = _insert_unless_exists(conn, schema.run_tags, ["run_id", "tag"])
+        statement = insert_unless_exists(conn, schema.run_tags, ["run_id", "tag"])
         added += conn.execute(statement.values(run_id=run_id, tag=tag, created_at=utc_now())).rowcount
     return added

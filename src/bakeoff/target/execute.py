@@ -108,7 +108,7 @@ def prepare(workload: BuiltWorkload, target: Target) -> Prepared:
 def _compile(prepared: Prepared, model: Any, target: Target) -> None:
     import torch
 
-    from bakeoff.checks.compilation import CompileWatch
+    from bakeoff.target.dynamo import CompileWatch
 
     options: dict[str, Any] = {"backend": target.backend, "fullgraph": target.fullgraph}
     if target.dynamic is not None:

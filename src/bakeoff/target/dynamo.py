@@ -9,6 +9,10 @@ stays empty in torch 2.13, so recompilations are counted from the records.
 
 Counters are process-global: the watch clears them when it starts, so one target's numbers
 never include another's.
+
+It lives with the targets, beside the OpenVINO watch: compiling a target
+(:func:`bakeoff.target.execute.prepare`) starts it, and it only collects numbers for the
+:class:`~bakeoff.results.values.Compilation` value, judging nothing.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 Percentiles use linear interpolation between closest ranks (numpy's default "linear"
 method), so results match ``numpy.percentile`` and are defined for any non-empty sample.
+
+A top-level module, not part of :mod:`bakeoff.analysis`: the result values summarise their own
+samples with it, and the analysis sits above the values.
 """
 
 from __future__ import annotations

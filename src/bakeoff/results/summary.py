@@ -1,0 +1,32 @@
+"""One line of history: a stored run's counts, as the knowledge base lists them.
+
+A value like the others in :mod:`bakeoff.results`: the store produces it and the report renders
+it, and neither of those two imports the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["RunSummary"]
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One line of history."""
+
+    run_id: str
+    created_at: str
+    workload_spec: str
+    fingerprint: str
+    environment_fingerprint: str
+    targets: int
+    ok: int
+    passed: int
+    failed: int
+    errors: int
+    skipped: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)

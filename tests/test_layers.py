@@ -1,0 +1,297 @@
+"""The package layers of ``src/bakeoff``: dependencies point one way, and modules form no import circle.
+
+:data:`LAYERS` is the one place the order is written down, lowest first. A module may import
+its own package and any package of a lower layer; packages that share a layer are independent
+siblings and may not import each other. Imports inside functions count the same as imports at
+the top of a module (a lazy import is still a dependency), and so do imports under
+``TYPE_CHECKING``. Between single modules, no circle of module-level imports is allowed: such a
+circle makes the outcome depend on which module is imported first.
+
+The checker is plain code over the syntax tree (no imports of bakeoff), so the tests at the
+bottom can show it catching a seeded violation in a small synthetic package.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "bakeoff"
+
+#: The layers, lowest first. A name is a subpackage or a single module directly under
+#: ``bakeoff``; ``__init__`` is the top-level package itself (its keyword API facade).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    # typed exceptions: everything may raise them
+    ("errors",),
+    # foundations with no knowledge of workloads or targets: spec syntax, the environment,
+    # order statistics over samples, the release number
+    ("specsyntax", "env", "stats", "version"),
+    # what runs (workload builders), and the bundled test accelerator
+    ("workload", "emu"),
+    # where it runs: target specs, detection, placing and compiling a model, compile watches
+    ("target",),
+    # frozen result values, which record the Target and Environment they came from
+    ("results",),
+    # pure analysis over values and samples
+    ("analysis",),
+    # clocks and timing loops
+    ("measure",),
+    # checks use workloads, targets, measurement and analysis
+    ("checks",),
+    # the knowledge base and the rendering of values: neither knows the other
+    ("store", "report"),
+    # isolation and orchestration of a trial
+    ("runner",),
+    # keyword entry points
+    ("api",),
+    # thin command-line adapters and the error boundary
+    ("cli",),
+    # the package facade (re-exports the API lazily) and ``python -m bakeoff``
+    ("__init__", "__main__"),
+)
+
+#: Imports allowed against the layers, as ``(importing module, imported module): why``. Keep empty.
+EXCEPTIONS: dict[tuple[str, str], str] = {}
+
+
+@dataclass(frozen=True)
+class Import:
+    """One ``import`` statement's edge: ``source`` imports ``target`` at ``line``."""
+
+    source: str
+    target: str
+    line: int
+    in_function: bool
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def unit_of(module: str) -> str:
+    """The layer name a module belongs to: its subpackage or top-level module, or ``__init__``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def collect_imports(root: Path) -> tuple[set[str], list[Import]]:
+    """Every module under ``root`` (a package directory) and every import of another module of it.
+
+    ``from pkg import name`` counts as importing the submodule ``pkg.name`` when there is one.
+    """
+    package = root.name
+    files = {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+    modules = set(files)
+    imports: list[Import] = []
+    for module, path in files.items():
+        is_package = path.name == "__init__.py"
+
+        def visit(node: ast.AST, in_function: bool, module: str = module, is_package: bool = is_package) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                    visit(child, True)
+                    continue
+                targets: list[str] = []
+                if isinstance(child, ast.Import):
+                    targets = [alias.name for alias in child.names]
+                elif isinstance(child, ast.ImportFrom):
+                    if child.level:
+                        base = module.split(".")
+                        if not is_package:
+                            base = base[:-1]
+                        base = base[: len(base) - (child.level - 1)]
+                        origin = ".".join([*base, child.module] if child.module else base)
+                    else:
+                        origin = child.module or ""
+                    for alias in child.names:
+                        submodule = f"{origin}.{alias.name}"
+                        targets.append(submodule if submodule in modules else origin)
+                for target in targets:
+                    if target == package or target.startswith(package + "."):
+                        while target not in modules:  # ``import pkg.mod.attr`` style: the module part
+                            target = target.rsplit(".", 1)[0]
+                        if target != module:
+                            imports.append(Import(module, target, child.lineno, in_function))
+                visit(child, in_function)
+
+        visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)), False)
+    return modules, imports
+
+
+def layer_violations(
+    imports: Iterable[Import],
+    layers: tuple[tuple[str, ...], ...],
+    exceptions: Mapping[tuple[str, str], str] = {},
+) -> list[str]:
+    """Each import of a package that is not in a lower layer than the importer's own."""
+    rank = {name: index for index, names in enumerate(layers) for name in names}
+    problems = []
+    for edge in imports:
+        source, target = unit_of(edge.source), unit_of(edge.target)
+        if source == target or (edge.source, edge.target) in exceptions:
+            continue
+        for name in (source, target):
+            if name not in rank:
+                problems.append(f"{name} is in no layer (imported by {edge.source}:{edge.line})")
+        if source in rank and target in rank and rank[target] >= rank[source]:
+            where = "inside a function" if edge.in_function else "at module level"
+            relation = "a sibling in the same layer" if rank[target] == rank[source] else "a higher layer"
+            problems.append(f"{edge.source}:{edge.line} imports {edge.target} ({relation}) {where}")
+    return sorted(set(problems))
+
+
+def module_cycles(imports: Iterable[Import]) -> list[list[str]]:
+    """The circles of module-level imports (strongly connected groups of two or more modules)."""
+    graph: dict[str, set[str]] = {}
+    for edge in imports:
+        if not edge.in_function:
+            graph.setdefault(edge.source, set()).add(edge.target)
+            graph.setdefault(edge.target, set())
+    return strongly_connected(graph)
+
+
+def strongly_connected(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """Tarjan's algorithm; only the groups of more than one node, each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for successor in sorted(graph.get(node, ())):
+            if successor not in index:
+                connect(successor)
+                low[node] = min(low[node], low[successor])
+            elif successor in on_stack:
+                low[node] = min(low[node], index[successor])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return sorted(groups)
+
+
+# -- the rules, on bakeoff itself ------------------------------------------------------------
+
+
+def test_every_package_has_a_layer_and_every_layer_a_package() -> None:
+    modules, _ = collect_imports(SRC)
+    present = {unit_of(m) for m in modules}
+    listed = [name for names in LAYERS for name in names]
+    assert len(listed) == len(set(listed)), "a name appears in two layers"
+    assert sorted(present - set(listed)) == [], "place these in LAYERS"
+    assert sorted(set(listed) - present) == [], "these layers name nothing under src/bakeoff"
+
+
+def test_imports_point_down_the_layers() -> None:
+    _, imports = collect_imports(SRC)
+    assert layer_violations(imports, LAYERS, EXCEPTIONS) == []
+
+
+def test_no_circle_of_module_level_imports() -> None:
+    _, imports = collect_imports(SRC)
+    assert module_cycles(imports) == []
+
+
+def test_every_exception_is_still_needed() -> None:
+    _, imports = collect_imports(SRC)
+    used = {(edge.source, edge.target) for edge in imports}
+    assert sorted(set(EXCEPTIONS) - used) == []
+
+
+# -- the checker on a synthetic package: it must catch what it is for -------------------------
+
+
+def _package(root: Path, files: dict[str, str]) -> Path:
+    package = root / "pkg"
+    for name, text in {"__init__.py": "", **files}.items():
+        path = package / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return package
+
+
+_LOW_HIGH = (("low",), ("high",))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "from pkg.high import thing\n",
+        "import pkg.high\n",
+        "from pkg import high\n",
+        "def f():\n    from pkg.high.impl import thing\n",
+        "class C:\n    def m(self):\n        import pkg.high.impl\n",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.high.impl import Thing\n",
+    ],
+)
+def test_checker_flags_an_import_of_a_higher_layer(tmp_path: Path, text: str) -> None:
+    package = _package(tmp_path, {"low.py": text, "high/__init__.py": "", "high/impl.py": "from pkg.low import x\n"})
+    _, imports = collect_imports(package)
+    problems = layer_violations(imports, _LOW_HIGH)
+    assert len(problems) == 1
+    assert problems[0].startswith("pkg.low:")
+    assert "(a higher layer)" in problems[0]
+
+
+def test_checker_passes_imports_that_point_down(tmp_path: Path) -> None:
+    package = _package(
+        tmp_path,
+        {
+            "low.py": "import os\nfrom pkg import low as same\n",
+            "high/__init__.py": "from pkg.high.impl import thing\n",
+            "high/impl.py": "from pkg.low import x\n\ndef f():\n    import pkg.low\n",
+        },
+    )
+    _, imports = collect_imports(package)
+    assert len(imports) == 3  # the checker saw the imports it then passes
+    assert layer_violations(imports, _LOW_HIGH) == []
+    assert module_cycles(imports) == []
+
+
+def test_checker_flags_siblings_unlisted_packages_and_honours_exceptions(tmp_path: Path) -> None:
+    package = _package(tmp_path, {"a.py": "import pkg.b\n", "b.py": "", "c.py": "import pkg.a\n"})
+    _, imports = collect_imports(package)
+    layers = (("a", "b"),)
+    assert layer_violations(imports, layers) == [
+        "c is in no layer (imported by pkg.c:1)",
+        "pkg.a:1 imports pkg.b (a sibling in the same layer) at module level",
+    ]
+    excused = {("pkg.a", "pkg.b"): "test", ("pkg.c", "pkg.a"): "test"}
+    assert layer_violations(imports, layers, excused) == []
+
+
+def test_checker_finds_a_circle_at_module_level_only(tmp_path: Path) -> None:
+    package = _package(
+        tmp_path,
+        {
+            "a.py": "from pkg.b import x\n",
+            "b.py": "from pkg.c import y\n",
+            "c.py": "import pkg.a\n",
+            "d.py": "import pkg.e\n",
+            "e.py": "def f():\n    import pkg.d\n",
+        },
+    )
+    _, imports = collect_imports(package)
+    assert module_cycles(imports) == [["pkg.a", "pkg.b", "pkg.c"]]
