@@ -47,7 +47,7 @@ def test_a_factory_that_calls_sys_exit_is_a_workload_error(tmp_path):
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("bakeoff: error: ")
     assert "SystemExit: 7" in result.stderr and "Traceback" not in result.stderr
-    assert not db.exists() or Store.open(str(db)).list_runs() == []
+    assert not db.exists()  # refused before a new knowledge base was created
 
 
 def _descendants_of_session(sid: int) -> list[psutil.Process]:
@@ -152,3 +152,27 @@ def test_a_timeout_stores_where_the_worker_hung(tmp_path):
     assert hung.status == "error" and hung.error.category == "timeout"
     assert hung.error.phase == "first call"
     assert "stuck_in_the_forward" in hung.error.traceback and "hostile_models.py" in hung.error.traceback
+
+
+@pytest.mark.parametrize("command", ["trial", "baseline"])
+@pytest.mark.parametrize("function", ["fails_eagerly", "exits"])
+def test_a_refused_workload_creates_no_knowledge_base(command, function, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "bakeoff", command, spec(function)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("bakeoff: error: ")
+    assert list(tmp_path.iterdir()) == []  # no bakeoff.db, no artifacts folder
+
+
+def test_an_existing_knowledge_base_is_left_as_it_was_by_a_refused_workload(tmp_path):
+    db = tmp_path / "b.db"
+    Store.open(str(db))
+    before = db.read_bytes()
+    result = bakeoff_cli("trial", spec("fails_eagerly"), "--db", str(db))
+    assert result.returncode == 2 and "fails eagerly on the CPU" in result.stderr
+    assert db.read_bytes() == before

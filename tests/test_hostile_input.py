@@ -127,9 +127,32 @@ def test_rerun_refuses_stored_switches_that_load_code_and_shows_the_others(tmp_p
 @pytest.mark.parametrize(
     ("name", "loads"),
     [("LD_PRELOAD", True), ("PYTHONPATH", True), ("DYLD_INSERT_LIBRARIES", True), ("BAKEOFF_PLUGINS", True),
+     ("GCONV_PATH", True), ("TORCHINDUCTOR_CACHE_DIR", True), ("TRITON_CACHE_DIR", True),
      ("TORCHINDUCTOR_FREEZING", False), ("OMP_NUM_THREADS", False), ("MY_FLAG", False)],
 )  # fmt: skip
 def test_which_switches_load_code(name, loads):
     from bakeoff.runner.switches import loads_code
 
     assert loads_code(name) is loads
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["trial"], "bakeoff: error: Missing argument 'WORKLOAD'. (see `bakeoff trial --help`)"),
+        (["trial", "arch:llama", "--bogus"], "bakeoff: error: No such option '--bogus'. (see `bakeoff trial --help`)"),
+        (["nosuch"], "bakeoff: error: No such command 'nosuch'. (see `bakeoff --help`)"),
+    ],
+)
+def test_usage_errors_are_one_line_too(args, line, tmp_path):
+    result = bakeoff(*args, cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip() == line
+
+
+def test_a_report_path_that_is_a_directory_is_one_line(tmp_path):
+    result = bakeoff("report", "--html", str(tmp_path), "--db", str(tmp_path / "none.db"))
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"bakeoff: error: Invalid value for '--html': File '{tmp_path}' is a directory. (see `bakeoff report --help`)"
+    )

@@ -60,6 +60,16 @@ def _targets(on: str | Iterable[str]) -> list:
     return parsed
 
 
+def _would_create(db: PathLike | None) -> bool:
+    """Whether opening ``db`` would create a new SQLite file."""
+    from pathlib import Path
+
+    from bakeoff.store.db import resolve_db_url
+
+    url = resolve_db_url(db)
+    return url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists()
+
+
 def trial(
     workload: str,
     on: str | Iterable[str] = "cpu",
@@ -189,7 +199,9 @@ def trial(
     if isinstance(requirements, str):
         requirements = [requirements]
     texts = None if requirements is None else tuple(parse_requirement(r).text for r in requirements)
-    store = Store.open(db)
+    # an existing knowledge base is opened now (a bad one fails before any model is built); a
+    # new one only once the workload has built and run, so bad input creates no database
+    store = (lambda: Store.open(db)) if _would_create(db) else Store.open(db)
     settings = TrialSettings(
         timing=TimingSettings(min_samples=min_samples, min_seconds=min_seconds),
         isolate=isolate,
@@ -219,6 +231,7 @@ def baseline(
     workload: str, *, db: PathLike | None = None, dtypes: Iterable[str] = (), refresh: bool = False
 ) -> tuple[BaselineInfo, list[str]]:
     """Preserve (or reuse) the reference outputs of ``workload``; returns the baseline and notes."""
+    from bakeoff.checks.baseline import run_eagerly
     from bakeoff.env import capture_environment
     from bakeoff.errors import SpecError
     from bakeoff.runner.trial import ensure_baseline
@@ -231,6 +244,8 @@ def baseline(
             raise SpecError(f"unknown dtype {dtype!r}", hint="use one of fp32, bf16, fp16, fp64")
         names.append(DTYPE_ALIASES[dtype.lower()])
     built = build_workload(workload)
+    if _would_create(db):
+        run_eagerly(built)  # refused as bad input before a new database is created
     store = Store.open(db)
     return ensure_baseline(store, built, capture_environment(), names, refresh)
 
@@ -602,7 +617,7 @@ def import_runs(path: PathLike, *, db: PathLike | None = None) -> ImportSummary:
     """Add what a JSON-lines export holds that the database lacks (importing twice adds nothing)."""
     from bakeoff.store.transfer import import_
 
-    return import_(Store.open(db), path)
+    return import_(lambda: Store.open(db), path)  # opened once the whole file has been checked
 
 
 def note(run_id: str, text: str, *, db: PathLike | None = None, author: str | None = None) -> Note:

@@ -76,4 +76,18 @@ def test_an_import_naming_a_baseline_outside_the_store_is_refused_whole(crafted,
     exported.write_text("".join(json.dumps(r) + "\n" for r in lines))
     with pytest.raises(StoreError, match=rf"out.jsonl, line {number}: baseline id .* is not a bakeoff id"):
         bakeoff.import_runs(exported, db=team)
-    assert not team.exists() or bakeoff.history(db=team) == []
+    assert not team.exists()  # the file was refused before a new knowledge base was created
+
+
+def test_a_tensor_file_that_links_outside_the_store_is_not_used(tmp_path):
+    db = tmp_path / "b.db"
+    first = bakeoff.trial(py_workload("mlp"), on="cpu", db=db, **FAST)
+    store = Store.open(str(db))
+    info = store.latest_baseline(first.workload["spec"])
+    path = store.baseline_file(info)
+    outside = tmp_path / "outside.safetensors"
+    outside.write_bytes(path.read_bytes())  # even the same content: the store must not reach out of itself
+    path.unlink()
+    path.symlink_to(outside)
+    again = bakeoff.trial(py_workload("mlp"), on="cpu", db=db, **FAST)
+    assert f"stored baseline {info.id} tensor file links outside the artifact store; recomputed" in _notes(again)

@@ -17,7 +17,7 @@ from bakeoff.checks.correctness import max_abs_difference
 from bakeoff.checks.outputs import flatten_outputs
 from bakeoff.workload.base import BuiltWorkload
 
-__all__ = ["compute_references", "load_references", "repeat_error", "save_references", "shape_tag"]
+__all__ = ["compute_references", "load_references", "repeat_error", "run_eagerly", "save_references", "shape_tag"]
 
 _SEP = "::"
 
@@ -49,6 +49,28 @@ def _run_in(workload: BuiltWorkload, dtype_name: str, args: tuple, kwargs: dict)
     return flatten_outputs(out)
 
 
+def run_eagerly(workload: BuiltWorkload) -> dict[str, Any]:
+    """The workload's flattened outputs from one eager CPU call.
+
+    Raises:
+        WorkloadError: the call raised (or called ``sys.exit``): without an eager CPU run
+            there is nothing to compare against.
+    """
+    import torch
+
+    try:
+        with torch.no_grad():
+            return flatten_outputs(workload())
+    except (Exception, SystemExit) as exc:
+        from bakeoff.errors import WorkloadError
+
+        first = (str(exc).splitlines() or [""])[0][:300]
+        raise WorkloadError(
+            f"{workload.spec} fails eagerly on the CPU, so it has no reference: {type(exc).__name__}: {first}",
+            hint="make the model run eagerly on the CPU first (python -c 'model(**inputs)')",
+        ) from exc
+
+
 def compute_references(
     workload: BuiltWorkload, dtypes: Iterable[str] = (), shapes: Iterable[tuple[int, int]] = ()
 ) -> tuple[dict[str, dict[str, Any]], list[str]]:
@@ -60,23 +82,12 @@ def compute_references(
     Returns:
         ``(references, notes)``; a dtype the CPU cannot run is left out with a note.
     """
-    import torch
 
     native = workload.dtype
     refs: dict[str, dict[str, Any]] = {}
     notes: list[str] = []
-    try:
-        with torch.no_grad():
-            refs[f"eager:{native}"] = flatten_outputs(workload())
-            refs[f"repeat:{native}"] = flatten_outputs(workload())
-    except (Exception, SystemExit) as exc:  # without an eager CPU run there is nothing to compare against
-        from bakeoff.errors import WorkloadError
-
-        first = (str(exc).splitlines() or [""])[0][:300]
-        raise WorkloadError(
-            f"{workload.spec} fails eagerly on the CPU, so it has no reference: {type(exc).__name__}: {first}",
-            hint="make the model run eagerly on the CPU first (python -c 'model(**inputs)')",
-        ) from exc
+    refs[f"eager:{native}"] = run_eagerly(workload)
+    refs[f"repeat:{native}"] = run_eagerly(workload)
     inputs = [("", workload.args, workload.kwargs)]
     inputs += [(shape_tag(b, s), *workload.inputs_for(b, s)) for b, s in dict.fromkeys(shapes)]
     for tag, args, kwargs in inputs:

@@ -344,6 +344,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             "bakeoff: interrupted" if isinstance(exc.__cause__, KeyboardInterrupt) else "bakeoff: aborted", err=True
         )
         sys.exit(130)
+    except click.UsageError as exc:  # one line, like every other bad input, not click's usage block
+        command = exc.ctx.command_path if exc.ctx is not None else "bakeoff"
+        click.echo(f"bakeoff: error: {exc.format_message()} (see `{command} --help`)", err=True)
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)

@@ -123,7 +123,11 @@ class TargetSession:
             correctness=Correctness("error", f"no output to check: the target failed during {self.phase}"),
             error=ErrorInfo(
                 type=type(exc).__name__,
-                message=str(exc).strip()[:2000] or type(exc).__name__,
+                message=(
+                    f"the workload called sys.exit({exc.code!r})"
+                    if isinstance(exc, SystemExit)
+                    else str(exc).strip()[:2000] or type(exc).__name__
+                ),
                 category="out_of_memory" if oom else "exception",
                 phase=self.phase,
                 traceback=traceback.format_exc(),

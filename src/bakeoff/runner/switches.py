@@ -33,12 +33,16 @@ CODE_LOADING = frozenset(
         "SHELL",
         "BASH_ENV",
         "ENV",
+        "GCONV_PATH",  # glibc loads character-set modules from it
+        "OPENSSL_CONF",  # can name engines to load
+        "OPENSSL_ENGINES",
     }
 )
 _PREFIXES = ("LD_", "DYLD_", "PYTHON")
+_SUFFIXES = ("_PLUGINS", "_CACHE_DIR")  # compile caches hold compiled code that is loaded as found
 
 
 def loads_code(name: str) -> bool:
     """Whether setting ``name`` can make a process load or run code from elsewhere."""
     upper = name.upper()
-    return upper in CODE_LOADING or upper.startswith(_PREFIXES) or upper.endswith("_PLUGINS")
+    return upper in CODE_LOADING or upper.startswith(_PREFIXES) or upper.endswith(_SUFFIXES)

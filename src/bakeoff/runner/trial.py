@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bakeoff.analysis.requirements import Requirement
-from bakeoff.checks.baseline import compute_references, repeat_error, save_references, shape_tag
+from bakeoff.checks.baseline import compute_references, repeat_error, run_eagerly, save_references, shape_tag
 from bakeoff.env import Environment, capture_environment
 from bakeoff.measure.timing import TimingSettings
 from bakeoff.results.values import BaselineInfo, RunResult, TargetResult
@@ -405,13 +405,18 @@ def _drive(
 
 
 def run_trial(
-    store: Store,
+    store: Store | Callable[[], Store],
     workload_spec: WorkloadSpec | str,
     targets: Sequence[Target],
     settings: TrialSettings | None = None,
     progress: Progress | None = None,
 ) -> RunResult:
-    """Run every target (skipping those that cannot run here), store and return the run."""
+    """Run every target (skipping those that cannot run here), store and return the run.
+
+    ``store`` may be a callable that opens (and so creates) the knowledge base: it is called
+    only once the workload has been built and run eagerly, so a workload refused as bad input
+    leaves no new, empty database behind.
+    """
     settings = settings or TrialSettings()
     say = progress or (lambda _msg: None)
     say("building workload")
@@ -422,6 +427,9 @@ def run_trial(
     buckets = resolve_buckets(profile, settings.buckets, settings.max_buckets)
     if profile is not None:  # fail early, with one clear line, for a workload that cannot vary its inputs
         workload.inputs_for(profile.shapes[0].batch, profile.shapes[0].seq)
+    if callable(store):
+        run_eagerly(workload)
+        store = store()
     shapes = [(r.batch, r.seq) for r in profile.shapes] if profile else []
     requirements, req_notes = resolve_requirements(store, workload.spec.spec, settings.requirements)
     scenarios = _scenarios_for(settings.scenarios, requirements)

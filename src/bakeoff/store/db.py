@@ -426,6 +426,8 @@ class Store:
             return str(exc)
         if not path.is_file():
             return "has no tensor file here"
+        if not path.resolve().is_relative_to(self.artifacts_dir.resolve()):
+            return "tensor file links outside the artifact store"
         if not info.sha256:
             return "has no content hash to verify its tensor file against"
         if file_sha256(path) != info.sha256:

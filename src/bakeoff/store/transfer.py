@@ -23,7 +23,7 @@ from __future__ import annotations
 import csv
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -358,8 +358,11 @@ def _read(path: Path) -> _Records:
     return records
 
 
-def import_(store: Store, path: str | os.PathLike[str]) -> ImportSummary:
+def import_(store: Store | Callable[[], Store], path: str | os.PathLike[str]) -> ImportSummary:
     """Add the runs, baselines, requirements, notes and tags of an export that ``store`` lacks.
+
+    ``store`` may be a callable that opens it: called only after the whole file was checked,
+    so a refused file leaves no new database behind.
 
     Raises:
         StoreError: the file is missing, not an export, newer than this release, or malformed
@@ -367,6 +370,8 @@ def import_(store: Store, path: str | os.PathLike[str]) -> ImportSummary:
     """
     source = Path(path)
     records = _read(source)
+    if callable(store):
+        store = store()
     keys = ("runs", "runs_present", "baselines", "baselines_present", "requirements", "notes", "tags")
     counts = dict.fromkeys(keys, 0)
     try:
