@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from bakeoff.checks.registry import registered_checks
 from bakeoff.env import Environment
 from bakeoff.results.values import (
     Compilation,
@@ -111,7 +112,8 @@ def target_result(
         "speedup_ci": None if spec == "cpu" else speed.to_dict(),
     }
     values.update(extra)
-    return TargetResult(target=target, **values)
+    checks = {c.name: values.pop(c.name) for c in registered_checks() if c.name in values}
+    return TargetResult(target=target, checks={k: v for k, v in checks.items() if v is not None}, **values)
 
 
 def failed_result(spec: str, message: str = "backend crashed") -> TargetResult:

@@ -28,20 +28,22 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # typed exceptions: everything may raise them
     ("errors",),
     # foundations with no knowledge of workloads or targets: spec syntax, the environment,
-    # order statistics over samples, the release number
-    ("specsyntax", "env", "stats", "version"),
+    # order statistics over samples, the release number, the value codec
+    ("specsyntax", "env", "stats", "version", "codec"),
     # what runs (workload builders), and the bundled test accelerator
     ("workload", "emu"),
     # where it runs: target specs, detection, placing and compiling a model, compile watches
     ("target",),
-    # frozen result values, which record the Target and Environment they came from
-    ("results",),
-    # pure analysis over values and samples
+    # pure analysis over numbers and samples: tolerances, ratios, noise, buckets, queues
     ("analysis",),
     # clocks and timing loops
     ("measure",),
-    # checks use workloads, targets, measurement and analysis
+    # the checks, each owning its frozen value, and their registry
     ("checks",),
+    # a run's frozen values, which hold the checks' values by name
+    ("results",),
+    # verdicts over results: requirements met, regressions between runs
+    ("verdicts",),
     # the knowledge base and the rendering of values: neither knows the other
     ("store", "report"),
     # isolation and orchestration of a trial

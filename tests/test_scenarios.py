@@ -17,7 +17,6 @@ import pytest
 from tests.conftest import cli_trial, py_workload
 
 import bakeoff
-from bakeoff.analysis.metrics import check_target
 from bakeoff.analysis.requirements import parse_requirement
 from bakeoff.measure.timing import TimingSettings
 from bakeoff.runner.job import TargetJob
@@ -25,6 +24,7 @@ from bakeoff.runner.scenarios import parse_scenario
 from bakeoff.runner.session import run_target
 from bakeoff.store import Store
 from bakeoff.target.spec import parse_target
+from bakeoff.verdicts.metrics import check_target
 
 LLAMA = "arch:llama?layers=1&hidden=32&seq=8"
 FAST = {"min_samples": 5, "min_seconds": 0.0}

@@ -19,10 +19,10 @@ from bakeoff.results.values import BaselineInfo, RunResult
 from bakeoff.store.db import RunSummary, Store
 
 if TYPE_CHECKING:
-    from bakeoff.analysis.regressions import Comparison, Thresholds
     from bakeoff.report.evidence import Evidence
     from bakeoff.store.annotations import Note
     from bakeoff.store.transfer import ExportSummary, ImportSummary
+    from bakeoff.verdicts.regressions import Comparison, Thresholds
     from bakeoff.workload.profile import InputProfile
 
 __all__ = [
@@ -312,9 +312,9 @@ def regressions(
     thresholds: Thresholds | None = None,
 ) -> list[Comparison]:
     """Each workload + target's latest result against the newest earlier one from a different
-    environment, metric by metric (see :mod:`bakeoff.analysis.regressions`)."""
-    from bakeoff.analysis.regressions import compare_pair, pair_runs
+    environment, metric by metric (see :mod:`bakeoff.verdicts.regressions`)."""
     from bakeoff.store.selection import run_headers
+    from bakeoff.verdicts.regressions import compare_pair, pair_runs
 
     store = Store.open(db, create=False)
     pairs = pair_runs(h.as_tuple() for h in run_headers(store, workload=workload, target=target))
@@ -344,8 +344,8 @@ def compare(a: str, b: str, *, db: PathLike | None = None, thresholds: Threshold
         StoreError: an unknown or ambiguous run id.
         SpecError: a target the run does not have, or two runs with no target in common.
     """
-    from bakeoff.analysis.regressions import compare_pair
     from bakeoff.errors import SpecError
+    from bakeoff.verdicts.regressions import compare_pair
 
     store = Store.open(db, create=False)
     (run_a, spec_a), (run_b, spec_b) = _run_and_target(store, a), _run_and_target(store, b)

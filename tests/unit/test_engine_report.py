@@ -3,8 +3,9 @@ shares that agree with the audit's own counts."""
 
 from __future__ import annotations
 
+from bakeoff.checks.placement import engine_notes as placement_engine_notes
 from bakeoff.report.evidence import answers_for
-from bakeoff.report.figures import engine_notes, placement_share
+from bakeoff.report.figures import placement_share
 from bakeoff.results.values import Correctness, Placement, TargetResult, TensorComparison
 from bakeoff.target.spec import parse_target
 
@@ -12,6 +13,10 @@ SIGNALS = {"openvino": {"precision": "bf16", "runtime_fallbacks": 4}}
 IDLE = {"engine": "openvino", "op_calls": 18890, "op_calls_in_engine": 0, "share": 0.0, "partitions": 4,
         "partitions_failed": 4}  # fmt: skip
 BUSY = {**IDLE, "op_calls_in_engine": 18890, "share": 1.0, "partitions_failed": 0}
+
+
+def engine_notes(result: TargetResult) -> list[str]:
+    return placement_engine_notes(result.placement, result)
 
 
 def correct(err: float) -> Correctness:
@@ -25,7 +30,9 @@ def openvino(
         verdict, explanation, ops_total=306, ops_on_device=306, device_op_share=work and work["share"],
         signals=SIGNALS, engine_work=work,
     )  # fmt: skip
-    return TargetResult(parse_target("cpu+openvino"), "ok", correctness=correct(err), placement=placement)
+    return TargetResult(
+        parse_target("cpu+openvino"), "ok", checks={"correctness": correct(err), "placement": placement}
+    )
 
 
 def test_an_engine_that_did_not_run_is_not_said_to_run_in_its_precision():
@@ -47,8 +54,11 @@ def test_an_engine_that_ran_states_its_precision_without_alarm():
 def test_bit_identical_is_only_news_under_a_reduced_precision():
     f32 = openvino(BUSY, 0.0, "not_applicable")
     f32 = TargetResult(
-        f32.target, "ok", correctness=f32.correctness,
-        placement=Placement("not_applicable", "", signals={"openvino": {"precision": "f32"}}, engine_work=BUSY),
+        f32.target, "ok",
+        checks={
+            "correctness": f32.correctness,
+            "placement": Placement("not_applicable", "", signals={"openvino": {"precision": "f32"}}, engine_work=BUSY),
+        },
     )  # fmt: skip
     assert engine_notes(f32) == ["openvino ran in f32"]
 
@@ -62,7 +72,7 @@ def test_the_reports_share_is_the_engines_not_the_hosts():
     # an old stored CPU result without the engine's counts shows no share at all, not "100% on the device"
     old = TargetResult(
         parse_target("cpu+openvino"), "ok",
-        placement=Placement("fallbacks", "1 op call(s) did not run in the backend", device_op_share=1.0),
+        checks={"placement": Placement("fallbacks", "1 op call(s) did not run in the backend", device_op_share=1.0)},
     )  # fmt: skip
     assert placement_share(old) == "" and "100%" not in answers_for(old).placement.text
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from importlib import metadata
 
-from bakeoff.analysis.regressions import environment_diff
 from bakeoff.env import capture_environment
+from bakeoff.verdicts.regressions import environment_diff
 
 
 def test_test_device_switches_change_the_environment(monkeypatch):

@@ -8,16 +8,17 @@ from typing import Any
 
 import pytest
 
-from bakeoff.analysis.regressions import (
+from bakeoff.checks.registry import registered_checks
+from bakeoff.env import Environment
+from bakeoff.results.values import Compilation, Correctness, ErrorInfo, Latency, Placement, RunResult, TargetResult
+from bakeoff.target.spec import parse_target
+from bakeoff.verdicts.regressions import (
     Thresholds,
     compare_results,
     environment_diff,
     find_regressions,
     pair_runs,
 )
-from bakeoff.env import Environment
-from bakeoff.results.values import Compilation, Correctness, ErrorInfo, Latency, Placement, RunResult, TargetResult
-from bakeoff.target.spec import parse_target
 
 OLD = Environment({"torch": "2.13.0", "packages": {"torch": "2.13.0", "numpy": "2.1.0"}, "env": {}})
 NEW = Environment(
@@ -40,7 +41,8 @@ def result(spec: str = "cpu+inductor", median: float = 1.0, **extra: Any) -> Tar
         "first_call_ms": 100.0,
     }
     values.update(extra)
-    return TargetResult(target=parse_target(spec), **values)
+    checks = {c.name: values.pop(c.name) for c in registered_checks() if c.name in values}
+    return TargetResult(target=parse_target(spec), checks={k: v for k, v in checks.items() if v is not None}, **values)
 
 
 def classify(before: TargetResult, after: TargetResult, fp_after: str = "f" * 16, **thresholds: Any):
@@ -68,11 +70,11 @@ def test_same_result_is_unchanged_everywhere():
         "device_op_share",
         "host_op_calls",
         "host_state_copies",
-        "p50_ms",
-        "first_call_ms",
         "graphs",
         "recompiles",
         "graph_breaks",
+        "p50_ms",
+        "first_call_ms",
     ]
 
 

@@ -15,12 +15,12 @@ def replicate(
     return TargetResult(
         CPU,
         "ok",
-        correctness=Correctness(verdict),
         latency=Latency(samples),
         first_call_ms=50.0,
         peak_host_rss_bytes=rss,
         conditions={"rounds": [{"samples": n, "pid": rss} for n in rounds]},
         noise=("machine busy",) if rss > 150 else (),
+        checks={"correctness": Correctness(verdict)},
     )
 
 

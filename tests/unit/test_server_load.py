@@ -12,7 +12,6 @@ from dataclasses import replace
 
 import pytest
 
-from bakeoff.analysis.metrics import check_target, metric_estimate
 from bakeoff.analysis.queueing import fifo_queue, poisson_arrivals
 from bakeoff.analysis.requirements import parse_requirement
 from bakeoff.results.values import ScenarioResult, TargetResult
@@ -27,6 +26,7 @@ from bakeoff.runner.scenarios import (
 from bakeoff.runner.trial import _scenarios_for
 from bakeoff.stats import percentile
 from bakeoff.target.spec import Target
+from bakeoff.verdicts.metrics import check_target, metric_estimate
 
 REQUESTS = 100
 

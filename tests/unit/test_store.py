@@ -30,7 +30,9 @@ def _result(
 ) -> TargetResult:
     correctness = Correctness(verdict, "", "eager:float32", 1e-4) if verdict else None
     latency = Latency(samples) if status == "ok" else None
-    return TargetResult(target=parse_target(spec), status=status, correctness=correctness, latency=latency, **extra)
+    return TargetResult(
+        target=parse_target(spec), status=status, latency=latency, **extra, checks={"correctness": correctness}
+    )
 
 
 def _run(

@@ -15,10 +15,10 @@ RUN = RunResult(
     workload={"spec": "arch:llama", "fingerprint": "f" * 16, "dtype": "float32", "details": {}},
     environment=Environment({"torch": "2.13.0", "cpu": "test cpu"}),
     results=(
-        TargetResult(parse_target("cpu"), "ok", is_reference=True, correctness=Correctness("pass"),
-                     latency=Latency((1.0, 1.1, 1.2)), speedup=1.0),
-        TargetResult(parse_target("cpu+aot_eager"), "ok", correctness=Correctness("pass"),
-                     latency=Latency((2.0, 2.1, 2.2)), compilation=Compilation(graphs=4, recompiles=3)),
+        TargetResult(parse_target("cpu"), "ok", is_reference=True,
+                     latency=Latency((1.0, 1.1, 1.2)), speedup=1.0, checks={"correctness": Correctness("pass")}),
+        TargetResult(parse_target("cpu+aot_eager"), "ok", latency=Latency((2.0, 2.1, 2.2)),
+                     checks={"correctness": Correctness("pass"), "compilation": Compilation(graphs=4, recompiles=3)}),
     ),
 )  # fmt: skip
 
@@ -74,7 +74,7 @@ def test_the_notes_give_the_correctness_sensitivity_beside_the_verdict():
     figures = dict(rule="golden", golden_err=5.6e-3, floor=5.7e-3, bias=2e-4, sensitivity=2.8e-3)
     logits = TensorComparison("output.logits", (1, 16, 1024), "bfloat16", 3.9e-3, 1e-3, 1.0, True, **figures)
     judged = Correctness("pass", "", "eager:bfloat16", 1e-2, (logits,))
-    bf16 = TargetResult(parse_target("cpu?dtype=bf16"), "ok", correctness=judged, latency=Latency((1.0,)))
+    bf16 = TargetResult(parse_target("cpu?dtype=bf16"), "ok", latency=Latency((1.0,)), checks={"correctness": judged})
     console = Console(width=200, record=True, highlight=False)
     console.print(run_view(RunResult(**{**RUN.__dict__, "results": (*RUN.results, bf16)}), width=200))
     text = console.export_text()

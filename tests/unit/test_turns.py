@@ -62,9 +62,9 @@ def _result(spec: str, rounds: list[list[float]], reference: bool = False) -> Ta
         parse_target(spec),
         "ok",
         is_reference=reference,
-        correctness=Correctness("pass"),
         latency=Latency(tuple(x for block in rounds for x in block)),
         conditions={"rounds": [{"samples": len(block)} for block in rounds]},
+        checks={"correctness": Correctness("pass")},
     )
 
 

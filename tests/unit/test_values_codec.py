@@ -49,7 +49,6 @@ def _results() -> tuple[TargetResult, ...]:
             target=parse_target("cpu"),
             status="ok",
             is_reference=True,
-            correctness=Correctness("pass", "", "eager:float32", 1e-4, (LOGITS, HIDDEN)),
             latency=Latency((1.5, 1.25, 1.75, 1.0, 2.0)),
             first_call_ms=3.5,
             warmup_calls=2,
@@ -60,13 +59,11 @@ def _results() -> tuple[TargetResult, ...]:
             load_average=(0.5, 0.25, 0.125),
             duration_s=0.75,
             notes=("first note", "second note"),
+            checks={"correctness": Correctness("pass", "", "eager:float32", 1e-4, (LOGITS, HIDDEN))},
         ),
         TargetResult(
             target=parse_target("cpu+inductor?dtype=bf16&mode=max-autotune&fullgraph=true&threads=2"),
             status="ok",
-            correctness=Correctness(
-                "fail", "output.logits: max abs error 0.75 > tol 0.01", "eager:bfloat16", 1e-2, (BAD,)
-            ),
             latency=Latency((0.5, 0.75)),
             first_call_ms=4000.0,
             warmup_calls=20,
@@ -74,6 +71,11 @@ def _results() -> tuple[TargetResult, ...]:
             speedup=2.5,
             device_peak_bytes=None,
             threads=2,
+            checks={
+                "correctness": Correctness(
+                    "fail", "output.logits: max abs error 0.75 > tol 0.01", "eager:bfloat16", 1e-2, (BAD,)
+                )
+            },
         ),
         TargetResult(
             target=parse_target("cpu+aot_eager?dynamic=false"),
@@ -91,14 +93,14 @@ def _results() -> tuple[TargetResult, ...]:
         TargetResult(
             target=parse_target("cpu?dtype=fp16"),
             status="ok",
-            correctness=Correctness("not_comparable", "eager runs differ", "eager:float16", 1e-3),
             latency=Latency((1.0,)),
+            checks={"correctness": Correctness("not_comparable", "eager runs differ", "eager:float16", 1e-3)},
         ),
         TargetResult(
             target=parse_target("cpu?threads=3"),
             status="ok",
-            correctness=Correctness("fail", "output.x: shape", "eager:float32", 1e-4, (SHAPE,)),
             latency=Latency((2.0, 2.0, 2.0)),
+            checks={"correctness": Correctness("fail", "output.x: shape", "eager:float32", 1e-4, (SHAPE,))},
         ),
     )
 

@@ -13,8 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from bakeoff.checks.correctness import max_abs_difference
-from bakeoff.checks.outputs import flatten_outputs
+from bakeoff.checks.outputs import flatten_outputs, max_abs_difference
 from bakeoff.workload.base import BuiltWorkload
 
 __all__ = ["compute_references", "load_references", "repeat_error", "run_eagerly", "save_references", "shape_tag"]

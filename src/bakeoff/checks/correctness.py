@@ -13,25 +13,97 @@ one, exact equality for integer outputs. Verdicts:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
 
 from bakeoff.analysis.tolerance import GoldenFigures, judge_against_golden, tolerance_for
-from bakeoff.results.values import Correctness, TensorComparison
+from bakeoff.checks.base import Check, CheckContext, Metric
+from bakeoff.checks.outputs import max_abs_difference
+from bakeoff.codec import Value
 
-__all__ = ["compare_outputs", "compare_tensor", "golden_figures", "max_abs_difference"]
+__all__ = [
+    "Correctness",
+    "CorrectnessCheck",
+    "TensorComparison",
+    "compare_outputs",
+    "compare_tensor",
+    "golden_figures",
+    "max_abs_difference",
+]
 
 
-def max_abs_difference(a: Any, b: Any) -> float:
-    """Largest ``|a - b|`` over elements; equal non-finite values (same inf, both NaN) count as 0,
-    any other disagreement in finiteness as infinity."""
-    import torch
+@dataclass(frozen=True)
+class TensorComparison(Value):
+    """One output tensor against its reference.
 
-    if not a.numel():
-        return 0.0
-    a, b = a.detach().cpu().double(), b.detach().cpu().double()
-    same_nonfinite = (a == b) | (torch.isnan(a) & torch.isnan(b))
-    diff = torch.where(same_nonfinite, torch.zeros_like(a), (a - b).abs())
-    return float(diff.nan_to_num(nan=float("inf")).max())
+    ``max_rel_err`` is the largest absolute error divided by the largest reference magnitude
+    (a scale-aware figure that does not explode where the reference is near zero). ``rule``
+    says which test passed: ``golden`` (error and bias against the float64 golden within a
+    multiple of the eager same-dtype run's own; see :mod:`bakeoff.analysis.tolerance`),
+    ``allclose`` (within the dtype's tolerance of the same-dtype eager reference: the fallback
+    without a golden), ``exact`` (integers), or ``fp64`` in documents stored before the golden
+    rule; empty when it failed.
+
+    The golden rule's figures, all relative to rms(golden) and None without a golden:
+    ``golden_err`` the target's RMS error, ``floor`` the eager reference's (the dtype's noise
+    floor on this workload), ``bias`` the target's relative bias, and ``sensitivity`` the
+    smallest uniform relative bias of this output the rule flags.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    max_abs_err: float
+    max_rel_err: float
+    cosine: float
+    passed: bool
+    rule: str = ""
+    problem: str = ""
+    golden_err: float | None = None
+    floor: float | None = None
+    bias: float | None = None
+    sensitivity: float | None = None
+
+
+@dataclass(frozen=True)
+class Correctness(Value):
+    """The verdict for a target's outputs against the baseline.
+
+    A target in another dtype is judged against the eager CPU run *in its dtype*; ``drift``
+    then adds, for information, how far its outputs are from the workload's own dtype
+    (``{"reference": "eager:float32", "max_abs_err": ...}``): what the dtype change costs.
+
+    ``sensitivity`` (derived from the outputs, stored with them) is the largest of the outputs'
+    sensitivities: the smallest uniform relative bias of every output that this check flags,
+    i.e. what a ``pass`` rules out. None when no output was judged against a float64 golden
+    (the allclose fallback has no such figure).
+    """
+
+    DERIVED: ClassVar[tuple[str, ...]] = ("max_abs_err", "max_rel_err", "min_cosine", "sensitivity")
+
+    verdict: str
+    reason: str = ""
+    reference: str = ""
+    tolerance: float | None = None
+    outputs: tuple[TensorComparison, ...] = ()
+    drift: dict[str, Any] | None = None
+
+    @property
+    def max_abs_err(self) -> float | None:
+        return max((o.max_abs_err for o in self.outputs), default=None)
+
+    @property
+    def max_rel_err(self) -> float | None:
+        return max((o.max_rel_err for o in self.outputs), default=None)
+
+    @property
+    def min_cosine(self) -> float | None:
+        return min((o.cosine for o in self.outputs), default=None)
+
+    @property
+    def sensitivity(self) -> float | None:
+        return max((o.sensitivity for o in self.outputs if o.sensitivity is not None), default=None)
 
 
 def _rms(diff: Any) -> float:
@@ -152,3 +224,94 @@ def compare_outputs(
     if not comparisons:
         return Correctness("not_comparable", "the workload returned no tensors", reference_name, tol)
     return Correctness("pass", note, reference_name, tol, tuple(comparisons))
+
+
+#: Correctness verdicts for regressions, better higher.
+RANK = {"pass": 1, "fail": 0, "error": 0}
+
+
+def judge(context: CheckContext) -> Correctness:
+    """Compare the outputs of every input (``""`` = the default one, else a shape tag) with the
+    baseline's eager reference in the target's dtype and its float64 golden."""
+    from bakeoff.checks.baseline import load_references
+
+    job = context.job
+    dtype, native = context.dtype, context.native
+    if job.baseline_path is None:
+        return Correctness("not_comparable", "no baseline for this workload")
+    if context.fingerprint != job.fingerprint:
+        return Correctness(
+            "not_comparable",
+            f"workload fingerprint here ({context.fingerprint}) differs from the baseline's "
+            f"({job.fingerprint}): the model or its inputs are not reproducible",
+        )
+    name = f"eager:{dtype}"
+    tol = tolerance_for(dtype)
+    if job.repeat_max_abs_err > tol:
+        return Correctness(
+            "not_comparable",
+            f"the eager reference is nondeterministic: two eager CPU runs differ by "
+            f"{job.repeat_max_abs_err:.3g} (> {tol:g})",
+            name,
+            tol,
+        )
+    native_name = f"eager:{native}"
+    checks = list(context.outputs.items())
+    wanted = [n + tag for tag, _ in checks for n in (name, "golden", native_name)]
+    refs = load_references(Path(job.baseline_path), wanted)
+    verdicts, reasons, outputs = [], [], []
+    for tag, flat in checks:
+        if name + tag not in refs:
+            return Correctness("not_comparable", f"the baseline has no {name + tag} reference", name, tol)
+        result = compare_outputs(flat, refs[name + tag], refs.get("golden" + tag), dtype, name + tag)
+        verdicts.append(result.verdict)
+        label = tag.removeprefix("@")
+        if result.reason:
+            reasons.append(f"{label}: {result.reason}" if label else result.reason)
+        outputs.extend(
+            o if not label else type(o)(**{**o.__dict__, "name": f"{label}:{o.name}"}) for o in result.outputs
+        )
+    verdict = "fail" if "fail" in verdicts else ("not_comparable" if "not_comparable" in verdicts else "pass")
+    drift = None
+    if native != dtype:  # what the dtype change costs, against the workload's own dtype
+        errors = [
+            max_abs_difference(t, refs[native_name + tag][n])
+            for tag, flat in checks
+            for n, t in flat.items()
+            if native_name + tag in refs
+            and n in refs[native_name + tag]
+            and refs[native_name + tag][n].shape == t.shape
+            and t.is_floating_point()
+        ]
+        if errors:
+            drift = {"reference": native_name, "max_abs_err": max(errors)}
+    return Correctness(verdict, "; ".join(reasons)[:2000], name, tol, tuple(outputs), drift)
+
+
+class CorrectnessCheck(Check):
+    """The target's outputs against the baseline (see the module docstring for the verdicts)."""
+
+    name = "correctness"
+    title = "correct"
+    value_type = Correctness
+    answers = "correct"
+    phase = "correctness"
+
+    def run(self, context: CheckContext) -> Correctness:
+        return judge(context)
+
+    def on_error(self, why: str) -> Correctness:
+        return Correctness("error", f"no output to check: {why}")
+
+    def metrics(self, value: Correctness | None) -> list[Metric]:
+        return [Metric("correctness", value.verdict if value is not None else None, "verdict", RANK)]
+
+    def facts(self, value: Correctness, result: Any) -> list[str]:
+        facts = []
+        if value.reason and result.status != "error":
+            facts.append(value.reason[:200])
+        if value.sensitivity is not None and result.status == "ok":
+            facts.append(f"correctness flags a relative bias above {value.sensitivity:.2g}")
+        if value.drift:
+            facts.append(f"{value.drift['max_abs_err']:.2e} max abs from {value.drift['reference']} (the dtype's cost)")
+        return facts

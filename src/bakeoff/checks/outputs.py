@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["flatten_outputs"]
+__all__ = ["flatten_outputs", "max_abs_difference"]
 
 
 def flatten_outputs(value: Any, prefix: str = "output") -> dict[str, Any]:
@@ -30,3 +30,16 @@ def flatten_outputs(value: Any, prefix: str = "output") -> dict[str, Any]:
         for index, item in enumerate(value):
             found.update(flatten_outputs(item, f"{prefix}.{index}"))
     return found
+
+
+def max_abs_difference(a: Any, b: Any) -> float:
+    """Largest ``|a - b|`` over elements; equal non-finite values (same inf, both NaN) count as 0,
+    any other disagreement in finiteness as infinity."""
+    import torch
+
+    if not a.numel():
+        return 0.0
+    a, b = a.detach().cpu().double(), b.detach().cpu().double()
+    same_nonfinite = (a == b) | (torch.isnan(a) & torch.isnan(b))
+    diff = torch.where(same_nonfinite, torch.zeros_like(a), (a - b).abs())
+    return float(diff.nan_to_num(nan=float("inf")).max())

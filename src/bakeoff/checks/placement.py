@@ -30,14 +30,27 @@ Verdicts:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from bakeoff.checks.base import Check, CheckContext, Metric
+from bakeoff.checks.dispatch_audit import (
+    HOST_SYNC_OPS,
+    PlacementRecorder,
+    audit_module,
+    off_device_map_entries,
+    stray_tensors,
+)
+from bakeoff.codec import Value
 
 __all__ = [
     "ENGINE_MOSTLY_HANDED_BACK",
     "HOST_SYNC_OPS",
+    "RANK",
     "VERDICTS",
+    "Placement",
+    "PlacementCheck",
     "PlacementRecorder",
     "audit_module",
     "audit_placement",
@@ -46,257 +59,47 @@ __all__ = [
 
 #: Every placement verdict, best first for a device target.
 VERDICTS = ("on_device", "not_applicable", "fallbacks", "left_on_host", "engine_did_not_run")
+#: Placement verdicts for regressions, better higher; verdicts of equal rank are of different kinds.
+RANK = {"on_device": 2, "not_applicable": 2, "fallbacks": 1, "left_on_host": 0, "engine_did_not_run": 0}
 #: An engine that ran less than this share of the op calls given to it "did not run".
 ENGINE_MOSTLY_HANDED_BACK = 0.5
-
-#: Ops that make the host wait for the device: they return data to Python or size an output
-#: by the data's values.
-HOST_SYNC_OPS = frozenset(
-    {
-        "aten::_local_scalar_dense",
-        "aten::item",
-        "aten::is_nonzero",
-        "aten::nonzero",
-        "aten::equal",
-        "aten::masked_select",
-        "aten::unique",
-        "aten::_unique",
-        "aten::_unique2",
-        "aten::unique_consecutive",
-        "aten::unique_dim",
-        "aten::repeat_interleave",
-        "aten::allclose",
-        "aten::_assert_async",
-    }
-)
-_COPY_OPS = frozenset({"aten::_to_copy", "aten::copy_", "aten::to", "aten::_copy_from", "aten::_copy_from_and_resize"})
-_DIRECTIONS = ("host_to_device", "device_to_host")
-_IGNORED = frozenset({"aten::detach", "aten::lift_fresh", "aten::alias"})
+#: Engine precisions that must change results against a float32 eager reference.
+REDUCED_PRECISIONS = frozenset({"bf16", "f16", "bfloat16", "float16"})
 
 
-def _tensors(value: Any) -> list[Any]:
-    import torch
+@dataclass(frozen=True)
+class Placement(Value):
+    """Where a target's work ran (see the module docstring for the verdicts).
 
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, list | tuple):
-        return [t for item in value for t in _tensors(item)]
-    if isinstance(value, Mapping):
-        return [t for item in value.values() for t in _tensors(item)]
-    return []
-
-
-def _nbytes(tensor: Any) -> int:
-    return int(tensor.numel() * tensor.element_size())
-
-
-def _storage(tensor: Any) -> int | None:
-    """A host tensor's storage address: views share it, so data keeps its origin through views."""
-    try:
-        return int(tensor.untyped_storage().data_ptr())
-    except Exception:  # tensors without storage (sparse, some subclasses)
-        return None
-
-
-@dataclass
-class PlacementRecorder:
-    """Accumulates what the dispatch mode saw. ``is_target(device)`` says if a device counts as the target's.
-
-    ``input_storages`` are the host storages of the workload's own inputs: copying them to the
-    device is the workload's business, not state left behind. Host tensors that came from the
-    device during the pass (and host results computed from them) are tracked, so copying them
-    back is a round trip; any other host-to-device copy is host state, counted in ``host_state``.
+    ``device_op_share`` is the share of recorded op calls whose outputs were on the target
+    device; ``device_flop_share`` the same weighted by estimated FLOPs (matmuls, convolutions,
+    attention), None where no op had a FLOP estimate. ``transfers`` has ``count`` and ``bytes``
+    per direction (``host_to_device``, ``device_to_host``); ``transfer_sites`` says in which
+    module each kind of copy happened. ``scope`` says what the dispatch-level audit saw.
+    ``ops_on_device`` counts op calls that ran on the device, after taking out what the
+    backend's own fallback ran on the host (``ops_total`` on a CPU target, where the host is
+    the device). ``host_state_copies`` lists, per module, host-to-device copies per forward
+    pass of data that was not an input (host state left behind); ``engine_work`` is what an
+    engine reports of the op calls handed to it and how many it ran itself (``share``).
     """
 
-    is_target: Callable[[Any], bool]
-    input_storages: set = field(default_factory=set)
-    from_device: set = field(default_factory=set)
-    host_state: Counter = field(default_factory=Counter)
-    host_state_bytes: Counter = field(default_factory=Counter)
+    verdict: str
+    explanation: str
+    scope: str = ""
     ops_total: int = 0
     ops_on_device: int = 0
-    host_ops: Counter = field(default_factory=Counter)
-    host_syncs: Counter = field(default_factory=Counter)
-    transfers: dict[str, dict[str, int]] = field(
-        default_factory=lambda: {"host_to_device": {"count": 0, "bytes": 0}, "device_to_host": {"count": 0, "bytes": 0}}
-    )
-    transfer_sites: Counter = field(default_factory=Counter)
-    transfer_site_bytes: Counter = field(default_factory=Counter)
-    flops_device: int = 0
-    flops_host: int = 0
-    device_calls: Counter = field(default_factory=Counter)
-    device_flops: Counter = field(default_factory=Counter)
-    module_stack: list[str] = field(default_factory=list)
-
-    def record(self, name: str, args: tuple, kwargs: dict, out: Any, flops: int) -> None:
-        if name in _IGNORED:
-            return
-        inputs, outputs = _tensors((args, kwargs)), _tensors(out)
-        if not inputs and not outputs:
-            return
-        self.ops_total += 1
-        module = self.module_stack[-1] if self.module_stack else "<top>"
-        if name in _COPY_OPS:
-            src = inputs[-1] if name == "aten::copy_" and len(inputs) > 1 else (inputs[0] if inputs else None)
-            dst = outputs[0] if outputs else None
-            if src is not None and dst is not None and self.is_target(src.device) != self.is_target(dst.device):
-                direction = "host_to_device" if self.is_target(dst.device) else "device_to_host"
-                self.transfers[direction]["count"] += 1
-                self.transfers[direction]["bytes"] += _nbytes(dst)
-                self.transfer_sites[(module, direction)] += 1
-                self.transfer_site_bytes[(module, direction)] += _nbytes(dst)
-                if direction == "device_to_host":
-                    self.from_device.add(_storage(dst))
-                elif _storage(src) is None or _storage(src) not in self.input_storages | self.from_device:
-                    self.host_state[module] += 1
-                    self.host_state_bytes[module] += _nbytes(dst)
-                return
-        decisive = outputs or inputs
-        host_inputs = {_storage(t) for t in inputs if not self.is_target(t.device)} - {None}
-        if host_inputs & self.from_device:  # host work on data that came from the device
-            self.from_device.update(_storage(t) for t in outputs if not self.is_target(t.device))
-        on_device = any(self.is_target(t.device) for t in decisive)
-        if on_device and any(not self.is_target(t.device) and t.dim() > 0 for t in inputs):
-            # a device op that read a host tensor (not a 0-dim scalar): a real device would refuse
-            # it or copy it implicitly; either way the work was not all on the device
-            name = f"{name} (reads a host tensor)"
-            on_device = False
-        if name in HOST_SYNC_OPS and any(self.is_target(t.device) for t in inputs):
-            self.host_syncs[name] += 1
-        if on_device:
-            self.ops_on_device += 1
-            self.flops_device += flops
-            self.device_calls[name] += 1
-            self.device_flops[name] += flops
-        else:
-            self.host_ops[name] += 1
-            self.flops_host += flops
-
-    def device_counts(self, fallback_ops: Mapping[str, int]) -> tuple[int, float]:
-        """Op calls and FLOPs on the device, after taking out what a backend ran on the host.
-
-        ``fallback_ops`` come from the backend's own counter over an identical forward pass,
-        named per overload (``aten::rsqrt.out``); each is matched to the dispatch-level op of the
-        same base name and removed from the device's op count and (at that op's mean FLOPs per
-        call) from its FLOP count.
-        """
-        ops_device, flops_device = self.ops_on_device, float(self.flops_device)
-        for full_name, count in fallback_ops.items():
-            base = full_name.split(".")[0]
-            calls = self.device_calls.get(base, 0)
-            moved = min(count, calls)
-            ops_device -= moved
-            if calls:
-                flops_device -= moved * self.device_flops[base] / calls
-        return max(ops_device, 0), max(flops_device, 0.0)
-
-    def shares(self, fallback_ops: Mapping[str, int]) -> tuple[float | None, float | None]:
-        """Op and FLOP shares on the device, after :meth:`device_counts` took out the fallbacks."""
-        ops_device, flops_device = self.device_counts(fallback_ops)
-        op_share = ops_device / self.ops_total if self.ops_total else None
-        total_flops = self.flops_device + self.flops_host
-        flop_share = flops_device / total_flops if total_flops else None
-        return op_share, flop_share
-
-    def sites(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "module": module,
-                "direction": direction,
-                "count": count,
-                "bytes": self.transfer_site_bytes[(module, direction)],
-            }
-            for (module, direction), count in sorted(self.transfer_sites.items())
-        ]
-
-    def host_state_sites(self) -> list[dict[str, Any]]:
-        """Per module: host-to-device copies per forward pass of data that was neither an input
-        nor something the pass itself had brought back from the device."""
-        return [
-            {"module": module, "count": count, "bytes": self.host_state_bytes[module]}
-            for module, count in sorted(self.host_state.items())
-        ]
-
-
-def _flops(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
-    from torch.utils.flop_counter import flop_registry
-
-    counter = flop_registry.get(func._overloadpacket)
-    if counter is None:
-        return 0
-    try:
-        return int(counter(*args, **kwargs, out_val=out))
-    except Exception:  # an op variant the flop formula does not cover
-        return 0
-
-
-def audit_module(
-    root: Any, run: Callable[[], Any], is_target: Callable[[Any], bool], inputs: Any = ()
-) -> PlacementRecorder:
-    """Run ``run()`` once under the dispatch-level recorder, attributing ops to ``root``'s submodules.
-
-    ``inputs`` (any nesting) are the workload's own inputs: copying those to the device is not
-    host state left behind.
-    """
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    recorder = PlacementRecorder(is_target=is_target)
-    recorder.input_storages = {_storage(t) for t in _tensors(inputs) if not is_target(t.device)}
-    modules = list(root.named_modules()) if isinstance(root, torch.nn.Module) else []
-
-    def push(module: Any, _inputs: Any) -> None:
-        recorder.module_stack.append(names[id(module)])
-
-    def pop(_module: Any, _inputs: Any, _output: Any) -> None:
-        if recorder.module_stack:
-            recorder.module_stack.pop()
-
-    names = {id(m): n or type(m).__name__ for n, m in modules}
-
-    class Mode(TorchDispatchMode):
-        def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-            kwargs = kwargs or {}
-            out = func(*args, **kwargs)
-            name = f"aten::{func._schema.name.split('::')[-1]}"
-            recorder.record(name, args, kwargs, out, _flops(func, args, kwargs, out))
-            return out
-
-    # Hooks on this model's modules only: global hooks would also fire inside unrelated code.
-    handles = [h for _, m in modules for h in (m.register_forward_pre_hook(push), m.register_forward_hook(pop))]
-    try:
-        with torch.no_grad(), Mode():
-            run()
-    finally:
-        for handle in handles:
-            handle.remove()
-    return recorder
-
-
-def stray_tensors(model: Any, is_target: Callable[[Any], bool]) -> list[str]:
-    """Names of parameters and buffers that are not on the target device."""
-    import torch
-
-    if not isinstance(model, torch.nn.Module):
-        return []
-    stray = [f"{name} ({p.device})" for name, p in model.named_parameters() if not is_target(p.device)]
-    stray += [f"{name} ({b.device})" for name, b in model.named_buffers() if not is_target(b.device)]
-    return stray
-
-
-def off_device_map_entries(device_map: Mapping[str, Any] | None, is_target: Callable[[Any], bool]) -> list[str]:
-    """Entries of an ``hf_device_map`` that place modules anywhere but the target ("cpu", "disk")."""
-    import torch
-
-    if not device_map:
-        return []
-    off = []
-    for module, where in device_map.items():
-        if isinstance(where, int):
-            continue  # an accelerator index: the target's device type
-        if str(where) == "disk" or not is_target(torch.device(str(where))):
-            off.append(f"{module or '<model>'} -> {where}")
-    return off
+    device_op_share: float | None = None
+    device_flop_share: float | None = None
+    host_ops: dict[str, int] = field(default_factory=dict)
+    fallback_ops: dict[str, int] = field(default_factory=dict)
+    transfers: dict[str, dict[str, int]] = field(default_factory=dict)
+    transfer_sites: tuple[dict[str, Any], ...] = ()
+    host_syncs: dict[str, int] = field(default_factory=dict)
+    stray_parameters: tuple[str, ...] = ()
+    device_map: dict[str, Any] | None = None
+    signals: dict[str, Any] = field(default_factory=dict)
+    host_state_copies: tuple[dict[str, Any], ...] = ()
+    engine_work: dict[str, Any] | None = None
 
 
 def _top(names: Mapping[str, int]) -> str:
@@ -392,8 +195,6 @@ def audit_placement(prepared: Any, target: Any, probe: Any | None) -> Any:
     """
     import torch
 
-    from bakeoff.results.values import Placement
-
     def is_target(device: Any) -> bool:
         return device.type == target.device and (target.index is None or device.index in (None, target.index))
 
@@ -464,3 +265,92 @@ def audit_placement(prepared: Any, target: Any, probe: Any | None) -> Any:
         host_state_copies=tuple(host_state),
         engine_work=dict(engine_work) if engine_work else None,
     )
+
+
+def _label_graphs(placement: Placement, stream_graphs: int | None, scenarios: Any = ()) -> Placement:
+    """Say which traffic each graph the compiler made belongs to, so the counts add up.
+
+    ``signals.compile.graphs`` counts every graph made until the placement audit; the
+    compilation audit's ``graphs`` (``stream_graphs``) covers the single-stream traffic only,
+    and each scenario records the graphs its own shapes added (training runs after the audit:
+    its graphs are in its own figures only). ``graphs_by_scenario`` lists them side by side.
+    """
+    compile_signals = placement.signals.get("compile")
+    if compile_signals is None or stream_graphs is None:
+        return placement
+    by_scenario = {"single-stream": stream_graphs}
+    by_scenario.update({s.name: s.facts["graphs"] for s in scenarios if "graphs" in s.facts})
+    return replace(
+        placement, signals={**placement.signals, "compile": {**compile_signals, "graphs_by_scenario": by_scenario}}
+    )
+
+
+def engine_notes(placement: Placement, result: Any) -> list[str]:
+    """What an engine's precision setting meant for this result.
+
+    A precision is stated as the one the work ran in only when the engine ran it: an engine
+    that handed its work back to PyTorch never used its precision. Outputs bit-identical to
+    a float32 eager reference under a reduced precision cannot have been computed in it.
+    """
+    notes = []
+    err = result.correctness.max_abs_err if result.correctness is not None else None
+    for engine, data in placement.signals.items():
+        precision = data.get("precision") if isinstance(data, dict) else None
+        if not precision:
+            continue
+        work = placement.engine_work or {}
+        share = work.get("share") if work.get("engine") == engine else None
+        if share is None:
+            notes.append(f"{engine} ran in {precision}")
+        elif share == 0:
+            notes.append(f"{engine} did not run: its {precision} setting was never used")
+        elif share < 1:
+            notes.append(f"{engine} ran {share:.0%} of its op calls, in {precision}; PyTorch ran the rest")
+        else:
+            notes.append(f"{engine} ran in {precision}")
+        if str(precision).lower() in REDUCED_PRECISIONS and err == 0.0 and result.target.dtype in (None, "float32"):
+            notes.append(
+                f"outputs are bit-identical to eager although {engine} was set to {precision}: "
+                f"they were not computed in {precision}"
+            )
+    return notes
+
+
+class PlacementCheck(Check):
+    """Where the work really ran (see the module docstring for the verdicts)."""
+
+    name = "placement"
+    title = "placement"
+    value_type = Placement
+    answers = "placement"
+    phase = "placement audit"
+
+    def run(self, context: CheckContext) -> Placement:
+        from bakeoff.target.probes import probe_for
+
+        placement = audit_placement(context.prepared, context.target, probe_for(context.target))
+        stream = context.compile_snapshot
+        return _label_graphs(placement, stream.get("graphs", 0) if stream is not None else None, context.scenarios)
+
+    def metrics(self, value: Placement | None) -> list[Metric]:
+        """The verdict, the device's share of op calls, and the exact counts behind the share
+        (a rounded share hides a few ops moving): op calls on the host (the dispatch audit's
+        plus the backend's own fallbacks) and host-state copies per forward pass, by op or
+        module."""
+        metrics = [Metric("placement", value.verdict if value is not None else None, "verdict", RANK)]
+        if value is None:
+            return metrics
+        host_ops = {**value.host_ops, **value.fallback_ops}
+        copies = {s["module"]: s["count"] for s in value.host_state_copies}
+        return [
+            *metrics,
+            Metric("device_op_share", value.device_op_share, "share"),
+            Metric("host_op_calls", sum(host_ops.values()), "count", breakdown=host_ops),
+            Metric("host_state_copies", sum(copies.values()), "count", breakdown=copies),
+        ]
+
+    def facts(self, value: Placement, result: Any) -> list[str]:
+        facts = []
+        if value.verdict not in ("on_device", "not_applicable"):
+            facts.append(f"placement: {value.explanation}")
+        return facts + engine_notes(value, result)

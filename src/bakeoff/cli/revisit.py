@@ -19,7 +19,7 @@ from bakeoff.cli.common import format_option as _format_option
 from bakeoff.cli.common import progress as _progress
 
 if TYPE_CHECKING:
-    from bakeoff.analysis.regressions import Thresholds
+    from bakeoff.verdicts.regressions import Thresholds
 
 __all__ = ["compare", "regressions", "report", "rerun"]
 
@@ -33,7 +33,7 @@ _latency_option = click.option(
 
 
 def _thresholds(latency: float) -> Thresholds:
-    from bakeoff.analysis.regressions import Thresholds
+    from bakeoff.verdicts.regressions import Thresholds
 
     return Thresholds(latency=latency)
 

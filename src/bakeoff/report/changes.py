@@ -1,5 +1,5 @@
 """Rich tables for regressions and side-by-side comparisons (values from
-:mod:`bakeoff.analysis.regressions`)."""
+:mod:`bakeoff.verdicts.regressions`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from bakeoff.analysis.regressions import Comparison, MetricChange
+from bakeoff.verdicts.regressions import Comparison, MetricChange
 
 __all__ = ["comparison_view", "regressions_table"]
 

@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bakeoff.analysis.regressions import Comparison, Thresholds, find_regressions
 from bakeoff.env import Environment
 from bakeoff.results.codec import run_to_json
 from bakeoff.results.values import RunResult, TargetResult
+from bakeoff.verdicts.regressions import Comparison, Thresholds, find_regressions
 
 __all__ = [
     "REPORT_SCHEMA",
@@ -87,10 +87,11 @@ def _placement(result: TargetResult) -> Answer:
     p = result.placement
     if result.status != "ok" or p is None:
         return Answer("unknown", "not audited" if result.status == "ok" else "not run")
-    from bakeoff.report.figures import engine_notes, placement_share
+    from bakeoff.checks.placement import engine_notes
+    from bakeoff.report.figures import placement_share
 
     share = placement_share(result)
-    notes = engine_notes(result)
+    notes = engine_notes(p, result)
     if p.verdict == "not_applicable":
         return Answer("yes", "; ".join(["a CPU target: the host is the device", *([share] if share else []), *notes]))
     if p.verdict == "on_device":
@@ -112,6 +113,25 @@ def _requirements(result: TargetResult) -> Answer:
     if "not_measured" in verdicts:
         return Answer("unknown", text + f"; {verdicts.count('not_measured')} not measured")
     return Answer("yes", text)
+
+
+def check_lines(result: TargetResult, detailed: bool = False) -> list[tuple[str, list[str]]]:
+    """``(title, lines)`` of every registered check that no question answers and that has
+    something to say about ``result`` (its facts, or with ``detailed`` its HTML detail), in the
+    registry's order; then what a newer bakeoff wrote that this one cannot read."""
+    from bakeoff.checks.registry import registered_checks
+
+    found = []
+    for check in registered_checks():
+        value = result.checks.get(check.name)
+        if value is None or check.answers:
+            continue
+        lines = check.details(value, result) if detailed else check.facts(value, result)
+        if lines:
+            found.append((check.title, lines))
+    if result.unknown:
+        found.append(("written by a newer bakeoff or an absent plugin", [", ".join(sorted(result.unknown))]))
+    return found
 
 
 def answers_for(result: TargetResult) -> Answers:

@@ -1,6 +1,6 @@
 """Headline figures of scenarios as short strings, shared by the terminal and the reports.
 
-Values come from :func:`bakeoff.analysis.metrics.metric_estimate`, so every renderer shows the
+Values come from :func:`bakeoff.verdicts.metrics.metric_estimate`, so every renderer shows the
 same numbers with the same 95% intervals.
 """
 
@@ -11,10 +11,7 @@ from typing import Any
 from bakeoff.results.values import TargetResult
 from bakeoff.stats import percentile
 
-__all__ = ["engine_notes", "figure", "human_bytes", "placement_share", "requirement_figures", "scenario_figures"]
-
-#: Engine precisions that must change results against a float32 eager reference.
-REDUCED_PRECISIONS = frozenset({"bf16", "f16", "bfloat16", "float16"})
+__all__ = ["figure", "human_bytes", "placement_share", "requirement_figures", "scenario_figures"]
 
 
 def human_bytes(value: int | None) -> str:
@@ -37,7 +34,7 @@ def figure(value: float, unit: str) -> str:
 
 
 def _estimate(result: TargetResult, metric: str, label: str, unit: str = "ms") -> str | None:
-    from bakeoff.analysis.metrics import metric_estimate
+    from bakeoff.verdicts.metrics import metric_estimate
 
     found = metric_estimate(result, metric)
     if found is None:
@@ -163,37 +160,3 @@ def placement_share(result: TargetResult) -> str:
     if p.device_flop_share is not None:
         text += f", {p.device_flop_share:.0%} of FLOPs"
     return text
-
-
-def engine_notes(result: TargetResult) -> list[str]:
-    """What an engine's precision setting meant for this result.
-
-    A precision is stated as the one the work ran in only when the engine ran it: an engine
-    that handed its work back to PyTorch never used its precision. Outputs bit-identical to
-    a float32 eager reference under a reduced precision cannot have been computed in it.
-    """
-    p = result.placement
-    if p is None:
-        return []
-    notes = []
-    err = result.correctness.max_abs_err if result.correctness is not None else None
-    for engine, data in p.signals.items():
-        precision = data.get("precision") if isinstance(data, dict) else None
-        if not precision:
-            continue
-        work = p.engine_work if p.engine_work and p.engine_work.get("engine") == engine else None
-        share = work.get("share") if work else None
-        if share is None:
-            notes.append(f"{engine} ran in {precision}")
-        elif share == 0:
-            notes.append(f"{engine} did not run: its {precision} setting was never used")
-        elif share < 1:
-            notes.append(f"{engine} ran {share:.0%} of its op calls, in {precision}; PyTorch ran the rest")
-        else:
-            notes.append(f"{engine} ran in {precision}")
-        if str(precision).lower() in REDUCED_PRECISIONS and err == 0.0 and result.target.dtype in (None, "float32"):
-            notes.append(
-                f"outputs are bit-identical to eager although {engine} was set to {precision}: "
-                f"they were not computed in {precision}"
-            )
-    return notes

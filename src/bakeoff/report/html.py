@@ -19,7 +19,7 @@ import secrets
 from functools import lru_cache
 from typing import Any
 
-from bakeoff.report.evidence import Evidence, answers_for, scenario_rows
+from bakeoff.report.evidence import Evidence, answers_for, check_lines, scenario_rows
 from bakeoff.report.figures import requirement_figures
 from bakeoff.results.values import RunResult, TargetResult
 
@@ -290,6 +290,7 @@ def _context(evidence: Evidence) -> dict[str, Any]:
                     ],
                     "noise": getattr(r, "noise", None) or (),
                     "scenarios": scenario_rows(r),
+                    "checks": check_lines(r, detailed=True),
                 }
             )
         runs.append(

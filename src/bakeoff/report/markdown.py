@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from bakeoff.analysis.requirements import SINGLE_OBSERVATION
-from bakeoff.report.evidence import Evidence, answers_for, scenario_rows
+from bakeoff.report.evidence import Evidence, answers_for, check_lines, scenario_rows
 from bakeoff.report.figures import requirement_figures
 from bakeoff.results.values import TargetResult
 
@@ -131,6 +131,7 @@ def render_markdown(evidence: Evidence) -> str:
             if r.placement is not None and r.placement.host_ops:
                 ops = ", ".join(f"{md(k)} x{md(v)}" for k, v in r.placement.host_ops.items())
                 lines.append(f"- host ops: {ops}")
+            lines += [f"- {md(title)}: {md('; '.join(facts))}" for title, facts in check_lines(r)]
             for q in getattr(r, "requirements", None) or ():
                 measured, interval = requirement_figures(q)
                 reason = q.get("reason") or ""

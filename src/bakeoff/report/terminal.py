@@ -10,8 +10,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from bakeoff.report.figures import engine_notes, requirement_figures, scenario_figures
+from bakeoff.checks.registry import registered_checks
 from bakeoff.report.figures import human_bytes as _bytes
+from bakeoff.report.figures import requirement_figures, scenario_figures
 from bakeoff.results.summary import RunSummary
 from bakeoff.results.values import BaselineInfo, Placement, RunResult, TargetResult
 
@@ -59,23 +60,6 @@ def _graphs(result: TargetResult) -> str:
     if compilation.recompiles:
         text += f" ({compilation.recompiles} recompiles)"
     return text
-
-
-def _compile_notes(result: TargetResult) -> list[str]:
-    compilation = result.compilation
-    if compilation is None:
-        return []
-    parts = []
-    if compilation.graph_breaks:
-        where = ", ".join(f"{b['location'] or '?'} ({b['reason']})" for b in compilation.graph_break_reasons[:2])
-        parts.append(f"{compilation.graph_breaks} graph break(s): {where}")
-    if compilation.still_recompiling:
-        parts.append("still recompiling for " + ", ".join(compilation.still_recompiling[:5]))
-    if compilation.compile_seconds_total:
-        parts.append(
-            f"compile {compilation.compile_seconds_total:.2f} s in {len(compilation.compilations)} compilation(s)"
-        )
-    return parts
 
 
 def buckets_view(run: RunResult) -> Table:
@@ -134,9 +118,6 @@ def _share(placement: Placement | None, cpu: bool = False) -> str:
 
 def _notes(result: TargetResult) -> str:
     parts: list[str] = []
-    if result.placement is not None and result.placement.verdict not in ("on_device", "not_applicable"):
-        parts.append(f"placement: {result.placement.explanation}")
-    parts.extend(engine_notes(result))
     if result.reason:
         parts.append(result.reason)
     if result.error is not None:
@@ -144,15 +125,12 @@ def _notes(result: TargetResult) -> str:
         parts.append(
             f"{result.error.category}{where}: {result.error.type}: {result.error.message.splitlines()[0][:160]}"
         )
-    if result.correctness is not None and result.correctness.reason and result.status != "error":
-        parts.append(result.correctness.reason[:200])
-    sensitivity = result.correctness.sensitivity if result.correctness is not None else None
-    if sensitivity is not None and result.status == "ok":
-        parts.append(f"correctness flags a relative bias above {sensitivity:.2g}")
-    drift = result.correctness.drift if result.correctness is not None else None
-    if drift:
-        parts.append(f"{drift['max_abs_err']:.2e} max abs from {drift['reference']} (the dtype's cost)")
-    parts.extend(_compile_notes(result))
+    for check in registered_checks():
+        value = result.checks.get(check.name)
+        if value is not None:
+            parts.extend(check.facts(value, result))
+    if result.unknown:
+        parts.append("written by a newer bakeoff or an absent plugin: " + ", ".join(sorted(result.unknown)))
     ci = result.speedup_ci
     if ci and not result.is_reference:
         parts.append(

@@ -27,8 +27,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bakeoff.results.values import Correctness, ErrorInfo, TargetResult
-from bakeoff.runner.job import TargetJob, adjustments_for
+from bakeoff.results.values import ErrorInfo, TargetResult
+from bakeoff.runner.job import TargetJob, adjustments_for, error_checks
 
 __all__ = ["IsolatedSession"]
 
@@ -191,7 +191,7 @@ class IsolatedSession:
             target=self.job.target,
             status="error",
             is_reference=self.job.is_reference,
-            correctness=Correctness("error", "no output to check: the worker ended without a result"),
+            checks=error_checks("the worker ended without a result"),
             error=error,
             duration_s=time.monotonic() - self.started,
             adjustments=adjustments_for(self.job.target, self.job.buckets, self.job.env),

@@ -8,18 +8,15 @@ rest of a sweep goes on. It returns plain values, so a worker process can send i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from bakeoff.checks.baseline import load_references
-from bakeoff.checks.correctness import compare_outputs, max_abs_difference
 from bakeoff.checks.outputs import flatten_outputs
+from bakeoff.checks.registry import registered_checks
 from bakeoff.measure.timing import TimingSettings
-from bakeoff.results.values import Correctness
 from bakeoff.target.spec import Target
 from bakeoff.workload.profile import InputProfile
 
-__all__ = ["TargetJob", "adjustments_for"]
+__all__ = ["TargetJob", "adjustments_for", "error_checks"]
 
 
 @dataclass(frozen=True)
@@ -71,67 +68,17 @@ def adjustments_for(
     return tuple(ledger)
 
 
+def error_checks(why: str) -> dict[str, Any]:
+    """The check values a failed target records (a correctness ``error``, say); ``why`` says
+    what happened."""
+    return {c.name: value for c in registered_checks() if (value := c.on_error(why)) is not None}
+
+
 def _native_dtype(outputs: Any) -> str:
     for tensor in flatten_outputs(outputs).values():
         if tensor.is_floating_point():
             return str(tensor.dtype).removeprefix("torch.")
     return "float32"
-
-
-def _correctness(
-    job: TargetJob, checks: list[tuple[str, dict[str, Any]]], fingerprint: str, dtype: str, native: str
-) -> Correctness:
-    """Compare flattened outputs, per input (``""`` = the default one, else a shape tag)."""
-    from bakeoff.analysis.tolerance import tolerance_for
-
-    if job.baseline_path is None:
-        return Correctness("not_comparable", "no baseline for this workload")
-    if fingerprint != job.fingerprint:
-        return Correctness(
-            "not_comparable",
-            f"workload fingerprint here ({fingerprint}) differs from the baseline's "
-            f"({job.fingerprint}): the model or its inputs are not reproducible",
-        )
-    name = f"eager:{dtype}"
-    tol = tolerance_for(dtype)
-    if job.repeat_max_abs_err > tol:
-        return Correctness(
-            "not_comparable",
-            f"the eager reference is nondeterministic: two eager CPU runs differ by "
-            f"{job.repeat_max_abs_err:.3g} (> {tol:g})",
-            name,
-            tol,
-        )
-    native_name = f"eager:{native}"
-    wanted = [n + tag for tag, _ in checks for n in (name, "golden", native_name)]
-    refs = load_references(Path(job.baseline_path), wanted)
-    verdicts, reasons, outputs = [], [], []
-    for tag, flat in checks:
-        if name + tag not in refs:
-            return Correctness("not_comparable", f"the baseline has no {name + tag} reference", name, tol)
-        result = compare_outputs(flat, refs[name + tag], refs.get("golden" + tag), dtype, name + tag)
-        verdicts.append(result.verdict)
-        label = tag.removeprefix("@")
-        if result.reason:
-            reasons.append(f"{label}: {result.reason}" if label else result.reason)
-        outputs.extend(
-            o if not label else type(o)(**{**o.__dict__, "name": f"{label}:{o.name}"}) for o in result.outputs
-        )
-    verdict = "fail" if "fail" in verdicts else ("not_comparable" if "not_comparable" in verdicts else "pass")
-    drift = None
-    if native != dtype:  # what the dtype change costs, against the workload's own dtype
-        errors = [
-            max_abs_difference(t, refs[native_name + tag][n])
-            for tag, flat in checks
-            for n, t in flat.items()
-            if native_name + tag in refs
-            and n in refs[native_name + tag]
-            and refs[native_name + tag][n].shape == t.shape
-            and t.is_floating_point()
-        ]
-        if errors:
-            drift = {"reference": native_name, "max_abs_err": max(errors)}
-    return Correctness(verdict, "; ".join(reasons)[:2000], name, tol, tuple(outputs), drift)
 
 
 def _profile_calls(job: TargetJob, workload: Any, prepared: Any) -> tuple[dict, list, dict]:

@@ -25,19 +25,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from bakeoff.checks.base import CheckContext
 from bakeoff.checks.baseline import shape_tag
 from bakeoff.checks.outputs import flatten_outputs
+from bakeoff.checks.registry import registered_checks
 from bakeoff.measure.clock import Clock, PerfClock
 from bakeoff.measure.timing import ROUNDS, enough_samples, first_call, time_block, time_pass, warm_calls, warm_up
-from bakeoff.results.values import Compilation, Correctness, ErrorInfo, Latency, ScenarioResult, TargetResult
+from bakeoff.results.values import ErrorInfo, Latency, ScenarioResult, TargetResult
 from bakeoff.runner.job import (
     TargetJob,
-    _correctness,
     _native_dtype,
     _profile_calls,
     _profile_summary,
     _steady_check,
     adjustments_for,
+    error_checks,
 )
 
 __all__ = ["TargetSession", "run_steps", "run_target"]
@@ -95,6 +97,10 @@ class TargetSession:
         self.stream_peak: tuple[int | None, int | None] = (None, None)
         self.compile_snapshot: dict[str, Any] | None = None
         self.build_peak: int | None = None
+        target = job.target
+        reasons = {c.name: c.not_applicable(target, job.is_reference) for c in registered_checks()}
+        self.checks = [c for c in registered_checks() if reasons[c.name] is None]
+        self.skipped_checks = {name: why for name, why in reasons.items() if why is not None}
 
     # -- plumbing --------------------------------------------------------------------------
     @contextmanager
@@ -120,7 +126,7 @@ class TargetSession:
             target=self.job.target,
             status="error",
             is_reference=self.job.is_reference,
-            correctness=Correctness("error", f"no output to check: the target failed during {self.phase}"),
+            checks=error_checks(f"the target failed during {self.phase}"),
             error=ErrorInfo(
                 type=type(exc).__name__,
                 message=(
@@ -183,8 +189,8 @@ class TargetSession:
             # the reference is plain eager CPU: no device map or self-placement applies to it
             self.workload = build_workload(job.workload_spec, device=None if job.is_reference else target.torch_device)
             self.fingerprint, self.native = self.workload.fingerprint, self.workload.dtype  # before casting
-            if target.is_compiled:
-                torch._dynamo.reset()
+            for check in self.checks:
+                check.setup(target)
             self.phase = "prepare"
             reset_device_peak_memory(target)
             self.build_peak = peak_rss_bytes()  # resets below also reset the kernel's lifetime peak
@@ -292,44 +298,52 @@ class TargetSession:
             self.scenario_results.append(result)
 
     def finish(self) -> TargetResult:
-        """Check outputs, audit compilation and placement, run training, and close."""
-        from bakeoff.checks.placement import audit_placement
-        from bakeoff.target.probes import probe_for
-
-        job, target = self.job, self.job.target
+        """Run every applicable check, then training (it changes the weights), and close."""
+        job = self.job
         result = None
         if self.failed is not None:
             return self.failed
         with self._step():
-            self.phase = "correctness"
-            if job.profile is None:
-                output = self.outputs[""]
-                dtype = target.dtype or _native_dtype(output)
-                checks = [("", flatten_outputs(output))]
-            else:
-                from bakeoff.workload.padding import unpad_outputs
-
-                dtype = target.dtype or _native_dtype(next(iter(self.outputs.values())))
-                checks = [
-                    (shape_tag(*key), unpad_outputs(flatten_outputs(out), key[1], self.padded_to[key]))
-                    for key, out in self.outputs.items()
-                ]
-            correctness = _correctness(job, checks, self.fingerprint, dtype, self.native)
-            compilation, profile_info = self._compilation()
-            self.phase = "placement audit"
-            placement = audit_placement(self.prepared, target, probe_for(target))
-            placement = _label_graphs(placement, compilation, self.scenario_results)  # training comes after
+            self.phase = "checks"
+            context, profile_info = self._check_context()
+            for check in self.checks:
+                self.phase = check.phase or check.name
+                value = check.run(context)
+                if value is not None:
+                    context.results[check.name] = value
             training = next((s for s in job.scenarios if s.name == "training"), None)
             if training is not None:
                 self._scenario(training)
-            result = self._result(correctness, compilation, placement, profile_info)
+            result = self._result(context.results, profile_info)
         self._close()
         assert result is not None or self.failed is not None
         return result if result is not None else self.failed  # type: ignore[return-value]
 
     # -- assembling the result ---------------------------------------------------------------
-    def _compilation(self) -> tuple[Compilation | None, dict | None]:
-        job, profile_info, per_shape = self.job, None, None
+    def _check_context(self) -> tuple[CheckContext, dict | None]:
+        """What the checks see: the outputs per input tag (padding removed), a way to call the
+        target again on each input, and the single-stream compile record; with the profile's
+        run-level summary."""
+        job, target = self.job, self.job.target
+        if job.profile is None:
+            keys = {"": None}
+            dtype = target.dtype or _native_dtype(self.outputs[""])
+        else:
+            keys = {shape_tag(*key): key for key in self.outputs}
+            dtype = target.dtype or _native_dtype(next(iter(self.outputs.values())))
+
+        def flat(key: Any, output: Any) -> dict[str, Any]:
+            if key is None:
+                return flatten_outputs(output)
+            from bakeoff.workload.padding import unpad_outputs
+
+            return unpad_outputs(flatten_outputs(output), key[1], self.padded_to[key])
+
+        def call(tag: str) -> dict[str, Any]:
+            key = keys[tag]
+            return flat(key, self.prepared() if key is None else self.calls[key]())
+
+        profile_info, per_shape = None, None
         if job.profile is not None:
             from bakeoff.measure.timing import ProfileRun
 
@@ -341,15 +355,22 @@ class TargetSession:
                 len(self.rounds),
             )
             profile_info, per_shape = _profile_summary(job, run, self.padded_to)
-        if self.prepared.compile_summary is None:
-            return None, profile_info
-        summary = self.compile_snapshot
-        hits = sum(1 for c in summary.get("compilations", ()) if c.get("cache") == "hit")
-        summary["cache"] = "cold (empty cache)" if job.cold_cache else f"existing cache ({hits} hit(s))"
-        summary["steady"] = self.settled
-        if job.profile is not None:
-            summary.update(per_shape=per_shape, still_recompiling=tuple(f"{b}x{s}" for b, s in self.unsteady))
-        return Compilation(**summary), profile_info
+        context = CheckContext(
+            job=job,
+            target=target,
+            prepared=self.prepared,
+            outputs={tag: flat(key, self.outputs["" if key is None else key]) for tag, key in keys.items()},
+            call=call,
+            dtype=dtype,
+            native=self.native,
+            fingerprint=self.fingerprint,
+            settled=self.settled,
+            compile_snapshot=self.compile_snapshot,
+            profile_shapes=per_shape,
+            unsteady=tuple(f"{b}x{s}" for b, s in self.unsteady) if job.profile is not None else (),
+            scenarios=tuple(self.scenario_results),
+        )
+        return context, profile_info
 
     def _single_stream(self) -> ScenarioResult:
         # per-shape series for a profile; a single input's samples are the target's latency
@@ -365,7 +386,7 @@ class TargetSession:
             device_peak_bytes=self.stream_peak[1],
         )
 
-    def _result(self, correctness: Any, compilation: Any, placement: Any, profile_info: Any) -> TargetResult:
+    def _result(self, checks: dict[str, Any], profile_info: Any) -> TargetResult:
         import torch
 
         from bakeoff.analysis.noise import noise_flags
@@ -381,8 +402,7 @@ class TargetSession:
                 if job.profile is None
                 else "still compiling: some profile shapes recompiled after warm-up"
             )
-        if compilation is not None and compilation.recompile_limit_hits:
-            notes.append(f"hit the recompile limit {compilation.recompile_limit_hits}x: those frames now run eagerly")
+        notes += [note for check in self.checks if check.name in checks for note in check.notes(checks[check.name])]
         series = {f"{b}x{s}": v for (b, s), v in self.per_shape.items()} if job.profile is not None else None
         noise = noise_flags(latency.samples_ms, self.rounds, os.cpu_count() or 1, series=series)
         scenarios = [self._single_stream(), *self.scenario_results]
@@ -392,9 +412,8 @@ class TargetSession:
             target=job.target,
             status="ok",
             is_reference=job.is_reference,
-            correctness=correctness,
-            placement=placement,
-            compilation=compilation,
+            checks=checks,
+            skipped_checks=self.skipped_checks,
             latency=latency,
             first_call_ms=self.first_call_ms,
             warmup_calls=self.warmups,
@@ -432,23 +451,3 @@ def run_steps(session: Any) -> TargetResult:
 def run_target(job: TargetJob, clock: Clock | None = None) -> TargetResult:
     """Run every step of one target in this process, without interleaving."""
     return run_steps(TargetSession(job, clock))
-
-
-def _label_graphs(placement: Any, compilation: Any, scenarios: Any = ()) -> Any:
-    """Say which traffic each graph the compiler made belongs to, so the counts add up.
-
-    ``signals.compile.graphs`` counts every graph made until the placement audit; the
-    compilation audit's ``graphs`` covers the single-stream traffic only, and each scenario
-    records the graphs its own shapes added (training runs after the audit: its graphs are in
-    its own figures only). ``graphs_by_scenario`` lists them side by side.
-    """
-    from dataclasses import replace
-
-    compile_signals = placement.signals.get("compile") if placement is not None else None
-    if compile_signals is None or compilation is None:
-        return placement
-    by_scenario = {"single-stream": compilation.graphs}
-    by_scenario.update({s.name: s.facts["graphs"] for s in scenarios if "graphs" in s.facts})
-    return replace(
-        placement, signals={**placement.signals, "compile": {**compile_signals, "graphs_by_scenario": by_scenario}}
-    )

@@ -339,7 +339,7 @@ def _use_scenarios(session: Any, scenarios: tuple[ScenarioSpec, ...]) -> None:
 def _with_requirements(result: TargetResult, requirements: Sequence[Requirement]) -> TargetResult:
     if not requirements or result.status == "skipped":
         return result
-    from bakeoff.analysis.metrics import check_target
+    from bakeoff.verdicts.metrics import check_target
 
     checks = check_target(result, list(requirements))
     return replace(result, requirements=tuple(c.to_dict() for c in checks))

@@ -31,7 +31,7 @@ class RunHeader:
     keys: tuple[tuple[str, str], ...]
 
     def as_tuple(self) -> tuple[str, str, str, str, tuple[tuple[str, str], ...]]:
-        """The shape :func:`bakeoff.analysis.regressions.pair_runs` takes."""
+        """The shape :func:`bakeoff.verdicts.regressions.pair_runs` takes."""
         return (self.run_id, self.created_at, self.workload_spec, self.environment_fingerprint, self.keys)
 
     def to_dict(self) -> dict[str, Any]:

@@ -19,10 +19,12 @@ environment measure noise, not an update).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from bakeoff.checks.base import Metric
+from bakeoff.checks.registry import registered_checks
 from bakeoff.env import VOLATILE, VOLATILE_ENV, Environment
 from bakeoff.results.values import RunResult, TargetResult
 
@@ -43,9 +45,6 @@ __all__ = [
 OUTCOMES = ("improved", "regressed", "unchanged", "not_comparable", "failed")
 #: Worst first: a result's outcome is the first of these that any metric has.
 _SEVERITY = ("failed", "regressed", "improved", "unchanged", "not_comparable")
-_CORRECTNESS_RANK = {"pass": 1, "fail": 0, "error": 0}
-#: Placement verdicts, better higher; verdicts of equal rank are of different kinds (not comparable).
-_PLACEMENT_RANK = {"on_device": 2, "not_applicable": 2, "fallbacks": 1, "left_on_host": 0, "engine_did_not_run": 0}
 _REQUIREMENT_RANK = {"met": 1, "not_met": 0}
 
 
@@ -266,30 +265,52 @@ def _count(metric: str, before: int | None, after: int | None, threshold: int) -
     return MetricChange(metric, outcome, before, after, change=float(delta))
 
 
-def _placement_counts(before: Any, after: Any, t: Thresholds) -> list[MetricChange]:
-    """Exact counts behind the share, lower is better: a rounded share hides a few ops moving.
+def _breakdown(change: MetricChange, before: Mapping[str, int], after: Mapping[str, int]) -> MetricChange:
+    """A count's change, naming the items (ops, modules) whose counts moved."""
+    moved = [
+        f"{k} {before.get(k, 0)} -> {after.get(k, 0)}"
+        for k in sorted(set(before) | set(after))
+        if before.get(k, 0) != after.get(k, 0)
+    ]
+    return replace(change, detail=", ".join(moved[:5])) if moved else change
 
-    ``host_op_calls`` are op calls the dispatch audit saw on the host plus those the backend's
-    own fallback ran (per forward pass); ``host_state_copies`` the host-to-device copies of
-    host state per forward pass. Each names the ops (or modules) whose counts changed.
+
+def _check_metric(before: Metric | None, after: Metric | None, t: Thresholds) -> MetricChange | None:
+    """One check's metric compared by its kind (see :class:`~bakeoff.checks.base.Metric`).
+
+    A verdict is compared whenever the check offers it (``not measured`` on neither side); a
+    count or a share only when both sides measured it as a number, except a count that one side
+    lacks, which is not comparable.
     """
-    metrics = []
-    for name, b, a in (
-        ("host_op_calls", {**before.host_ops, **before.fallback_ops}, {**after.host_ops, **after.fallback_ops}),
-        (
-            "host_state_copies",
-            {s["module"]: s["count"] for s in before.host_state_copies},
-            {s["module"]: s["count"] for s in after.host_state_copies},
-        ),
-    ):
-        change = _count(name, sum(b.values()), sum(a.values()), t.compile_counts)
-        moved = [f"{k} {b.get(k, 0)} -> {a.get(k, 0)}" for k in sorted(set(b) | set(a)) if b.get(k, 0) != a.get(k, 0)]
-        if moved:
-            change = MetricChange(
-                change.metric, change.outcome, change.before, change.after, change.change, detail=", ".join(moved[:5])
-            )
-        metrics.append(change)
-    return metrics
+    some = after or before
+    assert some is not None
+    b = before.value if before is not None else None
+    a = after.value if after is not None else None
+    if some.kind == "verdict":
+        return _ranked(some.name, b, a, some.rank)
+    if some.kind == "share":
+        if b is None or a is None:
+            return None
+        delta = a - b
+        outcome = "unchanged" if abs(delta) <= t.op_share else ("improved" if delta > 0 else "regressed")
+        return MetricChange(some.name, outcome, b, a, change=delta)
+    change = _count(some.name, b, a, t.compile_counts)
+    if before is not None and after is not None and (before.breakdown is not None or after.breakdown is not None):
+        change = _breakdown(change, before.breakdown or {}, after.breakdown or {})
+    return change
+
+
+def _checks(before: TargetResult, after: TargetResult, t: Thresholds) -> list[MetricChange]:
+    """Every registered check's metrics, before against after, in the check's own order."""
+    changes = []
+    for check in registered_checks():
+        b = {m.name: m for m in check.metrics(before.checks.get(check.name))}
+        a = {m.name: m for m in check.metrics(after.checks.get(check.name))}
+        for name in dict.fromkeys([*b, *a]):
+            change = _check_metric(b.get(name), a.get(name), t)
+            if change is not None:
+                changes.append(change)
+    return changes
 
 
 def _samples_change(
@@ -442,27 +463,13 @@ def compare_results(
         metrics.append(MetricChange("status", "improved", before.status, after.status, detail="ran; it failed before"))
     else:
         metrics.append(MetricChange("status", "unchanged", before.status, after.status))
-    metrics.append(_ranked("correctness", before.verdict, after.verdict, _CORRECTNESS_RANK))
-    pb, pa = before.placement, after.placement
-    metrics.append(_ranked("placement", pb and pb.verdict, pa and pa.verdict, _PLACEMENT_RANK))
-    share_b = pb.device_op_share if pb else None
-    share_a = pa.device_op_share if pa else None
-    if share_b is not None and share_a is not None:
-        delta = share_a - share_b
-        outcome = "unchanged" if abs(delta) <= t.op_share else ("improved" if delta > 0 else "regressed")
-        metrics.append(MetricChange("device_op_share", outcome, share_b, share_a, change=delta))
-    if pb is not None and pa is not None:
-        metrics.extend(_placement_counts(pb, pa, t))
+    metrics.extend(_checks(before, after, t))
     metrics.append(_latency(before, after, t))
     metrics.append(
         _relative(
             "first_call_ms", before.first_call_ms, after.first_call_ms, t.first_call, t.first_call_floor_ms, " ms"
         )
     )
-    cb, ca = before.compilation, after.compilation
-    if cb is not None or ca is not None:
-        for name in ("graphs", "recompiles", "graph_breaks"):
-            metrics.append(_count(name, getattr(cb, name, None), getattr(ca, name, None), t.compile_counts))
     metrics.extend(_scenarios(before, after, t))
     metrics.extend(_requirements(before, after))
     if before.status == "error":  # nothing to compare the measurements with

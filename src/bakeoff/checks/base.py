@@ -1,0 +1,125 @@
+"""What a check is: one kind of evidence about a target, owned by one module.
+
+A check owns its whole slice: whether it applies to a target (and why not), any set-up before
+the target is prepared, how it runs in the target's session once timing is done, its frozen
+result value (read and written by :mod:`bakeoff.codec`), the metrics it offers to regressions,
+and the one-line facts the reports show. The trial runs ``for check in registered_checks()``
+(:mod:`bakeoff.checks.registry`) and never names one.
+
+A check runs inside the target's session (in its worker process when isolated) and sees it
+through a :class:`CheckContext`; everything it returns must be a plain frozen value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from bakeoff.codec import decode, encode
+
+__all__ = ["Check", "CheckContext", "Metric"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A figure a check offers to regressions between runs.
+
+    ``kind`` says how two values compare: ``verdict`` (better by ``rank``, higher is better; a
+    value outside the rank is not comparable), ``count`` (lower is better; a change counts
+    beyond the thresholds' count tolerance) or ``share`` (a fraction, higher is better; beyond
+    the share tolerance). ``breakdown`` names what a count is made of (ops, modules), so a
+    change can say what moved.
+    """
+
+    name: str
+    value: Any
+    kind: str
+    rank: Mapping[str, int] = field(default_factory=dict)
+    breakdown: Mapping[str, int] | None = None
+
+
+@dataclass
+class CheckContext:
+    """What a check sees of a target's session once timing is done.
+
+    ``outputs`` maps each input's tag (``""`` for the workload's own input, ``@BxS`` for a
+    profile shape) to the flattened outputs the timed calls produced, in the target's own
+    form (padding removed); ``call(tag)`` runs the prepared model on that input again and
+    returns its flattened outputs the same way. ``dtype`` is the dtype the outputs are judged
+    in and ``native`` the workload's own. ``results`` holds the values of the checks that ran
+    before this one, by name; ``scenarios`` the scenario results so far.
+    """
+
+    job: Any
+    target: Any
+    prepared: Any
+    outputs: dict[str, dict[str, Any]]
+    call: Callable[[str], dict[str, Any]]
+    dtype: str
+    native: str
+    fingerprint: str
+    settled: bool | None = None
+    compile_snapshot: dict[str, Any] | None = None
+    profile_shapes: tuple[dict[str, Any], ...] | None = None
+    unsteady: tuple[str, ...] = ()
+    results: dict[str, Any] = field(default_factory=dict)
+    scenarios: tuple[Any, ...] = ()
+
+
+class Check:
+    """The base of every check; subclasses set the class attributes and override what they use.
+
+    Attributes:
+        name: the key of its value in a target's result and in the run document.
+        title: a few words for reports.
+        value_type: the frozen dataclass its :meth:`run` returns.
+        phase: what a failure during :meth:`run` is reported as having happened in.
+        answers: the question of the reports' evidence ("correct", "placement") whose answer
+            already renders this check's value; empty: the reports list its facts themselves.
+    """
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    value_type: ClassVar[type]
+    phase: ClassVar[str] = ""
+    answers: ClassVar[str] = ""
+
+    def not_applicable(self, target: Any, is_reference: bool) -> str | None:
+        """Why this check does not apply to ``target`` (None: it applies). Decided before the
+        target runs, from its spec alone."""
+        return None
+
+    def setup(self, target: Any) -> None:
+        """Set-up in the target's session before the target is prepared."""
+
+    def run(self, context: CheckContext) -> Any:
+        """The check's value for the target; raising makes the target's result an error."""
+        raise NotImplementedError
+
+    def on_error(self, why: str) -> Any | None:
+        """The value to record when the target failed before this check could run (None: none);
+        ``why`` says what happened, e.g. "the target failed during timing"."""
+        return None
+
+    def metrics(self, value: Any | None) -> list[Metric]:
+        """The figures regressions compare between runs (``value`` None: not measured)."""
+        return []
+
+    def notes(self, value: Any) -> list[str]:
+        """Warnings to store in the target's ``notes`` (shown wherever its notes are)."""
+        return []
+
+    def facts(self, value: Any, result: Any) -> list[str]:
+        """One-line facts for the terminal's notes and the Markdown report (nothing to say: [])."""
+        return []
+
+    def details(self, value: Any, result: Any) -> list[str]:
+        """The lines of the HTML report's detail (by default the facts)."""
+        return self.facts(value, result)
+
+    def encode(self, value: Any) -> Any:
+        return encode(value)
+
+    def decode(self, data: Any) -> Any:
+        return decode(self.value_type, data)

@@ -1,0 +1,91 @@
+"""One codec for every frozen value: a dataclass to plain JSON data and back, by its type hints.
+
+A value class declares nothing but its fields. Tuples are written as lists and read back as
+tuples (``tuple[float, ...]`` reads JSON integers as floats), nested value classes and mappings
+of them round-trip, ``X | None`` reads ``null`` as None. A class may list read-only
+properties in ``DERIVED``: they are written beside the fields for readers of the JSON (a
+latency's percentiles, say) and ignored when reading, since they follow from the fields.
+
+Compatibility rule for every document built from these values: **adding is compatible,
+readers ignore what they do not know; removing a key or changing its meaning bumps the
+document's version.** :func:`decode` therefore skips keys its class does not have (a document
+written by a newer bakeoff), and fills fields the document lacks with their defaults (a
+document written before the field was added).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from functools import cache
+from typing import Any, TypeVar
+
+__all__ = ["Value", "decode", "decode_fields", "encode"]
+
+T = TypeVar("T")
+
+
+def encode(value: Any) -> Any:
+    """``value`` as JSON data: dataclasses as objects (with their ``DERIVED`` properties),
+    tuples and lists as lists, mappings with their values encoded."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        data = {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        for name in getattr(type(value), "DERIVED", ()):
+            data[name] = encode(getattr(value, name))
+        return data
+    if isinstance(value, (tuple, list)):
+        return [encode(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: encode(v) for k, v in value.items()}
+    return value
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def decode_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of the dataclass ``cls`` that ``data`` has, read by their type hints."""
+    hints = _hints(cls)
+    return {f.name: _read(hints[f.name], data[f.name]) for f in dataclasses.fields(cls) if f.name in data}
+
+
+def decode(cls: type[T], data: Mapping[str, Any]) -> T:
+    """An instance of the dataclass ``cls`` from :func:`encode`'s data (see the module's rule)."""
+    return cls(**decode_fields(cls, data))
+
+
+class Value:
+    """``to_dict``/``from_dict`` for a frozen value dataclass, through this module's codec."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return encode(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Any:
+        return decode(cls, data)
+
+
+def _read(hint: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        kinds = [a for a in args if a is not type(None)]
+        return _read(kinds[0], value) if len(kinds) == 1 else value
+    if origin is tuple:
+        item = args[0] if args else Any
+        if (len(args) == 2 and args[1] is Ellipsis) or len(args) == 1:
+            return tuple(_read(item, v) for v in value)
+        return tuple(_read(a, v) for a, v in zip(args, value, strict=False))
+    if origin in (dict, Mapping) or origin is typing.Mapping:
+        item = args[1] if len(args) == 2 else Any
+        return {k: _read(item, v) for k, v in value.items()}
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return decode(hint, value)
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value

@@ -1,0 +1,1 @@
+"""Verdicts over stored results: the service's requirements met or not, and what changed between runs."""
