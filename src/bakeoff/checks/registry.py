@@ -21,6 +21,7 @@ from importlib.metadata import entry_points
 from bakeoff.checks.base import Check
 from bakeoff.checks.compilation import CompilationCheck
 from bakeoff.checks.correctness import CorrectnessCheck
+from bakeoff.checks.determinism import DeterminismCheck
 from bakeoff.checks.placement import PlacementCheck
 
 __all__ = ["ENTRY_POINTS", "check_named", "registered_checks"]
@@ -28,7 +29,7 @@ __all__ = ["ENTRY_POINTS", "check_named", "registered_checks"]
 ENTRY_POINTS = "bakeoff.checks"
 
 #: bakeoff's own checks, in the order they run and are shown.
-BUILTIN: tuple[Check, ...] = (CorrectnessCheck(), PlacementCheck(), CompilationCheck())
+BUILTIN: tuple[Check, ...] = (CorrectnessCheck(), PlacementCheck(), CompilationCheck(), DeterminismCheck())
 
 
 def _plugin(entry: object, taken: set[str]) -> Check | None:

@@ -1,0 +1,65 @@
+"""The determinism check: the target's outputs over repeated calls on the same input, bit for bit."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from rich.console import Console
+from tests.conftest import py_workload
+from tests.unit.test_regressions import by_metric, classify, result
+
+import bakeoff
+from bakeoff.checks.determinism import Determinism, compare_repeats
+from bakeoff.report.terminal import run_view
+
+FAST = {"min_samples": 3, "min_seconds": 0.0, "isolate": False}
+
+
+def test_one_bit_of_difference_is_nondeterminism():
+    a = torch.tensor([1.0, 2.0, float("nan")])
+    b = a.clone()
+    b[1] = torch.nextafter(b[1], torch.tensor(3.0))  # the next float up: one bit
+    verdict = compare_repeats({"": [{"out": a}, {"out": a.clone()}, {"out": b}]})
+    assert verdict.verdict == "nondeterministic" and verdict.differing == ("out",)
+    assert 0 < verdict.max_abs_diff < 1e-6
+    # control: identical calls (NaN where NaN) are deterministic
+    same = compare_repeats({"": [{"out": a}, {"out": a.clone()}, {"out": a.clone()}]})
+    assert same == Determinism("deterministic", 3, 1, (), 0.0)
+
+
+def test_a_changed_shape_or_a_missing_output_counts_and_names_the_input():
+    a = {"out": torch.zeros(2), "aux": torch.zeros(1)}
+    verdict = compare_repeats({"@1x8": [a, {"out": torch.zeros(3), "aux": torch.zeros(1)}, {"out": torch.zeros(2)}]})
+    assert verdict.verdict == "nondeterministic"
+    assert verdict.differing == ("1x8:out", "1x8:aux") and math.isinf(verdict.max_abs_diff)
+
+
+def test_determinism_changes_are_regressions():
+    steady = result(determinism=Determinism("deterministic", 3, 1))
+    noisy = result(determinism=Determinism("nondeterministic", 3, 1, ("output.logits",), 1e-6))
+    assert by_metric(classify(steady, noisy)[2])["determinism"] == "regressed"
+    assert by_metric(classify(noisy, steady)[2])["determinism"] == "improved"
+    assert by_metric(classify(steady, steady)[2])["determinism"] == "unchanged"
+
+
+@pytest.mark.compile
+def test_a_target_nondeterministic_only_when_compiled_is_caught(db):
+    run = bakeoff.trial(py_workload("noisy_when_compiled"), on="cpu,cpu+aot_eager", db=db, **FAST)
+    compiled = run.result("cpu+aot_eager").checks["determinism"]
+    assert compiled.verdict == "nondeterministic" and compiled.differing == ("output.logits",)
+    assert 0 < compiled.max_abs_diff <= 1e-6
+    # the eager reference of the same model is the control
+    assert run.result("cpu").checks["determinism"].verdict == "deterministic"
+    console = Console(width=400, record=True, highlight=False)
+    console.print(run_view(run, width=400))
+    shown = " ".join(console.export_text().split())
+    assert "nondeterministic: output.logits differed between 3 calls on the same input" in shown
+
+
+def test_a_deterministic_model_is_not_flagged(db):
+    run = bakeoff.trial(py_workload("mlp"), on="cpu", db=db, **FAST)
+    value = run.result("cpu").checks["determinism"]
+    assert value == Determinism("deterministic", 3, 1, (), 0.0)
+    assert run.to_dict()["results"][0]["determinism"]["verdict"] == "deterministic"
