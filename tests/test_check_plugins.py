@@ -1,0 +1,58 @@
+"""Checks from third parties: a plugin package installed beside bakeoff adds a check through the
+``bakeoff.checks`` entry point, without touching bakeoff.
+
+``tests/plugin_site`` is an installed distribution (a package and its ``.dist-info`` with the
+entry points), as ``pip install`` leaves one; putting it on ``PYTHONPATH`` installs it for the
+processes started here and for their workers. Its check says whether the outputs are finite; a
+second entry point names a class that does not exist (a broken plugin).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import py_workload
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGIN_SITE = ROOT / "tests" / "plugin_site"
+FAST = ["--samples", "3", "--min-time", "0"]
+
+
+def bakeoff(*args: str, plugin: bool) -> subprocess.CompletedProcess[str]:
+    paths = [str(PLUGIN_SITE)] if plugin else []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, str(ROOT / "src"), str(ROOT)])}
+    return subprocess.run(
+        [sys.executable, "-m", "bakeoff", *args], capture_output=True, text=True, timeout=600, env=env, cwd=ROOT
+    )
+
+
+def test_a_plugin_check_runs_in_the_workers_is_stored_and_survives_its_uninstalling(tmp_path):
+    db = str(tmp_path / "kb.db")
+    targets = "cpu,cpu?dtype=fp16"
+    ran = bakeoff("trial", py_workload("overflows_in_half"), "--on", targets, "--db", db, *FAST, "--format", "json",
+                  plugin=True)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    # the broken entry point is left out with one line; the trial goes on
+    assert "bakeoff: check plugin 'broken' left out: AttributeError" in ran.stderr
+    run = json.loads(ran.stdout)
+    by_target = {r["target"]: r for r in run["results"]}
+    # the seeded fault: float16 overflows to inf; the float32 reference is the clean control
+    assert by_target["cpu?dtype=float16"]["finite_outputs"] == {"verdict": "nonfinite", "nonfinite": ["output.logits"]}
+    assert by_target["cpu"]["finite_outputs"] == {"verdict": "finite", "nonfinite": []}
+    assert by_target["cpu"]["correctness"]["verdict"] == "pass"  # bakeoff's own checks still run
+
+    shown = bakeoff("show", run["run_id"], "--db", db, plugin=True)
+    assert shown.returncode == 0, shown.stderr
+    assert "non-finite values in output.logits" in shown.stdout
+
+    # the plugin uninstalled: its values are kept, named, and written back unchanged
+    without = bakeoff("show", run["run_id"], "--db", db, plugin=False)
+    assert without.returncode == 0, without.stderr
+    assert "written by a newer bakeoff or an absent plugin: finite_outputs" in " ".join(without.stdout.split())
+    exported = bakeoff("show", run["run_id"], "--db", db, "--format", "json", plugin=False)
+    kept = {r["target"]: r for r in json.loads(exported.stdout)["results"]}
+    assert kept["cpu?dtype=float16"]["finite_outputs"] == by_target["cpu?dtype=float16"]["finite_outputs"]
