@@ -16,7 +16,6 @@ immediate write transaction on SQLite), so two clients starting at once migrate 
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import re
 from collections.abc import Callable, Iterable
@@ -30,6 +29,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 
 from bakeoff.env import VOLATILE, Environment
 from bakeoff.errors import StoreError
+from bakeoff.hashing import file_sha256
 from bakeoff.results.summary import RunSummary
 from bakeoff.results.values import BaselineInfo, RunResult, TargetResult
 from bakeoff.store import schema
@@ -43,7 +43,6 @@ __all__ = [
     "baseline_name",
     "dialect_insert",
     "display_db_url",
-    "file_sha256",
     "insert_unless_exists",
     "resolve_db_url",
     "utc_now",
@@ -95,14 +94,6 @@ def baseline_name(info: BaselineInfo) -> str:
                 hint="only letters, digits, '-' and '_' (a file written by bakeoff has nothing else)",
             )
     return f"baselines/{info.fingerprint}/{info.id}.safetensors"
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def display_db_url(url: str) -> str:
