@@ -13,9 +13,7 @@ and migrating its schema when it is opened is :mod:`bakeoff.store.versioning`.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +21,11 @@ from sqlalchemy import Engine, func, insert, select
 
 from bakeoff.env import VOLATILE, Environment
 from bakeoff.errors import StoreError
-from bakeoff.hashing import file_sha256
 from bakeoff.results.summary import RunSummary
 from bakeoff.results.values import BaselineInfo, RunResult, TargetResult
 from bakeoff.store import schema, versioning
 from bakeoff.store.annotations import Note, check_note_text, check_tag
+from bakeoff.store.artifacts import baseline_name, baseline_problem
 from bakeoff.store.connection import (
     DEFAULT_DB,
     dialect_insert,
@@ -39,33 +37,9 @@ from bakeoff.store.connection import (
     set_sqlite_pragmas,
 )
 
-__all__ = ["DEFAULT_DB", "RunSummary", "Store", "baseline_name", "utc_now"]
+__all__ = ["DEFAULT_DB", "RunSummary", "Store"]
 
 _VOLATILE_KEY = "_environment_volatile"
-
-
-_ARTIFACT_KEY = re.compile(r"[0-9A-Za-z_-]{1,64}")
-
-
-def baseline_name(info: BaselineInfo) -> str:
-    """Where a baseline's tensors live *inside* an artifact store, derived from its id and
-    fingerprint alone: what the database and exports keep instead of a machine's path.
-
-    Raises:
-        StoreError: an id or fingerprint that could name a path outside the store.
-    """
-    for what, value in (("id", info.id), ("fingerprint", info.fingerprint)):
-        if not _ARTIFACT_KEY.fullmatch(str(value)):
-            raise StoreError(
-                f"baseline {what} {str(value)[:80]!r} is not a bakeoff {what}",
-                hint="only letters, digits, '-' and '_' (a file written by bakeoff has nothing else)",
-            )
-    return f"baselines/{info.fingerprint}/{info.id}.safetensors"
-
-
-def utc_now() -> str:
-    """The current time as the store keeps it: ISO-8601 in UTC, microseconds, ``+00:00``."""
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
 
 def _baseline_info(row: Any) -> BaselineInfo:
@@ -191,19 +165,7 @@ class Store:
     def baseline_problem(self, info: BaselineInfo) -> str | None:
         """Why ``info``'s tensors cannot be used as a reference here, or None when they can:
         the file must be in this store's artifacts and match the content hash recorded with it."""
-        try:
-            path = self.baseline_file(info)
-        except StoreError as exc:
-            return str(exc)
-        if not path.is_file():
-            return "has no tensor file here"
-        if not path.resolve().is_relative_to(self.artifacts_dir.resolve()):
-            return "tensor file links outside the artifact store"
-        if not info.sha256:
-            return "has no content hash to verify its tensor file against"
-        if file_sha256(path) != info.sha256:
-            return "tensor file does not match its content hash"
-        return None
+        return baseline_problem(self.artifacts_dir, info)
 
     @guarded
     def save_baseline(self, info: BaselineInfo, env: Environment) -> None:
@@ -504,7 +466,7 @@ class Store:
         run_id = self.resolve_run_id(run_id)
         values = {
             "run_id": run_id,
-            "created_at": created_at or utc_now(),
+            "created_at": created_at or schema.utc_now(),
             "text": check_note_text(text),
             "author": author if author is not None else os.environ.get("USER") or None,
         }
@@ -527,7 +489,7 @@ class Store:
         with self.engine.begin() as conn:
             conn.execute(
                 insert_unless_exists(conn, schema.run_tags, ["run_id", "tag"]).values(
-                    run_id=run_id, tag=check_tag(tag), created_at=utc_now()
+                    run_id=run_id, tag=check_tag(tag), created_at=schema.utc_now()
                 )
             )
         return self.tags(run_id)

@@ -37,8 +37,10 @@ from bakeoff.results import strictjson
 from bakeoff.results.values import BaselineInfo, RunResult
 from bakeoff.store import schema
 from bakeoff.store.annotations import check_note_text, check_tag
+from bakeoff.store.artifacts import baseline_name
 from bakeoff.store.connection import dialect_insert, insert_unless_exists
-from bakeoff.store.db import Store, baseline_name, utc_now
+from bakeoff.store.db import Store
+from bakeoff.store.schema import utc_now
 
 __all__ = ["CSV_COLUMNS", "EXPORT_SCHEMA", "EXPORT_VERSION", "ExportSummary", "ImportSummary", "export", "import_"]
 
