@@ -13,7 +13,8 @@ and migrating its schema when it is opened is :mod:`bakeoff.store.versioning`.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,17 @@ from bakeoff.errors import StoreError
 from bakeoff.results.summary import RunSummary
 from bakeoff.results.values import BaselineInfo, RunResult, TargetResult
 from bakeoff.store import schema, versioning
-from bakeoff.store.annotations import Note, check_note_text, check_tag
+from bakeoff.store.annotations import (
+    Note,
+    delete_tag,
+    insert_missing_notes,
+    insert_missing_tags,
+    insert_note,
+    insert_tag,
+    select_notes,
+    select_runs_with_tag,
+    select_tags,
+)
 from bakeoff.store.artifacts import baseline_name, baseline_problem
 from bakeoff.store.connection import (
     DEFAULT_DB,
@@ -32,6 +43,7 @@ from bakeoff.store.connection import (
     display_db_url,
     guarded,
     insert_unless_exists,
+    lock_writers,
     make_engine,
     resolve_db_url,
     set_sqlite_pragmas,
@@ -456,7 +468,7 @@ class Store:
             for h in heads
         ]
 
-    # -- notes and tags -----------------------------------------------------------------
+    # -- notes and tags (their rows: bakeoff.store.annotations) ---------------------------
     @guarded
     def add_note(self, run_id: str, text: str, author: str | None = None, created_at: str | None = None) -> Note:
         """Keep a free-form note on a run (``run_id`` may be a unique prefix).
@@ -464,62 +476,70 @@ class Store:
         ``author`` defaults to ``$USER`` (``None`` when unset); ``created_at`` to now, in UTC.
         """
         run_id = self.resolve_run_id(run_id)
-        values = {
-            "run_id": run_id,
-            "created_at": created_at or schema.utc_now(),
-            "text": check_note_text(text),
-            "author": author if author is not None else os.environ.get("USER") or None,
-        }
         with self.engine.begin() as conn:
-            note_id = conn.execute(insert(schema.run_notes).values(**values)).inserted_primary_key[0]
-        return Note(id=int(note_id), **values)
+            return insert_note(conn, run_id, text, author, created_at)
 
     @guarded
     def notes(self, run_id: str) -> list[Note]:
         """The notes on a run (exact id), oldest first."""
-        table = schema.run_notes
-        query = select(table).where(table.c.run_id == run_id).order_by(table.c.created_at, table.c.id)
         with self.engine.connect() as conn:
-            return [Note(**row) for row in conn.execute(query).mappings()]
+            return select_notes(conn, run_id)
 
     @guarded
     def add_tag(self, run_id: str, tag: str) -> list[str]:
         """Tag a run (``run_id`` may be a unique prefix); tagging twice is harmless. Returns its tags."""
         run_id = self.resolve_run_id(run_id)
         with self.engine.begin() as conn:
-            conn.execute(
-                insert_unless_exists(conn, schema.run_tags, ["run_id", "tag"]).values(
-                    run_id=run_id, tag=check_tag(tag), created_at=schema.utc_now()
-                )
-            )
+            insert_tag(conn, run_id, tag)
         return self.tags(run_id)
 
     @guarded
     def remove_tag(self, run_id: str, tag: str) -> bool:
         """Take a tag off a run (``run_id`` may be a unique prefix); whether it had the tag."""
         run_id = self.resolve_run_id(run_id)
-        table = schema.run_tags
         with self.engine.begin() as conn:
-            removed = conn.execute(table.delete().where(table.c.run_id == run_id, table.c.tag == tag)).rowcount
-        return bool(removed)
+            return delete_tag(conn, run_id, tag)
 
     @guarded
     def tags(self, run_id: str) -> list[str]:
         """A run's tags (exact id), sorted."""
-        table = schema.run_tags
-        query = select(table.c.tag).where(table.c.run_id == run_id).order_by(table.c.tag)
         with self.engine.connect() as conn:
-            return list(conn.execute(query).scalars())
+            return select_tags(conn, run_id)
 
     @guarded
     def run_ids_with_tag(self, tag: str) -> list[str]:
         """Ids of the runs carrying ``tag``, oldest run first."""
-        runs, tags = schema.runs, schema.run_tags
-        query = (
-            select(runs.c.id)
-            .join(tags, tags.c.run_id == runs.c.id)
-            .where(tags.c.tag == tag)
-            .order_by(runs.c.created_at, runs.c.id)
-        )
         with self.engine.connect() as conn:
-            return list(conn.execute(query).scalars())
+            return select_runs_with_tag(conn, tag)
+
+    # -- merging another knowledge base's records (bakeoff.store.transfer) ----------------
+    # Each takes the connection of one transaction from :meth:`exclusive_transaction`, so a
+    # whole import file goes in or nothing does; database errors are the caller's to report.
+    @contextmanager
+    def exclusive_transaction(self, lock_key: int) -> Iterator[Any]:
+        """One transaction, written by one holder of ``lock_key`` at a time: commits if the block ends
+        normally, rolls back if it raises. A SQLite file is locked whole, whatever the key."""
+        with self.engine.begin() as conn:
+            lock_writers(conn, lock_key)
+            yield conn
+
+    def merge_requirements(self, conn: Any, workload_spec: str, updated_at: str, texts: list[str]) -> bool:
+        """Keep the newer of the stored and these requirements (an upsert: trials may write them
+        now); True if these went in."""
+        table = schema.requirements
+        statement = dialect_insert(conn, table)
+        statement = statement.on_conflict_do_update(
+            index_elements=["workload_spec"],
+            set_={"updated_at": statement.excluded.updated_at, "texts": statement.excluded.texts},
+            where=table.c.updated_at < statement.excluded.updated_at,
+        ).execution_options(preserve_rowcount=True)
+        values = {"workload_spec": workload_spec, "updated_at": updated_at, "texts": texts}
+        return bool(conn.execute(statement.values(**values)).rowcount)
+
+    def merge_notes(self, conn: Any, run_id: str, notes: list[dict[str, Any]]) -> int:
+        """Add the notes (``{created_at, text, author}``) run ``run_id`` lacks; how many went in."""
+        return insert_missing_notes(conn, run_id, notes)
+
+    def merge_tags(self, conn: Any, run_id: str, tags: list[str]) -> int:
+        """Add the tags run ``run_id`` lacks; how many went in."""
+        return insert_missing_tags(conn, run_id, tags)
