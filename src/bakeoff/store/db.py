@@ -6,8 +6,11 @@ on several machines may write at once, so every insert that could meet a twin fr
 writer (an environment with the same fingerprint, a tag, an imported run) is written as
 "insert unless it exists", never as "look, then insert".
 
-Reaching the database (URL, engine, error guard) is :mod:`bakeoff.store.connection`; checking
-and migrating its schema when it is opened is :mod:`bakeoff.store.versioning`.
+Beside it: reaching the database (URL, engine, error guard) in :mod:`bakeoff.store.connection`,
+checking and migrating its schema when it is opened in :mod:`bakeoff.store.versioning`, the rows
+of notes and tags in :mod:`bakeoff.store.annotations`, and baseline tensor files in
+:mod:`bakeoff.store.artifacts`. Export and import (:mod:`bakeoff.store.transfer`) use only the
+Store's public methods.
 """
 
 from __future__ import annotations
