@@ -28,8 +28,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # typed exceptions: everything may raise them
     ("errors",),
     # foundations with no knowledge of workloads or targets: spec syntax, the environment,
-    # order statistics over samples, the release number, the value codec
-    ("specsyntax", "env", "stats", "version", "codec"),
+    # order statistics over samples, file content hashes, the release number, the value codec
+    ("specsyntax", "env", "stats", "hashing", "version", "codec"),
     # what runs (workload builders), and the bundled test accelerator
     ("workload", "emu"),
     # where it runs: target specs, detection, placing and compiling a model, compile watches

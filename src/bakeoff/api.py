@@ -64,7 +64,7 @@ def _would_create(db: PathLike | None) -> bool:
     """Whether opening ``db`` would create a new SQLite file."""
     from pathlib import Path
 
-    from bakeoff.store.db import resolve_db_url
+    from bakeoff.store.connection import resolve_db_url
 
     url = resolve_db_url(db)
     return url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists()

@@ -13,7 +13,7 @@ from tests.kb.runs import environment, recorded_baseline, recorded_run, variant
 from bakeoff.errors import StoreError
 from bakeoff.store import Store
 from bakeoff.store import schema as tables
-from bakeoff.store.db import baseline_name
+from bakeoff.store.artifacts import baseline_name
 from bakeoff.store.migrations import SCHEMA_VERSION, current_version
 
 

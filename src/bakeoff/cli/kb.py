@@ -147,7 +147,7 @@ def import_command(file: str, db: str | None, fmt: str) -> None:
     gain any notes and tags the file has for them. A file from a newer bakeoff is refused.
     """
     from bakeoff import api
-    from bakeoff.store.db import display_db_url, resolve_db_url
+    from bakeoff.store.connection import display_db_url, resolve_db_url
 
     done = api.import_runs(file, db=db)
     if fmt == "json":

@@ -85,7 +85,7 @@ def baseline(workload: str, dtypes: Sequence[str], refresh: bool, db: str | None
 def _finish_run(run: Any, fmt: str, db: str | None, strict: bool, strict_placement: bool = False) -> None:
     """Print the run; with --strict exit 1 on a failed target or a requirement not met."""
     from bakeoff.results.codec import run_to_json
-    from bakeoff.store.db import display_db_url, resolve_db_url
+    from bakeoff.store.connection import display_db_url, resolve_db_url
 
     if fmt == "json":
         _emit_json(run_to_json(run))

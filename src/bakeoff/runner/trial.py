@@ -16,11 +16,12 @@ from typing import Any
 from bakeoff.analysis.requirements import Requirement
 from bakeoff.checks.baseline import compute_references, repeat_error, run_eagerly, save_references, shape_tag
 from bakeoff.env import Environment, capture_environment
+from bakeoff.hashing import file_sha256
 from bakeoff.measure.timing import TimingSettings
 from bakeoff.results.values import BaselineInfo, RunResult, TargetResult
 from bakeoff.runner.job import TargetJob
 from bakeoff.runner.scenarios import ScenarioSpec, parse_scenario
-from bakeoff.store.db import Store, file_sha256
+from bakeoff.store.db import Store
 from bakeoff.target.detect import unavailable_reason
 from bakeoff.target.spec import Target
 from bakeoff.workload.base import BuiltWorkload, WorkloadSpec

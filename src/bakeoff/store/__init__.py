@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
-from bakeoff.store.db import DEFAULT_DB, RunSummary, Store, resolve_db_url
+from bakeoff.store.connection import DEFAULT_DB, resolve_db_url
+from bakeoff.store.db import RunSummary, Store
 
 __all__ = ["DEFAULT_DB", "RunSummary", "Store", "resolve_db_url"]

@@ -1,4 +1,4 @@
-"""The Store: open a database by URL or path, migrate it, and read and write runs.
+"""The Store: a knowledge base's reads and writes of runs, baselines, requirements, notes and tags.
 
 Nothing is overwritten: runs, baselines and environments are only ever inserted. The same code
 serves a SQLite file on a laptop and a PostgreSQL database shared by a team: several processes
@@ -6,187 +6,55 @@ on several machines may write at once, so every insert that could meet a twin fr
 writer (an environment with the same fingerprint, a tag, an imported run) is written as
 "insert unless it exists", never as "look, then insert".
 
-Migrations: a SQLite file is upgraded when it is opened (one user, one file). A server database
-is shared by machines that may run different releases, so ordinary commands only create a new,
-empty one; an older one is refused until someone runs ``bakeoff db upgrade`` deliberately.
-Concurrent openers are serialised around a migration (an advisory lock on PostgreSQL, an
-immediate write transaction on SQLite), so two clients starting at once migrate once.
+Beside it: reaching the database (URL, engine, error guard) in :mod:`bakeoff.store.connection`,
+checking and migrating its schema when it is opened in :mod:`bakeoff.store.versioning`, the rows
+of notes and tags in :mod:`bakeoff.store.annotations`, and baseline tensor files in
+:mod:`bakeoff.store.artifacts`. Export and import (:mod:`bakeoff.store.transfer`) use only the
+Store's public methods.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import os
-import re
-from collections.abc import Callable, Iterable
-from datetime import datetime, timezone
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from sqlalchemy import Engine, Table, create_engine, event, func, insert, inspect, select, text
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
+from sqlalchemy import Engine, func, insert, select
 
 from bakeoff.env import VOLATILE, Environment
 from bakeoff.errors import StoreError
 from bakeoff.results.summary import RunSummary
 from bakeoff.results.values import BaselineInfo, RunResult, TargetResult
-from bakeoff.store import schema
-from bakeoff.store.annotations import Note, check_note_text, check_tag
-from bakeoff.store.migrations import SCHEMA_VERSION, current_version, migrate, pending
-
-__all__ = [
-    "DEFAULT_DB",
-    "RunSummary",
-    "Store",
-    "baseline_name",
-    "dialect_insert",
-    "display_db_url",
-    "file_sha256",
-    "insert_unless_exists",
-    "resolve_db_url",
-    "utc_now",
-]
-
-DEFAULT_DB = "bakeoff.db"
-T = TypeVar("T")
-_VOLATILE_KEY = "_environment_volatile"
-# pg_advisory_xact_lock key held while migrating a server database: "bakeoff" in ASCII
-_MIGRATION_LOCK = int.from_bytes(b"bakeoff", "big")
-_CONNECT_TIMEOUT_S = 10
-_SERVER_HINT = "check that the server is running and the URL's host, port, user, password and database name"
-_PRIVILEGE_HINT = (
-    "bakeoff's role must be able to create tables there: make it the database's owner, "
-    "e.g. createdb -O ROLE DBNAME, or ALTER DATABASE DBNAME OWNER TO ROLE"
+from bakeoff.store import schema, versioning
+from bakeoff.store.annotations import (
+    Note,
+    delete_tag,
+    insert_missing_notes,
+    insert_missing_tags,
+    insert_note,
+    insert_tag,
+    select_notes,
+    select_runs_with_tag,
+    select_tags,
+)
+from bakeoff.store.artifacts import baseline_name, baseline_problem
+from bakeoff.store.connection import (
+    DEFAULT_DB,
+    dialect_insert,
+    display_db_url,
+    guarded,
+    insert_unless_exists,
+    lock_writers,
+    make_engine,
+    resolve_db_url,
+    set_sqlite_pragmas,
 )
 
+__all__ = ["DEFAULT_DB", "RunSummary", "Store"]
 
-def _server_hint(detail: str) -> str:
-    return _PRIVILEGE_HINT if "permission denied" in detail.lower() else _SERVER_HINT
-
-
-def resolve_db_url(db: str | os.PathLike[str] | None) -> str:
-    """``--db`` value, else ``BAKEOFF_DB``, else ``bakeoff.db`` here; plain paths become SQLite URLs."""
-    value = str(db) if db is not None else os.environ.get("BAKEOFF_DB") or DEFAULT_DB
-    if not value.strip():
-        raise StoreError(
-            "--db is empty", hint="give a file path or a postgresql:// URL, or leave --db out for ./bakeoff.db"
-        )
-    if "://" in value:
-        return value
-    return f"sqlite:///{Path(value).expanduser().resolve()}"
-
-
-_ARTIFACT_KEY = re.compile(r"[0-9A-Za-z_-]{1,64}")
-
-
-def baseline_name(info: BaselineInfo) -> str:
-    """Where a baseline's tensors live *inside* an artifact store, derived from its id and
-    fingerprint alone: what the database and exports keep instead of a machine's path.
-
-    Raises:
-        StoreError: an id or fingerprint that could name a path outside the store.
-    """
-    for what, value in (("id", info.id), ("fingerprint", info.fingerprint)):
-        if not _ARTIFACT_KEY.fullmatch(str(value)):
-            raise StoreError(
-                f"baseline {what} {str(value)[:80]!r} is not a bakeoff {what}",
-                hint="only letters, digits, '-' and '_' (a file written by bakeoff has nothing else)",
-            )
-    return f"baselines/{info.fingerprint}/{info.id}.safetensors"
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def display_db_url(url: str) -> str:
-    """A database URL as it may be printed: a SQLite file as its path, a server URL without its password."""
-    if url.startswith("sqlite:///"):
-        return url.removeprefix("sqlite:///")
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return url
-
-
-def utc_now() -> str:
-    """The current time as the store keeps it: ISO-8601 in UTC, microseconds, ``+00:00``."""
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
-
-
-def _create_engine(url: str) -> Engine:
-    """An engine for a SQLite or PostgreSQL URL; ``postgresql://`` means the psycopg 3 driver."""
-    try:
-        parsed = make_url(url)
-    except ArgumentError as exc:
-        raise StoreError(
-            f"cannot use database URL {url!r}: {exc}", hint="use a file path or a sqlite:/// or postgresql:// URL"
-        ) from exc
-    backend, _, driver = parsed.drivername.partition("+")
-    if backend == "postgres":  # the libpq spelling; SQLAlchemy only knows postgresql
-        backend = "postgresql"
-    if backend not in ("sqlite", "postgresql"):
-        raise StoreError(
-            f"bakeoff keeps runs in SQLite or PostgreSQL, not {backend!r} ({display_db_url(url)})",
-            hint="use a file path or a postgresql://user@host/dbname URL",
-        )
-    from bakeoff.results import strictjson
-
-    # JSON columns: strict JSON (PostgreSQL refuses NaN/Infinity), infinities tagged and restored
-    kwargs: dict[str, Any] = {"json_serializer": strictjson.dumps, "json_deserializer": strictjson.loads}
-    if backend == "postgresql":
-        parsed = parsed.set(drivername=f"postgresql+{driver or 'psycopg'}")
-        # whatever the server's default: "insert unless exists, then read it" needs to see rows
-        # other writers committed meanwhile
-        kwargs["isolation_level"] = "READ COMMITTED"
-        if "connect_timeout" not in parsed.query:  # an unreachable host fails in seconds, not minutes
-            kwargs["connect_args"] = {"connect_timeout": _CONNECT_TIMEOUT_S}
-    try:
-        return create_engine(parsed, **kwargs)
-    except ImportError as exc:
-        raise StoreError(
-            f"cannot use {display_db_url(url)}: the PostgreSQL driver is not installed ({exc})",
-            hint="pip install 'bakeoff[postgres]' (psycopg 3)",
-        ) from exc
-    except (SQLAlchemyError, ValueError) as exc:
-        raise StoreError(
-            f"cannot use database URL {display_db_url(url)!r}: {exc}",
-            hint="use a file path or a sqlite:/// or postgresql:// URL",
-        ) from exc
-
-
-def dialect_insert(conn: Any, table: Table) -> Any:
-    """An INSERT that can say ``ON CONFLICT``: both SQLite and PostgreSQL have it."""
-    if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as dialect_insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert as dialect_insert
-    return dialect_insert(table)
-
-
-def insert_unless_exists(conn: Any, table: Table, keys: list[str]) -> Any:
-    """``INSERT ... ON CONFLICT (keys) DO NOTHING``: safe when another writer inserts the same row."""
-    # rowcount says whether the row went in; some drivers forget it once the cursor closes
-    return (
-        dialect_insert(conn, table)
-        .on_conflict_do_nothing(index_elements=keys)
-        .execution_options(preserve_rowcount=True)
-    )
-
-
-def _sqlite_pragmas(engine: Engine) -> None:
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-        cursor = dbapi_conn.cursor()
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA busy_timeout=30000")
-        cursor.close()
+_VOLATILE_KEY = "_environment_volatile"
 
 
 def _baseline_info(row: Any) -> BaselineInfo:
@@ -203,23 +71,6 @@ def _baseline_info(row: Any) -> BaselineInfo:
         path=row["path"],
         sha256=row.get("sha256") or "",
     )
-
-
-def _guarded(method: Callable[..., T]) -> Callable[..., T]:
-    """Turn database errors in a Store method into one StoreError line."""
-
-    @functools.wraps(method)
-    def wrapper(self: Store, *args: Any, **kwargs: Any) -> T:
-        try:
-            return method(self, *args, **kwargs)
-        except SQLAlchemyError as exc:
-            detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-            raise StoreError(
-                f"database {self.display_url} could not be read or written: {detail}",
-                hint="check the file or server; restore a damaged database from a backup",
-            ) from exc
-
-    return wrapper
 
 
 class Store:
@@ -274,12 +125,12 @@ class Store:
         else:
             default_artifacts = Path("bakeoff-artifacts").resolve()
         artifacts = Path(artifacts_dir or os.environ.get("BAKEOFF_ARTIFACTS") or default_artifacts)
-        engine = _create_engine(url)
+        engine = make_engine(url)
         if is_sqlite:
-            _sqlite_pragmas(engine)
+            set_sqlite_pragmas(engine)
         store = cls(engine, url, artifacts)
         try:
-            store._migrate(upgrade)
+            versioning.ensure_schema(engine, store.display_url, upgrade)
         except BaseException:
             engine.dispose()
             raise
@@ -289,105 +140,14 @@ class Store:
     def is_sqlite(self) -> bool:
         return self.engine.dialect.name == "sqlite"
 
-    def _check_version(self, conn: Any, refuse_newer: bool = True) -> int:
-        """The database's schema version, after making sure it is bakeoff's to touch.
-
-        A database with tables but no recorded schema version is someone else's (even when a
-        table happens to be called ``meta`` or ``runs``): it is refused before anything is
-        written, so a mistyped ``--db`` leaves the file byte-identical.
-        """
-        names = inspect(conn).get_table_names()
-        version = current_version(conn)
-        if version == 0 and names:
-            ours = [t for t in names if t in schema.metadata.tables]
-            shown = next((t for t in names if t not in schema.metadata.tables), names[0])
-            raise StoreError(
-                f"{self.display_url} is a database but not a bakeoff one (it has tables such as {shown!r}"
-                + (" and no bakeoff schema version)" if ours else ")"),
-                hint="pass a bakeoff database or a new path with --db",
-            )
-        if refuse_newer and version > SCHEMA_VERSION:
-            raise StoreError(
-                f"database {self.display_url} has schema version {version}, newer than this "
-                f"bakeoff understands ({SCHEMA_VERSION})",
-                hint="upgrade bakeoff to use it",
-            )
-        return version
-
-    def _migrate(self, upgrade: bool | None) -> None:
-        try:
-            with self.engine.connect() as conn:
-                version = self._check_version(conn, refuse_newer=upgrade is not False)
-            if upgrade is False:
-                return
-            if 0 < version < SCHEMA_VERSION and upgrade is None and not self.is_sqlite:
-                raise StoreError(
-                    f"database {self.display_url} has schema version {version}; this bakeoff needs "
-                    f"version {SCHEMA_VERSION}",
-                    hint="run `bakeoff db upgrade` once for everyone who shares it; "
-                    "older bakeoff releases will then refuse it",
-                )
-            if version < SCHEMA_VERSION:
-                with self.engine.begin() as conn:
-                    self._lock_for_migration(conn)
-                    migrate(conn, self._check_version(conn))  # again: another client may have done it
-            with self.engine.connect() as conn:
-                missing = sorted(set(schema.metadata.tables) - set(inspect(conn).get_table_names()))
-            if missing:
-                raise StoreError(
-                    f"database {self.display_url} is damaged: table {missing[0]!r} is missing",
-                    hint="restore it from a backup or use a new --db",
-                )
-        except DBAPIError as exc:
-            detail = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc.orig).__name__
-            if self.is_sqlite:
-                raise StoreError(
-                    f"cannot open database {self.display_url}: {detail}",
-                    hint="pass a bakeoff database file or a new path with --db",
-                ) from exc
-            raise StoreError(f"cannot open database {self.display_url}: {detail}", hint=_server_hint(detail)) from exc
-        except ValueError as exc:  # a schema_version that is not a number
-            raise StoreError(
-                f"database {self.display_url} is damaged: {exc}", hint="restore it from a backup or use a new --db"
-            ) from exc
-
-    def _lock_for_migration(self, conn: Any) -> None:
-        """Hold, until this transaction ends, the right to migrate: one client at a time."""
-        if self.is_sqlite:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")  # the write lock now, not at the first write
-        else:
-            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK})
-
-    @_guarded
+    @guarded
     def schema_status(self) -> dict[str, Any]:
         """Where this database stands: its schema version, this release's, and what is pending."""
-        with self.engine.connect() as conn:
-            version = self._check_version(conn, refuse_newer=False)
-            runs = 0
-            if version >= 1:
-                runs = int(conn.execute(select(func.count()).select_from(schema.runs)).scalar_one())
-        return {
-            "database": self.display_url,
-            "dialect": self.engine.dialect.name,
-            "schema_version": version,
-            "supported_version": SCHEMA_VERSION,
-            "pending": pending(version) if version <= SCHEMA_VERSION else [],
-            "newer": version > SCHEMA_VERSION,
-            "runs": runs,
-        }
+        return versioning.schema_status(self.engine, self.display_url)
 
     def upgrade(self) -> list[str]:
         """Apply pending migrations (under the migration lock); the names of those applied."""
-        try:
-            with self.engine.begin() as conn:
-                self._lock_for_migration(conn)
-                return migrate(conn, self._check_version(conn))
-        except DBAPIError as exc:
-            detail = str(exc.orig).strip().splitlines()[0]
-            raise StoreError(
-                f"cannot upgrade database {self.display_url}: {detail}",
-                hint=_server_hint(detail) if not self.is_sqlite else "check that the file is writable",
-            ) from exc
+        return versioning.upgrade(self.engine, self.display_url)
 
     @property
     def display_url(self) -> str:
@@ -420,21 +180,9 @@ class Store:
     def baseline_problem(self, info: BaselineInfo) -> str | None:
         """Why ``info``'s tensors cannot be used as a reference here, or None when they can:
         the file must be in this store's artifacts and match the content hash recorded with it."""
-        try:
-            path = self.baseline_file(info)
-        except StoreError as exc:
-            return str(exc)
-        if not path.is_file():
-            return "has no tensor file here"
-        if not path.resolve().is_relative_to(self.artifacts_dir.resolve()):
-            return "tensor file links outside the artifact store"
-        if not info.sha256:
-            return "has no content hash to verify its tensor file against"
-        if file_sha256(path) != info.sha256:
-            return "tensor file does not match its content hash"
-        return None
+        return baseline_problem(self.artifacts_dir, info)
 
-    @_guarded
+    @guarded
     def save_baseline(self, info: BaselineInfo, env: Environment) -> None:
         with self.engine.begin() as conn:
             self._insert_baseline(conn, info, env, insert(schema.baselines))
@@ -463,7 +211,7 @@ class Store:
             ).rowcount
         )
 
-    @_guarded
+    @guarded
     def latest_baseline(self, workload_spec: str) -> BaselineInfo | None:
         """The newest baseline recorded for a workload spec (whatever its fingerprint)."""
         table, envs = schema.baselines, schema.environments
@@ -478,7 +226,7 @@ class Store:
             row = conn.execute(query).mappings().first()
         return None if row is None else _baseline_info(row)
 
-    @_guarded
+    @guarded
     def baselines(self, workload_specs: Iterable[str] | None = None) -> list[tuple[BaselineInfo, Environment]]:
         """Every baseline (of these workload specs), oldest first, with the environment it was made in."""
         table, envs = schema.baselines, schema.environments
@@ -494,7 +242,7 @@ class Store:
         return [(_baseline_info(row), Environment.from_dict(row["env_data"])) for row in rows]
 
     # -- requirements -------------------------------------------------------------------
-    @_guarded
+    @guarded
     def save_requirements(self, workload_spec: str, items: list[str], updated_at: str) -> None:
         """Replace the requirements kept for a workload spec (their canonical texts, in order)."""
         table = schema.requirements
@@ -507,7 +255,7 @@ class Store:
             )
             conn.execute(statement.values(workload_spec=workload_spec, updated_at=updated_at, texts=list(items)))
 
-    @_guarded
+    @guarded
     def all_requirements(self, workload_specs: Iterable[str] | None = None) -> list[dict[str, Any]]:
         """Every workload's kept requirements as ``{workload_spec, updated_at, texts}``."""
         table = schema.requirements
@@ -520,7 +268,7 @@ class Store:
                 for r in conn.execute(query).mappings()
             ]
 
-    @_guarded
+    @guarded
     def requirements(self, workload_spec: str) -> list[str]:
         """The requirements kept for a workload spec (empty if none were ever declared)."""
         table = schema.requirements
@@ -529,7 +277,7 @@ class Store:
         return list(items or [])
 
     # -- runs ---------------------------------------------------------------------------
-    @_guarded
+    @guarded
     def save_run(self, run: RunResult) -> None:
         """Insert a run with its results and every raw timing sample, in one transaction."""
         from bakeoff.version import __version__
@@ -591,7 +339,7 @@ class Store:
             conn.execute(insert(schema.timing_samples), sample_rows)
         return True
 
-    @_guarded
+    @guarded
     def resolve_run_id(self, prefix: str) -> str:
         """The full id of the one run whose id starts with ``prefix``."""
         table = schema.runs
@@ -607,7 +355,7 @@ class Store:
             raise StoreError(f"run id prefix {prefix!r} is ambiguous", hint="give more characters of the id")
         return ids[0]
 
-    @_guarded
+    @guarded
     def get_run(self, run_id: str) -> RunResult:
         run_id = self.resolve_run_id(run_id)
         runs, results, samples = schema.runs, schema.target_results, schema.timing_samples
@@ -658,7 +406,7 @@ class Store:
             settings=settings,
         )
 
-    @_guarded
+    @guarded
     def run_index(self, workload_spec: str | None = None, tag: str | None = None) -> list[dict[str, str]]:
         """``{id, created_at, workload_spec, bakeoff_version}`` of every run selected, oldest first."""
         runs = schema.runs
@@ -672,7 +420,7 @@ class Store:
         with self.engine.connect() as conn:
             return [dict(row) for row in conn.execute(query).mappings()]
 
-    @_guarded
+    @guarded
     def list_runs(self, limit: int = 20, workload_spec: str | None = None, tag: str | None = None) -> list[RunSummary]:
         runs, results, envs = schema.runs, schema.target_results, schema.environments
         query = (
@@ -723,70 +471,78 @@ class Store:
             for h in heads
         ]
 
-    # -- notes and tags -----------------------------------------------------------------
-    @_guarded
+    # -- notes and tags (their rows: bakeoff.store.annotations) ---------------------------
+    @guarded
     def add_note(self, run_id: str, text: str, author: str | None = None, created_at: str | None = None) -> Note:
         """Keep a free-form note on a run (``run_id`` may be a unique prefix).
 
         ``author`` defaults to ``$USER`` (``None`` when unset); ``created_at`` to now, in UTC.
         """
         run_id = self.resolve_run_id(run_id)
-        values = {
-            "run_id": run_id,
-            "created_at": created_at or utc_now(),
-            "text": check_note_text(text),
-            "author": author if author is not None else os.environ.get("USER") or None,
-        }
         with self.engine.begin() as conn:
-            note_id = conn.execute(insert(schema.run_notes).values(**values)).inserted_primary_key[0]
-        return Note(id=int(note_id), **values)
+            return insert_note(conn, run_id, text, author, created_at)
 
-    @_guarded
+    @guarded
     def notes(self, run_id: str) -> list[Note]:
         """The notes on a run (exact id), oldest first."""
-        table = schema.run_notes
-        query = select(table).where(table.c.run_id == run_id).order_by(table.c.created_at, table.c.id)
         with self.engine.connect() as conn:
-            return [Note(**row) for row in conn.execute(query).mappings()]
+            return select_notes(conn, run_id)
 
-    @_guarded
+    @guarded
     def add_tag(self, run_id: str, tag: str) -> list[str]:
         """Tag a run (``run_id`` may be a unique prefix); tagging twice is harmless. Returns its tags."""
         run_id = self.resolve_run_id(run_id)
         with self.engine.begin() as conn:
-            conn.execute(
-                insert_unless_exists(conn, schema.run_tags, ["run_id", "tag"]).values(
-                    run_id=run_id, tag=check_tag(tag), created_at=utc_now()
-                )
-            )
+            insert_tag(conn, run_id, tag)
         return self.tags(run_id)
 
-    @_guarded
+    @guarded
     def remove_tag(self, run_id: str, tag: str) -> bool:
         """Take a tag off a run (``run_id`` may be a unique prefix); whether it had the tag."""
         run_id = self.resolve_run_id(run_id)
-        table = schema.run_tags
         with self.engine.begin() as conn:
-            removed = conn.execute(table.delete().where(table.c.run_id == run_id, table.c.tag == tag)).rowcount
-        return bool(removed)
+            return delete_tag(conn, run_id, tag)
 
-    @_guarded
+    @guarded
     def tags(self, run_id: str) -> list[str]:
         """A run's tags (exact id), sorted."""
-        table = schema.run_tags
-        query = select(table.c.tag).where(table.c.run_id == run_id).order_by(table.c.tag)
         with self.engine.connect() as conn:
-            return list(conn.execute(query).scalars())
+            return select_tags(conn, run_id)
 
-    @_guarded
+    @guarded
     def run_ids_with_tag(self, tag: str) -> list[str]:
         """Ids of the runs carrying ``tag``, oldest run first."""
-        runs, tags = schema.runs, schema.run_tags
-        query = (
-            select(runs.c.id)
-            .join(tags, tags.c.run_id == runs.c.id)
-            .where(tags.c.tag == tag)
-            .order_by(runs.c.created_at, runs.c.id)
-        )
         with self.engine.connect() as conn:
-            return list(conn.execute(query).scalars())
+            return select_runs_with_tag(conn, tag)
+
+    # -- merging another knowledge base's records (bakeoff.store.transfer) ----------------
+    # Each takes the connection of one transaction from :meth:`exclusive_transaction`, so a
+    # whole import file goes in or nothing does; database errors are the caller's to report.
+    @contextmanager
+    def exclusive_transaction(self, lock_key: int) -> Iterator[Any]:
+        """One transaction, written by one holder of ``lock_key`` at a time: commits if the block ends
+        normally, rolls back if it raises. A SQLite file is locked whole, whatever the key."""
+        with self.engine.begin() as conn:
+            lock_writers(conn, lock_key)
+            yield conn
+
+    def merge_requirements(self, conn: Any, workload_spec: str, updated_at: str, texts: list[str]) -> bool:
+        """Keep the newer of the stored and these requirements (an upsert: trials may write them
+        now); True if these went in."""
+        table = schema.requirements
+        statement = dialect_insert(conn, table)
+        statement = statement.on_conflict_do_update(
+            index_elements=["workload_spec"],
+            set_={"updated_at": statement.excluded.updated_at, "texts": statement.excluded.texts},
+            where=table.c.updated_at < statement.excluded.updated_at,
+        ).execution_options(preserve_rowcount=True)
+        values = {"workload_spec": workload_spec, "updated_at": updated_at, "texts": texts}
+        return bool(conn.execute(statement.values(**values)).rowcount)
+
+    def merge_notes(self, conn: Any, run_id: str, notes: list[dict[str, Any]]) -> int:
+        """Add the notes (``{created_at, text, author}``) run ``run_id`` lacks; how many went in."""
+        return insert_missing_notes(conn, run_id, notes)
+
+    def merge_tags(self, conn: Any, run_id: str, tags: list[str]) -> int:
+        """Add the tags run ``run_id`` lacks; how many went in."""
+        return insert_missing_tags(conn, run_id, tags)

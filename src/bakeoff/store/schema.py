@@ -6,6 +6,8 @@ has no time zone type. JSON columns hold the serialised values from :mod:`bakeof
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 from sqlalchemy import (
     JSON,
     Boolean,
@@ -32,7 +34,14 @@ __all__ = [
     "runs",
     "target_results",
     "timing_samples",
+    "utc_now",
 ]
+
+
+def utc_now() -> str:
+    """The current time as the store keeps it: ISO-8601 in UTC, microseconds, ``+00:00``."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
 
 metadata = MetaData()
 

@@ -28,16 +28,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from sqlalchemy import insert, select, text
 from sqlalchemy.exc import DBAPIError
 
 from bakeoff.env import Environment
 from bakeoff.errors import BakeoffError, StoreError
 from bakeoff.results import strictjson
 from bakeoff.results.values import BaselineInfo, RunResult
-from bakeoff.store import schema
 from bakeoff.store.annotations import check_note_text, check_tag
-from bakeoff.store.db import Store, baseline_name, dialect_insert, insert_unless_exists, utc_now
+from bakeoff.store.artifacts import baseline_name
+from bakeoff.store.db import Store
+from bakeoff.store.schema import utc_now
 
 __all__ = ["CSV_COLUMNS", "EXPORT_SCHEMA", "EXPORT_VERSION", "ExportSummary", "ImportSummary", "export", "import_"]
 
@@ -375,21 +375,17 @@ def import_(store: Store | Callable[[], Store], path: str | os.PathLike[str]) ->
     keys = ("runs", "runs_present", "baselines", "baselines_present", "requirements", "notes", "tags")
     counts = dict.fromkeys(keys, 0)
     try:
-        with store.engine.begin() as conn:
-            if store.is_sqlite:
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
-            else:
-                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _IMPORT_LOCK})
+        with store.exclusive_transaction(_IMPORT_LOCK) as conn:
             for item in records.requirements:
-                counts["requirements"] += _merge_requirements(conn, item)
+                counts["requirements"] += store.merge_requirements(conn, **item)
             for info, env in records.baselines:
                 added = store.insert_baseline_unless_exists(conn, info, env)
                 counts["baselines" if added else "baselines_present"] += 1
             for run, version, notes, tags in records.runs:
                 added = store.insert_run_unless_exists(conn, run, version)
                 counts["runs" if added else "runs_present"] += 1
-                counts["notes"] += _merge_notes(conn, run.run_id, notes)
-                counts["tags"] += _merge_tags(conn, run.run_id, tags)
+                counts["notes"] += store.merge_notes(conn, run.run_id, notes)
+                counts["tags"] += store.merge_tags(conn, run.run_id, tags)
     except DBAPIError as exc:
         detail = str(exc.orig).strip().splitlines()[0]
         hint = "a run refers to a baseline the file and the database lack: export it with its baselines"
@@ -397,42 +393,3 @@ def import_(store: Store | Callable[[], Store], path: str | os.PathLike[str]) ->
             hint = "check the database; nothing from the file was imported"
         raise StoreError(f"cannot import {source} into {store.display_url}: {detail}", hint=hint) from exc
     return ImportSummary(path=str(source), **counts)
-
-
-def _merge_requirements(conn: Any, item: dict[str, Any]) -> int:
-    """Keep the newer of the stored and the imported requirements (an upsert: trials may write them now)."""
-    table = schema.requirements
-    statement = dialect_insert(conn, table)
-    statement = statement.on_conflict_do_update(
-        index_elements=["workload_spec"],
-        set_={"updated_at": statement.excluded.updated_at, "texts": statement.excluded.texts},
-        where=table.c.updated_at < statement.excluded.updated_at,
-    ).execution_options(preserve_rowcount=True)
-    return int(conn.execute(statement.values(**item)).rowcount)
-
-
-def _merge_notes(conn: Any, run_id: str, notes: list[dict[str, Any]]) -> int:
-    table = schema.run_notes
-    have = {
-        (row.created_at, row.text, row.author)
-        for row in conn.execute(
-            select(table.c.created_at, table.c.text, table.c.author).where(table.c.run_id == run_id)
-        )
-    }
-    new = []
-    for note in notes:
-        key = (note["created_at"], note["text"], note["author"])
-        if key not in have:
-            have.add(key)
-            new.append(note)
-    if new:
-        conn.execute(insert(table), [{"run_id": run_id, **n} for n in new])
-    return len(new)
-
-
-def _merge_tags(conn: Any, run_id: str, tags: list[str]) -> int:
-    added = 0
-    for tag in tags:
-        statement = insert_unless_exists(conn, schema.run_tags, ["run_id", "tag"])
-        added += conn.execute(statement.values(run_id=run_id, tag=tag, created_at=utc_now())).rowcount
-    return added
