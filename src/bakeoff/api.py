@@ -9,13 +9,12 @@ Example:
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from bakeoff.measure.timing import TimingSettings
 from bakeoff.results.values import BaselineInfo, RunResult
+from bakeoff.runner.settings import TrialSettings, describe_options
 from bakeoff.store.db import RunSummary, Store
 
 if TYPE_CHECKING:
@@ -47,6 +46,7 @@ __all__ = [
 ]
 
 PathLike = str | os.PathLike[str]
+_DEFAULT = TrialSettings()
 
 
 def _targets(on: str | Iterable[str]) -> list:
@@ -75,21 +75,21 @@ def trial(
     on: str | Iterable[str] = "cpu",
     *,
     db: PathLike | None = None,
-    isolate: bool = True,
-    timeout_s: float = 900.0,
-    min_samples: int = 30,
-    min_seconds: float = 0.5,
-    refresh_baseline: bool = False,
-    profile: str | os.PathLike[str] | InputProfile | None = None,
-    pad_to_buckets: str | int | Iterable[int] | None = None,
-    max_buckets: int = 4,
-    cold_compile_cache: bool = False,
-    env: Iterable[str] = (),
-    scenarios: str | Iterable[str] = (),
-    requirements: Iterable[str] | None = None,
-    interleave: bool = True,
-    replicates: int = 1,
-    process_spread: float | None = None,
+    isolate: bool = _DEFAULT.isolate,
+    timeout_s: float = _DEFAULT.timeout_s,
+    min_samples: int = _DEFAULT.timing.min_samples,
+    min_seconds: float = _DEFAULT.timing.min_seconds,
+    refresh_baseline: bool = _DEFAULT.refresh_baseline,
+    profile: str | os.PathLike[str] | InputProfile | None = _DEFAULT.profile,
+    pad_to_buckets: str | int | Iterable[int] | None = _DEFAULT.pad_to_buckets,
+    max_buckets: int = _DEFAULT.max_buckets,
+    cold_compile_cache: bool = _DEFAULT.cold_cache,
+    env: Iterable[str] = _DEFAULT.env,
+    scenarios: str | Iterable[str] = _DEFAULT.scenarios,
+    requirements: Iterable[str] | None = _DEFAULT.requirements,
+    interleave: bool = _DEFAULT.interleave,
+    replicates: int = _DEFAULT.replicates,
+    process_spread: float | None = _DEFAULT.process_spread,
     progress: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Run ``workload`` on each target in ``on`` and store the run.
@@ -98,133 +98,44 @@ def trial(
         workload: a workload spec (``arch:llama``, ``hf:./model``, ``py:models.py:make``).
         on: target specs, as a list or one comma-separated string.
         db: database path or URL (default ``BAKEOFF_DB`` or ``./bakeoff.db``).
-        isolate: run each target in its own worker process (crashes and hangs become results).
-        timeout_s: when isolated, how long one step of a target (preparing with its first call,
-            a timing round, its scenarios, its checks) may take before its worker is killed.
-        min_samples: at least this many timed calls per target.
-        min_seconds: and at least this long timing each target.
-        refresh_baseline: recompute the baseline even if a fresh one is stored.
-        profile: an input profile (``"seq=16,32,64"``, ``"seq=uniform(8,128)&n=50"``, or a
-            .csv/.jsonl file of request lengths) to run every target over, or an
-            :class:`~bakeoff.workload.profile.InputProfile`.
-        pad_to_buckets: ``"auto"`` or sizes such as ``"64,128,256"``: also run each target with
-            requests padded to these buckets (the static-shape what-if), side by side.
-        max_buckets: how many buckets ``auto`` may choose.
-        cold_compile_cache: give each target's compiler an empty cache (cold compile times).
-        env: ``KEY=VALUE`` environment switches set while each target runs (recorded as
-            adjustments), e.g. a backend's strict no-fallback mode.
-        scenarios: beyond single-stream timing, as a list or one comma-separated string:
-            ``offline[?max_batch=64]``, ``server?rate=20`` or ``server?rate=sweep&bound=p99<=50ms``,
-            ``generation[?prompt=16&tokens=16]``, ``training[?optimizer=sgd]``.
-        requirements: what the service needs (``p90<=50ms``, ``throughput>=200/s``,
-            ``peak_memory<=4GiB``, ``ttft<=200ms``); each target gets a verdict per requirement.
-            They are kept with the workload; None checks the kept ones, ``[]`` clears them.
-        interleave: time the isolated targets in turns (A B A B) so drift affects all alike.
-        replicates: measure each target (the reference too) in this many worker processes and
-            pool their samples; speed intervals then include the spread between processes.
-        process_spread: the standard deviation of log(median latency) between worker processes
-            of one target, which every speed interval includes (None: the default measured on a
-            shared 2-core machine; ``benchmarks/aa_calibration.py`` measures your machine's).
+        {settings}
         progress: called with a short message as each step starts.
+
+    Every setting is described, defaulted and checked once, in :mod:`bakeoff.runner.settings`.
 
     Raises:
         SpecError, WorkloadError, StoreError: bad input; nothing is stored.
     """
-    from bakeoff.runner.trial import TrialSettings, run_trial
+    from bakeoff.runner.trial import run_trial
     from bakeoff.workload.base import parse_workload
 
     spec = parse_workload(workload)
     parsed = _targets(on)
-    from bakeoff.errors import SpecError
-    from bakeoff.workload.profile import parse_profile
-
-    if min_samples < 1:
-        raise SpecError(f"samples must be at least 1, got {min_samples}", hint="e.g. --samples 30")
-    if not math.isfinite(min_seconds) or min_seconds < 0:
-        raise SpecError(
-            f"minimum timing seconds must be a finite number >= 0, got {min_seconds}", hint="e.g. --min-time 0.5"
-        )
-    if not math.isfinite(timeout_s) or timeout_s <= 0:
-        raise SpecError(f"timeout must be a positive number of seconds, got {timeout_s:g}", hint="e.g. --timeout 900")
-    if replicates < 1:
-        raise SpecError(f"replicates must be at least 1, got {replicates}", hint="e.g. --replicates 3")
-    if replicates > 1 and not isolate:
-        raise SpecError(
-            "replicates need worker processes (one process cannot show the spread between processes)",
-            hint="drop --in-process, or drop --replicates",
-        )
-    if process_spread is not None and not 0 <= process_spread < 1:
-        raise SpecError(f"process spread must be in [0, 1), got {process_spread:g}", hint="e.g. --process-spread 0.02")
-    if max_buckets < 1:
-        raise SpecError(f"max buckets must be at least 1, got {max_buckets}", hint="e.g. --max-buckets 4")
-    if cold_compile_cache and not isolate:
-        raise SpecError(
-            "a cold compile cache needs worker processes (in one process compilers keep warm caches)",
-            hint="drop --in-process, or drop --cold-compile-cache",
-        )
-    if isinstance(env, str):
-        env = [env]
-    if pad_to_buckets is not None and not isinstance(pad_to_buckets, str):
-        values = pad_to_buckets if isinstance(pad_to_buckets, Iterable) else [pad_to_buckets]
-        pad_to_buckets = ",".join(str(v) for v in values)
-    from bakeoff.workload.profile import InputProfile
-
-    if isinstance(profile, InputProfile):  # a stored run's own requests (a rerun)
-        parsed_profile: InputProfile | None = profile
-    else:
-        parsed_profile = parse_profile(os.fspath(profile)) if profile is not None else None
-    switches = []
-    for item in env:
-        key, eq, value = item.partition("=")
-        if not eq or not key or not key.replace("_", "").isalnum() or key[0].isdigit():
-            raise SpecError(f"environment switch {item!r} is not KEY=VALUE", hint="e.g. --env TORCHINDUCTOR_FREEZING=1")
-        switches.append((key, value))
-    from bakeoff.analysis.requirements import parse_requirement
-    from bakeoff.runner.scenarios import parse_scenario
-
-    scenario_texts = [scenarios] if isinstance(scenarios, str) else list(scenarios)
-    parts = [part.strip() for text in scenario_texts for part in _split_scenarios(text)]
-    if any(not part for part in parts):
-        raise SpecError(
-            f"empty scenario in {', '.join(repr(t) for t in scenario_texts)}",
-            hint="name one: offline, server?rate=20, generation or training (or drop --scenario)",
-        )
-    parsed_scenarios = tuple(parse_scenario(part) for part in parts)
-    seen = [s.name for s in parsed_scenarios]
-    twice = next((name for name in seen if seen.count(name) > 1), None)
-    if twice is not None:
-        raise SpecError(
-            f"scenario {twice!r} given twice", hint="give each scenario once; compare rates with server?rate=sweep"
-        )
-    if isinstance(requirements, str):
-        requirements = [requirements]
-    texts = None if requirements is None else tuple(parse_requirement(r).text for r in requirements)
-    # an existing knowledge base is opened now (a bad one fails before any model is built); a
-    # new one only once the workload has built and run, so bad input creates no database
-    store = (lambda: Store.open(db)) if _would_create(db) else Store.open(db)
-    settings = TrialSettings(
-        timing=TimingSettings(min_samples=min_samples, min_seconds=min_seconds),
+    settings = TrialSettings.from_options(
         isolate=isolate,
         timeout_s=timeout_s,
+        min_samples=min_samples,
+        min_seconds=min_seconds,
         refresh_baseline=refresh_baseline,
-        profile=parsed_profile,
-        buckets=pad_to_buckets,
+        profile=profile,
+        pad_to_buckets=pad_to_buckets,
         max_buckets=max_buckets,
-        cold_cache=cold_compile_cache,
-        env=tuple(switches),
-        scenarios=parsed_scenarios,
-        requirements=texts,
+        cold_compile_cache=cold_compile_cache,
+        env=env,
+        scenarios=scenarios,
+        requirements=requirements,
         interleave=interleave,
         replicates=replicates,
         process_spread=process_spread,
     )
+    # an existing knowledge base is opened now (a bad one fails before any model is built); a
+    # new one only once the workload has built and run, so bad input creates no database
+    store = (lambda: Store.open(db)) if _would_create(db) else Store.open(db)
     return run_trial(store, spec, parsed, settings, progress)
 
 
-def _split_scenarios(text: str) -> list[str]:
-    """``offline,server?rate=5`` -> two scenarios; a comma inside options is not a separator
-    (scenario options never hold commas)."""
-    return [part.strip() for part in text.split(",")]
+if trial.__doc__:  # the settings' lines come from their one description (absent under python -OO)
+    trial.__doc__ = trial.__doc__.replace("{settings}", describe_options(" " * 8))
 
 
 def baseline(
@@ -372,35 +283,17 @@ def compare(a: str, b: str, *, db: PathLike | None = None, thresholds: Threshold
 
 def rerun_keywords(run: RunResult) -> dict[str, Any]:
     """The :func:`trial` keywords that repeat ``run``: its workload, targets (as listed, padded
-    variants come back from the same buckets), profile, buckets, environment switches, timing,
-    isolation, interleaving and, where the run has them, scenarios and requirements."""
-    from bakeoff.workload.profile import InputProfile
+    variants come back from the same buckets) and its settings, read back from what it stored
+    (see :meth:`~bakeoff.runner.settings.TrialSettings.from_dict`).
 
-    settings = run.settings
-    timing = settings.get("timing") or {}
-    keywords: dict[str, Any] = {
+    Raises:
+        SpecError: a stored setting this release no longer accepts.
+    """
+    return {
         "workload": run.workload["spec"],
         "on": list(dict.fromkeys(r.target.spec for r in run.results if r.variant == "as-is")),
-        "isolate": settings.get("isolate", True),
-        "timeout_s": settings.get("timeout_s", 900.0),
-        "min_samples": timing.get("min_samples", 30),
-        "min_seconds": timing.get("min_seconds", 0.5),
-        "profile": InputProfile.from_dict(settings["profile"]) if settings.get("profile") else None,
-        "pad_to_buckets": settings.get("pad_to_buckets"),
-        "max_buckets": settings.get("max_buckets", 4),
-        "cold_compile_cache": settings.get("cold_cache", False),
-        "env": [f"{k}={v}" for k, v in settings.get("env") or ()],
+        **TrialSettings.from_dict(run.settings).options(),
     }
-    for key in ("scenarios", "requirements"):
-        if settings.get(key):
-            keywords[key] = settings[key]
-    if settings.get("replicates", 1) > 1:
-        keywords["replicates"] = settings["replicates"]
-    if settings.get("process_spread") is not None:
-        keywords["process_spread"] = settings["process_spread"]
-    if keywords["isolate"] and settings.get("interleaved") is False:
-        keywords["interleave"] = False  # the targets were timed one after another, not in turns
-    return keywords
 
 
 def rerun(

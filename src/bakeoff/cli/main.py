@@ -7,7 +7,7 @@ stderr and exit code 2; anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
@@ -22,6 +22,7 @@ from bakeoff.cli.common import emit_json as _emit_json
 from bakeoff.cli.common import format_option as _format_option
 from bakeoff.cli.common import progress as _progress
 from bakeoff.errors import BakeoffError
+from bakeoff.runner.settings import OPTIONS
 
 __all__ = ["cli", "main"]
 
@@ -82,6 +83,28 @@ def baseline(workload: str, dtypes: Sequence[str], refresh: bool, db: str | None
     _console().print(baseline_view(info, notes))
 
 
+def _setting(keyword: str, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The ``bakeoff trial`` option of a trial setting, named as the API keyword, with the flag,
+    default and help of :data:`~bakeoff.runner.settings.OPTIONS`. An on/off setting's flag turns
+    it away from its default (``--in-process``: ``isolate`` false). A ``default`` given here
+    stands for "not given" (the setting's own default still applies, and --help shows it)."""
+    option = OPTIONS[keyword]
+    if isinstance(option.default, bool):
+        return click.option(
+            option.flag,
+            keyword,
+            flag_value=not option.default,
+            default=option.default,
+            help=option.flag_help or option.help,
+        )
+    shown = ""
+    if "default" in kwargs and kwargs["default"] != option.default:
+        shown = f"  [default: {option.default:g}]"
+    kwargs.setdefault("default", option.default)
+    kwargs.setdefault("show_default", not shown and option.default not in (None, ()))
+    return click.option(option.flag, keyword, metavar=option.metavar, help=option.help + shown, **kwargs)
+
+
 def _finish_run(run: Any, fmt: str, db: str | None, strict: bool, strict_placement: bool = False) -> None:
     """Print the run; with --strict exit 1 on a failed target or a requirement not met."""
     from bakeoff.results.codec import run_to_json
@@ -113,75 +136,22 @@ def _finish_run(run: Any, fmt: str, db: str | None, strict: bool, strict_placeme
     metavar="TARGETS",
     help="Targets, comma-separated or repeated: DEVICE[:INDEX][+BACKEND][?option=value&...].",
 )
-@click.option("--samples", type=int, default=30, show_default=True, help="Minimum timed calls per target.")
-@click.option("--min-time", type=float, default=0.5, show_default=True, help="Minimum seconds of timed calls.")
-@click.option(
-    "--timeout",
-    type=float,
-    default=None,
-    help="Seconds one step of a target (preparing, a timing round, its scenarios, its checks) may take "
-    "before its worker is killed and the target recorded as timed out (default 900).",
-)
-@click.option("--in-process", is_flag=True, help="Run targets in this process (faster; a crash ends the run).")
-@click.option("--refresh-baseline", is_flag=True, help="Recompute the baseline first.")
-@click.option(
-    "--profile",
-    default=None,
-    metavar="PROFILE",
-    help="Run over request sizes: 'seq=16,32,64', 'seq=uniform(8,128)&n=50&batch=1,2', "
-    "'seq=lognormal(8,512)&n=50', or a .csv/.jsonl file of lengths.",
-)
-@click.option(
-    "--pad-to-buckets",
-    default=None,
-    metavar="auto|N,N,...",
-    help="Also run each target with requests padded to these buckets, side by side (needs --profile).",
-)
-@click.option("--max-buckets", type=int, default=4, show_default=True, help="How many buckets 'auto' may choose.")
-@click.option("--cold-compile-cache", is_flag=True, help="Give each target's compiler an empty cache.")
-@click.option(
-    "--env",
-    "env",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Environment switch set while each target runs (repeatable; recorded as an adjustment).",
-)
-@click.option(
-    "--scenario",
-    "scenarios",
-    multiple=True,
-    metavar="SCENARIO",
-    help="Also run: offline[?max_batch=64], server?rate=20 | server?rate=sweep&bound=p99<=50ms, "
-    "generation[?prompt=16&tokens=16], training[?optimizer=adamw] (comma-separated or repeated).",
-)
-@click.option(
-    "--require",
-    "requirements",
-    multiple=True,
-    metavar="REQ",
-    help="What the service needs, e.g. 'p90<=50ms', 'throughput>=200/s', 'peak_memory<=4GiB', 'ttft<=200ms' "
-    "(repeatable; kept with the workload, so later trials check them too).",
-)
+@_setting("min_samples", type=int)
+@_setting("min_seconds", type=float)
+@_setting("timeout_s", type=float, default=None)  # None: not given, which --in-process refuses
+@_setting("isolate")
+@_setting("refresh_baseline")
+@_setting("profile")
+@_setting("pad_to_buckets")
+@_setting("max_buckets", type=int)
+@_setting("cold_compile_cache")
+@_setting("env", multiple=True)
+@_setting("scenarios", multiple=True)
+@_setting("requirements", multiple=True)
 @click.option("--clear-requirements", is_flag=True, help="Forget the workload's kept requirements.")
-@click.option(
-    "--sequential", is_flag=True, help="Time targets one after another instead of in turns (less memory at once)."
-)
-@click.option(
-    "--replicates",
-    type=int,
-    default=1,
-    show_default=True,
-    help="Measure each target in this many worker processes and pool them: speed intervals then include "
-    "the spread between processes (a few percent on CPUs).",
-)
-@click.option(
-    "--process-spread",
-    type=float,
-    default=None,
-    help="The spread between worker processes (standard deviation of log median latency) that speed "
-    "intervals include; default 0.02, measured on a shared 2-core machine (benchmarks/aa_calibration.py "
-    "measures yours).",
-)
+@_setting("interleave")
+@_setting("replicates", type=int)
+@_setting("process_spread", type=float)
 @click.option("--strict", is_flag=True, help="Exit 1 if any target errors, fails correctness or misses a requirement.")
 @click.option(
     "--strict-placement",
@@ -194,10 +164,10 @@ def _finish_run(run: Any, fmt: str, db: str | None, strict: bool, strict_placeme
 def trial(
     workload: str,
     on: Sequence[str],
-    samples: int,
-    min_time: float,
-    timeout: float,
-    in_process: bool,
+    min_samples: int,
+    min_seconds: float,
+    timeout_s: float | None,
+    isolate: bool,
     refresh_baseline: bool,
     profile: str | None,
     pad_to_buckets: str | None,
@@ -207,7 +177,7 @@ def trial(
     scenarios: Sequence[str],
     requirements: Sequence[str],
     clear_requirements: bool,
-    sequential: bool,
+    interleave: bool,
     replicates: int,
     process_spread: float | None,
     strict: bool,
@@ -225,7 +195,7 @@ def trial(
     """
     from bakeoff import api
 
-    if in_process and timeout is not None:
+    if not isolate and timeout_s is not None:
         from bakeoff.errors import SpecError
 
         raise SpecError("--timeout needs worker processes", hint="drop --in-process, or drop --timeout")
@@ -238,10 +208,10 @@ def trial(
             workload,
             on=on,
             db=db,
-            isolate=not in_process,
-            timeout_s=900.0 if timeout is None else timeout,
-            min_samples=samples,
-            min_seconds=min_time,
+            isolate=isolate,
+            timeout_s=OPTIONS["timeout_s"].default if timeout_s is None else timeout_s,
+            min_samples=min_samples,
+            min_seconds=min_seconds,
             refresh_baseline=refresh_baseline,
             profile=profile,
             pad_to_buckets=pad_to_buckets,
@@ -250,7 +220,7 @@ def trial(
             env=env,
             scenarios=scenarios,
             requirements=[] if clear_requirements else (list(requirements) or None),
-            interleave=not sequential,
+            interleave=interleave,
             replicates=replicates,
             process_spread=process_spread,
             progress=_progress(),

@@ -10,17 +10,17 @@ import datetime
 import itertools
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from bakeoff.analysis.requirements import Requirement
 from bakeoff.checks.baseline import compute_references, repeat_error, run_eagerly, save_references, shape_tag
 from bakeoff.env import Environment, capture_environment
 from bakeoff.hashing import file_sha256
-from bakeoff.measure.timing import TimingSettings
 from bakeoff.results.values import BaselineInfo, RunResult, TargetResult
 from bakeoff.runner.job import TargetJob
 from bakeoff.runner.scenarios import ScenarioSpec, parse_scenario
+from bakeoff.runner.settings import TrialSettings
 from bakeoff.store.db import Store
 from bakeoff.target.detect import unavailable_reason
 from bakeoff.target.spec import Target
@@ -32,61 +32,6 @@ __all__ = ["REFERENCE", "TrialSettings", "ensure_baseline", "run_trial"]
 
 REFERENCE = Target("cpu")
 Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class TrialSettings:
-    """How a trial runs.
-
-    ``isolate`` runs each target in its own worker process; ``interleave`` (with isolation)
-    keeps every target's worker alive and times them in turns, round by round. ``scenarios``
-    run after single-stream timing; ``requirements`` (texts such as ``p90<=50ms``) replace the
-    workload's stored ones, None keeps the stored ones. ``process_spread`` is the spread between
-    worker processes that speed intervals include (None: the measured default,
-    :data:`~bakeoff.analysis.compare.PROCESS_SPREAD`).
-    """
-
-    timing: TimingSettings = field(default_factory=TimingSettings)
-    isolate: bool = True
-    timeout_s: float = 900.0
-    refresh_baseline: bool = False
-    profile: InputProfile | None = None
-    buckets: str | None = None
-    max_buckets: int = 4
-    cold_cache: bool = False
-    env: tuple[tuple[str, str], ...] = ()
-    scenarios: tuple[ScenarioSpec, ...] = ()
-    requirements: tuple[str, ...] | None = None
-    interleave: bool = True
-    replicates: int = 1
-    process_spread: float | None = None
-
-    @property
-    def interleaved(self) -> bool:
-        return self.isolate and self.interleave
-
-    @property
-    def spread(self) -> float:
-        """The between-process spread speed intervals include."""
-        from bakeoff.analysis.compare import PROCESS_SPREAD
-
-        return PROCESS_SPREAD if self.process_spread is None else self.process_spread
-
-    def to_dict(self) -> dict:
-        return {
-            "timing": self.timing.to_dict(),
-            "isolate": self.isolate,
-            "timeout_s": self.timeout_s,
-            "profile": self.profile.to_dict() if self.profile else None,
-            "pad_to_buckets": self.buckets,
-            "max_buckets": self.max_buckets,
-            "cold_cache": self.cold_cache,
-            "env": [list(pair) for pair in self.env],
-            "scenarios": [spec.spec for spec in self.scenarios],
-            "interleaved": self.interleaved,
-            "replicates": self.replicates,
-            "process_spread": self.spread,
-        }
 
 
 def resolve_buckets(profile: InputProfile | None, buckets: str | None, max_buckets: int) -> dict | None:
@@ -425,7 +370,7 @@ def run_trial(
     env = capture_environment()
     dtypes = sorted({t.dtype for t in targets if t.dtype} | {workload.dtype})
     profile = settings.profile
-    buckets = resolve_buckets(profile, settings.buckets, settings.max_buckets)
+    bucket_plan = resolve_buckets(profile, settings.pad_to_buckets, settings.max_buckets)
     if profile is not None:  # fail early, with one clear line, for a workload that cannot vary its inputs
         workload.inputs_for(profile.shapes[0].batch, profile.shapes[0].seq)
     if callable(store):
@@ -440,8 +385,8 @@ def run_trial(
     variants: list[tuple[Target, tuple[int, ...] | None]] = []
     for target in ordered:
         variants.append((target, None))
-        if buckets and target != reference:
-            variants.append((target, tuple(buckets["chosen"])))
+        if bucket_plan and target != reference:
+            variants.append((target, tuple(bucket_plan["chosen"])))
     results: list[TargetResult | int] = []  # a result, or how many replicate sessions will give it
     sessions = []
     for target, padding in variants:
@@ -485,13 +430,12 @@ def run_trial(
         environment=env,
         results=tuple(done),
         baseline_id=baseline.id,
-        settings={
-            **settings.to_dict(),
-            "reference": reference.spec,
-            "buckets": buckets,
-            "scenarios": ["single-stream", *(s.spec for s in scenarios if s.name != "single-stream")],
-            "requirements": [r.text for r in requirements],
-        },
+        settings=settings.to_run_dict(
+            reference=reference.spec,
+            bucket_plan=bucket_plan,
+            scenarios=scenarios,
+            requirements=[r.text for r in requirements],
+        ),
     )
     store.save_run(run)
     return run

@@ -1,0 +1,495 @@
+"""A trial's settings, each written once: its name, default, check and help.
+
+A setting crosses three boundaries, each under the name its users already know, and is one
+field inside:
+
+* the keyword API, :func:`bakeoff.api.trial`: ``min_samples``, ``cold_compile_cache``,
+  ``interleave``, ``pad_to_buckets``...;
+* the command line, ``bakeoff trial``: ``--samples``, ``--cold-compile-cache``,
+  ``--sequential``, ``--pad-to-buckets``...;
+* the run's stored ``settings`` (the knowledge base keeps them; rerun and the reports read
+  them): ``timing``, ``cold_cache``, ``interleaved``, ``pad_to_buckets``...;
+* inside, :class:`TrialSettings`: ``timing``, ``cold_cache``, ``interleave``, ``pad_to_buckets``.
+
+:data:`OPTIONS` holds each setting's keyword, flag, default (read from :class:`TrialSettings`
+and :class:`~bakeoff.measure.timing.TimingSettings`, never restated), check and help text;
+the CLI builds its options from it and :func:`bakeoff.api.trial` its docstring.
+:meth:`TrialSettings.from_options` is the one validating constructor. A run stores
+:meth:`TrialSettings.to_run_dict`; :meth:`TrialSettings.from_dict` reads it back, from any
+version (keys a document lacks take the value that version used), and
+:meth:`TrialSettings.options` gives the keywords that repeat the trial.
+
+Words: ``pad_to_buckets`` is what the user asked for (``"auto"`` or sizes); the *bucket plan*
+is what a trial resolves it to (stored as ``buckets``: the sizes chosen and their padding
+waste). ``cold_cache`` gives each target's compiler an empty cache. ``interleave`` is the wish
+to time targets in turns; :attr:`TrialSettings.interleaved` whether they were (only worker
+processes can take turns).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from bakeoff.analysis.compare import PROCESS_SPREAD
+from bakeoff.analysis.requirements import parse_requirement
+from bakeoff.errors import SpecError
+from bakeoff.measure.timing import TimingSettings
+from bakeoff.runner.scenarios import ScenarioSpec, parse_scenario
+from bakeoff.workload.profile import InputProfile, parse_profile
+
+__all__ = ["OPTIONS", "Option", "TrialSettings", "describe_options"]
+
+
+@dataclass(frozen=True)
+class TrialSettings:
+    """How a trial runs.
+
+    ``isolate`` runs each target in its own worker process; ``interleave`` (with isolation)
+    keeps every target's worker alive and times them in turns, round by round. ``scenarios``
+    run after single-stream timing; ``requirements`` (texts such as ``p90<=50ms``) replace the
+    workload's stored ones, None keeps the stored ones. ``pad_to_buckets`` (``"auto"`` or
+    sizes such as ``"64,128"``) also runs each target padded to buckets, up to ``max_buckets``
+    of them for ``auto``. ``process_spread`` is the spread between worker processes that speed
+    intervals include (None: the measured default,
+    :data:`~bakeoff.analysis.compare.PROCESS_SPREAD`).
+
+    Build one from user input with :meth:`from_options` (which checks every value); the
+    plain constructor trusts its arguments.
+    """
+
+    timing: TimingSettings = field(default_factory=TimingSettings)
+    isolate: bool = True
+    timeout_s: float = 900.0
+    refresh_baseline: bool = False
+    profile: InputProfile | None = None
+    pad_to_buckets: str | None = None
+    max_buckets: int = 4
+    cold_cache: bool = False
+    env: tuple[tuple[str, str], ...] = ()
+    scenarios: tuple[ScenarioSpec, ...] = ()
+    requirements: tuple[str, ...] | None = None
+    interleave: bool = True
+    replicates: int = 1
+    process_spread: float | None = None
+
+    @property
+    def interleaved(self) -> bool:
+        """Whether the targets are timed in turns: asked for, and in worker processes."""
+        return self.isolate and self.interleave
+
+    @property
+    def spread(self) -> float:
+        """The between-process spread speed intervals include."""
+        return PROCESS_SPREAD if self.process_spread is None else self.process_spread
+
+    @classmethod
+    def from_options(cls, **given: Any) -> TrialSettings:
+        """The settings for :func:`bakeoff.api.trial`'s keywords (see :data:`OPTIONS`; a
+        keyword not given takes its default), each value checked in the order of
+        :data:`OPTIONS`.
+
+        Raises:
+            SpecError: a value out of range, a combination that cannot work (replicates or a
+                cold cache in one process), a malformed profile, switch, scenario or requirement.
+            TypeError: a keyword that is not a setting.
+        """
+        unknown = sorted(set(given) - set(OPTIONS))
+        if unknown:
+            raise TypeError(f"unknown trial setting {unknown[0]!r}")
+        values = {name: given.get(name, option.default) for name, option in OPTIONS.items()}
+        for name, option in OPTIONS.items():
+            if option.check is not None:
+                values[name] = option.check(values[name], values)
+        return cls(
+            timing=TimingSettings(min_samples=values["min_samples"], min_seconds=values["min_seconds"]),
+            isolate=values["isolate"],
+            timeout_s=values["timeout_s"],
+            refresh_baseline=values["refresh_baseline"],
+            profile=values["profile"],
+            pad_to_buckets=values["pad_to_buckets"],
+            max_buckets=values["max_buckets"],
+            cold_cache=values["cold_compile_cache"],
+            env=values["env"],
+            scenarios=values["scenarios"],
+            requirements=values["requirements"],
+            interleave=values["interleave"],
+            replicates=values["replicates"],
+            process_spread=values["process_spread"],
+        )
+
+    def options(self) -> dict[str, Any]:
+        """The :func:`bakeoff.api.trial` keywords that give these settings again (what a rerun
+        passes). ``refresh_baseline`` is left out (a rerun decides it anew), and so are
+        scenarios, requirements, replicates, the process spread and interleaving when they
+        are the defaults."""
+        keywords: dict[str, Any] = {
+            "isolate": self.isolate,
+            "timeout_s": self.timeout_s,
+            "min_samples": self.timing.min_samples,
+            "min_seconds": self.timing.min_seconds,
+            "profile": self.profile,
+            "pad_to_buckets": self.pad_to_buckets,
+            "max_buckets": self.max_buckets,
+            "cold_compile_cache": self.cold_cache,
+            "env": [f"{k}={v}" for k, v in self.env],
+        }
+        if self.scenarios:
+            keywords["scenarios"] = [spec.spec for spec in self.scenarios]
+        if self.requirements is not None:
+            keywords["requirements"] = list(self.requirements)
+        if self.replicates != 1:
+            keywords["replicates"] = self.replicates
+        if self.process_spread is not None:
+            keywords["process_spread"] = self.process_spread
+        if self.isolate and not self.interleave:
+            keywords["interleave"] = False  # the targets were timed one after another, not in turns
+        return keywords
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as asked, under their stored names (``interleaved`` and ``process_spread``
+        as they took effect)."""
+        return {
+            "timing": self.timing.to_dict(),
+            "isolate": self.isolate,
+            "timeout_s": self.timeout_s,
+            "profile": self.profile.to_dict() if self.profile else None,
+            "pad_to_buckets": self.pad_to_buckets,
+            "max_buckets": self.max_buckets,
+            "cold_cache": self.cold_cache,
+            "env": [list(pair) for pair in self.env],
+            "scenarios": [spec.spec for spec in self.scenarios],
+            "interleaved": self.interleaved,
+            "replicates": self.replicates,
+            "process_spread": self.spread,
+        }
+
+    def to_run_dict(
+        self,
+        *,
+        reference: str,
+        bucket_plan: dict[str, Any] | None,
+        scenarios: Sequence[ScenarioSpec],
+        requirements: Sequence[str],
+    ) -> dict[str, Any]:
+        """What a run stores as its ``settings``: :meth:`to_dict`, with what the trial resolved
+        the settings to: the ``reference`` target's spec, the bucket plan (``buckets``), every
+        scenario run (single-stream first, then those asked for and those a requirement
+        needed) and the requirements checked."""
+        return {
+            **self.to_dict(),
+            "reference": reference,
+            "buckets": bucket_plan,
+            "scenarios": ["single-stream", *(s.spec for s in scenarios if s.name != "single-stream")],
+            "requirements": list(requirements),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrialSettings:
+        """The settings a stored run's ``settings`` ask for, from any version, checked like
+        user input (see :meth:`from_options`).
+
+        A key a document lacks takes the value its version used: version 1 stored no
+        scenarios, interleaving, replicates or process spread (a single process, timed
+        alone, the default spread), and no ``round_warmup`` in ``timing`` (see
+        :meth:`~bakeoff.measure.timing.TimingSettings.from_dict`). The requirements stored are
+        the ones checked; none stored reads as "check the workload's kept ones". An in-process
+        run stores ``interleaved`` false because one process cannot take turns; that is not a
+        wish to time targets one after another.
+
+        Raises:
+            SpecError: a stored value that is no longer valid input.
+        """
+        timing = TimingSettings.from_dict(data.get("timing") or {})
+        isolate = data.get("isolate", True)
+        settings = cls.from_options(
+            isolate=isolate,
+            timeout_s=data.get("timeout_s", cls.timeout_s),
+            min_samples=timing.min_samples,
+            min_seconds=timing.min_seconds,
+            profile=InputProfile.from_dict(data["profile"]) if data.get("profile") else None,
+            pad_to_buckets=data.get("pad_to_buckets"),
+            max_buckets=data.get("max_buckets", cls.max_buckets),
+            cold_compile_cache=data.get("cold_cache", cls.cold_cache),
+            env=[f"{k}={v}" for k, v in data.get("env") or ()],
+            scenarios=list(data.get("scenarios") or ()),
+            requirements=list(data["requirements"]) if data.get("requirements") else None,
+            interleave=not (isolate and data.get("interleaved") is False),
+            replicates=data.get("replicates", cls.replicates),
+            process_spread=data.get("process_spread"),
+        )
+        return replace(settings, timing=timing)  # whole, as stored (a rerun repeats only its minimums)
+
+
+# -- the checks: each turns a keyword's value into its field's, or raises SpecError ----------
+
+Check = Callable[[Any, Mapping[str, Any]], Any]
+
+
+def _check_samples(value: int, given: Mapping[str, Any]) -> int:
+    if value < 1:
+        raise SpecError(f"samples must be at least 1, got {value}", hint="e.g. --samples 30")
+    return value
+
+
+def _check_min_seconds(value: float, given: Mapping[str, Any]) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise SpecError(f"minimum timing seconds must be a finite number >= 0, got {value}", hint="e.g. --min-time 0.5")
+    return value
+
+
+def _check_timeout(value: float, given: Mapping[str, Any]) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise SpecError(f"timeout must be a positive number of seconds, got {value:g}", hint="e.g. --timeout 900")
+    return value
+
+
+def _check_replicates(value: int, given: Mapping[str, Any]) -> int:
+    if value < 1:
+        raise SpecError(f"replicates must be at least 1, got {value}", hint="e.g. --replicates 3")
+    if value > 1 and not given["isolate"]:
+        raise SpecError(
+            "replicates need worker processes (one process cannot show the spread between processes)",
+            hint="drop --in-process, or drop --replicates",
+        )
+    return value
+
+
+def _check_process_spread(value: float | None, given: Mapping[str, Any]) -> float | None:
+    if value is not None and not 0 <= value < 1:
+        raise SpecError(f"process spread must be in [0, 1), got {value:g}", hint="e.g. --process-spread 0.02")
+    return value
+
+
+def _check_pad_to_buckets(value: str | int | Iterable[int] | None, given: Mapping[str, Any]) -> str | None:
+    """Sizes given as numbers become the text a user would type (``64,128``); the text itself
+    is read when the trial resolves its bucket plan, against the profile's lengths."""
+    if value is None or isinstance(value, str):
+        return value
+    values = value if isinstance(value, Iterable) else [value]
+    return ",".join(str(v) for v in values)
+
+
+def _check_max_buckets(value: int, given: Mapping[str, Any]) -> int:
+    if value < 1:
+        raise SpecError(f"max buckets must be at least 1, got {value}", hint="e.g. --max-buckets 4")
+    return value
+
+
+def _check_cold_cache(value: bool, given: Mapping[str, Any]) -> bool:
+    if value and not given["isolate"]:
+        raise SpecError(
+            "a cold compile cache needs worker processes (in one process compilers keep warm caches)",
+            hint="drop --in-process, or drop --cold-compile-cache",
+        )
+    return value
+
+
+def _check_profile(
+    value: str | os.PathLike[str] | InputProfile | None, given: Mapping[str, Any]
+) -> InputProfile | None:
+    if value is None or isinstance(value, InputProfile):  # a stored run's own requests (a rerun)
+        return value
+    return parse_profile(os.fspath(value))
+
+
+def _check_env(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    switches = []
+    for item in [value] if isinstance(value, str) else value:
+        key, eq, text = item.partition("=")
+        if not eq or not key or not key.replace("_", "").isalnum() or key[0].isdigit():
+            raise SpecError(f"environment switch {item!r} is not KEY=VALUE", hint="e.g. --env TORCHINDUCTOR_FREEZING=1")
+        switches.append((key, text))
+    return tuple(switches)
+
+
+def _check_scenarios(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[ScenarioSpec, ...]:
+    """``offline,server?rate=5`` -> two scenarios; a comma inside options is not a separator
+    (scenario options never hold commas)."""
+    texts = [value] if isinstance(value, str) else list(value)
+    parts = [part.strip() for text in texts for part in text.split(",")]
+    if any(not part for part in parts):
+        raise SpecError(
+            f"empty scenario in {', '.join(repr(t) for t in texts)}",
+            hint="name one: offline, server?rate=20, generation or training (or drop --scenario)",
+        )
+    parsed = tuple(parse_scenario(part) for part in parts)
+    seen = [s.name for s in parsed]
+    twice = next((name for name in seen if seen.count(name) > 1), None)
+    if twice is not None:
+        raise SpecError(
+            f"scenario {twice!r} given twice", hint="give each scenario once; compare rates with server?rate=sweep"
+        )
+    return parsed
+
+
+def _check_requirements(value: str | Iterable[str] | None, given: Mapping[str, Any]) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    return tuple(parse_requirement(text).text for text in ([value] if isinstance(value, str) else value))
+
+
+# -- the table -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Option:
+    """One trial setting as users see it.
+
+    ``keyword`` is its :func:`bakeoff.api.trial` keyword; ``flag`` its ``bakeoff trial`` option
+    (for an on/off setting, the flag that turns it away from its default); ``help`` says what
+    it does, for ``--help`` and the API docstring alike, except that ``flag_help`` describes a
+    flag that turns a setting off, and ``keyword_note`` adds what only the keyword accepts.
+    ``check`` turns a value into the field's (None: taken as it is).
+    """
+
+    keyword: str
+    flag: str
+    default: Any
+    help: str
+    check: Check | None = None
+    flag_help: str = ""
+    keyword_note: str = ""
+    metavar: str | None = None
+
+
+_TIMING = TimingSettings()
+
+#: Every setting, in the order its value is checked (the first bad one is reported).
+OPTIONS: dict[str, Option] = {
+    option.keyword: option
+    for option in (
+        Option("min_samples", "--samples", _TIMING.min_samples, "Minimum timed calls per target.", _check_samples),
+        Option(
+            "min_seconds",
+            "--min-time",
+            _TIMING.min_seconds,
+            "Minimum seconds of timed calls per target.",
+            _check_min_seconds,
+        ),
+        Option(
+            "isolate",
+            "--in-process",
+            TrialSettings.isolate,
+            "Run each target in its own worker process (crashes and hangs become results).",
+            flag_help="Run targets in this process (faster; a crash ends the run).",
+        ),
+        Option(
+            "timeout_s",
+            "--timeout",
+            TrialSettings.timeout_s,
+            "Seconds one step of a target (preparing, a timing round, its scenarios, its checks) may take "
+            "before its worker is killed and the target recorded as timed out (worker processes only).",
+            _check_timeout,
+        ),
+        Option(
+            "interleave",
+            "--sequential",
+            TrialSettings.interleave,
+            "Time the targets' worker processes in turns (A B A B), so that drift affects all alike.",
+            flag_help="Time targets one after another instead of in turns (less memory at once).",
+        ),
+        Option(
+            "replicates",
+            "--replicates",
+            TrialSettings.replicates,
+            "Measure each target (the reference too) in this many worker processes and pool them: speed "
+            "intervals then include the spread between processes (a few percent on CPUs).",
+            _check_replicates,
+        ),
+        Option(
+            "process_spread",
+            "--process-spread",
+            TrialSettings.process_spread,
+            "The spread between worker processes (standard deviation of log median latency) that speed "
+            f"intervals include; default {PROCESS_SPREAD:g}, measured on a shared 2-core machine "
+            "(benchmarks/aa_calibration.py measures yours).",
+            _check_process_spread,
+        ),
+        Option(
+            "refresh_baseline",
+            "--refresh-baseline",
+            TrialSettings.refresh_baseline,
+            "Recompute the baseline first, even if a fresh one is stored.",
+        ),
+        Option(
+            "pad_to_buckets",
+            "--pad-to-buckets",
+            TrialSettings.pad_to_buckets,
+            "Also run each target with requests padded to these buckets ('auto', or sizes such as 64,128,256), "
+            "side by side: the static-shape what-if (needs a profile).",
+            _check_pad_to_buckets,
+            keyword_note="A list of sizes works too.",
+            metavar="auto|N,N,...",
+        ),
+        Option(
+            "max_buckets",
+            "--max-buckets",
+            TrialSettings.max_buckets,
+            "How many buckets 'auto' may choose.",
+            _check_max_buckets,
+        ),
+        Option(
+            "cold_compile_cache",
+            "--cold-compile-cache",
+            TrialSettings.cold_cache,
+            "Give each target's compiler an empty cache (cold compile times; worker processes only).",
+            _check_cold_cache,
+        ),
+        Option(
+            "profile",
+            "--profile",
+            TrialSettings.profile,
+            "Run over request sizes: 'seq=16,32,64', 'seq=uniform(8,128)&n=50&batch=1,2', "
+            "'seq=lognormal(8,512)&n=50', or a .csv/.jsonl file of lengths.",
+            _check_profile,
+            keyword_note="Or an :class:`~bakeoff.workload.profile.InputProfile`.",
+            metavar="PROFILE",
+        ),
+        Option(
+            "env",
+            "--env",
+            TrialSettings.env,
+            "Environment switch set while each target runs, e.g. a backend's strict no-fallback mode "
+            "(repeatable; recorded as an adjustment).",
+            _check_env,
+            keyword_note="A list of KEY=VALUE texts, or one.",
+            metavar="KEY=VALUE",
+        ),
+        Option(
+            "scenarios",
+            "--scenario",
+            TrialSettings.scenarios,
+            "Also run: offline[?max_batch=64], server?rate=20 | server?rate=sweep&bound=p99<=50ms, "
+            "generation[?prompt=16&tokens=16], training[?optimizer=adamw] (comma-separated or repeated).",
+            _check_scenarios,
+            keyword_note="A list, or one comma-separated text.",
+            metavar="SCENARIO",
+        ),
+        Option(
+            "requirements",
+            "--require",
+            TrialSettings.requirements,
+            "What the service needs, e.g. 'p90<=50ms', 'throughput>=200/s', 'peak_memory<=4GiB', 'ttft<=200ms' "
+            "(repeatable; kept with the workload, so later trials check them too).",
+            _check_requirements,
+            keyword_note="None checks the kept ones, [] clears them.",
+            metavar="REQ",
+        ),
+    )
+}
+
+
+def describe_options(indent: str, width: int = 100) -> str:
+    """The ``Args:`` lines of :data:`OPTIONS` for a Google-style docstring, each line after
+    the first starting with ``indent``."""
+    import textwrap
+
+    lines = []
+    for option in OPTIONS.values():
+        text = f"{option.keyword}: {option.help}" + (f" {option.keyword_note}" if option.keyword_note else "")
+        lines += textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + "    ")
+    return "\n".join(lines).removeprefix(indent)
