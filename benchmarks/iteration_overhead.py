@@ -26,7 +26,7 @@ import torch
 
 from bakeoff.analysis.queueing import poisson_arrivals
 from bakeoff.measure.clock import PerfClock
-from bakeoff.measure.scenarios import serve
+from bakeoff.measure.loops import serve
 from bakeoff.measure.timing import TimingSettings, time_block
 from bakeoff.runner.isolation import IsolatedSession
 from bakeoff.runner.job import TargetJob

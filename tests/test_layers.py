@@ -28,8 +28,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # typed exceptions: everything may raise them
     ("errors",),
     # foundations with no knowledge of workloads or targets: spec syntax, the environment,
-    # order statistics over samples, file content hashes, the release number, the value codec
-    ("specsyntax", "env", "stats", "hashing", "version", "codec"),
+    # order statistics over samples, file content hashes, the release number, the value codec,
+    # figures in their units
+    ("specsyntax", "env", "stats", "hashing", "version", "codec", "units"),
     # what runs (workload builders), and the bundled test accelerator
     ("workload", "emu"),
     # where it runs: target specs, detection, placing and compiling a model, compile watches
@@ -38,8 +39,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("analysis",),
     # clocks and timing loops
     ("measure",),
-    # the checks, each owning its frozen value, and their registry
-    ("checks",),
+    # the checks and the scenarios, each owning its frozen value, and their registries; neither
+    # knows the other
+    ("checks", "scenarios"),
     # a run's frozen values, which hold the checks' values by name
     ("results",),
     # verdicts over results: requirements met, regressions between runs

@@ -17,11 +17,10 @@ import pytest
 from tests.conftest import cli_trial, py_workload
 
 import bakeoff
-from bakeoff.analysis.requirements import parse_requirement
 from bakeoff.measure.timing import TimingSettings
 from bakeoff.runner.job import TargetJob
-from bakeoff.runner.scenarios import parse_scenario
 from bakeoff.runner.session import run_target
+from bakeoff.scenarios.registry import parse_requirement, parse_scenario
 from bakeoff.store import Store
 from bakeoff.target.spec import parse_target
 from bakeoff.verdicts.metrics import check_target

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bakeoff.analysis.requirements import check_requirements, parse_requirement, scenario_for
+from bakeoff.analysis.requirements import check_requirements
 from bakeoff.errors import SpecError
+from bakeoff.scenarios.registry import parse_requirement, scenario_for
 from bakeoff.stats import Estimate
 
 

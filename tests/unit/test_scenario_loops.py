@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bakeoff.analysis.queueing import fifo_queue, poisson_arrivals
-from bakeoff.measure.scenarios import batch_sweep, generate, serve, train
+from bakeoff.measure.loops import batch_sweep, generate, serve, train
 
 
 class FakeClock:

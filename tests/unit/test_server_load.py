@@ -13,17 +13,12 @@ from dataclasses import replace
 import pytest
 
 from bakeoff.analysis.queueing import fifo_queue, poisson_arrivals
-from bakeoff.analysis.requirements import parse_requirement
 from bakeoff.results.values import ScenarioResult, TargetResult
-from bakeoff.runner.scenarios import (
-    SWEEP_FRACTIONS,
-    ScenarioContext,
-    _server,
-    common_load,
-    parse_scenario,
-    with_requirement_bound,
-)
+from bakeoff.runner.trial import _aligned as common_load
 from bakeoff.runner.trial import _scenarios_for
+from bakeoff.scenarios.base import ScenarioContext
+from bakeoff.scenarios.registry import parse_requirement, parse_scenario
+from bakeoff.scenarios.server import SWEEP_FRACTIONS, Server
 from bakeoff.stats import percentile
 from bakeoff.target.spec import Target
 from bakeoff.verdicts.metrics import check_target, metric_estimate
@@ -48,6 +43,10 @@ class FakeClock:
             self.t += seconds
 
         return call
+
+
+_server = Server().run
+with_requirement_bound = Server().for_requirements
 
 
 def _serve(service_s: float, spec: str, single_stream_s: float | None = None, **given) -> ScenarioResult:

@@ -50,8 +50,9 @@ def test_a_wide_terminal_shows_every_column():
 def test_the_requirements_table_calls_one_reading_a_single_observation_and_only_intervals_inconclusive():
     from dataclasses import replace
 
-    from bakeoff.analysis.requirements import check_requirements, parse_requirement
+    from bakeoff.analysis.requirements import check_requirements
     from bakeoff.report.terminal import requirements_view
+    from bakeoff.scenarios.registry import parse_requirement
     from bakeoff.stats import Estimate
 
     reqs = [parse_requirement("first_result<=2s"), parse_requirement("p50<=5ms")]

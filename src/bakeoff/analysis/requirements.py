@@ -12,21 +12,20 @@ a server sweep sustained) is a *single observation*: it has no interval, so its 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from bakeoff.errors import SpecError
 from bakeoff.stats import Estimate
 
 __all__ = [
-    "METRIC_HELP",
     "SINGLE_OBSERVATION",
+    "MetricLookup",
     "Requirement",
     "RequirementCheck",
     "check_requirements",
-    "metric_percentile",
-    "parse_requirement",
-    "scenario_for",
+    "parse_requirement_with",
+    "percentile_of",
 ]
 
 _TIME = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1e3, "min": 60e3}
@@ -46,28 +45,6 @@ _RATE = {"/s": 1.0, "/min": 1 / 60, "tok/s": 1.0, "samples/s": 1.0, "": 1.0}
 SINGLE_OBSERVATION = "single observation"
 _KINDS = {"time": ("ms", _TIME), "bytes": ("B", _BYTES), "rate": ("/s", _RATE)}
 
-#: metric name -> (kind, scenario that measures it, what it means)
-_FIXED = {
-    "first_result": ("time", "single-stream", "time to first result: preparing, compiling and the first call"),
-    "throughput": ("rate", "offline", "items per second at the best batch size"),
-    "tokens_per_s": ("rate", "offline", "tokens per second at the best batch size"),
-    "samples_per_s": ("rate", "training", "training samples per second"),
-    "server.rate": ("rate", "server", "highest arrival rate that met the latency bound (or the rate achieved)"),
-    "peak_memory": ("bytes", "", "peak host memory (RSS) over the scenarios run"),
-    "device_memory": ("bytes", "", "peak device memory over the scenarios run"),
-}
-#: prefix -> (scenario, what the percentile is of); ``p90`` is single-stream latency
-_PERCENTILED = {
-    "": ("single-stream", "request latency"),
-    "server.": ("server", "request latency including queueing"),
-    "ttft": ("generation", "time to first token"),
-    "tpot": ("generation", "time per output token"),
-    "step_time": ("training", "training step time"),
-}
-METRIC_HELP = (
-    "p50|p90|p99|p99.9 (single-stream latency), server.p99, ttft[.p90], tpot[.p90], step_time[.p90], "
-    "first_result, throughput, tokens_per_s, samples_per_s, server.rate, peak_memory, device_memory"
-)
 _PATTERN = re.compile(
     r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(<=|>=|<|>)\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(\S*)\s*$"
 )
@@ -91,38 +68,20 @@ class Requirement:
         )
 
 
-def _metric_kind(metric: str) -> tuple[str, str, float | None]:
-    """(kind, scenario, percentile) for a metric name; raises SpecError for an unknown one."""
-    if metric in _FIXED:
-        kind, scenario, _ = _FIXED[metric]
-        return kind, scenario, None
-    whole = _PCT.match(metric)
-    if whole:
-        return "time", "single-stream", float(whole.group(1))
-    head, _, tail = metric.partition(".")
-    pct = _PCT.match(tail)
-    if head == "server" and pct:
-        return "time", "server", float(pct.group(1))
-    if head in _PERCENTILED and head not in ("", "server."):
-        if not tail:
-            return "time", _PERCENTILED[head][0], 50.0
-        if pct:
-            return "time", _PERCENTILED[head][0], float(pct.group(1))
-    raise SpecError(f"unknown requirement metric {metric!r}", hint=f"use one of {METRIC_HELP}")
+#: What a metric name is: ``(kind, scenario that measures it, percentile or None)``.
+MetricLookup = Callable[[str], tuple[str, str, float | None]]
 
 
-def metric_percentile(metric: str) -> float | None:
-    """The percentile a metric asks for (``tpot`` is the median), None for other metrics."""
-    return _metric_kind(metric)[2]
+def percentile_of(name: str) -> float | None:
+    """The percentile ``pNN`` asks for (``p99.9`` -> 99.9), None for any other name."""
+    match = _PCT.match(name)
+    return float(match.group(1)) if match else None
 
 
-def scenario_for(metric: str) -> str:
-    """The scenario that measures ``metric`` ("" for memory, measured by every scenario)."""
-    return _metric_kind(metric)[1]
-
-
-def parse_requirement(text: str) -> Requirement:
-    """Parse ``p90<=50ms``, ``throughput >= 200/s``, ``peak_memory<=4GiB``, ``ttft<=0.2s``.
+def parse_requirement_with(text: str, lookup: MetricLookup) -> Requirement:
+    """Parse ``p90<=50ms``, ``throughput >= 200/s``, ``peak_memory<=4GiB``, ``ttft<=0.2s``, with
+    ``lookup`` saying what each metric name is (the scenarios declare them:
+    :func:`bakeoff.scenarios.registry.parse_requirement`).
 
     Raises:
         SpecError: malformed text, an unknown metric, a percentile of 100 or more, or a unit
@@ -135,7 +94,7 @@ def parse_requirement(text: str) -> Requirement:
             hint="write METRIC OP VALUE[UNIT], e.g. 'p90<=50ms' or 'throughput>=200/s'",
         )
     metric, op, number, unit = match.groups()
-    kind, scenario, pct = _metric_kind(metric)
+    kind, scenario, pct = lookup(metric)
     if pct is not None and pct >= 100:
         raise SpecError(f"percentile {pct:g} in {text!r} must be below 100", hint="e.g. p99 or p99.9")
     base, units = _KINDS[kind]

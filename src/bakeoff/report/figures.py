@@ -9,28 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from bakeoff.results.values import TargetResult
-from bakeoff.stats import percentile
+from bakeoff.units import figure, human_bytes
 
 __all__ = ["figure", "human_bytes", "placement_share", "requirement_figures", "scenario_figures"]
-
-
-def human_bytes(value: int | None) -> str:
-    if value is None:
-        return "-"
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return str(value)
-
-
-def figure(value: float, unit: str) -> str:
-    if unit == "B":
-        return human_bytes(int(value))
-    if unit == "/s":
-        return f"{value:,.1f}/s"
-    return f"{value:.3g} ms" if value < 1000 else f"{value / 1000:.3g} s"
 
 
 def _estimate(result: TargetResult, metric: str, label: str, unit: str = "ms") -> str | None:
@@ -43,7 +24,7 @@ def _estimate(result: TargetResult, metric: str, label: str, unit: str = "ms") -
     if found.high > found.low:
         text += f" [{figure(found.low, unit)}-{figure(found.high, unit)}]"
     if not found.enough:
-        from bakeoff.analysis.requirements import metric_percentile
+        from bakeoff.scenarios.registry import metric_percentile
         from bakeoff.stats import samples_needed
 
         pct = metric_percentile(metric)
@@ -55,63 +36,13 @@ def _estimate(result: TargetResult, metric: str, label: str, unit: str = "ms") -
 
 
 def scenario_figures(result: TargetResult, scenario: Any) -> list[str]:
-    """The headline figures of one scenario, with intervals and sample counts."""
-    name, facts = scenario.name, scenario.facts
-    if name == "single-stream":
-        count = result.latency.count if result.latency else 0
-        figures = [_estimate(result, m, m) for m in ("p50", "p90", "p99")] + [f"{count} requests"]
-        shapes = list(scenario.series.items())
-        for shape, samples in shapes[:6]:  # per profile shape
-            few = f"only {len(samples)} samples: p99 needs 100" if len(samples) < 100 else f"n={len(samples)}"
-            figures.append(
-                f"{shape}: p50 {figure(percentile(samples, 50), 'ms')}, p99 {figure(percentile(samples, 99), 'ms')}"
-                f" ({few})"
-            )
-        if len(shapes) > 6:
-            figures.append(f"{len(shapes) - 6} more shape(s) in the JSON")
-    elif name == "offline":
-        tried = [b["batch"] for b in facts["batches"]]
-        figures = [
-            _estimate(result, "throughput", f"best batch {facts['best_batch']}:", "/s"),
-            _estimate(result, "tokens_per_s", "tokens", "/s"),
-            f"batches {tried[0]}-{tried[-1]} tried",
-        ]
-        stopped = next((b for b in facts["batches"] if b["error"]), None)
-        if stopped:
-            figures.append(f"stopped at {stopped['batch']}: {stopped['error'][:80]}")
-    elif name == "server":
-        figures = [
-            f"rate {facts['rate']:.1f}/s (achieved {facts['achieved_rate']:.1f}/s)",
-            _estimate(result, "server.p50", "p50"),
-            _estimate(result, "server.p99", "p99"),
-            f"queue depth mean {facts['mean_queue_depth']:.2f}, max {facts['max_queue_depth']}",
-        ]
-        if facts.get("sweep"):
-            best = facts.get("max_rate")
-            figures.append(
-                f"highest rate within {facts['bound']}: "
-                + (f"{best:.1f}/s" if best is not None else "none of the rates tried")
-            )
-            if facts.get("rates_from") == "reference":  # the load is the reference's, and says so
-                judged = facts.get("judged_rate")
-                figures.append(
-                    "swept at the reference's rates; "
-                    + (f"latency at its highest within the bound, {judged:.1f}/s" if judged else "it sustained none")
-                )
-    elif name == "generation":
-        figures = [
-            _estimate(result, "ttft", "TTFT p50"),
-            _estimate(result, "tpot", "TPOT p50"),
-            _estimate(result, "tpot.p90", "TPOT p90"),
-            f"{facts['runs']}x{facts['tokens']} tokens",
-        ]
-    else:
-        figures = [
-            _estimate(result, "step_time", "step p50"),
-            _estimate(result, "samples_per_s", "samples", "/s"),
-            f"first step {facts['first_step_ms']:.4g} ms",
-            f"batch {facts['batch']}, {facts['optimizer']}",
-        ]
+    """The headline figures of one scenario, with intervals and sample counts (the scenario
+    declares them: :meth:`~bakeoff.scenarios.base.Scenario.figures`)."""
+    from bakeoff.scenarios.registry import known_scenario
+
+    facts = scenario.facts
+    declared = known_scenario(scenario.name)
+    figures = [] if declared is None else declared.figures(result, scenario, lambda *a: _estimate(result, *a))
     if facts.get("graphs"):
         figures.append(f"{facts['graphs']} more graph(s) compiled for its new shapes")
     elif facts.get("compilations"):  # documents written before graphs were counted per scenario

@@ -26,6 +26,7 @@ from bakeoff.checks.registry import registered_checks
 from bakeoff.codec import Value, decode_fields, encode
 from bakeoff.env import Environment
 from bakeoff.errors import BakeoffError
+from bakeoff.scenarios.base import ScenarioResult
 from bakeoff.stats import is_noisy, mean, percentile
 from bakeoff.target.spec import Target
 
@@ -98,28 +99,6 @@ class Latency(Value):
     @property
     def noisy(self) -> bool:
         return is_noisy(self.samples_ms)
-
-
-@dataclass(frozen=True)
-class ScenarioResult(Value):
-    """One scenario on one target (see :mod:`bakeoff.runner.scenarios`).
-
-    ``series`` keeps the raw samples in milliseconds by name (``latency``, ``wait``, ``ttft``,
-    ``tpot``, ``step``, ``batch=8``...); ``facts`` the measured scalars and settings that came
-    with them (batch sizes tried, achieved rate, queue depths). ``status`` is ok, error or
-    not_applicable (``reason`` says why). Memory is the peak during this scenario alone where
-    the OS allows resetting it (Linux), else the process's peak so far.
-    """
-
-    name: str
-    status: str
-    reason: str = ""
-    options: dict[str, Any] = field(default_factory=dict)
-    series: dict[str, tuple[float, ...]] = field(default_factory=dict)
-    facts: dict[str, Any] = field(default_factory=dict)
-    run_seconds: float = 0.0
-    peak_host_rss_bytes: int | None = None
-    device_peak_bytes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from bakeoff.checks.outputs import flatten_outputs
 from bakeoff.checks.registry import registered_checks
 from bakeoff.measure.clock import Clock, PerfClock
 from bakeoff.measure.timing import ROUNDS, enough_samples, first_call, time_block, time_pass, warm_calls, warm_up
-from bakeoff.results.values import ErrorInfo, Latency, ScenarioResult, TargetResult
+from bakeoff.results.values import ErrorInfo, Latency, TargetResult
 from bakeoff.runner.job import (
     TargetJob,
     _native_dtype,
@@ -41,6 +41,9 @@ from bakeoff.runner.job import (
     adjustments_for,
     error_checks,
 )
+from bakeoff.scenarios.base import ScenarioContext, ScenarioResult
+from bakeoff.scenarios.registry import run_scenario, scenario_named
+from bakeoff.scenarios.single_stream import SingleStream
 
 __all__ = ["TargetSession", "run_steps", "run_target"]
 
@@ -268,14 +271,13 @@ class TargetSession:
         return self.timing_done
 
     def run_scenarios(self) -> None:
-        """Every requested scenario but training (which runs last, in :meth:`finish`)."""
+        """Every requested scenario but those that change the model (training), which run last,
+        in :meth:`finish`."""
         for spec in self.job.scenarios:
-            if spec.name not in ("single-stream", "training"):
+            if not scenario_named(spec.name).runs_last:
                 self._scenario(spec)
 
     def _scenario(self, spec: Any) -> None:
-        from bakeoff.runner.scenarios import ScenarioContext, run_scenario
-
         if self.failed is not None:
             return
         with self._step():
@@ -311,9 +313,9 @@ class TargetSession:
                 value = check.run(context)
                 if value is not None:
                     context.results[check.name] = value
-            training = next((s for s in job.scenarios if s.name == "training"), None)
-            if training is not None:
-                self._scenario(training)
+            for spec in job.scenarios:  # they change the model: after the checks
+                if scenario_named(spec.name).runs_last:
+                    self._scenario(spec)
             result = self._result(context.results, profile_info)
         self._close()
         assert result is not None or self.failed is not None
@@ -376,7 +378,7 @@ class TargetSession:
         # per-shape series for a profile; a single input's samples are the target's latency
         series = {f"{b}x{s}": tuple(x * 1e3 for x in v) for (b, s), v in self.per_shape.items()}
         return ScenarioResult(
-            "single-stream",
+            SingleStream.name,
             "ok",
             options={},
             series=series,

@@ -35,10 +35,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bakeoff.analysis.compare import PROCESS_SPREAD
-from bakeoff.analysis.requirements import parse_requirement
 from bakeoff.errors import SpecError
 from bakeoff.measure.timing import TimingSettings
-from bakeoff.runner.scenarios import ScenarioSpec, parse_scenario
+from bakeoff.scenarios.base import ScenarioSpec
+from bakeoff.scenarios.registry import always_run, parse_requirement, parse_scenario
 from bakeoff.workload.profile import InputProfile, parse_profile
 
 __all__ = ["OPTIONS", "Option", "TrialSettings", "describe_options"]
@@ -183,7 +183,7 @@ class TrialSettings:
             **self.to_dict(),
             "reference": reference,
             "buckets": bucket_plan,
-            "scenarios": ["single-stream", *(s.spec for s in scenarios if s.name != "single-stream")],
+            "scenarios": [*always_run(), *(s.spec for s in scenarios if s.name not in always_run())],
             "requirements": list(requirements),
         }
 

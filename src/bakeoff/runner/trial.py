@@ -19,8 +19,9 @@ from bakeoff.env import Environment, capture_environment
 from bakeoff.hashing import file_sha256
 from bakeoff.results.values import BaselineInfo, RunResult, TargetResult
 from bakeoff.runner.job import TargetJob
-from bakeoff.runner.scenarios import ScenarioSpec, parse_scenario
 from bakeoff.runner.settings import TrialSettings
+from bakeoff.scenarios.base import ScenarioSpec
+from bakeoff.scenarios.registry import parse_requirement, parse_scenario, scenario_named
 from bakeoff.store.db import Store
 from bakeoff.target.detect import unavailable_reason
 from bakeoff.target.spec import Target
@@ -240,8 +241,6 @@ def resolve_requirements(
     Raises:
         SpecError: a malformed requirement (nothing is stored then).
     """
-    from bakeoff.analysis.requirements import parse_requirement
-
     if given is None:
         kept = [parse_requirement(text) for text in store.requirements(workload_spec)]
         note = "requirements kept for this workload checked: " + ", ".join(r.text for r in kept)
@@ -253,15 +252,20 @@ def resolve_requirements(
 
 
 def _scenarios_for(given: Sequence[ScenarioSpec], requirements: Sequence[Requirement]) -> list[ScenarioSpec]:
-    """The scenarios asked for, plus any a requirement needs (with default options); a server
-    latency requirement is the server sweep's bound unless one was given."""
-    from bakeoff.runner.scenarios import with_requirement_bound
-
+    """The scenarios asked for, plus any a requirement needs (with default options), each
+    adjusted to the requirements (a server latency requirement is the server sweep's bound
+    unless one was given)."""
     chosen = list(given)
     for req in requirements:
-        if req.scenario not in {"", "single-stream", *(s.name for s in chosen)}:
+        if req.scenario and not scenario_named(req.scenario).always and req.scenario not in {s.name for s in chosen}:
             chosen.append(parse_scenario(req.scenario))
-    return [with_requirement_bound(spec, requirements) for spec in chosen]
+    return [scenario_named(spec.name).for_requirements(spec, requirements) for spec in chosen]
+
+
+def _aligned(specs: Sequence[ScenarioSpec], reference: TargetResult | None) -> tuple[ScenarioSpec, ...]:
+    """The scenarios a non-reference target runs, each aligned to the reference's result (the
+    server load it swept), so that no two targets are compared under different conditions."""
+    return tuple(scenario_named(spec.name).aligned(spec, reference) for spec in specs)
 
 
 def _session_factory(settings: TrialSettings) -> Callable[[TargetJob], Any]:
@@ -299,9 +303,8 @@ def _drive(
     Without interleaving only one worker lives at a time. Either way the reference runs its
     scenarios and finishes first, so that its server load (the rates it swept, its bound and
     the highest rate within it) is every other target's: see
-    :func:`~bakeoff.runner.scenarios.common_load`. Results come back in the order given.
+    :meth:`~bakeoff.scenarios.server.Server.aligned`. Results come back in the order given.
     """
-    from bakeoff.runner.scenarios import common_load
 
     order = sorted(range(len(sessions)), key=lambda i: not sessions[i][1].is_reference)
     results: dict[int, TargetResult] = {}
@@ -312,7 +315,7 @@ def _drive(
         for i in order:
             label, job = sessions[i]
             if not job.is_reference:
-                job = replace(job, scenarios=common_load(job.scenarios, reference))
+                job = replace(job, scenarios=_aligned(job.scenarios, reference))
             say(f"running {label}")
             results[i] = run_steps(make(job))
             if job.is_reference and job.scenarios:
@@ -338,7 +341,7 @@ def _drive(
     for i in order:
         (label, job), session = sessions[i], live[i]
         if job.scenarios and not job.is_reference:
-            common = common_load(job.scenarios, reference)
+            common = _aligned(job.scenarios, reference)
             if common != job.scenarios:
                 _use_scenarios(session, common)
         if job.scenarios:
@@ -408,7 +411,7 @@ def run_trial(
             buckets=padding,
             cold_cache=settings.cold_cache,
             env=() if is_ref else settings.env,  # the reference stays what the baseline measured
-            scenarios=tuple(s for s in scenarios if s.name != "single-stream"),
+            scenarios=tuple(s for s in scenarios if not scenario_named(s.name).always),
         )
         label = target.spec + (" (reference)" if is_ref else "") + (" padded to buckets" if padding else "")
         for index in range(settings.replicates):  # scenarios describe the target: the first replicate runs them

@@ -27,6 +27,7 @@ from bakeoff.checks.base import Metric
 from bakeoff.checks.registry import registered_checks
 from bakeoff.env import VOLATILE, VOLATILE_ENV, Environment
 from bakeoff.results.values import RunResult, TargetResult
+from bakeoff.scenarios.registry import registered_scenarios
 
 __all__ = [
     "OUTCOMES",
@@ -355,42 +356,25 @@ def _latency(before: TargetResult, after: TargetResult, t: Thresholds) -> Metric
     return _samples_change("p50_ms", a, b, t, bool(before.noise or after.noise))
 
 
-#: scenario series compared like latency (lower is better): metric name -> (scenario, series)
-_SCENARIO_SERIES = {
-    "server_latency_p50_ms": ("server", "latency"),
-    "ttft_p50_ms": ("generation", "ttft"),
-    "tpot_p50_ms": ("generation", "tpot"),
-    "training_step_p50_ms": ("training", "step"),
-}
+def _rate_change(metric: str, rb: float | None, ra: float | None, t: Thresholds) -> MetricChange:
+    """A higher-is-better figure (items/s), compared as the time per item (its inverse)."""
+    change = _relative(metric, 1 / rb if rb else None, 1 / ra if ra else None, t.latency, 0.0)
+    detail = "best batch size's items/s; " + change.detail.split(" (")[0] + " per item"
+    return MetricChange(metric, change.outcome, rb, ra, ra / rb if rb and ra else None, detail=detail)
 
 
 def _scenarios(before: TargetResult, after: TargetResult, t: Thresholds) -> list[MetricChange]:
-    """Scenario figures measured on both sides: their series, and offline throughput."""
+    """What each scenario measured on both sides: the series it compares (lower is better) and
+    its rates (higher is better), as the scenario declares them."""
     changes = []
-    for metric, (name, series) in _SCENARIO_SERIES.items():
-        sb, sa = before.scenario(name), after.scenario(name)
+    for scenario in registered_scenarios():
+        sb, sa = before.scenario(scenario.name), after.scenario(scenario.name)
         if sb is None or sa is None or sb.status != "ok" or sa.status != "ok":
             continue
-        changes.append(_samples_change(metric, sb.series.get(series, ()), sa.series.get(series, ()), t))
-    ob, oa = before.scenario("offline"), after.scenario("offline")
-    if ob is not None and oa is not None and ob.status == oa.status == "ok":
-
-        def best(s: Any) -> float | None:
-            return max((b.get("items_per_s") or 0 for b in s.facts.get("batches", ())), default=None) or None
-
-        rb, ra = best(ob), best(oa)
-        # throughput: higher is better, so compare the time per item (its inverse)
-        change = _relative("offline_items_per_s", 1 / rb if rb else None, 1 / ra if ra else None, t.latency, 0.0)
-        changes.append(
-            MetricChange(
-                "offline_items_per_s",
-                change.outcome,
-                rb,
-                ra,
-                ra / rb if rb and ra else None,
-                detail="best batch size's items/s; " + change.detail.split(" (")[0] + " per item",
-            )
-        )
+        for metric, series in scenario.compared.items():
+            changes.append(_samples_change(metric, sb.series.get(series, ()), sa.series.get(series, ()), t))
+        rb, ra = scenario.rates(sb), scenario.rates(sa)
+        changes += [_rate_change(metric, rb[metric], ra.get(metric), t) for metric in rb]
     return changes
 
 

@@ -1,6 +1,6 @@
 """Timing loops for the scenarios beyond single-stream, over plain callables and a clock.
 
-Nothing here knows about models: :mod:`bakeoff.runner.scenarios` builds the callables (a
+Nothing here knows about models: the scenario modules (:mod:`bakeoff.scenarios`) build the callables (a
 batch of a given size, one decoding step, one training step). Each loop synchronises the
 device before every clock read and returns the raw observations in seconds.
 """

@@ -1,0 +1,263 @@
+"""The registered scenarios: bakeoff's own, then those of installed plugins; and what follows
+from them: parsing a scenario spec, running one, and the metric names requirements may use.
+
+A plugin ships a scenario through the ``bakeoff.scenarios`` entry point group, naming a
+:class:`~bakeoff.scenarios.base.Scenario` subclass (or instance); one that fails to load, or
+whose name is taken, is left out with a line on stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from functools import cache
+from importlib.metadata import entry_points
+from typing import Any
+
+from bakeoff.analysis.requirements import Requirement, parse_requirement_with, percentile_of
+from bakeoff.errors import SpecError
+from bakeoff.scenarios.base import MetricSpec, Scenario, ScenarioContext, ScenarioResult, ScenarioSpec, point
+from bakeoff.scenarios.generation import Generation
+from bakeoff.scenarios.offline import Offline
+from bakeoff.scenarios.server import Server
+from bakeoff.scenarios.single_stream import SingleStream
+from bakeoff.scenarios.training import Training
+from bakeoff.specsyntax import split_options
+
+__all__ = [
+    "ENTRY_POINTS",
+    "RUN_METRICS",
+    "always_run",
+    "find_metric",
+    "known_scenario",
+    "metric_help",
+    "metric_percentile",
+    "parse_requirement",
+    "parse_scenario",
+    "registered_scenarios",
+    "run_scenario",
+    "scenario_for",
+    "scenario_named",
+]
+
+ENTRY_POINTS = "bakeoff.scenarios"
+
+#: bakeoff's own scenarios, in the order reports list them.
+BUILTIN: tuple[Scenario, ...] = (SingleStream(), Offline(), Server(), Generation(), Training())
+
+
+def _peak(key: str) -> Any:
+    """The largest peak of the target and its scenarios (every scenario measures memory)."""
+
+    def estimate(result: Any, _scenario: Any) -> Any:
+        values = [getattr(s, key) for s in result.scenarios if getattr(s, key) is not None]
+        if getattr(result, key) is not None:
+            values.append(getattr(result, key))
+        return point(max(values)) if values else None
+
+    return estimate
+
+
+#: Metrics of the whole target, measured by every scenario.
+RUN_METRICS = (
+    MetricSpec(
+        "peak_memory", "bytes", "peak host memory (RSS) over the scenarios run", estimate=_peak("peak_host_rss_bytes")
+    ),
+    MetricSpec(
+        "device_memory", "bytes", "peak device memory over the scenarios run", estimate=_peak("device_peak_bytes")
+    ),
+)
+
+
+def _plugin(entry: Any, taken: set[str]) -> Scenario | None:
+    try:
+        loaded = entry.load()
+        scenario = loaded() if isinstance(loaded, type) else loaded
+        if not isinstance(scenario, Scenario):
+            raise TypeError(f"{type(scenario).__name__} is not a bakeoff.scenarios.base.Scenario")
+        if not getattr(scenario, "name", "") or scenario.name in taken:
+            raise ValueError(f"its name {getattr(scenario, 'name', '')!r} is empty or already taken")
+    except Exception as exc:
+        print(f"bakeoff: scenario plugin {entry.name!r} left out: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return None
+    return scenario
+
+
+@cache
+def registered_scenarios() -> tuple[Scenario, ...]:
+    """bakeoff's scenarios, then every plugin scenario that loads (each once per process)."""
+    scenarios = list(BUILTIN)
+    for entry in sorted(entry_points(group=ENTRY_POINTS), key=lambda e: e.name):
+        scenario = _plugin(entry, {s.name for s in scenarios})
+        if scenario is not None:
+            scenarios.append(scenario)
+    return tuple(scenarios)
+
+
+def always_run() -> tuple[str, ...]:
+    """The scenarios every trial runs (single-stream), timed by the session itself."""
+    return tuple(s.name for s in registered_scenarios() if s.always)
+
+
+def known_scenario(name: str) -> Scenario | None:
+    """The registered scenario called ``name``, or None (a stored result of a scenario this
+    bakeoff does not have: written by a newer one, or by an absent plugin)."""
+    return next((s for s in registered_scenarios() if s.name == name), None)
+
+
+def scenario_named(name: str) -> Scenario:
+    """The registered scenario called ``name``.
+
+    Raises:
+        SpecError: no scenario has that name.
+    """
+    found = known_scenario(name)
+    if found is None:
+        names = ", ".join(s.name for s in registered_scenarios())
+        raise SpecError(f"unknown scenario {name!r}", hint=f"use one of {names}")
+    return found
+
+
+def parse_scenario(text: str) -> ScenarioSpec:
+    """Parse ``offline``, ``server?rate=20``, ``generation?tokens=32``, ...
+
+    Raises:
+        SpecError: an unknown scenario or option, or a value of the wrong type or range.
+    """
+    head, given = split_options(text, "scenario")
+    scenario = scenario_named(head)
+    options = {}
+    for key, option in scenario.options.items():
+        options[key] = option.default
+        if key in given:
+            try:
+                options[key] = option.kind(given[key])
+            except ValueError:
+                what = "a whole number" if option.kind is int else "a number"
+                example = option.default if option.default is not None else 16
+                raise SpecError(
+                    f"scenario option {key}={given[key]!r} in {text!r} is not {what}",
+                    hint=f"e.g. {head}?{key}={example}",
+                ) from None
+    unknown = sorted(set(given) - set(scenario.options))
+    if unknown:
+        allowed = ", ".join(scenario.options) or "none"
+        raise SpecError(f"scenario {head!r} has no option {unknown[0]!r}", hint=f"options: {allowed}")
+    scenario.validate(options, text)
+    return ScenarioSpec(head, options)
+
+
+def run_scenario(spec: ScenarioSpec, ctx: ScenarioContext) -> ScenarioResult:
+    """Run one scenario on a prepared target; never raises for the workload's or target's faults."""
+    import torch
+
+    from bakeoff.measure.memory import peak_rss_bytes, reset_peak_rss
+    from bakeoff.target.execute import device_peak_memory, reset_device_peak_memory
+
+    scenario = scenario_named(spec.name)
+    reason = scenario.not_applicable(ctx)
+    if reason is not None:
+        return ScenarioResult(spec.name, "not_applicable", reason, spec.options)
+    reset_peak_rss()
+    reset_device_peak_memory(ctx.target)
+    started = time.monotonic()
+    try:
+        with torch.enable_grad() if scenario.needs_grad else torch.no_grad():
+            series, facts = scenario.run(ctx, spec.options)
+    except Exception as exc:
+        return ScenarioResult(
+            spec.name,
+            "error",
+            f"{type(exc).__name__}: {str(exc).strip()[:500]}",
+            spec.options,
+            run_seconds=time.monotonic() - started,
+        )
+    return ScenarioResult(
+        spec.name,
+        "ok",
+        "",
+        spec.options,
+        series=series,
+        facts=facts,
+        run_seconds=time.monotonic() - started,
+        peak_host_rss_bytes=peak_rss_bytes(),
+        device_peak_bytes=device_peak_memory(ctx.target),
+    )
+
+
+# -- metrics for requirements -----------------------------------------------------------------
+
+
+def _metrics() -> list[tuple[str, MetricSpec]]:
+    """Every metric with the scenario that measures it ("" for the run-level ones)."""
+    return [("", m) for m in RUN_METRICS] + [(s.name, m) for s in registered_scenarios() for m in s.metrics]
+
+
+def find_metric(metric: str) -> tuple[str, MetricSpec, float | None]:
+    """``(scenario, metric spec, percentile)`` for a requirement's metric name.
+
+    Fixed names first (``throughput``, ``server.rate``), then percentiles: ``p90`` of the
+    single-stream family, ``NAME.pNN`` of a named family, ``NAME`` alone (the median) where the
+    family allows it.
+
+    Raises:
+        SpecError: an unknown metric.
+    """
+    families = {}
+    for scenario, spec in _metrics():
+        if spec.percentiled:
+            families[spec.name] = (scenario, spec)
+        elif spec.name == metric:
+            return scenario, spec, None
+    head, dot, tail = metric.partition(".")
+    whole = percentile_of(metric)
+    if whole is not None and "" in families:
+        return (*families[""], whole)
+    if head in families and head:
+        scenario, spec = families[head]
+        if dot and percentile_of(tail) is not None:
+            return scenario, spec, percentile_of(tail)
+        if not dot and spec.bare:
+            return scenario, spec, 50.0
+    raise SpecError(f"unknown requirement metric {metric!r}", hint=f"use one of {metric_help()}")
+
+
+def metric_help() -> str:
+    """The metric names requirements accept, for a hint: the percentile families, then the rest."""
+    metrics = [spec for scenario, spec in _metrics() if scenario] + list(RUN_METRICS)
+    names = [
+        "p50|p90|p99|p99.9 (single-stream latency)"
+        if not spec.name
+        else f"{spec.name}[.p90]"
+        if spec.bare
+        else f"{spec.name}.p99"
+        for spec in metrics
+        if spec.percentiled
+    ]
+    return ", ".join(names + [spec.name for spec in metrics if not spec.percentiled])
+
+
+def scenario_for(metric: str) -> str:
+    """The scenario that measures ``metric`` ("" for memory, measured by every scenario)."""
+    return find_metric(metric)[0]
+
+
+def metric_percentile(metric: str) -> float | None:
+    """The percentile a metric asks for (``tpot`` is the median), None for other metrics."""
+    return find_metric(metric)[2]
+
+
+def _lookup(metric: str) -> tuple[str, str, float | None]:
+    scenario, spec, pct = find_metric(metric)
+    return spec.kind, scenario, pct
+
+
+def parse_requirement(text: str) -> Requirement:
+    """Parse a requirement (``p90<=50ms``, ``throughput>=200/s``, ``peak_memory<=4GiB``...) over
+    the metrics the registered scenarios offer.
+
+    Raises:
+        SpecError: malformed text, an unknown metric, a percentile of 100 or more, or a unit
+            that does not fit the metric.
+    """
+    return parse_requirement_with(text, _lookup)
