@@ -4,8 +4,8 @@ Prints three figures, each against a reference measured in the same run:
 
 1. The timing loop (one synchronised, clock-bracketed call per sample, as every round runs it):
    wall time per iteration of ``time_block`` over a plain ``for`` loop making the same calls,
-   for an empty callable (the absolute cost in microseconds) and a tiny llama forward (the
-   ratio a user sees).
+   for an empty callable (the absolute cost in microseconds) and a tiny model's forward (the
+   ratio a user sees; ``--workload``, by default a one-layer llama).
 2. Interleaved worker rounds: for two isolated targets timed in turns, the parent's wall time
    for all rounds against the time the samples themselves cover; the difference, per round and
    per sample, is the cost of asking each worker for a round (pipe round trip, bookkeeping).
@@ -13,7 +13,7 @@ Prints three figures, each against a reference measured in the same run:
    long after their arrival time the call starts (the sleep-then-spin wait's precision).
 
 Usage: .venv/bin/python benchmarks/iteration_overhead.py [--calls 20000] [--rounds 5] [--samples 300]
-       [--requests 1000] [--quick]
+       [--requests 1000] [--workload arch:llama?layers=1&hidden=32&seq=8] [--quick]
 """
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ def _per_call_s(fn, calls: int, loop: str) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def timing_loop(calls: int, rounds: int) -> None:
-    prepared = prepare(build_workload(TINY), Target("cpu"))
-    for name, fn, n in (("empty callable", lambda: None, calls), ("tiny llama forward", prepared, calls // 20)):
+def timing_loop(calls: int, rounds: int, workload: str) -> None:
+    prepared = prepare(build_workload(workload), Target("cpu"))
+    for name, fn, n in (("empty callable", lambda: None, calls), ("tiny model forward", prepared, calls // 20)):
         extra, ratios = [], []
         with torch.no_grad():
             for _ in range(rounds):  # alternate, so drift affects both loops alike
@@ -64,10 +64,12 @@ def timing_loop(calls: int, rounds: int) -> None:
         )
 
 
-def worker_rounds(samples: int) -> None:
+def worker_rounds(samples: int, workload: str) -> None:
     timing = TimingSettings(min_samples=samples, min_seconds=0.5)
     sessions = [
-        IsolatedSession(TargetJob(TINY, parse_target(spec), "", None, timing=timing, is_reference=spec == "cpu"), 600)
+        IsolatedSession(
+            TargetJob(workload, parse_target(spec), "", None, timing=timing, is_reference=spec == "cpu"), 600
+        )
         for spec in ("cpu", "cpu?threads=1")
     ]
     for session in sessions:
@@ -104,13 +106,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--samples", type=int, default=300, help="per worker, in the interleaved rounds")
     parser.add_argument("--requests", type=int, default=1000, help="for the server dispatch")
+    parser.add_argument("--workload", default=TINY, help="the model timed in the loop and in the worker rounds")
     parser.add_argument("--quick", action="store_true", help="a few hundred calls, one round (a smoke test)")
     if parser.parse_args().quick:  # smaller defaults; options given still win
         parser.set_defaults(calls=400, rounds=1, samples=20, requests=100)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    timing_loop(args.calls, args.rounds)
-    worker_rounds(samples=args.samples)
+    print(f"workload: {args.workload}")
+    timing_loop(args.calls, args.rounds, args.workload)
+    worker_rounds(samples=args.samples, workload=args.workload)
     server_dispatch(requests=args.requests)
 
 

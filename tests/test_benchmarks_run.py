@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.conftest import py_workload
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
@@ -21,7 +22,8 @@ NUMBER = r"-?\d+(?:\.\d+)?"
 #: script -> (tiny arguments, lines its output must contain (regular expressions), pytest marks)
 SCRIPTS: dict[str, tuple[list[str], list[str], list]] = {
     "aa_calibration.py": (
-        ["--quick"],
+        # a plain torch model: each trial starts two workers, which then need not import transformers
+        ["--quick", "--workload", py_workload("mlp")],
         [
             rf"false-positive rate \(reported interval excludes 1\): {NUMBER}%",
             rf"bias: geometric mean ratio {NUMBER}; reference slowest in \d+ of 2",
@@ -33,7 +35,7 @@ SCRIPTS: dict[str, tuple[list[str], list[str], list]] = {
         [pytest.mark.isolated],
     ),
     "iteration_overhead.py": (
-        ["--quick"],
+        ["--quick", "--workload", py_workload("mlp")],  # as above
         [
             rf"timing loop, empty callable\s*: \+{NUMBER} us per iteration",
             rf"interleaved rounds: \d+ rounds, \d+ samples; wall {NUMBER} s",

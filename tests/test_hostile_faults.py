@@ -62,22 +62,22 @@ def _descendants_of_session(sid: int) -> list[psutil.Process]:
 
 
 def _start_hanging_trial(tmp_path: Path) -> subprocess.Popen[str]:
+    """A trial whose worker for ``cpu?threads=1`` hangs in its first call; returns once it is stuck
+    there (the fixture touches a marker file as it enters its endless loop)."""
+    marker = tmp_path / "hung"
     proc = subprocess.Popen(
         [sys.executable, "-m", "bakeoff", "trial", spec("hangs_in_worker"), "--on", "cpu?threads=1",
          "--timeout", "300", "--samples", "3", "--min-time", "0", "--db", str(tmp_path / "b.db")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, "HOSTILE_HUNG_MARKER": str(marker)},
     )  # fmt: skip
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # until its workers are running (and one of them hangs)
-        try:
-            if len(psutil.Process(proc.pid).children()) >= 1:
-                time.sleep(8)  # past spawning and the first call: stuck in the forward now
-                return proc
-        except psutil.NoSuchProcess:
-            break
-        time.sleep(0.2)
+    while time.monotonic() < deadline and proc.poll() is None:  # until a worker is stuck in the forward
+        if marker.exists():
+            return proc
+        time.sleep(0.1)
     proc.kill()
-    raise AssertionError("the trial never started a worker: " + proc.communicate()[1])
+    raise AssertionError("no worker of the trial got stuck in the forward: " + proc.communicate()[1])
 
 
 def _alive(processes: list[psutil.Process]) -> list[psutil.Process]:
@@ -146,9 +146,15 @@ def test_ctrl_c_and_sigterm_stop_quietly_with_one_line(sig, code, line, tmp_path
 @pytest.mark.isolated
 def test_a_timeout_stores_where_the_worker_hung(tmp_path):
     run = bakeoff.trial(
-        spec("hangs_in_worker"), on="cpu?threads=1", db=tmp_path / "b.db", timeout_s=15, min_samples=3, min_seconds=0
+        spec("hangs_in_worker", threads="3"),  # the reference's worker (one thread) does not hang
+        on="cpu?threads=3",
+        db=tmp_path / "b.db",
+        timeout_s=10,  # a healthy step (a worker's start: spawn, import torch, build, first call) takes ~3 s
+        min_samples=3,
+        min_seconds=0,
     )
-    hung = run.result("cpu?threads=1")
+    assert run.result("cpu").status == "ok"
+    hung = run.result("cpu?threads=3")
     assert hung.status == "error" and hung.error.category == "timeout"
     assert hung.error.phase == "first call"
     assert "stuck_in_the_forward" in hung.error.traceback and "hostile_models.py" in hung.error.traceback

@@ -14,7 +14,7 @@ bottom can show it catching a seeded violation in a small synthetic package.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,7 +85,11 @@ def unit_of(module: str) -> str:
     return parts[1] if len(parts) > 1 else "__init__"
 
 
-def collect_imports(root: Path) -> tuple[set[str], list[Import]]:
+#: What :func:`collect_imports` returns: the modules found, and every import between them.
+Collected = tuple[set[str], list[Import]]
+
+
+def collect_imports(root: Path) -> Collected:
     """Every module under ``root`` (a package directory) and every import of another module of it.
 
     ``from pkg import name`` counts as importing the submodule ``pkg.name`` when there is one.
@@ -199,8 +203,14 @@ def strongly_connected(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
 # -- the rules, on bakeoff itself ------------------------------------------------------------
 
 
-def test_every_package_has_a_layer_and_every_layer_a_package() -> None:
-    modules, _ = collect_imports(SRC)
+@pytest.fixture(scope="module")
+def bakeoff_imports() -> Collected:
+    """``collect_imports(SRC)``, read once for every rule below (the tree does not change)."""
+    return collect_imports(SRC)
+
+
+def test_every_package_has_a_layer_and_every_layer_a_package(bakeoff_imports: Collected) -> None:
+    modules, _ = bakeoff_imports
     present = {unit_of(m) for m in modules}
     listed = [name for names in LAYERS for name in names]
     assert len(listed) == len(set(listed)), "a name appears in two layers"
@@ -208,32 +218,42 @@ def test_every_package_has_a_layer_and_every_layer_a_package() -> None:
     assert sorted(set(listed) - present) == [], "these layers name nothing under src/bakeoff"
 
 
-def test_imports_point_down_the_layers() -> None:
-    _, imports = collect_imports(SRC)
+def test_imports_point_down_the_layers(bakeoff_imports: Collected) -> None:
+    _, imports = bakeoff_imports
     assert layer_violations(imports, LAYERS, EXCEPTIONS) == []
 
 
-def test_no_circle_of_module_level_imports() -> None:
-    _, imports = collect_imports(SRC)
+def test_no_circle_of_module_level_imports(bakeoff_imports: Collected) -> None:
+    _, imports = bakeoff_imports
     assert module_cycles(imports) == []
 
 
-def test_every_exception_is_still_needed() -> None:
-    _, imports = collect_imports(SRC)
+def test_every_exception_is_still_needed(bakeoff_imports: Collected) -> None:
+    _, imports = bakeoff_imports
     used = {(edge.source, edge.target) for edge in imports}
     assert sorted(set(EXCEPTIONS) - used) == []
 
 
 # -- the checker on a synthetic package: it must catch what it is for -------------------------
 
+#: Writes a synthetic package from ``{relative path: source}`` and returns its imports.
+ImportsOf = Callable[[dict[str, str]], list[Import]]
 
-def _package(root: Path, files: dict[str, str]) -> Path:
-    package = root / "pkg"
-    for name, text in {"__init__.py": "", **files}.items():
-        path = package / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return package
+
+@pytest.fixture
+def imports_of(tmp_path: Path) -> ImportsOf:
+    """Writes a synthetic package ``pkg`` (its ``__init__.py`` empty unless given) from
+    ``{relative path: source}`` under ``tmp_path`` and returns the imports the checker finds in it."""
+
+    def build(files: dict[str, str]) -> list[Import]:
+        package = tmp_path / "pkg"
+        for name, text in {"__init__.py": "", **files}.items():
+            path = package / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        return collect_imports(package)[1]
+
+    return build
 
 
 _LOW_HIGH = (("low",), ("high",))
@@ -250,33 +270,31 @@ _LOW_HIGH = (("low",), ("high",))
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.high.impl import Thing\n",
     ],
 )
-def test_checker_flags_an_import_of_a_higher_layer(tmp_path: Path, text: str) -> None:
-    package = _package(tmp_path, {"low.py": text, "high/__init__.py": "", "high/impl.py": "from pkg.low import x\n"})
-    _, imports = collect_imports(package)
+def test_checker_flags_an_import_of_a_higher_layer(imports_of: ImportsOf, text: str) -> None:
+    imports = imports_of({"low.py": text, "high/__init__.py": "", "high/impl.py": "from pkg.low import x\n"})
     problems = layer_violations(imports, _LOW_HIGH)
     assert len(problems) == 1
     assert problems[0].startswith("pkg.low:")
     assert "(a higher layer)" in problems[0]
 
 
-def test_checker_passes_imports_that_point_down(tmp_path: Path) -> None:
-    package = _package(
-        tmp_path,
+def test_checker_passes_imports_that_point_down(imports_of: ImportsOf) -> None:
+    imports = imports_of(
         {
             "low.py": "import os\nfrom pkg import low as same\n",
             "high/__init__.py": "from pkg.high.impl import thing\n",
             "high/impl.py": "from pkg.low import x\n\ndef f():\n    import pkg.low\n",
-        },
+        }
     )
-    _, imports = collect_imports(package)
     assert len(imports) == 3  # the checker saw the imports it then passes
     assert layer_violations(imports, _LOW_HIGH) == []
     assert module_cycles(imports) == []
 
 
-def test_checker_flags_siblings_unlisted_packages_and_honours_exceptions(tmp_path: Path) -> None:
-    package = _package(tmp_path, {"a.py": "import pkg.b\n", "b.py": "", "c.py": "import pkg.a\n"})
-    _, imports = collect_imports(package)
+def test_checker_flags_siblings_unlisted_packages_and_honours_exceptions(
+    imports_of: ImportsOf,
+) -> None:
+    imports = imports_of({"a.py": "import pkg.b\n", "b.py": "", "c.py": "import pkg.a\n"})
     layers = (("a", "b"),)
     assert layer_violations(imports, layers) == [
         "c is in no layer (imported by pkg.c:1)",
@@ -286,16 +304,14 @@ def test_checker_flags_siblings_unlisted_packages_and_honours_exceptions(tmp_pat
     assert layer_violations(imports, layers, excused) == []
 
 
-def test_checker_finds_a_circle_at_module_level_only(tmp_path: Path) -> None:
-    package = _package(
-        tmp_path,
+def test_checker_finds_a_circle_at_module_level_only(imports_of: ImportsOf) -> None:
+    imports = imports_of(
         {
             "a.py": "from pkg.b import x\n",
             "b.py": "from pkg.c import y\n",
             "c.py": "import pkg.a\n",
             "d.py": "import pkg.e\n",
             "e.py": "def f():\n    import pkg.d\n",
-        },
+        }
     )
-    _, imports = collect_imports(package)
     assert module_cycles(imports) == [["pkg.a", "pkg.b", "pkg.c"]]

@@ -140,7 +140,7 @@ def test_workers_turn_crash_and_hang_into_results_and_the_run_goes_on(db):
     assert "Segmentation fault" in crashed.error.traceback  # faulthandler's dump from the worker
 
     hang = bakeoff.trial(
-        py_workload("hangs_with_three_threads"), on="cpu?threads=3,cpu+aot_eager", db=db, timeout_s=20, **FAST
+        py_workload("hangs_with_three_threads"), on="cpu?threads=3,cpu+aot_eager", db=db, timeout_s=12, **FAST
     )
     ref, hung, after = hang.results
     assert ref.verdict == "pass"
