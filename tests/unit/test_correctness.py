@@ -86,12 +86,15 @@ def test_golden_rule_sensitivity_is_the_smaller_limit() -> None:
     assert judge_against_golden(scaled, "bfloat16").sensitivity == pytest.approx(0.005)
 
 
-def test_golden_rule_exact_reference_leaves_one_roundoff() -> None:
+def test_golden_rule_exact_reference_leaves_two_roundoffs() -> None:
     u = 2.0**-24
-    exact = judge_against_golden(_figures(floor=0.0, error=0.9 * u, rows=1), "float32")
-    assert exact.passed and exact.error_limit == pytest.approx(u)
-    assert exact.sensitivity == pytest.approx(u)
-    assert not judge_against_golden(_figures(floor=0.0, error=1.1 * u, rows=1), "float32").passed
+    exact = judge_against_golden(_figures(floor=0.0, error=1.9 * u, rows=1), "float32")
+    assert exact.passed and exact.error_limit == pytest.approx(2 * u)
+    assert exact.sensitivity == pytest.approx(2 * u)
+    assert not judge_against_golden(_figures(floor=0.0, error=2.1 * u, rows=1), "float32").passed
+    # a floor below one rounding: the limit is two roundings, not twice the floor
+    tiny = judge_against_golden(_figures(floor=0.76 * u, error=1.54 * u, rows=1), "float32")
+    assert tiny.passed and tiny.error_limit == pytest.approx(2 * u)
     # bfloat16's roundoff is 2**-8: an exact bfloat16 reference still leaves that much room
     assert judge_against_golden(_figures(floor=0.0, error=0.003, rows=1), "bfloat16").passed
 
@@ -196,7 +199,7 @@ def test_golden_of_other_shape_falls_back_to_allclose() -> None:
 
 
 def test_golden_rule_exact_reference_leaves_only_roundoff() -> None:
-    # An exact reference (no error of its own) leaves one unit roundoff of rms(golden).
+    # An exact reference (no error of its own) leaves two units of roundoff of rms(golden).
     reference = GOLDEN.float()
     c = compare_tensor("o", _offset(2e-4), reference, GOLDEN, "float32")
     assert not c.passed

@@ -5,9 +5,11 @@ in the target's dtype, compared with the float64 golden, measures the dtype's no
 this workload*: ``floor = rms(reference - golden)``. A target passes an output when both
 
 1. its RMS error against the golden is at most ``FP64_MULTIPLIER`` times that floor
-   (``rms(target - golden) <= 2 * floor``, and never less than one unit roundoff of the
-   dtype times ``rms(golden)``, so that an exactly computed reference still leaves rounding
-   room), which catches an error of any shape; and
+   (``rms(target - golden) <= 2 * floor``, and never less than 2 units of roundoff of the
+   dtype times ``rms(golden)``: on a tiny workload the eager floor can be below one rounding,
+   and twice a sub-rounding floor is not a limit an honest computation in another order can
+   be held to; OpenVINO's float32 on an AMD EPYC measured 2.02x a floor of 0.76 units, 1.5
+   units in all), which catches an error of any shape; and
 2. its relative bias against the golden, ``bias = <target - golden, golden> / <golden, golden>``
    (the least-squares estimate of a uniform scale error), is within ``BIAS_MULTIPLIER`` times
    the bias floor ``max(|reference's bias|, max(floor / rms(golden), roundoff) / sqrt(rows))``,
@@ -110,7 +112,7 @@ def judge_against_golden(figures: GoldenFigures, dtype: str) -> GoldenJudgement:
     """Apply the golden rule (see the module docstring) to one output computed in ``dtype``."""
     f = figures
     unit = roundoff_for(dtype)
-    error_limit = max(FP64_MULTIPLIER * f.floor, unit * f.golden_rms)
+    error_limit = FP64_MULTIPLIER * max(f.floor, unit * f.golden_rms)
     bias_limit = sensitivity = None
     if f.golden_rms > 0:
         relative_floor = max(f.floor / f.golden_rms, unit)
