@@ -8,6 +8,7 @@ import pytest
 
 from bakeoff.measure import TimingSettings, time_callable
 from bakeoff.measure.clock import PerfClock
+from bakeoff.runner.traffic import OneInput, ProfileTraffic
 
 
 class FakeClock:
@@ -340,6 +341,7 @@ def test_every_round_of_a_session_opens_with_an_untimed_call(round_warmup: int) 
     session, _ = _session(clock, round_warmup)
     fn = ColdAfterOthers(clock)
     session.prepared = fn  # the prepared model is what each round calls
+    session.traffic = OneInput(session.job, fn)
     for _ in range(3):
         fn.other_worker_ran()
         session.round()
@@ -359,13 +361,14 @@ def test_every_profile_pass_opens_with_an_untimed_call(round_warmup: int) -> Non
     session, requests = _session(clock, round_warmup, profile=True)
     first, second = ColdAfterOthers(clock), ColdAfterOthers(clock, cold=2.0, warm=2.0)
     keys = [(r.batch, r.seq) for r in requests]
-    session.calls, session.order = dict(zip(keys, [first, second], strict=True)), keys
-    session.per_shape = {k: [] for k in keys}
+    calls = dict(zip(keys, [first, second], strict=True))
+    session.traffic = ProfileTraffic(session.job, session.prepared, calls, dict.fromkeys(keys, 16))
+    assert session.traffic.order == keys
     for _ in range(2):
         first.other_worker_ran()
         session.round()
-    assert session.per_shape[keys[0]] == ([1.0, 1.0] if round_warmup else [9.0, 9.0])
-    assert session.per_shape[keys[1]] == [2.0, 2.0]
+    assert session.traffic.per_shape[keys[0]] == ([1.0, 1.0] if round_warmup else [9.0, 9.0])
+    assert session.traffic.per_shape[keys[1]] == [2.0, 2.0]
     assert [r.get("warm_ms") for r in session.rounds] == ([9000.0] * 2 if round_warmup else [None] * 2)
 
 

@@ -15,7 +15,6 @@ the session and send them back (:mod:`bakeoff.runner.isolation`).
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import tempfile
@@ -26,21 +25,12 @@ from contextlib import contextmanager
 from typing import Any
 
 from bakeoff.checks.base import CheckContext
-from bakeoff.checks.baseline import shape_tag
-from bakeoff.checks.outputs import flatten_outputs
 from bakeoff.checks.registry import registered_checks
 from bakeoff.measure.clock import Clock, PerfClock
-from bakeoff.measure.timing import ROUNDS, enough_samples, first_call, time_block, time_pass, warm_calls, warm_up
+from bakeoff.measure.timing import enough_samples, warm_calls
 from bakeoff.results.values import ErrorInfo, Latency, TargetResult
-from bakeoff.runner.job import (
-    TargetJob,
-    _native_dtype,
-    _profile_calls,
-    _profile_summary,
-    _steady_check,
-    adjustments_for,
-    error_checks,
-)
+from bakeoff.runner.job import TargetJob, adjustments_for, error_checks
+from bakeoff.runner.traffic import traffic_for
 from bakeoff.scenarios.base import ScenarioContext, ScenarioResult
 from bakeoff.scenarios.registry import run_scenario, scenario_named
 from bakeoff.scenarios.single_stream import SingleStream
@@ -92,8 +82,7 @@ class TargetSession:
         self.saved_env: dict[str, str | None] = {}
         self.cold_cache_dir: str | None = None
         self.samples: list[float] = []
-        self.per_shape: dict[Any, list[float]] = {}
-        self.outputs: dict[Any, Any] = {}
+        self.traffic: Any = None
         self.rounds: list[dict[str, Any]] = []
         self.timed_s = 0.0
         self.scenario_results: list[ScenarioResult] = []
@@ -203,25 +192,9 @@ class TargetSession:
             self.prepare_ms = (self.clock.now() - prepare_start) * 1e3
             self.sync = synchronizer(target)
             self.phase = "first call" if not target.is_compiled else "compile and first call"
-            events = self.prepared.compile_events
-            if job.profile is None:
-                seconds, output = first_call(self.prepared, self.sync, self.clock)
-                self.first_call_ms = seconds * 1e3
-                self.warmups, self.settled = warm_up(self.prepared, job.timing, events)
-                self.outputs[""] = output
-                self.request_calls = [self.prepared]
-            else:
-                self.calls, self.order, self.padded_to = _profile_calls(job, self.workload, self.prepared)
-                self.first_pass = [
-                    (shape, seconds, compiled)
-                    for shape, seconds, _, compiled in time_pass(self.calls, self.order, self.sync, self.clock, events)
-                ]
-                check = _steady_check(self.prepared, self.calls) if target.is_compiled else None
-                self.unsteady = tuple(s for s in dict.fromkeys(self.order) if check is not None and not check(s))
-                self.first_call_ms = self.first_pass[0][1] * 1e3
-                self.warmups, self.settled = None, not self.unsteady
-                self.per_shape = {s: [] for s in dict.fromkeys(self.order)}
-                self.request_calls = [self.calls[s] for s in self.order]
+            self.traffic = traffic_for(job, self.workload, self.prepared)
+            seconds, self.warmups, self.settled = self.traffic.start(self.sync, self.clock)
+            self.first_call_ms = seconds * 1e3
             self.phase = "timing"
         return self.timing_done
 
@@ -240,24 +213,8 @@ class TargetSession:
             return True
         with self._step():
             settings = job.timing
-            first = self.prepared if job.profile is None else self.calls[self.order[0]]
-            warm_s = warm_calls(first, self.sync, settings.round_warmup, self.clock)  # the round's cold start
-            if job.profile is None:
-                cap = max(settings.max_seconds - self.timed_s, 0.0)
-                block = time_block(
-                    self.prepared,
-                    self.sync,
-                    self.clock,
-                    math.ceil(settings.min_samples / ROUNDS),
-                    settings.min_seconds / ROUNDS,
-                    cap,
-                )
-            else:
-                block = []
-                for shape, seconds, out, _compiled in time_pass(self.calls, self.order, self.sync, self.clock):
-                    self.outputs.setdefault(shape, out)
-                    self.per_shape[shape].append(seconds)
-                    block.append(seconds)
+            warm_s = warm_calls(self.traffic.first, self.sync, settings.round_warmup, self.clock)  # a cold start
+            block = self.traffic.round(self.sync, self.clock, settings, self.timed_s)
             self.samples.extend(block)
             self.timed_s += sum(block)
             warm = {"warm_ms": warm_s * 1e3} if settings.round_warmup else {}
@@ -289,7 +246,7 @@ class TargetSession:
                 self.sync,
                 self.clock,
                 list(self.samples),
-                self.request_calls,
+                self.traffic.requests,
             )
             summary = self.prepared.compile_summary
             before = summary()["graphs"] if summary is not None else 0
@@ -327,56 +284,27 @@ class TargetSession:
         target again on each input, and the single-stream compile record; with the profile's
         run-level summary."""
         job, target = self.job, self.job.target
-        if job.profile is None:
-            keys = {"": None}
-            dtype = target.dtype or _native_dtype(self.outputs[""])
-        else:
-            keys = {shape_tag(*key): key for key in self.outputs}
-            dtype = target.dtype or _native_dtype(next(iter(self.outputs.values())))
-
-        def flat(key: Any, output: Any) -> dict[str, Any]:
-            if key is None:
-                return flatten_outputs(output)
-            from bakeoff.workload.padding import unpad_outputs
-
-            return unpad_outputs(flatten_outputs(output), key[1], self.padded_to[key])
-
-        def call(tag: str) -> dict[str, Any]:
-            key = keys[tag]
-            return flat(key, self.prepared() if key is None else self.calls[key]())
-
-        profile_info, per_shape = None, None
-        if job.profile is not None:
-            from bakeoff.measure.timing import ProfileRun
-
-            run = ProfileRun(
-                tuple(self.first_pass),
-                {k: tuple(v) for k, v in self.per_shape.items()},
-                self.outputs,
-                self.unsteady,
-                len(self.rounds),
-            )
-            profile_info, per_shape = _profile_summary(job, run, self.padded_to)
+        profile_info, per_shape = self.traffic.summary(len(self.rounds))
         context = CheckContext(
             job=job,
             target=target,
             prepared=self.prepared,
-            outputs={tag: flat(key, self.outputs["" if key is None else key]) for tag, key in keys.items()},
-            call=call,
-            dtype=dtype,
+            outputs=self.traffic.outputs(),
+            call=self.traffic.call,
+            dtype=target.dtype or self.traffic.native_dtype(),
             native=self.native,
             fingerprint=self.fingerprint,
             settled=self.settled,
             compile_snapshot=self.compile_snapshot,
             profile_shapes=per_shape,
-            unsteady=tuple(f"{b}x{s}" for b, s in self.unsteady) if job.profile is not None else (),
+            unsteady=self.traffic.unsteady,
             scenarios=tuple(self.scenario_results),
         )
         return context, profile_info
 
     def _single_stream(self) -> ScenarioResult:
         # per-shape series for a profile; a single input's samples are the target's latency
-        series = {f"{b}x{s}": tuple(x * 1e3 for x in v) for (b, s), v in self.per_shape.items()}
+        series = {shape: tuple(x * 1e3 for x in v) for shape, v in self.traffic.series().items()}
         return ScenarioResult(
             SingleStream.name,
             "ok",
@@ -399,14 +327,9 @@ class TargetSession:
         latency = Latency(tuple(s * 1e3 for s in self.samples))
         notes = []
         if not self.settled:
-            notes.append(
-                "still compiling after warm-up"
-                if job.profile is None
-                else "still compiling: some profile shapes recompiled after warm-up"
-            )
+            notes.append(self.traffic.still_compiling)
         notes += [note for check in self.checks if check.name in checks for note in check.notes(checks[check.name])]
-        series = {f"{b}x{s}": v for (b, s), v in self.per_shape.items()} if job.profile is not None else None
-        noise = noise_flags(latency.samples_ms, self.rounds, os.cpu_count() or 1, series=series)
+        noise = noise_flags(latency.samples_ms, self.rounds, os.cpu_count() or 1, series=self.traffic.series() or None)
         scenarios = [self._single_stream(), *self.scenario_results]
         order = [s.name for s in job.scenarios]
         scenarios.sort(key=lambda s: order.index(s.name) if s.name in order else -1)
