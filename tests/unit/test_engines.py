@@ -16,7 +16,7 @@ import pytest
 
 from bakeoff.errors import SpecError
 from bakeoff.target.detect import backend_status, check_backend_name
-from bakeoff.target.engines import ENGINES, ENTRY_POINT_GROUP, engine_for, registry, takers
+from bakeoff.target.engines import ENGINES, ENTRY_POINT_GROUP, demo_backends, engine_for, registry, takers
 from bakeoff.target.spec import parse_target
 
 ADAPTER = """
@@ -70,6 +70,7 @@ def test_builtin_engines_and_their_capabilities() -> None:
     assert not engines["openvino"].inference_only and not engines["inductor"].fixed_signature
     assert takers("precision") == ["openvino", "openvino_export"]
     assert takers("mode") == ["inductor"]
+    assert demo_backends() == ["openvino", "onnxrt"]
     # a name no adapter claims is a plain torch.compile backend
     plain = engine_for("aot_eager")
     assert plain.dynamo_backend and plain.takes("dynamic") and not plain.takes("precision")

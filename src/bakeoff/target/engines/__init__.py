@@ -47,6 +47,7 @@ __all__ = [
     "Option",
     "Probe",
     "compile_with_dynamo",
+    "demo_backends",
     "device_hint",
     "engine_for",
     "engine_status",
@@ -134,6 +135,11 @@ def probe_for(target: Target) -> Probe | None:
         if probe is not None:
             return probe
     return None
+
+
+def demo_backends() -> list[str]:
+    """The engines ``bakeoff demo`` runs on the CPU when they are available there, in registry order."""
+    return [engine.name for engine in registry().values() if engine.in_demo]
 
 
 def device_hint(device: str) -> str | None:

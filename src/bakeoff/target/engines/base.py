@@ -151,6 +151,7 @@ class Engine:
         fixed_signature: it runs one exported input signature per compilation (no KV cache,
             no dynamic shapes).
         detail: what ``bakeoff targets`` says when it is available (not for dynamo backends).
+        in_demo: ``bakeoff demo`` runs it on the CPU when it is available there.
     """
 
     name: str = ""
@@ -162,6 +163,7 @@ class Engine:
     inference_only: bool = False
     fixed_signature: bool = False
     detail: str = "bakeoff engine"
+    in_demo: bool = False
 
     def takes(self, option: str) -> bool:
         return any(o.name == option for o in self.options)

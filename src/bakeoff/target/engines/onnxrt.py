@@ -37,3 +37,4 @@ class OnnxRuntime(ExportAdapter):
     modules = ("onnxruntime", "onnx", "onnxscript")
     install = "pip install 'bakeoff[onnx]'"
     runner = OnnxRuntimeEngine
+    in_demo = True

@@ -30,6 +30,7 @@ class OpenVINO(DynamoBackend):
     device = "cpu"
     install = "pip install 'bakeoff[openvino]'"
     options = (DYNAMIC, FULLGRAPH, PRECISION)
+    in_demo = True
 
     def compile(self, model: Any, target: Target) -> Compiled:
         from bakeoff.target.openvino import OpenVINOCompileWatch
