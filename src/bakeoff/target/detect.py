@@ -24,18 +24,6 @@ __all__ = [
     "unavailable_reason",
 ]
 
-#: Backends that need a library or a device; without it they are skipped with this advice.
-OPTIONAL_BACKENDS: dict[str, tuple[str | None, str | None, str]] = {
-    # name: (module that must import, device type it needs, how to get it)
-    "openvino": ("openvino.torch", "cpu", "pip install 'bakeoff[openvino]'"),
-    "openxla": ("torch_xla", None, "install torch_xla"),
-    "openxla_eval": ("torch_xla", None, "install torch_xla"),
-    "tvm": ("tvm", None, "install Apache TVM"),
-    "neuron": ("torch_neuronx", "neuron", "install AWS TorchNeuron (torch-neuronx) on a Trainium host"),
-    "cudagraphs": (None, "cuda", "needs a CUDA device"),
-    "emu": (None, "emu", "enable bakeoff's test device with BAKEOFF_EMU=1"),
-}
-
 
 @dataclass(frozen=True)
 class DeviceInfo:
@@ -86,9 +74,9 @@ def device_status(device: str) -> DeviceInfo:
         return DeviceInfo("mps", ok, int(ok), "Apple GPU" if ok else "no Apple GPU (MPS) here")
     module = getattr(torch, device, None)
     if module is None or not hasattr(module, "is_available"):
-        hint = {"neuron": "install AWS TorchNeuron (torch-neuronx) on a Trainium host"}.get(
-            device, "install its PyTorch plugin"
-        )
+        from bakeoff.target.engines import device_hint
+
+        hint = device_hint(device) or "install its PyTorch plugin"
         return DeviceInfo(device, False, 0, f"PyTorch has no '{device}' device registered ({hint})")
     try:
         ok = bool(module.is_available())
@@ -129,14 +117,15 @@ def _registered_backends(include_hidden: bool = False) -> list[str]:
 
 def backend_status(name: str, device: str | None = None) -> BackendInfo:
     """Whether backend ``name`` can be used here (for ``device``, if given): a ``torch.compile``
-    backend, or one of bakeoff's export engines (``onnxrt``, ``openvino_export``)."""
-    from bakeoff.target.engines import ENGINES, engine_status, importable
+    backend, or an engine of bakeoff's registry (:mod:`bakeoff.target.engines`) that says itself."""
+    from bakeoff.target.engines import engine_for, importable
 
-    if name in ENGINES:
-        problem = engine_status(name, device)
-        return BackendInfo(name, problem is None, problem or "export engine (torch.export)")
-    module, needs_device, how = OPTIONAL_BACKENDS.get(name, (None, None, ""))
-    if module is not None:
+    engine = engine_for(name)
+    if not engine.dynamo_backend:
+        problem = engine.status(device)
+        return BackendInfo(name, problem is None, problem or engine.detail)
+    needs_device, how = engine.device, engine.install
+    for module in engine.modules:
         if not importable(module):
             return BackendInfo(name, False, f"backend '{name}' needs {module} ({how})")
     if needs_device is not None and device is not None and device != needs_device:
@@ -145,7 +134,9 @@ def backend_status(name: str, device: str | None = None) -> BackendInfo:
         return BackendInfo(name, False, f"backend '{name}' needs the {needs_device} device ({how})")
     if needs_device is not None and device is None and not device_status(needs_device).available:
         return BackendInfo(name, False, f"backend '{name}' needs a {needs_device} device ({how})")
-    if module is not None and name not in _registered_backends(include_hidden=True):
+    for module in engine.modules:
+        if name in _registered_backends(include_hidden=True):
+            break
         try:
             importlib.import_module(module)
         except Exception as exc:
@@ -156,9 +147,9 @@ def backend_status(name: str, device: str | None = None) -> BackendInfo:
 
 
 def list_backends() -> list[BackendInfo]:
-    from bakeoff.target.engines import ENGINES
+    from bakeoff.target.engines import registry
 
-    names = sorted(set(_registered_backends()) | set(OPTIONAL_BACKENDS) | set(ENGINES))
+    names = sorted(set(_registered_backends()) | set(registry()))
     return [backend_status(name) for name in names]
 
 
@@ -183,9 +174,9 @@ def check_backend_name(name: str) -> None:
     reason); a typo such as ``inductr`` is.
     """
     from bakeoff.errors import SpecError
-    from bakeoff.target.engines import ENGINES
+    from bakeoff.target.engines import registry
 
-    known = set(_registered_backends()) | set(OPTIONAL_BACKENDS) | set(ENGINES)
+    known = set(_registered_backends()) | set(registry())
     if name not in known and name not in _registered_backends(include_hidden=True):
         raise SpecError(
             f"unknown torch.compile backend {name!r}; registered here: " + ", ".join(sorted(known)),

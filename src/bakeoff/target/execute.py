@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bakeoff.target.engines import ENGINES, make_engine
+from bakeoff.target.engines import engine_for
 from bakeoff.target.spec import Target
 from bakeoff.workload.base import BuiltWorkload
 
@@ -82,7 +82,8 @@ def prepare(workload: BuiltWorkload, target: Target) -> Prepared:
 
     The model is moved in place (workloads are built fresh for each target), unless the
     workload placed itself. Floating parameters and inputs are cast to the target's dtype
-    when it has one. Compiled targets get a compilation audit watching the compiler.
+    when it has one. Compiled targets get a compilation audit watching the compiler; the
+    backend's adapter (:mod:`bakeoff.target.engines`) compiles it.
     """
     import torch
 
@@ -94,63 +95,15 @@ def prepare(workload: BuiltWorkload, target: Target) -> Prepared:
         model = model.to(dtype=dtype)
     args, kwargs = place_inputs(workload, target, workload.args, workload.kwargs)
     prepared = Prepared(target=target, model=model, args=args, kwargs=kwargs)
-    if target.backend in ENGINES:
-        engine = make_engine(model, target)
-        prepared.model = engine
-        prepared.compile_events = lambda: len(engine.compilations)
-        prepared.backend_signals = lambda: ({}, engine.signals())
-        prepared.compile_summary = engine.compile_summary
-    elif target.backend is not None:
-        _compile(prepared, model, target)
+    if target.backend is not None:
+        compiled = engine_for(target.backend).compile(model, target)
+        prepared.model = compiled.model
+        prepared.compile_events = compiled.compile_events
+        prepared.backend_signals = compiled.backend_signals
+        prepared.compile_summary = compiled.compile_summary
+        prepared.uses_dynamo = compiled.uses_dynamo
+        prepared.close = compiled.close
     return prepared
-
-
-def _compile(prepared: Prepared, model: Any, target: Target) -> None:
-    import torch
-
-    from bakeoff.target.dynamo import CompileWatch
-
-    options: dict[str, Any] = {"backend": target.backend, "fullgraph": target.fullgraph}
-    if target.dynamic is not None:
-        options["dynamic"] = target.dynamic
-    if target.mode is not None:
-        options["mode"] = target.mode
-    closers = []
-    if target.backend == "openvino":
-        from bakeoff.target.openvino import OpenVINOCompileWatch
-
-        openvino = OpenVINOCompileWatch(target.precision)
-        options["options"] = openvino.options()
-        prepared.backend_signals = openvino.signals
-        closers.append(openvino.close)
-    elif target.precision is not None:
-        raise ValueError(f"backend '{target.backend}' has no precision option")
-    watch = CompileWatch()
-    closers.append(watch.close)
-    emu_start = None
-    if target.backend == "emu":
-        from bakeoff.emu.backend import COMPILATIONS
-
-        emu_start = len(COMPILATIONS)
-
-    def summary() -> dict[str, Any]:
-        data = watch.summary()
-        if emu_start is not None:
-            from bakeoff.emu.backend import COMPILATIONS
-
-            data["signals"] = {"emu": {"compilations": len(COMPILATIONS) - emu_start}}
-        return data
-
-    prepared.model = torch.compile(model, **options)
-    prepared.compile_events = watch.events
-    prepared.compile_summary = summary
-    prepared.uses_dynamo = True
-
-    def close() -> None:
-        for closer in closers:
-            closer()
-
-    prepared.close = close
 
 
 def synchronizer(target: Target) -> Callable[[], None]:

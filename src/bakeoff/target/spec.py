@@ -45,10 +45,11 @@ DTYPE_ALIASES = {
     "double": "float64",
 }
 
-_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 MAX_THREADS = 1024
 _OPTIONS = ("dtype", "dynamic", "mode", "fullgraph", "threads", "precision")
-_PRECISIONS = ("f32", "bf16", "f16")
+#: Options only some backends take, in the order a target giving several is refused: each
+#: engine adapter declares which it takes (:mod:`bakeoff.target.engines`).
+_ENGINE_OPTIONS = ("mode", "precision", "dynamic", "fullgraph")
 _HEAD = re.compile(r"^(?P<device>[a-z][a-z0-9_]*)(?::(?P<index>\d+))?(?:\+(?P<backend>[A-Za-z0-9_.\-]+))?$")
 
 TARGET_FORMS = (
@@ -174,12 +175,8 @@ def parse_target(text: str, extra_devices: Iterable[str] = ()) -> Target:
                     fields["dynamic"] = parse_bool(value, key, text)
                 except SpecError as exc:
                     raise SpecError(exc.message, hint="use true, false or auto") from None
-        elif key == "mode":
-            if value not in _MODES:
-                raise SpecError(
-                    f"unknown compile mode {value!r} in target {text!r}", hint="use one of " + ", ".join(_MODES)
-                )
-            fields["mode"] = value
+        elif key in ("mode", "precision"):
+            fields[key] = _choice(key, value, text)
         elif key == "fullgraph":
             fields["fullgraph"] = parse_bool(value, key, text)
         elif key == "threads":
@@ -194,31 +191,10 @@ def parse_target(text: str, extra_devices: Iterable[str] = ()) -> Target:
                     hint=f"use at most the machine's cores (this one has {os.cpu_count()})",
                 )
             fields["threads"] = int(value)
-        elif key == "precision":
-            if value.lower() not in _PRECISIONS:
-                raise SpecError(
-                    f"unknown precision {value!r} in target {text!r}", hint="use one of " + ", ".join(_PRECISIONS)
-                )
-            fields["precision"] = value.lower()
         else:
             raise SpecError(f"unknown option {key!r} in target {text!r}", hint="valid options: " + ", ".join(_OPTIONS))
-    if "mode" in options and fields["backend"] not in (None, "inductor"):
-        raise SpecError(
-            f"option 'mode' in target {text!r} applies only to the inductor backend",
-            hint="drop mode=, or use +inductor",
-        )
-    if "precision" in options and fields["backend"] not in (None, "openvino", "openvino_export"):
-        raise SpecError(
-            f"option 'precision' in target {text!r} applies only to OpenVINO (openvino, openvino_export)",
-            hint="drop precision=, or use dtype= to cast the model",
-        )
-    engine_options = [k for k in ("dynamic", "fullgraph") if k in options]
-    if engine_options and fields["backend"] in ("onnxrt", "openvino_export"):
-        raise SpecError(
-            f"option {engine_options[0]!r} in target {text!r} applies to torch.compile backends, not to "
-            f"the export engine {fields['backend']!r} (it compiles once per input shape)",
-            hint=f"drop {engine_options[0]}=",
-        )
+    if fields["backend"] is not None:
+        _check_engine_options(fields["backend"], options, text)
     compile_only = [k for k in ("dynamic", "mode", "fullgraph", "precision") if k in options]
     if compile_only and fields["backend"] is None:
         raise SpecError(
@@ -226,6 +202,35 @@ def parse_target(text: str, extra_devices: Iterable[str] = ()) -> Target:
             hint="add +BACKEND, e.g. cpu+inductor?" + compile_only[0] + "=...",
         )
     return Target(**fields)
+
+
+def _choice(key: str, value: str, text: str) -> str:
+    """The value of an option whose values an engine declares (``mode``, ``precision``)."""
+    from bakeoff.target.engines import option
+
+    declared = option(key)
+    if declared is None or declared.values is None:
+        raise SpecError(f"option {key!r} in target {text!r} is taken by no backend here")
+    chosen = value.lower() if declared.casefold else value
+    if chosen not in declared.values:
+        raise SpecError(
+            f"unknown {declared.what} {value!r} in target {text!r}", hint="use one of " + ", ".join(declared.values)
+        )
+    return chosen
+
+
+def _check_engine_options(backend: str, options: dict[str, str], text: str) -> None:
+    """Refuse an option the backend's engine does not take, in the words of the option's declaration."""
+    from bakeoff.target.engines import engine_for, option, takers
+
+    engine = engine_for(backend)
+    for key in _ENGINE_OPTIONS:
+        if key in options and not engine.takes(key):
+            declared = option(key)
+            if declared is None:
+                raise SpecError(f"option {key!r} in target {text!r} is taken by no backend here")
+            refusal, hint = declared.refused(backend, takers(key))
+            raise SpecError(f"option {key!r} in target {text!r} {refusal}", hint=hint)
 
 
 def parse_targets(specs: Iterable[str], extra_devices: Iterable[str] = ()) -> list[Target]:

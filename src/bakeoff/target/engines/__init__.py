@@ -1,0 +1,178 @@
+"""The engine registry: one adapter per backend or engine that needs more than ``torch.compile(backend=name)``.
+
+Spec parsing, detection and execution ask this registry instead of spelling backend names.
+The built-in adapters are listed in :data:`BUILTIN`; third parties add theirs through the
+``bakeoff.engines`` entry point group, each entry naming an :class:`Engine` subclass or
+instance::
+
+    [project.entry-points."bakeoff.engines"]
+    mine = "my_package.bakeoff_engine:Mine"
+
+An entry that fails to load, is not an engine, or reuses a name already taken is left out
+with one line on stderr; it never replaces a built-in. A backend name no adapter claims is a
+plain ``torch.compile`` backend (:class:`DynamoBackend`).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import sys
+from collections.abc import Iterator, Mapping
+from importlib.metadata import entry_points
+from typing import Any
+
+from bakeoff.target.engines.base import (
+    DYNAMIC,
+    FULLGRAPH,
+    Compiled,
+    DynamoBackend,
+    Engine,
+    Option,
+    Probe,
+    compile_with_dynamo,
+    importable,
+)
+from bakeoff.target.spec import Target
+
+__all__ = [
+    "BUILTIN",
+    "DYNAMIC",
+    "ENGINES",
+    "ENTRY_POINT_GROUP",
+    "FULLGRAPH",
+    "Compiled",
+    "DynamoBackend",
+    "Engine",
+    "Option",
+    "Probe",
+    "compile_with_dynamo",
+    "demo_backends",
+    "device_hint",
+    "engine_for",
+    "engine_status",
+    "importable",
+    "make_engine",
+    "option",
+    "probe_for",
+    "registry",
+    "takers",
+]
+
+ENTRY_POINT_GROUP = "bakeoff.engines"
+
+#: The built-in adapters, as ``module:class`` under this package, in the order errors list them.
+BUILTIN = (
+    "inductor:Inductor",
+    "openvino:OpenVINO",
+    "openvino_export:OpenVINOExport",
+    "onnxrt:OnnxRuntime",
+    "plain:OpenXLA",
+    "plain:OpenXLAEval",
+    "plain:TVM",
+    "neuron:Neuron",
+    "plain:CudaGraphs",
+    "emu:Emu",
+)
+
+
+def _instance(value: Any) -> Engine:
+    engine = value() if isinstance(value, type) else value
+    if not isinstance(engine, Engine) or not engine.name:
+        raise TypeError(f"{value!r} is not a bakeoff Engine with a name")
+    return engine
+
+
+@functools.cache
+def registry() -> dict[str, Engine]:
+    """Every adapter by name: the built-ins, then those of the ``bakeoff.engines`` entry points.
+
+    Read once per process; ``registry.cache_clear()`` reads the entry points again.
+    """
+    engines: dict[str, Engine] = {}
+    for entry in BUILTIN:
+        module, attr = entry.split(":")
+        engine = _instance(getattr(importlib.import_module(f"{__name__}.{module}"), attr))
+        engines[engine.name] = engine
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            engine = _instance(point.load())
+            if engine.name in engines:
+                raise ValueError(f"the name {engine.name!r} is taken")
+        except Exception as exc:
+            print(
+                f"bakeoff: engine entry point {point.name!r} ({point.value}) left out: {type(exc).__name__}: {exc}",
+                file=sys.stderr,
+            )
+            continue
+        engines[engine.name] = engine
+    return engines
+
+
+def engine_for(backend: str) -> Engine:
+    """The adapter of ``backend``; a plain ``torch.compile`` backend when none claims the name."""
+    return registry().get(backend) or DynamoBackend(backend)
+
+
+def takers(name: str) -> list[str]:
+    """The engines that take the target option ``name``, in registry order."""
+    return [engine.name for engine in registry().values() if engine.takes(name)]
+
+
+def option(name: str) -> Option | None:
+    """The declaration of the target option ``name`` (the first engine's that takes it)."""
+    for engine in registry().values():
+        for declared in engine.options:
+            if declared.name == name:
+                return declared
+    return None
+
+
+def probe_for(target: Target) -> Probe | None:
+    """The placement probe of the first engine that has one for ``target``."""
+    for engine in registry().values():
+        probe = engine.probe(target)
+        if probe is not None:
+            return probe
+    return None
+
+
+def demo_backends() -> list[str]:
+    """The engines ``bakeoff demo`` runs on the CPU when they are available there, in registry order."""
+    return [engine.name for engine in registry().values() if engine.in_demo]
+
+
+def device_hint(device: str) -> str | None:
+    """How to get ``device``, from the first engine that needs it, or None."""
+    return next((e.install for e in registry().values() if e.device == device and e.install), None)
+
+
+class _Limited(Mapping[str, Engine]):
+    """The engines that cannot run every scenario: inference only, or one input signature."""
+
+    def _engines(self) -> dict[str, Engine]:
+        return {n: e for n, e in registry().items() if e.inference_only or e.fixed_signature}
+
+    def __getitem__(self, name: str) -> Engine:
+        return self._engines()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._engines())
+
+    def __len__(self) -> int:
+        return len(self._engines())
+
+
+#: The export engines (inference only, one input signature); ask an engine's
+#: ``inference_only`` and ``fixed_signature`` instead.
+ENGINES: Mapping[str, Engine] = _Limited()
+
+
+def engine_status(name: str, device: str | None) -> str | None:
+    """Why the engine cannot run here, or None."""
+    return engine_for(name).status(device)
+
+
+def make_engine(model: Any, target: Target) -> Any:
+    """The callable that runs ``model`` on ``target``'s engine."""
+    return engine_for(target.backend or "").compile(model, target).model
