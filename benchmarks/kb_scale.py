@@ -70,19 +70,21 @@ def _result(
         target=target,
         status="ok",
         is_reference=spec == "cpu",
-        correctness=Correctness("pass", "", "eager:float32", 1e-4),
-        placement=Placement("not_applicable", "", ops_total=120, ops_on_device=120, device_op_share=1.0),
-        compilation=Compilation(
-            graphs=2,
-            recompiles=1,
-            per_shape=({"shape": "1x16", "first_call_ms": 800.0}, {"shape": "1x32", "first_call_ms": 650.0}),
-        )
-        if compiled
-        else None,
         latency=Latency(samples),
         first_call_ms=900.0 if compiled else median * 2,
         speedup=speed.value,
         speedup_ci=None if spec == "cpu" else speed.to_dict(),
+        checks={
+            "correctness": Correctness("pass", "", "eager:float32", 1e-4),
+            "placement": Placement("not_applicable", "", ops_total=120, ops_on_device=120, device_op_share=1.0),
+            "compilation": Compilation(
+                graphs=2,
+                recompiles=1,
+                per_shape=({"shape": "1x16", "first_call_ms": 800.0}, {"shape": "1x32", "first_call_ms": 650.0}),
+            )
+            if compiled
+            else None,
+        },
     )
 
 

@@ -48,9 +48,9 @@ def synthetic_run(i: int, prefix: str = "", seed: int = 0) -> RunResult:
             target=parse_target(spec),
             status="ok",
             is_reference=spec == "cpu",
-            correctness=Correctness("pass", "", "eager:float32", 1e-4),
             latency=Latency(tuple(rng.lognormvariate(0, 0.05) for _ in range(rng.randint(30, 100)))),
             speedup=1.0,
+            checks={"correctness": Correctness("pass", "", "eager:float32", 1e-4)},
         )
         for spec in TARGETS
     )

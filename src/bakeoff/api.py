@@ -202,10 +202,11 @@ def demo(
     """The bundled tiny workload against every target available here: eager and compiled CPU,
     the OpenVINO and ONNX Runtime engines when installed, and each accelerator present."""
     from bakeoff.target.detect import backend_status, list_devices
+    from bakeoff.target.engines import demo_backends
     from bakeoff.workload.registry import DEMO_WORKLOAD
 
     on = ["cpu", "cpu+aot_eager", "cpu+inductor"]
-    on += [f"cpu+{name}" for name in ("openvino", "onnxrt") if backend_status(name, "cpu").available]
+    on += [f"cpu+{name}" for name in demo_backends() if backend_status(name, "cpu").available]
     for device in list_devices():
         if device.available and device.name != "cpu":
             on.append(device.name)

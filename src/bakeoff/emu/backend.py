@@ -13,16 +13,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["COMPILATIONS", "Compilation", "register_backend", "reset"]
+__all__ = ["COMPILATIONS", "EmuCompilation", "register_backend", "reset"]
 
 
 @dataclass(frozen=True)
-class Compilation:
+class EmuCompilation:
     graph: int
     shapes: tuple
 
 
-COMPILATIONS: list[Compilation] = []
+COMPILATIONS: list[EmuCompilation] = []
 _graph_ids = itertools.count()
 
 
@@ -44,7 +44,7 @@ def emu_backend(gm: Any, example_inputs: list) -> Callable[..., Any]:
         signature = _signature(args)
         if signature not in seen:
             seen.add(signature)
-            COMPILATIONS.append(Compilation(graph, signature))
+            COMPILATIONS.append(EmuCompilation(graph, signature))
         return gm.forward(*args)
 
     return run

@@ -75,8 +75,8 @@ class Generation(Scenario):
 
 
 def _fixed_signature(target: Any) -> str | None:
-    from bakeoff.target.engines import ENGINES
+    from bakeoff.target.engines import engine_for
 
-    if target.backend in ENGINES:
+    if target.backend is not None and engine_for(target.backend).fixed_signature:
         return f"the {target.backend} engine runs one exported input signature, without a KV cache"
     return None

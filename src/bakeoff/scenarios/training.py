@@ -59,9 +59,9 @@ class Training(Scenario):
             raise SpecError(f"unknown optimizer {options['optimizer']!r}", hint="use " + " or ".join(OPTIMIZERS))
 
     def not_applicable(self, ctx: ScenarioContext) -> str | None:
-        from bakeoff.target.engines import ENGINES
+        from bakeoff.target.engines import engine_for
 
-        if ctx.target.backend in ENGINES:
+        if ctx.target.backend is not None and engine_for(ctx.target.backend).inference_only:
             return f"the {ctx.target.backend} engine is inference only"
         if not any(p.is_floating_point() for p in ctx.workload.model.parameters()):
             return "the model has no floating-point parameters to train"

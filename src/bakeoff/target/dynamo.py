@@ -12,7 +12,7 @@ never include another's.
 
 It lives with the targets, beside the OpenVINO watch: compiling a target
 (:func:`bakeoff.target.execute.prepare`) starts it, and it only collects numbers for the
-:class:`~bakeoff.results.values.Compilation` value, judging nothing.
+:class:`~bakeoff.checks.compilation.Compilation` value, judging nothing.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ class Prepared:
         backend_signals: returns ``(fallback_ops, signals)`` from the backend's own reports
             (for the placement audit), or None when the backend has none.
         compile_summary: the compilation audit's findings so far (keyword arguments for
-            :class:`~bakeoff.results.values.Compilation`), None for eager targets.
+            :class:`~bakeoff.checks.compilation.Compilation`), None for eager targets.
         uses_dynamo: the target runs under ``torch.compile`` (dynamo's stances apply).
         close: undoes process-wide changes the backend made (log handlers, patches).
     """

@@ -54,7 +54,7 @@ class _FlatCall:
 
 
 @dataclass(frozen=True)
-class Compilation:
+class ExportCompilation:
     signature: tuple
     seconds: float
 
@@ -67,7 +67,7 @@ class ExportEngine:
     def __init__(self, model: Any, target: Target) -> None:
         self.model = model
         self.target = target
-        self.compilations: list[Compilation] = []
+        self.compilations: list[ExportCompilation] = []
         self._runners: dict[tuple, tuple[Callable[[list], list], Any]] = {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -88,7 +88,7 @@ class ExportEngine:
                 exported = torch.export.export(wrapper, tuple(tensors), strict=False)
             runner = self._build(exported, tensors)
             self._runners[signature] = (runner, exported.call_spec.out_spec)
-            self.compilations.append(Compilation(signature[1], time.perf_counter() - started))
+            self.compilations.append(ExportCompilation(signature[1], time.perf_counter() - started))
         runner, out_spec = self._runners[signature]
         return pytree.tree_unflatten(runner(tensors), out_spec)
 
