@@ -37,7 +37,7 @@ def test_a_plugin_check_runs_in_the_workers_is_stored_and_survives_its_uninstall
                   plugin=True)  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     # the broken entry point is left out with one line; the trial goes on
-    assert "bakeoff: check plugin 'broken' left out: AttributeError" in ran.stderr
+    assert "bakeoff: check plugin 'broken' (bakeoff_finite_check:NoSuchCheck) left out: AttributeError" in ran.stderr
     run = json.loads(ran.stdout)
     by_target = {r["target"]: r for r in run["results"]}
     # the seeded fault: float16 overflows to inf; the float32 reference is the clean control

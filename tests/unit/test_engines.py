@@ -111,9 +111,7 @@ def test_a_broken_or_clashing_entry_point_is_left_out_with_one_line(
     lines = capsys.readouterr().err.splitlines()
     assert len([line for line in lines if "'broken'" in line]) == 1
     assert any(
-        line.startswith(
-            "bakeoff: engine entry point 'broken' (tiny_bakeoff_missing:Nope) left out: ModuleNotFoundError"
-        )
+        line.startswith("bakeoff: engine plugin 'broken' (tiny_bakeoff_missing:Nope) left out: ModuleNotFoundError")
         for line in lines
     )
     # the impostor never replaces the built-in inductor

@@ -7,13 +7,14 @@ it, and neither of those two imports the other.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from bakeoff.codec import Value
 
 __all__ = ["RunSummary"]
 
 
 @dataclass(frozen=True)
-class RunSummary:
+class RunSummary(Value):
     """One line of history."""
 
     run_id: str
@@ -27,6 +28,3 @@ class RunSummary:
     failed: int
     errors: int
     skipped: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)

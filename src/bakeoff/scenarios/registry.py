@@ -8,13 +8,12 @@ whose name is taken, is left out with a line on stderr.
 
 from __future__ import annotations
 
-import sys
 import time
 from functools import cache
-from importlib.metadata import entry_points
 from typing import Any
 
 from bakeoff.analysis.requirements import Requirement, parse_requirement_with, percentile_of
+from bakeoff.entrypoints import load_plugins
 from bakeoff.errors import SpecError
 from bakeoff.scenarios.base import MetricSpec, Scenario, ScenarioContext, ScenarioResult, ScenarioSpec, point
 from bakeoff.scenarios.generation import Generation
@@ -69,29 +68,10 @@ RUN_METRICS = (
 )
 
 
-def _plugin(entry: Any, taken: set[str]) -> Scenario | None:
-    try:
-        loaded = entry.load()
-        scenario = loaded() if isinstance(loaded, type) else loaded
-        if not isinstance(scenario, Scenario):
-            raise TypeError(f"{type(scenario).__name__} is not a bakeoff.scenarios.base.Scenario")
-        if not getattr(scenario, "name", "") or scenario.name in taken:
-            raise ValueError(f"its name {getattr(scenario, 'name', '')!r} is empty or already taken")
-    except Exception as exc:
-        print(f"bakeoff: scenario plugin {entry.name!r} left out: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return None
-    return scenario
-
-
 @cache
 def registered_scenarios() -> tuple[Scenario, ...]:
     """bakeoff's scenarios, then every plugin scenario that loads (each once per process)."""
-    scenarios = list(BUILTIN)
-    for entry in sorted(entry_points(group=ENTRY_POINTS), key=lambda e: e.name):
-        scenario = _plugin(entry, {s.name for s in scenarios})
-        if scenario is not None:
-            scenarios.append(scenario)
-    return tuple(scenarios)
+    return (*BUILTIN, *load_plugins(ENTRY_POINTS, Scenario, "scenario", (s.name for s in BUILTIN)))
 
 
 def always_run() -> tuple[str, ...]:

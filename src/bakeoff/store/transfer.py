@@ -30,6 +30,7 @@ from typing import IO, Any
 
 from sqlalchemy.exc import DBAPIError
 
+from bakeoff.codec import Value
 from bakeoff.env import Environment
 from bakeoff.errors import BakeoffError, StoreError
 from bakeoff.results import strictjson
@@ -86,7 +87,7 @@ CSV_COLUMNS = [
 
 
 @dataclass(frozen=True)
-class ExportSummary:
+class ExportSummary(Value):
     path: str
     format: str
     runs: int
@@ -94,12 +95,9 @@ class ExportSummary:
     requirements: int
     rows: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
 
 @dataclass(frozen=True)
-class ImportSummary:
+class ImportSummary(Value):
     """What an import added; ``*_present`` counts what the database already had."""
 
     path: str
@@ -110,9 +108,6 @@ class ImportSummary:
     requirements: int
     notes: int
     tags: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 # -- export ---------------------------------------------------------------------------------

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import functools
 import importlib
-import sys
 from collections.abc import Iterator, Mapping
-from importlib.metadata import entry_points
 from typing import Any
 
+from bakeoff.entrypoints import load_plugins
 from bakeoff.target.engines.base import (
     DYNAMIC,
     FULLGRAPH,
@@ -76,13 +75,6 @@ BUILTIN = (
 )
 
 
-def _instance(value: Any) -> Engine:
-    engine = value() if isinstance(value, type) else value
-    if not isinstance(engine, Engine) or not engine.name:
-        raise TypeError(f"{value!r} is not a bakeoff Engine with a name")
-    return engine
-
-
 @functools.cache
 def registry() -> dict[str, Engine]:
     """Every adapter by name: the built-ins, then those of the ``bakeoff.engines`` entry points.
@@ -92,19 +84,9 @@ def registry() -> dict[str, Engine]:
     engines: dict[str, Engine] = {}
     for entry in BUILTIN:
         module, attr = entry.split(":")
-        engine = _instance(getattr(importlib.import_module(f"{__name__}.{module}"), attr))
+        engine = getattr(importlib.import_module(f"{__name__}.{module}"), attr)()
         engines[engine.name] = engine
-    for point in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            engine = _instance(point.load())
-            if engine.name in engines:
-                raise ValueError(f"the name {engine.name!r} is taken")
-        except Exception as exc:
-            print(
-                f"bakeoff: engine entry point {point.name!r} ({point.value}) left out: {type(exc).__name__}: {exc}",
-                file=sys.stderr,
-            )
-            continue
+    for engine in load_plugins(ENTRY_POINT_GROUP, Engine, "engine", engines):
         engines[engine.name] = engine
     return engines
 
