@@ -35,8 +35,8 @@ from pathlib import Path
 from bakeoff.analysis.compare import PROCESS_SPREAD
 from bakeoff.measure.timing import TimingSettings
 from bakeoff.results.values import TargetResult
-from bakeoff.runner.settings import TrialSettings
 from bakeoff.runner.trial import run_trial
+from bakeoff.settings import TrialSettings
 from bakeoff.stats import percentile
 from bakeoff.store import Store
 from bakeoff.target.spec import parse_targets

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from bakeoff.results.values import BaselineInfo, RunResult
-from bakeoff.runner.settings import TrialSettings, describe_options
+from bakeoff.settings import TrialSettings, describe_options
 from bakeoff.store.db import RunSummary, Store
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ def trial(
         {settings}
         progress: called with a short message as each step starts.
 
-    Every setting is described, defaulted and checked once, in :mod:`bakeoff.runner.settings`.
+    Every setting is described, defaulted and checked once, in :mod:`bakeoff.settings`.
 
     Raises:
         SpecError, WorkloadError, StoreError: bad input; nothing is stored.
@@ -285,7 +285,7 @@ def compare(a: str, b: str, *, db: PathLike | None = None, thresholds: Threshold
 def rerun_keywords(run: RunResult) -> dict[str, Any]:
     """The :func:`trial` keywords that repeat ``run``: its workload, targets (as listed, padded
     variants come back from the same buckets) and its settings, read back from what it stored
-    (see :meth:`~bakeoff.runner.settings.TrialSettings.from_dict`).
+    (see :meth:`~bakeoff.settings.TrialSettings.from_dict`).
 
     Raises:
         SpecError: a stored setting this release no longer accepts.

@@ -15,8 +15,8 @@ from tests.revisit_data import environment, make_run, target_result
 
 from bakeoff.errors import SpecError
 from bakeoff.measure.timing import TimingSettings
-from bakeoff.runner.settings import OPTIONS, TrialSettings
 from bakeoff.scenarios.registry import parse_scenario
+from bakeoff.settings import OPTIONS, TrialSettings
 from bakeoff.workload.profile import InputProfile, Request
 
 NO_WORKERS = "drop --in-process, or drop"

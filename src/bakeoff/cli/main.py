@@ -22,7 +22,7 @@ from bakeoff.cli.common import emit_json as _emit_json
 from bakeoff.cli.common import format_option as _format_option
 from bakeoff.cli.common import progress as _progress
 from bakeoff.errors import BakeoffError
-from bakeoff.runner.settings import OPTIONS
+from bakeoff.settings import OPTIONS
 
 __all__ = ["cli", "main"]
 
@@ -85,7 +85,7 @@ def baseline(workload: str, dtypes: Sequence[str], refresh: bool, db: str | None
 
 def _setting(keyword: str, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """The ``bakeoff trial`` option of a trial setting, named as the API keyword, with the flag,
-    default and help of :data:`~bakeoff.runner.settings.OPTIONS`. An on/off setting's flag turns
+    default and help of :data:`~bakeoff.settings.OPTIONS`. An on/off setting's flag turns
     it away from its default (``--in-process``: ``isolate`` false). A ``default`` given here
     stands for "not given" (the setting's own default still applies, and --help shows it)."""
     option = OPTIONS[keyword]

@@ -11,7 +11,7 @@ from typing import Any
 from bakeoff.results.values import TargetResult
 from bakeoff.units import figure, human_bytes
 
-__all__ = ["figure", "human_bytes", "placement_share", "requirement_figures", "scenario_figures"]
+__all__ = ["figure", "human_bytes", "placement_share", "requirement_figures", "scenario_figures", "settings_line"]
 
 
 def _estimate(result: TargetResult, metric: str, label: str, unit: str = "ms") -> str | None:
@@ -91,3 +91,15 @@ def placement_share(result: TargetResult) -> str:
     if p.device_flop_share is not None:
         text += f", {p.device_flop_share:.0%} of FLOPs"
     return text
+
+
+def settings_line(run: Any) -> str | None:
+    """How the run's targets were measured (:meth:`~bakeoff.settings.TrialSettings.describe`),
+    or None where its stored settings are not ones this release reads."""
+    from bakeoff.errors import BakeoffError
+    from bakeoff.settings import TrialSettings
+
+    try:
+        return TrialSettings.from_dict(run.settings).describe()
+    except (BakeoffError, TypeError, ValueError, KeyError):
+        return None

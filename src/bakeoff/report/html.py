@@ -20,7 +20,7 @@ from functools import lru_cache
 from typing import Any
 
 from bakeoff.report.evidence import Evidence, answers_for, check_lines, scenario_rows
-from bakeoff.report.figures import requirement_figures
+from bakeoff.report.figures import requirement_figures, settings_line
 from bakeoff.results.values import RunResult, TargetResult
 
 __all__ = ["figures_for_run", "history_figures", "render_html", "safe_json"]
@@ -300,6 +300,7 @@ def _context(evidence: Evidence) -> dict[str, Any]:
                 "notes": evidence.notes.get(run.run_id, ()),
                 "tags": evidence.tags.get(run.run_id, ()),
                 "figures": [add(c, f) for c, f in figures_for_run(run)],
+                "measured": settings_line(run),
             }
         )
     latest: dict[str, str] = {}

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from bakeoff.checks.registry import registered_checks
 from bakeoff.report.figures import human_bytes as _bytes
-from bakeoff.report.figures import requirement_figures, scenario_figures
+from bakeoff.report.figures import requirement_figures, scenario_figures, settings_line
 from bakeoff.results.summary import RunSummary
 from bakeoff.results.values import BaselineInfo, Placement, RunResult, TargetResult
 
@@ -245,6 +245,9 @@ def run_view(run: RunResult, where: str | None = None, width: int | None = None)
         f"torch {run.environment.data.get('torch')}  {run.environment.data.get('cpu')}  "
         f"fingerprint {run.environment.fingerprint}",
     )
+    measured = settings_line(run)
+    if measured:
+        header.append_text(Text.assemble("\n", ("measured ", "bold"), measured))
     rows: list[dict[str, Any]] = []
     notes: list[Text] = []
     for result in run.results:

@@ -19,9 +19,9 @@ from bakeoff.env import Environment, capture_environment
 from bakeoff.hashing import file_sha256
 from bakeoff.results.values import BaselineInfo, RunResult, TargetResult
 from bakeoff.runner.job import TargetJob
-from bakeoff.runner.settings import TrialSettings
 from bakeoff.scenarios.base import ScenarioSpec
 from bakeoff.scenarios.registry import parse_requirement, parse_scenario, scenario_named
+from bakeoff.settings import TrialSettings
 from bakeoff.store.db import Store
 from bakeoff.target.detect import unavailable_reason
 from bakeoff.target.spec import Target

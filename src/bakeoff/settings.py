@@ -187,6 +187,23 @@ class TrialSettings:
             "requirements": list(requirements),
         }
 
+    def describe(self) -> str:
+        """How the targets were measured, in a line: processes, turns, the minimums, and what
+        a user changed from the defaults."""
+        how = ("in worker processes, one each" if self.isolate else "all in one process") + (
+            ", timed in turns" if self.interleaved else ", one after another"
+        )
+        parts = [how, f"at least {self.timing.min_samples} calls and {self.timing.min_seconds:g} s each"]
+        if self.replicates > 1:
+            parts.append(f"{self.replicates} replicate processes each")
+        if self.isolate:
+            parts.append(f"speed intervals include a {self.spread:g} spread between processes")
+        if self.cold_cache:
+            parts.append("cold compile cache")
+        if self.env:
+            parts.append("switches " + " ".join(f"{k}={v}" for k, v in self.env))
+        return "; ".join(parts)
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrialSettings:
         """The settings a stored run's ``settings`` ask for, from any version, checked like
