@@ -1,10 +1,11 @@
-"""Checks from third parties: a plugin package installed beside bakeoff adds a check through the
-``bakeoff.checks`` entry point, without touching bakeoff.
+"""Checks and scenarios from third parties: a plugin package installed beside bakeoff adds them
+through the ``bakeoff.checks`` and ``bakeoff.scenarios`` entry points, without touching bakeoff.
 
 ``tests/plugin_site`` is an installed distribution (a package and its ``.dist-info`` with the
 entry points), as ``pip install`` leaves one; putting it on ``PYTHONPATH`` installs it for the
-processes started here and for their workers. Its check says whether the outputs are finite; a
-second entry point names a class that does not exist (a broken plugin).
+processes started here and for their workers. Its check says whether the outputs are finite, its
+scenario times back-to-back calls (with a metric requirements can use); a third entry point
+names a class that does not exist (a broken plugin).
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ def bakeoff(*args: str, plugin: bool) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_a_plugin_check_runs_in_the_workers_is_stored_and_survives_its_uninstalling(tmp_path):
+def test_plugin_checks_and_scenarios_run_in_the_workers_are_stored_and_survive_uninstalling(tmp_path):
     db = str(tmp_path / "kb.db")
     targets = "cpu,cpu?dtype=fp16"
-    ran = bakeoff("trial", py_workload("overflows_in_half"), "--on", targets, "--db", db, *FAST, "--format", "json",
-                  plugin=True)  # fmt: skip
+    plugin_scenario = ["--scenario", "repeat?calls=4", "--require", "repeat.p90<=60s"]
+    ran = bakeoff("trial", py_workload("overflows_in_half"), "--on", targets, "--db", db, *FAST, *plugin_scenario,
+                  "--format", "json", plugin=True)  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     # the broken entry point is left out with one line; the trial goes on
     assert "bakeoff: check plugin 'broken' (bakeoff_finite_check:NoSuchCheck) left out: AttributeError" in ran.stderr
@@ -44,10 +46,18 @@ def test_a_plugin_check_runs_in_the_workers_is_stored_and_survives_its_uninstall
     assert by_target["cpu?dtype=float16"]["finite_outputs"] == {"verdict": "nonfinite", "nonfinite": ["output.logits"]}
     assert by_target["cpu"]["finite_outputs"] == {"verdict": "finite", "nonfinite": []}
     assert by_target["cpu"]["correctness"]["verdict"] == "pass"  # bakeoff's own checks still run
+    # the plugin scenario ran in every worker, and a requirement on its metric was judged from its samples
+    for result in by_target.values():
+        (repeat,) = [s for s in result["scenarios"] if s["name"] == "repeat"]
+        assert repeat["status"] == "ok" and len(repeat["series"]["call"]) == 4
+        (requirement,) = result["requirements"]
+        assert requirement["text"] == "repeat.p90<=60s" and requirement["verdict"] == "met"
+        assert requirement["samples"] == 4 and requirement["scenario"] == "repeat"
 
     shown = bakeoff("show", run["run_id"], "--db", db, plugin=True)
     assert shown.returncode == 0, shown.stderr
     assert "non-finite values in output.logits" in shown.stdout
+    assert "call p50" in shown.stdout and "4 calls" in shown.stdout  # the scenario's own figures
 
     # the plugin uninstalled: its values are kept, named, and written back unchanged
     without = bakeoff("show", run["run_id"], "--db", db, plugin=False)
@@ -56,3 +66,9 @@ def test_a_plugin_check_runs_in_the_workers_is_stored_and_survives_its_uninstall
     exported = bakeoff("show", run["run_id"], "--db", db, "--format", "json", plugin=False)
     kept = {r["target"]: r for r in json.loads(exported.stdout)["results"]}
     assert kept["cpu?dtype=float16"]["finite_outputs"] == by_target["cpu?dtype=float16"]["finite_outputs"]
+    assert kept["cpu"]["scenarios"] == by_target["cpu"]["scenarios"]  # its scenario's samples too
+    # without the plugin its scenario is unknown input, refused with one line
+    refused = bakeoff("trial", py_workload("mlp"), "--on", "cpu", "--db", db, "--scenario", "repeat", plugin=False)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        "bakeoff: error: unknown scenario 'repeat' (use one of single-stream, offline, server, generation, training)"
+    ]

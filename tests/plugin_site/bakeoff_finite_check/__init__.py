@@ -1,16 +1,20 @@
-"""A third-party check, as a vendor or a team would ship one: are the target's outputs finite?
+"""A third-party check and scenario, as a vendor or a team would ship them: are the target's
+outputs finite, and how long do back-to-back calls take?
 
-Installed through the ``bakeoff.checks`` entry point (see the dist-info beside this package);
+Installed through the ``bakeoff.checks`` and ``bakeoff.scenarios`` entry points (see the
+dist-info beside this package);
 the test puts this folder on ``PYTHONPATH``, which is what installing it amounts to.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from bakeoff.checks.base import Check, CheckContext, Metric
 from bakeoff.codec import Value
+from bakeoff.scenarios.base import MetricSpec, Option, Scenario, ScenarioContext, ScenarioResult
 
 
 @dataclass(frozen=True)
@@ -41,3 +45,26 @@ class FiniteOutputs(Check):
 
     def facts(self, value: Finite, result: Any) -> list[str]:
         return [f"non-finite values in {', '.join(value.nonfinite)}"] if value.nonfinite else []
+
+
+class Repeat(Scenario):
+    """A third-party scenario: the prepared model called ``calls`` times back to back."""
+
+    name = "repeat"
+    options: ClassVar[Mapping[str, Option]] = {"calls": Option(int, 5, minimum=1)}
+    metrics = (MetricSpec("repeat", "time", "time of one back-to-back call", series="call", bare=True),)
+    compared: ClassVar[Mapping[str, str]] = {"repeat_p50_ms": "call"}
+
+    def run(self, context: ScenarioContext, options: dict[str, Any]) -> tuple[dict, dict]:
+        import time
+
+        samples = []
+        for _ in range(options["calls"]):
+            start = time.perf_counter()
+            context.prepared()
+            context.sync()
+            samples.append((time.perf_counter() - start) * 1e3)
+        return {"call": tuple(samples)}, {"calls": options["calls"]}
+
+    def figures(self, result: Any, scenario: ScenarioResult, estimate: Any) -> list[str]:
+        return [estimate("repeat", "call p50"), f"{scenario.facts['calls']} calls"]
