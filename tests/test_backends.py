@@ -58,10 +58,11 @@ def test_openvino_whose_partition_failed_did_not_run(tmp_path):
     assert placement["device_op_share"] == 0.0  # the report's share is the engine's
     # the giveaway the audit exists to replace: PyTorch ran it, so it matches eager exactly
     assert result["correctness"]["max_abs_err"] == 0.0
-    from bakeoff.report.figures import engine_notes
+    from bakeoff.checks.placement import engine_notes
     from bakeoff.results.values import TargetResult
 
-    notes = engine_notes(TargetResult.from_dict(result))
+    read = TargetResult.from_dict(result)
+    notes = engine_notes(read.placement, read)
     precision = placement["signals"]["openvino"]["precision"]
     assert f"openvino did not run: its {precision} setting was never used" in notes
     assert not any(n.startswith("openvino ran in") for n in notes)
@@ -81,10 +82,11 @@ def test_openvino_that_converted_is_not_reported_and_precision_is_recorded(tmp_p
     assert work["partitions_failed"] == 0
     default = _openvino_default_precision()
     assert signals["precision"] == default
-    from bakeoff.report.figures import engine_notes
+    from bakeoff.checks.placement import engine_notes
     from bakeoff.results.values import TargetResult
 
-    assert engine_notes(TargetResult.from_dict(result)) == [f"openvino ran in {default}"]
+    read = TargetResult.from_dict(result)
+    assert engine_notes(read.placement, read) == [f"openvino ran in {default}"]
     if default == "bf16":  # bf16 inference is visibly less precise than the fp32 reference
         assert result["correctness"]["verdict"] == "fail"
         assert 1e-4 < result["correctness"]["max_abs_err"] < 0.1
