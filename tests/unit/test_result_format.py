@@ -117,3 +117,13 @@ def test_every_registered_check_stands_under_its_name_in_the_document():
         value = result.checks.get(check.name)
         assert written[check.name] == (None if value is None else check.encode(value))
     assert TargetResult.from_dict(written) == result
+
+
+def test_no_check_can_take_a_run_level_key():
+    from dataclasses import fields
+
+    from bakeoff.checks.registry import RUN_LEVEL_KEYS
+
+    # the registry refuses plugin checks by this list: it must name every run-level key
+    assert {f.name for f in fields(TargetResult)} | {"target_detail"} == RUN_LEVEL_KEYS
+    assert not RUN_LEVEL_KEYS & {check.name for check in registered_checks()}

@@ -23,9 +23,21 @@ from bakeoff.checks.determinism import DeterminismCheck
 from bakeoff.checks.placement import PlacementCheck
 from bakeoff.entrypoints import load_plugins
 
-__all__ = ["ENTRY_POINTS", "check_named", "registered_checks"]
+__all__ = ["ENTRY_POINTS", "RUN_LEVEL_KEYS", "check_named", "registered_checks"]
 
 ENTRY_POINTS = "bakeoff.checks"
+
+#: The keys of a target's result in the run document that are not checks: a check may not take
+#: one of these names, or its value would overwrite them (``tests/unit/test_result_format.py``
+#: holds this list to :class:`~bakeoff.results.values.TargetResult`'s fields).
+RUN_LEVEL_KEYS = frozenset(
+    {
+        "target", "target_detail", "status", "reason", "is_reference", "latency", "first_call_ms", "warmup_calls",
+        "settled", "speedup", "speedup_ci", "break_even_requests", "peak_host_rss_bytes", "device_peak_bytes",
+        "threads", "load_average", "duration_s", "notes", "adjustments", "variant", "profile", "error",
+        "prepare_ms", "scenarios", "requirements", "conditions", "noise", "skipped_checks", "checks", "unknown",
+    }
+)  # fmt: skip
 
 #: bakeoff's own checks, in the order they run and are shown.
 BUILTIN: tuple[Check, ...] = (CorrectnessCheck(), PlacementCheck(), CompilationCheck(), DeterminismCheck())
@@ -34,7 +46,7 @@ BUILTIN: tuple[Check, ...] = (CorrectnessCheck(), PlacementCheck(), CompilationC
 @cache
 def registered_checks() -> tuple[Check, ...]:
     """bakeoff's checks, then every plugin check that loads (each once per process)."""
-    return (*BUILTIN, *load_plugins(ENTRY_POINTS, Check, "check", (c.name for c in BUILTIN)))
+    return (*BUILTIN, *load_plugins(ENTRY_POINTS, Check, "check", [*RUN_LEVEL_KEYS, *(c.name for c in BUILTIN)]))
 
 
 def check_named(name: str) -> Check | None:
