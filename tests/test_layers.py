@@ -42,6 +42,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the checks and the scenarios, each owning its frozen value, and their registries; neither
     # knows the other
     ("checks", "scenarios"),
+    # every metric a requirement may name: the scenarios' and the checks'
+    ("metrics",),
     # how a trial runs: every setting's name, default, check and help, read back from a run
     ("settings",),
     # a run's frozen values, which hold the checks' values by name

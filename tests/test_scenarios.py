@@ -18,9 +18,10 @@ from tests.conftest import cli_trial, py_workload
 
 import bakeoff
 from bakeoff.measure.timing import TimingSettings
+from bakeoff.metrics import parse_requirement
 from bakeoff.runner.job import TargetJob
 from bakeoff.runner.session import run_target
-from bakeoff.scenarios.registry import parse_requirement, parse_scenario
+from bakeoff.scenarios.registry import parse_scenario
 from bakeoff.store import Store
 from bakeoff.target.spec import parse_target
 from bakeoff.verdicts.metrics import check_target

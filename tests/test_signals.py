@@ -204,8 +204,8 @@ def test_inductor_cache_miss_then_hit_and_a_cold_cache_misses_again(tmp_path):
 
 
 def test_time_to_first_result_is_prepare_plus_first_call_and_requirements_use_it(db):
+    from bakeoff.metrics import parse_requirement
     from bakeoff.results.values import TargetResult
-    from bakeoff.scenarios.registry import parse_requirement
     from bakeoff.verdicts.metrics import check_target
 
     run = bakeoff.trial(signal_workload("tiny_linear"), on="cpu", db=db, requirements=["first_result<=10min"], **FAST)

@@ -37,8 +37,9 @@ from typing import Any
 from bakeoff.analysis.compare import PROCESS_SPREAD
 from bakeoff.errors import SpecError
 from bakeoff.measure.timing import TimingSettings
+from bakeoff.metrics import parse_requirement
 from bakeoff.scenarios.base import ScenarioSpec
-from bakeoff.scenarios.registry import always_run, parse_requirement, parse_scenario
+from bakeoff.scenarios.registry import always_run, parse_scenario
 from bakeoff.workload.profile import InputProfile, parse_profile
 
 __all__ = ["OPTIONS", "Option", "TrialSettings", "describe_options"]

@@ -17,7 +17,10 @@ def human_bytes(value: int | None) -> str:
 
 
 def figure(value: float, unit: str) -> str:
-    """``value`` in ``unit``: ``B`` (bytes, binary prefixes), ``/s`` (a rate) or milliseconds."""
+    """``value`` in ``unit``: ``B`` (bytes, binary prefixes), ``/s`` (a rate), none (a count or a
+    share) or milliseconds."""
+    if unit == "":
+        return f"{value:.4g}"
     if unit == "B":
         return human_bytes(int(value))
     if unit == "/s":

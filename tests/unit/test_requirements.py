@@ -6,7 +6,7 @@ import pytest
 
 from bakeoff.analysis.requirements import check_requirements
 from bakeoff.errors import SpecError
-from bakeoff.scenarios.registry import parse_requirement, scenario_for
+from bakeoff.metrics import parse_requirement, scenario_for
 from bakeoff.stats import Estimate
 
 

@@ -13,11 +13,12 @@ from dataclasses import replace
 import pytest
 
 from bakeoff.analysis.queueing import fifo_queue, poisson_arrivals
+from bakeoff.metrics import parse_requirement
 from bakeoff.results.values import ScenarioResult, TargetResult
 from bakeoff.runner.trial import _aligned as common_load
 from bakeoff.runner.trial import _scenarios_for
 from bakeoff.scenarios.base import ScenarioContext
-from bakeoff.scenarios.registry import parse_requirement, parse_scenario
+from bakeoff.scenarios.registry import parse_scenario
 from bakeoff.scenarios.server import SWEEP_FRACTIONS, Server
 from bakeoff.stats import percentile
 from bakeoff.target.spec import Target

@@ -51,8 +51,8 @@ def test_the_requirements_table_calls_one_reading_a_single_observation_and_only_
     from dataclasses import replace
 
     from bakeoff.analysis.requirements import check_requirements
+    from bakeoff.metrics import parse_requirement
     from bakeoff.report.terminal import requirements_view
-    from bakeoff.scenarios.registry import parse_requirement
     from bakeoff.stats import Estimate
 
     reqs = [parse_requirement("first_result<=2s"), parse_requirement("p50<=5ms")]

@@ -43,7 +43,13 @@ _BYTES = {
 _RATE = {"/s": 1.0, "/min": 1 / 60, "tok/s": 1.0, "samples/s": 1.0, "": 1.0}
 #: the reason a verdict on one reading gives, and what renderers show for its interval
 SINGLE_OBSERVATION = "single observation"
-_KINDS = {"time": ("ms", _TIME), "bytes": ("B", _BYTES), "rate": ("/s", _RATE)}
+_KINDS = {
+    "time": ("ms", _TIME),
+    "bytes": ("B", _BYTES),
+    "rate": ("/s", _RATE),
+    "count": ("", {"": 1.0}),  # graphs, recompilations, op calls on the host: no unit
+    "share": ("", {"": 1.0, "%": 0.01}),  # a fraction: 0.95 or 95%
+}
 
 _PATTERN = re.compile(
     r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(<=|>=|<|>)\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(\S*)\s*$"
@@ -80,8 +86,8 @@ def percentile_of(name: str) -> float | None:
 
 def parse_requirement_with(text: str, lookup: MetricLookup) -> Requirement:
     """Parse ``p90<=50ms``, ``throughput >= 200/s``, ``peak_memory<=4GiB``, ``ttft<=0.2s``, with
-    ``lookup`` saying what each metric name is (the scenarios declare them:
-    :func:`bakeoff.scenarios.registry.parse_requirement`).
+    ``lookup`` saying what each metric name is (the scenarios and the checks declare them:
+    :func:`bakeoff.metrics.parse_requirement`).
 
     Raises:
         SpecError: malformed text, an unknown metric, a percentile of 100 or more, or a unit
@@ -155,14 +161,20 @@ def check_requirements(
 ) -> list[RequirementCheck]:
     """Verdicts for ``requirements`` against ``measured`` metrics (in base units).
 
-    ``missing`` explains, per scenario, why a metric was not measured (the scenario failed or
-    does not apply); a requirement with no measurement is ``not_measured`` with that reason.
+    ``missing`` explains, per metric or else per scenario, why a metric was not measured (the
+    scenario failed or does not apply, the check has no value); a requirement with no
+    measurement is ``not_measured`` with that reason.
     """
     checks = []
     for req in requirements:
         estimate = measured.get(req.metric)
         if estimate is None:
-            why = (missing or {}).get(req.scenario) or f"the {req.scenario or 'memory'} scenario did not measure it"
+            known = missing or {}
+            why = (
+                known.get(req.metric)
+                or known.get(req.scenario)
+                or f"the {req.scenario or 'memory'} scenario did not measure it"
+            )
             checks.append(RequirementCheck(req, "not_measured", reason=why))
             continue
         met = req.holds(estimate.value)

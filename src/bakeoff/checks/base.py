@@ -77,6 +77,9 @@ class Check:
         phase: what a failure during :meth:`run` is reported as having happened in.
         answers: the question of the reports' evidence ("correct", "placement") whose answer
             already renders this check's value; empty: the reports list its facts themselves.
+        offers: the numeric metrics of :meth:`metrics` that requirements may name, as
+            ``name -> (kind, what it means)`` with kind ``count`` or ``share``
+            (``--require 'recompiles<=0'``, ``--require 'device_op_share>=95%'``).
     """
 
     name: ClassVar[str]
@@ -84,6 +87,7 @@ class Check:
     value_type: ClassVar[type]
     phase: ClassVar[str] = ""
     answers: ClassVar[str] = ""
+    offers: ClassVar[Mapping[str, tuple[str, str]]] = {}
 
     def not_applicable(self, target: Any, is_reference: bool) -> str | None:
         """Why this check does not apply to ``target`` (None: it applies). Decided before the

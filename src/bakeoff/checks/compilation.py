@@ -11,8 +11,9 @@ a backend that neither logs through dynamo nor reports its compilations shows no
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from bakeoff.checks.base import Check, CheckContext, Metric
 from bakeoff.codec import Value
@@ -57,6 +58,11 @@ class CompilationCheck(Check):
     title = "compilation"
     value_type = Compilation
     phase = "compilation audit"
+    offers: ClassVar[Mapping[str, tuple[str, str]]] = {
+        "graphs": ("count", "graphs compiled for the single-stream traffic"),
+        "recompiles": ("count", "recompilations over the single-stream traffic"),
+        "graph_breaks": ("count", "graph breaks"),
+    }
 
     def not_applicable(self, target: Any, is_reference: bool) -> str | None:
         return None if target.is_compiled else "an eager target compiles nothing"

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from bakeoff.checks.base import Check, CheckContext, Metric
 from bakeoff.checks.dispatch_audit import (
@@ -324,6 +324,11 @@ class PlacementCheck(Check):
     value_type = Placement
     answers = "placement"
     phase = "placement audit"
+    offers: ClassVar[Mapping[str, tuple[str, str]]] = {
+        "device_op_share": ("share", "share of op calls that ran on the device"),
+        "host_op_calls": ("count", "op calls on the host per forward pass, the backend's fallbacks included"),
+        "host_state_copies": ("count", "host-to-device copies of host state per forward pass"),
+    }
 
     def run(self, context: CheckContext) -> Placement:
         from bakeoff.target.probes import probe_for

@@ -105,8 +105,10 @@ def _requirements(result: TargetResult) -> Answer:
     if not items:
         return Answer("none", "no requirements declared")
     verdicts = [r.get("verdict") for r in items]
-    met = verdicts.count("met")
-    text = f"{met} of {len(items)} met"
+    met, moot = verdicts.count("met"), verdicts.count("not_applicable")
+    text = f"{met} of {len(items) - moot} met" + (f" ({moot} not applicable)" if moot else "")
+    if moot == len(items):
+        return Answer("none", text)
     if "not_met" in verdicts:
         failed = [r.get("text", "?") for r in items if r.get("verdict") == "not_met"]
         return Answer("no", text + "; not met: " + "; ".join(failed))

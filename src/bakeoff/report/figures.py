@@ -24,7 +24,7 @@ def _estimate(result: TargetResult, metric: str, label: str, unit: str = "ms") -
     if found.high > found.low:
         text += f" [{figure(found.low, unit)}-{figure(found.high, unit)}]"
     if not found.enough:
-        from bakeoff.scenarios.registry import metric_percentile
+        from bakeoff.metrics import metric_percentile
         from bakeoff.stats import samples_needed
 
         pct = metric_percentile(metric)
@@ -58,7 +58,7 @@ def requirement_figures(check: dict[str, Any]) -> tuple[str, str]:
     """
     from bakeoff.analysis.requirements import SINGLE_OBSERVATION
 
-    unit = check.get("unit") or "ms"
+    unit = "ms" if check.get("unit") is None else check["unit"]
     value, low, high = check.get("value"), check.get("low"), check.get("high")
     measured = "-" if value is None else figure(value, unit)
     interval = "-"

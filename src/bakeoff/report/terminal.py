@@ -173,7 +173,7 @@ def scenarios_view(run: RunResult) -> Table:
     return table
 
 
-_REQUIREMENT_STYLE = {"met": "green", "not_met": "bold red", "not_measured": "yellow"}
+_REQUIREMENT_STYLE = {"met": "green", "not_met": "bold red", "not_measured": "yellow", "not_applicable": "dim"}
 
 
 def requirements_view(run: RunResult) -> Table:

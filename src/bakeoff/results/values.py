@@ -287,14 +287,15 @@ class RunResult(Value):
         ``placement`` also work that did not stay on the device or in the engine (any placement
         verdict but ``on_device``, except ``not_applicable`` for CPU targets: ``fallbacks``,
         ``left_on_host`` and ``engine_did_not_run`` fail), with ``requirements`` also a
-        requirement not met or not measured."""
+        requirement not met or not measured (one that cannot apply to the target, a compile
+        count on an eager target, does not fail it)."""
         failed = []
         for item in self.results:
             bad = item.status == "error" or item.verdict in ("fail", "error")
             if placement and item.placement is not None:
                 bad = bad or item.placement.verdict not in ("on_device", "not_applicable")
             if requirements and item.status == "ok":
-                bad = bad or any(r["verdict"] != "met" for r in item.requirements)
+                bad = bad or any(r["verdict"] not in ("met", "not_applicable") for r in item.requirements)
             if bad:
                 failed.append(item.target.spec)
         return failed

@@ -17,10 +17,11 @@ from bakeoff.analysis.requirements import Requirement
 from bakeoff.checks.baseline import compute_references, repeat_error, run_eagerly, save_references, shape_tag
 from bakeoff.env import Environment, capture_environment
 from bakeoff.hashing import file_sha256
+from bakeoff.metrics import parse_requirement
 from bakeoff.results.values import BaselineInfo, RunResult, TargetResult
 from bakeoff.runner.job import TargetJob
 from bakeoff.scenarios.base import ScenarioSpec
-from bakeoff.scenarios.registry import parse_requirement, parse_scenario, scenario_named
+from bakeoff.scenarios.registry import parse_scenario, scenario_named
 from bakeoff.settings import TrialSettings
 from bakeoff.store.db import Store
 from bakeoff.target.detect import unavailable_reason

@@ -27,15 +27,13 @@ __all__ = [
     "ENTRY_POINTS",
     "RUN_METRICS",
     "always_run",
-    "find_metric",
+    "find_scenario_metric",
     "known_scenario",
-    "metric_help",
-    "metric_percentile",
-    "parse_requirement",
     "parse_scenario",
+    "parse_scenario_requirement",
     "registered_scenarios",
     "run_scenario",
-    "scenario_for",
+    "scenario_metric_help",
     "scenario_named",
 ]
 
@@ -173,8 +171,9 @@ def _metrics() -> list[tuple[str, MetricSpec]]:
     return [("", m) for m in RUN_METRICS] + [(s.name, m) for s in registered_scenarios() for m in s.metrics]
 
 
-def find_metric(metric: str) -> tuple[str, MetricSpec, float | None]:
-    """``(scenario, metric spec, percentile)`` for a requirement's metric name.
+def find_scenario_metric(metric: str) -> tuple[str, MetricSpec, float | None]:
+    """``(scenario, metric spec, percentile)`` for a requirement's metric name that a scenario
+    offers (:func:`bakeoff.metrics.find_metric` also knows the checks' metrics).
 
     Fixed names first (``throughput``, ``server.rate``), then percentiles: ``p90`` of the
     single-stream family, ``NAME.pNN`` of a named family, ``NAME`` alone (the median) where the
@@ -199,10 +198,10 @@ def find_metric(metric: str) -> tuple[str, MetricSpec, float | None]:
             return scenario, spec, percentile_of(tail)
         if not dot and spec.bare:
             return scenario, spec, 50.0
-    raise SpecError(f"unknown requirement metric {metric!r}", hint=f"use one of {metric_help()}")
+    raise SpecError(f"unknown requirement metric {metric!r}", hint=f"use one of {scenario_metric_help()}")
 
 
-def metric_help() -> str:
+def scenario_metric_help() -> str:
     """The metric names requirements accept, for a hint: the percentile families, then the rest."""
     metrics = [spec for scenario, spec in _metrics() if scenario] + list(RUN_METRICS)
     names = [
@@ -217,24 +216,14 @@ def metric_help() -> str:
     return ", ".join(names + [spec.name for spec in metrics if not spec.percentiled])
 
 
-def scenario_for(metric: str) -> str:
-    """The scenario that measures ``metric`` ("" for memory, measured by every scenario)."""
-    return find_metric(metric)[0]
-
-
-def metric_percentile(metric: str) -> float | None:
-    """The percentile a metric asks for (``tpot`` is the median), None for other metrics."""
-    return find_metric(metric)[2]
-
-
 def _lookup(metric: str) -> tuple[str, str, float | None]:
-    scenario, spec, pct = find_metric(metric)
+    scenario, spec, pct = find_scenario_metric(metric)
     return spec.kind, scenario, pct
 
 
-def parse_requirement(text: str) -> Requirement:
-    """Parse a requirement (``p90<=50ms``, ``throughput>=200/s``, ``peak_memory<=4GiB``...) over
-    the metrics the registered scenarios offer.
+def parse_scenario_requirement(text: str) -> Requirement:
+    """Parse a requirement over the metrics the registered scenarios offer (a server's latency
+    bound); :func:`bakeoff.metrics.parse_requirement` also knows the checks' metrics.
 
     Raises:
         SpecError: malformed text, an unknown metric, a percentile of 100 or more, or a unit

@@ -71,7 +71,7 @@ class Server(Scenario):
     compared: ClassVar[Mapping[str, str]] = {"server_latency_p50_ms": "latency"}
 
     def validate(self, options: dict[str, Any], text: str) -> None:
-        from bakeoff.scenarios.registry import parse_requirement
+        from bakeoff.scenarios.registry import parse_scenario_requirement as parse_requirement
 
         super().validate(options, text)
         if options["rate"] != "sweep":
@@ -102,7 +102,7 @@ class Server(Scenario):
         """
         from bakeoff.analysis.queueing import poisson_arrivals
         from bakeoff.measure.loops import serve
-        from bakeoff.scenarios.registry import parse_requirement
+        from bakeoff.scenarios.registry import parse_scenario_requirement as parse_requirement
         from bakeoff.stats import percentile
 
         count = options["requests"]

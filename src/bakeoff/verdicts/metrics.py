@@ -10,37 +10,25 @@ estimate with one sample, which verdicts and renderers show without an interval.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from bakeoff.analysis.requirements import Requirement, RequirementCheck, check_requirements
+from bakeoff.metrics import metric_estimate, not_applicable, not_measured
 from bakeoff.results.values import TargetResult
-from bakeoff.scenarios.registry import find_metric, registered_scenarios, scenario_named
-from bakeoff.stats import Estimate, percentile_estimate
+from bakeoff.scenarios.registry import registered_scenarios, scenario_named
 
 __all__ = ["check_target", "metric_estimate"]
 
 
-def metric_estimate(result: TargetResult, metric: str) -> Estimate | None:
-    """The estimate of ``metric`` for ``result`` in its base unit, or None if it was not measured.
-
-    The metric's scenario declares how: a percentile of one of its series, or an estimate of
-    its own (:class:`~bakeoff.scenarios.base.MetricSpec`). Only the single-stream metrics (and
-    the run-level ones) are read from a result without a scenario result that ran.
-    """
-    name, spec, pct = find_metric(metric)
-    found = result.scenario(name) if name else None
-    ran = found if found is not None and found.status == "ok" else None
-    if ran is None and name and not scenario_named(name).always:
-        return None
-    if pct is not None:
-        samples = spec.samples(result, ran) if spec.samples is not None else ran.series.get(spec.series, ())
-        return percentile_estimate(samples, pct) if samples else None
-    assert spec.estimate is not None
-    return spec.estimate(result, ran)
-
-
-def _missing(result: TargetResult) -> dict[str, Any]:
+def _missing(result: TargetResult, requirements: list[Requirement]) -> dict[str, Any]:
+    """Why each scenario (or check metric) measured nothing, by scenario name or metric name."""
     why = {
+        req.metric: reason
+        for req in requirements
+        if result.status == "ok" and (reason := not_measured(result, req.metric)) is not None
+    }
+    why |= {
         s.name: f"the {s.name} scenario {s.status.replace('_', ' ')}: {s.reason}"
         for s in result.scenarios
         if s.status != "ok"
@@ -59,11 +47,15 @@ def check_target(result: TargetResult, requirements: list[Requirement]) -> list[
         estimate = metric_estimate(result, req.metric) if result.status == "ok" else None
         if estimate is not None:
             measured[req.metric] = estimate
-    checks = check_requirements(requirements, measured, _missing(result))
+    checks = check_requirements(requirements, measured, _missing(result, requirements))
     if result.status != "ok":
         return checks
     judged = []
     for check in checks:
+        reason = not_applicable(result, check.requirement.metric) if check.verdict == "not_measured" else None
+        if reason is not None:  # not a gap in the evidence: there is nothing to measure here
+            judged.append(replace(check, verdict="not_applicable", reason=reason))
+            continue
         name = check.requirement.scenario
         ran = result.scenario(name) if name else None
         if ran is not None and ran.status == "ok":
