@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.checks.outputs import flatten_outputs, max_abs_difference
+from bakeoff.errors import WorkloadError
 from bakeoff.workload.base import BuiltWorkload
 
 __all__ = ["compute_references", "load_references", "repeat_error", "run_eagerly", "save_references", "shape_tag"]
@@ -61,8 +62,6 @@ def run_eagerly(workload: BuiltWorkload) -> dict[str, Any]:
         with torch.no_grad():
             return flatten_outputs(workload())
     except (Exception, SystemExit) as exc:
-        from bakeoff.errors import WorkloadError
-
         first = (str(exc).splitlines() or [""])[0][:300]
         raise WorkloadError(
             f"{workload.spec} fails eagerly on the CPU, so it has no reference: {type(exc).__name__}: {first}",
@@ -97,8 +96,6 @@ def compute_references(
                 refs[name + tag] = _run_in(workload, dtype, args, kwargs)
             except (Exception, SystemExit) as exc:  # e.g. an op without a float64 or float16 CPU kernel
                 if name == f"eager:{native}":  # the shape itself does not work: refuse it now
-                    from bakeoff.errors import WorkloadError
-
                     raise WorkloadError(
                         f"{workload.spec} fails eagerly on the CPU for profile shape {tag.lstrip('@')}: "
                         f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}",

@@ -43,6 +43,7 @@ from bakeoff.checks.dispatch_audit import (
     stray_tensors,
 )
 from bakeoff.codec import Value
+from bakeoff.target.probes import probe_for
 
 __all__ = [
     "ENGINE_MOSTLY_HANDED_BACK",
@@ -331,7 +332,6 @@ class PlacementCheck(Check):
     }
 
     def run(self, context: CheckContext) -> Placement:
-        from bakeoff.target.probes import probe_for
 
         placement = audit_placement(context.prepared, context.target, probe_for(context.target))
         stream = context.compile_snapshot

@@ -13,8 +13,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bakeoff.checks.placement import engine_notes
+from bakeoff.checks.registry import registered_checks
 from bakeoff.env import Environment
 from bakeoff.results.codec import run_to_json
+from bakeoff.results.strictjson import for_display
 from bakeoff.results.values import RunResult, TargetResult
 from bakeoff.verdicts.regressions import Comparison, Thresholds, find_regressions
 
@@ -87,7 +90,6 @@ def _placement(result: TargetResult) -> Answer:
     p = result.placement
     if result.status != "ok" or p is None:
         return Answer("unknown", "not audited" if result.status == "ok" else "not run")
-    from bakeoff.checks.placement import engine_notes
     from bakeoff.report.figures import placement_share
 
     share = placement_share(result)
@@ -121,7 +123,6 @@ def check_lines(result: TargetResult, detailed: bool = False) -> list[tuple[str,
     """``(title, lines)`` of every registered check that no question answers and that has
     something to say about ``result`` (its facts, or with ``detailed`` its HTML detail), in the
     registry's order; then what a newer bakeoff wrote that this one cannot read."""
-    from bakeoff.checks.registry import registered_checks
 
     found = []
     for check in registered_checks():
@@ -259,6 +260,5 @@ def build_evidence(
 def render_json(evidence: Evidence) -> str:
     """The machine-readable report: schema ``bakeoff.report``, the run documents, derived answers
     and regressions."""
-    from bakeoff.results.strictjson import for_display
 
     return json.dumps(for_display(evidence.to_dict()), indent=1, default=str, allow_nan=False) + "\n"

@@ -8,14 +8,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from bakeoff.analysis.requirements import SINGLE_OBSERVATION
+from bakeoff.errors import BakeoffError
+from bakeoff.metrics import metric_percentile
 from bakeoff.results.values import TargetResult
+from bakeoff.scenarios.registry import known_scenario
+from bakeoff.settings import TrialSettings
+from bakeoff.stats import samples_needed
 from bakeoff.units import figure, human_bytes
+from bakeoff.verdicts.metrics import metric_estimate
 
 __all__ = ["figure", "human_bytes", "placement_share", "requirement_figures", "scenario_figures", "settings_line"]
 
 
 def _estimate(result: TargetResult, metric: str, label: str, unit: str = "ms") -> str | None:
-    from bakeoff.verdicts.metrics import metric_estimate
 
     found = metric_estimate(result, metric)
     if found is None:
@@ -24,9 +30,6 @@ def _estimate(result: TargetResult, metric: str, label: str, unit: str = "ms") -
     if found.high > found.low:
         text += f" [{figure(found.low, unit)}-{figure(found.high, unit)}]"
     if not found.enough:
-        from bakeoff.metrics import metric_percentile
-        from bakeoff.stats import samples_needed
-
         pct = metric_percentile(metric)
         need = f": p{pct:g} needs {samples_needed(pct)}" if pct is not None else ""
         text += f" (only {found.samples} samples{need})"
@@ -38,7 +41,6 @@ def _estimate(result: TargetResult, metric: str, label: str, unit: str = "ms") -
 def scenario_figures(result: TargetResult, scenario: Any) -> list[str]:
     """The headline figures of one scenario, with intervals and sample counts (the scenario
     declares them: :meth:`~bakeoff.scenarios.base.Scenario.figures`)."""
-    from bakeoff.scenarios.registry import known_scenario
 
     facts = scenario.facts
     declared = known_scenario(scenario.name)
@@ -56,7 +58,6 @@ def requirement_figures(check: dict[str, Any]) -> tuple[str, str]:
     A value read once has no interval: its interval reads "single observation", never a
     zero-width range that would look like certainty.
     """
-    from bakeoff.analysis.requirements import SINGLE_OBSERVATION
 
     unit = "ms" if check.get("unit") is None else check["unit"]
     value, low, high = check.get("value"), check.get("low"), check.get("high")
@@ -96,8 +97,6 @@ def placement_share(result: TargetResult) -> str:
 def settings_line(run: Any) -> str | None:
     """How the run's targets were measured (:meth:`~bakeoff.settings.TrialSettings.describe`),
     or None where its stored settings are not ones this release reads."""
-    from bakeoff.errors import BakeoffError
-    from bakeoff.settings import TrialSettings
 
     try:
         return TrialSettings.from_dict(run.settings).describe()

@@ -21,6 +21,7 @@ from typing import Any
 
 from bakeoff.report.evidence import Evidence, answers_for, check_lines, scenario_rows
 from bakeoff.report.figures import requirement_figures, settings_line
+from bakeoff.results.strictjson import for_display
 from bakeoff.results.values import RunResult, TargetResult
 
 __all__ = ["figures_for_run", "history_figures", "render_html", "safe_json"]
@@ -36,7 +37,6 @@ _OUTCOME_COLOUR = {
 
 def safe_json(value: Any) -> str:
     """JSON that cannot end the ``<script>`` element it sits in, nor break a JavaScript string."""
-    from bakeoff.results.strictjson import for_display
 
     text = json.dumps(for_display(value), separators=(",", ":"), default=str, allow_nan=False)
     for raw, escaped in (

@@ -24,9 +24,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from bakeoff.analysis.noise import noise_flags
 from bakeoff.checks.base import CheckContext
 from bakeoff.checks.registry import registered_checks
 from bakeoff.measure.clock import Clock, PerfClock
+from bakeoff.measure.memory import lifetime_peak_rss_bytes, peak_rss_bytes, reset_peak_rss
 from bakeoff.measure.timing import enough_samples, warm_calls
 from bakeoff.results.values import ErrorInfo, Latency, TargetResult
 from bakeoff.runner.job import TargetJob, adjustments_for, error_checks
@@ -34,6 +36,8 @@ from bakeoff.runner.traffic import traffic_for
 from bakeoff.scenarios.base import ScenarioContext, ScenarioResult
 from bakeoff.scenarios.registry import run_scenario, scenario_named
 from bakeoff.scenarios.single_stream import SingleStream
+from bakeoff.target.execute import device_peak_memory, prepare, reset_device_peak_memory, synchronizer
+from bakeoff.workload.registry import build_workload
 
 __all__ = ["TargetSession", "run_steps", "run_target"]
 
@@ -158,10 +162,7 @@ class TargetSession:
         """
         import torch
 
-        from bakeoff.measure.memory import peak_rss_bytes, reset_peak_rss
-        from bakeoff.target.execute import prepare, reset_device_peak_memory, synchronizer
         from bakeoff.target.plugins import load_plugins
-        from bakeoff.workload.registry import build_workload
 
         job, target = self.job, self.job.target
         self.load_before = os.getloadavg()[0]
@@ -205,8 +206,6 @@ class TargetSession:
 
         Returns whether the target now has enough samples.
         """
-        from bakeoff.measure.memory import peak_rss_bytes
-        from bakeoff.target.execute import device_peak_memory
 
         job = self.job
         if self.failed is not None:
@@ -318,10 +317,6 @@ class TargetSession:
 
     def _result(self, checks: dict[str, Any], profile_info: Any) -> TargetResult:
         import torch
-
-        from bakeoff.analysis.noise import noise_flags
-        from bakeoff.measure.memory import lifetime_peak_rss_bytes
-        from bakeoff.target.execute import device_peak_memory
 
         job = self.job
         latency = Latency(tuple(s * 1e3 for s in self.samples))

@@ -13,10 +13,14 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from bakeoff.analysis.buckets import bucket_for, padding_waste
 from bakeoff.checks.baseline import shape_tag
 from bakeoff.checks.outputs import flatten_outputs
 from bakeoff.measure.clock import Clock
 from bakeoff.measure.timing import ROUNDS, ProfileRun, TimingSettings, first_call, time_block, time_pass, warm_up
+from bakeoff.stats import percentile
+from bakeoff.target.execute import place_inputs
+from bakeoff.workload.padding import pad_inputs, unpad_outputs
 
 __all__ = ["OneInput", "ProfileTraffic", "traffic_for"]
 
@@ -97,9 +101,6 @@ class ProfileTraffic:
     @classmethod
     def build(cls, job: Any, workload: Any, prepared: Any) -> ProfileTraffic:
         """Per request shape, a call of the prepared model on its inputs, padded to its bucket."""
-        from bakeoff.analysis.buckets import bucket_for
-        from bakeoff.target.execute import place_inputs
-        from bakeoff.workload.padding import pad_inputs
 
         calls, padded_to = {}, {}
         for request in job.profile.shapes:
@@ -163,7 +164,6 @@ class ProfileTraffic:
         return _native_dtype(next(iter(self.raw.values())))
 
     def _flat(self, key: tuple[int, int], output: Any) -> dict[str, Any]:
-        from bakeoff.workload.padding import unpad_outputs
 
         return unpad_outputs(flatten_outputs(output), key[1], self.padded_to[key])
 
@@ -179,8 +179,6 @@ class ProfileTraffic:
 
     def summary(self, rounds: int) -> tuple[dict | None, tuple | None]:
         """The profile's run-level summary and its per-shape figures."""
-        from bakeoff.analysis.buckets import padding_waste
-        from bakeoff.stats import percentile
 
         job = self.job
         run = ProfileRun(

@@ -13,9 +13,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from bakeoff.analysis.buckets import optimal_buckets, padding_waste, power_of_two_buckets
+from bakeoff.analysis.compare import (
+    break_even_requests,
+    ratio_of_medians,
+    ratio_of_paired_blocks,
+    with_process_spread,
+)
 from bakeoff.analysis.requirements import Requirement
 from bakeoff.checks.baseline import compute_references, repeat_error, run_eagerly, save_references, shape_tag
 from bakeoff.env import Environment, capture_environment
+from bakeoff.errors import SpecError
 from bakeoff.hashing import file_sha256
 from bakeoff.metrics import parse_requirement
 from bakeoff.results.values import BaselineInfo, RunResult, TargetResult
@@ -26,6 +34,7 @@ from bakeoff.settings import TrialSettings
 from bakeoff.store.db import Store
 from bakeoff.target.detect import unavailable_reason
 from bakeoff.target.spec import Target
+from bakeoff.verdicts.metrics import check_target
 from bakeoff.workload.base import BuiltWorkload, WorkloadSpec
 from bakeoff.workload.profile import InputProfile
 from bakeoff.workload.registry import build_workload
@@ -42,8 +51,6 @@ def resolve_buckets(profile: InputProfile | None, buckets: str | None, max_bucke
     Raises:
         SpecError: buckets without a profile, malformed sizes, or a request longer than them.
     """
-    from bakeoff.analysis.buckets import optimal_buckets, padding_waste, power_of_two_buckets
-    from bakeoff.errors import SpecError
 
     if buckets is None:
         return None
@@ -197,12 +204,6 @@ def _speedups(
     Break-even compares time to first result (preparing, compiling, first call) plus steady
     calls, for the target and the reference alike.
     """
-    from bakeoff.analysis.compare import (
-        break_even_requests,
-        ratio_of_medians,
-        ratio_of_paired_blocks,
-        with_process_spread,
-    )
     from bakeoff.runner.replicates import replicate_blocks
 
     ref = next((r for r in results if r.target == reference and r.variant == "as-is"), None)
@@ -290,7 +291,6 @@ def _use_scenarios(session: Any, scenarios: tuple[ScenarioSpec, ...]) -> None:
 def _with_requirements(result: TargetResult, requirements: Sequence[Requirement]) -> TargetResult:
     if not requirements or result.status == "skipped":
         return result
-    from bakeoff.verdicts.metrics import check_target
 
     checks = check_target(result, list(requirements))
     return replace(result, requirements=tuple(c.to_dict() for c in checks))

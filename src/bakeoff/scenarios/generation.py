@@ -6,7 +6,10 @@ import inspect
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from bakeoff.measure.loops import generate
 from bakeoff.scenarios.base import MetricSpec, Option, Scenario, ScenarioContext, ScenarioResult
+from bakeoff.target.engines import engine_for
+from bakeoff.target.execute import place_inputs
 
 __all__ = ["Generation"]
 
@@ -43,8 +46,6 @@ class Generation(Scenario):
         return _fixed_signature(ctx.target)
 
     def run(self, ctx: ScenarioContext, options: dict) -> tuple[dict, dict]:
-        from bakeoff.measure.loops import generate
-        from bakeoff.target.execute import place_inputs
 
         args, kwargs = place_inputs(ctx.workload, ctx.target, *ctx.workload.inputs_for(1, options["prompt"]))
         ids = kwargs.get("input_ids", args[0] if args else None)
@@ -75,7 +76,6 @@ class Generation(Scenario):
 
 
 def _fixed_signature(target: Any) -> str | None:
-    from bakeoff.target.engines import engine_for
 
     if target.backend is not None and engine_for(target.backend).fixed_signature:
         return f"the {target.backend} engine runs one exported input signature, without a KV cache"

@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
+from bakeoff.measure.loops import batch_sweep
 from bakeoff.scenarios.base import MetricSpec, Option, Scenario, ScenarioContext, ScenarioResult, tensor_leaves
-from bakeoff.stats import Estimate, percentile_estimate
+from bakeoff.stats import Estimate, percentile, percentile_estimate
+from bakeoff.target.execute import place_inputs
 
 __all__ = ["Offline"]
 
@@ -59,9 +61,6 @@ class Offline(Scenario):
     )
 
     def run(self, ctx: ScenarioContext, options: dict) -> tuple[dict, dict]:
-        from bakeoff.measure.loops import batch_sweep
-        from bakeoff.stats import percentile
-        from bakeoff.target.execute import place_inputs
 
         workload, target = ctx.workload, ctx.target
         base_batch = next((t.shape[0] for t in tensor_leaves(workload.args, workload.kwargs) if t.dim()), 1)

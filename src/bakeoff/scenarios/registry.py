@@ -15,6 +15,7 @@ from typing import Any
 from bakeoff.analysis.requirements import Requirement, parse_requirement_with, percentile_of
 from bakeoff.entrypoints import load_plugins
 from bakeoff.errors import SpecError
+from bakeoff.measure.memory import peak_rss_bytes, reset_peak_rss
 from bakeoff.scenarios.base import MetricSpec, Scenario, ScenarioContext, ScenarioResult, ScenarioSpec, point
 from bakeoff.scenarios.generation import Generation
 from bakeoff.scenarios.offline import Offline
@@ -22,6 +23,7 @@ from bakeoff.scenarios.server import Server
 from bakeoff.scenarios.single_stream import SingleStream
 from bakeoff.scenarios.training import Training
 from bakeoff.specsyntax import split_options
+from bakeoff.target.execute import device_peak_memory, reset_device_peak_memory
 
 __all__ = [
     "ENTRY_POINTS",
@@ -128,9 +130,6 @@ def parse_scenario(text: str) -> ScenarioSpec:
 def run_scenario(spec: ScenarioSpec, ctx: ScenarioContext) -> ScenarioResult:
     """Run one scenario on a prepared target; never raises for the workload's or target's faults."""
     import torch
-
-    from bakeoff.measure.memory import peak_rss_bytes, reset_peak_rss
-    from bakeoff.target.execute import device_peak_memory, reset_device_peak_memory
 
     scenario = scenario_named(spec.name)
     reason = scenario.not_applicable(ctx)

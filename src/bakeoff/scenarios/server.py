@@ -14,9 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
+from bakeoff.analysis.queueing import poisson_arrivals
 from bakeoff.analysis.requirements import SINGLE_OBSERVATION, RequirementCheck
 from bakeoff.errors import SpecError
+from bakeoff.measure.loops import serve
 from bakeoff.scenarios.base import MetricSpec, Option, Scenario, ScenarioContext, ScenarioResult, ScenarioSpec, point
+from bakeoff.stats import percentile
 
 __all__ = ["SWEEP_FRACTIONS", "Server"]
 
@@ -100,10 +103,7 @@ class Server(Scenario):
         figures are at ``judge_at`` when given, else at ``max_rate`` (or the lowest rate tried
         when none met).
         """
-        from bakeoff.analysis.queueing import poisson_arrivals
-        from bakeoff.measure.loops import serve
         from bakeoff.scenarios.registry import parse_scenario_requirement as parse_requirement
-        from bakeoff.stats import percentile
 
         count = options["requests"]
         calls = [ctx.requests[i % len(ctx.requests)] for i in range(count)]

@@ -9,8 +9,10 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from bakeoff.errors import SpecError
+from bakeoff.measure.loops import train
 from bakeoff.scenarios.base import MetricSpec, Option, Scenario, ScenarioContext, ScenarioResult, tensor_leaves
 from bakeoff.stats import Estimate, percentile_estimate
+from bakeoff.target.engines import engine_for
 
 __all__ = ["Training"]
 
@@ -59,7 +61,6 @@ class Training(Scenario):
             raise SpecError(f"unknown optimizer {options['optimizer']!r}", hint="use " + " or ".join(OPTIMIZERS))
 
     def not_applicable(self, ctx: ScenarioContext) -> str | None:
-        from bakeoff.target.engines import engine_for
 
         if ctx.target.backend is not None and engine_for(ctx.target.backend).inference_only:
             return f"the {ctx.target.backend} engine is inference only"
@@ -69,8 +70,6 @@ class Training(Scenario):
 
     def run(self, ctx: ScenarioContext, options: dict) -> tuple[dict, dict]:
         import torch
-
-        from bakeoff.measure.loops import train
 
         model, prepared = ctx.workload.model, ctx.prepared
         params = [p for p in model.parameters() if p.is_floating_point()]

@@ -51,6 +51,7 @@ from bakeoff.store.connection import (
     resolve_db_url,
     set_sqlite_pragmas,
 )
+from bakeoff.version import __version__
 
 __all__ = ["DEFAULT_DB", "RunSummary", "Store"]
 
@@ -280,7 +281,6 @@ class Store:
     @guarded
     def save_run(self, run: RunResult) -> None:
         """Insert a run with its results and every raw timing sample, in one transaction."""
-        from bakeoff.version import __version__
 
         with self.engine.begin() as conn:
             self._insert_run(conn, run, __version__, insert(schema.runs))
@@ -385,8 +385,6 @@ class Store:
                 try:
                     items.append(TargetResult.from_dict(data))
                 except (TypeError, KeyError, ValueError, AttributeError) as exc:
-                    from bakeoff.version import __version__
-
                     raise StoreError(
                         f"run {run_id} was written by bakeoff {run['bakeoff_version']} in a result format "
                         f"this bakeoff ({__version__}) cannot read ({type(exc).__name__}: {exc})",

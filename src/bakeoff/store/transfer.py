@@ -39,6 +39,7 @@ from bakeoff.store.annotations import check_note_text, check_tag
 from bakeoff.store.artifacts import baseline_name
 from bakeoff.store.db import Store
 from bakeoff.store.schema import utc_now
+from bakeoff.version import __version__
 
 __all__ = ["CSV_COLUMNS", "EXPORT_SCHEMA", "EXPORT_VERSION", "ExportSummary", "ImportSummary", "export", "import_"]
 
@@ -144,7 +145,6 @@ def export(
 def _write_jsonl(
     store: Store, index: list[dict[str, str]], out: IO[str], workload: str | None, tag: str | None, where: str
 ) -> ExportSummary:
-    from bakeoff.version import __version__
 
     def line(record: dict[str, Any]) -> None:
         out.write(strictjson.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")

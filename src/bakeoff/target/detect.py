@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import asdict, dataclass
 
+from bakeoff.errors import SpecError
 from bakeoff.target.spec import KNOWN_DEVICES, Target
 
 __all__ = [
@@ -173,7 +174,6 @@ def check_backend_name(name: str) -> None:
     A known backend whose library is missing is not an input error (it is skipped with a
     reason); a typo such as ``inductr`` is.
     """
-    from bakeoff.errors import SpecError
     from bakeoff.target.engines import registry
 
     known = set(_registered_backends()) | set(registry())

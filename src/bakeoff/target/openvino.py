@@ -23,6 +23,8 @@ import logging
 from collections import Counter
 from typing import Any
 
+from bakeoff.errors import BakeoffError
+
 __all__ = ["OpenVINOCompileWatch"]
 
 _LOGGERS = ("openvino.frontend.pytorch.torchdynamo.backend", "openvino.frontend.pytorch.torchdynamo.execute")
@@ -63,7 +65,6 @@ def _explain_failed_fallback(compiled: Any, conversion_error: str) -> Any:
     function the caller invokes with the wrong convention; its first call fails with a bare
     "not enough values to unpack", which names neither OpenVINO nor the conversion failure.
     """
-    from bakeoff.errors import BakeoffError
 
     def call(*args: Any) -> Any:
         try:

@@ -23,11 +23,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from bakeoff.analysis.compare import ratio_of_medians
 from bakeoff.checks.base import Metric
 from bakeoff.checks.registry import registered_checks
 from bakeoff.env import VOLATILE, VOLATILE_ENV, Environment
 from bakeoff.results.values import RunResult, TargetResult
 from bakeoff.scenarios.registry import registered_scenarios
+from bakeoff.stats import percentile
 
 __all__ = [
     "OUTCOMES",
@@ -319,8 +321,6 @@ def _samples_change(
 ) -> MetricChange:
     """Lower is better: the ratio of medians with its bootstrap interval; a change counts only
     when larger than ``t.latency`` and significant."""
-    from bakeoff.analysis.compare import ratio_of_medians
-    from bakeoff.stats import percentile
 
     p50_a = percentile(a, 50) if a else None
     p50_b = percentile(b, 50) if b else None

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from bakeoff.errors import SpecError
+from bakeoff.errors import SpecError, WorkloadError
 from bakeoff.specsyntax import split_options
 
 if TYPE_CHECKING:
@@ -110,7 +110,6 @@ class BuiltWorkload:
 
     def inputs_for(self, batch: int, seq: int) -> tuple[tuple, dict]:
         """Inputs of one request shape (raises WorkloadError if the workload cannot vary them)."""
-        from bakeoff.errors import WorkloadError
 
         if self.make_inputs is None:
             raise WorkloadError(

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.errors import SpecError, WorkloadError
+from bakeoff.specsyntax import parse_bool
 from bakeoff.workload.base import BuiltWorkload, WorkloadSpec
 
 __all__ = ["ARCH_DEFAULTS", "build_arch", "build_hf_dir", "list_architectures"]
@@ -192,8 +193,6 @@ def _shrink(config: Any, attrs: tuple[str, ...], value: Any, only_down: bool = F
 
 def _coerce(value: str, current: Any, spec: WorkloadSpec, key: str) -> Any:
     if isinstance(current, bool):
-        from bakeoff.specsyntax import parse_bool
-
         return parse_bool(value, key, spec.spec)
     if isinstance(current, int):
         return _int_option(spec, key, value)
