@@ -8,13 +8,15 @@ them and :func:`metric_estimate` reads a metric from a target's result; neither 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from bakeoff.analysis.requirements import Requirement, parse_requirement_with
-from bakeoff.checks.registry import registered_checks
+from bakeoff.checks.registry import guarded, is_builtin, registered_checks
 from bakeoff.errors import SpecError
 from bakeoff.scenarios.base import MetricSpec, point
+from bakeoff.scenarios.registry import BUILTIN as BUILTIN_SCENARIOS
 from bakeoff.scenarios.registry import find_scenario_metric, scenario_metric_help, scenario_named
 from bakeoff.stats import Estimate, percentile_estimate
 
@@ -43,8 +45,12 @@ class Found:
     check: str = ""
 
 
-def _check_metric(metric: str) -> Found | None:
+def _check_metric(metric: str, builtin: bool | None = None) -> Found | None:
+    """The check that offers ``metric`` (only bakeoff's own with ``builtin``, only plugins'
+    with ``builtin=False``): the first to offer a name keeps it."""
     for check in registered_checks():
+        if builtin is not None and is_builtin(check) != builtin:
+            continue
         if metric in check.offers:
             return Found(check.offers[metric][0], check=check.name)
     return None
@@ -56,13 +62,16 @@ def find_metric(metric: str) -> Found:
     Raises:
         SpecError: no scenario or check offers it.
     """
+    own_check = _check_metric(metric, builtin=True)
     try:
         scenario, spec, pct = find_scenario_metric(metric)
     except SpecError:
-        found = _check_metric(metric)
+        found = own_check or _check_metric(metric, builtin=False)
         if found is None:
             raise SpecError(f"unknown requirement metric {metric!r}", hint=f"use one of {metric_help()}") from None
         return found
+    if own_check is not None and scenario_named(scenario) not in BUILTIN_SCENARIOS:
+        return own_check  # a plugin scenario cannot take a name bakeoff's own checks offer
     return Found(spec.kind, scenario, spec, pct)
 
 
@@ -108,9 +117,10 @@ def metric_estimate(result: Any, metric: str) -> Estimate | None:
     if found.check:
         check = next(c for c in registered_checks() if c.name == found.check)
         value = result.checks.get(check.name)
-        offered = {m.name: m.value for m in check.metrics(value)} if value is not None else {}
-        number = offered.get(metric)
-        return point(number) if isinstance(number, (int, float)) and not isinstance(number, bool) else None
+        metrics = guarded(check, "metrics", value, fallback=[]) if value is not None else []
+        number = {m.name: m.value for m in metrics}.get(metric)
+        numeric = isinstance(number, (int, float)) and not isinstance(number, bool) and math.isfinite(number)
+        return point(number) if numeric else None  # a non-finite figure is no measurement
     spec, name = found.spec, found.scenario
     assert spec is not None
     ran = result.scenario(name) if name else None

@@ -14,7 +14,9 @@ broken plugin must not stop a trial, and must never replace a built-in verdict.
 
 from __future__ import annotations
 
+import sys
 from functools import cache
+from typing import Any
 
 from bakeoff.checks.base import Check
 from bakeoff.checks.compilation import CompilationCheck
@@ -23,7 +25,7 @@ from bakeoff.checks.determinism import DeterminismCheck
 from bakeoff.checks.placement import PlacementCheck
 from bakeoff.entrypoints import load_plugins
 
-__all__ = ["ENTRY_POINTS", "RUN_LEVEL_KEYS", "check_named", "registered_checks"]
+__all__ = ["ENTRY_POINTS", "RUN_LEVEL_KEYS", "check_named", "guarded", "is_builtin", "registered_checks"]
 
 ENTRY_POINTS = "bakeoff.checks"
 
@@ -46,7 +48,36 @@ BUILTIN: tuple[Check, ...] = (CorrectnessCheck(), PlacementCheck(), CompilationC
 @cache
 def registered_checks() -> tuple[Check, ...]:
     """bakeoff's checks, then every plugin check that loads (each once per process)."""
-    return (*BUILTIN, *load_plugins(ENTRY_POINTS, Check, "check", [*RUN_LEVEL_KEYS, *(c.name for c in BUILTIN)]))
+    checks = list(BUILTIN)
+    offered = {name for check in BUILTIN for name in check.offers}
+    for plugin in load_plugins(ENTRY_POINTS, Check, "check", [*RUN_LEVEL_KEYS, *(c.name for c in BUILTIN)]):
+        clash = sorted(set(plugin.offers) & offered)
+        if clash:  # it would change what a requirement on that name measures
+            print(
+                f"bakeoff: check plugin {plugin.name!r} left out: its metric names {clash} are taken", file=sys.stderr
+            )
+            continue
+        offered |= set(plugin.offers)
+        checks.append(plugin)
+    return tuple(checks)
+
+
+def is_builtin(check: Check) -> bool:
+    return any(check is own for own in BUILTIN)
+
+
+def guarded(check: Check, method: str, *args: Any, fallback: Any = None) -> Any:
+    """``check.method(*args)``; for a plugin check, an exception becomes ``fallback`` (and, for
+    its facts and notes, one line saying it failed) so that one broken plugin cannot break a
+    report, a comparison or another check's result. bakeoff's own checks are called directly:
+    an exception there is a fault to see, not to hide."""
+    if is_builtin(check):
+        return getattr(check, method)(*args)
+    try:
+        return getattr(check, method)(*args)
+    except Exception as exc:
+        said = f"the {check.name} check's {method} failed: {type(exc).__name__}: {str(exc)[:200]}"
+        return [said] if method in ("facts", "details", "notes") else fallback
 
 
 def check_named(name: str) -> Check | None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bakeoff.checks.placement import engine_notes
-from bakeoff.checks.registry import registered_checks
+from bakeoff.checks.registry import guarded, registered_checks
 from bakeoff.env import Environment
 from bakeoff.results.codec import run_to_json
 from bakeoff.results.strictjson import for_display
@@ -129,7 +129,7 @@ def check_lines(result: TargetResult, detailed: bool = False) -> list[tuple[str,
         value = result.checks.get(check.name)
         if value is None or check.answers:
             continue
-        lines = check.details(value, result) if detailed else check.facts(value, result)
+        lines = guarded(check, "details" if detailed else "facts", value, result, fallback=[])
         if lines:
             found.append((check.title, lines))
     if result.unknown:

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from bakeoff.checks.registry import registered_checks
+from bakeoff.checks.registry import guarded, registered_checks
 from bakeoff.report.figures import human_bytes as _bytes
 from bakeoff.report.figures import requirement_figures, scenario_figures, settings_line
 from bakeoff.results.summary import RunSummary
@@ -128,7 +128,7 @@ def _notes(result: TargetResult) -> str:
     for check in registered_checks():
         value = result.checks.get(check.name)
         if value is not None:
-            parts.extend(check.facts(value, result))
+            parts.extend(guarded(check, "facts", value, result, fallback=[]))
     if result.unknown:
         parts.append("written by a newer bakeoff or an absent plugin: " + ", ".join(sorted(result.unknown)))
     ci = result.speedup_ci

@@ -26,10 +26,11 @@ from typing import Any
 
 from bakeoff.analysis.noise import noise_flags
 from bakeoff.checks.base import CheckContext
-from bakeoff.checks.registry import registered_checks
+from bakeoff.checks.registry import guarded, is_builtin, registered_checks
 from bakeoff.measure.clock import Clock, PerfClock
 from bakeoff.measure.memory import lifetime_peak_rss_bytes, peak_rss_bytes, reset_peak_rss
 from bakeoff.measure.timing import enough_samples, warm_calls
+from bakeoff.results import strictjson
 from bakeoff.results.values import ErrorInfo, Latency, TargetResult
 from bakeoff.runner.job import TargetJob, adjustments_for, error_checks
 from bakeoff.runner.traffic import traffic_for
@@ -94,9 +95,14 @@ class TargetSession:
         self.compile_snapshot: dict[str, Any] | None = None
         self.build_peak: int | None = None
         target = job.target
-        reasons = {c.name: c.not_applicable(target, job.is_reference) for c in registered_checks()}
+        failing = "its not_applicable failed"
+        reasons = {
+            c.name: guarded(c, "not_applicable", target, job.is_reference, fallback=failing)
+            for c in registered_checks()
+        }
         self.checks = [c for c in registered_checks() if reasons[c.name] is None]
         self.skipped_checks = {name: why for name, why in reasons.items() if why is not None}
+        self.check_failures: list[str] = []
 
     # -- plumbing --------------------------------------------------------------------------
     @contextmanager
@@ -183,7 +189,7 @@ class TargetSession:
             self.workload = build_workload(job.workload_spec, device=None if job.is_reference else target.torch_device)
             self.fingerprint, self.native = self.workload.fingerprint, self.workload.dtype  # before casting
             for check in self.checks:
-                check.setup(target)
+                guarded(check, "setup", target)
             self.phase = "prepare"
             reset_device_peak_memory(target)
             self.build_peak = peak_rss_bytes()  # resets below also reset the kernel's lifetime peak
@@ -266,7 +272,7 @@ class TargetSession:
             context, profile_info = self._check_context()
             for check in self.checks:
                 self.phase = check.phase or check.name
-                value = check.run(context)
+                value = self._run_check(check, context)
                 if value is not None:
                     context.results[check.name] = value
             for spec in job.scenarios:  # they change the model: after the checks
@@ -276,6 +282,26 @@ class TargetSession:
         self._close()
         assert result is not None or self.failed is not None
         return result if result is not None else self.failed  # type: ignore[return-value]
+
+    def _run_check(self, check: Any, context: CheckContext) -> Any:
+        """One check's value, read back through its codec as the knowledge base will read it.
+
+        bakeoff's own checks raise into the session (the target failed there). A plugin check
+        that raises, or returns something other than its value type, is that check's failure,
+        kept as a note: the target keeps every other check's value and its timings.
+        """
+        try:
+            value = check.run(context)
+            if value is None:
+                return None
+            if not isinstance(value, check.value_type):
+                raise TypeError(f"returned {type(value).__name__}, not its value type {check.value_type.__name__}")
+            return check.decode(strictjson.loads(strictjson.dumps(check.encode(value))))
+        except Exception as exc:
+            if is_builtin(check):
+                raise
+            self.check_failures.append(f"the {check.name} check failed: {type(exc).__name__}: {str(exc)[:300]}")
+            return None
 
     # -- assembling the result ---------------------------------------------------------------
     def _check_context(self) -> tuple[CheckContext, dict | None]:
@@ -323,7 +349,13 @@ class TargetSession:
         notes = []
         if not self.settled:
             notes.append(self.traffic.still_compiling)
-        notes += [note for check in self.checks if check.name in checks for note in check.notes(checks[check.name])]
+        notes += [
+            note
+            for check in self.checks
+            if check.name in checks
+            for note in guarded(check, "notes", checks[check.name], fallback=[])
+        ]
+        notes += self.check_failures
         noise = noise_flags(latency.samples_ms, self.rounds, os.cpu_count() or 1, series=self.traffic.series() or None)
         scenarios = [self._single_stream(), *self.scenario_results]
         order = [s.name for s in job.scenarios]

@@ -244,9 +244,15 @@ def resolve_requirements(
         SpecError: a malformed requirement (nothing is stored then).
     """
     if given is None:
-        kept = [parse_requirement(text) for text in store.requirements(workload_spec)]
-        note = "requirements kept for this workload checked: " + ", ".join(r.text for r in kept)
-        return kept, [note] if kept else []
+        kept, notes = [], []
+        for text in store.requirements(workload_spec):
+            try:
+                kept.append(parse_requirement(text))
+            except SpecError as exc:  # its metric's scenario or check is not installed here
+                notes.append(f"kept requirement {text} not checked: {exc} (a plugin's metric?)")
+        if kept:
+            notes.insert(0, "requirements kept for this workload checked: " + ", ".join(r.text for r in kept))
+        return kept, notes
     parsed = [parse_requirement(text) for text in given]
     store.save_requirements(workload_spec, [r.text for r in parsed], _now())
     note = f"requirements kept for {workload_spec}: " + (", ".join(r.text for r in parsed) or "none")

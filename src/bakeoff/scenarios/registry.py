@@ -8,6 +8,7 @@ whose name is taken, is left out with a line on stderr.
 
 from __future__ import annotations
 
+import sys
 import time
 from functools import cache
 from typing import Any
@@ -68,10 +69,32 @@ RUN_METRICS = (
 )
 
 
+def _claims(scenario: Scenario) -> set[str]:
+    """The names a scenario's metrics take: its metric names and the series it compares."""
+    return {spec.name for spec in scenario.metrics} | set(scenario.compared)
+
+
 @cache
 def registered_scenarios() -> tuple[Scenario, ...]:
-    """bakeoff's scenarios, then every plugin scenario that loads (each once per process)."""
-    return (*BUILTIN, *load_plugins(ENTRY_POINTS, Scenario, "scenario", (s.name for s in BUILTIN)))
+    """bakeoff's scenarios, then every plugin scenario that loads (each once per process).
+
+    A plugin scenario may not take a metric name already taken (``p90`` is the single-stream
+    family's, ``throughput`` the offline scenario's): it would change what a requirement or a
+    regression on that name measures. Such a plugin is left out with one line.
+    """
+    scenarios = list(BUILTIN)
+    taken = {spec.name for spec in RUN_METRICS}.union(*(_claims(s) for s in BUILTIN))
+    for plugin in load_plugins(ENTRY_POINTS, Scenario, "scenario", (s.name for s in BUILTIN)):
+        clash = sorted(_claims(plugin) & taken)
+        if clash:
+            print(
+                f"bakeoff: scenario plugin {plugin.name!r} left out: its metric names {clash} are taken",
+                file=sys.stderr,
+            )
+            continue
+        taken |= _claims(plugin)
+        scenarios.append(plugin)
+    return tuple(scenarios)
 
 
 def always_run() -> tuple[str, ...]:
@@ -111,9 +134,9 @@ def parse_scenario(text: str) -> ScenarioSpec:
         options[key] = option.default
         if key in given:
             try:
-                options[key] = option.kind(given[key])
+                options[key] = _option_value(option.kind, given[key])
             except ValueError:
-                what = "a whole number" if option.kind is int else "a number"
+                what = {int: "a whole number", bool: "true or false"}.get(option.kind, "a number")
                 example = option.default if option.default is not None else 16
                 raise SpecError(
                     f"scenario option {key}={given[key]!r} in {text!r} is not {what}",
@@ -125,6 +148,19 @@ def parse_scenario(text: str) -> ScenarioSpec:
         raise SpecError(f"scenario {head!r} has no option {unknown[0]!r}", hint=f"options: {allowed}")
     scenario.validate(options, text)
     return ScenarioSpec(head, options)
+
+
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def _option_value(kind: type, text: str) -> Any:
+    """An option's value from its text: ``true``/``false`` (also yes/no, on/off, 1/0) for a
+    flag, where ``bool("false")`` would be true."""
+    if kind is bool:
+        if text.lower() not in (*_TRUE, *_FALSE):
+            raise ValueError(text)
+        return text.lower() in _TRUE
+    return kind(text)
 
 
 def run_scenario(spec: ScenarioSpec, ctx: ScenarioContext) -> ScenarioResult:
@@ -184,7 +220,7 @@ def find_scenario_metric(metric: str) -> tuple[str, MetricSpec, float | None]:
     families = {}
     for scenario, spec in _metrics():
         if spec.percentiled:
-            families[spec.name] = (scenario, spec)
+            families.setdefault(spec.name, (scenario, spec))  # the first to declare a name keeps it
         elif spec.name == metric:
             return scenario, spec, None
     head, dot, tail = metric.partition(".")

@@ -19,13 +19,14 @@ environment measure noise, not an update).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bakeoff.analysis.compare import ratio_of_medians
 from bakeoff.checks.base import Metric
-from bakeoff.checks.registry import registered_checks
+from bakeoff.checks.registry import guarded, registered_checks
 from bakeoff.env import VOLATILE, VOLATILE_ENV, Environment
 from bakeoff.results.values import RunResult, TargetResult
 from bakeoff.scenarios.registry import registered_scenarios
@@ -289,6 +290,8 @@ def _check_metric(before: Metric | None, after: Metric | None, t: Thresholds) ->
     assert some is not None
     b = before.value if before is not None else None
     a = after.value if after is not None else None
+    if some.kind != "verdict" and any(isinstance(v, float) and not math.isfinite(v) for v in (b, a)):
+        return MetricChange(some.name, "not_comparable", b, a, detail="not a finite number")
     if some.kind == "verdict":
         return _ranked(some.name, b, a, some.rank)
     if some.kind == "share":
@@ -307,8 +310,8 @@ def _checks(before: TargetResult, after: TargetResult, t: Thresholds) -> list[Me
     """Every registered check's metrics, before against after, in the check's own order."""
     changes = []
     for check in registered_checks():
-        b = {m.name: m for m in check.metrics(before.checks.get(check.name))}
-        a = {m.name: m for m in check.metrics(after.checks.get(check.name))}
+        b = {m.name: m for m in guarded(check, "metrics", before.checks.get(check.name), fallback=[])}
+        a = {m.name: m for m in guarded(check, "metrics", after.checks.get(check.name), fallback=[])}
         for name in dict.fromkeys([*b, *a]):
             change = _check_metric(b.get(name), a.get(name), t)
             if change is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -111,12 +112,31 @@ def option(name: str) -> Option | None:
 
 
 def probe_for(target: Target) -> Probe | None:
-    """The placement probe of the first engine that has one for ``target``."""
-    for engine in registry().values():
-        probe = engine.probe(target)
+    """The placement probe of the first engine that has one for ``target``.
+
+    Every built-in engine is asked (a device's own counters see eager work too); a plugin
+    engine only about its own backend or its own device, and one whose probe fails gives none:
+    a third party's probe must not take over, or break, the placement of other targets.
+    """
+    for name, engine in registry().items():
+        if not _builtin(name):
+            if target.backend != name and (not engine.device or target.device != engine.device):
+                continue
+            try:
+                probe = engine.probe(target)
+            except Exception as exc:
+                print(f"bakeoff: engine plugin {name!r} probe failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+                continue
+        else:
+            probe = engine.probe(target)
         if probe is not None:
             return probe
     return None
+
+
+def _builtin(name: str) -> bool:
+    """Whether the engine registered as ``name`` is one of bakeoff's own adapters."""
+    return type(registry()[name]).__module__.startswith(f"{__name__}.")
 
 
 def demo_backends() -> list[str]:
