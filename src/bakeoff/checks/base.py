@@ -77,6 +77,9 @@ class Check:
         phase: what a failure during :meth:`run` is reported as having happened in.
         answers: the question of the reports' evidence ("correct", "placement") whose answer
             already renders this check's value; empty: the reports list its facts themselves.
+        last: running it changes how the target runs afterwards (a compiled model called under
+            a dispatch mode runs eagerly from then on), so it runs after every other check and
+            after the scenarios that run last (training).
         offers: the numeric metrics of :meth:`metrics` that requirements may name, as
             ``name -> (kind, what it means)`` with kind ``count`` or ``share``
             (``--require 'recompiles<=0'``, ``--require 'device_op_share>=95%'``).
@@ -87,6 +90,7 @@ class Check:
     value_type: ClassVar[type]
     phase: ClassVar[str] = ""
     answers: ClassVar[str] = ""
+    last: ClassVar[bool] = False
     offers: ClassVar[Mapping[str, tuple[str, str]]] = {}
 
     def not_applicable(self, target: Any, is_reference: bool) -> str | None:

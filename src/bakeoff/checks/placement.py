@@ -273,8 +273,8 @@ def _label_graphs(placement: Placement, stream_graphs: int | None, scenarios: An
 
     ``signals.compile.graphs`` counts every graph made until the placement audit; the
     compilation audit's ``graphs`` (``stream_graphs``) covers the single-stream traffic only,
-    and each scenario records the graphs its own shapes added (training runs after the audit:
-    its graphs are in its own figures only). ``graphs_by_scenario`` lists them side by side.
+    and each scenario records the graphs its own shapes added (training too: it runs before the
+    audit). ``graphs_by_scenario`` lists them side by side.
     """
     compile_signals = placement.signals.get("compile")
     if compile_signals is None or stream_graphs is None:
@@ -325,6 +325,7 @@ class PlacementCheck(Check):
     value_type = Placement
     answers = "placement"
     phase = "placement audit"
+    last = True  # dynamo runs a compiled model eagerly after a call under the audit's dispatch mode
     offers: ClassVar[Mapping[str, tuple[str, str]]] = {
         "device_op_share": ("share", "share of op calls that ran on the device"),
         "host_op_calls": ("count", "op calls on the host per forward pass, the backend's fallbacks included"),

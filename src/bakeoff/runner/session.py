@@ -262,7 +262,8 @@ class TargetSession:
             self.scenario_results.append(result)
 
     def finish(self) -> TargetResult:
-        """Run every applicable check, then training (it changes the weights), and close."""
+        """Run the applicable checks, the scenarios that change the model (training), then the
+        checks that change how it runs (the placement audit), and close."""
         job = self.job
         result = None
         if self.failed is not None:
@@ -270,14 +271,20 @@ class TargetSession:
         with self._step():
             self.phase = "checks"
             context, profile_info = self._check_context()
-            for check in self.checks:
+            for check in [c for c in self.checks if not c.last]:
                 self.phase = check.phase or check.name
                 value = self._run_check(check, context)
                 if value is not None:
                     context.results[check.name] = value
-            for spec in job.scenarios:  # they change the model: after the checks
+            for spec in job.scenarios:  # they change the model: after the checks that judge it
                 if scenario_named(spec.name).runs_last:
                     self._scenario(spec)
+            context.scenarios = tuple(self.scenario_results)
+            for check in [c for c in self.checks if c.last]:  # they change how the model runs
+                self.phase = check.phase or check.name
+                value = self._run_check(check, context)
+                if value is not None:
+                    context.results[check.name] = value
             result = self._result(context.results, profile_info)
         self._close()
         assert result is not None or self.failed is not None

@@ -75,6 +75,7 @@ class Training(Scenario):
         params = [p for p in model.parameters() if p.is_floating_point()]
         for p in params:
             p.requires_grad_(True)
+        was_training = model.training
         model.train()
         kind = torch.optim.AdamW if options["optimizer"] == "adamw" else torch.optim.SGD
         optimizer = kind(params, lr=options["lr"])
@@ -88,7 +89,10 @@ class Training(Scenario):
                 torch.stack(losses).sum().backward()
             optimizer.step()
 
-        run = train(step, options["steps"], options["warmup"], ctx.sync, ctx.clock)
+        try:
+            run = train(step, options["steps"], options["warmup"], ctx.sync, ctx.clock)
+        finally:  # what runs after it (the placement audit) sees the model in its own mode
+            model.train(was_training)
         batch = next((t.shape[0] for t in tensor_leaves(prepared.args, prepared.kwargs) if t.dim()), 1)
         facts = {
             "first_step_ms": run.first_step_s * 1e3,
