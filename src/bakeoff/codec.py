@@ -2,7 +2,9 @@
 
 A value class declares nothing but its fields. Tuples are written as lists and read back as
 tuples (``tuple[float, ...]`` reads JSON integers as floats), nested value classes and mappings
-of them round-trip, ``X | None`` reads ``null`` as None. A class may list read-only
+of them round-trip, ``X | None`` reads ``null`` as None. A value of the wrong kind is refused
+with a TypeError naming the field (a number where a string belongs, a string where a list
+does, ``true`` where a number does); a field hinted ``Any`` takes anything. A class may list read-only
 properties in ``DERIVED``: they are written beside the fields for readers of the JSON (a
 latency's percentiles, say) and ignored when reading, since they follow from the fields.
 
@@ -47,15 +49,27 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def decode_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields of the dataclass ``cls`` that ``data`` has, read by their type hints."""
+def decode_fields(cls: type, data: Mapping[str, Any], where: str = "") -> dict[str, Any]:
+    """The fields of the dataclass ``cls`` that ``data`` has, read by their type hints.
+
+    Raises:
+        TypeError: ``data`` is not a mapping, or a field's value is not of its hinted kind (the
+            message names the field, as ``where`` or the class's name, then the field's path).
+    """
+    where = where or cls.__name__
+    if not isinstance(data, Mapping):
+        raise TypeError(f"{where} should be an object, not {_kind(data)}")
     hints = _hints(cls)
-    return {f.name: _read(hints[f.name], data[f.name]) for f in dataclasses.fields(cls) if f.name in data}
+    return {
+        f.name: _read(hints[f.name], data[f.name], f"{where}.{f.name}")
+        for f in dataclasses.fields(cls)
+        if f.name in data
+    }
 
 
-def decode(cls: type[T], data: Mapping[str, Any]) -> T:
+def decode(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
     """An instance of the dataclass ``cls`` from :func:`encode`'s data (see the module's rule)."""
-    return cls(**decode_fields(cls, data))
+    return cls(**decode_fields(cls, data, where))
 
 
 class Value:
@@ -69,23 +83,45 @@ class Value:
         return decode(cls, data)
 
 
-def _read(hint: Any, value: Any) -> Any:
+#: What each primitive hint accepts (JSON has no separate bool and int: a bool is not an int here).
+_PRIMITIVES: dict[Any, tuple[type, ...]] = {str: (str,), int: (int,), float: (int, float), bool: (bool,)}
+_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _read(hint: Any, value: Any, where: str) -> Any:
+    """``value`` read as ``hint``; raises TypeError, naming ``where``, when it is of another kind."""
     if value is None:
         return None
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         kinds = [a for a in args if a is not type(None)]
-        return _read(kinds[0], value) if len(kinds) == 1 else value
+        return _read(kinds[0], value, where) if len(kinds) == 1 else value
     if origin is tuple:
+        if not isinstance(value, (list, tuple)):  # a string is a sequence, but not a list
+            raise TypeError(f"{where} should be a list, not {_kind(value)}")
         item = args[0] if args else Any
         if (len(args) == 2 and args[1] is Ellipsis) or len(args) == 1:
-            return tuple(_read(item, v) for v in value)
-        return tuple(_read(a, v) for a, v in zip(args, value, strict=False))
+            if item in _PRIMITIVES:  # the common long case (raw samples): no path built per item
+                return tuple(v if type(v) is item else _read(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+            return tuple(_read(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+        return tuple(_read(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=False)))
     if origin in (dict, Mapping) or origin is typing.Mapping:
+        if not isinstance(value, Mapping):
+            raise TypeError(f"{where} should be an object, not {_kind(value)}")
         item = args[1] if len(args) == 2 else Any
-        return {k: _read(item, v) for k, v in value.items()}
+        return {k: _read(item, v, f"{where}[{k!r}]") for k, v in value.items()}
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        return decode(hint, value)
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        return decode(hint, value, where)
+    accepted = _PRIMITIVES.get(hint)
+    if accepted is not None:
+        if isinstance(value, bool) is not (hint is bool) or not isinstance(value, accepted):
+            raise TypeError(f"{where} should be {_NAMES[hint]}, not {_kind(value)} {value!r:.40}")
+        if hint is float:
+            return float(value)
     return value

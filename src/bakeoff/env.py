@@ -67,6 +67,10 @@ PACKAGES = (
     "accelerate",
     "bakeoff",
 )
+#: Entry point groups of plugins (checks, scenarios, engines): the distribution providing any
+#: entry in them is recorded with its version beside :data:`PACKAGES`, since installing or
+#: upgrading a plugin can change a run's results.
+PLUGIN_GROUPS = ("bakeoff.checks", "bakeoff.scenarios", "bakeoff.engines")
 #: Keys that vary between runs on the same environment and must not enter the fingerprint.
 VOLATILE = ("captured_at", "load_average")
 #: Environment variables recorded but left out of the fingerprint: cache locations change no
@@ -107,12 +111,19 @@ def _cpu_model() -> str:
 
 
 def _packages() -> dict[str, str]:
+    """Versions of :data:`PACKAGES` present, then of each distribution providing a plugin."""
     found: dict[str, str] = {}
     for name in PACKAGES:
         try:
             found[metadata.distribution(name).metadata["Name"].lower()] = metadata.version(name)
         except metadata.PackageNotFoundError:
             continue
+    for group in PLUGIN_GROUPS:
+        for entry in metadata.entry_points(group=group):
+            dist = entry.dist
+            name = dist.metadata.get("Name") if dist is not None else None
+            if dist is not None and name:
+                found.setdefault(name.lower(), str(dist.version or "unknown"))
     return found
 
 

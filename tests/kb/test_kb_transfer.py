@@ -6,6 +6,7 @@ import csv
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -263,3 +264,61 @@ def test_csv_rows_carry_scenarios_and_requirement_verdicts() -> None:
     assert row["scenarios"] == "offline:ok; generation:not_applicable"
     assert row["requirements"] == "p90<=50ms:met; ttft<=1ms:not_measured"
     assert row["requirements_not_met"] == 1
+
+
+def _nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def _spoil_correctness(run: dict) -> str:
+    run["results"][0]["correctness"]["verdict"] = 5
+    return "(TypeError: Correctness.verdict should be a string, not int 5)"
+
+
+def _spoil_samples(run: dict) -> str:
+    run["results"][0]["latency"]["samples_ms"] = "abc"
+    return "(TypeError: TargetResult.latency.samples_ms should be a list, not a string)"
+
+
+def _spoil_depth(run: dict) -> str:
+    run["results"][0]["from_a_plugin"] = _nested(500)
+    return "nested more than 100 levels deep"
+
+
+@pytest.mark.parametrize("spoil", [_spoil_correctness, _spoil_samples, _spoil_depth])
+def test_crafted_run_record_is_refused_in_one_line_and_nothing_imported(tmp_path: Path, spoil: Callable) -> None:
+    """A record of the wrong shape is refused while the file is read, never found later by a
+    report (a verdict that is a number crashed `bakeoff show`) or by the insert (a string of
+    samples, a value nested past the stack)."""
+    records = _export_lines(tmp_path)
+    last = len(records)
+    detail = spoil(records[-1]["run"])
+    path = _write(tmp_path / "crafted.jsonl", records)
+    team = Store.open(tmp_path / "team.db")
+    done = bakeoff("import", str(path), "--db", "team.db", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"bakeoff: error: {path}, line {last}: ")
+    assert detail in line
+    assert line.endswith("(pass a file written by `bakeoff export --format jsonl`)")
+    assert _counts(team) == [0] * 8
+
+
+def test_run_record_with_modest_unknowns_imports_and_shows(tmp_path: Path) -> None:
+    """The control: a newer bakeoff's or a plugin's keys, nested as deep as real values go, are kept."""
+    records = _export_lines(tmp_path)
+    run = records[-1]["run"]
+    run["results"][0]["from_a_plugin"] = _nested(50)
+    run["results"][0]["correctness"]["tolerance"] = 1  # an integer is a number
+    path = _write(tmp_path / "fine.jsonl", records)
+    done = bakeoff("import", str(path), "--db", "team.db", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    shown = bakeoff("show", run["run_id"], "--db", "team.db", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert run["run_id"] in shown.stdout
+    result = Store.open(tmp_path / "team.db").get_run(run["run_id"]).results[0]
+    assert result.unknown["from_a_plugin"] == _nested(50)
+    assert result.correctness.tolerance == 1.0  # type: ignore[union-attr]

@@ -8,6 +8,9 @@ registry can make it a target.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +19,15 @@ import pytest
 
 from bakeoff.errors import SpecError
 from bakeoff.target.detect import backend_status, check_backend_name
-from bakeoff.target.engines import ENGINES, ENTRY_POINT_GROUP, demo_backends, engine_for, registry, takers
+from bakeoff.target.engines import (
+    ENGINES,
+    ENTRY_POINT_GROUP,
+    DynamoBackend,
+    demo_backends,
+    engine_for,
+    registry,
+    takers,
+)
 from bakeoff.target.spec import parse_target
 
 ADAPTER = """
@@ -33,6 +44,18 @@ class EagerWrap(Engine):
 
 class Impostor(Engine):
     name = "inductor"
+
+
+class DynamoImpostor(Engine):
+    name = "aot_eager"
+
+
+def own_backend(gm, example_inputs):
+    return gm.forward
+
+
+class Own(Engine):
+    name = "tiny_own"
 """
 
 ENTRY_POINTS = f"""
@@ -40,6 +63,7 @@ ENTRY_POINTS = f"""
 eager_wrap = tiny_bakeoff_engine:EagerWrap
 broken = tiny_bakeoff_missing:Nope
 impostor = tiny_bakeoff_engine:Impostor
+dynamo_impostor = tiny_bakeoff_engine:DynamoImpostor
 """
 
 
@@ -122,6 +146,51 @@ def test_a_broken_or_clashing_entry_point_is_left_out_with_one_line(
     assert "eager_wrap" in engines and "broken" not in engines
     registry()
     assert capsys.readouterr().err == ""
+
+
+def test_a_plugin_never_replaces_a_torch_compile_backend(installed: Path, capsys: pytest.CaptureFixture) -> None:
+    engines = registry()
+    [line] = [line for line in capsys.readouterr().err.splitlines() if "'dynamo_impostor'" in line]
+    assert line == (
+        "bakeoff: engine plugin 'dynamo_impostor' (tiny_bakeoff_engine:DynamoImpostor) left out: "
+        "ValueError: its name 'aot_eager' is empty or already taken"
+    )
+    assert "aot_eager" not in engines and type(engine_for("aot_eager")) is DynamoBackend
+    assert "eager_wrap" in engines  # control: a name torch.compile does not know is the plugin's
+
+
+def test_a_package_may_adapt_the_backend_it_registers(tmp_path: Path) -> None:
+    """A package that registers a torch.compile backend may bring its adapter under that name
+    (in a fresh process, where torch.compile lists the new backend)."""
+    _install(
+        tmp_path,
+        f"""
+        [torch_dynamo_backends]
+        tiny_own = tiny_bakeoff_engine:own_backend
+
+        [{ENTRY_POINT_GROUP}]
+        tiny_own = tiny_bakeoff_engine:Own
+        dynamo_impostor = tiny_bakeoff_engine:DynamoImpostor
+        """,
+    )
+    code = (
+        "from torch._dynamo import list_backends\n"
+        "from bakeoff.target.engines import registry\n"
+        "engines = registry()\n"
+        "print('tiny_own' in list_backends(exclude_tags=()), type(engines['tiny_own']).__module__, "
+        "'aot_eager' in engines)"
+    )
+    path = os.pathsep.join([str(tmp_path), *sys.path])
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "tiny_bakeoff_engine", "False"]
+    assert "'tiny_own'" not in done.stderr and "'dynamo_impostor'" in done.stderr
 
 
 def test_without_the_package_the_engine_is_unknown() -> None:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import textwrap
 from importlib import metadata
+from pathlib import Path
+
+import pytest
 
 from bakeoff.env import capture_environment
 from bakeoff.verdicts.regressions import environment_diff
@@ -35,3 +39,36 @@ def test_plugins_are_recorded_with_their_versions(monkeypatch):
     assert with_plugins.data["plugins"] == {"rich": metadata.version("rich"), "bakeoff_no_such_plugin": "unknown"}
     assert with_plugins.data["env"]["BAKEOFF_PLUGINS"] == "rich, bakeoff_no_such_plugin"
     assert with_plugins.fingerprint != plain.fingerprint
+
+
+def _install(root: Path, name: str, version: str, entry_points: str) -> Path:
+    """A distribution installed as pip leaves one: its ``.dist-info`` on ``sys.path``."""
+    info = root / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text(textwrap.dedent(entry_points))
+    return root
+
+
+@pytest.mark.parametrize("group", ["bakeoff.checks", "bakeoff.scenarios", "bakeoff.engines"])
+def test_a_plugin_distribution_enters_the_packages_and_the_fingerprint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, group: str
+) -> None:
+    """Installing or upgrading a plugin changes the environment, so a regression can be put on it."""
+    monkeypatch.delenv("BAKEOFF_PLUGINS", raising=False)
+    # control: a distribution with entry points elsewhere is not a plugin and changes nothing
+    monkeypatch.syspath_prepend(str(_install(tmp_path / "other", "tiny-tool", "3.0", "[console_scripts]\nt = t:m\n")))
+    plain = capture_environment()
+    assert "tiny-tool" not in plain.data["packages"]
+    entry = f"[{group}]\ntiny = tiny_bakeoff_plugin:Tiny\n"
+    monkeypatch.syspath_prepend(str(_install(tmp_path / "v1", "tiny-bakeoff-plugin", "1.0", entry)))
+    installed = capture_environment()
+    assert installed.data["packages"]["tiny-bakeoff-plugin"] == "1.0"
+    assert {k: v for k, v in installed.data["packages"].items() if k != "tiny-bakeoff-plugin"} == plain.data["packages"]
+    assert installed.fingerprint != plain.fingerprint
+    monkeypatch.syspath_prepend(str(_install(tmp_path / "v2", "tiny-bakeoff-plugin", "1.1", entry)))
+    upgraded = capture_environment()
+    assert upgraded.fingerprint not in (plain.fingerprint, installed.fingerprint)
+    assert [(c.key, c.before, c.after) for c in environment_diff(installed, upgraded).changes] == [
+        ("packages.tiny-bakeoff-plugin", "1.0", "1.1")
+    ]

@@ -390,3 +390,51 @@ def test_missing_schema_refused() -> None:
     del data["schema"]
     with pytest.raises(BakeoffError, match="not a bakeoff run document"):
         run_from_json(data)
+
+
+@pytest.mark.parametrize(
+    ("cls", "data", "message"),
+    [
+        (Correctness, {"verdict": 5}, "Correctness.verdict should be a string, not int 5"),
+        (
+            Correctness,
+            {"verdict": "pass", "tolerance": True},
+            "Correctness.tolerance should be a number, not a boolean True",
+        ),
+        (Latency, {"samples_ms": "abc"}, "Latency.samples_ms should be a list, not a string"),
+        (Latency, {"samples_ms": [1.0, "2"]}, "Latency.samples_ms[1] should be a number, not a string '2'"),
+        (
+            BaselineInfo,
+            {**BaselineInfo("b", "w", "f", 0, "t", "e", (), True, 0.0, "p").to_dict(), "seed": 1.5},
+            "BaselineInfo.seed should be an integer, not float 1.5",
+        ),
+        (
+            BaselineInfo,
+            {**BaselineInfo("b", "w", "f", 0, "t", "e", (), True, 0.0, "p").to_dict(), "seed": False},
+            "BaselineInfo.seed should be an integer, not a boolean False",
+        ),
+        (
+            BaselineInfo,
+            {**BaselineInfo("b", "w", "f", 0, "t", "e", (), True, 0.0, "p").to_dict(), "deterministic": 1},
+            "BaselineInfo.deterministic should be true or false, not int 1",
+        ),
+        (
+            Correctness,
+            {"verdict": "fail", "outputs": [{**LOGITS.to_dict(), "shape": [1, "16"]}]},
+            "Correctness.outputs[0].shape[1] should be an integer, not a string '16'",
+        ),
+        (Correctness, {"verdict": "fail", "drift": [1]}, "Correctness.drift should be an object, not a list"),
+    ],
+)
+def test_values_of_the_wrong_kind_are_refused_naming_the_field(cls: type, data: dict, message: str) -> None:
+    with pytest.raises(TypeError) as info:
+        cls.from_dict(data)
+    assert str(info.value) == message
+
+
+def test_values_of_their_kind_are_read() -> None:
+    """The control: an integer is a number, and a field hinted ``Any`` takes anything."""
+    assert Latency.from_dict({"samples_ms": [1, 2.5]}).samples_ms == (1.0, 2.5)
+    assert Correctness.from_dict({"verdict": "pass", "tolerance": 0}).tolerance == 0.0
+    drift = {"a": [1, "x", None, True, {"b": 1.5}]}
+    assert Correctness.from_dict({"verdict": "pass", "drift": drift}).drift == drift

@@ -48,6 +48,9 @@ EXPORT_VERSION = 1
 FORMATS = ("jsonl", "csv")
 # pg_advisory_xact_lock key held while importing, so concurrent imports cannot both add a note
 _IMPORT_LOCK = int.from_bytes(b"bkimport", "big")
+#: How deeply a record's JSON may nest (bakeoff's own documents stay under a dozen levels): a
+#: deeper one is refused before the store's serialisers would run out of stack on it.
+MAX_DEPTH = 100
 
 CSV_COLUMNS = [
     "run_id",
@@ -273,6 +276,11 @@ def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                         f"{path}, line {number}: not JSON ({exc.msg})",
                         hint="pass a file written by `bakeoff export --format jsonl`",
                     ) from exc
+                except RecursionError as exc:
+                    raise StoreError(
+                        f"{path}, line {number}: nested more than {MAX_DEPTH} levels deep",
+                        hint="pass a file written by `bakeoff export --format jsonl`",
+                    ) from exc
                 if not isinstance(record, dict):
                     raise StoreError(
                         f"{path}, line {number}: expected a JSON object",
@@ -287,6 +295,20 @@ def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         ) from exc
     except OSError as exc:
         raise StoreError(f"cannot read {path}: {exc.strerror or exc}", hint="check the path") from exc
+
+
+def _depth(value: Any) -> int:
+    """How deeply ``value`` nests lists and objects, counted without recursion (0 for a scalar)."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        item, level = pending.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, level)
+        if level <= MAX_DEPTH:  # deeper is refused anyway: no need to walk on
+            pending.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def _read(path: Path) -> _Records:
@@ -312,9 +334,15 @@ def _read(path: Path) -> _Records:
         )
     for number, record in lines:
         kind = record.get("kind")
+        if _depth(record) > MAX_DEPTH:
+            raise StoreError(
+                f"{path}, line {number}: nested more than {MAX_DEPTH} levels deep",
+                hint="pass a file written by `bakeoff export --format jsonl`",
+            )
         try:
             if kind == "run":
                 run = RunResult.from_dict(record["run"])
+                strictjson.dumps(run.to_dict())  # what the store will write must serialise
                 notes = [
                     {"created_at": n["created_at"], "text": check_note_text(n["text"]), "author": n.get("author")}
                     for n in record.get("notes", [])
@@ -327,7 +355,9 @@ def _read(path: Path) -> _Records:
                     baseline_name(info)  # its tensors may only ever be looked for inside the artifact store
                 except StoreError as exc:
                     raise StoreError(f"{path}, line {number}: {exc.message}", hint=exc.hint) from exc
-                records.baselines.append((info, Environment.from_dict(record["environment"])))
+                env = Environment.from_dict(record["environment"])
+                strictjson.dumps([info.to_dict(), env.to_dict()])
+                records.baselines.append((info, env))
             elif kind == "requirements":
                 records.requirements.append(
                     {
@@ -345,7 +375,7 @@ def _read(path: Path) -> _Records:
             raise
         except BakeoffError as exc:  # a run document newer than this release, a bad tag or note
             raise StoreError(f"{path}, line {number}: {exc.message}", hint=exc.hint) from exc
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
             raise StoreError(
                 f"{path}, line {number}: a {kind} record is incomplete or malformed ({type(exc).__name__}: {exc})",
                 hint="pass a file written by `bakeoff export --format jsonl`",

@@ -8,9 +8,11 @@ instance::
     [project.entry-points."bakeoff.engines"]
     mine = "my_package.bakeoff_engine:Mine"
 
-An entry that fails to load, is not an engine, or reuses a name already taken is left out
-with one line on stderr; it never replaces a built-in. A backend name no adapter claims is a
-plain ``torch.compile`` backend (:class:`DynamoBackend`).
+An entry that fails to load, is not an engine, or reuses a name already taken (a built-in's,
+or that of a backend ``torch.compile`` knows, such as ``aot_eager``, unless the same package
+registers that backend) is left out with one line on stderr; it never replaces a built-in or
+another package's ``torch.compile`` backend. A backend name no adapter claims is a plain
+``torch.compile`` backend (:class:`DynamoBackend`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import functools
 import importlib
 import sys
 from collections.abc import Iterator, Mapping
+from importlib.metadata import EntryPoint, EntryPoints, entry_points
 from typing import Any
 
 from bakeoff.entrypoints import load_plugins
@@ -87,9 +90,28 @@ def registry() -> dict[str, Engine]:
         module, attr = entry.split(":")
         engine = getattr(importlib.import_module(f"{__name__}.{module}"), attr)()
         engines[engine.name] = engine
-    for engine in load_plugins(ENTRY_POINT_GROUP, Engine, "engine", engines):
+    taken = set(engines)
+    plugins = entry_points(group=ENTRY_POINT_GROUP)
+    if plugins:  # only then: without plugins, parsing a spec imports no torch
+        taken |= _dynamo_backends(plugins)
+    for engine in load_plugins(ENTRY_POINT_GROUP, Engine, "engine", taken):
         engines[engine.name] = engine
     return engines
+
+
+def _provider(entry: EntryPoint) -> str | None:
+    return entry.dist.metadata.get("Name") if entry.dist is not None else None
+
+
+def _dynamo_backends(plugins: EntryPoints) -> set[str]:
+    """The backend names ``torch.compile`` knows (imports torch): a plugin engine taking one would
+    silently replace that backend for every target naming it. A package may still adapt a
+    backend it registers itself (through the ``torch_dynamo_backends`` entry points)."""
+    from torch._dynamo import list_backends
+
+    providers = {_provider(entry) for entry in plugins} - {None}
+    own = {entry.name for entry in entry_points(group="torch_dynamo_backends") if _provider(entry) in providers}
+    return set(list_backends(exclude_tags=())) - own
 
 
 def engine_for(backend: str) -> Engine:
