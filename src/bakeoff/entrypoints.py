@@ -10,7 +10,7 @@ stop bakeoff, and must never replace one of bakeoff's own.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib.metadata import entry_points
 from typing import Any, TypeVar
 
@@ -29,10 +29,22 @@ def _instance(value: Any, kind: type[T], taken: set[str]) -> T:
     return found
 
 
-def load_plugins(group: str, kind: type[T], what: str, taken: Iterable[str]) -> list[T]:
+def load_plugins(
+    group: str,
+    kind: type[T],
+    what: str,
+    taken: Iterable[str],
+    claims: Callable[[T], Iterable[str]] | None = None,
+    claimed: Iterable[str] = (),
+) -> list[T]:
     """The ``kind`` objects that the entry points of ``group`` name, sorted by entry point name,
-    none with a name in ``taken`` or used twice; ``what`` names the kind in the stderr lines."""
-    names, found = set(taken), []
+    none with a name in ``taken`` or used twice; ``what`` names the kind in the stderr lines.
+
+    With ``claims``, a plugin also may not claim a metric name already ``claimed`` (by bakeoff
+    or an earlier plugin): it would change what a requirement or a regression on that name
+    measures.
+    """
+    names, metrics, found = set(taken), set(claimed), []
     for entry in sorted(entry_points(group=group), key=lambda e: e.name):
         try:
             plugin = _instance(entry.load(), kind, names)
@@ -42,6 +54,13 @@ def load_plugins(group: str, kind: type[T], what: str, taken: Iterable[str]) -> 
                 file=sys.stderr,
             )
             continue
+        wanted = set(claims(plugin)) if claims is not None else set()
+        if wanted & metrics:
+            clash = sorted(wanted & metrics)
+            name = plugin.name  # type: ignore[attr-defined]
+            print(f"bakeoff: {what} plugin {name!r} left out: its metric names {clash} are taken", file=sys.stderr)
+            continue
+        metrics |= wanted
         names.add(plugin.name)  # type: ignore[attr-defined]
         found.append(plugin)
     return found

@@ -14,7 +14,6 @@ broken plugin must not stop a trial, and must never replace a built-in verdict.
 
 from __future__ import annotations
 
-import sys
 from functools import cache
 from typing import Any
 
@@ -48,18 +47,10 @@ BUILTIN: tuple[Check, ...] = (CorrectnessCheck(), PlacementCheck(), CompilationC
 @cache
 def registered_checks() -> tuple[Check, ...]:
     """bakeoff's checks, then every plugin check that loads (each once per process)."""
-    checks = list(BUILTIN)
-    offered = {name for check in BUILTIN for name in check.offers}
-    for plugin in load_plugins(ENTRY_POINTS, Check, "check", [*RUN_LEVEL_KEYS, *(c.name for c in BUILTIN)]):
-        clash = sorted(set(plugin.offers) & offered)
-        if clash:  # it would change what a requirement on that name measures
-            print(
-                f"bakeoff: check plugin {plugin.name!r} left out: its metric names {clash} are taken", file=sys.stderr
-            )
-            continue
-        offered |= set(plugin.offers)
-        checks.append(plugin)
-    return tuple(checks)
+    taken = [*RUN_LEVEL_KEYS, *(c.name for c in BUILTIN)]
+    offered = [name for check in BUILTIN for name in check.offers]
+    plugins = load_plugins(ENTRY_POINTS, Check, "check", taken, claims=lambda c: c.offers, claimed=offered)
+    return (*BUILTIN, *plugins)
 
 
 def is_builtin(check: Check) -> bool:

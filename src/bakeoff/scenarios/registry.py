@@ -8,7 +8,6 @@ whose name is taken, is left out with a line on stderr.
 
 from __future__ import annotations
 
-import sys
 import time
 from functools import cache
 from typing import Any
@@ -82,19 +81,9 @@ def registered_scenarios() -> tuple[Scenario, ...]:
     family's, ``throughput`` the offline scenario's): it would change what a requirement or a
     regression on that name measures. Such a plugin is left out with one line.
     """
-    scenarios = list(BUILTIN)
-    taken = {spec.name for spec in RUN_METRICS}.union(*(_claims(s) for s in BUILTIN))
-    for plugin in load_plugins(ENTRY_POINTS, Scenario, "scenario", (s.name for s in BUILTIN)):
-        clash = sorted(_claims(plugin) & taken)
-        if clash:
-            print(
-                f"bakeoff: scenario plugin {plugin.name!r} left out: its metric names {clash} are taken",
-                file=sys.stderr,
-            )
-            continue
-        taken |= _claims(plugin)
-        scenarios.append(plugin)
-    return tuple(scenarios)
+    claimed = {spec.name for spec in RUN_METRICS}.union(*(_claims(s) for s in BUILTIN))
+    names = (s.name for s in BUILTIN)
+    return (*BUILTIN, *load_plugins(ENTRY_POINTS, Scenario, "scenario", names, claims=_claims, claimed=claimed))
 
 
 def always_run() -> tuple[str, ...]:
