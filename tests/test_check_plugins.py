@@ -10,6 +10,7 @@ names a class that does not exist (a broken plugin).
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -35,16 +36,23 @@ def test_plugin_checks_and_scenarios_run_in_the_workers_are_stored_and_survive_u
     db = str(tmp_path / "kb.db")
     targets = "cpu,cpu?dtype=fp16"
     plugin_scenario = ["--scenario", "repeat?calls=4", "--require", "repeat.p90<=60s"]
+    plugin_options = ["--check", "finite_outputs?limit=1e30"]
     ran = bakeoff("trial", py_workload("overflows_in_half"), "--on", targets, "--db", db, *FAST, *plugin_scenario,
-                  "--format", "json", plugin=True)  # fmt: skip
+                  *plugin_options, "--format", "json", plugin=True)  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     # the broken entry point is left out with one line; the trial goes on
     assert "bakeoff: check plugin 'broken' (bakeoff_finite_check:NoSuchCheck) left out: AttributeError" in ran.stderr
     run = json.loads(ran.stdout)
     by_target = {r["target"]: r for r in run["results"]}
     # the seeded fault: float16 overflows to inf; the float32 reference is the clean control
-    assert by_target["cpu?dtype=float16"]["finite_outputs"] == {"verdict": "nonfinite", "nonfinite": ["output.logits"]}
-    assert by_target["cpu"]["finite_outputs"] == {"verdict": "finite", "nonfinite": []}
+    # the plugin's option reached the workers (the value says which limit it judged by)
+    assert by_target["cpu?dtype=float16"]["finite_outputs"] == {
+        "verdict": "nonfinite",
+        "nonfinite": ["output.logits"],
+        "limit": 1e30,
+    }
+    assert by_target["cpu"]["finite_outputs"] == {"verdict": "finite", "nonfinite": [], "limit": 1e30}
+    assert run["settings"]["checks"] == ["finite_outputs?limit=1e+30"]
     assert by_target["cpu"]["correctness"]["verdict"] == "pass"  # bakeoff's own checks still run
     # the plugin scenario ran in every worker, and a requirement on its metric was judged from its samples
     for result in by_target.values():
@@ -58,11 +66,19 @@ def test_plugin_checks_and_scenarios_run_in_the_workers_are_stored_and_survive_u
     assert shown.returncode == 0, shown.stderr
     assert "non-finite values in output.logits" in shown.stdout
     assert "call p50" in shown.stdout and "4 calls" in shown.stdout  # the scenario's own figures
+    assert "check options finite_outputs?limit=1e+30" in " ".join(shown.stdout.split())
+    table = tmp_path / "runs.csv"
+    assert bakeoff("export", "--format", "csv", "-o", str(table), "--db", db, plugin=True).returncode == 0
+    with table.open(newline="") as handle:
+        verdicts = {row["target"]: row["finite_outputs"] for row in csv.DictReader(handle)}
+    assert verdicts == {"cpu": "finite", "cpu?dtype=float16": "nonfinite"}  # the plugin's verdict has a column
 
     # the plugin uninstalled: its values are kept, named, and written back unchanged
     without = bakeoff("show", run["run_id"], "--db", db, plugin=False)
     assert without.returncode == 0, without.stderr
     assert "written by a newer bakeoff or an absent plugin: finite_outputs" in " ".join(without.stdout.split())
+    # how it was measured is still shown, with the options of the absent plugin's check as stored
+    assert "check options finite_outputs?limit=1e+30" in " ".join(without.stdout.split())
     exported = bakeoff("show", run["run_id"], "--db", db, "--format", "json", plugin=False)
     kept = {r["target"]: r for r in json.loads(exported.stdout)["results"]}
     assert kept["cpu?dtype=float16"]["finite_outputs"] == by_target["cpu?dtype=float16"]["finite_outputs"]
@@ -72,3 +88,26 @@ def test_plugin_checks_and_scenarios_run_in_the_workers_are_stored_and_survive_u
     assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
         "bakeoff: error: unknown scenario 'repeat' (use one of single-stream, offline, server, generation, training)"
     ]
+
+
+def test_plugin_checks_are_listed_with_their_options_and_a_bad_option_is_one_line(tmp_path):
+    listed = bakeoff("checks", "--format", "json", plugin=True)
+    assert listed.returncode == 0, listed.stderr
+    by_name = {c["name"]: c for c in json.loads(listed.stdout)}
+    assert by_name["finite_outputs"]["source"] == "plugin bakeoff_finite_check"
+    assert by_name["finite_outputs"]["options"]["limit"]["type"] == "float"
+    assert by_name["determinism"]["source"] == "bakeoff"
+    assert by_name["determinism"]["options"]["repeats"] == {
+        "type": "int",
+        "default": 2,
+        "minimum": 1,
+        "help": "calls per input after the timed one",
+    }
+    assert list(by_name)[:4] == ["correctness", "placement", "compilation", "determinism"]  # the order they run
+    db = tmp_path / "kb.db"
+    bad = bakeoff("trial", py_workload("mlp"), "--db", str(db), "--check", "finite_outputs?limit=high", plugin=True)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == (
+        "bakeoff: error: check option limit='high' in 'finite_outputs?limit=high' is not a number "
+        "(e.g. finite_outputs?limit=16)"
+    )
+    assert not db.exists()

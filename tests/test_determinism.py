@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import math
 
 import pytest
@@ -63,6 +64,35 @@ def test_a_deterministic_model_is_not_flagged(db):
     value = run.result("cpu").checks["determinism"]
     assert value == Determinism("deterministic", 3, 1, (), 0.0)
     assert run.to_dict()["results"][0]["determinism"]["verdict"] == "deterministic"
+
+
+def test_more_repeats_catch_a_rarer_fault_and_the_option_reaches_the_worker(db):
+    """``--check determinism?repeats=5``: six calls in a row always include a fifth call, so the
+    seeded fault is caught whatever call the check starts at. The clean control, run in a
+    worker process, makes as many calls and is not flagged; the option is stored with the run
+    and given again by a rerun."""
+    from bakeoff.api import rerun_keywords
+
+    rare = bakeoff.trial(py_workload("noisy_every_fifth_call"), on="cpu", db=db, checks="determinism?repeats=5", **FAST)
+    caught = rare.result("cpu").checks["determinism"]
+    assert caught.verdict == "nondeterministic" and caught.calls == 6 and caught.differing == ("output.logits",)
+    assert 0 < caught.max_abs_diff <= 2e-6
+
+    clean = bakeoff.trial(
+        py_workload("mlp"), on="cpu", db=db, checks=["determinism?repeats=4"], **{**FAST, "isolate": True}
+    )
+    assert clean.result("cpu").checks["determinism"] == Determinism("deterministic", 5, 1, (), 0.0)
+    stored = bakeoff.show(clean.run_id, db=db)
+    assert stored.settings["checks"] == ["determinism?repeats=4"]
+    assert rerun_keywords(stored)["checks"] == ["determinism?repeats=4"]
+    # without the option, the defaults (two repeats) and nothing stored
+    default = bakeoff.trial(py_workload("mlp"), on="cpu", db=db, **FAST)
+    assert default.result("cpu").checks["determinism"].calls == 3 and default.settings["checks"] == []
+    # the verdicts have a column of their own in the CSV export
+    bakeoff.export_runs(db.with_suffix(".csv"), db=db, format="csv")
+    with db.with_suffix(".csv").open(newline="") as handle:
+        column = {row["run_id"]: row["determinism"] for row in csv.DictReader(handle)}
+    assert column == {rare.run_id: "nondeterministic", clean.run_id: "deterministic", default.run_id: "deterministic"}
 
 
 @pytest.mark.compile

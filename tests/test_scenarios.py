@@ -222,6 +222,15 @@ def test_a_scenario_that_raises_is_an_error_beside_a_good_single_stream():
             "bakeoff: error: scenario option max_batch='x' in 'offline?max_batch=x' "
             "is not a whole number (e.g. offline?max_batch=64)",
         ),
+        (
+            "--check=determinism?repeats=0",
+            "bakeoff: error: check option repeats in 'determinism?repeats=0' must be at least 1 "
+            "(e.g. determinism?repeats=2)",
+        ),
+        (
+            "--check=warp",
+            "bakeoff: error: unknown check 'warp' (use one of correctness, placement, compilation, determinism)",
+        ),
     ],
 )
 def test_bad_scenarios_and_requirements_are_one_line_and_store_nothing(tmp_path, option, line):

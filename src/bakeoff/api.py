@@ -90,6 +90,7 @@ def trial(
     interleave: bool = _DEFAULT.interleave,
     replicates: int = _DEFAULT.replicates,
     process_spread: float | None = _DEFAULT.process_spread,
+    checks: str | Iterable[str] = _DEFAULT.checks,
     progress: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Run ``workload`` on each target in ``on`` and store the run.
@@ -127,6 +128,7 @@ def trial(
         interleave=interleave,
         replicates=replicates,
         process_spread=process_spread,
+        checks=checks,
     )
     # an existing knowledge base is opened now (a bad one fails before any model is built); a
     # new one only once the workload has built and run, so bad input creates no database
@@ -178,6 +180,27 @@ def workloads() -> dict[str, Any]:
         "architectures": list_architectures(),
         "arch_options": {k: v[1] for k, v in ARCH_DEFAULTS.items()} | INPUT_DEFAULTS,
     }
+
+
+def checks() -> list[dict[str, Any]]:
+    """The registered checks, in the order they run (bakeoff's own, then plugins'): each
+    one's name, title, where it comes from, its options (type, default, minimum, what it
+    does) and the metrics it offers to requirements."""
+    from bakeoff.checks.registry import is_builtin, registered_checks
+
+    return [
+        {
+            "name": check.name,
+            "title": check.title,
+            "source": "bakeoff" if is_builtin(check) else f"plugin {type(check).__module__.partition('.')[0]}",
+            "options": {
+                key: {"type": o.kind.__name__, "default": o.default, "minimum": o.minimum, "help": o.help}
+                for key, o in check.options.items()
+            },
+            "requirement_metrics": {name: what for name, (_kind, what) in check.offers.items()},
+        }
+        for check in registered_checks()
+    ]
 
 
 def history(

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bakeoff.analysis.compare import PROCESS_SPREAD
+from bakeoff.checks.base import CheckSpec
+from bakeoff.checks.registry import parse_check
 from bakeoff.errors import SpecError
 from bakeoff.measure.timing import TimingSettings
 from bakeoff.metrics import parse_requirement
@@ -56,7 +58,8 @@ class TrialSettings:
     sizes such as ``"64,128"``) also runs each target padded to buckets, up to ``max_buckets``
     of them for ``auto``. ``process_spread`` is the spread between worker processes that speed
     intervals include (None: the measured default,
-    :data:`~bakeoff.analysis.compare.PROCESS_SPREAD`).
+    :data:`~bakeoff.analysis.compare.PROCESS_SPREAD`). ``checks`` hold the options a user set
+    for checks (``determinism?repeats=5``); every applicable check runs either way.
 
     Build one from user input with :meth:`from_options` (which checks every value); the
     plain constructor trusts its arguments.
@@ -76,6 +79,7 @@ class TrialSettings:
     interleave: bool = True
     replicates: int = 1
     process_spread: float | None = None
+    checks: tuple[CheckSpec, ...] = ()
 
     @property
     def interleaved(self) -> bool:
@@ -120,13 +124,14 @@ class TrialSettings:
             interleave=values["interleave"],
             replicates=values["replicates"],
             process_spread=values["process_spread"],
+            checks=values["checks"],
         )
 
     def options(self) -> dict[str, Any]:
         """The :func:`bakeoff.api.trial` keywords that give these settings again (what a rerun
         passes). ``refresh_baseline`` is left out (a rerun decides it anew), and so are
-        scenarios, requirements, replicates, the process spread and interleaving when they
-        are the defaults."""
+        scenarios, requirements, replicates, the process spread, check options and interleaving
+        when they are the defaults."""
         keywords: dict[str, Any] = {
             "isolate": self.isolate,
             "timeout_s": self.timeout_s,
@@ -146,6 +151,8 @@ class TrialSettings:
             keywords["replicates"] = self.replicates
         if self.process_spread is not None:
             keywords["process_spread"] = self.process_spread
+        if self.checks:
+            keywords["checks"] = [spec.spec for spec in self.checks]
         if self.isolate and not self.interleave:
             keywords["interleave"] = False  # the targets were timed one after another, not in turns
         return keywords
@@ -166,6 +173,7 @@ class TrialSettings:
             "interleaved": self.interleaved,
             "replicates": self.replicates,
             "process_spread": self.spread,
+            "checks": [spec.spec for spec in self.checks],
         }
 
     def to_run_dict(
@@ -211,8 +219,8 @@ class TrialSettings:
         user input (see :meth:`from_options`).
 
         A key a document lacks takes the value its version used: version 1 stored no
-        scenarios, interleaving, replicates or process spread (a single process, timed
-        alone, the default spread), and no ``round_warmup`` in ``timing`` (see
+        scenarios, interleaving, replicates, process spread or check options (a single
+        process, timed alone, the default spread, the checks' defaults), and no ``round_warmup`` in ``timing`` (see
         :meth:`~bakeoff.measure.timing.TimingSettings.from_dict`). The requirements stored are
         the ones checked; none stored reads as "check the workload's kept ones". An in-process
         run stores ``interleaved`` false because one process cannot take turns; that is not a
@@ -238,6 +246,7 @@ class TrialSettings:
             interleave=not (isolate and data.get("interleaved") is False),
             replicates=data.get("replicates", cls.replicates),
             process_spread=data.get("process_spread"),
+            checks=list(data.get("checks") or ()),
         )
         return replace(settings, timing=timing)  # whole, as stored (a rerun repeats only its minimums)
 
@@ -341,6 +350,23 @@ def _check_scenarios(value: str | Iterable[str], given: Mapping[str, Any]) -> tu
         raise SpecError(
             f"scenario {twice!r} given twice", hint="give each scenario once; compare rates with server?rate=sweep"
         )
+    return parsed
+
+
+def _check_checks(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[CheckSpec, ...]:
+    """``determinism?repeats=5`` -> the check's options; a comma separates checks (check
+    options never hold commas). A check named with no options keeps its defaults."""
+    texts = [value] if isinstance(value, str) else list(value)
+    parts = [part.strip() for text in texts for part in text.split(",")]
+    if any(not part for part in parts):
+        raise SpecError(
+            f"empty check in {', '.join(repr(t) for t in texts)}", hint="e.g. --check determinism?repeats=5"
+        )
+    parsed = tuple(parse_check(part) for part in parts)
+    seen = [s.name for s in parsed]
+    twice = next((name for name in seen if seen.count(name) > 1), None)
+    if twice is not None:
+        raise SpecError(f"check {twice!r} given twice", hint="give each check once, with all its options")
     return parsed
 
 
@@ -486,6 +512,16 @@ OPTIONS: dict[str, Option] = {
             _check_scenarios,
             keyword_note="A list, or one comma-separated text.",
             metavar="SCENARIO",
+        ),
+        Option(
+            "checks",
+            "--check",
+            TrialSettings.checks,
+            "Set a check's options, e.g. 'determinism?repeats=5' (comma-separated or repeated; "
+            "`bakeoff checks` lists the checks and their options).",
+            _check_checks,
+            keyword_note="A list, or one comma-separated text.",
+            metavar="CHECK",
         ),
         Option(
             "requirements",

@@ -1,12 +1,16 @@
-"""The small grammar shared by workload and target specs: ``HEAD?key=value&key=value``."""
+"""The small grammar shared by workload, target, scenario and check specs:
+``HEAD?key=value&key=value``; and the typed options scenarios and checks declare."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from bakeoff.errors import SpecError
 
-__all__ = ["parse_bool", "split_options"]
+__all__ = ["Option", "parse_bool", "split_options", "typed_options"]
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 
@@ -53,3 +57,65 @@ def parse_bool(value: str, key: str, spec: str) -> bool:
     if lowered in _FALSE:
         return False
     raise SpecError(f"option {key}={value!r} in {spec!r} is not a boolean", hint="use true or false")
+
+
+@dataclass(frozen=True)
+class Option:
+    """An option a scenario or a check declares: its type (int, float, str or bool), its
+    default, and (for numbers) the smallest value allowed; ``help`` says what it does."""
+
+    kind: type
+    default: Any
+    minimum: int | None = None
+    help: str = ""
+
+
+def typed_options(head: str, given: Mapping[str, str], declared: Mapping[str, Option], what: str, text: str) -> dict:
+    """Every declared option's value: the default, or the text given read as its type.
+
+    Args:
+        head: the scenario's or check's name, for examples in error hints.
+        given: the options as written (from :func:`split_options`).
+        declared: the options it has.
+        what: "scenario" or "check", for messages.
+        text: the spec as the user wrote it.
+
+    Raises:
+        SpecError: an option it does not have, a value of the wrong type, or below its minimum.
+    """
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        allowed = ", ".join(declared) or "none"
+        raise SpecError(f"{what} {head!r} has no option {unknown[0]!r}", hint=f"options: {allowed}")
+    options = {}
+    for key, option in declared.items():
+        options[key] = option.default
+        if key not in given:
+            continue
+        try:
+            options[key] = _typed(option.kind, given[key])
+        except ValueError:
+            kind = {int: "a whole number", bool: "true or false", float: "a number"}.get(option.kind, "a value")
+            example = option.default if option.default is not None else 16
+            raise SpecError(
+                f"{what} option {key}={given[key]!r} in {text!r} is not {kind}", hint=f"e.g. {head}?{key}={example}"
+            ) from None
+        if option.minimum is not None and options[key] < option.minimum:
+            raise SpecError(
+                f"{what} option {key} in {text!r} must be at least {option.minimum}",
+                hint=f"e.g. {head}?{key}={max(option.minimum, option.default or 0)}",
+            )
+    return options
+
+
+def _typed(kind: type, text: str) -> Any:
+    """An option's value from its text: ``true``/``false`` (also yes/no, on/off, 1/0) for a
+    flag, where ``bool("false")`` would be true; a float that is not finite is refused."""
+    if kind is bool:
+        if text.lower() not in (*_TRUE, *_FALSE):
+            raise ValueError(text)
+        return text.lower() in _TRUE
+    value = kind(text)
+    if kind is float and value - value != 0:  # nan, inf
+        raise ValueError(text)
+    return value

@@ -196,7 +196,8 @@ def test_csv_is_one_row_per_run_and_target(tmp_path: Path) -> None:
     assert done.stdout.strip() == f"exported 2 runs (4 rows) to {path}"
     with path.open(newline="") as handle:
         rows = list(csv.DictReader(handle))
-    assert list(rows[0]) == CSV_COLUMNS
+    # the kept columns where they always were, then the checks' other metrics
+    assert list(rows[0]) == [*CSV_COLUMNS, "host_op_calls", "host_state_copies", "graph_breaks"]
     run = recorded_run(0)
     [cpu] = [r for r in rows if r["run_id"] == run.run_id and r["target"] == "cpu"]
     assert float(cpu["p50_ms"]) == run.result("cpu").latency.p50_ms  # type: ignore[union-attr]
@@ -207,6 +208,7 @@ def test_csv_is_one_row_per_run_and_target(tmp_path: Path) -> None:
         "arch:llama",
     )
     assert cpu["notes"].startswith("first try on the new driver | OOM at batch 8")
+    assert (cpu["host_op_calls"], cpu["graph_breaks"]) == ("0", "")  # eager: no compilation to count
     assert {r["notes"] for r in rows if r["run_id"] == "c0ffee000002"} == {'\'=HYPERLINK("http://example.invalid")'}
     assert [s.run_id for s in laptop.list_runs(limit=100)] == stored  # the export only read
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from tests.conftest import py_workload
 
+from bakeoff.checks import registry
 from bakeoff.checks.base import Check, Metric
 from bakeoff.checks.determinism import Determinism
 from bakeoff.checks.registry import registered_checks
@@ -21,7 +23,8 @@ from bakeoff.errors import SpecError
 from bakeoff.metrics import find_metric, parse_requirement
 from bakeoff.runner.job import TargetJob
 from bakeoff.runner.session import TargetSession, run_steps
-from bakeoff.scenarios.registry import _option_value, registered_scenarios
+from bakeoff.scenarios.registry import registered_scenarios
+from bakeoff.specsyntax import Option, typed_options
 from bakeoff.target.spec import Target
 from bakeoff.verdicts.regressions import Thresholds, _check_metric
 
@@ -88,11 +91,35 @@ def test_a_plugin_cannot_take_a_built_in_metric_name(installed: Path, capsys: py
 
 
 def test_flag_options_read_true_and_false() -> None:
-    assert [_option_value(bool, text) for text in ("false", "0", "no", "off")] == [False] * 4
-    assert [_option_value(bool, text) for text in ("true", "1", "YES", "on")] == [True] * 4
-    with pytest.raises(ValueError):
-        _option_value(bool, "maybe")
-    assert _option_value(int, "8") == 8
+    declared = {"flag": Option(bool, False)}
+    read = [typed_options("x", {"flag": text}, declared, "check", "x")["flag"] for text in ("false", "0", "no", "off")]
+    assert read == [False] * 4
+    read = [typed_options("x", {"flag": text}, declared, "check", "x")["flag"] for text in ("true", "1", "YES", "on")]
+    assert read == [True] * 4
+    with pytest.raises(SpecError, match="is not true or false"):
+        typed_options("x", {"flag": "maybe"}, declared, "check", "x?flag=maybe")
+    assert typed_options("x", {"n": "8"}, {"n": Option(int, 1)}, "check", "x?n=8") == {"n": 8}
+
+
+def test_a_plugin_checks_validate_that_breaks_is_one_line_not_a_traceback(monkeypatch) -> None:
+    class Picky(Check):
+        name = "picky"
+        title = "picky"
+        value_type = Determinism
+        options: ClassVar[Mapping[str, Option]] = {"level": Option(int, 1)}
+
+        def validate(self, options: dict, text: str) -> None:
+            if options["level"] > 3:
+                raise SpecError(f"level in {text!r} is at most 3", hint="e.g. picky?level=2")
+            raise KeyError("oops")
+
+    monkeypatch.setattr(registry, "registered_checks", lambda: (*registry.BUILTIN, Picky()))
+    with pytest.raises(SpecError) as said:
+        registry.parse_check("picky?level=5")
+    assert said.value.one_line() == "level in 'picky?level=5' is at most 3 (e.g. picky?level=2)"  # its own words
+    with pytest.raises(SpecError) as broke:
+        registry.parse_check("picky?level=2")
+    assert broke.value.one_line().startswith("the picky check could not read 'picky?level=2': KeyError")
 
 
 def test_a_non_finite_check_metric_is_not_comparable() -> None:

@@ -13,6 +13,7 @@ import pytest
 from tests.kb.runs import V1_CONTENT
 from tests.revisit_data import environment, make_run, target_result
 
+from bakeoff.checks.base import CheckSpec
 from bakeoff.errors import SpecError
 from bakeoff.measure.timing import TimingSettings
 from bakeoff.scenarios.registry import parse_scenario
@@ -71,6 +72,27 @@ SCENARIO_HINT = "name one: offline, server?rate=20, generation or training (or d
             {"scenarios": "nosuch"},
             "unknown scenario 'nosuch' (use one of single-stream, offline, server, generation, training)",
         ),
+        ({"checks": "nosuch"}, "unknown check 'nosuch' (use one of correctness, placement, compilation, determinism)"),
+        (
+            {"checks": "determinism?repeats=0"},
+            "check option repeats in 'determinism?repeats=0' must be at least 1 (e.g. determinism?repeats=2)",
+        ),
+        (
+            {"checks": "determinism?repeats=2.5"},
+            "check option repeats='2.5' in 'determinism?repeats=2.5' is not a whole number "
+            "(e.g. determinism?repeats=2)",
+        ),
+        ({"checks": "determinism?runs=3"}, "check 'determinism' has no option 'runs' (options: repeats)"),
+        ({"checks": "correctness?tolerance=1"}, "check 'correctness' has no option 'tolerance' (options: none)"),
+        (
+            {"checks": ["determinism", "determinism?repeats=3"]},
+            "check 'determinism' given twice (give each check once, with all its options)",
+        ),
+        ({"checks": "determinism,"}, "empty check in 'determinism,' (e.g. --check determinism?repeats=5)"),
+        (
+            {"scenarios": "training?lr=nan"},
+            "scenario option lr='nan' in 'training?lr=nan' is not a number (e.g. training?lr=0.0001)",
+        ),
         (
             {"requirements": ["p90<<5"]},
             "malformed requirement 'p90<<5' (write METRIC OP VALUE[UNIT], e.g. 'p90<=50ms' or 'throughput>=200/s')",
@@ -117,6 +139,8 @@ def test_a_keyword_that_is_not_a_setting_is_a_type_error() -> None:
             "scenarios",
             (parse_scenario("offline"), parse_scenario("server?rate=5")),
         ),
+        ({"checks": "determinism?repeats=5"}, "checks", (CheckSpec("determinism", {"repeats": 5}),)),
+        ({"checks": ["determinism"]}, "checks", (CheckSpec("determinism", {"repeats": 2}),)),
         ({"requirements": "p90<=50ms"}, "requirements", ("p90<=50ms",)),
         ({"requirements": []}, "requirements", ()),
         ({"requirements": None}, "requirements", None),
@@ -160,6 +184,7 @@ FULL = {
     "interleave": False,
     "replicates": 3,
     "process_spread": 0.05,
+    "checks": "determinism?repeats=3",
 }
 
 
@@ -191,6 +216,7 @@ def test_the_stored_keys_stay_the_ones_users_read() -> None:
         "interleaved",
         "replicates",
         "process_spread",
+        "checks",
         "reference",
         "buckets",
         "requirements",
@@ -199,6 +225,9 @@ def test_the_stored_keys_stay_the_ones_users_read() -> None:
     assert (stored["pad_to_buckets"], stored["cold_cache"], stored["interleaved"]) == ("auto", True, False)
     assert stored["scenarios"] == ["single-stream", "offline?max_batch=8", "server?bound=p99<=50ms"]
     assert stored["process_spread"] == 0.05 and _stored(TrialSettings())["process_spread"] == 0.02
+    assert stored["checks"] == ["determinism?repeats=3"] and _stored(TrialSettings())["checks"] == []
+    # a check named with its defaults stores its name: the user's wish to see it, with nothing changed
+    assert _stored(TrialSettings.from_options(checks="determinism?repeats=2"))["checks"] == ["determinism"]
 
 
 def test_options_give_the_same_settings_again() -> None:

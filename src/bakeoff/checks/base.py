@@ -8,6 +8,10 @@ and the one-line facts the reports show. The trial runs ``for check in registere
 
 A check runs inside the target's session (in its worker process when isolated) and sees it
 through a :class:`CheckContext`; everything it returns must be a plain frozen value.
+
+A check may declare typed options (:attr:`Check.options`); a user sets them with
+``--check NAME?key=value`` (``checks=["NAME?key=value"]`` in the API), the run stores them with
+its settings, and the check reads them from :attr:`CheckContext.options`.
 """
 
 from __future__ import annotations
@@ -17,8 +21,28 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from bakeoff.codec import decode, encode
+from bakeoff.specsyntax import Option
 
-__all__ = ["Check", "CheckContext", "Metric"]
+__all__ = ["Check", "CheckContext", "CheckSpec", "Metric", "Option"]
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """A check and the options a user set, e.g. ``determinism?repeats=5``: every option the
+    check declares, given or defaulted."""
+
+    name: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def spec(self) -> str:
+        """The text that gives these options again (defaults left out)."""
+        from bakeoff.checks.registry import check_named
+
+        check = check_named(self.name)
+        known = check.options if check is not None else {}
+        given = {k: v for k, v in self.options.items() if k not in known or v != known[k].default}
+        return self.name + ("?" + "&".join(f"{k}={v}" for k, v in given.items()) if given else "")
 
 
 @dataclass(frozen=True)
@@ -48,7 +72,8 @@ class CheckContext:
     form (padding removed); ``call(tag)`` runs the prepared model on that input again and
     returns its flattened outputs the same way. ``dtype`` is the dtype the outputs are judged
     in and ``native`` the workload's own. ``results`` holds the values of the checks that ran
-    before this one, by name; ``scenarios`` the scenario results so far.
+    before this one, by name; ``scenarios`` the scenario results so far. ``options`` are the
+    running check's own (every option it declares, as the user set it or defaulted).
     """
 
     job: Any
@@ -65,6 +90,7 @@ class CheckContext:
     unsteady: tuple[str, ...] = ()
     results: dict[str, Any] = field(default_factory=dict)
     scenarios: tuple[Any, ...] = ()
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 class Check:
@@ -83,6 +109,8 @@ class Check:
         offers: the numeric metrics of :meth:`metrics` that requirements may name, as
             ``name -> (kind, what it means)`` with kind ``count`` or ``share``
             (``--require 'recompiles<=0'``, ``--require 'device_op_share>=95%'``).
+        options: the options a user may set (``--check NAME?key=value``), by name; the check
+            reads them in :meth:`run` from ``context.options``.
     """
 
     name: ClassVar[str]
@@ -92,6 +120,11 @@ class Check:
     answers: ClassVar[str] = ""
     last: ClassVar[bool] = False
     offers: ClassVar[Mapping[str, tuple[str, str]]] = {}
+    options: ClassVar[Mapping[str, Option]] = {}
+
+    def validate(self, options: dict[str, Any], text: str) -> None:
+        """Refuse option values that are well-typed but wrong (SpecError); types and minimums
+        are checked before, from :attr:`options`."""
 
     def not_applicable(self, target: Any, is_reference: bool) -> str | None:
         """Why this check does not apply to ``target`` (None: it applies). Decided before the

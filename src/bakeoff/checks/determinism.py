@@ -1,8 +1,9 @@
 """Does the target give the same outputs twice? The determinism check.
 
-After timing, the target runs each input twice more, and both outputs are compared bit for bit
+After timing, the target runs each input ``repeats`` more times (option, default 2:
+``--check determinism?repeats=5``), and each output are compared bit for bit
 with the output a timed call produced. Verdicts:
-    deterministic     every output tensor of every input was bit-identical three times
+    deterministic     every output tensor of every input was bit-identical in every call
     nondeterministic  some output differed between calls (``differing`` names them, with the
                       largest absolute difference seen)
 
@@ -10,22 +11,23 @@ A nondeterministic target is not wrong (atomics in reductions, autotuning, dropo
 but its correctness verdict is then one draw of several, and a bit-exact regression test of
 its outputs cannot pass. What the check cannot see: differences between processes or
 machines (each trial's calls share one process, one compiled graph and one autotuning choice),
-differences that need other inputs, and randomness whose seed is reset before every call.
+differences that need other inputs, differences rarer than the calls made (more repeats
+see more), and randomness whose seed is reset before every call.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from bakeoff.checks.base import Check, CheckContext, Metric
 from bakeoff.checks.outputs import max_abs_difference
 from bakeoff.codec import Value
+from bakeoff.specsyntax import Option
 
 __all__ = ["RANK", "Determinism", "DeterminismCheck"]
 
-#: Extra calls per input, after the timed one the outputs came from.
-REPEATS = 2
 #: Determinism verdicts for regressions, better higher.
 RANK = {"deterministic": 1, "nondeterministic": 0}
 
@@ -84,9 +86,13 @@ class DeterminismCheck(Check):
     title = "determinism"
     value_type = Determinism
     phase = "determinism check"
+    options: ClassVar[Mapping[str, Option]] = {
+        "repeats": Option(int, 2, minimum=1, help="calls per input after the timed one")
+    }
 
     def run(self, context: CheckContext) -> Determinism:
-        runs = {tag: [flat, *(context.call(tag) for _ in range(REPEATS))] for tag, flat in context.outputs.items()}
+        repeats = context.options["repeats"]
+        runs = {tag: [flat, *(context.call(tag) for _ in range(repeats))] for tag, flat in context.outputs.items()}
         return compare_repeats(runs)
 
     def metrics(self, value: Determinism | None) -> list[Metric]:

@@ -17,14 +17,24 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from bakeoff.checks.base import Check
+from bakeoff.checks.base import Check, CheckSpec
 from bakeoff.checks.compilation import CompilationCheck
 from bakeoff.checks.correctness import CorrectnessCheck
 from bakeoff.checks.determinism import DeterminismCheck
 from bakeoff.checks.placement import PlacementCheck
 from bakeoff.entrypoints import load_plugins
+from bakeoff.errors import SpecError
+from bakeoff.specsyntax import split_options, typed_options
 
-__all__ = ["ENTRY_POINTS", "RUN_LEVEL_KEYS", "check_named", "guarded", "is_builtin", "registered_checks"]
+__all__ = [
+    "ENTRY_POINTS",
+    "RUN_LEVEL_KEYS",
+    "check_named",
+    "guarded",
+    "is_builtin",
+    "parse_check",
+    "registered_checks",
+]
 
 ENTRY_POINTS = "bakeoff.checks"
 
@@ -73,3 +83,29 @@ def guarded(check: Check, method: str, *args: Any, fallback: Any = None) -> Any:
 
 def check_named(name: str) -> Check | None:
     return next((c for c in registered_checks() if c.name == name), None)
+
+
+def parse_check(text: str) -> CheckSpec:
+    """Parse ``determinism?repeats=5``: a registered check and the options a user set.
+
+    Raises:
+        SpecError: an unknown check or option, or a value of the wrong type or range.
+    """
+    head, given = split_options(text, "check")
+    check = check_named(head)
+    if check is None:
+        names = ", ".join(c.name for c in registered_checks())
+        raise SpecError(f"unknown check {head!r}", hint=f"use one of {names}")
+    options = typed_options(head, given, check.options, "check", text)
+    try:
+        check.validate(options, text)
+    except SpecError:
+        raise
+    except Exception as exc:
+        if is_builtin(check):
+            raise
+        raise SpecError(
+            f"the {head} check could not read {text!r}: {type(exc).__name__}: {str(exc)[:200]}",
+            hint="see the plugin's documentation for its options",
+        ) from None
+    return CheckSpec(head, options)

@@ -57,6 +57,21 @@ def workloads(fmt: str) -> None:
     _console().print(workloads_view(info))
 
 
+@cli.command(epilog="Example: bakeoff checks --format json")
+@_format_option
+def checks(fmt: str) -> None:
+    """List the checks every trial runs (plugins' too), their options and requirement metrics."""
+    from bakeoff import api
+
+    info = api.checks()
+    if fmt == "json":
+        _emit_json(info)
+        return
+    from bakeoff.report.terminal import checks_view
+
+    _console().print(checks_view(info))
+
+
 @cli.command(epilog="Example: bakeoff baseline 'arch:llama?layers=4' --dtype bf16")
 @click.argument("workload")
 @click.option(
@@ -147,6 +162,7 @@ def _finish_run(run: Any, fmt: str, db: str | None, strict: bool, strict_placeme
 @_setting("cold_compile_cache")
 @_setting("env", multiple=True)
 @_setting("scenarios", multiple=True)
+@_setting("checks", multiple=True)
 @_setting("requirements", multiple=True)
 @click.option("--clear-requirements", is_flag=True, help="Forget the workload's kept requirements.")
 @_setting("interleave")
@@ -175,6 +191,7 @@ def trial(
     cold_compile_cache: bool,
     env: Sequence[str],
     scenarios: Sequence[str],
+    checks: Sequence[str],
     requirements: Sequence[str],
     clear_requirements: bool,
     interleave: bool,
@@ -219,6 +236,7 @@ def trial(
             cold_compile_cache=cold_compile_cache,
             env=env,
             scenarios=scenarios,
+            checks=checks,
             requirements=[] if clear_requirements else (list(requirements) or None),
             interleave=interleave,
             replicates=replicates,

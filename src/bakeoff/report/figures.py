@@ -95,10 +95,17 @@ def placement_share(result: TargetResult) -> str:
 
 
 def settings_line(run: Any) -> str | None:
-    """How the run's targets were measured (:meth:`~bakeoff.settings.TrialSettings.describe`),
-    or None where its stored settings are not ones this release reads."""
-
+    """How the run's targets were measured (:meth:`~bakeoff.settings.TrialSettings.describe`)
+    and the check options a user set, or None where its stored settings are not ones this
+    release reads. What the line does not show is not read (scenarios, requirements), and the
+    check options are shown as stored: a plugin's check or scenario, absent now, does not hide
+    the rest."""
+    stored = {k: v for k, v in run.settings.items() if k not in ("scenarios", "requirements")}
+    checks = stored.pop("checks", None)
+    checks = checks if isinstance(checks, list) else []
     try:
-        return TrialSettings.from_dict(run.settings).describe()
+        line = TrialSettings.from_dict(stored).describe()
     except (BakeoffError, TypeError, ValueError, KeyError):
         return None
+    asked = [str(text) for text in checks if "?" in str(text)]  # a name alone changed nothing
+    return line + ("; check options " + " ".join(asked) if asked else "")

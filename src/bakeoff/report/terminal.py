@@ -372,6 +372,26 @@ def targets_view(info: dict[str, list[dict[str, Any]]]) -> Group:
     return Group(devices, backends, Text(f"target syntax: DEVICE[:INDEX][+BACKEND][?option=value&...]; {example}"))
 
 
+def checks_view(info: list[dict[str, Any]]) -> Group:
+    table = Table(title="checks (every applicable one runs on every target)", header_style="bold", title_justify="left")
+    for column in ("check", "from", "options (default)", "requirement metrics"):
+        table.add_column(column)
+    for check in info:
+        options = [
+            f"{key}={o['default']}"
+            + (f" (>= {o['minimum']})" if o["minimum"] is not None else "")
+            + (f": {o['help']}" if o["help"] else "")
+            for key, o in check["options"].items()
+        ]
+        table.add_row(
+            escape(check["name"]),
+            escape(check["source"]),
+            escape("\n".join(options)) or "-",
+            escape(", ".join(check["requirement_metrics"])) or "-",
+        )
+    return Group(table, Text("set options with --check NAME?key=value, e.g. --check determinism?repeats=5"))
+
+
 def workloads_view(info: dict[str, Any]) -> Group:
     kinds = Table(title="workload kinds", header_style="bold", title_justify="left")
     kinds.add_column("kind")

@@ -25,7 +25,8 @@ class TargetJob:
     ``profile`` runs the target over those request shapes instead of the workload's one input;
     ``buckets`` pads every request up to the smallest bucket that holds it (the static-shape
     what-if); ``cold_cache`` gives the compiler an empty cache directory; ``env`` sets
-    environment switches (a backend's strict modes, say) while the target runs.
+    environment switches (a backend's strict modes, say) while the target runs; ``checks``
+    the options a user set for checks (the others run with their defaults).
     """
 
     workload_spec: str
@@ -40,6 +41,7 @@ class TargetJob:
     cold_cache: bool = False
     env: tuple[tuple[str, str], ...] = ()
     scenarios: tuple[Any, ...] = ()  # ScenarioSpec values beyond single-stream
+    checks: tuple[Any, ...] = ()  # CheckSpec values: the options a user set
 
     @property
     def variant(self) -> str:

@@ -297,6 +297,8 @@ class TargetSession:
         that raises, or returns something other than its value type, is that check's failure,
         kept as a note: the target keeps every other check's value and its timings.
         """
+        asked = next((spec.options for spec in self.job.checks if spec.name == check.name), {})
+        context.options = {**{key: option.default for key, option in check.options.items()}, **asked}
         try:
             value = check.run(context)
             if value is None:

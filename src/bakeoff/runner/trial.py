@@ -419,6 +419,7 @@ def run_trial(
             cold_cache=settings.cold_cache,
             env=() if is_ref else settings.env,  # the reference stays what the baseline measured
             scenarios=tuple(s for s in scenarios if not scenario_named(s.name).always),
+            checks=settings.checks,
         )
         label = target.spec + (" (reference)" if is_ref else "") + (" padded to buckets" if padding else "")
         for index in range(settings.replicates):  # scenarios describe the target: the first replicate runs them

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from bakeoff.codec import Value
-from bakeoff.errors import SpecError
 from bakeoff.measure.clock import Clock
+from bakeoff.specsyntax import Option
 from bakeoff.stats import Estimate
 
 __all__ = [
@@ -64,15 +64,6 @@ class ScenarioResult(Value):
     run_seconds: float = 0.0
     peak_host_rss_bytes: int | None = None
     device_peak_bytes: int | None = None
-
-
-@dataclass(frozen=True)
-class Option:
-    """A scenario option: its type, its default, and (for numbers) the smallest value allowed."""
-
-    kind: type
-    default: Any
-    minimum: int | None = None
 
 
 @dataclass(frozen=True)
@@ -164,12 +155,8 @@ class Scenario:
     needs_grad: ClassVar[bool] = False
 
     def validate(self, options: dict[str, Any], text: str) -> None:
-        """Refuse option values that are well-typed but wrong (SpecError)."""
-        for key, option in self.options.items():
-            if option.minimum is not None and options.get(key) is not None and options[key] < option.minimum:
-                raise SpecError(
-                    f"scenario option {key} in {text!r} must be at least {option.minimum}", hint=f"e.g. {key}=16"
-                )
+        """Refuse option values that are well-typed but wrong (SpecError); types and minimums
+        are checked before, from :attr:`options`."""
 
     def not_applicable(self, context: ScenarioContext) -> str | None:
         """Why the scenario does not fit this workload or target (None: it does)."""

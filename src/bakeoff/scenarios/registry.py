@@ -22,7 +22,7 @@ from bakeoff.scenarios.offline import Offline
 from bakeoff.scenarios.server import Server
 from bakeoff.scenarios.single_stream import SingleStream
 from bakeoff.scenarios.training import Training
-from bakeoff.specsyntax import split_options
+from bakeoff.specsyntax import split_options, typed_options
 from bakeoff.target.execute import device_peak_memory, reset_device_peak_memory
 
 __all__ = [
@@ -118,38 +118,9 @@ def parse_scenario(text: str) -> ScenarioSpec:
     """
     head, given = split_options(text, "scenario")
     scenario = scenario_named(head)
-    options = {}
-    for key, option in scenario.options.items():
-        options[key] = option.default
-        if key in given:
-            try:
-                options[key] = _option_value(option.kind, given[key])
-            except ValueError:
-                what = {int: "a whole number", bool: "true or false"}.get(option.kind, "a number")
-                example = option.default if option.default is not None else 16
-                raise SpecError(
-                    f"scenario option {key}={given[key]!r} in {text!r} is not {what}",
-                    hint=f"e.g. {head}?{key}={example}",
-                ) from None
-    unknown = sorted(set(given) - set(scenario.options))
-    if unknown:
-        allowed = ", ".join(scenario.options) or "none"
-        raise SpecError(f"scenario {head!r} has no option {unknown[0]!r}", hint=f"options: {allowed}")
+    options = typed_options(head, given, scenario.options, "scenario", text)
     scenario.validate(options, text)
     return ScenarioSpec(head, options)
-
-
-_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
-
-
-def _option_value(kind: type, text: str) -> Any:
-    """An option's value from its text: ``true``/``false`` (also yes/no, on/off, 1/0) for a
-    flag, where ``bool("false")`` would be true."""
-    if kind is bool:
-        if text.lower() not in (*_TRUE, *_FALSE):
-            raise ValueError(text)
-        return text.lower() in _TRUE
-    return kind(text)
 
 
 def run_scenario(spec: ScenarioSpec, ctx: ScenarioContext) -> ScenarioResult:

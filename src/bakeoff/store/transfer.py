@@ -15,7 +15,10 @@ Import is idempotent and safe beside other writers: a run, baseline, tag or note
 present is left alone (runs are keyed by id, notes by run, time, text and author), requirements
 are replaced only by newer ones, and the whole file goes in as one transaction, taken one
 importer at a time. A file or record newer than this release is refused before anything is
-written. CSV is a flat table for spreadsheets (one row per run and target) and is export-only.
+written. CSV is a flat table for spreadsheets (one row per run and target) and is export-only:
+:data:`CSV_COLUMNS` first (their names and order are kept from release to release), then one
+column per further metric the registered checks offer (a plugin check's verdict, say), in the
+order the checks run.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import IO, Any
 
 from sqlalchemy.exc import DBAPIError
 
+from bakeoff.checks.registry import guarded, registered_checks
 from bakeoff.codec import Value
 from bakeoff.env import Environment
 from bakeoff.errors import BakeoffError, StoreError
@@ -193,17 +197,31 @@ def _cell(value: Any) -> Any:
 
 
 def _write_csv(store: Store, index: list[dict[str, str]], out: IO[str]) -> int:
-    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS)
-    writer.writeheader()
-    rows = 0
+    rows, more = [], {}
     for row in index:
         run = store.get_run(row["id"])
         tags = ";".join(store.tags(row["id"]))
         notes = " | ".join(n.text for n in store.notes(row["id"]))
         for result in run.results:
-            writer.writerow({k: _cell(v) for k, v in _csv_row(run, result.to_dict(), tags, notes).items()})
-            rows += 1
-    return rows
+            extra = _check_metrics(result)
+            more.update(dict.fromkeys(extra))
+            rows.append({k: _cell(v) for k, v in {**_csv_row(run, result.to_dict(), tags, notes), **extra}.items()})
+    writer = csv.DictWriter(out, fieldnames=[*CSV_COLUMNS, *more])
+    writer.writeheader()
+    writer.writerows(rows)
+    return len(rows)
+
+
+def _check_metrics(result: Any) -> dict[str, Any]:
+    """The metrics of the result's check values that :data:`CSV_COLUMNS` does not hold, by
+    name (a plugin's that fails gives none)."""
+    return {
+        metric.name: metric.value
+        for check in registered_checks()
+        if check.name in result.checks
+        for metric in guarded(check, "metrics", result.checks[check.name], fallback=[])
+        if metric.name not in CSV_COLUMNS and isinstance(metric.value, str | int | float | None)
+    }
 
 
 def _get(data: dict[str, Any] | None, *keys: str) -> Any:

@@ -21,6 +21,7 @@ from bakeoff.scenarios.base import MetricSpec, Option, Scenario, ScenarioContext
 class Finite(Value):
     verdict: str
     nonfinite: tuple[str, ...] = ()
+    limit: float | None = None
 
 
 class FiniteOutputs(Check):
@@ -28,17 +29,22 @@ class FiniteOutputs(Check):
     title = "finite outputs"
     value_type = Finite
     phase = "finite outputs check"
+    options: ClassVar[Mapping[str, Option]] = {
+        "limit": Option(float, None, help="also flag values whose magnitude is above this")
+    }
 
     def run(self, context: CheckContext) -> Finite:
         import torch
 
+        limit = context.options["limit"]
         bad = [
             f"{tag}{name}" if tag else name
             for tag, flat in context.outputs.items()
             for name, tensor in flat.items()
-            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())
+            if tensor.is_floating_point()
+            and not bool(torch.isfinite(tensor).all() and (limit is None or tensor.abs().max() <= limit))
         ]
-        return Finite("nonfinite" if bad else "finite", tuple(bad))
+        return Finite("nonfinite" if bad else "finite", tuple(bad), limit)
 
     def metrics(self, value: Finite | None) -> list[Metric]:
         return [Metric("finite_outputs", value.verdict if value else None, "verdict", {"finite": 1, "nonfinite": 0})]
