@@ -2,7 +2,8 @@
 
 A value class declares nothing but its fields. Tuples are written as lists and read back as
 tuples (``tuple[float, ...]`` reads JSON integers as floats), nested value classes and mappings
-of them round-trip, ``X | None`` reads ``null`` as None. A value of the wrong kind is refused
+of them round-trip, ``X | None`` reads ``null`` as None (``null`` for a field that cannot be None is refused). A
+value of the wrong kind is refused
 with a TypeError naming the field (a number where a string belongs, a string where a list
 does, ``true`` where a number does); a field hinted ``Any`` takes anything. A class may list read-only
 properties in ``DERIVED``: they are written beside the fields for readers of the JSON (a
@@ -95,10 +96,13 @@ def _kind(value: Any) -> str:
 
 
 def _read(hint: Any, value: Any, where: str) -> Any:
-    """``value`` read as ``hint``; raises TypeError, naming ``where``, when it is of another kind."""
-    if value is None:
-        return None
+    """``value`` read as ``hint``; raises TypeError, naming ``where``, when it is of another kind
+    (``null`` where the hint does not admit None, too)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if value is None:
+        if hint is Any or (origin in (typing.Union, types.UnionType) and type(None) in args):
+            return None
+        raise TypeError(f"{where} should be {_NAMES.get(hint, 'given')}, not null")
     if origin in (typing.Union, types.UnionType):
         kinds = [a for a in args if a is not type(None)]
         return _read(kinds[0], value, where) if len(kinds) == 1 else value

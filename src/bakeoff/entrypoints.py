@@ -4,11 +4,13 @@ Checks (``bakeoff.checks``), scenarios (``bakeoff.scenarios``) and engines (``ba
 are loaded the same way: each entry point names a class (instantiated with no arguments) or an
 instance of the kind the registry holds. One that fails to load, is of another kind, has no
 name or takes a name already used is left out with one line on stderr: a broken plugin must not
-stop bakeoff, and must never replace one of bakeoff's own.
+stop bakeoff, and must never replace one of bakeoff's own. The line is said by the process the
+user started; its worker processes load the same plugins and keep quiet about them.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import sys
 from collections.abc import Callable, Iterable
 from importlib.metadata import entry_points
@@ -45,20 +47,22 @@ def load_plugins(
     measures.
     """
     names, metrics, found = set(taken), set(claimed), []
+
+    def say(line: str) -> None:
+        if multiprocessing.parent_process() is None:  # a worker's parent has said it already
+            print(line, file=sys.stderr)
+
     for entry in sorted(entry_points(group=group), key=lambda e: e.name):
         try:
             plugin = _instance(entry.load(), kind, names)
         except Exception as exc:
-            print(
-                f"bakeoff: {what} plugin {entry.name!r} ({entry.value}) left out: {type(exc).__name__}: {exc}",
-                file=sys.stderr,
-            )
+            say(f"bakeoff: {what} plugin {entry.name!r} ({entry.value}) left out: {type(exc).__name__}: {exc}")
             continue
         wanted = set(claims(plugin)) if claims is not None else set()
         if wanted & metrics:
             clash = sorted(wanted & metrics)
             name = plugin.name  # type: ignore[attr-defined]
-            print(f"bakeoff: {what} plugin {name!r} left out: its metric names {clash} are taken", file=sys.stderr)
+            say(f"bakeoff: {what} plugin {name!r} left out: its metric names {clash} are taken")
             continue
         metrics |= wanted
         names.add(plugin.name)  # type: ignore[attr-defined]

@@ -424,6 +424,13 @@ def test_missing_schema_refused() -> None:
             "Correctness.outputs[0].shape[1] should be an integer, not a string '16'",
         ),
         (Correctness, {"verdict": "fail", "drift": [1]}, "Correctness.drift should be an object, not a list"),
+        (Correctness, {"verdict": None}, "Correctness.verdict should be a string, not null"),
+        (Latency, {"samples_ms": [1.0, None]}, "Latency.samples_ms[1] should be a number, not null"),
+        (
+            Correctness,
+            {"verdict": "fail", "outputs": [{**LOGITS.to_dict(), "shape": None}]},
+            "Correctness.outputs[0].shape should be given, not null",
+        ),
     ],
 )
 def test_values_of_the_wrong_kind_are_refused_naming_the_field(cls: type, data: dict, message: str) -> None:
@@ -438,3 +445,4 @@ def test_values_of_their_kind_are_read() -> None:
     assert Correctness.from_dict({"verdict": "pass", "tolerance": 0}).tolerance == 0.0
     drift = {"a": [1, "x", None, True, {"b": 1.5}]}
     assert Correctness.from_dict({"verdict": "pass", "drift": drift}).drift == drift
+    assert Correctness.from_dict({"verdict": "pass", "drift": None}).drift is None  # an optional field takes null
