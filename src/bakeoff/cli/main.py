@@ -27,49 +27,38 @@ from bakeoff.settings import OPTIONS
 __all__ = ["cli", "main"]
 
 
+def _listing(name: str, fmt: str) -> None:
+    """Print ``api.<name>()``: as JSON, or through the terminal's ``<name>_view``."""
+    from bakeoff import api
+
+    info = getattr(api, name)()
+    if fmt == "json":
+        _emit_json(info)
+        return
+    from bakeoff.report import terminal
+
+    _console().print(getattr(terminal, f"{name}_view")(info))
+
+
 @cli.command(epilog="Example: bakeoff targets --format json")
 @_format_option
 def targets(fmt: str) -> None:
     """List devices and torch.compile backends available here."""
-    from bakeoff import api
-
-    info = api.targets()
-    if fmt == "json":
-        _emit_json(info)
-        return
-    from bakeoff.report.terminal import targets_view
-
-    _console().print(targets_view(info))
+    _listing("targets", fmt)
 
 
 @cli.command(epilog="Example: bakeoff workloads")
 @_format_option
 def workloads(fmt: str) -> None:
     """List workload kinds and the Hugging Face architectures arch: accepts."""
-    from bakeoff import api
-
-    info = api.workloads()
-    if fmt == "json":
-        _emit_json(info)
-        return
-    from bakeoff.report.terminal import workloads_view
-
-    _console().print(workloads_view(info))
+    _listing("workloads", fmt)
 
 
 @cli.command(epilog="Example: bakeoff checks --format json")
 @_format_option
 def checks(fmt: str) -> None:
     """List the checks every trial runs (plugins' too), their options and requirement metrics."""
-    from bakeoff import api
-
-    info = api.checks()
-    if fmt == "json":
-        _emit_json(info)
-        return
-    from bakeoff.report.terminal import checks_view
-
-    _console().print(checks_view(info))
+    _listing("checks", fmt)
 
 
 @cli.command(epilog="Example: bakeoff baseline 'arch:llama?layers=4' --dtype bf16")
