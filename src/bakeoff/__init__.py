@@ -17,6 +17,7 @@ _API = (
     "compare",
     "db_status",
     "db_upgrade",
+    "decide",
     "demo",
     "export_runs",
     "history",

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from bakeoff.report.evidence import Evidence
     from bakeoff.store.annotations import Note
     from bakeoff.store.transfer import ExportSummary, ImportSummary
+    from bakeoff.verdicts.decision import Decision
     from bakeoff.verdicts.regressions import Comparison, Thresholds
     from bakeoff.workload.profile import InputProfile
 
@@ -29,6 +30,7 @@ __all__ = [
     "compare",
     "db_status",
     "db_upgrade",
+    "decide",
     "demo",
     "export_runs",
     "history",
@@ -91,6 +93,7 @@ def trial(
     replicates: int = _DEFAULT.replicates,
     process_spread: float | None = _DEFAULT.process_spread,
     checks: str | Iterable[str] = _DEFAULT.checks,
+    prices: str | Iterable[str] = _DEFAULT.prices,
     progress: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Run ``workload`` on each target in ``on`` and store the run.
@@ -129,6 +132,7 @@ def trial(
         replicates=replicates,
         process_spread=process_spread,
         checks=checks,
+        prices=prices,
     )
     # an existing knowledge base is opened now (a bad one fails before any model is built); a
     # new one only once the workload has built and run, so bad input creates no database
@@ -208,6 +212,22 @@ def history(
 ) -> list[RunSummary]:
     """The newest runs first, optionally only one workload's or one tag's (the database must exist)."""
     return Store.open(db, create=False).list_runs(limit=limit, workload_spec=workload, tag=tag)
+
+
+def decide(run: str | RunResult, *, prices: Iterable[str] | None = None, db: PathLike | None = None) -> Decision:
+    """The decision for a run (a stored run's id, or the run): which target to pick and why, by
+    :data:`~bakeoff.verdicts.decision.RULE`. ``prices`` (``"cpu=0.34/h"``...) rank qualifying
+    targets by cost per million requests; None uses the prices the run was given.
+
+    Raises:
+        SpecError: a malformed price.
+        StoreError: no such run.
+    """
+    from bakeoff.analysis.cost import parse_prices
+    from bakeoff.verdicts.decision import decide_run
+
+    found = show(run, db=db) if isinstance(run, str) else run
+    return decide_run(found, None if prices is None else parse_prices(list(prices)))
 
 
 def show(run_id: str, *, db: PathLike | None = None) -> RunResult:
@@ -419,13 +439,16 @@ def report(
     markdown: PathLike | None = None,
     json: PathLike | None = None,
     thresholds: Thresholds | None = None,
+    prices: Iterable[str] | None = None,
 ) -> Evidence:
-    """Build the evidence for the selected runs and write it as HTML, Markdown and/or JSON.
+    """Build the evidence for the selected runs and write it as HTML, Markdown and/or JSON;
+    each run's decision is priced by ``prices`` (None: the prices each run was given).
 
     Raises:
         SpecError: no output was asked for.
         StoreError: nothing matches the selection.
     """
+    from bakeoff.analysis.cost import parse_prices
     from bakeoff.errors import SpecError
     from bakeoff.report.evidence import build_evidence
 
@@ -445,6 +468,7 @@ def report(
         selection=selection,
         database=store.display_url,
         thresholds=thresholds,
+        prices=None if prices is None else parse_prices(list(prices)),
     )
     for kind, path in outputs.items():
         if path is None:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bakeoff.analysis.compare import PROCESS_SPREAD
+from bakeoff.analysis.cost import Price, parse_prices
 from bakeoff.checks.base import CheckSpec
 from bakeoff.checks.registry import parse_check
 from bakeoff.errors import SpecError
@@ -59,7 +60,8 @@ class TrialSettings:
     of them for ``auto``. ``process_spread`` is the spread between worker processes that speed
     intervals include (None: the measured default,
     :data:`~bakeoff.analysis.compare.PROCESS_SPREAD`). ``checks`` hold the options a user set
-    for checks (``determinism?repeats=5``); every applicable check runs either way.
+    for checks (``determinism?repeats=5``); every applicable check runs either way. ``prices``
+    (per hour, by target or device) turn speed into cost in the decision.
 
     Build one from user input with :meth:`from_options` (which checks every value); the
     plain constructor trusts its arguments.
@@ -80,6 +82,7 @@ class TrialSettings:
     replicates: int = 1
     process_spread: float | None = None
     checks: tuple[CheckSpec, ...] = ()
+    prices: tuple[Price, ...] = ()
 
     @property
     def interleaved(self) -> bool:
@@ -125,13 +128,14 @@ class TrialSettings:
             replicates=values["replicates"],
             process_spread=values["process_spread"],
             checks=values["checks"],
+            prices=values["prices"],
         )
 
     def options(self) -> dict[str, Any]:
         """The :func:`bakeoff.api.trial` keywords that give these settings again (what a rerun
         passes). ``refresh_baseline`` is left out (a rerun decides it anew), and so are
-        scenarios, requirements, replicates, the process spread, check options and interleaving
-        when they are the defaults."""
+        scenarios, requirements, replicates, the process spread, check options, prices and
+        interleaving when they are the defaults."""
         keywords: dict[str, Any] = {
             "isolate": self.isolate,
             "timeout_s": self.timeout_s,
@@ -153,6 +157,8 @@ class TrialSettings:
             keywords["process_spread"] = self.process_spread
         if self.checks:
             keywords["checks"] = [spec.spec for spec in self.checks]
+        if self.prices:
+            keywords["prices"] = [price.text for price in self.prices]
         if self.isolate and not self.interleave:
             keywords["interleave"] = False  # the targets were timed one after another, not in turns
         return keywords
@@ -174,6 +180,7 @@ class TrialSettings:
             "replicates": self.replicates,
             "process_spread": self.spread,
             "checks": [spec.spec for spec in self.checks],
+            "prices": [price.text for price in self.prices],
         }
 
     def to_run_dict(
@@ -219,8 +226,9 @@ class TrialSettings:
         user input (see :meth:`from_options`).
 
         A key a document lacks takes the value its version used: version 1 stored no
-        scenarios, interleaving, replicates, process spread or check options (a single
-        process, timed alone, the default spread, the checks' defaults), and no ``round_warmup`` in ``timing`` (see
+        scenarios, interleaving, replicates, process spread, check options or prices (a
+        single process, timed alone, the default spread, the checks' defaults, no prices),
+        and no ``round_warmup`` in ``timing`` (see
         :meth:`~bakeoff.measure.timing.TimingSettings.from_dict`). The requirements stored are
         the ones checked; none stored reads as "check the workload's kept ones". An in-process
         run stores ``interleaved`` false because one process cannot take turns; that is not a
@@ -247,6 +255,7 @@ class TrialSettings:
             replicates=data.get("replicates", cls.replicates),
             process_spread=data.get("process_spread"),
             checks=list(data.get("checks") or ()),
+            prices=list(data.get("prices") or ()),
         )
         return replace(settings, timing=timing)  # whole, as stored (a rerun repeats only its minimums)
 
@@ -368,6 +377,10 @@ def _check_checks(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple
     if twice is not None:
         raise SpecError(f"check {twice!r} given twice", hint="give each check once, with all its options")
     return parsed
+
+
+def _check_prices(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[Price, ...]:
+    return parse_prices([value] if isinstance(value, str) else value)
 
 
 def _check_requirements(value: str | Iterable[str] | None, given: Mapping[str, Any]) -> tuple[str, ...] | None:
@@ -522,6 +535,16 @@ OPTIONS: dict[str, Option] = {
             _check_checks,
             keyword_note="A list, or one comma-separated text.",
             metavar="CHECK",
+        ),
+        Option(
+            "prices",
+            "--price",
+            TrialSettings.prices,
+            "What an hour of a target costs, by target or device: 'cpu=0.34/h', 'neuron=$1.34/h' "
+            "(repeatable): the decision then ranks qualifying targets by cost per million requests.",
+            _check_prices,
+            keyword_note="A list of such texts, or one.",
+            metavar="TARGET=PRICE/h",
         ),
         Option(
             "requirements",

@@ -13,6 +13,7 @@ import pytest
 from tests.kb.runs import V1_CONTENT
 from tests.revisit_data import environment, make_run, target_result
 
+from bakeoff.analysis.cost import Price
 from bakeoff.checks.base import CheckSpec
 from bakeoff.errors import SpecError
 from bakeoff.measure.timing import TimingSettings
@@ -89,6 +90,7 @@ SCENARIO_HINT = "name one: offline, server?rate=20, generation or training (or d
             "check 'determinism' given twice (give each check once, with all its options)",
         ),
         ({"checks": "determinism,"}, "empty check in 'determinism,' (e.g. --check determinism?repeats=5)"),
+        ({"prices": ["cpu=1/h", "cpu=2/h"]}, "'cpu' priced twice (give each target or device one price)"),
         (
             {"scenarios": "training?lr=nan"},
             "scenario option lr='nan' in 'training?lr=nan' is not a number (e.g. training?lr=0.0001)",
@@ -141,6 +143,7 @@ def test_a_keyword_that_is_not_a_setting_is_a_type_error() -> None:
         ),
         ({"checks": "determinism?repeats=5"}, "checks", (CheckSpec("determinism", {"repeats": 5}),)),
         ({"checks": ["determinism"]}, "checks", (CheckSpec("determinism", {"repeats": 2}),)),
+        ({"prices": "cpu=0.36/h"}, "prices", (Price("cpu", 0.36, "", "cpu=0.36/h"),)),
         ({"requirements": "p90<=50ms"}, "requirements", ("p90<=50ms",)),
         ({"requirements": []}, "requirements", ()),
         ({"requirements": None}, "requirements", None),
@@ -185,6 +188,7 @@ FULL = {
     "replicates": 3,
     "process_spread": 0.05,
     "checks": "determinism?repeats=3",
+    "prices": ["cpu=0.34/h", "cpu+inductor=0.5/min"],
 }
 
 
@@ -217,6 +221,7 @@ def test_the_stored_keys_stay_the_ones_users_read() -> None:
         "replicates",
         "process_spread",
         "checks",
+        "prices",
         "reference",
         "buckets",
         "requirements",

@@ -18,6 +18,7 @@ __all__ = [
     "db_option",
     "emit_json",
     "format_option",
+    "price_option",
     "progress",
     "workload_output_to_stderr",
 ]
@@ -31,6 +32,13 @@ db_option = click.option(
     default=None,
     metavar="PATH|URL",
     help="Knowledge base: a SQLite file (default ./bakeoff.db) or a postgresql:// URL. Env: BAKEOFF_DB.",
+)
+price_option = click.option(
+    "--price",
+    "prices",
+    multiple=True,
+    metavar="TARGET=PRICE/h",
+    help="Decide with these prices instead of the ones the run was given: 'cpu=0.34/h' (repeatable).",
 )
 format_option = click.option(
     "--format",

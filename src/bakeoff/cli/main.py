@@ -20,6 +20,7 @@ from bakeoff.cli.common import console as _console
 from bakeoff.cli.common import db_option as _db_option
 from bakeoff.cli.common import emit_json as _emit_json
 from bakeoff.cli.common import format_option as _format_option
+from bakeoff.cli.common import price_option as _price_option
 from bakeoff.cli.common import progress as _progress
 from bakeoff.errors import BakeoffError
 from bakeoff.settings import OPTIONS
@@ -109,18 +110,30 @@ def _setting(keyword: str, **kwargs: Any) -> Callable[[Callable[..., Any]], Call
     return click.option(option.flag, keyword, metavar=option.metavar, help=option.help + shown, **kwargs)
 
 
-def _finish_run(run: Any, fmt: str, db: str | None, strict: bool, strict_placement: bool = False) -> None:
-    """Print the run; with --strict exit 1 on a failed target or a requirement not met."""
+def _finish_run(
+    run: Any,
+    fmt: str,
+    db: str | None,
+    strict: bool,
+    strict_placement: bool = False,
+    prices: Sequence[str] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> None:
+    """Print the run and its decision (priced by ``prices``, None: the run's own); with
+    --strict exit 1 on a failed target or a requirement not met."""
+    from bakeoff import api
+    from bakeoff.analysis.cost import parse_prices
     from bakeoff.results.codec import run_to_json
     from bakeoff.store.connection import display_db_url, resolve_db_url
 
+    parsed = None if not prices else parse_prices(prices)
     if fmt == "json":
-        _emit_json(run_to_json(run))
+        _emit_json({**run_to_json(run), "decision": api.decide(run, prices=prices or None).to_dict(), **(extra or {})})
     else:
         from bakeoff.report.terminal import run_view
 
         console = _console()
-        console.print(run_view(run, where=display_db_url(resolve_db_url(db)), width=console.width))
+        console.print(run_view(run, where=display_db_url(resolve_db_url(db)), width=console.width, prices=parsed))
     if (strict or strict_placement) and run.failures(placement=strict_placement, requirements=strict):
         raise SystemExit(EXIT_FAILED)
 
@@ -152,6 +165,7 @@ def _finish_run(run: Any, fmt: str, db: str | None, strict: bool, strict_placeme
 @_setting("env", multiple=True)
 @_setting("scenarios", multiple=True)
 @_setting("checks", multiple=True)
+@_setting("prices", multiple=True)
 @_setting("requirements", multiple=True)
 @click.option("--clear-requirements", is_flag=True, help="Forget the workload's kept requirements.")
 @_setting("interleave")
@@ -181,6 +195,7 @@ def trial(
     env: Sequence[str],
     scenarios: Sequence[str],
     checks: Sequence[str],
+    prices: Sequence[str],
     requirements: Sequence[str],
     clear_requirements: bool,
     interleave: bool,
@@ -226,6 +241,7 @@ def trial(
             env=env,
             scenarios=scenarios,
             checks=checks,
+            prices=prices,
             requirements=[] if clear_requirements else (list(requirements) or None),
             interleave=interleave,
             replicates=replicates,
@@ -269,24 +285,24 @@ def history(limit: int, workload: str | None, tag: str | None, db: str | None, f
     _console().print(history_table(rows))
 
 
-@cli.command(epilog="Example: bakeoff show 3f2a --format json")
+@cli.command(
+    epilog="\b\nExamples:\n  bakeoff show 3f2a --format json\n"
+    "  bakeoff show 3f2a --price cpu=0.34/h --price neuron=1.34/h"
+)
 @click.argument("run_id")
+@_price_option
 @_db_option
 @_format_option
-def show(run_id: str, db: str | None, fmt: str) -> None:
-    """Show a stored run (RUN_ID may be a unique prefix), with its tags and notes."""
+def show(run_id: str, prices: Sequence[str], db: str | None, fmt: str) -> None:
+    """Show a stored run (RUN_ID may be a unique prefix), with its decision, tags and notes."""
     from bakeoff import api
     from bakeoff.cli.kb import annotations_json, print_annotations
 
     run = api.show(run_id, db=db)
     found = api.notes_and_tags(run.run_id, db=db)
-    if fmt == "json":
-        from bakeoff.results.codec import run_to_json
-
-        _emit_json({**run_to_json(run), **annotations_json(found)})
-        return
-    _finish_run(run, fmt, db, strict=False)
-    print_annotations(_console(), found["notes"], found["tags"])
+    _finish_run(run, fmt, db, strict=False, prices=prices, extra=annotations_json(found))
+    if fmt != "json":
+        print_annotations(_console(), found["notes"], found["tags"])
 
 
 for _command in _kb.COMMANDS:  # db, export, import, note, tag

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from bakeoff.cli.app import cli
-from bakeoff.cli.common import EXIT_FAILED, workload_output_to_stderr
+from bakeoff.cli.common import EXIT_FAILED, price_option, workload_output_to_stderr
 from bakeoff.cli.common import console as _console
 from bakeoff.cli.common import db_option as _db_option
 from bakeoff.cli.common import emit_json as _emit_json
@@ -161,6 +161,7 @@ def rerun(
     "--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write JSON (schema bakeoff.report)."
 )
 @_latency_option
+@price_option
 @_db_option
 def report(
     run_ids: Sequence[str],
@@ -170,6 +171,7 @@ def report(
     markdown_path: str | None,
     json_path: str | None,
     latency_threshold: float,
+    prices: Sequence[str],
     db: str | None,
 ) -> None:
     """Write an evidence report for RUN_IDS (or a workload, a tag; default: every run).
@@ -193,6 +195,7 @@ def report(
         markdown=markdown_path,
         json=json_path,
         thresholds=_thresholds(latency_threshold),
+        prices=prices or None,
     )
     written = ", ".join(p for p in (html_path, markdown_path, json_path) if p)
     click.echo(f"wrote {written}: {len(evidence.runs)} run(s), {len(evidence.regressions)} comparison(s)")

@@ -13,12 +13,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bakeoff.analysis.cost import Price
 from bakeoff.checks.placement import engine_notes
 from bakeoff.checks.registry import guarded, registered_checks
 from bakeoff.env import Environment
 from bakeoff.results.codec import run_to_json
 from bakeoff.results.strictjson import for_display
 from bakeoff.results.values import RunResult, TargetResult
+from bakeoff.verdicts.decision import Decision, decide_run
 from bakeoff.verdicts.regressions import Comparison, Thresholds, find_regressions
 
 __all__ = [
@@ -172,8 +174,8 @@ def _note_dict(note: Any) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Evidence:
-    """Everything a report shows: the runs (oldest first), what people noted and tagged, and the
-    regressions among them."""
+    """Everything a report shows: the runs (oldest first), what people noted and tagged, the
+    regressions among them and each run's decision (by run id)."""
 
     generated_at: str
     selection: str
@@ -183,6 +185,7 @@ class Evidence:
     tags: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     regressions: tuple[Comparison, ...] = ()
     thresholds: Thresholds = field(default_factory=Thresholds)
+    decisions: Mapping[str, Decision] = field(default_factory=dict)
 
     @property
     def environments(self) -> dict[str, Environment]:
@@ -225,6 +228,7 @@ class Evidence:
                     "notes": list(self.notes.get(run.run_id, ())),
                     "tags": list(self.tags.get(run.run_id, ())),
                     "answers": {f"{r.target.spec}|{r.variant}": answers_for(r).to_dict() for r in run.results},
+                    **({"decision": self.decisions[run.run_id].to_dict()} if run.run_id in self.decisions else {}),
                 }
                 for run in self.runs
             ],
@@ -241,8 +245,10 @@ def build_evidence(
     database: str = "",
     thresholds: Thresholds | None = None,
     generated_at: str | None = None,
+    prices: Sequence[Price] | None = None,
 ) -> Evidence:
-    """Order the runs, attach notes and tags, and find the regressions among them."""
+    """Order the runs, attach notes and tags, find the regressions among them and decide each
+    run (priced by ``prices``; None: by the prices each run was given)."""
     ordered = tuple(sorted(runs, key=lambda r: (r.created_at, r.run_id)))
     t = thresholds or Thresholds()
     return Evidence(
@@ -254,6 +260,7 @@ def build_evidence(
         tags={k: tuple(v) for k, v in (tags or {}).items()},
         regressions=tuple(find_regressions(ordered, t)),
         thresholds=t,
+        decisions={run.run_id: decide_run(run, prices) for run in ordered},
     )
 
 

@@ -264,6 +264,14 @@ def _environment_rows(env_data: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+_DECISION_SAID = {
+    "recommended": ("recommended", "#1a7f37"),
+    "tie": ("no clear winner; best estimate", "#9a6700"),
+    "inconclusive": ("inconclusive; best candidate", "#9a6700"),
+    "none": ("no target qualifies; closest", "#cf222e"),
+}
+
+
 def _context(evidence: Evidence) -> dict[str, Any]:
     figures: list[dict[str, Any]] = []
 
@@ -301,6 +309,7 @@ def _context(evidence: Evidence) -> dict[str, Any]:
                 "tags": evidence.tags.get(run.run_id, ()),
                 "figures": [add(c, f) for c, f in figures_for_run(run)],
                 "measured": settings_line(run),
+                "decision": evidence.decisions.get(run.run_id),
             }
         )
     latest: dict[str, str] = {}
@@ -331,6 +340,7 @@ def _context(evidence: Evidence) -> dict[str, Any]:
         ),
         "counts": {o: sum(1 for c in evidence.regressions if c.outcome == o) for o in _OUTCOME_COLOUR},
         "outcome_colour": _OUTCOME_COLOUR,
+        "decision_said": _DECISION_SAID,
         "figure_count": len(figures),
     }
 

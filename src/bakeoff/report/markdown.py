@@ -12,6 +12,7 @@ from bakeoff.analysis.requirements import SINGLE_OBSERVATION
 from bakeoff.report.evidence import Evidence, answers_for, check_lines, scenario_rows
 from bakeoff.report.figures import requirement_figures
 from bakeoff.results.values import TargetResult
+from bakeoff.verdicts.decision import Decision
 
 __all__ = ["md", "render_markdown"]
 
@@ -47,6 +48,23 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return [*lines, ""]
+
+
+_SAID = {
+    "recommended": "recommended",
+    "tie": "no clear winner; best estimate",
+    "inconclusive": "inconclusive; best candidate",
+    "none": "no target qualifies; closest",
+}
+
+
+def decision_markdown(decision: Decision) -> list[str]:
+    """The decision block: outcome, why (each line with its figure), what could not run, the rule."""
+    out = [f"**Decision** (by {decision.basis}): {_SAID[decision.outcome]}: **{md(decision.target or '-')}**", ""]
+    out += [f"- {md(line)}" for line in decision.lines]
+    if decision.unmeasured:
+        out.append(f"- not measured here: {md('; '.join(decision.unmeasured))}")
+    return [*out, "", f"_Rule: {md(decision.rule)}_", ""]
 
 
 def render_markdown(evidence: Evidence) -> str:
@@ -124,6 +142,9 @@ def render_markdown(evidence: Evidence) -> str:
             ],
             rows,
         )
+        decision = evidence.decisions.get(run.run_id)
+        if decision is not None:
+            out += decision_markdown(decision)
         details = []
         for r in run.results:
             a = answers_for(r)

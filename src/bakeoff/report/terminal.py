@@ -10,11 +10,13 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from bakeoff.analysis.cost import Price
 from bakeoff.checks.registry import guarded, registered_checks
 from bakeoff.report.figures import human_bytes as _bytes
 from bakeoff.report.figures import requirement_figures, scenario_figures, settings_line
 from bakeoff.results.summary import RunSummary
 from bakeoff.results.values import BaselineInfo, Placement, RunResult, TargetResult
+from bakeoff.verdicts.decision import Decision, decide_run
 
 __all__ = ["baseline_view", "history_table", "run_view", "targets_view", "workloads_view"]
 
@@ -224,7 +226,27 @@ def _fitting_columns(rows: Sequence[dict[str, Any]], width: int | None) -> list[
     return columns
 
 
-def run_view(run: RunResult, where: str | None = None, width: int | None = None) -> Group:
+_OUTCOME = {
+    "recommended": ("recommended: ", "bold green"),
+    "tie": ("no clear winner, best estimate: ", "bold yellow"),
+    "inconclusive": ("inconclusive, best candidate: ", "bold yellow"),
+    "none": ("no target qualifies; closest: ", "bold red"),
+}
+
+
+def decision_view(decision: Decision) -> Group:
+    """The decision block: the outcome, the lines that say why, what could not run, the rule."""
+    said, style = _OUTCOME[decision.outcome]
+    head = Text.assemble(("decision ", "bold"), f"(by {decision.basis}) ", (said, style), decision.target or "-")
+    lines = [Text(f"  {line}") for line in decision.lines]
+    if decision.unmeasured:
+        lines.append(Text(f"  not measured here: {'; '.join(decision.unmeasured)}", style="dim"))
+    return Group(head, *lines, Text(f"rule: {decision.rule}", style="dim"))
+
+
+def run_view(
+    run: RunResult, where: str | None = None, width: int | None = None, prices: Sequence[Price] | None = None
+) -> Group:
     """The comparison table for one run, with its identity above and how to find it below.
 
     With ``width`` (the terminal's), columns that do not fit are left out, least useful first,
@@ -313,6 +335,7 @@ def run_view(run: RunResult, where: str | None = None, width: int | None = None)
             style="dim",
         )
     )
+    parts.append(decision_view(decide_run(run, prices)))
     if where:
         parts.append(Text.assemble("stored in ", (where, "bold"), f"; show again with `bakeoff show {run.run_id}`"))
     return Group(*parts)

@@ -1,0 +1,264 @@
+"""Which target to pick for a workload, and why: the decision a trial ends with.
+
+Each measured target gets a :class:`Standing`: what rules it out (``misses``: conclusive) and
+what leaves it undecided (``doubts``), with its speed against the reference and, with prices,
+its cost. :func:`decide` applies :data:`RULE` to the standings; it is pure, so every outcome is
+tested on cases with known answers.
+
+What the decision cannot see: anything the checks and requirements did not measure (a target's
+behaviour on inputs outside the trial's, at a load no scenario ran, or over longer than the
+trial), and targets that could not run on this machine (they are named, not judged).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from bakeoff.analysis.cost import Cost, Price, cost_of, parse_prices, price_for
+from bakeoff.analysis.requirements import SINGLE_OBSERVATION
+from bakeoff.codec import Value
+from bakeoff.errors import SpecError
+from bakeoff.results.values import RunResult, TargetResult
+from bakeoff.units import figure
+
+__all__ = ["RULE", "Decision", "Standing", "decide", "decide_run", "standing_of", "stored_prices"]
+
+#: The decision rule, printed with every decision and written in the README.
+RULE = (
+    "A target qualifies when it ran, its outputs passed the correctness check (and stay finite where "
+    "the workload's own dtype does), its work stayed on its "
+    "device (or it runs on the CPU), and every requirement was met with its whole interval on the right "
+    "side. Of those, the cheapest (when every one has a price) or else the fastest is recommended; when "
+    "its interval overlaps the next one's, no winner is claimed. Evidence that cannot decide (an "
+    "interval straddling a requirement, too few samples, a requirement not measured, outputs not "
+    "comparable) never qualifies a target and never counts as a win."
+)
+
+_PLACED = ("on_device", "not_applicable")
+#: A dtype drift this large is a non-finite output (stored as the largest float JSON keeps).
+_OVERFLOW = 1e300
+
+
+@dataclass(frozen=True)
+class Standing(Value):
+    """One target's case: ``misses`` rule it out, ``doubts`` leave it undecided; ``speed`` is its
+    speed-up against the reference with its interval ``(value, low, high)``, None when it was not
+    timed; ``cost`` per million requests where it has a price."""
+
+    target: str
+    is_reference: bool = False
+    misses: tuple[str, ...] = ()
+    doubts: tuple[str, ...] = ()
+    speed: tuple[float, float, float] | None = None
+    cost: Cost | None = None
+
+    @property
+    def qualifies(self) -> bool:
+        return not self.misses and not self.doubts
+
+
+@dataclass(frozen=True)
+class Decision(Value):
+    """The outcome for one workload.
+
+    ``outcome`` is ``recommended`` (``target`` qualifies and beats every other that does),
+    ``tie`` (``target`` is the best estimate, but ``tied`` qualify too and cannot be told
+    apart), ``inconclusive`` (none qualifies for sure; ``target`` is the best of those whose
+    evidence cannot decide) or ``none`` (every target misses something; ``target`` is the
+    closest). ``basis`` is ``cost`` or ``speed``; ``lines`` say why, each with its figure;
+    ``unmeasured`` names the targets that could not run here.
+    """
+
+    outcome: str
+    target: str | None
+    basis: str
+    lines: tuple[str, ...] = ()
+    tied: tuple[str, ...] = ()
+    standings: tuple[Standing, ...] = ()
+    unmeasured: tuple[str, ...] = ()
+    rule: str = RULE
+
+
+# -- reading a standing from a result -----------------------------------------------------
+
+
+def _label(result: TargetResult) -> str:
+    return result.target.spec + (" padded to buckets" if result.variant == "bucketed" else "")
+
+
+def _figure(value: float | None, unit: str) -> str:
+    return "?" if value is None else figure(value, unit)
+
+
+def _requirement(item: dict) -> tuple[str | None, str | None]:
+    """(miss, doubt) for one requirement's stored verdict."""
+    text, verdict, unit = item["text"], item["verdict"], item.get("unit") or ""
+    value = _figure(item.get("value"), unit)
+    interval = ""
+    if item.get("low") is not None and item.get("high") is not None:
+        interval = f" ({_figure(item['low'], unit)}-{_figure(item['high'], unit)})"
+    single = SINGLE_OBSERVATION in (item.get("reason") or "")
+    if verdict == "not_applicable":
+        return None, None
+    if verdict == "not_measured":
+        return None, f"{text} not measured: {item.get('reason') or 'no figure'}"
+    if not item.get("enough", True):
+        return None, f"{text}: {value} from too few samples ({item.get('samples')})"
+    if verdict == "not_met" and (item.get("confident") or single):
+        return f"{text} not met: {value}{interval}", None
+    if verdict == "met" and (item.get("confident") or single):
+        return None, None
+    return None, f"{text}: {value}, its interval{interval} straddles the limit"
+
+
+def standing_of(r: TargetResult, price: Price | None = None, reference_rate: float | None = None) -> Standing:
+    """The case of a measured (not skipped) target's result; ``reference_rate`` is the
+    reference's single-stream rate (requests per second), for costs."""
+    misses: list[str] = []
+    doubts: list[str] = []
+    if r.status != "ok":
+        what = f"{r.error.type} in {r.error.phase}: {r.error.message[:120]}" if r.error else r.reason
+        misses.append(f"failed ({r.status}): {what}")
+    elif r.correctness is None:
+        doubts.append("correctness not checked")
+    elif r.correctness.verdict == "not_comparable":
+        doubts.append(f"outputs not comparable: {r.correctness.reason[:160]}")
+    elif r.correctness.verdict != "pass":
+        misses.append(f"correctness {r.correctness.verdict}: max abs err {r.correctness.max_abs_err:.3g}")
+    drift = r.correctness.drift if r.correctness is not None else None
+    if isinstance(drift, dict) and isinstance(drift.get("max_abs_err"), int | float):
+        if not drift["max_abs_err"] < _OVERFLOW:  # inf, nan, or the largest float JSON could keep
+            misses.append(
+                f"outputs not finite in {r.target.dtype} where {drift.get('reference')} is finite (the dtype overflows)"
+            )
+    if r.placement is not None and r.placement.verdict not in _PLACED:
+        misses.append(f"work left the device: placement {r.placement.verdict}")
+    for item in r.requirements:
+        miss, doubt = _requirement(item)
+        misses += [miss] if miss else []
+        doubts += [doubt] if doubt else []
+    ci = r.speedup_ci
+    speed = (ci["value"], ci["low"], ci["high"]) if ci else None
+    if speed is None and r.is_reference and r.latency is not None and r.latency.count:
+        speed = (1.0, 1.0, 1.0)  # the unit every other target's speed is measured in
+    return Standing(
+        _label(r), r.is_reference, tuple(misses), tuple(doubts), speed, _cost(r, price, speed, reference_rate)
+    )
+
+
+def _cost(r: TargetResult, price: Price | None, speed: tuple | None, reference_rate: float | None) -> Cost | None:
+    """The target's cost per million requests: at the rate its server scenario sustained, else
+    at its single-stream rate (with the speed-up's interval)."""
+    if price is None or r.status != "ok":
+        return None
+    server = r.scenario("server")
+    facts = server.facts if server is not None and server.status == "ok" else {}
+    sustained = facts.get("max_rate") if facts.get("sweep") else facts.get("achieved_rate")
+    if sustained:
+        return cost_of(price, sustained, "server")
+    if speed is None or not reference_rate:
+        return None
+    value, low, high = speed
+    return cost_of(price, reference_rate * value, "single-stream", (reference_rate * low, reference_rate * high))
+
+
+# -- the rule --------------------------------------------------------------------------------
+
+
+def _key(s: Standing, basis: str) -> float:
+    """Lower is better."""
+    if basis == "cost":
+        return s.cost.value if s.cost is not None else math.inf
+    return -s.speed[0] if s.speed is not None else math.inf
+
+
+def _overlap(a: Standing, b: Standing, basis: str) -> bool:
+    """Whether the data can tell ``a`` and ``b`` apart on ``basis`` (intervals that overlap, or
+    a figure without an interval, cannot)."""
+    if basis == "cost":
+        if a.cost is None or b.cost is None or not (a.cost.has_interval and b.cost.has_interval):
+            return True
+        return a.cost.low <= b.cost.high and b.cost.low <= a.cost.high  # type: ignore[operator]
+    if a.speed is None or b.speed is None:
+        return True
+    return a.speed[1] <= b.speed[2] and b.speed[1] <= a.speed[2]
+
+
+def _figure_of(s: Standing, basis: str) -> str:
+    if basis == "cost" and s.cost is not None:
+        c, unit = s.cost, s.cost.price.currency
+        span = " (one reading)" if not c.has_interval else ""
+        if c.has_interval and c.low != c.high:
+            span = f" ({unit}{c.low:.3g}-{unit}{c.high:.3g})"
+        return f"{unit}{c.value:.3g} per million requests{span} at {figure(c.rate, '/s')} {c.basis}"
+    if s.speed is not None:
+        value, low, high = s.speed
+        return "the reference (1.00x)" if s.is_reference else f"{value:.2f}x the reference ({low:.2f}-{high:.2f}x)"
+    return "not timed"
+
+
+def _ruled_out(standings: Iterable[Standing]) -> list[str]:
+    return [f"{s.target} ruled out by {'; '.join(s.misses)}" for s in standings if s.misses]
+
+
+def decide(standings: Sequence[Standing], unmeasured: Iterable[str] = ()) -> Decision:
+    """The decision over ``standings`` by :data:`RULE` (see :class:`Decision` for outcomes)."""
+    unmeasured = tuple(unmeasured)
+    qualified = [s for s in standings if s.qualifies]
+    undecided = [s for s in standings if not s.misses and s.doubts]
+    pool = qualified or undecided
+    basis = "cost" if pool and all(s.cost is not None for s in pool) else "speed"
+    lines: list[str] = []
+    if qualified:
+        ranked = sorted(qualified, key=lambda s: _key(s, basis))
+        best = ranked[0]
+        tied = tuple(s.target for s in ranked[1:] if _overlap(best, s, basis))
+        lines.append(f"{best.target}: {_figure_of(best, basis)}")
+        for s in ranked[1:]:
+            how = "indistinguishable" if s.target in tied else "qualifies too"
+            lines.append(f"{s.target} {how}: {_figure_of(s, basis)}")
+        for s in undecided:
+            if _key(s, basis) < _key(best, basis):
+                lines.append(f"{s.target} might do better, but its evidence is inconclusive: {'; '.join(s.doubts)}")
+        lines += _ruled_out(standings)
+        return Decision("tie" if tied else "recommended", best.target, basis, tuple(lines), tied,
+                        tuple(standings), unmeasured)  # fmt: skip
+    if undecided:
+        best = sorted(undecided, key=lambda s: _key(s, basis))[0]
+        for s in sorted(undecided, key=lambda s: _key(s, basis)):
+            lines.append(f"{s.target} ({_figure_of(s, basis)}) is undecided: {'; '.join(s.doubts)}")
+        lines += _ruled_out(standings)
+        return Decision("inconclusive", best.target, basis, tuple(lines), (), tuple(standings), unmeasured)
+    if not standings:
+        return Decision("none", None, basis, ("no target was measured",), (), (), unmeasured)
+    closest = sorted(standings, key=lambda s: (len(s.misses), len(s.doubts), _key(s, "speed")))[0]
+    lines.append(f"closest: {closest.target}, ruled out by {'; '.join(closest.misses)}")
+    lines += _ruled_out(s for s in standings if s is not closest)
+    return Decision("none", closest.target, "speed", tuple(lines), (), tuple(standings), unmeasured)
+
+
+def stored_prices(run: RunResult) -> tuple[Price, ...]:
+    """The prices a run was given (none where its stored prices are not ones this release reads)."""
+    texts = run.settings.get("prices")
+    try:
+        return parse_prices(texts) if isinstance(texts, list) and all(isinstance(t, str) for t in texts) else ()
+    except SpecError:
+        return ()
+
+
+def decide_run(run: RunResult, prices: Iterable[Price] | None = None) -> Decision:
+    """The decision for a stored run: its targets' results, priced by ``prices`` (None: the
+    prices the run was given)."""
+    prices = stored_prices(run) if prices is None else tuple(prices)
+    results = run.results
+    reference = next((r for r in results if r.is_reference and r.latency is not None and r.latency.count), None)
+    reference_rate = 1000.0 / reference.latency.p50_ms if reference and reference.latency.p50_ms > 0 else None
+    standings, unmeasured = [], []
+    for r in results:
+        if r.status == "skipped":
+            unmeasured.append(f"{_label(r)} ({r.reason})")
+            continue
+        standings.append(standing_of(r, price_for(r.target.spec, r.target.device, prices), reference_rate))
+    return decide(standings, unmeasured)
