@@ -15,7 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from tests.conftest import EMU_ENV, MODELS, cli_result, cli_trial, py_workload
+from tests.conftest import EMU_ENV, MODELS, cli_trial, py_workload
 
 from bakeoff.checks.placement import ENGINE_MOSTLY_HANDED_BACK, VERDICTS, audit_module, judge
 
@@ -236,16 +236,24 @@ def _emu_trial(workload: str, tmp_path: Path, unsupported: str = "", *extra: str
     return cli_trial(workload, "emu", tmp_path, *extra, env={**EMU_ENV, "BAKEOFF_EMU_UNSUPPORTED": unsupported})
 
 
-def _emu_result(workload: str, tmp_path: Path, unsupported: str = "") -> dict:
-    emu = cli_result(workload, "emu", tmp_path, env={**EMU_ENV, "BAKEOFF_EMU_UNSUPPORTED": unsupported})
+def _emu_run(workload: str, tmp_path: Path, unsupported: str = "") -> tuple[dict, dict]:
+    """The emu target's result and the whole run document (with its decision)."""
+    ran = _emu_trial(workload, tmp_path, unsupported)
+    assert ran.returncode == 0, ran.stderr
+    run = json.loads(ran.stdout)
+    (emu,) = [r for r in run["results"] if r["target"] == "emu"]
     assert emu["status"] == "ok", emu["error"]
     assert emu["correctness"]["verdict"] == "pass"
-    return emu
+    return emu, run
+
+
+def _emu_result(workload: str, tmp_path: Path, unsupported: str = "") -> dict:
+    return _emu_run(workload, tmp_path, unsupported)[0]
 
 
 @pytest.mark.emu
 def test_unsupported_op_is_reported_with_its_count(tmp_path):
-    emu = _emu_result("arch:llama?layers=1&hidden=32", tmp_path, unsupported="aten::rsqrt")
+    emu, run = _emu_run("arch:llama?layers=1&hidden=32", tmp_path, unsupported="aten::rsqrt")
     placement = emu["placement"]
     assert placement["verdict"] == "fallbacks"
     # one RMSNorm before attention, one before the MLP, one final: 3 rsqrt calls per forward
@@ -256,12 +264,21 @@ def test_unsupported_op_is_reported_with_its_count(tmp_path):
     assert placement["ops_on_device"] == placement["ops_total"] - 3
     assert placement["device_op_share"] == placement["ops_on_device"] / placement["ops_total"]
     assert contradictions(placement["verdict"], placement["explanation"], _stored_findings(placement)) == []
+    # the decision rules the device out, and what it would take names the op with its count
+    assert run["decision"]["target"] == "cpu"
+    assert "emu ruled out by work left the device: placement fallbacks" in run["decision"]["lines"]
+    (item,) = run["what_it_takes"]["emu"]
+    assert item["kind"] == "placement" and item["measured"] == ""
+    assert item["finding"] == "3 op call(s) per forward pass ran on the host: aten::rsqrt.out x3"
 
 
 @pytest.mark.emu
 def test_clean_models_are_on_device_without_false_alarms(tmp_path):
     for workload in (py_workload("mlp"), "arch:llama?layers=1&hidden=32"):
-        placement = _emu_result(workload, tmp_path)["placement"]
+        emu, run = _emu_run(workload, tmp_path)
+        assert "emu" not in run["what_it_takes"]  # nothing to change
+        assert not any(line.startswith("emu ruled out") for line in run["decision"]["lines"])
+        placement = emu["placement"]
         assert placement["verdict"] == "on_device", placement
         assert placement["host_ops"] == {} and placement["fallback_ops"] == {}
         assert placement["stray_parameters"] == []

@@ -105,6 +105,18 @@ class Correctness(Value):
     def sensitivity(self) -> float | None:
         return max((o.sensitivity for o in self.outputs if o.sensitivity is not None), default=None)
 
+    @property
+    def overflowed(self) -> bool:
+        """Whether the outputs are not finite where the workload's own dtype's are: the dtype's
+        cost (``drift``) is infinite, stored as the largest float JSON keeps. The verdict, which
+        judges the target against eager in its own dtype, cannot show it."""
+        err = (self.drift or {}).get("max_abs_err")
+        return isinstance(err, int | float) and not err < _OVERFLOW
+
+
+#: A dtype drift at least this large is a non-finite output.
+_OVERFLOW = 1e300
+
 
 def _rms(diff: Any) -> float:
     return float(diff.double().pow(2).mean().sqrt()) if diff.numel() else 0.0

@@ -128,7 +128,16 @@ def _finish_run(
 
     parsed = None if not prices else parse_prices(prices)
     if fmt == "json":
-        _emit_json({**run_to_json(run), "decision": api.decide(run, prices=prices or None).to_dict(), **(extra or {})})
+        from bakeoff.verdicts.remedies import what_it_takes
+
+        _emit_json(
+            {
+                **run_to_json(run),
+                "decision": api.decide(run, prices=prices or None).to_dict(),
+                "what_it_takes": {t: [i.to_dict() for i in items] for t, items in what_it_takes(run).items()},
+                **(extra or {}),
+            }
+        )
     else:
         from bakeoff.report.terminal import run_view
 

@@ -22,6 +22,7 @@ from bakeoff.results.strictjson import for_display
 from bakeoff.results.values import RunResult, TargetResult
 from bakeoff.verdicts.decision import Decision, decide_run
 from bakeoff.verdicts.regressions import Comparison, Thresholds, find_regressions
+from bakeoff.verdicts.remedies import what_it_takes
 
 __all__ = [
     "REPORT_SCHEMA",
@@ -229,6 +230,7 @@ class Evidence:
                     "tags": list(self.tags.get(run.run_id, ())),
                     "answers": {f"{r.target.spec}|{r.variant}": answers_for(r).to_dict() for r in run.results},
                     **({"decision": self.decisions[run.run_id].to_dict()} if run.run_id in self.decisions else {}),
+                    "what_it_takes": {t: [i.to_dict() for i in items] for t, items in what_it_takes(run).items()},
                 }
                 for run in self.runs
             ],

@@ -13,6 +13,7 @@ from bakeoff.report.evidence import Evidence, answers_for, check_lines, scenario
 from bakeoff.report.figures import requirement_figures
 from bakeoff.results.values import TargetResult
 from bakeoff.verdicts.decision import Decision
+from bakeoff.verdicts.remedies import what_it_takes
 
 __all__ = ["md", "render_markdown"]
 
@@ -145,6 +146,17 @@ def render_markdown(evidence: Evidence) -> str:
         decision = evidence.decisions.get(run.run_id)
         if decision is not None:
             out += decision_markdown(decision)
+        found = what_it_takes(run)
+        if found:
+            out += ["**What it would take** (from this run's evidence)", ""]
+            for target, items in found.items():
+                out.append(f"- {md(target)}:")
+                out += [
+                    f"  - {md(i.kind)}: {md(i.finding)} -> {md(i.change)} "
+                    + (f"(measured: {md(i.measured)})" if i.measured else "(not measured)")
+                    for i in items
+                ]
+            out.append("")
         details = []
         for r in run.results:
             a = answers_for(r)

@@ -17,6 +17,7 @@ from bakeoff.report.figures import requirement_figures, scenario_figures, settin
 from bakeoff.results.summary import RunSummary
 from bakeoff.results.values import BaselineInfo, Placement, RunResult, TargetResult
 from bakeoff.verdicts.decision import Decision, decide_run
+from bakeoff.verdicts.remedies import Remedy, what_it_takes
 
 __all__ = ["baseline_view", "history_table", "run_view", "targets_view", "workloads_view"]
 
@@ -244,6 +245,17 @@ def decision_view(decision: Decision) -> Group:
     return Group(head, *lines, Text(f"rule: {decision.rule}", style="dim"))
 
 
+def remedies_view(found: dict[str, list[Remedy]]) -> Group:
+    """What each target would take, most effect first; a measured remedy says what it did."""
+    lines = [Text("what it would take (from this run's evidence)", style="bold")]
+    for target, items in found.items():
+        lines.append(Text(f"  {target}:"))
+        for item in items:
+            measured = f" [measured: {item.measured}]" if item.measured else " [not measured]"
+            lines.append(Text(f"    - {item.kind}: {item.finding} -> {item.change}{measured}"))
+    return Group(*lines)
+
+
 def run_view(
     run: RunResult, where: str | None = None, width: int | None = None, prices: Sequence[Price] | None = None
 ) -> Group:
@@ -336,6 +348,9 @@ def run_view(
         )
     )
     parts.append(decision_view(decide_run(run, prices)))
+    found = what_it_takes(run)
+    if found:
+        parts.append(remedies_view(found))
     if where:
         parts.append(Text.assemble("stored in ", (where, "bold"), f"; show again with `bakeoff show {run.run_id}`"))
     return Group(*parts)

@@ -37,8 +37,6 @@ RULE = (
 )
 
 _PLACED = ("on_device", "not_applicable")
-#: A dtype drift this large is a non-finite output (stored as the largest float JSON keeps).
-_OVERFLOW = 1e300
 
 
 @dataclass(frozen=True)
@@ -127,12 +125,9 @@ def standing_of(r: TargetResult, price: Price | None = None, reference_rate: flo
         doubts.append(f"outputs not comparable: {r.correctness.reason[:160]}")
     elif r.correctness.verdict != "pass":
         misses.append(f"correctness {r.correctness.verdict}: max abs err {r.correctness.max_abs_err:.3g}")
-    drift = r.correctness.drift if r.correctness is not None else None
-    if isinstance(drift, dict) and isinstance(drift.get("max_abs_err"), int | float):
-        if not drift["max_abs_err"] < _OVERFLOW:  # inf, nan, or the largest float JSON could keep
-            misses.append(
-                f"outputs not finite in {r.target.dtype} where {drift.get('reference')} is finite (the dtype overflows)"
-            )
+    if r.correctness is not None and r.correctness.overflowed:
+        native = (r.correctness.drift or {}).get("reference")
+        misses.append(f"outputs not finite in {r.target.dtype} where {native} is finite (the dtype overflows)")
     if r.placement is not None and r.placement.verdict not in _PLACED:
         misses.append(f"work left the device: placement {r.placement.verdict}")
     for item in r.requirements:

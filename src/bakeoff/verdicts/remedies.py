@@ -1,0 +1,218 @@
+"""What moving to a target would take: the changes a team must make, derived from the evidence.
+
+The adjustments ledger records what bakeoff changed to run a target; this list turns it
+forward: for each target, what its evidence says must change before it can serve, each item
+with its figure, and whether bakeoff already measured the remedy in this run (a padded-to-
+buckets variant beside the as-is one, a target with another precision option). Items come in
+order of effect: what makes the target wrong or leaves work off its device first, then the
+requirements it misses (by how much), then what costs speed (recompilations, graph breaks).
+
+What it cannot see: remedies nobody measured are suggestions from the evidence, not
+measurements; an op that runs on the host is named by its ATen name, not by the line of model
+code that called it; a requirement missed by a factor may need more than one item below.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+from bakeoff.checks.placement import engine_notes
+from bakeoff.codec import Value
+from bakeoff.results.values import RunResult, TargetResult
+from bakeoff.units import figure, human_bytes
+
+__all__ = ["Remedy", "remedies_for", "what_it_takes"]
+
+#: The order of kinds, most effect first.
+KINDS = ("wrong", "precision", "placement", "requirement", "recompiles", "graph breaks")
+
+
+@dataclass(frozen=True)
+class Remedy(Value):
+    """One change a target needs: ``kind`` (see :data:`KINDS`), ``finding`` (what the evidence
+    shows, with its figure), ``change`` (what to do) and ``measured`` (the remedy's effect as
+    this run measured it; empty: not measured)."""
+
+    kind: str
+    finding: str
+    change: str
+    measured: str = ""
+
+
+def _top(counts: dict[str, int], n: int = 4) -> str:
+    shown = ", ".join(f"{name} x{count}" for name, count in Counter(counts).most_common(n))
+    more = len(counts) - n
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def _variant(run: RunResult, result: TargetResult, **want: object) -> TargetResult | None:
+    """Another measured result of the run on the same device and backend whose target has the
+    attributes ``want`` gives."""
+    for other in run.results:
+        same = (other.target.device, other.target.backend) == (result.target.device, result.target.backend)
+        if other is not result and other.status == "ok" and same:
+            if all(getattr(other.target, k) == v for k, v in want.items()):
+                return other
+    return None
+
+
+def _wrong(run: RunResult, r: TargetResult) -> list[Remedy]:
+    out: list[Remedy] = []
+    c = r.correctness
+    if c is not None and c.verdict == "fail":
+        notes = engine_notes(r.placement, r) if r.placement is not None else []
+        reduced = next((n for n in notes if " ran in " in n and "f32" not in n.split(" ran in ")[-1]), None)
+        if reduced and getattr(r.target, "precision", None) != "f32":
+            fixed = _variant(run, r, precision="f32")
+            measured = ""
+            if fixed is not None and fixed.correctness is not None:
+                measured = f"{fixed.target.spec}: correctness {fixed.correctness.verdict}"
+            out.append(
+                Remedy(
+                    "precision",
+                    f"{reduced}: {c.reason[:160]}",
+                    f"pass the engine's precision option ({r.target.spec.split('?')[0]}?precision=f32)",
+                    measured,
+                )
+            )
+        else:
+            out.append(
+                Remedy(
+                    "wrong",
+                    f"outputs differ from the reference: {c.reason[:200]}",
+                    "find where the target diverges and report it to the backend (a wrong result is not tunable)",
+                )
+            )
+    if c is not None and c.overflowed:
+        native = next((x for x in run.results if x.is_reference), None)
+        measured = f"{native.target.spec}: correctness {native.verdict}" if native is not None else ""
+        out.append(
+            Remedy(
+                "wrong",
+                f"outputs overflow in {r.target.dtype}: not finite where {(c.drift or {}).get('reference')} is",
+                "keep the workload's own dtype, or rescale the layers that overflow",
+                measured,
+            )
+        )
+    return out
+
+
+def _placement(r: TargetResult) -> list[Remedy]:
+    p = r.placement
+    if p is None or p.verdict in ("on_device", "not_applicable"):
+        return []
+    out: list[Remedy] = []
+    host_ops = {**p.host_ops, **p.fallback_ops}
+    if host_ops:
+        out.append(
+            Remedy(
+                "placement",
+                f"{sum(host_ops.values())} op call(s) per forward pass ran on the host: {_top(host_ops)}",
+                "the backend must support these ops on the device (or the model must avoid them)",
+            )
+        )
+    for copy in p.host_state_copies:
+        out.append(
+            Remedy(
+                "placement",
+                f"{copy.get('module') or 'the model'} copies host state to the device {copy.get('count')} time(s) "
+                f"per forward pass ({human_bytes(copy.get('bytes'))})",
+                "keep that tensor as a registered buffer (register_buffer) so .to(device) moves it once",
+            )
+        )
+    if p.stray_parameters:
+        shown = ", ".join(p.stray_parameters[:4]) + (" ..." if len(p.stray_parameters) > 4 else "")
+        out.append(
+            Remedy(
+                "placement",
+                f"{len(p.stray_parameters)} parameter(s) or buffer(s) left on the host: {shown}",
+                "move the whole model with .to(device) after it is built (or fix the device map)",
+            )
+        )
+    if not out:
+        out.append(Remedy("placement", f"work left the device: {p.explanation[:200]}", "see the placement report"))
+    return out
+
+
+def _requirements(r: TargetResult) -> list[Remedy]:
+    out: list[Remedy] = []
+    for q in r.requirements:
+        value, threshold = q.get("value"), q.get("threshold")
+        numbers = isinstance(value, int | float) and isinstance(threshold, int | float)
+        if q.get("verdict") != "not_met" or not numbers:
+            continue
+        unit = q.get("unit") or ""
+        if value <= 0 or threshold <= 0 or not math.isfinite(value):
+            factor = ""
+        elif q.get("op") in ("<=", "<"):
+            factor = f": {value / threshold:.2f}x too high"
+        else:
+            factor = f": {threshold / value:.2f}x too low"
+        change = (
+            "cut peak memory (smaller batch, a lower dtype, freeing what the model keeps) or raise the limit"
+            if unit == "B"
+            else "make it faster (the items below, another compile mode or backend) or relax the requirement"
+        )
+        out.append(Remedy("requirement", f"{q['text']}: measured {figure(value, unit)}{factor}", change))
+    return out
+
+
+def _compilation(run: RunResult, r: TargetResult) -> list[Remedy]:
+    c = r.compilation
+    if c is None or r.variant != "as-is":
+        return []
+    out: list[Remedy] = []
+    if c.recompiles or c.recompile_limit_hits:
+        limit = f", the recompile limit hit {c.recompile_limit_hits} time(s) (those shapes ran eagerly)"
+        finding = f"{c.recompiles} recompilation(s) over the request shapes" + (limit if c.recompile_limit_hits else "")
+        padded = next((x for x in run.results if x.target == r.target and x.variant == "bucketed"), None)
+        measured = ""
+        buckets = run.settings.get("buckets") or {}
+        if padded is not None and padded.status == "ok" and padded.compilation is not None:
+            before = r.latency.p(90) if r.latency and r.latency.count else None
+            after = padded.latency.p(90) if padded.latency and padded.latency.count else None
+            change = f", p90 {figure(before, 'ms')} -> {figure(after, 'ms')}" if before and after else ""
+            waste = (padded.profile or {}).get("padding_waste", buckets.get("waste"))
+            measured = (
+                f"padded to buckets {buckets.get('chosen')}: {padded.compilation.recompiles} recompilation(s){change}"
+                + (f", padding waste {waste:.1%}" if isinstance(waste, int | float) else "")
+                + f", correctness {padded.verdict}"
+            )
+        out.append(
+            Remedy(
+                "recompiles",
+                finding,
+                "pad requests to a few fixed lengths (--pad-to-buckets auto), or compile with dynamic shapes",
+                measured,
+            )
+        )
+    if c.graph_breaks:
+        where = [f"{b.get('reason', '?')[:80]} at {b.get('location') or '?'}" for b in c.graph_break_reasons[:3]]
+        out.append(
+            Remedy(
+                "graph breaks",
+                f"{c.graph_breaks} graph break(s): " + "; ".join(where),
+                "rewrite those lines so dynamo can trace them (fullgraph=True points at each one)",
+            )
+        )
+    return out
+
+
+def remedies_for(run: RunResult, result: TargetResult) -> list[Remedy]:
+    """What ``result``'s target would take, most effect first (none for the reference, a skipped
+    target or a failed one: a failure's error says what happened)."""
+    if result.is_reference or result.status != "ok":
+        return []
+    found = [*_wrong(run, result), *_placement(result), *_requirements(result), *_compilation(run, result)]
+    return sorted(found, key=lambda item: KINDS.index(item.kind))
+
+
+def what_it_takes(run: RunResult) -> dict[str, list[Remedy]]:
+    """Every measured target's list, by its label (a padded variant's list is its as-is target's)."""
+    return {
+        result.target.spec: items
+        for result in run.results
+        if result.variant == "as-is" and (items := remedies_for(run, result))
+    }
