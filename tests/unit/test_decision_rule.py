@@ -170,3 +170,20 @@ def test_a_dtype_that_overflows_is_ruled_out_and_a_finite_dtype_cost_is_not():
     assert ruled.misses == ("outputs not finite in float16 where eager:float32 is finite (the dtype overflows)",)
     finite = Correctness("pass", drift={"reference": "eager:float32", "max_abs_err": 0.004})
     assert standing_of(replace(half, checks={**half.checks, "correctness": finite})).qualifies  # the control
+
+
+def test_the_test_devices_speed_is_never_ranked():
+    from tests.revisit_data import target_result
+
+    from bakeoff.target.spec import Target
+
+    emu = replace(target_result("cpu", 0.1), target=Target("emu"), is_reference=False)  # ten times "faster"
+    standing = standing_of(emu)
+    assert standing.qualifies and standing.speed is None
+    decision = decide([standing_of(target_result("cpu")), standing])
+    assert decision.target == "cpu"  # never the emulation, however fast its timings
+    assert "emu indistinguishable: speed not transferable (the bundled test device emulates" in decision.lines[1]
+    from bakeoff.report.figures import speed_caveat
+
+    assert speed_caveat(emu) == "not transferable: emu emulates a device on the CPU"
+    assert speed_caveat(target_result("cpu")) == ""  # the control

@@ -18,7 +18,15 @@ from bakeoff.stats import samples_needed
 from bakeoff.units import figure, human_bytes
 from bakeoff.verdicts.metrics import metric_estimate
 
-__all__ = ["figure", "human_bytes", "placement_share", "requirement_figures", "scenario_figures", "settings_line"]
+__all__ = [
+    "figure",
+    "human_bytes",
+    "placement_share",
+    "requirement_figures",
+    "scenario_figures",
+    "settings_line",
+    "speed_caveat",
+]
 
 
 def _estimate(result: TargetResult, metric: str, label: str, unit: str = "ms") -> str | None:
@@ -109,3 +117,11 @@ def settings_line(run: Any) -> str | None:
         return None
     asked = [str(text) for text in checks if "?" in str(text)]  # a name alone changed nothing
     return line + ("; check options " + " ".join(asked) if asked else "")
+
+
+def speed_caveat(result: Any) -> str:
+    """What a target's speed figures cannot say: the bundled test device emulates a device on
+    the CPU, so its speed does not transfer to a real accelerator ("" for other targets)."""
+    from bakeoff.emu import NAME
+
+    return f"not transferable: {NAME} emulates a device on the CPU" if result.target.device == NAME else ""

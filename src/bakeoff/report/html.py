@@ -20,7 +20,7 @@ from functools import lru_cache
 from typing import Any
 
 from bakeoff.report.evidence import Evidence, answers_for, check_lines, scenario_rows
-from bakeoff.report.figures import requirement_figures, settings_line
+from bakeoff.report.figures import requirement_figures, settings_line, speed_caveat
 from bakeoff.results.strictjson import for_display
 from bakeoff.results.values import RunResult, TargetResult
 from bakeoff.verdicts.remedies import what_it_takes
@@ -300,6 +300,7 @@ def _context(evidence: Evidence) -> dict[str, Any]:
                     "noise": getattr(r, "noise", None) or (),
                     "scenarios": scenario_rows(r),
                     "checks": check_lines(r, detailed=True),
+                    "caveat": speed_caveat(r),
                 }
             )
         runs.append(

@@ -10,7 +10,7 @@ from typing import Any
 
 from bakeoff.analysis.requirements import SINGLE_OBSERVATION
 from bakeoff.report.evidence import Evidence, answers_for, check_lines, scenario_rows
-from bakeoff.report.figures import requirement_figures
+from bakeoff.report.figures import requirement_figures, speed_caveat
 from bakeoff.results.values import TargetResult
 from bakeoff.verdicts.decision import Decision
 from bakeoff.verdicts.remedies import what_it_takes
@@ -42,7 +42,12 @@ def _speed(result: TargetResult) -> str:
     ci = result.speedup_ci or {}
     if result.is_reference or not ci:
         return f"{result.speedup:.2f}x"
-    return f"{result.speedup:.2f}x ({ci['low']:.2f}-{ci['high']:.2f})" + ("" if ci.get("significant") else " n.s.")
+    caveat = f" ({speed_caveat(result)})" if speed_caveat(result) else ""
+    return (
+        f"{result.speedup:.2f}x ({ci['low']:.2f}-{ci['high']:.2f})"
+        + ("" if ci.get("significant") else " n.s.")
+        + caveat
+    )
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:

@@ -13,7 +13,7 @@ from rich.text import Text
 from bakeoff.analysis.cost import Price
 from bakeoff.checks.registry import guarded, registered_checks
 from bakeoff.report.figures import human_bytes as _bytes
-from bakeoff.report.figures import requirement_figures, scenario_figures, settings_line
+from bakeoff.report.figures import requirement_figures, scenario_figures, settings_line, speed_caveat
 from bakeoff.results.summary import RunSummary
 from bakeoff.results.values import BaselineInfo, Placement, RunResult, TargetResult
 from bakeoff.verdicts.decision import Decision, decide_run
@@ -139,6 +139,7 @@ def _notes(result: TargetResult) -> str:
         parts.append(
             f"speed {ci['low']:.2f}-{ci['high']:.2f}x (95% CI)"
             + ("" if ci["significant"] else ": no significant difference from eager CPU")
+            + (f" ({speed_caveat(result)})" if speed_caveat(result) else "")
         )
     if result.target.is_compiled and result.time_to_first_result_ms is not None:
         parts.append(

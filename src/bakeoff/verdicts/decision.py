@@ -5,6 +5,9 @@ what leaves it undecided (``doubts``), with its speed against the reference and,
 its cost. :func:`decide` applies :data:`RULE` to the standings; it is pure, so every outcome is
 tested on cases with known answers.
 
+The bundled test device's (``emu``) speed is never ranked: it emulates an accelerator on the
+host, so its timings say nothing about a real one.
+
 What the decision cannot see: anything the checks and requirements did not measure (a target's
 behaviour on inputs outside the trial's, at a load no scenario ran, or over longer than the
 trial), and targets that could not run on this machine (they are named, not judged).
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 from bakeoff.analysis.cost import Cost, Price, cost_of, parse_prices, price_for
 from bakeoff.analysis.requirements import SINGLE_OBSERVATION
 from bakeoff.codec import Value
+from bakeoff.emu import NAME as TEST_DEVICE
 from bakeoff.errors import SpecError
 from bakeoff.results.values import RunResult, TargetResult
 from bakeoff.units import figure
@@ -138,6 +142,8 @@ def standing_of(r: TargetResult, price: Price | None = None, reference_rate: flo
     speed = (ci["value"], ci["low"], ci["high"]) if ci else None
     if speed is None and r.is_reference and r.latency is not None and r.latency.count:
         speed = (1.0, 1.0, 1.0)  # the unit every other target's speed is measured in
+    if r.target.device == TEST_DEVICE:  # an emulation on the host: its speed says nothing of a real device
+        speed = None
     return Standing(
         _label(r), r.is_reference, tuple(misses), tuple(doubts), speed, _cost(r, price, speed, reference_rate)
     )
@@ -191,6 +197,8 @@ def _figure_of(s: Standing, basis: str) -> str:
     if s.speed is not None:
         value, low, high = s.speed
         return "the reference (1.00x)" if s.is_reference else f"{value:.2f}x the reference ({low:.2f}-{high:.2f}x)"
+    if s.target.split("?")[0].split("+")[0] == TEST_DEVICE:
+        return "speed not transferable (the bundled test device emulates a device on the CPU)"
     return "not timed"
 
 
