@@ -247,8 +247,13 @@ def test_requirements_are_kept_with_the_workload_and_strict_fails_when_one_is_mi
     verdicts = {r["text"]: r["verdict"] for r in ref["requirements"]}
     assert verdicts == {"p50<=1us": "not_met", "peak_memory<=1TiB": "met"}
 
+    assert "checking the requirements kept" not in first.stderr  # given, not kept: nothing to announce
     again = cli_trial(py_workload("mlp"), "cpu", tmp_path, "--strict")  # no --require: the kept ones apply
     assert again.returncode == 1, again.stderr
+    assert (
+        "checking the requirements kept for this workload: p50<=1us, peak_memory<=1TiB; "
+        "--clear-requirements drops them, --require replaces them"
+    ) in again.stderr
     doc = json.loads(again.stdout)
     assert doc["settings"]["requirements"] == ["p50<=1us", "peak_memory<=1TiB"]
     assert [r["verdict"] for r in doc["results"][0]["requirements"]] == ["not_met", "met"]

@@ -389,6 +389,14 @@ def run_trial(
     shapes = [(r.batch, r.seq) for r in profile.shapes] if profile else []
     requirements, req_notes = resolve_requirements(store, workload.spec.spec, settings.requirements)
     scenarios = _scenarios_for(settings.scenarios, requirements)
+    if settings.requirements is None and requirements:  # kept from an earlier trial: say so before they cost time
+        added = [s.name for s in scenarios if s.name not in {given.name for given in settings.scenarios}]
+        say(
+            "checking the requirements kept for this workload: "
+            + ", ".join(r.text for r in requirements)
+            + (f" (they add the scenario(s) {', '.join(added)})" if added else "")
+            + "; --clear-requirements drops them, --require replaces them"
+        )
     baseline, notes = ensure_baseline(store, workload, env, dtypes, settings.refresh_baseline, say, shapes)
     notes = [*notes, *req_notes]
     ordered, reference = _with_reference(targets)
