@@ -138,3 +138,22 @@ def test_reports_show_a_single_observation_and_the_load_a_server_verdict_was_jud
     page = render_html(evidence)
     assert '<td class="num">single observation</td>' in page
     assert "judged at 50.0/s, the reference&#39;s highest rate within server.p99&lt;=50ms" in page
+
+
+def test_at_a_glance_keeps_the_full_comparison_when_a_smaller_run_follows():
+    from bakeoff.report.html import glance_runs
+
+    evidence = _evidence()
+    follow_up = make_run("cccc00000003", "2025-01-03T10:00:00+00:00", environment("2.14.0"), (target_result("cpu"),))
+    other = make_run(
+        "dddd00000004", "2025-01-03T11:00:00+00:00", environment("2.14.0"), (target_result("cpu"),), spec="arch:gpt2"
+    )
+    runs = [*evidence.runs, follow_up, other]
+    assert glance_runs(runs) == ["bbbb00000002", "dddd00000004"]  # not the smaller, later cccc run
+    page = render_html(build_evidence(runs, generated_at="2025-01-04T00:00:00+00:00"))
+    glance = page[page.index('<section id="summary">') : page.index('<section id="regressions">')]
+    assert "#run-bbbb00000002" in glance and "#run-cccc00000003" not in glance
+    assert glance.count('<p class="decision">') == 2  # a decision for each workload
+    # the control: a later run as large as the first replaces it
+    bigger = make_run("eeee00000005", "2025-01-05T10:00:00+00:00", environment("2.14.0"), evidence.runs[1].results)
+    assert glance_runs([*runs, bigger])[0] == "eeee00000005"

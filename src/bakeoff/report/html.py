@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 import json
 import secrets
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -273,6 +274,19 @@ _DECISION_SAID = {
 }
 
 
+def glance_runs(runs: Sequence[RunResult]) -> list[str]:
+    """The run "At a glance" shows for each workload: its latest *full comparison*, the latest of
+    the runs with the most targets, so that a smaller follow-up run (one target again, say) does
+    not replace the main comparison."""
+    best: dict[str, tuple[int, str, str]] = {}
+    for run in runs:
+        size = len({r.target.spec for r in run.results})
+        key = (size, run.created_at, run.run_id)
+        if run.workload["spec"] not in best or key > best[run.workload["spec"]]:
+            best[run.workload["spec"]] = key
+    return [run_id for _size, _when, run_id in best.values()]
+
+
 def _context(evidence: Evidence) -> dict[str, Any]:
     figures: list[dict[str, Any]] = []
 
@@ -315,10 +329,8 @@ def _context(evidence: Evidence) -> dict[str, Any]:
                 "remedies": what_it_takes(run),
             }
         )
-    latest: dict[str, str] = {}
-    for run in evidence.runs:
-        latest[run.workload["spec"]] = run.run_id
-    glance = [item for item in runs if latest[item["run"].workload["spec"]] == item["run"].run_id]
+    shown = set(glance_runs(evidence.runs))
+    glance = [item for item in runs if item["run"].run_id in shown]
     history = [add(c, f) for c, f in history_figures(evidence)]
     environments = [
         {
