@@ -24,6 +24,7 @@ _API = (
     "import_runs",
     "note",
     "notes_and_tags",
+    "plan",
     "regressions",
     "report",
     "rerun",

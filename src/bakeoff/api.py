@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from bakeoff.store.annotations import Note
     from bakeoff.store.transfer import ExportSummary, ImportSummary
     from bakeoff.verdicts.decision import Decision
+    from bakeoff.verdicts.plan import Plan
     from bakeoff.verdicts.regressions import Comparison, Thresholds
     from bakeoff.workload.profile import InputProfile
 
@@ -37,6 +38,7 @@ __all__ = [
     "import_runs",
     "note",
     "notes_and_tags",
+    "plan",
     "regressions",
     "report",
     "rerun",
@@ -142,6 +144,46 @@ def trial(
 
 if trial.__doc__:  # the settings' lines come from their one description (absent under python -OO)
     trial.__doc__ = trial.__doc__.replace("{settings}", describe_options(" " * 8))
+
+
+def plan(
+    workload: str,
+    on: str | Iterable[str] = "cpu",
+    *,
+    budget: str | float = "10min",
+    db: PathLike | None = None,
+    progress: Callable[[str], None] | None = None,
+    **settings: Any,
+) -> Plan:
+    """Search the adjustments for ``workload`` on the targets in ``on`` within ``budget``
+    (``"10min"``, ``"90s"``, or seconds) and recommend the cheapest (with prices) or fastest
+    variant that is correct, on its device and meets every requirement; see
+    :mod:`bakeoff.runner.plan`. Every stage's run is stored. ``settings`` are
+    :func:`trial`'s keywords (``profile``, ``requirements``, ``prices``, ``min_samples``...).
+
+    Raises:
+        SpecError, WorkloadError, StoreError: bad input; nothing is stored.
+        TypeError: a keyword that is not a trial setting.
+    """
+    from bakeoff.runner.plan import parse_budget, run_plan
+    from bakeoff.runner.trial import run_trial
+    from bakeoff.workload.base import parse_workload
+
+    spec = parse_workload(workload)
+    parsed = _targets(on)
+    seconds = parse_budget(budget) if isinstance(budget, str) else float(budget)
+    trial_settings = TrialSettings.from_options(**settings)
+    opened: list[Store] = []
+
+    def store() -> Store:  # opened once, and (for a new file) only after the workload ran
+        if not opened:
+            opened.append(Store.open(db))
+        return opened[0]
+
+    def one_trial(targets: Any, stage: TrialSettings) -> RunResult:
+        return run_trial(store() if opened or not _would_create(db) else store, spec, targets, stage, progress)
+
+    return run_plan(one_trial, spec.spec, parsed, trial_settings, seconds, progress or (lambda _line: None))
 
 
 def baseline(

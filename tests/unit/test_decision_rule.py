@@ -187,3 +187,12 @@ def test_the_test_devices_speed_is_never_ranked():
 
     assert speed_caveat(emu) == "not transferable: emu emulates a device on the CPU"
     assert speed_caveat(target_result("cpu")) == ""  # the control
+
+
+def test_a_target_that_is_not_a_candidate_is_shown_never_chosen():
+    reference = replace(REF, candidate=False)
+    slow = fast("cpu+aot_eager padded to 18", 0.8, 0.7, 0.9)
+    decision = decide([reference, slow])
+    assert (decision.outcome, decision.target) == ("recommended", "cpu+aot_eager padded to 18")
+    assert decision.lines[-1] == "cpu (for comparison, not a candidate): the reference (1.00x)"
+    assert decide([REF, slow]).target == "cpu"  # the control: as a candidate, the faster reference wins

@@ -260,6 +260,66 @@ def trial(
     _finish_run(run, fmt, db, strict, strict_placement)
 
 
+@cli.command(
+    epilog="\b\nExample:\n  bakeoff plan arch:llama --on cpu+inductor,cpu+openvino "
+    "--profile 'seq=lognormal(8,256)&n=50' --require 'p90<=5ms' --budget 10min"
+)
+@click.argument("workload")
+@click.option("--on", "on", multiple=True, default=["cpu"], show_default=True, metavar="TARGETS",
+              help="Target specs to plan for (comma-separated or repeated); options you set are kept.")  # fmt: skip
+@click.option("--budget", default="10min", show_default=True, help="Time for the whole plan: 10min, 90s, 1h.")
+@_setting("profile")
+@_setting("requirements", multiple=True)
+@_setting("prices", multiple=True)
+@_setting("min_samples", type=int)
+@_setting("min_seconds", type=float)
+@_setting("isolate")
+@_db_option
+@_format_option
+def plan(
+    workload: str,
+    on: Sequence[str],
+    budget: str,
+    profile: str | None,
+    requirements: Sequence[str],
+    prices: Sequence[str],
+    min_samples: int,
+    min_seconds: float,
+    isolate: bool,
+    db: str | None,
+    fmt: str,
+) -> None:
+    """Search the adjustments for WORKLOAD within a time budget and recommend a variant.
+
+    Tries the targets as given (padded to buckets with a profile), then, as the budget allows,
+    the options you left unset (dynamic shapes, an engine's float32 precision, one bucket).
+    Every stage's run is stored; the decision is taken over all of them, and a variant that
+    is wrong is never recommended. Exit code: 0 when the plan ran, 2 on bad input.
+    """
+    from bakeoff import api
+
+    with workload_output_to_stderr():
+        found = api.plan(
+            workload,
+            on=on,
+            budget=budget,
+            db=db,
+            progress=_progress(),
+            profile=profile,
+            requirements=list(requirements) or None,
+            prices=prices,
+            min_samples=min_samples,
+            min_seconds=min_seconds,
+            isolate=isolate,
+        )
+    if fmt == "json":
+        _emit_json(found.to_dict())
+        return
+    from bakeoff.report.terminal import plan_view
+
+    _console().print(plan_view(found))
+
+
 @cli.command(epilog="Example: bakeoff demo --db /tmp/demo.db")
 @_db_option
 @_format_option

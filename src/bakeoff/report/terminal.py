@@ -17,6 +17,7 @@ from bakeoff.report.figures import requirement_figures, scenario_figures, settin
 from bakeoff.results.summary import RunSummary
 from bakeoff.results.values import BaselineInfo, Placement, RunResult, TargetResult
 from bakeoff.verdicts.decision import Decision, decide_run
+from bakeoff.verdicts.plan import Plan
 from bakeoff.verdicts.remedies import Remedy, what_it_takes
 
 __all__ = ["baseline_view", "history_table", "run_view", "targets_view", "workloads_view"]
@@ -244,6 +245,24 @@ def decision_view(decision: Decision) -> Group:
     if decision.unmeasured:
         lines.append(Text(f"  not measured here: {'; '.join(decision.unmeasured)}", style="dim"))
     return Group(head, *lines, Text(f"rule: {decision.rule}", style="dim"))
+
+
+def plan_view(plan: Plan) -> Group:
+    """A plan: what each stage tried and where its evidence is, the decision over all of them,
+    and what the recommended variant changed."""
+    lines = [
+        Text.assemble(("plan ", "bold"), f"{plan.workload}: {plan.seconds:.0f} s of a {plan.budget_s:.0f} s budget")
+    ]
+    for stage in plan.stages:
+        tried = ", ".join(stage.targets) + (f" (buckets {stage.buckets})" if stage.buckets else "")
+        where = f"skipped: {stage.skipped}" if stage.skipped else f"run {stage.run_id}, {stage.seconds:.0f} s"
+        lines.append(Text(f"  {stage.name}: {tried} [{where}]"))
+    parts: list[Any] = [*lines, decision_view(plan.decision)]
+    if plan.decision.outcome in ("recommended", "tie") and plan.decision.target:
+        changed = ", ".join(f"{a['name']}={a['value']}" for a in plan.ledger) or "nothing"
+        parts.append(Text(f"{plan.decision.target} changes: {changed}"))
+    parts.append(Text("every stage's evidence is stored: `bakeoff show RUN_ID`", style="dim"))
+    return Group(*parts)
 
 
 def remedies_view(found: dict[str, list[Remedy]]) -> Group:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bakeoff.analysis.cost import Cost, Price, cost_of, parse_prices, price_for
 from bakeoff.analysis.requirements import SINGLE_OBSERVATION
@@ -27,7 +27,17 @@ from bakeoff.errors import SpecError
 from bakeoff.results.values import RunResult, TargetResult
 from bakeoff.units import figure
 
-__all__ = ["RULE", "Decision", "Standing", "decide", "decide_run", "standing_of", "stored_prices"]
+__all__ = [
+    "RULE",
+    "Decision",
+    "Standing",
+    "decide",
+    "decide_run",
+    "decide_runs",
+    "label_of",
+    "standing_of",
+    "stored_prices",
+]
 
 #: The decision rule, printed with every decision and written in the README.
 RULE = (
@@ -47,7 +57,8 @@ _PLACED = ("on_device", "not_applicable")
 class Standing(Value):
     """One target's case: ``misses`` rule it out, ``doubts`` leave it undecided; ``speed`` is its
     speed-up against the reference with its interval ``(value, low, high)``, None when it was not
-    timed; ``cost`` per million requests where it has a price."""
+    timed; ``cost`` per million requests where it has a price. A target that is not a
+    ``candidate`` (the eager reference of a plan that did not list it) is shown, never chosen."""
 
     target: str
     is_reference: bool = False
@@ -55,10 +66,11 @@ class Standing(Value):
     doubts: tuple[str, ...] = ()
     speed: tuple[float, float, float] | None = None
     cost: Cost | None = None
+    candidate: bool = True
 
     @property
     def qualifies(self) -> bool:
-        return not self.misses and not self.doubts
+        return self.candidate and not self.misses and not self.doubts
 
 
 @dataclass(frozen=True)
@@ -86,8 +98,12 @@ class Decision(Value):
 # -- reading a standing from a result -----------------------------------------------------
 
 
-def _label(result: TargetResult) -> str:
-    return result.target.spec + (" padded to buckets" if result.variant == "bucketed" else "")
+def label_of(result: TargetResult) -> str:
+    """The target's spec, and for a padded variant the buckets it was padded to."""
+    if result.variant != "bucketed":
+        return result.target.spec
+    sizes = next((a["value"] for a in result.adjustments if a.get("name") == "pad to buckets"), None)
+    return result.target.spec + (f" padded to {','.join(map(str, sizes))}" if isinstance(sizes, list) else " padded")
 
 
 def _figure(value: float | None, unit: str) -> str:
@@ -145,7 +161,7 @@ def standing_of(r: TargetResult, price: Price | None = None, reference_rate: flo
     if r.target.device == TEST_DEVICE:  # an emulation on the host: its speed says nothing of a real device
         speed = None
     return Standing(
-        _label(r), r.is_reference, tuple(misses), tuple(doubts), speed, _cost(r, price, speed, reference_rate)
+        label_of(r), r.is_reference, tuple(misses), tuple(doubts), speed, _cost(r, price, speed, reference_rate)
     )
 
 
@@ -207,8 +223,19 @@ def _ruled_out(standings: Iterable[Standing]) -> list[str]:
 
 
 def decide(standings: Sequence[Standing], unmeasured: Iterable[str] = ()) -> Decision:
-    """The decision over ``standings`` by :data:`RULE` (see :class:`Decision` for outcomes)."""
+    """The decision over ``standings`` by :data:`RULE` (see :class:`Decision` for outcomes);
+    targets that are not candidates are listed after the rest, for comparison."""
+    decision = _decide(standings, unmeasured)
+    basis = decision.basis
+    extra = tuple(
+        f"{s.target} (for comparison, not a candidate): {_figure_of(s, basis)}" for s in standings if not s.candidate
+    )
+    return replace(decision, lines=decision.lines + extra, standings=tuple(standings)) if extra else decision
+
+
+def _decide(standings: Sequence[Standing], unmeasured: Iterable[str] = ()) -> Decision:
     unmeasured = tuple(unmeasured)
+    standings = [s for s in standings if s.candidate]
     qualified = [s for s in standings if s.qualifies]
     undecided = [s for s in standings if not s.misses and s.doubts]
     pool = qualified or undecided
@@ -254,14 +281,32 @@ def stored_prices(run: RunResult) -> tuple[Price, ...]:
 def decide_run(run: RunResult, prices: Iterable[Price] | None = None) -> Decision:
     """The decision for a stored run: its targets' results, priced by ``prices`` (None: the
     prices the run was given)."""
-    prices = stored_prices(run) if prices is None else tuple(prices)
-    results = run.results
-    reference = next((r for r in results if r.is_reference and r.latency is not None and r.latency.count), None)
-    reference_rate = 1000.0 / reference.latency.p50_ms if reference and reference.latency.p50_ms > 0 else None
-    standings, unmeasured = [], []
-    for r in results:
-        if r.status == "skipped":
-            unmeasured.append(f"{_label(r)} ({r.reason})")
-            continue
-        standings.append(standing_of(r, price_for(r.target.spec, r.target.device, prices), reference_rate))
+    return decide_runs([run], prices)
+
+
+def decide_runs(
+    runs: Sequence[RunResult], prices: Iterable[Price] | None = None, reference_candidate: bool = True
+) -> Decision:
+    """One decision over several runs of one workload (a plan's stages): every target of the
+    first run, then each later run's targets not seen before (its own reference left out); each
+    target's speed is against its own run's reference. ``prices`` None: the first run's. With
+    ``reference_candidate`` False the reference is shown for comparison, never chosen."""
+    prices = stored_prices(runs[0]) if prices is None and runs else tuple(prices or ())
+    standings: list[Standing] = []
+    unmeasured: list[str] = []
+    seen: set[str] = set()
+    for index, run in enumerate(runs):
+        reference = next((r for r in run.results if r.is_reference and r.latency is not None and r.latency.count), None)
+        rate = 1000.0 / reference.latency.p50_ms if reference and reference.latency.p50_ms > 0 else None
+        for r in run.results:
+            if label_of(r) in seen or (index and r.is_reference):
+                continue
+            seen.add(label_of(r))
+            if r.status == "skipped":
+                unmeasured.append(f"{label_of(r)} ({r.reason})")
+                continue
+            standing = standing_of(r, price_for(r.target.spec, r.target.device, prices), rate)
+            standings.append(
+                standing if reference_candidate or not r.is_reference else replace(standing, candidate=False)
+            )
     return decide(standings, unmeasured)

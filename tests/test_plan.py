@@ -1,0 +1,48 @@
+"""``bakeoff plan``: on a profile that hits the recompile limit, the plan finds the padded
+variant that meets the requirement, keeps every stage's evidence, and respects the options the
+user set."""
+
+from __future__ import annotations
+
+import pytest
+
+import bakeoff
+from bakeoff.errors import SpecError
+from bakeoff.runner.plan import parse_budget, variants_of
+from bakeoff.target.spec import parse_target
+
+LLAMA = "arch:llama?layers=1&hidden=32"
+STATIC = "cpu+aot_eager?dynamic=false"
+ELEVEN = "seq=" + ",".join(str(n) for n in range(8, 19))  # 11 lengths: past the recompile limit of 8
+
+
+@pytest.mark.compile
+def test_the_plan_finds_the_padded_variant_when_the_recompile_limit_is_hit(db):
+    plan = bakeoff.plan(LLAMA, on=STATIC, budget="10min", db=db, profile=ELEVEN, requirements=["recompiles<=0"],
+                        isolate=False, min_samples=5, min_seconds=0.0)  # fmt: skip
+    decision = plan.decision
+    assert (decision.outcome, decision.target) == ("recommended", f"{STATIC} padded to 18")
+    lines = " | ".join(decision.lines)
+    assert f"{STATIC} ruled out by recompiles<=0 not met" in lines  # the as-is target: the seeded problem
+    assert "cpu (for comparison, not a candidate)" in lines  # the reference was not asked for
+    assert {"name": "pad to buckets", "value": [18]} in plan.ledger
+    assert {"name": "compile dynamic", "value": False} in plan.ledger  # the user's choice is kept
+    assert [s.name for s in plan.stages] == ["as given", "variants"]
+    assert plan.stages[1].targets == ("padded to 18",)  # no dynamic=true: the user fixed dynamic=false
+    for stage in plan.stages:  # every stage's evidence is in the knowledge base
+        assert bakeoff.show(stage.run_id, db=db).workload["spec"] == LLAMA
+    assert plan.seconds < plan.budget_s
+
+
+def test_budgets_and_variants():
+    assert parse_budget("10min") == 600 and parse_budget("90s") == 90 and parse_budget("1.5h") == 5400
+    for bad in ("soon", "10 parsecs", "30s"):
+        with pytest.raises(SpecError):
+            parse_budget(bad)
+    assert [t.spec for t in variants_of(parse_target("cpu+inductor"))] == ["cpu+inductor?dynamic=true"]
+    assert [t.spec for t in variants_of(parse_target("cpu+openvino"))] == [
+        "cpu+openvino?dynamic=true",
+        "cpu+openvino?precision=f32",
+    ]
+    assert variants_of(parse_target("cpu+inductor?dynamic=false")) == []  # what the user set is kept
+    assert variants_of(parse_target("cpu")) == []
