@@ -19,12 +19,14 @@ from tests.conftest import cli_trial, py_workload
 import bakeoff
 from bakeoff.measure.timing import TimingSettings
 from bakeoff.metrics import parse_requirement
+from bakeoff.report.figures import scenario_figures
 from bakeoff.runner.job import TargetJob
 from bakeoff.runner.session import run_target
 from bakeoff.scenarios.registry import parse_scenario
 from bakeoff.store import Store
 from bakeoff.target.spec import parse_target
 from bakeoff.verdicts.metrics import check_target
+from bakeoff.workload.profile import parse_profile
 
 LLAMA = "arch:llama?layers=1&hidden=32&seq=8"
 FAST = {"min_samples": 5, "min_seconds": 0.0}
@@ -45,13 +47,14 @@ class SteppingClock:
         self.t += seconds
 
 
-def _run(workload: str, *scenarios: str, target: str = "cpu"):
+def _run(workload: str, *scenarios: str, target: str = "cpu", profile: str | None = None):
     job = TargetJob(
         workload_spec=workload,
         target=parse_target(target),
         fingerprint="",
         baseline_path=None,
         timing=TimingSettings(min_samples=10, min_seconds=0.0),
+        profile=parse_profile(profile) if profile else None,
         scenarios=tuple(parse_scenario(s) for s in scenarios),
     )
     return run_target(job, clock=SteppingClock())
@@ -194,6 +197,98 @@ def test_a_scenario_that_raises_is_an_error_beside_a_good_single_stream():
     assert result.status == "ok" and result.latency.count >= 10
     offline = result.scenario("offline")
     assert offline.status == "error" and "cannot build inputs of other shapes" in offline.reason
+
+
+def _prompt_lengths(workload: str, *scenarios: str, profile: str | None = None):
+    """The run's result, and the length of every multi-token sequence the model embedded (the
+    prompts and the profile's or example's inputs; a decoding step embeds one token)."""
+    import torch
+
+    seen = []
+
+    def hook(module, args, _output):
+        if isinstance(module, torch.nn.Embedding) and args and args[0].dim() == 2 and args[0].shape[1] > 1:
+            seen.append(int(args[0].shape[1]))
+
+    handle = torch.nn.modules.module.register_module_forward_hook(hook)
+    try:
+        result = _run(workload, *scenarios, profile=profile)
+    finally:
+        handle.remove()
+    assert result.status == "ok", result.error
+    return result, set(seen)
+
+
+# its example input has 10 tokens (the placement audit runs it with or without a profile), the
+# default prompt 16
+LLAMA_10 = "arch:llama?layers=1&hidden=32&seq=10"
+
+
+def test_generation_and_offline_follow_the_profile_and_say_so():
+    # every request is long: neither the 16-token default prompt nor the example input may run
+    result, lengths = _prompt_lengths(
+        LLAMA_10, "generation?tokens=2&runs=3", "offline?max_batch=2", profile="seq=96,128,128"
+    )
+    assert lengths == {10, 96, 128}
+    generation, offline = result.scenario("generation"), result.scenario("offline")
+    assert generation.status == offline.status == "ok", (generation.reason, offline.reason)
+    assert generation.facts["requests"] == [[1, 96], [1, 128], [1, 128]]  # the 1/6, 3/6, 5/6 length quantiles
+    assert generation.facts["prompt"] == 128 and len(generation.series["ttft"]) == 3
+    assert generation.facts["inputs"] == (
+        "profile seq=96,128,128: 3 runs at evenly spaced length quantiles of its 3 requests, "
+        "prompt lengths 96-128 (2 distinct)"
+    )
+    assert offline.facts["tokens_per_item"] == 128  # the profile's median item, built at that length
+    assert offline.facts["inputs"] == (
+        "profile seq=96,128,128: items of its median length, 128 tokens (lengths 96-128 (2 distinct))"
+    )
+    assert "inputs: profile seq=96,128,128: items of its median length" in "; ".join(scenario_figures(result, offline))
+    assert any(f.startswith("inputs: profile seq=96,128,128: 3 runs at") for f in scenario_figures(result, generation))
+
+
+def test_without_a_profile_generation_and_offline_keep_their_own_inputs_and_say_so():
+    result, lengths = _prompt_lengths(LLAMA_10, "generation?tokens=2&runs=2", "offline?max_batch=2")
+    assert lengths == {10, 16}  # the example input (single-stream, offline) and the default prompt
+    generation, offline = result.scenario("generation"), result.scenario("offline")
+    assert generation.facts["requests"] == [[1, 16], [1, 16]] and generation.facts["prompt"] == 16
+    assert generation.facts["inputs"] == "fixed prompt of 16 tokens (the default; no profile)"
+    assert offline.facts["tokens_per_item"] == 10
+    assert offline.facts["inputs"] == "example input (10 tokens per item), tiled to each batch size (no profile)"
+    # a result stored before scenarios said which inputs they used still renders, without the line
+    old = replace(offline, facts={k: v for k, v in offline.facts.items() if k != "inputs"})
+    shown = scenario_figures(result, old)
+    assert shown[0].startswith("best batch") and not any(f.startswith("inputs") for f in shown)
+
+
+def test_an_explicit_prompt_or_seq_wins_over_the_profile():
+    result, lengths = _prompt_lengths(
+        LLAMA_10, "generation?prompt=8&tokens=2&runs=2", "offline?max_batch=1&seq=12", profile="seq=96,128"
+    )
+    assert lengths == {8, 10, 12, 96, 128}  # single-stream follows the profile; the scenarios their options
+    generation, offline = result.scenario("generation"), result.scenario("offline")
+    assert generation.facts["requests"] == [[1, 8], [1, 8]]
+    assert generation.facts["inputs"] == "fixed prompt of 8 tokens (prompt=8 as given, not the profile's lengths)"
+    assert offline.facts["tokens_per_item"] == 12
+    assert offline.facts["inputs"] == (
+        "items of 12 tokens from the workload's input builder (seq=12 as given, not the profile's lengths)"
+    )
+
+
+def test_generation_runs_take_the_profiles_length_quantiles_with_its_batches():
+    from bakeoff.scenarios.generation import prompts_for
+    from bakeoff.scenarios.offline import item_length
+
+    profile = parse_profile("seq=200,10,50,30,40,20&batch=1,1,1,1,1,4")
+    chosen, text = prompts_for({"prompt": None, "runs": 3}, profile)
+    # sorted 10 20 30 40 50 200; three runs take the 1/6, 3/6 and 5/6 quantiles, with their batches
+    assert [(r.batch, r.seq) for r in chosen] == [(4, 20), (1, 40), (1, 200)]
+    chosen, text = prompts_for({"prompt": None, "runs": 12}, profile)
+    assert [r.seq for r in chosen] == [10, 10, 20, 20, 30, 30, 40, 40, 50, 50, 200, 200]
+    assert text.endswith("prompt lengths 10-200 (6 distinct), batch 1-4 (2 distinct)")
+    # offline counts items: the batch of 4 at length 20 holds the median of 9 items
+    assert item_length({"seq": None}, profile)[0] == 20
+    assert item_length({"seq": None}, parse_profile("seq=5,6,7"))[0] == 6
+    assert item_length({"seq": None}, None) == (None, "")
 
 
 @pytest.mark.parametrize(

@@ -520,8 +520,8 @@ OPTIONS: dict[str, Option] = {
             "scenarios",
             "--scenario",
             TrialSettings.scenarios,
-            "Also run: offline[?max_batch=64], server?rate=20 | server?rate=sweep&bound=p99<=50ms, "
-            "generation[?prompt=16&tokens=16], training[?optimizer=adamw] (comma-separated or repeated).",
+            "Also run: offline[?max_batch=64&seq=N], server?rate=20 | server?rate=sweep&bound=p99<=50ms, "
+            "generation[?prompt=N&tokens=16], training[?optimizer=adamw] (comma-separated or repeated).",
             _check_scenarios,
             keyword_note="A list, or one comma-separated text.",
             metavar="SCENARIO",

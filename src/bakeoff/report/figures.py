@@ -53,6 +53,8 @@ def scenario_figures(result: TargetResult, scenario: Any) -> list[str]:
     facts = scenario.facts
     declared = known_scenario(scenario.name)
     figures = [] if declared is None else declared.figures(result, scenario, lambda *a: _estimate(result, *a))
+    if facts.get("inputs"):  # which inputs it ran on; results stored before they said so have none
+        figures.append(f"inputs: {facts['inputs']}")
     if facts.get("graphs"):
         figures.append(f"{facts['graphs']} more graph(s) compiled for its new shapes")
     elif facts.get("compilations"):  # documents written before graphs were counted per scenario

@@ -252,6 +252,7 @@ class TargetSession:
                 self.clock,
                 list(self.samples),
                 self.traffic.requests,
+                self.job.profile,
             )
             summary = self.prepared.compile_summary
             before = summary()["graphs"] if summary is not None else 0

@@ -18,6 +18,7 @@ from bakeoff.codec import Value
 from bakeoff.measure.clock import Clock
 from bakeoff.specsyntax import Option
 from bakeoff.stats import Estimate
+from bakeoff.workload.profile import InputProfile
 
 __all__ = [
     "MetricSpec",
@@ -26,6 +27,7 @@ __all__ = [
     "ScenarioContext",
     "ScenarioResult",
     "ScenarioSpec",
+    "lengths_text",
     "point",
     "tensor_leaves",
 ]
@@ -34,6 +36,14 @@ __all__ = [
 def point(value: float | None) -> Estimate | None:
     """A figure read once: an estimate with one sample and no interval."""
     return None if value is None else Estimate(float(value), float(value), float(value), 1)
+
+
+def lengths_text(values: Sequence[int]) -> str:
+    """Sizes in a few words: ``16``, or ``8-212 (12 distinct)``."""
+    distinct = sorted(set(values))
+    if len(distinct) == 1:
+        return str(distinct[0])
+    return f"{distinct[0]}-{distinct[-1]} ({len(distinct)} distinct)"
 
 
 def tensor_leaves(args: tuple, kwargs: dict) -> list[Any]:
@@ -50,7 +60,8 @@ class ScenarioResult(Value):
 
     ``series`` keeps the raw samples in milliseconds by name (``latency``, ``wait``, ``ttft``,
     ``tpot``, ``step``, ``batch=8``...); ``facts`` the measured scalars and settings that came
-    with them (batch sizes tried, achieved rate, queue depths). ``status`` is ok, error or
+    with them (batch sizes tried, achieved rate, queue depths; ``inputs``, where a scenario
+    builds inputs of its own, says which in words). ``status`` is ok, error or
     not_applicable (``reason`` says why). Memory is the peak during this scenario alone where
     the OS allows resetting it (Linux), else the process's peak so far.
     """
@@ -121,7 +132,8 @@ class ScenarioSpec:
 
 @dataclass
 class ScenarioContext:
-    """What a scenario needs from the target's session."""
+    """What a scenario needs from the target's session; ``profile`` is the trial's input
+    profile (None without ``--profile``), for scenarios that build inputs of their own."""
 
     workload: Any
     prepared: Any
@@ -130,6 +142,7 @@ class ScenarioContext:
     clock: Clock | None
     service_s: list[float]  # single-stream samples: the server sweep scales its rates and bound to them
     requests: list[Callable[[], Any]]  # one call per request of the traffic, in arrival order
+    profile: InputProfile | None = None
 
 
 class Scenario:

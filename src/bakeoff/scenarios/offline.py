@@ -1,5 +1,14 @@
 """Offline: doubling batch sizes until one fails or gets slow; items/s (and tokens/s for token
-inputs) at the best batch size."""
+inputs) at the best batch size.
+
+Items. With ``seq=N`` every item is built by the workload's input builder at length ``N``.
+Otherwise, with an input profile (``--profile``), every item has the profile's median length
+(over its items: a request of batch 4 counts four times; the lower median, so a length the
+profile holds), built the same way: one length keeps the batch sweep one sweep, and the
+median is the typical item the traffic brings (the profile's own batch sizes do not matter
+here, the sweep chooses its own). Without either, the workload's example input is tiled to
+each batch size. The result's ``inputs`` fact says which.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +16,18 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from bakeoff.measure.loops import batch_sweep
-from bakeoff.scenarios.base import MetricSpec, Option, Scenario, ScenarioContext, ScenarioResult, tensor_leaves
+from bakeoff.scenarios.base import (
+    MetricSpec,
+    Option,
+    Scenario,
+    ScenarioContext,
+    ScenarioResult,
+    lengths_text,
+    tensor_leaves,
+)
 from bakeoff.stats import Estimate, percentile, percentile_estimate
 from bakeoff.target.execute import place_inputs
+from bakeoff.workload.profile import InputProfile
 
 __all__ = ["Offline"]
 
@@ -26,6 +44,25 @@ def _tokens_per_item(args: tuple, kwargs: dict) -> int | None:
     if ids is not None and hasattr(ids, "dtype") and not ids.is_floating_point() and ids.dim() == 2:
         return int(ids.shape[1])
     return None
+
+
+def item_length(options: Mapping[str, Any], profile: InputProfile | None) -> tuple[int | None, str]:
+    """The length every item is built at (None: the example input, tiled) and the words that
+    say where it came from (see the module docstring)."""
+    if options["seq"] is not None:
+        why = f"seq={options['seq']} as given" + (", not the profile's lengths" if profile else "")
+        return options["seq"], f"items of {options['seq']} tokens from the workload's input builder ({why})"
+    if profile is None or not profile.requests:
+        return None, ""
+    ordered = sorted(profile.requests, key=lambda r: r.seq)
+    middle, seen, median = (sum(r.batch for r in ordered) - 1) // 2, 0, ordered[-1].seq
+    for request in ordered:  # the lower median item, without listing every item
+        seen += request.batch
+        if seen > middle:
+            median = request.seq
+            break
+    lengths = lengths_text([r.seq for r in profile.requests])
+    return median, f"profile {profile.source}: items of its median length, {median} tokens (lengths {lengths})"
 
 
 def _rate(per_item: Callable[[ScenarioResult], float | None]) -> Callable[[Any, Any], Estimate | None]:
@@ -48,7 +85,7 @@ class Offline(Scenario):
     name = "offline"
     options: ClassVar[Mapping[str, Option]] = {
         "max_batch": Option(int, 64, minimum=1),
-        "seq": Option(int, None, minimum=1),
+        "seq": Option(int, None, minimum=1, help="item length (default: the profile's median, else the example input)"),
     }
     metrics = (
         MetricSpec("throughput", "rate", "items per second at the best batch size", estimate=_rate(lambda s: 1)),
@@ -64,10 +101,11 @@ class Offline(Scenario):
 
         workload, target = ctx.workload, ctx.target
         base_batch = next((t.shape[0] for t in tensor_leaves(workload.args, workload.kwargs) if t.dim()), 1)
+        seq, inputs_text = item_length(options, ctx.profile)
 
         def inputs(batch: int) -> tuple[tuple, dict]:
-            if options["seq"] is not None:
-                return workload.inputs_for(batch, options["seq"])
+            if seq is not None:
+                return workload.inputs_for(batch, seq)
             if batch % base_batch:
                 raise ValueError(f"batch {batch} is not a multiple of the example's batch {base_batch}")
             return _tile(workload.args, batch // base_batch), _tile(workload.kwargs, batch // base_batch)
@@ -81,6 +119,9 @@ class Offline(Scenario):
             batches.append(b)
             b *= 2
         tokens = _tokens_per_item(*inputs(base_batch))
+        if seq is None:
+            per_item = f" ({tokens} tokens per item)" if tokens else ""
+            inputs_text = f"example input{per_item}, tiled to each batch size (no profile)"
         runs = batch_sweep(make_call, batches, ctx.sync, clock=ctx.clock)
         tried, series = [], {}
         for run in runs:
@@ -95,7 +136,7 @@ class Offline(Scenario):
         if not ok:
             raise RuntimeError(tried[0]["error"] if tried and tried[0]["error"] else "no batch size could be timed")
         best = max(ok, key=lambda t: t["items_per_s"])
-        return series, {"batches": tried, "best_batch": best["batch"], "tokens_per_item": tokens}
+        return series, {"batches": tried, "best_batch": best["batch"], "tokens_per_item": tokens, "inputs": inputs_text}
 
     def figures(self, result: Any, scenario: ScenarioResult, estimate: Any) -> list[str]:
         facts = scenario.facts
