@@ -46,7 +46,8 @@ RUN_LEVEL_KEYS = frozenset(
         "target", "target_detail", "status", "reason", "is_reference", "latency", "first_call_ms", "warmup_calls",
         "settled", "speedup", "speedup_ci", "break_even_requests", "peak_host_rss_bytes", "device_peak_bytes",
         "threads", "load_average", "duration_s", "notes", "adjustments", "variant", "profile", "error",
-        "prepare_ms", "scenarios", "requirements", "conditions", "noise", "skipped_checks", "checks", "unknown",
+        "prepare_ms", "scenarios", "requirements", "conditions", "noise", "skipped_checks", "log", "checks",
+        "unknown",
     }
 )  # fmt: skip
 

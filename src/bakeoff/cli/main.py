@@ -356,18 +356,26 @@ def history(limit: int, workload: str | None, tag: str | None, db: str | None, f
 
 @cli.command(
     epilog="\b\nExamples:\n  bakeoff show 3f2a --format json\n"
-    "  bakeoff show 3f2a --price cpu=0.34/h --price neuron=1.34/h"
+    "  bakeoff show 3f2a --price cpu=0.34/h --price neuron=1.34/h\n  bakeoff show 3f2a --log"
 )
 @click.argument("run_id")
+@click.option(
+    "--log", "show_log", is_flag=True, help="Print what the libraries said while each target ran (kept per run)."
+)
 @_price_option
 @_db_option
 @_format_option
-def show(run_id: str, prices: Sequence[str], db: str | None, fmt: str) -> None:
+def show(run_id: str, show_log: bool, prices: Sequence[str], db: str | None, fmt: str) -> None:
     """Show a stored run (RUN_ID may be a unique prefix), with its decision, tags and notes."""
     from bakeoff import api
     from bakeoff.cli.kb import annotations_json, print_annotations
 
     run = api.show(run_id, db=db)
+    if show_log and fmt != "json":  # the JSON document holds each target's log as stored
+        from bakeoff.report.terminal import log_view
+
+        _console().print(log_view(run))
+        return
     found = api.notes_and_tags(run.run_id, db=db)
     _finish_run(run, fmt, db, strict=False, prices=prices, extra=annotations_json(found))
     if fmt != "json":

@@ -21,12 +21,33 @@ from bakeoff.verdicts.metrics import metric_estimate
 __all__ = [
     "figure",
     "human_bytes",
+    "log_fact",
     "placement_share",
     "requirement_figures",
     "scenario_figures",
     "settings_line",
     "speed_caveat",
 ]
+
+
+def _short(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def log_fact(result: TargetResult, run_id: str = "RUN") -> str | None:
+    """One sentence about what the libraries said while ``result``'s target ran (None if
+    nothing): how many lines, how many distinct, the most frequent, and where to read them."""
+    if not result.log:
+        return None
+    counts: dict[str, int] = {}
+    for line in result.log:  # the same line in several phases is one distinct line here
+        counts[line["text"]] = counts.get(line["text"], 0) + line["count"]
+    total = sum(counts.values())
+    top = sorted(counts.items(), key=lambda item: -item[1])[:3]
+    shown = ", ".join(f"{_short(text)} x{count}" for text, count in top)
+    more = ", ..." if len(counts) > len(top) else ""
+    noun = "library message" if total == 1 else "library messages"
+    return f"{total} {noun} ({len(counts)} distinct: {shown}{more}); `bakeoff show {run_id} --log`"
 
 
 def _estimate(result: TargetResult, metric: str, label: str, unit: str = "ms") -> str | None:

@@ -13,14 +13,14 @@ from rich.text import Text
 from bakeoff.analysis.cost import Price
 from bakeoff.checks.registry import guarded, registered_checks
 from bakeoff.report.figures import human_bytes as _bytes
-from bakeoff.report.figures import requirement_figures, scenario_figures, settings_line, speed_caveat
+from bakeoff.report.figures import log_fact, requirement_figures, scenario_figures, settings_line, speed_caveat
 from bakeoff.results.summary import RunSummary
 from bakeoff.results.values import BaselineInfo, Placement, RunResult, TargetResult
 from bakeoff.verdicts.decision import Decision, decide_run
 from bakeoff.verdicts.plan import Plan
 from bakeoff.verdicts.remedies import Remedy, what_it_takes
 
-__all__ = ["baseline_view", "history_table", "run_view", "targets_view", "workloads_view"]
+__all__ = ["baseline_view", "history_table", "log_view", "run_view", "targets_view", "workloads_view"]
 
 _VERDICT_STYLE = {"pass": "green", "fail": "bold red", "not_comparable": "yellow", "error": "bold red"}
 _STATUS_STYLE = {"ok": "green", "error": "bold red", "skipped": "dim"}
@@ -120,7 +120,7 @@ def _share(placement: Placement | None, cpu: bool = False) -> str:
     return text
 
 
-def _notes(result: TargetResult) -> str:
+def _notes(result: TargetResult, run_id: str = "RUN") -> str:
     parts: list[str] = []
     if result.reason:
         parts.append(result.reason)
@@ -152,8 +152,33 @@ def _notes(result: TargetResult) -> str:
     if result.adjustments:
         parts.append("adjustments: " + ", ".join(f"{a['name']}={a['value']}" for a in result.adjustments))
     parts.extend(result.notes)
+    said = log_fact(result, run_id)
+    if said:
+        parts.append(said)
     parts.extend(result.noise)
     return "; ".join(parts)
+
+
+def log_view(run: RunResult) -> Group:
+    """What the libraries said while each target ran, one row per distinct line and phase."""
+    if not any(r.log for r in run.results):
+        return Group(Text(f"run {run.run_id}: no library messages were captured"))
+    table = Table(header_style="bold", title=f"library messages of run {run.run_id}", title_justify="left")
+    table.add_column("target", overflow="fold")
+    table.add_column("phase")
+    table.add_column("source")
+    table.add_column("count", justify="right")
+    table.add_column("text", overflow="fold")
+    for result in run.results:
+        for line in result.log:
+            table.add_row(
+                escape(_label(result)),
+                escape(line["phase"]),
+                line["source"],
+                str(line["count"]),
+                escape(line["text"]),
+            )
+    return Group(table)
 
 
 def scenarios_view(run: RunResult) -> Table:
@@ -327,8 +352,9 @@ def run_view(
                 "peak RSS": _bytes(result.peak_host_rss_bytes),
             }
         )
-        if _notes(result):
-            notes.append(Text.assemble((f"{_label(result)}: ", "bold"), _notes(result)))
+        said = _notes(result, run.run_id)
+        if said:
+            notes.append(Text.assemble((f"{_label(result)}: ", "bold"), said))
     columns = _fitting_columns(rows, width)
     table = Table(show_lines=False, header_style="bold")
     for name in columns:

@@ -117,8 +117,9 @@ class TargetResult:
     """Everything a trial learned about one target.
 
     ``checks`` holds each check's value by the check's name (a check that did not apply, or did
-    not run, has none: ``skipped_checks`` gives the reason where one applies); ``unknown`` what
-    a document held that this bakeoff does not know (see the module docstring).
+    not run, has none: ``skipped_checks`` gives the reason where one applies); ``log`` what the
+    libraries said while it ran, counted per distinct line (:mod:`bakeoff.results.librarylog`);
+    ``unknown`` what a document held that this bakeoff does not know (see the module docstring).
     """
 
     target: Target
@@ -149,6 +150,7 @@ class TargetResult:
     conditions: dict[str, Any] | None = None
     noise: tuple[str, ...] = ()
     skipped_checks: dict[str, str] = field(default_factory=dict)
+    log: tuple[dict[str, Any], ...] = ()
     unknown: Mapping[str, Any] = field(default_factory=dict)
 
     #: Fields that are not document keys of their own: the target (written as its spec and

@@ -8,6 +8,9 @@ time several targets in turns. If the worker dies or a step outlives the timeout
 records why (signal, exit code, timeout) with the tail of the Python-level traceback that
 ``faulthandler`` wrote (for a hang, the stack the worker was stuck in, dumped on request before
 it is killed) and the phase of the session it was in, and the target's remaining steps do nothing.
+What the worker's libraries wrote to its stdout and stderr goes to files the parent names (see
+:mod:`bakeoff.runner.capture`): a worker that died leaves there what it said last, which the
+parent counts into the error result's ``log``.
 
 Workers never outlive the parent: on Linux the kernel kills them when it dies (the parent-death
 signal), elsewhere a watcher thread notices the parent is gone. They ignore Ctrl-C, which the
@@ -27,7 +30,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from bakeoff.results.librarylog import LibraryLog
 from bakeoff.results.values import ErrorInfo, TargetResult
+from bakeoff.runner.capture import read_output
 from bakeoff.runner.job import TargetJob, adjustments_for, error_checks
 
 __all__ = ["IsolatedSession"]
@@ -57,7 +62,7 @@ def _die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="bakeoff-parent-watch", daemon=True).start()
 
 
-def _worker(job: TargetJob, conn: Any, crash_log: str, parent_pid: int, phase_file: str) -> None:
+def _worker(job: TargetJob, conn: Any, crash_log: str, parent_pid: int, phase_file: str, capture_dir: str) -> None:
     import faulthandler
 
     _die_with_parent(parent_pid)
@@ -76,7 +81,7 @@ def _worker(job: TargetJob, conn: Any, crash_log: str, parent_pid: int, phase_fi
                 if name == "phase":
                     Path(phase_file).write_text(str(value), encoding="utf-8")
 
-        session = ReportingSession(job)
+        session = ReportingSession(job, capture_dir=capture_dir)
         while True:
             command = conn.recv()
             if isinstance(command, tuple):  # ("use", scenarios): run these instead of the job's own
@@ -120,11 +125,12 @@ class IsolatedSession:
         self._tmp = tempfile.TemporaryDirectory(prefix="bakeoff-worker-")
         self.crash_log = Path(self._tmp.name) / "crash.log"
         self.phase_file = Path(self._tmp.name) / "phase"
+        self.capture_dir = Path(self._tmp.name) / "capture"
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe(duplex=True)
         self.process = ctx.Process(
             target=_worker,
-            args=(job, child, str(self.crash_log), os.getpid(), str(self.phase_file)),
+            args=(job, child, str(self.crash_log), os.getpid(), str(self.phase_file), str(self.capture_dir)),
             daemon=True,
         )
         self.process.start()
@@ -187,6 +193,8 @@ class IsolatedSession:
         else:
             kind, category, message = _death(self.process.exitcode)
             error = ErrorInfo(kind, f"{message} during '{command}'", category, phase, tail)
+        log = LibraryLog()  # what the worker's libraries said in its last step (earlier steps' died with it)
+        read_output(self.capture_dir, log, phase)
         self.result = TargetResult(
             target=self.job.target,
             status="error",
@@ -196,6 +204,7 @@ class IsolatedSession:
             duration_s=time.monotonic() - self.started,
             adjustments=adjustments_for(self.job.target, self.job.buckets, self.job.env),
             variant=self.job.variant,
+            log=log.entries(),
         )
         self.timing_done = True
         self._stop()

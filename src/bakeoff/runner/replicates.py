@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from bakeoff.results.librarylog import merge_logs
 from bakeoff.results.values import Latency, TargetResult
 
 __all__ = ["merge_replicates", "replicate_blocks"]
@@ -25,15 +26,20 @@ def merge_replicates(results: Sequence[TargetResult]) -> TargetResult:
     The first replicate that ran gives the checks (correctness, placement, compilation,
     scenarios) unless another one's correctness failed, which then wins: a failure in any
     process is a failure. Latency pools every replicate's samples; each round in
-    ``conditions`` says which replicate took it; memory is the largest peak. A replicate that
-    failed is a note, not the result, as long as one ran.
+    ``conditions`` says which replicate took it; memory is the largest peak; the libraries'
+    lines are counted over every replicate. A replicate that failed is a note, not the result,
+    as long as one ran.
     """
     if len(results) == 1:
         return results[0]
     ran = [r for r in results if r.status == "ok"]
     if not ran:
         first = results[0]
-        return replace(first, notes=(*first.notes, f"all {len(results)} replicates failed"))
+        return replace(
+            first,
+            notes=(*first.notes, f"all {len(results)} replicates failed"),
+            log=merge_logs(*(r.log for r in results)),
+        )
     base = next((r for r in ran if r.verdict == "fail"), ran[0])
     rounds = [
         {**round_, "replicate": index}
@@ -69,6 +75,7 @@ def merge_replicates(results: Sequence[TargetResult]) -> TargetResult:
         notes=tuple(notes),
         noise=tuple(f"replicate {i}: {flag}" for i, r in enumerate(results) if r.status == "ok" for flag in r.noise),
         duration_s=sum(r.duration_s or 0.0 for r in results),
+        log=merge_logs(*(r.log for r in results)),
     )
 
 

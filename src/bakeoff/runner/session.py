@@ -22,6 +22,8 @@ import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from bakeoff.analysis.noise import noise_flags
@@ -31,7 +33,9 @@ from bakeoff.measure.clock import Clock, PerfClock
 from bakeoff.measure.memory import lifetime_peak_rss_bytes, peak_rss_bytes, reset_peak_rss
 from bakeoff.measure.timing import enough_samples, warm_calls
 from bakeoff.results import strictjson
+from bakeoff.results.librarylog import LibraryLog
 from bakeoff.results.values import ErrorInfo, Latency, TargetResult
+from bakeoff.runner.capture import Capture
 from bakeoff.runner.job import TargetJob, adjustments_for, error_checks
 from bakeoff.runner.traffic import traffic_for
 from bakeoff.scenarios.base import ScenarioContext, ScenarioResult
@@ -48,7 +52,7 @@ def _quiet_third_party() -> None:
 
     OpenVINO probes a dynamo setting that torch deprecated; torch's ONNX exporter notes that
     torchvision's operators are not registered; a pickled pytree spec warns about its own API.
-    Everything else still reaches stderr.
+    Everything else is counted in the target's log (:mod:`bakeoff.runner.capture`).
     """
     import logging
     import warnings
@@ -74,13 +78,27 @@ def _conditions() -> dict[str, Any]:
 
 
 class TargetSession:
-    """A target being measured; see the module docstring for the order of steps."""
+    """A target being measured; see the module docstring for the order of steps.
 
-    def __init__(self, job: TargetJob, clock: Clock | None = None) -> None:
+    What libraries say during the steps (warnings, log records, raw output on file descriptors
+    1 and 2) is kept off the terminal and counted per phase into the result's ``log``; the raw
+    output goes through files in ``capture_dir`` (a worker's parent names it, to read what a
+    worker that died left there), or in a directory of the session's own.
+    """
+
+    def __init__(self, job: TargetJob, clock: Clock | None = None, capture_dir: str | None = None) -> None:
         self.job = job
         self.clock = clock or PerfClock()
         self.failed: TargetResult | None = None
         self.timing_done = False
+        self._phase = "build"
+        self.own_capture_dir = capture_dir is None
+        if capture_dir is None:
+            capture_dir = tempfile.mkdtemp(prefix="bakeoff-capture-")
+        Path(capture_dir).mkdir(parents=True, exist_ok=True)
+        self.capture_dir = capture_dir
+        self.log = LibraryLog()
+        self.capture = Capture(self.log, lambda: self._phase, capture_dir)
         self.phase = "build"
         self.started = time.monotonic()
         self.prepared: Any = None
@@ -105,14 +123,25 @@ class TargetSession:
         self.check_failures: list[str] = []
 
     # -- plumbing --------------------------------------------------------------------------
+    @property
+    def phase(self) -> str:
+        """The part of the session running now (named in an error, and in the log's lines)."""
+        return self._phase
+
+    @phase.setter
+    def phase(self, value: str) -> None:
+        if self.capture.is_active:  # raw output so far belongs to the phase that ends
+            self.capture.fold(self._phase)
+        self._phase = value
+
     @contextmanager
     def _step(self) -> Iterator[None]:
-        """Run a step's body (callers skip it once the session failed); an exception becomes
-        the session's error result."""
+        """Run a step's body (callers skip it once the session failed), capturing what libraries
+        say; an exception becomes the session's error result."""
         import torch
 
         try:
-            with torch.no_grad():
+            with self.capture.active(), torch.no_grad():
                 yield
         except (Exception, SystemExit) as exc:  # a workload's sys.exit() is its failure, not the run's end
             self.failed = self._error(exc)
@@ -144,6 +173,7 @@ class TargetSession:
             threads=torch.get_num_threads(),
             adjustments=adjustments_for(self.job.target, self.job.buckets, self.job.env),
             variant=self.job.variant,
+            log=self.log.entries(),
         )
 
     def _close(self) -> None:
@@ -159,6 +189,8 @@ class TargetSession:
         if self.cold_cache_dir is not None:  # an empty cache for one target's compiles: not kept
             shutil.rmtree(self.cold_cache_dir, ignore_errors=True)
             self.cold_cache_dir = None
+        if self.own_capture_dir:
+            shutil.rmtree(self.capture_dir, ignore_errors=True)
 
     # -- steps -----------------------------------------------------------------------------
     def start(self) -> bool:
@@ -289,7 +321,9 @@ class TargetSession:
             result = self._result(context.results, profile_info)
         self._close()
         assert result is not None or self.failed is not None
-        return result if result is not None else self.failed  # type: ignore[return-value]
+        if result is None:
+            return self.failed  # type: ignore[return-value]
+        return replace(result, log=self.log.entries())  # with the output of its last step
 
     def _run_check(self, check: Any, context: CheckContext) -> Any:
         """One check's value, read back through its codec as the knowledge base will read it.

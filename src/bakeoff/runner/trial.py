@@ -2,12 +2,18 @@
 
 The eager CPU target is always measured as the *reference* in the same run (added if the
 user did not list it), so every speed figure is a ratio measured under the same conditions.
+
+What libraries say while this process builds the workload, runs it eagerly and computes the
+baseline is kept off the terminal like a target's (:mod:`bakeoff.runner.capture`), and counted
+in the reference's log under those phases: the reference is where that eager CPU work belongs.
 """
 
 from __future__ import annotations
 
 import datetime
 import itertools
+import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -26,7 +32,9 @@ from bakeoff.env import Environment, capture_environment
 from bakeoff.errors import SpecError
 from bakeoff.hashing import file_sha256
 from bakeoff.metrics import parse_requirement
+from bakeoff.results.librarylog import LibraryLog, merge_logs
 from bakeoff.results.values import BaselineInfo, RunResult, TargetResult
+from bakeoff.runner.capture import Capture
 from bakeoff.runner.job import TargetJob
 from bakeoff.scenarios.base import ScenarioSpec
 from bakeoff.scenarios.registry import parse_scenario, scenario_named
@@ -376,28 +384,47 @@ def run_trial(
     settings = settings or TrialSettings()
     say = progress or (lambda _msg: None)
     say("building workload")
-    workload = build_workload(workload_spec)
-    env = capture_environment()
-    dtypes = sorted({t.dtype for t in targets if t.dtype} | {workload.dtype})
-    profile = settings.profile
-    bucket_plan = resolve_buckets(profile, settings.pad_to_buckets, settings.max_buckets)
-    if profile is not None:  # fail early, with one clear line, for a workload that cannot vary its inputs
-        workload.inputs_for(profile.shapes[0].batch, profile.shapes[0].seq)
-    if callable(store):
-        run_eagerly(workload)
-        store = store()
-    shapes = [(r.batch, r.seq) for r in profile.shapes] if profile else []
-    requirements, req_notes = resolve_requirements(store, workload.spec.spec, settings.requirements)
-    scenarios = _scenarios_for(settings.scenarios, requirements)
-    if settings.requirements is None and requirements:  # kept from an earlier trial: say so before they cost time
-        added = [s.name for s in scenarios if s.name not in {given.name for given in settings.scenarios}]
-        say(
-            "checking the requirements kept for this workload: "
-            + ", ".join(r.text for r in requirements)
-            + (f" (they add the scenario(s) {', '.join(added)})" if added else "")
-            + "; --clear-requirements drops them, --require replaces them"
-        )
-    baseline, notes = ensure_baseline(store, workload, env, dtypes, settings.refresh_baseline, say, shapes)
+    here = tempfile.mkdtemp(prefix="bakeoff-capture-")
+    try:
+        log = LibraryLog()
+        phase = ["workload build"]
+        capture = Capture(log, lambda: phase[0], here)
+
+        def said(message: str) -> None:
+            with capture.suspended():
+                say(message)
+
+        with capture.active(replay_on_error=True):
+            workload = build_workload(workload_spec)
+            env = capture_environment()
+            dtypes = sorted({t.dtype for t in targets if t.dtype} | {workload.dtype})
+            profile = settings.profile
+            bucket_plan = resolve_buckets(profile, settings.pad_to_buckets, settings.max_buckets)
+            if profile is not None:  # fail early, with one clear line, for a workload that cannot vary its inputs
+                capture.fold(phase[0])
+                phase[0] = "eager run"
+                workload.inputs_for(profile.shapes[0].batch, profile.shapes[0].seq)
+            if callable(store):
+                capture.fold(phase[0])
+                phase[0] = "eager run"
+                run_eagerly(workload)
+                store = store()
+            shapes = [(r.batch, r.seq) for r in profile.shapes] if profile else []
+            requirements, req_notes = resolve_requirements(store, workload.spec.spec, settings.requirements)
+            scenarios = _scenarios_for(settings.scenarios, requirements)
+            if settings.requirements is None and requirements:  # kept from an earlier trial: say so before they cost
+                added = [s.name for s in scenarios if s.name not in {given.name for given in settings.scenarios}]
+                said(
+                    "checking the requirements kept for this workload: "
+                    + ", ".join(r.text for r in requirements)
+                    + (f" (they add the scenario(s) {', '.join(added)})" if added else "")
+                    + "; --clear-requirements drops them, --require replaces them"
+                )
+            capture.fold(phase[0])
+            phase[0] = "baseline"
+            baseline, notes = ensure_baseline(store, workload, env, dtypes, settings.refresh_baseline, said, shapes)
+    finally:
+        shutil.rmtree(here, ignore_errors=True)
     notes = [*notes, *req_notes]
     ordered, reference = _with_reference(targets)
     variants: list[tuple[Target, tuple[int, ...] | None]] = []
@@ -442,6 +469,11 @@ def run_trial(
     done = [
         _with_requirements(r, requirements) for r in _speedups(done, reference, settings.interleaved, settings.spread)
     ]
+    if log.entries():
+        done = [
+            replace(r, log=merge_logs(log.entries(), r.log)) if r.is_reference and r.variant == "as-is" else r
+            for r in done
+        ]
     run = RunResult(
         run_id=uuid.uuid4().hex[:12],
         created_at=_now(),
