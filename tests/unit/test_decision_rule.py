@@ -196,3 +196,24 @@ def test_a_target_that_is_not_a_candidate_is_shown_never_chosen():
     assert (decision.outcome, decision.target) == ("recommended", "cpu+aot_eager padded to 18")
     assert decision.lines[-1] == "cpu (for comparison, not a candidate): the reference (1.00x)"
     assert decide([REF, slow]).target == "cpu"  # the control: as a candidate, the faster reference wins
+
+
+def test_cost_per_million_tokens_and_against_the_reference():
+    from tests.revisit_data import environment, make_run, target_result
+
+    from bakeoff.verdicts.decision import tokens_per_request
+
+    price = Price("cpu", 0.36)  # 1e-4 per second
+    cost = cost_of(price, 100.0, "single-stream", (90.0, 110.0), tokens_per_request=16.0)
+    assert cost.value == pytest.approx(1.0) and cost.per_million_tokens == pytest.approx(1.0 / 16)
+    assert cost_of(price, 100.0, "server").per_million_tokens is None  # not a language model
+    ref = Standing("cpu", True, speed=(1.0, 1.0, 1.0), cost=cost_of(price, 100.0, "single-stream", (100.0, 100.0)))
+    quick = Standing("x", speed=(4.0, 3.9, 4.1), cost=cost_of(price, 400.0, "single-stream", (390.0, 410.0)))
+    assert ", 0.25x the reference's cost at 400.0/s" in decide([ref, quick]).lines[0]
+
+    run = make_run("r", "2025-01-01T00:00:00+00:00", environment(), (target_result("cpu"),))
+    assert tokens_per_request(run) is None  # the fixture's workload has no input_ids
+    lm = replace(run, workload={**run.workload, "details": {"inputs": {"input_ids": [2, 16]}}})
+    assert tokens_per_request(lm) == 32.0
+    profiled = replace(lm, settings={"profile": {"source": "seq=8,24", "requests": [[1, 8], [1, 24]]}})
+    assert tokens_per_request(profiled) == 16.0  # the profile's mean request, not the example input

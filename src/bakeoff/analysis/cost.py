@@ -47,7 +47,8 @@ class Price(Value):
 class Cost(Value):
     """Cost per million requests (``value`` with its interval ``low``-``high``, None for a
     single observation), at ``rate`` requests per second, read from ``basis``
-    (``single-stream`` or ``server``); ``price`` what it was computed from. The reference's
+    (``single-stream`` or ``server``); ``price`` what it was computed from;
+    ``tokens_per_request`` the mean input tokens of a language model's request. The reference's
     single-stream cost has a zero-width interval: its speed is the unit the others' intervals
     are measured in."""
 
@@ -57,10 +58,16 @@ class Cost(Value):
     rate: float
     basis: str
     price: Price
+    tokens_per_request: float | None = None
 
     @property
     def has_interval(self) -> bool:
         return self.low is not None and self.high is not None
+
+    @property
+    def per_million_tokens(self) -> float | None:
+        """Cost per million input tokens, for a language model (None for other workloads)."""
+        return self.value / self.tokens_per_request if self.tokens_per_request else None
 
 
 def parse_prices(texts: Iterable[str]) -> tuple[Price, ...]:
@@ -100,9 +107,16 @@ def price_for(spec: str, device: str, prices: Iterable[Price]) -> Price | None:
     return by_name.get(spec) or by_name.get(device)
 
 
-def cost_of(price: Price, rate: float, basis: str, interval: tuple[float, float] | None = None) -> Cost:
+def cost_of(
+    price: Price,
+    rate: float,
+    basis: str,
+    interval: tuple[float, float] | None = None,
+    tokens_per_request: float | None = None,
+) -> Cost:
     """Cost per million requests at ``rate`` requests per second; ``interval`` is the rate's
-    (low, high), None for a single observation.
+    (low, high), None for a single observation; ``tokens_per_request`` gives the cost per
+    million tokens too.
 
     Raises:
         ValueError: a rate that is not positive and finite.
@@ -111,7 +125,7 @@ def cost_of(price: Price, rate: float, basis: str, interval: tuple[float, float]
         raise ValueError(f"rate {rate} is not a positive number of requests per second")
     per_million = price.per_hour / 3600.0 * 1e6
     if interval is None:
-        return Cost(per_million / rate, None, None, rate, basis, price)
+        return Cost(per_million / rate, None, None, rate, basis, price, tokens_per_request)
     low_rate, high_rate = interval
     high = per_million / low_rate if low_rate > 0 else math.inf
-    return Cost(per_million / rate, per_million / high_rate, high, rate, basis, price)
+    return Cost(per_million / rate, per_million / high_rate, high, rate, basis, price, tokens_per_request)

@@ -131,9 +131,12 @@ def _requirement(item: dict) -> tuple[str | None, str | None]:
     return None, f"{text}: {value}, its interval{interval} straddles the limit"
 
 
-def standing_of(r: TargetResult, price: Price | None = None, reference_rate: float | None = None) -> Standing:
+def standing_of(
+    r: TargetResult, price: Price | None = None, reference_rate: float | None = None, tokens: float | None = None
+) -> Standing:
     """The case of a measured (not skipped) target's result; ``reference_rate`` is the
-    reference's single-stream rate (requests per second), for costs."""
+    reference's single-stream rate (requests per second) and ``tokens`` a language model's
+    mean input tokens per request, for costs."""
     misses: list[str] = []
     doubts: list[str] = []
     if r.status != "ok":
@@ -161,11 +164,13 @@ def standing_of(r: TargetResult, price: Price | None = None, reference_rate: flo
     if r.target.device == TEST_DEVICE:  # an emulation on the host: its speed says nothing of a real device
         speed = None
     return Standing(
-        label_of(r), r.is_reference, tuple(misses), tuple(doubts), speed, _cost(r, price, speed, reference_rate)
+        label_of(r), r.is_reference, tuple(misses), tuple(doubts), speed, _cost(r, price, speed, reference_rate, tokens)
     )
 
 
-def _cost(r: TargetResult, price: Price | None, speed: tuple | None, reference_rate: float | None) -> Cost | None:
+def _cost(
+    r: TargetResult, price: Price | None, speed: tuple | None, reference_rate: float | None, tokens: float | None
+) -> Cost | None:
     """The target's cost per million requests: at the rate its server scenario sustained, else
     at its single-stream rate (with the speed-up's interval)."""
     if price is None or r.status != "ok":
@@ -174,11 +179,26 @@ def _cost(r: TargetResult, price: Price | None, speed: tuple | None, reference_r
     facts = server.facts if server is not None and server.status == "ok" else {}
     sustained = facts.get("max_rate") if facts.get("sweep") else facts.get("achieved_rate")
     if sustained:
-        return cost_of(price, sustained, "server")
+        return cost_of(price, sustained, "server", tokens_per_request=tokens)
     if speed is None or not reference_rate:
         return None
     value, low, high = speed
-    return cost_of(price, reference_rate * value, "single-stream", (reference_rate * low, reference_rate * high))
+    interval = (reference_rate * low, reference_rate * high)
+    return cost_of(price, reference_rate * value, "single-stream", interval, tokens)
+
+
+def tokens_per_request(run: RunResult) -> float | None:
+    """A language model's mean input tokens per request: over the profile's requests, else the
+    workload's own input (None for a workload without ``input_ids``)."""
+    inputs = (run.workload.get("details") or {}).get("inputs") or {}
+    shape = inputs.get("input_ids")
+    if not isinstance(shape, list) or len(shape) != 2:
+        return None
+    profile = run.settings.get("profile") or {}
+    requests = [r for r in profile.get("requests") or () if isinstance(r, list) and len(r) == 2]
+    if requests:
+        return sum(batch * seq for batch, seq in requests) / len(requests)
+    return float(shape[0] * shape[1])
 
 
 # -- the rule --------------------------------------------------------------------------------
@@ -203,13 +223,17 @@ def _overlap(a: Standing, b: Standing, basis: str) -> bool:
     return a.speed[1] <= b.speed[2] and b.speed[1] <= a.speed[2]
 
 
-def _figure_of(s: Standing, basis: str) -> str:
+def _figure_of(s: Standing, basis: str, reference: Standing | None = None) -> str:
     if basis == "cost" and s.cost is not None:
         c, unit = s.cost, s.cost.price.currency
         span = " (one reading)" if not c.has_interval else ""
         if c.has_interval and c.low != c.high:
             span = f" ({unit}{c.low:.3g}-{unit}{c.high:.3g})"
-        return f"{unit}{c.value:.3g} per million requests{span} at {figure(c.rate, '/s')} {c.basis}"
+        tokens = f", {unit}{c.per_million_tokens:.3g} per million tokens" if c.per_million_tokens else ""
+        versus = ""
+        if reference is not None and reference is not s and reference.cost is not None:
+            versus = f", {c.value / reference.cost.value:.2f}x the reference's cost"
+        return f"{unit}{c.value:.3g} per million requests{span}{tokens}{versus} at {figure(c.rate, '/s')} {c.basis}"
     if s.speed is not None:
         value, low, high = s.speed
         return "the reference (1.00x)" if s.is_reference else f"{value:.2f}x the reference ({low:.2f}-{high:.2f}x)"
@@ -235,6 +259,7 @@ def decide(standings: Sequence[Standing], unmeasured: Iterable[str] = ()) -> Dec
 
 def _decide(standings: Sequence[Standing], unmeasured: Iterable[str] = ()) -> Decision:
     unmeasured = tuple(unmeasured)
+    ref = next((s for s in standings if s.is_reference), None)
     standings = [s for s in standings if s.candidate]
     qualified = [s for s in standings if s.qualifies]
     undecided = [s for s in standings if not s.misses and s.doubts]
@@ -245,10 +270,10 @@ def _decide(standings: Sequence[Standing], unmeasured: Iterable[str] = ()) -> De
         ranked = sorted(qualified, key=lambda s: _key(s, basis))
         best = ranked[0]
         tied = tuple(s.target for s in ranked[1:] if _overlap(best, s, basis))
-        lines.append(f"{best.target}: {_figure_of(best, basis)}")
+        lines.append(f"{best.target}: {_figure_of(best, basis, ref)}")
         for s in ranked[1:]:
             how = "indistinguishable" if s.target in tied else "qualifies too"
-            lines.append(f"{s.target} {how}: {_figure_of(s, basis)}")
+            lines.append(f"{s.target} {how}: {_figure_of(s, basis, ref)}")
         for s in undecided:
             if _key(s, basis) < _key(best, basis):
                 lines.append(f"{s.target} might do better, but its evidence is inconclusive: {'; '.join(s.doubts)}")
@@ -258,7 +283,7 @@ def _decide(standings: Sequence[Standing], unmeasured: Iterable[str] = ()) -> De
     if undecided:
         best = sorted(undecided, key=lambda s: _key(s, basis))[0]
         for s in sorted(undecided, key=lambda s: _key(s, basis)):
-            lines.append(f"{s.target} ({_figure_of(s, basis)}) is undecided: {'; '.join(s.doubts)}")
+            lines.append(f"{s.target} ({_figure_of(s, basis, ref)}) is undecided: {'; '.join(s.doubts)}")
         lines += _ruled_out(standings)
         return Decision("inconclusive", best.target, basis, tuple(lines), (), tuple(standings), unmeasured)
     if not standings:
@@ -298,6 +323,7 @@ def decide_runs(
     for index, run in enumerate(runs):
         reference = next((r for r in run.results if r.is_reference and r.latency is not None and r.latency.count), None)
         rate = 1000.0 / reference.latency.p50_ms if reference and reference.latency.p50_ms > 0 else None
+        tokens = tokens_per_request(run)
         for r in run.results:
             if label_of(r) in seen or (index and r.is_reference):
                 continue
@@ -305,7 +331,7 @@ def decide_runs(
             if r.status == "skipped":
                 unmeasured.append(f"{label_of(r)} ({r.reason})")
                 continue
-            standing = standing_of(r, price_for(r.target.spec, r.target.device, prices), rate)
+            standing = standing_of(r, price_for(r.target.spec, r.target.device, prices), rate, tokens)
             standings.append(
                 standing if reference_candidate or not r.is_reference else replace(standing, candidate=False)
             )
