@@ -16,6 +16,7 @@ from bakeoff.report.figures import human_bytes as _bytes
 from bakeoff.report.figures import log_fact, requirement_figures, scenario_figures, settings_line, speed_caveat
 from bakeoff.results.summary import RunSummary
 from bakeoff.results.values import BaselineInfo, Placement, RunResult, TargetResult
+from bakeoff.units import figure
 from bakeoff.verdicts.decision import Decision, decide_run
 from bakeoff.verdicts.plan import Plan
 from bakeoff.verdicts.remedies import Remedy, what_it_takes
@@ -144,8 +145,8 @@ def _notes(result: TargetResult, run_id: str = "RUN") -> str:
         )
     if result.target.is_compiled and result.time_to_first_result_ms is not None:
         parts.append(
-            f"time to first result {result.time_to_first_result_ms:.4g} ms "
-            f"(prepare {result.prepare_ms or 0:.3g} + first call {result.first_call_ms:.4g})"
+            f"time to first result {figure(result.time_to_first_result_ms, 'ms')} "
+            f"(prepare {figure(result.prepare_ms or 0.0, 'ms')} + first call {figure(result.first_call_ms, 'ms')})"
         )
     if result.break_even_requests is not None and result.target.is_compiled:
         parts.append(f"pays back its first call after {result.break_even_requests:.0f} request(s)")
