@@ -156,3 +156,23 @@ def test_a_report_path_that_is_a_directory_is_one_line(tmp_path):
     assert result.stderr.strip() == (
         f"bakeoff: error: Invalid value for '--html': File '{tmp_path}' is a directory. (see `bakeoff report --help`)"
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["--budget", "soon"], "bakeoff: error: budget 'soon' is not a duration (e.g. --budget 10min, 90s or 1h)"),
+        (["--budget", "20s"], "bakeoff: error: budget '20s' is under a minute (give a plan at least --budget 1min)"),
+        (
+            ["--price", "cpu=1"],
+            "bakeoff: error: price 'cpu=1' is not NAME=AMOUNT/UNIT "
+            "(e.g. --price cpu=0.34/h or --price 'neuron=$1.34/h')",
+        ),
+    ],
+)
+def test_bad_plan_input_is_one_line_and_stores_nothing(args, line, tmp_path):
+    db = tmp_path / "b.db"
+    result = bakeoff("plan", "arch:llama", *args, "--db", str(db), cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [line]
+    assert not db.exists()
