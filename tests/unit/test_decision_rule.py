@@ -217,3 +217,14 @@ def test_cost_per_million_tokens_and_against_the_reference():
     assert tokens_per_request(lm) == 32.0
     profiled = replace(lm, settings={"profile": {"source": "seq=8,24", "requests": [[1, 8], [1, 24]]}})
     assert tokens_per_request(profiled) == 16.0  # the profile's mean request, not the example input
+
+
+def test_a_device_target_whose_placement_was_not_audited_is_undecided():
+    from tests.revisit_data import target_result
+
+    unaudited = target_result("neuron")
+    unaudited = replace(unaudited, checks={k: v for k, v in unaudited.checks.items() if k != "placement"})
+    assert standing_of(unaudited).doubts == ("placement not audited: where the work ran is unknown",)
+    cpu = target_result("cpu")
+    cpu = replace(cpu, checks={k: v for k, v in cpu.checks.items() if k != "placement"})
+    assert standing_of(cpu).qualifies  # the control: on the CPU there is nowhere else the work could run

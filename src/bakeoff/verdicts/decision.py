@@ -153,6 +153,8 @@ def standing_of(
         misses.append(f"outputs not finite in {r.target.dtype} where {native} is finite (the dtype overflows)")
     if r.placement is not None and r.placement.verdict not in _PLACED:
         misses.append(f"work left the device: placement {r.placement.verdict}")
+    elif r.placement is None and r.status == "ok" and r.target.device != "cpu":
+        doubts.append("placement not audited: where the work ran is unknown")
     for item in r.requirements:
         miss, doubt = _requirement(item)
         misses += [miss] if miss else []
