@@ -60,6 +60,10 @@ def test_inconclusive_evidence_is_named_and_never_counted_as_a_win():
     with_ref = decide([REF, straddles])
     assert (with_ref.outcome, with_ref.target) == ("recommended", "cpu")
     assert with_ref.lines[-1].startswith("cpu+inductor might do better, but its evidence is inconclusive")
+    # a slower undecided target is listed too, as undecided
+    slower = fast("cpu+aot_eager", 0.5, 0.4, 0.6, doubts=("p90<=5ms not measured: no figure",))
+    listed = decide([REF, slower]).lines
+    assert listed[-1].startswith("cpu+aot_eager (0.50x the reference (0.40-0.60x)) is undecided: p90<=5ms not measured")
     assert decide([]).outcome == "none" and decide([]).target is None
 
 

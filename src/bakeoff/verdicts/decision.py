@@ -276,9 +276,11 @@ def _decide(standings: Sequence[Standing], unmeasured: Iterable[str] = ()) -> De
         for s in ranked[1:]:
             how = "indistinguishable" if s.target in tied else "qualifies too"
             lines.append(f"{s.target} {how}: {_figure_of(s, basis, ref)}")
-        for s in undecided:
+        for s in sorted(undecided, key=lambda s: _key(s, basis)):
             if _key(s, basis) < _key(best, basis):
                 lines.append(f"{s.target} might do better, but its evidence is inconclusive: {'; '.join(s.doubts)}")
+            else:
+                lines.append(f"{s.target} ({_figure_of(s, basis, ref)}) is undecided: {'; '.join(s.doubts)}")
         lines += _ruled_out(standings)
         return Decision("tie" if tied else "recommended", best.target, basis, tuple(lines), tied,
                         tuple(standings), unmeasured)  # fmt: skip
