@@ -31,6 +31,8 @@ def test_the_plan_finds_the_padded_variant_when_the_recompile_limit_is_hit(db):
     assert plan.stages[1].targets == ("padded to 18",)  # no dynamic=true: the user fixed dynamic=false
     for stage in plan.stages:  # every stage's evidence is in the knowledge base
         assert bakeoff.show(stage.run_id, db=db).workload["spec"] == LLAMA
+    tagged = {row.run_id for row in bakeoff.history(db=db, tag=plan.tag)}
+    assert plan.tag == f"plan-{plan.stages[0].run_id}" and tagged == {s.run_id for s in plan.stages}
     assert plan.seconds < plan.budget_s
 
 

@@ -158,7 +158,8 @@ def plan(
     """Search the adjustments for ``workload`` on the targets in ``on`` within ``budget``
     (``"10min"``, ``"90s"``, or seconds) and recommend the cheapest (with prices) or fastest
     variant that is correct, on its device and meets every requirement; see
-    :mod:`bakeoff.runner.plan`. Every stage's run is stored. ``settings`` are
+    :mod:`bakeoff.runner.plan`. Every stage's run is stored, tagged ``plan-RUN_ID`` (the first
+    stage's run), so ``bakeoff report --tag`` shows them together. ``settings`` are
     :func:`trial`'s keywords (``profile``, ``requirements``, ``prices``, ``min_samples``...).
 
     Raises:
@@ -183,7 +184,14 @@ def plan(
     def one_trial(targets: Any, stage: TrialSettings) -> RunResult:
         return run_trial(store() if opened or not _would_create(db) else store, spec, targets, stage, progress)
 
-    return run_plan(one_trial, spec.spec, parsed, trial_settings, seconds, progress or (lambda _line: None))
+    named: list[str] = []
+
+    def tag(run_id: str) -> str:  # every stage's run carries the first stage's plan-RUN tag
+        named.append(named[0] if named else f"plan-{run_id}")
+        store().add_tag(run_id, named[-1])
+        return named[-1]
+
+    return run_plan(one_trial, spec.spec, parsed, trial_settings, seconds, progress or (lambda _line: None), tag)
 
 
 def baseline(

@@ -287,7 +287,8 @@ def plan_view(plan: Plan) -> Group:
     if plan.decision.outcome in ("recommended", "tie") and plan.decision.target:
         changed = ", ".join(f"{a['name']}={a['value']}" for a in plan.ledger) or "nothing"
         parts.append(Text(f"{plan.decision.target} changes: {changed}"))
-    parts.append(Text("every stage's evidence is stored: `bakeoff show RUN_ID`", style="dim"))
+    shown = f"`bakeoff report --tag {plan.tag} --html plan.html`" if plan.tag else "`bakeoff show RUN_ID`"
+    parts.append(Text(f"every stage's evidence is stored: {shown}", style="dim"))
     return Group(*parts)
 
 

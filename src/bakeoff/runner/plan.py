@@ -82,9 +82,11 @@ def run_plan(
     settings: TrialSettings,
     budget_s: float,
     say: Callable[[str], None] = lambda _line: None,
+    tag: Callable[[str], str] | None = None,
 ) -> Plan:
     """Run the stages (each through ``trial``, which stores its run) within ``budget_s`` and
-    decide over all of them."""
+    decide over all of them. ``tag(run_id)`` tags a stage's run with the plan's tag (named
+    after the first stage's run) and returns it."""
     started = time.monotonic()
     left = lambda: budget_s - (time.monotonic() - started)  # noqa: E731
     stages: list[Stage] = []
@@ -122,4 +124,8 @@ def run_plan(
     decision = decide_runs(runs, settings.prices, reference_candidate=listed)
     chosen = next((r for run in runs for r in run.results if label_of(r) == decision.target), None)
     ledger = chosen.adjustments if chosen is not None else ()
-    return Plan(workload, tuple(stages), decision, ledger, budget_s, time.monotonic() - started)
+    name = ""
+    if tag is not None:
+        for run in runs:
+            name = tag(run.run_id)
+    return Plan(workload, tuple(stages), decision, ledger, budget_s, time.monotonic() - started, name)

@@ -26,7 +26,9 @@ class Stage(Value):
 @dataclass(frozen=True)
 class Plan(Value):
     """What a plan tried and what it recommends: ``ledger`` lists the recommended variant's
-    adjustments (what it changed), ``budget_s`` the budget and ``seconds`` the time taken."""
+    adjustments (what it changed), ``budget_s`` the budget and ``seconds`` the time taken;
+    ``tag`` is the tag every stage's run carries (``bakeoff report --tag TAG`` shows them
+    together)."""
 
     workload: str
     stages: tuple[Stage, ...]
@@ -34,3 +36,4 @@ class Plan(Value):
     ledger: tuple[dict, ...] = ()
     budget_s: float = 0.0
     seconds: float = 0.0
+    tag: str = ""
