@@ -342,41 +342,40 @@ def _check_env(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[tu
     return tuple(switches)
 
 
-def _check_scenarios(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[ScenarioSpec, ...]:
-    """``offline,server?rate=5`` -> two scenarios; a comma inside options is not a separator
-    (scenario options never hold commas)."""
+def _spec_list(
+    value: str | Iterable[str], what: str, parse: Callable[[str], Any], empty_hint: str, twice_hint: str
+) -> tuple[Any, ...]:
+    """Specs given as a list or comma-separated (their options never hold commas), each parsed
+    by ``parse``; an empty one or a name given twice is refused with its line."""
     texts = [value] if isinstance(value, str) else list(value)
     parts = [part.strip() for text in texts for part in text.split(",")]
     if any(not part for part in parts):
-        raise SpecError(
-            f"empty scenario in {', '.join(repr(t) for t in texts)}",
-            hint="name one: offline, server?rate=20, generation or training (or drop --scenario)",
-        )
-    parsed = tuple(parse_scenario(part) for part in parts)
-    seen = [s.name for s in parsed]
+        raise SpecError(f"empty {what} in {', '.join(repr(t) for t in texts)}", hint=empty_hint)
+    parsed = tuple(parse(part) for part in parts)
+    seen = [spec.name for spec in parsed]
     twice = next((name for name in seen if seen.count(name) > 1), None)
     if twice is not None:
-        raise SpecError(
-            f"scenario {twice!r} given twice", hint="give each scenario once; compare rates with server?rate=sweep"
-        )
+        raise SpecError(f"{what} {twice!r} given twice", hint=twice_hint)
     return parsed
+
+
+def _check_scenarios(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[ScenarioSpec, ...]:
+    """``offline,server?rate=5`` -> two scenarios."""
+    return _spec_list(
+        value,
+        "scenario",
+        parse_scenario,
+        "name one: offline, server?rate=20, generation or training (or drop --scenario)",
+        "give each scenario once; compare rates with server?rate=sweep",
+    )
 
 
 def _check_checks(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[CheckSpec, ...]:
-    """``determinism?repeats=5`` -> the check's options; a comma separates checks (check
-    options never hold commas). A check named with no options keeps its defaults."""
-    texts = [value] if isinstance(value, str) else list(value)
-    parts = [part.strip() for text in texts for part in text.split(",")]
-    if any(not part for part in parts):
-        raise SpecError(
-            f"empty check in {', '.join(repr(t) for t in texts)}", hint="e.g. --check determinism?repeats=5"
-        )
-    parsed = tuple(parse_check(part) for part in parts)
-    seen = [s.name for s in parsed]
-    twice = next((name for name in seen if seen.count(name) > 1), None)
-    if twice is not None:
-        raise SpecError(f"check {twice!r} given twice", hint="give each check once, with all its options")
-    return parsed
+    """``determinism?repeats=5`` -> the check's options; a check named with no options keeps
+    its defaults."""
+    return _spec_list(
+        value, "check", parse_check, "e.g. --check determinism?repeats=5", "give each check once, with all its options"
+    )
 
 
 def _check_prices(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[Price, ...]:

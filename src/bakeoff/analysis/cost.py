@@ -29,7 +29,7 @@ from bakeoff.errors import SpecError
 __all__ = ["Cost", "Price", "cost_of", "parse_prices", "price_for"]
 
 _PER = {"h": 3600.0, "hour": 3600.0, "min": 60.0, "s": 1.0}
-_PRICE = re.compile(r"^\s*([^\d\s.=]{0,3})\s*(\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?\s*/\s*([a-z]+)\s*$")
+_PRICE = re.compile(r"^\s*([^\d\s.=]{0,3})\s*((?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*/\s*([a-z]+)\s*$")
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def parse_prices(texts: Iterable[str]) -> tuple[Price, ...]:
                 f"price {text!r} is not NAME=AMOUNT/UNIT", hint="e.g. --price cpu=0.34/h or --price 'neuron=$1.34/h'"
             )
         currency, unit = found.group(1), found.group(3)
-        number = float(amount.strip()[len(currency) :].strip().split("/")[0])
+        number = float(found.group(2))
         if not math.isfinite(number) or number <= 0:
             raise SpecError(f"price {text!r} must be a positive amount", hint="e.g. --price cpu=0.34/h")
         name = name.strip()

@@ -103,8 +103,12 @@ class Placement(Value):
     engine_work: dict[str, Any] | None = None
 
 
-def _top(names: Mapping[str, int]) -> str:
-    return ", ".join(f"{n} x{c}" for n, c in Counter(names).most_common(3))
+def top_counts(names: Mapping[str, int], n: int = 3, more: bool = False) -> str:
+    """The ``n`` most frequent names with their counts (``aten::index x8, ...``); with ``more``,
+    how many others there are."""
+    shown = ", ".join(f"{name} x{count}" for name, count in Counter(names).most_common(n))
+    others = len(names) - n
+    return shown + (f" and {others} more" if more and others > 0 else "")
 
 
 def _engine_handed_back(engine_work: Mapping[str, Any] | None) -> str | None:
@@ -155,7 +159,7 @@ def judge(
         if fallback_ops:  # a CPU compile backend that handed work back to PyTorch or inductor
             return (
                 "fallbacks",
-                f"{sum(fallback_ops.values())} op call(s) did not run in the backend: {_top(fallback_ops)}",
+                f"{sum(fallback_ops.values())} op call(s) did not run in the backend: {top_counts(fallback_ops)}",
             )
         return "not_applicable", "CPU target: all work runs on the host by definition"
     fallback_total = sum(fallback_ops.values()) + sum(host_ops.values())
@@ -177,7 +181,7 @@ def judge(
     round_trips = [s for s in sites if s["direction"] == "device_to_host"]
     if fallback_total:
         names = Counter({**host_ops}) + Counter({**fallback_ops})
-        return "fallbacks", f"{fallback_total} op call(s) ran on the host: {_top(names)}"
+        return "fallbacks", f"{fallback_total} op call(s) ran on the host: {top_counts(names)}"
     if round_trips and transfers["host_to_device"]["count"]:
         where = ", ".join(sorted({s["module"] for s in round_trips})[:3])
         return "fallbacks", f"tensors copied to the host and back during the forward pass (in {where})"

@@ -22,7 +22,7 @@ from bakeoff.results.strictjson import for_display
 from bakeoff.results.values import RunResult, TargetResult
 from bakeoff.verdicts.decision import Decision, decide_run
 from bakeoff.verdicts.regressions import Comparison, Thresholds, find_regressions
-from bakeoff.verdicts.remedies import what_it_takes
+from bakeoff.verdicts.remedies import Remedy, what_it_takes
 
 __all__ = [
     "REPORT_SCHEMA",
@@ -176,7 +176,7 @@ def _note_dict(note: Any) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Evidence:
     """Everything a report shows: the runs (oldest first), what people noted and tagged, the
-    regressions among them and each run's decision (by run id)."""
+    regressions among them, and each run's decision and what each target would take (by run id)."""
 
     generated_at: str
     selection: str
@@ -187,6 +187,7 @@ class Evidence:
     regressions: tuple[Comparison, ...] = ()
     thresholds: Thresholds = field(default_factory=Thresholds)
     decisions: Mapping[str, Decision] = field(default_factory=dict)
+    remedies: Mapping[str, Mapping[str, list[Remedy]]] = field(default_factory=dict)
 
     @property
     def environments(self) -> dict[str, Environment]:
@@ -230,7 +231,9 @@ class Evidence:
                     "tags": list(self.tags.get(run.run_id, ())),
                     "answers": {f"{r.target.spec}|{r.variant}": answers_for(r).to_dict() for r in run.results},
                     **({"decision": self.decisions[run.run_id].to_dict()} if run.run_id in self.decisions else {}),
-                    "what_it_takes": {t: [i.to_dict() for i in items] for t, items in what_it_takes(run).items()},
+                    "what_it_takes": {
+                        t: [i.to_dict() for i in items] for t, items in self.remedies.get(run.run_id, {}).items()
+                    },
                 }
                 for run in self.runs
             ],
@@ -263,6 +266,7 @@ def build_evidence(
         regressions=tuple(find_regressions(ordered, t)),
         thresholds=t,
         decisions={run.run_id: decide_run(run, prices) for run in ordered},
+        remedies={run.run_id: what_it_takes(run) for run in ordered},
     )
 
 

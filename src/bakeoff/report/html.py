@@ -24,7 +24,6 @@ from bakeoff.report.evidence import Evidence, answers_for, check_lines, scenario
 from bakeoff.report.figures import requirement_figures, settings_line, speed_caveat
 from bakeoff.results.strictjson import for_display
 from bakeoff.results.values import RunResult, TargetResult
-from bakeoff.verdicts.remedies import what_it_takes
 
 __all__ = ["figures_for_run", "history_figures", "render_html", "safe_json"]
 
@@ -326,7 +325,7 @@ def _context(evidence: Evidence) -> dict[str, Any]:
                 "figures": [add(c, f) for c, f in figures_for_run(run)],
                 "measured": settings_line(run),
                 "decision": evidence.decisions.get(run.run_id),
-                "remedies": what_it_takes(run),
+                "remedies": evidence.remedies.get(run.run_id, {}),
             }
         )
     shown = set(glance_runs(evidence.runs))

@@ -13,7 +13,6 @@ from bakeoff.report.evidence import Evidence, answers_for, check_lines, scenario
 from bakeoff.report.figures import requirement_figures, speed_caveat
 from bakeoff.results.values import TargetResult
 from bakeoff.verdicts.decision import Decision
-from bakeoff.verdicts.remedies import what_it_takes
 
 __all__ = ["md", "render_markdown"]
 
@@ -151,7 +150,7 @@ def render_markdown(evidence: Evidence) -> str:
         decision = evidence.decisions.get(run.run_id)
         if decision is not None:
             out += decision_markdown(decision)
-        found = what_it_takes(run)
+        found = evidence.remedies.get(run.run_id, {})
         if found:
             out += ["**What it would take** (from this run's evidence)", ""]
             for target, items in found.items():

@@ -24,6 +24,7 @@ from bakeoff.analysis.requirements import SINGLE_OBSERVATION
 from bakeoff.codec import Value
 from bakeoff.emu import NAME as TEST_DEVICE
 from bakeoff.errors import SpecError
+from bakeoff.metrics import metric_estimate
 from bakeoff.results.values import RunResult, TargetResult
 from bakeoff.units import figure
 
@@ -177,11 +178,9 @@ def _cost(
     at its single-stream rate (with the speed-up's interval)."""
     if price is None or r.status != "ok":
         return None
-    server = r.scenario("server")
-    facts = server.facts if server is not None and server.status == "ok" else {}
-    sustained = facts.get("max_rate") if facts.get("sweep") else facts.get("achieved_rate")
-    if sustained:
-        return cost_of(price, sustained, "server", tokens_per_request=tokens)
+    sustained = metric_estimate(r, "server.rate")  # None when no server scenario ran
+    if sustained is not None and sustained.value:
+        return cost_of(price, sustained.value, "server", tokens_per_request=tokens)
     if speed is None or not reference_rate:
         return None
     value, low, high = speed

@@ -15,10 +15,9 @@ code that called it; a requirement missed by a factor may need more than one ite
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass
 
-from bakeoff.checks.placement import engine_notes
+from bakeoff.checks.placement import REDUCED_PRECISIONS, Placement, top_counts
 from bakeoff.codec import Value
 from bakeoff.results.values import RunResult, TargetResult
 from bakeoff.units import figure, human_bytes
@@ -41,10 +40,18 @@ class Remedy(Value):
     measured: str = ""
 
 
-def _top(counts: dict[str, int], n: int = 4) -> str:
-    shown = ", ".join(f"{name} x{count}" for name, count in Counter(counts).most_common(n))
-    more = len(counts) - n
-    return shown + (f" and {more} more" if more > 0 else "")
+def _reduced_precision(p: Placement | None) -> tuple[str, str] | None:
+    """``(engine, precision)`` when an engine ran all its work in a reduced precision (the
+    case :func:`~bakeoff.checks.placement.engine_notes` states as "ENGINE ran in PRECISION")."""
+    if p is None:
+        return None
+    work = p.engine_work or {}
+    for engine, data in p.signals.items():
+        precision = data.get("precision") if isinstance(data, dict) else None
+        share = work.get("share") if work.get("engine") == engine else None
+        if precision and str(precision).lower() in REDUCED_PRECISIONS and (share is None or share >= 1):
+            return engine, str(precision)
+    return None
 
 
 def _variant(run: RunResult, result: TargetResult, **want: object) -> TargetResult | None:
@@ -62,9 +69,8 @@ def _wrong(run: RunResult, r: TargetResult) -> list[Remedy]:
     out: list[Remedy] = []
     c = r.correctness
     if c is not None and c.verdict == "fail":
-        notes = engine_notes(r.placement, r) if r.placement is not None else []
-        reduced = next((n for n in notes if " ran in " in n and "f32" not in n.split(" ran in ")[-1]), None)
-        if reduced and getattr(r.target, "precision", None) != "f32":
+        reduced = _reduced_precision(r.placement)
+        if reduced is not None and r.target.precision != "f32":
             fixed = _variant(run, r, precision="f32")
             measured = ""
             if fixed is not None and fixed.correctness is not None:
@@ -72,7 +78,7 @@ def _wrong(run: RunResult, r: TargetResult) -> list[Remedy]:
             out.append(
                 Remedy(
                     "precision",
-                    f"{reduced}: {c.reason[:160]}",
+                    f"{reduced[0]} ran in {reduced[1]}: {c.reason[:160]}",
                     f"pass the engine's precision option ({r.target.spec.split('?')[0]}?precision=f32)",
                     measured,
                 )
@@ -109,7 +115,8 @@ def _placement(r: TargetResult) -> list[Remedy]:
         out.append(
             Remedy(
                 "placement",
-                f"{sum(host_ops.values())} op call(s) per forward pass ran on the host: {_top(host_ops)}",
+                f"{sum(host_ops.values())} op call(s) per forward pass ran on the host: "
+                + top_counts(host_ops, 4, more=True),
                 "the backend must support these ops on the device (or the model must avoid them)",
             )
         )
