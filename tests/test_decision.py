@@ -68,5 +68,6 @@ def test_the_api_decides_a_stored_run_and_the_reports_show_it(tmp_path):
     assert priced.basis == "cost" and priced.lines[0].startswith("cpu: $")
     bakeoff.report(db=db, markdown=tmp_path / "r.md", json=tmp_path / "r.json", prices=["cpu=$2/h"])
     assert "**Decision** (by cost): recommended: **cpu**" in (tmp_path / "r.md").read_text()
+    assert bakeoff.remedies(run.run_id, db=db) == {}  # the reference alone takes nothing
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["runs"][0]["decision"]["basis"] == "cost"

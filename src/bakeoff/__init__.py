@@ -26,6 +26,7 @@ _API = (
     "notes_and_tags",
     "plan",
     "regressions",
+    "remedies",
     "report",
     "rerun",
     "show",

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from bakeoff.verdicts.decision import Decision
     from bakeoff.verdicts.plan import Plan
     from bakeoff.verdicts.regressions import Comparison, Thresholds
+    from bakeoff.verdicts.remedies import Remedy
     from bakeoff.workload.profile import InputProfile
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "notes_and_tags",
     "plan",
     "regressions",
+    "remedies",
     "report",
     "rerun",
     "show",
@@ -278,6 +280,18 @@ def decide(run: str | RunResult, *, prices: Iterable[str] | None = None, db: Pat
 
     found = show(run, db=db) if isinstance(run, str) else run
     return decide_run(found, None if prices is None else parse_prices(list(prices)))
+
+
+def remedies(run: str | RunResult, *, db: PathLike | None = None) -> dict[str, list[Remedy]]:
+    """What each target of a run (a stored run's id, or the run) would take, most effect first,
+    by target spec: see :mod:`bakeoff.verdicts.remedies`.
+
+    Raises:
+        StoreError: no such run.
+    """
+    from bakeoff.verdicts.remedies import what_it_takes
+
+    return what_it_takes(show(run, db=db) if isinstance(run, str) else run)
 
 
 def show(run_id: str, *, db: PathLike | None = None) -> RunResult:

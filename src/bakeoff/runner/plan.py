@@ -86,7 +86,9 @@ def run_plan(
 ) -> Plan:
     """Run the stages (each through ``trial``, which stores its run) within ``budget_s`` and
     decide over all of them. ``tag(run_id)`` tags a stage's run with the plan's tag (named
-    after the first stage's run) and returns it."""
+    after the first stage's run) and returns it; each run is tagged as soon as it is stored, so
+    a plan interrupted in its second stage leaves its first stage's run tagged."""
+    name = ""
     started = time.monotonic()
     left = lambda: budget_s - (time.monotonic() - started)  # noqa: E731
     stages: list[Stage] = []
@@ -99,6 +101,7 @@ def run_plan(
     say(f"plan stage 1 of 2: {len(given)} target(s) as given{padded}")
     run = trial(given, replace(first, timeout_s=min(settings.timeout_s, max(left(), MIN_STAGE_S))))
     runs.append(run)
+    name = tag(run.run_id) if tag is not None else name
     per_target = (time.monotonic() - started) / max(len(run.results), 1)
     specs = tuple(t.spec for t in given)
     stages.append(Stage("as given", specs, first.pad_to_buckets, run.run_id, time.monotonic() - started))
@@ -119,13 +122,10 @@ def run_plan(
             begun = time.monotonic()
             run = trial(tried, replace(second, timeout_s=min(settings.timeout_s, max(left(), MIN_STAGE_S))))
             runs.append(run)
+            name = tag(run.run_id) if tag is not None else name
             stages.append(Stage("variants", names, single, run.run_id, time.monotonic() - begun))
     listed = any(r.is_reference and r.target in given for r in runs[0].results)
     decision = decide_runs(runs, settings.prices, reference_candidate=listed)
     chosen = next((r for run in runs for r in run.results if label_of(r) == decision.target), None)
     ledger = chosen.adjustments if chosen is not None else ()
-    name = ""
-    if tag is not None:
-        for run in runs:
-            name = tag(run.run_id)
     return Plan(workload, tuple(stages), decision, ledger, budget_s, time.monotonic() - started, name)
