@@ -54,7 +54,7 @@ def test_a_target_nondeterministic_only_when_compiled_is_caught(db):
     # the eager reference of the same model is the control
     assert run.result("cpu").checks["determinism"].verdict == "deterministic"
     console = Console(width=400, record=True, highlight=False)
-    console.print(run_view(run, width=400))
+    console.print(run_view(run, width=400))  # the summary: a problem a reader must see
     shown = " ".join(console.export_text().split())
     assert "nondeterministic: output.logits differed between 3 calls on the same input" in shown
 

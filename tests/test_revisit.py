@@ -233,7 +233,7 @@ def test_report_formats(series_db, tmp_path):
     markdown = Path(f"{out}.md").read_text()
     assert markdown.startswith("# bakeoff evidence report\n")
     assert "| arch:llama | cpu+inductor | **regressed** | p50\\_ms: regressed (x1.40" in markdown
-    assert markdown.count("| target | status | correct | on device | requirements |") == 3
+    assert markdown.count("| target | status | correct | placement | requirements |") == 3
     page = Path(f"{out}.html").read_text()
     assert page.count("<script nonce=") == 2 and "<script src" not in page  # plotly inlined once, nothing fetched
     assert "default-src 'none'" in page  # and the policy forbids any network load
@@ -286,9 +286,9 @@ def test_report_by_tag_with_requirements_notes_and_failures(tmp_path):
     markdown = Path(f"{out}.md").read_text()
     assert "## arch:llama: run dddd00000005" in markdown and "run aaaa" not in markdown
     assert "Tags: nightly" in markdown and "> openvino 2025.2 still fails to convert" in markdown
-    assert "| cpu+inductor | ok | yes | yes | **NO** |" in markdown
+    assert "| cpu+inductor | ok | pass | host is device | **1 of 2 met** |" in markdown
     assert (
-        "- requirement throughput>=2000/s: **not\\_met** (measured 900.0/s, 95% interval 850.0/s-950.0/s, confident)"
+        "- requirement throughput>=2000/s: **not met** (measured 900.0/s, 95% interval 850.0/s-950.0/s, confident)"
         in markdown
     )
     assert "- **failure** (crash, compile): RuntimeError: conversion failed for aten::foo" in markdown
@@ -297,7 +297,7 @@ def test_report_by_tag_with_requirements_notes_and_failures(tmp_path):
     assert "<td>p90&lt;=50ms</td>" in page and "openvino 2025.2 still fails to convert" in page
     assert '<span class="tag">nightly</span>' in page
     assert "placement of op calls" in page and "aten::nonzero &times;2" in page  # the device target's breakdown
-    assert "| cuda | ok | yes | partly | - |" in markdown
+    assert "| cuda | ok | pass | fallbacks | none set |" in markdown
     assert "conversion failed for aten::foo" in page and "Error</strong> (crash, during compile)" in page
 
 

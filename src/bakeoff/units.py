@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-__all__ = ["figure", "human_bytes"]
+import math
+
+__all__ = ["duration", "figure", "human_bytes", "significant"]
 
 
 def human_bytes(value: int | None) -> str:
@@ -16,6 +18,32 @@ def human_bytes(value: int | None) -> str:
     return str(value)
 
 
+def significant(value: float, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant figures, without an exponent: 4008.1 -> "4010",
+    0.91734 -> "0.917", 35.7476 -> "35.7", 7.2 -> "7.2"."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    places = digits - 1 - math.floor(math.log10(abs(value)))
+    rounded = round(value, places)
+    if rounded and math.floor(math.log10(abs(rounded))) != math.floor(math.log10(abs(value))):
+        places -= 1  # 9.996 rounds to 10.0: one place fewer keeps three figures
+        rounded = round(value, places)
+    text = f"{rounded:.{max(places, 0)}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text  # like %g: 7.2, not 7.20
+
+
+def duration(ms: float | None) -> str:
+    """A duration given in milliseconds, in human units: milliseconds to three significant figures
+    below 10,000 ms, seconds (three figures) from there, minutes past 600 s ("-" for None)."""
+    if ms is None:
+        return "-"
+    if abs(ms) < 10_000:
+        return f"{significant(ms)} ms"
+    if abs(ms) < 600_000:
+        return f"{significant(ms / 1000)} s"
+    return f"{significant(ms / 60_000)} min"
+
+
 def figure(value: float, unit: str) -> str:
     """``value`` in ``unit``: ``B`` (bytes, binary prefixes), ``/s`` (a rate), none (a count or a
     share) or milliseconds."""
@@ -25,4 +53,4 @@ def figure(value: float, unit: str) -> str:
         return human_bytes(int(value))
     if unit == "/s":
         return f"{value:,.1f}/s"
-    return f"{value:.3g} ms" if value < 1000 else f"{value / 1000:.3g} s"
+    return duration(value)

@@ -89,7 +89,7 @@ def test_html_structure():
     assert "<th>env OMP_NUM_THREADS</th><td>1</td>" in page
     assert (
         "<tr><td>offline</td><td>ok</td><td>best batch 8: 1,904.8/s [1,818.2/s-2,000.0/s] (n=3); batches 1-8 tried</td>"
-        "<td>ran 0.00 s, peak RSS -</td></tr>"
+        "<td>ran 0 ms, peak RSS -</td></tr>"
     ) in page
     assert "<td>generation</td><td>not applicable: not a causal language model</td>" in page
     blocks = re.findall(r'<script type="application/json" class="figure-data" data-plot="(fig\d+)-plot">', page)
@@ -109,6 +109,7 @@ def test_json_report_round_trips_its_runs():
     assert doc["runs"][1]["notes"][0]["text"] == "driver 560 installed" and doc["runs"][1]["tags"] == ["nightly"]
     assert doc["runs"][1]["answers"]["cpu+inductor|as-is"]["requirements"] == {
         "state": "no",
+        "word": "1 of 2 met",
         "text": "1 of 2 met; not met: throughput>=2000/s",
     }
     assert {c["target"]: c["outcome"] for c in doc["regressions"]} == {
@@ -132,8 +133,9 @@ def test_reports_show_a_single_observation_and_the_load_a_server_verdict_was_jud
     )
     evidence = build_evidence([run], selection="all runs", database="kb.db", generated_at="2025-01-03T00:00:00+00:00")
     text = render_markdown(evidence)
-    assert "- requirement first\\_result&lt;=2s: **met** (measured 1.5 s, single observation, not confident)\n" in text
-    assert "95% interval 1.5 s" not in text  # never a zero-width interval
+    said = "- requirement first\\_result&lt;=2s: **met** (measured 1500 ms, single observation, not confident)\n"
+    assert said in text
+    assert "95% interval 1500 ms" not in text  # never a zero-width interval
     assert "judged at 50.0/s, the reference's highest rate within server.p99&lt;=50ms)" in text
     page = render_html(evidence)
     assert '<td class="num">single observation</td>' in page

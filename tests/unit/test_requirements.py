@@ -109,7 +109,7 @@ def test_renderers_say_single_observation_never_a_zero_width_interval():
     (single,) = check_requirements(
         [parse_requirement("first_result<=2s")], {"first_result": Estimate(1.5e3, 1.5e3, 1.5e3, 1)}
     )
-    assert requirement_figures(single.to_dict()) == ("1.5 s", "single observation")
+    assert requirement_figures(single.to_dict()) == ("1500 ms", "single observation")
     (many,) = check_requirements([parse_requirement("p50<=5ms")], {"p50": Estimate(4.0, 3.5, 4.5, 200)})
     assert requirement_figures(many.to_dict()) == ("4 ms", "3.5 ms-4.5 ms")
     (none,) = check_requirements([parse_requirement("p50<=5ms")], {})

@@ -94,7 +94,7 @@ def test_a_newer_document_keeps_what_this_reader_does_not_know():
 def test_the_reports_name_what_a_newer_bakeoff_wrote():
     run = RunResult.from_dict(_newer(V1[0]))
     console = Console(width=400, record=True, highlight=False)
-    console.print(run_view(run, width=400))
+    console.print(run_view(run, width=400, verbose=True))
     assert "written by a newer bakeoff or an absent plugin: energy_joules, vendor_fallbacks" in console.export_text()
     markdown = render_markdown(build_evidence([run], selection="one run", database="kb.db"))
     assert "- written by a newer bakeoff or an absent plugin: energy\\_joules, vendor\\_fallbacks" in markdown

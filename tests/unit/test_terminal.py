@@ -23,9 +23,9 @@ RUN = RunResult(
 )  # fmt: skip
 
 
-def render(width: int | None, console_width: int) -> str:
+def render(width: int | None, console_width: int, verbose: bool = True) -> str:
     console = Console(width=console_width, record=True, highlight=False)
-    console.print(run_view(RUN, width=width))
+    console.print(run_view(RUN, width=width, verbose=verbose))
     return console.export_text()
 
 
@@ -33,9 +33,9 @@ def test_a_narrow_terminal_keeps_the_target_names_and_says_what_it_left_out():
     text = render(80, 80)
     assert "cpu+aot_eager" in text  # the target column is never squeezed away
     assert all(len(line) <= 80 for line in text.splitlines())
-    assert "narrow terminal: max abs err, on device, p90 ms, first call ms, graphs, peak RSS" in text
+    assert "narrow terminal: max abs err, on device, p90, first call, graphs, peak RSS" in text
     header = next(line for line in text.splitlines() if "target" in line)
-    assert "p50 ms" in header and "speed vs cpu" in header and "max abs err" not in header
+    assert "p50" in header and "speed vs cpu" in header and "max abs err" not in header
 
 
 def test_a_wide_terminal_shows_every_column():
@@ -77,7 +77,7 @@ def test_the_notes_give_the_correctness_sensitivity_beside_the_verdict():
     judged = Correctness("pass", "", "eager:bfloat16", 1e-2, (logits,))
     bf16 = TargetResult(parse_target("cpu?dtype=bf16"), "ok", latency=Latency((1.0,)), checks={"correctness": judged})
     console = Console(width=200, record=True, highlight=False)
-    console.print(run_view(RunResult(**{**RUN.__dict__, "results": (*RUN.results, bf16)}), width=200))
+    console.print(run_view(RunResult(**{**RUN.__dict__, "results": (*RUN.results, bf16)}), width=200, verbose=True))
     text = console.export_text()
     assert "correctness flags a relative bias above 0.0028" in text
     assert text.count("correctness flags") == 1  # targets judged without a golden have no figure
@@ -85,3 +85,71 @@ def test_the_notes_give_the_correctness_sensitivity_beside_the_verdict():
         "outputs match the reference eager:bfloat16 as closely as eager matches float64 "
         "(it flags a relative bias above 0.0028) (largest difference 3.90e-03)"
     )
+
+
+def _summary_run() -> RunResult:
+    from dataclasses import replace
+
+    from bakeoff.checks.determinism import Determinism
+
+    flaky = Determinism("nondeterministic", calls=3, inputs=1, differing=("output.logits",), max_abs_diff=2e-7)
+    steady = Determinism("deterministic", calls=3, inputs=1)
+    said = ({"phase": "first call", "source": "warnings", "count": 22, "text": "Evaluation failed"},)
+    reference, compiled = RUN.results
+    return replace(
+        RUN,
+        results=(
+            replace(reference, checks={**reference.checks, "determinism": steady}),
+            replace(compiled, checks={**compiled.checks, "determinism": flaky}, log=said, first_call_ms=4008.1),
+        ),
+    )
+
+
+def test_the_summary_keeps_one_table_the_decision_and_the_problems_and_points_to_the_detail():
+    run = _summary_run()
+    console = Console(width=200, record=True, highlight=False)
+    console.print(run_view(run, width=200))
+    summary = console.export_text()
+    console = Console(width=200, record=True, highlight=False)
+    console.print(run_view(run, width=200, verbose=True))
+    detail = console.export_text()
+    header = next(line for line in summary.splitlines() if "target" in line)
+    assert header.split() == "┃ target ┃ correct ┃ placement ┃ p50 ┃ speed vs cpu ┃ first result ┃".split()
+    # the seeded problem (nondeterministic outputs) is in the summary; the clean control is not named with one
+    assert "cpu+aot_eager: nondeterministic: output.logits differed between 3 calls" in summary
+    assert "cpu: nondeterministic" not in summary
+    # library messages: one line with the count, never the raw text repeated
+    assert "22 library messages from 1 target(s), most from cpu+aot_eager (22)" in summary
+    assert summary.count("Evaluation failed") == 0
+    # detail stays in --verbose, and the summary says where
+    assert "time to first result" in detail and "time to first result" not in summary
+    assert "bakeoff show abc123abc123 --verbose" in summary
+    assert "4010 ms" in summary  # human units: three figures, seconds only past 10,000 ms
+    assert "rule: A target qualifies" in detail and "(the full rule: --verbose)" in summary
+    assert len(summary.splitlines()) < len(detail.splitlines())
+
+
+def test_one_word_per_fact_in_every_format():
+    """A CPU target's placement is "host is device" in the terminal, Markdown, HTML and JSON alike."""
+    import json
+    from dataclasses import replace
+
+    from bakeoff.checks.placement import Placement
+    from bakeoff.report.evidence import build_evidence, render_json
+    from bakeoff.report.html import render_html
+    from bakeoff.report.markdown import render_markdown
+
+    cpu = Placement("not_applicable", "a CPU target")
+    run = replace(RUN, results=tuple(replace(r, checks={**r.checks, "placement": cpu}) for r in RUN.results))
+    console = Console(width=200, record=True, highlight=False)
+    console.print(run_view(run, width=200))
+    terminal = console.export_text()
+    evidence = build_evidence([run], selection="one run", database="kb.db")
+    markdown, page = render_markdown(evidence), render_html(evidence)
+    answers = json.loads(render_json(evidence))["runs"][0]["answers"]
+    assert terminal.count("host is device") == 2 and "not_applicable" not in terminal
+    assert "| host is device |" in markdown and "placement: host is device:" in markdown
+    assert page.count(">host is device</span>") >= 2
+    assert {a["placement"]["word"] for a in answers.values()} == {"host is device"}
+    assert {a["correct"]["word"] for a in answers.values()} == {"pass"}
+    assert "| pass |" in markdown and "┃ correct" in terminal

@@ -155,6 +155,11 @@ class Check:
         """One-line facts for the terminal's notes and the Markdown report (nothing to say: [])."""
         return []
 
+    def headline(self, value: Any, result: Any) -> list[str]:
+        """The facts the terminal's summary keeps: a problem a reader must see even where the
+        decision already names the target (by default none; every fact is in ``--verbose``)."""
+        return []
+
     def details(self, value: Any, result: Any) -> list[str]:
         """The lines of the HTML report's detail (by default the facts)."""
         return self.facts(value, result)

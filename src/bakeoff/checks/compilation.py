@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from bakeoff.checks.base import Check, CheckContext, Metric
 from bakeoff.codec import Value
+from bakeoff.units import duration
 
 __all__ = ["Compilation", "CompilationCheck"]
 
@@ -91,13 +92,17 @@ class CompilationCheck(Check):
         return [Metric(name, getattr(value, name), "count") for name in ("graphs", "recompiles", "graph_breaks")]
 
     def details(self, value: Compilation, result: Any) -> list[str]:
-        seconds = f", {value.compile_seconds_total:.2f} s compiling" if value.compile_seconds_total else ""
+        seconds = f", {duration(value.compile_seconds_total * 1e3)} compiling" if value.compile_seconds_total else ""
         counts = f"{value.graphs} graph(s), {value.recompiles} recompilation(s), {value.graph_breaks} graph break(s)"
         return [
             counts + seconds,
             *(f"recompiled: {reason}" for reason in value.recompile_reasons),
             *(f"graph break: {b.get('reason')} {b.get('location') or ''}".rstrip() for b in value.graph_break_reasons),
         ]
+
+    def headline(self, value: Compilation, result: Any) -> list[str]:
+        facts = self.facts(value, result)
+        return [f for f in facts if not f.startswith("compile ")]  # graph breaks and recompiles; not its time
 
     def facts(self, value: Compilation, result: Any) -> list[str]:
         parts = []
@@ -107,7 +112,9 @@ class CompilationCheck(Check):
         if value.still_recompiling:
             parts.append("still recompiling for " + ", ".join(value.still_recompiling[:5]))
         if value.compile_seconds_total:
-            parts.append(f"compile {value.compile_seconds_total:.2f} s in {len(value.compilations)} compilation(s)")
+            parts.append(
+                f"compile {duration(value.compile_seconds_total * 1e3)} in {len(value.compilations)} compilation(s)"
+            )
         return parts
 
     def notes(self, value: Compilation) -> list[str]:

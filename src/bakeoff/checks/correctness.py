@@ -318,6 +318,10 @@ class CorrectnessCheck(Check):
     def metrics(self, value: Correctness | None) -> list[Metric]:
         return [Metric("correctness", value.verdict if value is not None else None, "verdict", RANK)]
 
+    def headline(self, value: Correctness, result: Any) -> list[str]:
+        wrong = value.verdict in ("fail", "not_comparable") and value.reason and result.status != "error"
+        return [value.reason[:200]] if wrong else []
+
     def facts(self, value: Correctness, result: Any) -> list[str]:
         facts = []
         if value.reason and result.status != "error":

@@ -98,6 +98,9 @@ class DeterminismCheck(Check):
     def metrics(self, value: Determinism | None) -> list[Metric]:
         return [] if value is None else [Metric("determinism", value.verdict, "verdict", RANK)]
 
+    def headline(self, value: Determinism, result: Any) -> list[str]:
+        return self.facts(value, result)
+
     def facts(self, value: Determinism, result: Any) -> list[str]:
         if value.verdict == "deterministic":
             return []

@@ -359,6 +359,9 @@ class PlacementCheck(Check):
             Metric("host_state_copies", sum(copies.values()), "count", breakdown=copies),
         ]
 
+    def headline(self, value: Placement, result: Any) -> list[str]:
+        return [f"placement: {value.explanation}"] if value.verdict not in ("on_device", "not_applicable") else []
+
     def facts(self, value: Placement, result: Any) -> list[str]:
         facts = []
         if value.verdict not in ("on_device", "not_applicable"):

@@ -20,6 +20,7 @@ __all__ = [
     "format_option",
     "price_option",
     "progress",
+    "verbose_option",
     "workload_output_to_stderr",
 ]
 
@@ -39,6 +40,13 @@ price_option = click.option(
     multiple=True,
     metavar="TARGET=PRICE/h",
     help="Decide with these prices instead of the ones the run was given: 'cpu=0.34/h' (repeatable).",
+)
+verbose_option = click.option(
+    "--verbose",
+    "-v",
+    is_flag=True,
+    help="Every detail: each target's notes, scenarios, requirements and what each would take in full "
+    "(default: a summary).",
 )
 format_option = click.option(
     "--format",

@@ -22,6 +22,7 @@ from bakeoff.cli.common import emit_json as _emit_json
 from bakeoff.cli.common import format_option as _format_option
 from bakeoff.cli.common import price_option as _price_option
 from bakeoff.cli.common import progress as _progress
+from bakeoff.cli.common import verbose_option as _verbose_option
 from bakeoff.errors import BakeoffError
 from bakeoff.settings import OPTIONS
 
@@ -118,9 +119,10 @@ def _finish_run(
     strict_placement: bool = False,
     prices: Sequence[str] | None = None,
     extra: dict[str, Any] | None = None,
+    verbose: bool = False,
 ) -> None:
-    """Print the run and its decision (priced by ``prices``, None: the run's own); with
-    --strict exit 1 on a failed target or a requirement not met."""
+    """Print the run and its decision (priced by ``prices``, None: the run's own), as a summary
+    unless ``verbose``; with --strict exit 1 on a failed target or a requirement not met."""
     from bakeoff import api
     from bakeoff.analysis.cost import parse_prices
     from bakeoff.results.codec import run_to_json
@@ -142,7 +144,8 @@ def _finish_run(
         from bakeoff.report.terminal import run_view
 
         console = _console()
-        console.print(run_view(run, where=display_db_url(resolve_db_url(db)), width=console.width, prices=parsed))
+        where = display_db_url(resolve_db_url(db))
+        console.print(run_view(run, where=where, width=console.width, prices=parsed, verbose=verbose))
     if (strict or strict_placement) and run.failures(placement=strict_placement, requirements=strict):
         raise SystemExit(EXIT_FAILED)
 
@@ -187,6 +190,7 @@ def _finish_run(
     help="Exit 1 also if work did not stay on a target's device or engine (placement fallbacks, "
     "left_on_host or engine_did_not_run; on_device and a CPU target's not_applicable pass).",
 )
+@_verbose_option
 @_db_option
 @_format_option
 def trial(
@@ -212,6 +216,7 @@ def trial(
     process_spread: float | None,
     strict: bool,
     strict_placement: bool,
+    verbose: bool,
     db: str | None,
     fmt: str,
 ) -> None:
@@ -257,7 +262,7 @@ def trial(
             process_spread=process_spread,
             progress=_progress(),
         )
-    _finish_run(run, fmt, db, strict, strict_placement)
+    _finish_run(run, fmt, db, strict, strict_placement, verbose=verbose)
 
 
 @cli.command(
@@ -321,15 +326,16 @@ def plan(
 
 
 @cli.command(epilog="Example: bakeoff demo --db /tmp/demo.db")
+@_verbose_option
 @_db_option
 @_format_option
-def demo(db: str | None, fmt: str) -> None:
+def demo(verbose: bool, db: str | None, fmt: str) -> None:
     """Run the bundled tiny workload (arch:llama) on every target available here."""
     from bakeoff import api
 
     with workload_output_to_stderr():
         run = api.demo(db=db, progress=_progress())
-    _finish_run(run, fmt, db, strict=False)
+    _finish_run(run, fmt, db, strict=False, verbose=verbose)
 
 
 @cli.command(epilog="Example: bakeoff history --workload arch:llama --limit 5")
@@ -363,9 +369,10 @@ def history(limit: int, workload: str | None, tag: str | None, db: str | None, f
     "--log", "show_log", is_flag=True, help="Print what the libraries said while each target ran (kept per run)."
 )
 @_price_option
+@_verbose_option
 @_db_option
 @_format_option
-def show(run_id: str, show_log: bool, prices: Sequence[str], db: str | None, fmt: str) -> None:
+def show(run_id: str, show_log: bool, prices: Sequence[str], verbose: bool, db: str | None, fmt: str) -> None:
     """Show a stored run (RUN_ID may be a unique prefix), with its decision, tags and notes."""
     from bakeoff import api
     from bakeoff.cli.kb import annotations_json, print_annotations
@@ -377,7 +384,7 @@ def show(run_id: str, show_log: bool, prices: Sequence[str], db: str | None, fmt
         _console().print(log_view(run))
         return
     found = api.notes_and_tags(run.run_id, db=db)
-    _finish_run(run, fmt, db, strict=False, prices=prices, extra=annotations_json(found))
+    _finish_run(run, fmt, db, strict=False, prices=prices, extra=annotations_json(found), verbose=verbose)
     if fmt != "json":
         print_annotations(_console(), found["notes"], found["tags"])
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from bakeoff.cli.app import cli
-from bakeoff.cli.common import EXIT_FAILED, price_option, workload_output_to_stderr
+from bakeoff.cli.common import EXIT_FAILED, price_option, verbose_option, workload_output_to_stderr
 from bakeoff.cli.common import console as _console
 from bakeoff.cli.common import db_option as _db_option
 from bakeoff.cli.common import emit_json as _emit_json
@@ -100,6 +100,7 @@ def compare(a: str, b: str, latency_threshold: float, db: str | None, fmt: str) 
     help="Apply stored environment switches that load code (LD_PRELOAD, PYTHONPATH, ...); refused otherwise.",
 )
 @click.option("--strict", is_flag=True, help="Exit 1 if a repeated target regressed or now fails.")
+@verbose_option
 @_db_option
 @_format_option
 def rerun(
@@ -110,6 +111,7 @@ def rerun(
     refresh_baseline: bool,
     allow_code_env: bool,
     strict: bool,
+    verbose: bool,
     db: str | None,
     fmt: str,
 ) -> None:
@@ -143,7 +145,7 @@ def rerun(
 
         console = _console()
         for run in runs:
-            console.print(run_view(run))
+            console.print(run_view(run, width=console.width, verbose=verbose))
         console.print(regressions_table(found) if found else "no earlier run in another environment to compare with")
     if strict and any(c.outcome in ("regressed", "failed") for c in found):
         raise SystemExit(EXIT_FAILED)

@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from bakeoff.units import significant
 from bakeoff.verdicts.regressions import Comparison, MetricChange
 
 __all__ = ["comparison_view", "regressions_table"]
@@ -28,7 +29,7 @@ def _value(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
-        return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+        return significant(value)
     return str(value)
 
 

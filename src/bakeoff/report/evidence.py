@@ -10,16 +10,18 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bakeoff.analysis.cost import Price
 from bakeoff.checks.placement import engine_notes
 from bakeoff.checks.registry import guarded, registered_checks
 from bakeoff.env import Environment
+from bakeoff.report.figures import correct_word, placement_share, placement_word
 from bakeoff.results.codec import run_to_json
 from bakeoff.results.strictjson import for_display
 from bakeoff.results.values import RunResult, TargetResult
+from bakeoff.units import duration
 from bakeoff.verdicts.decision import Decision, decide_run
 from bakeoff.verdicts.regressions import Comparison, Thresholds, find_regressions
 from bakeoff.verdicts.remedies import Remedy, what_it_takes
@@ -42,13 +44,15 @@ REPORT_SCHEMA_VERSION = 1
 
 @dataclass(frozen=True)
 class Answer:
-    """``state``: yes, no, partly, unknown or none (nothing to answer); ``text`` says why."""
+    """``state``: yes, no, partly, unknown or none (nothing to answer), for colour; ``word``: the
+    answer as every format shows it (the terminal's table, HTML, Markdown, JSON); ``text`` says why."""
 
     state: str
     text: str
+    word: str = ""
 
     def to_dict(self) -> dict[str, str]:
-        return {"state": self.state, "text": self.text}
+        return {"state": self.state, "word": self.word, "text": self.text}
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,10 @@ def _first_line(text: str, limit: int = 300) -> str:
 
 
 def _correct(result: TargetResult) -> Answer:
+    return replace(_correct_answer(result), word=correct_word(result))
+
+
+def _correct_answer(result: TargetResult) -> Answer:
     if result.status == "skipped":
         return Answer("unknown", f"not run here: {result.reason}")
     if result.status == "error" and result.error is not None:
@@ -90,15 +98,18 @@ def _correct(result: TargetResult) -> Answer:
 
 
 def _placement(result: TargetResult) -> Answer:
+    return replace(_placement_answer(result), word=placement_word(result))
+
+
+def _placement_answer(result: TargetResult) -> Answer:
     p = result.placement
     if result.status != "ok" or p is None:
         return Answer("unknown", "not audited" if result.status == "ok" else "not run")
-    from bakeoff.report.figures import placement_share
-
     share = placement_share(result)
     notes = engine_notes(p, result)
     if p.verdict == "not_applicable":
-        return Answer("yes", "; ".join(["a CPU target: the host is the device", *([share] if share else []), *notes]))
+        said = ["a CPU target: the work cannot have run anywhere else", *([share] if share else []), *notes]
+        return Answer("yes", "; ".join(said))
     if p.verdict == "on_device":
         return Answer("yes", "; ".join(["all on the device" + (f" ({share})" if share else ""), *notes]))
     state = "partly" if p.verdict == "fallbacks" else "no"
@@ -108,18 +119,19 @@ def _placement(result: TargetResult) -> Answer:
 def _requirements(result: TargetResult) -> Answer:
     items = getattr(result, "requirements", None) or ()
     if not items:
-        return Answer("none", "no requirements declared")
+        return Answer("none", "no requirements declared", "none set")
     verdicts = [r.get("verdict") for r in items]
     met, moot = verdicts.count("met"), verdicts.count("not_applicable")
-    text = f"{met} of {len(items) - moot} met" + (f" ({moot} not applicable)" if moot else "")
+    word = f"{met} of {len(items) - moot} met"
+    text = word + (f" ({moot} not applicable)" if moot else "")
     if moot == len(items):
-        return Answer("none", text)
+        return Answer("none", text, "not applicable")
     if "not_met" in verdicts:
         failed = [r.get("text", "?") for r in items if r.get("verdict") == "not_met"]
-        return Answer("no", text + "; not met: " + "; ".join(failed))
+        return Answer("no", text + "; not met: " + "; ".join(failed), word)
     if "not_measured" in verdicts:
-        return Answer("unknown", text + f"; {verdicts.count('not_measured')} not measured")
-    return Answer("yes", text)
+        return Answer("unknown", text + f"; {verdicts.count('not_measured')} not measured", word)
+    return Answer("yes", text, word)
 
 
 def check_lines(result: TargetResult, detailed: bool = False) -> list[tuple[str, list[str]]]:
@@ -159,7 +171,9 @@ def scenario_rows(result: TargetResult) -> list[dict[str, str]]:
                 "status": scenario.status,
                 "reason": scenario.reason,
                 "series": "; ".join(scenario_figures(result, scenario)) if ok else "",
-                "facts": f"ran {scenario.run_seconds:.2f} s, peak RSS {human_bytes(scenario.peak_host_rss_bytes)}"
+                "facts": (
+                    f"ran {duration(scenario.run_seconds * 1e3)}, peak RSS {human_bytes(scenario.peak_host_rss_bytes)}"
+                )
                 if ok
                 else "",
             }

@@ -19,10 +19,12 @@ from bakeoff.units import figure, human_bytes
 from bakeoff.verdicts.metrics import metric_estimate
 
 __all__ = [
+    "correct_word",
     "figure",
     "human_bytes",
     "log_fact",
     "placement_share",
+    "placement_word",
     "requirement_figures",
     "scenario_figures",
     "settings_line",
@@ -99,6 +101,37 @@ def requirement_figures(check: dict[str, Any]) -> tuple[str, str]:
     elif low is not None and high is not None and high > low:
         interval = f"{figure(low, unit)}-{figure(high, unit)}"
     return measured, interval
+
+
+#: The words for a placement verdict, the same in every format (the JSON keeps the code beside them).
+PLACEMENT_WORDS = {
+    "on_device": "on device",
+    "not_applicable": "host is device",
+    "fallbacks": "fallbacks",
+    "left_on_host": "left on host",
+    "engine_did_not_run": "engine did not run",
+}
+
+
+def correct_word(result: TargetResult) -> str:
+    """The correctness answer in one word or two, as every format shows it."""
+    if result.status == "skipped":
+        return "not run"
+    if result.status == "error":
+        return "error"
+    verdict = result.correctness.verdict if result.correctness is not None else None
+    return "not checked" if verdict is None else verdict.replace("_", " ")
+
+
+def placement_word(result: TargetResult) -> str:
+    """Where the work ran, in the words every format uses: a CPU target's ``not_applicable`` is
+    "host is device" (the work cannot have run anywhere else)."""
+    if result.status != "ok":
+        return "not run" if result.status == "skipped" else "unknown"
+    p = result.placement
+    if p is None:
+        return "not audited"
+    return PLACEMENT_WORDS.get(p.verdict, p.verdict.replace("_", " "))
 
 
 def placement_share(result: TargetResult) -> str:

@@ -24,6 +24,7 @@ from bakeoff.report.evidence import Evidence, answers_for, check_lines, scenario
 from bakeoff.report.figures import requirement_figures, settings_line, speed_caveat
 from bakeoff.results.strictjson import for_display
 from bakeoff.results.values import RunResult, TargetResult
+from bakeoff.units import duration
 
 __all__ = ["figures_for_run", "history_figures", "render_html", "safe_json"]
 
@@ -370,7 +371,7 @@ def _template() -> Any:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["ms"] = lambda v: "-" if v is None else (f"{v:.3f}" if v < 10 else f"{v:.1f}")
+    env.filters["ms"] = duration
     env.filters["pct"] = lambda v: "-" if v is None else f"{v:.0%}"
     env.filters["when"] = lambda v: str(v)[:19].replace("T", " ")
     return env.get_template("report.html.j2")

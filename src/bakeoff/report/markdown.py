@@ -9,14 +9,18 @@ from __future__ import annotations
 from typing import Any
 
 from bakeoff.analysis.requirements import SINGLE_OBSERVATION
-from bakeoff.report.evidence import Evidence, answers_for, check_lines, scenario_rows
+from bakeoff.report.evidence import Answer, Evidence, answers_for, check_lines, scenario_rows
 from bakeoff.report.figures import requirement_figures, speed_caveat
 from bakeoff.results.values import TargetResult
+from bakeoff.units import duration
 from bakeoff.verdicts.decision import Decision
 
 __all__ = ["md", "render_markdown"]
 
-_MARK = {"yes": "yes", "no": "**NO**", "partly": "partly", "unknown": "unknown", "none": "-"}
+
+def _mark(answer: Answer) -> str:
+    """An answer's word (the one every format uses), in bold where the answer is no."""
+    return f"**{md(answer.word)}**" if answer.state == "no" else md(answer.word)
 
 
 def md(value: Any) -> str:
@@ -25,10 +29,6 @@ def md(value: Any) -> str:
     for raw, escaped in (("\\", "\\\\"), ("|", "\\|"), ("`", "\\`"), ("*", "\\*"), ("_", "\\_"), ("[", "\\[")):
         text = text.replace(raw, escaped)
     return " ".join(text.split())
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else (f"{value:.3f}" if value < 10 else f"{value:.1f}")
 
 
 def _label(result: TargetResult) -> str:
@@ -126,12 +126,12 @@ def render_markdown(evidence: Evidence) -> str:
                 [
                     md(_label(r)),
                     md(r.status),
-                    _MARK[a.correct.state],
-                    _MARK[a.placement.state],
-                    _MARK[a.requirements.state],
-                    _ms(latency),
+                    _mark(a.correct),
+                    _mark(a.placement),
+                    _mark(a.requirements),
+                    duration(latency),
                     _speed(r),
-                    _ms(r.first_call_ms),
+                    duration(r.first_call_ms),
                 ]
             )
         out += _table(
@@ -139,11 +139,11 @@ def render_markdown(evidence: Evidence) -> str:
                 "target",
                 "status",
                 "correct",
-                "on device",
+                "placement",
                 "requirements",
-                "p50 ms",
+                "p50",
                 "speed vs eager CPU (95% CI)",
-                "first call ms",
+                "first call",
             ],
             rows,
         )
@@ -164,13 +164,17 @@ def render_markdown(evidence: Evidence) -> str:
         details = []
         for r in run.results:
             a = answers_for(r)
-            lines = [f"- correct: {md(a.correct.text)}", f"- placement: {md(a.placement.text)}"]
+            lines = [
+                f"- correct: {_mark(a.correct)}: {md(a.correct.text)}",
+                f"- placement: {_mark(a.placement)}: {md(a.placement.text)}",
+            ]
             if r.placement is not None and r.placement.host_ops:
                 ops = ", ".join(f"{md(k)} x{md(v)}" for k, v in r.placement.host_ops.items())
                 lines.append(f"- host ops: {ops}")
             lines += [f"- {md(title)}: {md('; '.join(facts))}" for title, facts in check_lines(r)]
             for q in getattr(r, "requirements", None) or ():
                 measured, interval = requirement_figures(q)
+                verdict = str(q.get("verdict", "?")).replace("_", " ")
                 reason = q.get("reason") or ""
                 if interval == SINGLE_OBSERVATION:  # said once, beside the value
                     reason = reason.removeprefix(f"{SINGLE_OBSERVATION}: ").removeprefix("no interval")
@@ -182,7 +186,7 @@ def render_markdown(evidence: Evidence) -> str:
                     else f", 95% interval {md(interval)}"
                 )
                 lines.append(
-                    f"- requirement {md(q.get('text', '?'))}: **{md(q.get('verdict', '?'))}** (measured {md(measured)}"
+                    f"- requirement {md(q.get('text', '?'))}: **{md(verdict)}** (measured {md(measured)}"
                     f"{within}{', confident' if q.get('confident') else ', not confident'}"
                     f"{'; ' + md(reason) if reason else ''})"
                 )

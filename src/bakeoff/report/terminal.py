@@ -10,20 +10,27 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from bakeoff.analysis.cost import Price
+from bakeoff.analysis.cost import Cost, Price
 from bakeoff.checks.registry import guarded, registered_checks
+from bakeoff.report.evidence import answers_for
 from bakeoff.report.figures import human_bytes as _bytes
 from bakeoff.report.figures import log_fact, requirement_figures, scenario_figures, settings_line, speed_caveat
 from bakeoff.results.summary import RunSummary
 from bakeoff.results.values import BaselineInfo, Placement, RunResult, TargetResult
-from bakeoff.units import figure
-from bakeoff.verdicts.decision import Decision, decide_run
+from bakeoff.units import duration, figure, significant
+from bakeoff.verdicts.decision import RULE_BRIEF, Decision, decide_run, label_of
 from bakeoff.verdicts.plan import Plan
 from bakeoff.verdicts.remedies import Remedy, what_it_takes
 
 __all__ = ["baseline_view", "history_table", "log_view", "run_view", "targets_view", "workloads_view"]
 
-_VERDICT_STYLE = {"pass": "green", "fail": "bold red", "not_comparable": "yellow", "error": "bold red"}
+_VERDICT_STYLE = {
+    "pass": "green",
+    "fail": "bold red",
+    "not comparable": "yellow",
+    "error": "bold red",
+    "not run": "dim",
+}
 _STATUS_STYLE = {"ok": "green", "error": "bold red", "skipped": "dim"}
 _PLACEMENT_STYLE = {
     "on_device": "green",
@@ -32,12 +39,6 @@ _PLACEMENT_STYLE = {
     "engine_did_not_run": "bold red",
     "not_applicable": "dim",
 }
-
-
-def _ms(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.3f}" if value < 10 else f"{value:.1f}"
 
 
 def _err(value: float | None) -> str:
@@ -83,10 +84,10 @@ def buckets_view(run: RunResult) -> Table:
         "correct",
         "graphs",
         "recompiles",
-        "compile s",
-        "first pass ms",
-        "p50 ms",
-        "p90 ms",
+        "compile",
+        "first pass",
+        "p50",
+        "p90",
         "waste",
     ):
         table.add_column(column, justify="left" if column in ("target", "variant", "correct") else "right")
@@ -100,10 +101,10 @@ def buckets_view(run: RunResult) -> Table:
             result.verdict or "-",
             str(c.graphs) if c else "-",
             str(c.recompiles) if c else "-",
-            f"{c.compile_seconds_total:.2f}" if c else "-",
-            _ms(profile.get("first_pass_ms")),
-            _ms(latency.p50_ms if latency and latency.count else None),
-            _ms(latency.p(90) if latency and latency.count else None),
+            duration(c.compile_seconds_total * 1e3) if c else "-",
+            duration(profile.get("first_pass_ms")),
+            duration(latency.p50_ms if latency and latency.count else None),
+            duration(latency.p(90) if latency and latency.count else None),
             f"{profile.get('padding_waste', 0):.1%}",
         )
     return table
@@ -121,15 +122,20 @@ def _share(placement: Placement | None, cpu: bool = False) -> str:
     return text
 
 
+def _failure(result: TargetResult) -> list[str]:
+    """How the target failed, in one line (none when it did not)."""
+    if result.error is None:
+        return []
+    where = f" during {result.error.phase}" if result.error.phase else ""
+    message = (result.error.message.splitlines() or [""])[0][:160]
+    return [f"{result.error.category}{where}: {result.error.type}: {message}"]
+
+
 def _notes(result: TargetResult, run_id: str = "RUN") -> str:
     parts: list[str] = []
     if result.reason:
         parts.append(result.reason)
-    if result.error is not None:
-        where = f" during {result.error.phase}" if result.error.phase else ""
-        parts.append(
-            f"{result.error.category}{where}: {result.error.type}: {result.error.message.splitlines()[0][:160]}"
-        )
+    parts += _failure(result)
     for check in registered_checks():
         value = result.checks.get(check.name)
         if value is not None:
@@ -187,7 +193,7 @@ def scenarios_view(run: RunResult) -> Table:
     table = Table(header_style="bold", title="scenarios (figures with 95% bootstrap intervals)")
     for name, justify in (("target", "left"), ("scenario", "left"), ("status", "left"), ("figures", "left")):
         table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
-    table.add_column("run s", justify="right", no_wrap=True)
+    table.add_column("ran", justify="right", no_wrap=True)
     table.add_column("peak RSS", justify="right", no_wrap=True)
     for result in run.results:
         for scenario in result.scenarios:
@@ -198,7 +204,7 @@ def scenarios_view(run: RunResult) -> Table:
                 scenario.name,
                 Text(scenario.status, style=_STATUS_STYLE.get(scenario.status, "yellow")),
                 escape(figures),
-                f"{scenario.run_seconds:.2f}",
+                duration(scenario.run_seconds * 1e3),
                 _bytes(scenario.peak_host_rss_bytes),
             )
     return table
@@ -229,9 +235,13 @@ def requirements_view(run: RunResult) -> Table:
     return table
 
 
-_LEFT = ("status", "correct", "placement")
+_LEFT = ("status", "correct", "placement", "requirements")
 #: columns of the run table, the first to leave a narrow terminal first
-_DROP_ORDER = ("max abs err", "on device", "graphs", "p90 ms", "first call ms", "peak RSS", "placement", "status")
+_DROP_ORDER = (
+    "max abs err", "on device", "graphs", "p90", "first call", "first result", "peak RSS", "requirements",
+    "placement", "status",
+)  # fmt: skip
+_COST = "cost /1M req"
 
 
 def _fitting_columns(rows: Sequence[dict[str, Any]], width: int | None) -> list[str]:
@@ -251,7 +261,8 @@ def _fitting_columns(rows: Sequence[dict[str, Any]], width: int | None) -> list[
     for name in _DROP_ORDER:
         if needed(columns) <= width:
             break
-        columns.remove(name)
+        if name in columns:
+            columns.remove(name)
     return columns
 
 
@@ -263,25 +274,30 @@ _OUTCOME = {
 }
 
 
-def decision_view(decision: Decision) -> Group:
-    """The decision block: the outcome, the lines that say why, what could not run, the rule."""
+def decision_view(decision: Decision, verbose: bool = True) -> Group:
+    """The decision block: the outcome, the lines that say why, what could not run, the rule
+    (in one line unless ``verbose``)."""
     said, style = _OUTCOME[decision.outcome]
     head = Text.assemble(("decision ", "bold"), f"(by {decision.basis}) ", (said, style), decision.target or "-")
-    lines = [Text(f"  {line}") for line in decision.lines]
+    lines = [Text(f"  {line}") for line in (decision.lines if verbose else decision.brief_lines())]
     if decision.unmeasured:
         lines.append(Text(f"  not measured here: {'; '.join(decision.unmeasured)}", style="dim"))
-    return Group(head, *lines, Text(f"rule: {decision.rule}", style="dim"))
+    rule = decision.rule if verbose else f"{RULE_BRIEF} (the full rule: --verbose)"
+    return Group(head, *lines, Text(f"rule: {rule}", style="dim"))
 
 
 def plan_view(plan: Plan) -> Group:
     """A plan: what each stage tried and where its evidence is, the decision over all of them,
     and what the recommended variant changed."""
     lines = [
-        Text.assemble(("plan ", "bold"), f"{plan.workload}: {plan.seconds:.0f} s of a {plan.budget_s:.0f} s budget")
+        Text.assemble(
+            ("plan ", "bold"),
+            f"{plan.workload}: {duration(plan.seconds * 1e3)} of a {duration(plan.budget_s * 1e3)} budget",
+        )
     ]
     for stage in plan.stages:
         tried = ", ".join(stage.targets) + (f" (buckets {stage.buckets})" if stage.buckets else "")
-        where = f"skipped: {stage.skipped}" if stage.skipped else f"run {stage.run_id}, {stage.seconds:.0f} s"
+        where = f"skipped: {stage.skipped}" if stage.skipped else f"run {stage.run_id}, {duration(stage.seconds * 1e3)}"
         lines.append(Text(f"  {stage.name}: {tried} [{where}]"))
     parts: list[Any] = [*lines, decision_view(plan.decision)]
     if plan.decision.outcome in ("recommended", "tie") and plan.decision.target:
@@ -292,26 +308,23 @@ def plan_view(plan: Plan) -> Group:
     return Group(*parts)
 
 
-def remedies_view(found: dict[str, list[Remedy]]) -> Group:
-    """What each target would take, most effect first; a measured remedy says what it did."""
+def remedies_view(found: dict[str, list[Remedy]], verbose: bool = True) -> Group:
+    """What each target would take, most effect first; a measured remedy says what it did.
+    Unless ``verbose``, only each target's first item (the one with most effect)."""
     lines = [Text("what it would take (from this run's evidence)", style="bold")]
     for target, items in found.items():
-        lines.append(Text(f"  {target}:"))
-        for item in items:
+        shown = items if verbose else items[:1]
+        more = f" (+{len(items) - 1} more: --verbose)" if len(items) > len(shown) else ""
+        lines.append(Text(f"  {target}:" + (more if not verbose else "")))
+        for item in shown:
             measured = f" [measured: {item.measured}]" if item.measured else " [not measured]"
             lines.append(Text(f"    - {item.kind}: {item.finding} -> {item.change}{measured}"))
     return Group(*lines)
 
 
-def run_view(
-    run: RunResult, where: str | None = None, width: int | None = None, prices: Sequence[Price] | None = None
-) -> Group:
-    """The comparison table for one run, with its identity above and how to find it below.
-
-    With ``width`` (the terminal's), columns that do not fit are left out, least useful first,
-    and a line says so: every figure stays in ``--format json``.
-    """
+def _header(run: RunResult) -> Text:
     workload = run.workload
+    parameters = workload.get("details", {}).get("parameters")
     header = Text.assemble(
         ("run ", "bold"),
         (run.run_id, "bold cyan"),
@@ -319,9 +332,7 @@ def run_view(
         ("workload ", "bold"),
         workload["spec"],
         f"  fingerprint {workload['fingerprint']}  dtype {workload.get('dtype')}",
-        f"  params {workload.get('details', {}).get('parameters', '?'):,}\n"
-        if isinstance(workload.get("details", {}).get("parameters"), int)
-        else "\n",
+        f"  params {parameters:,}\n" if isinstance(parameters, int) else "\n",
         ("environment ", "bold"),
         f"torch {run.environment.data.get('torch')}  {run.environment.data.get('cpu')}  "
         f"fingerprint {run.environment.fingerprint}",
@@ -329,34 +340,108 @@ def run_view(
     measured = settings_line(run)
     if measured:
         header.append_text(Text.assemble("\n", ("measured ", "bold"), measured))
-    rows: list[dict[str, Any]] = []
-    notes: list[Text] = []
+    return header
+
+
+def _cost_cell(cost: Cost | None) -> str:
+    if cost is None:
+        return "-"
+    unit = cost.price.currency
+    text = f"{unit}{significant(cost.value)}"
+    if cost.has_interval and cost.low != cost.high:
+        text += f" ({significant(cost.low)}-{significant(cost.high)})"  # type: ignore[arg-type]
+    return text
+
+
+def _row(result: TargetResult, cost: Cost | None, verbose: bool, priced: bool, required: bool) -> dict[str, Any]:
+    """One target's row: every column with ``verbose``, else the summary's."""
+    latency = result.latency
+    placement = result.placement
+    answers = answers_for(result)
+    p50 = duration(latency.p50_ms if latency and latency.count else None)
+    correct = Text(answers.correct.word, style=_VERDICT_STYLE.get(answers.correct.word, ""))
+    where = Text(answers.placement.word, style=_PLACEMENT_STYLE.get(placement.verdict, "") if placement else "")
+    row: dict[str, Any] = {"target": escape(_label(result))}
+    if verbose:
+        row["status"] = Text(result.status, style=_STATUS_STYLE.get(result.status, ""))
+    row["correct"] = correct
+    if verbose:
+        row["max abs err"] = _err(result.correctness.max_abs_err if result.correctness else None)
+    row["placement"] = where
+    if verbose:
+        row["on device"] = _share(placement, cpu=result.target.device == "cpu")
+    if required:
+        row["requirements"] = Text(answers.requirements.word, style=_ANSWER_STYLE.get(answers.requirements.state, ""))
+    row["p50"] = p50
+    if verbose:
+        row["p90"] = duration(latency.p(90) if latency and latency.count else None)
+    row["speed vs cpu"] = _speed(result)
+    if priced:
+        row[_COST] = _cost_cell(cost)
+    if verbose:
+        row["first call"] = duration(result.first_call_ms)
+        row["graphs"] = _graphs(result)
+        row["peak RSS"] = _bytes(result.peak_host_rss_bytes)
+    else:
+        row["first result"] = duration(result.time_to_first_result_ms)
+    return row
+
+
+_ANSWER_STYLE = {"yes": "green", "no": "bold red", "partly": "bold yellow", "unknown": "yellow", "none": "dim"}
+
+
+def _summary_facts(run: RunResult) -> list[Text]:
+    """The facts the summary keeps beside the table and the decision (which already say why each
+    target is ruled out): what the speed figures cannot say, and what the libraries said."""
+    lines: list[Text] = []
     for result in run.results:
-        verdict = result.verdict or "-"
-        latency = result.latency
-        placement = result.placement
-        rows.append(
-            {
-                "target": escape(_label(result)),
-                "status": Text(result.status, style=_STATUS_STYLE.get(result.status, "")),
-                "correct": Text(verdict, style=_VERDICT_STYLE.get(verdict, "")),
-                "max abs err": _err(result.correctness.max_abs_err if result.correctness else None),
-                "placement": Text(
-                    placement.verdict if placement else "-",
-                    style=_PLACEMENT_STYLE.get(placement.verdict, "") if placement else "",
-                ),
-                "on device": _share(placement, cpu=result.target.device == "cpu"),
-                "p50 ms": _ms(latency.p50_ms if latency and latency.count else None),
-                "p90 ms": _ms(latency.p(90) if latency and latency.count else None),
-                "speed vs cpu": _speed(result),
-                "first call ms": _ms(result.first_call_ms),
-                "graphs": _graphs(result),
-                "peak RSS": _bytes(result.peak_host_rss_bytes),
-            }
-        )
-        said = _notes(result, run.run_id)
+        said = _failure(result)
+        for check in registered_checks():
+            value = result.checks.get(check.name)
+            if value is not None:
+                said += guarded(check, "headline", value, result, fallback=[])
+        said += result.notes
         if said:
-            notes.append(Text.assemble((f"{_label(result)}: ", "bold"), said))
+            lines.append(Text.assemble((f"{_label(result)}: ", "bold"), "; ".join(said)))
+    facts: list[str] = []
+    caveats = sorted({speed_caveat(r) for r in run.results if speed_caveat(r)})
+    facts += caveats
+    ran = [r for r in run.results if r.latency is not None and r.latency.count]
+    noisy = [_label(r) for r in ran if any("noisy" in n for n in r.noise)]
+    if noisy:
+        facts.append(
+            f"noisy timings on {len(noisy)} of {len(ran)} targets (their intervals include it; --verbose says how)"
+        )
+    counts = {_label(r): sum(line["count"] for line in r.log) for r in run.results if r.log}
+    if counts:
+        most = max(counts, key=lambda k: counts[k])
+        facts.append(
+            f"{sum(counts.values())} library messages from {len(counts)} target(s), most from {most} "
+            f"({counts[most]}); `bakeoff show {run.run_id} --log`"
+        )
+    return [*lines, *(Text(fact) for fact in facts)]
+
+
+def run_view(
+    run: RunResult,
+    where: str | None = None,
+    width: int | None = None,
+    prices: Sequence[Price] | None = None,
+    verbose: bool = False,
+) -> Group:
+    """One run: its identity, the comparison table, the decision and what each target would take,
+    and how to find it again. A summary unless ``verbose``: the summary's table leaves out the
+    columns of detail, and each target's notes, the scenario and requirement tables are for
+    ``verbose``.
+
+    With ``width`` (the terminal's), columns that do not fit are left out, least useful first,
+    and a line says so: every figure stays in ``--format json``.
+    """
+    decision = decide_run(run, prices)
+    costs = {s.target: s.cost for s in decision.standings}
+    priced = any(cost is not None for cost in costs.values())
+    required = any(r.requirements for r in run.results)
+    rows = [_row(r, costs.get(label_of(r)), verbose, priced, required) for r in run.results]
     columns = _fitting_columns(rows, width)
     table = Table(show_lines=False, header_style="bold")
     for name in columns:
@@ -366,7 +451,7 @@ def run_view(
             table.add_column(name, justify="left" if name in _LEFT else "right", no_wrap=True)
     for row in rows:
         table.add_row(*(row[name] for name in columns))
-    parts: list[Any] = [header]
+    parts: list[Any] = [_header(run)]
     profile = run.settings.get("profile")
     if profile:
         parts.append(
@@ -376,29 +461,47 @@ def run_view(
                 "per request; first call: the first request)"
             )
         )
-    parts += [table, *notes]
+    parts.append(table)
+    if verbose:
+        for result in run.results:
+            said = _notes(result, run.run_id)
+            if said:
+                parts.append(Text.assemble((f"{_label(result)}: ", "bold"), said))
+    else:
+        parts += _summary_facts(run)
     if width is not None and rows and len(columns) < len(rows[0]):
         hidden = ", ".join(name for name in rows[0] if name not in columns)
         parts.append(Text(f"narrow terminal: {hidden} not shown (widen it, or use --format json)", style="dim"))
-    if any(r.variant != "as-is" for r in run.results):
-        parts.append(buckets_view(run))
-    if any(s.name != "single-stream" for r in run.results for s in r.scenarios):
-        parts.append(scenarios_view(run))
-    if any(r.requirements for r in run.results):
-        parts.append(requirements_view(run))
-    for note in workload.get("notes", []) or []:
-        parts.append(Text(f"note: {note}", style="dim"))
+    if verbose:
+        if any(r.variant != "as-is" for r in run.results):
+            parts.append(buckets_view(run))
+        if any(s.name != "single-stream" for r in run.results for s in r.scenarios):
+            parts.append(scenarios_view(run))
+        if required:
+            parts.append(requirements_view(run))
+        for note in run.workload.get("notes", []) or []:
+            parts.append(Text(f"note: {note}", style="dim"))
+    legend = "speed vs cpu = eager CPU p50 / target p50, measured in this run (>1 is faster; n.s. = its 95% interval"
     parts.append(
         Text(
-            "speed vs cpu = eager CPU p50 / target p50, measured in this run (>1 is faster; "
-            "n.s. = its 95% interval, the spread between worker processes included, contains 1).",
+            legend
+            + (", the spread between worker processes included, contains 1)." if verbose else " contains 1)")
+            + ("" if verbose else "; first result = preparing + the first call, compiling included"),
             style="dim",
         )
     )
-    parts.append(decision_view(decide_run(run, prices)))
+    parts.append(decision_view(decision, verbose))
     found = what_it_takes(run)
     if found:
-        parts.append(remedies_view(found))
+        parts.append(remedies_view(found, verbose))
+    if not verbose:
+        parts.append(
+            Text(
+                f"each target's notes, the scenarios, requirements and buckets in full: `bakeoff show {run.run_id} "
+                "--verbose`",
+                style="dim",
+            )
+        )
     if where:
         parts.append(Text.assemble("stored in ", (where, "bold"), f"; show again with `bakeoff show {run.run_id}`"))
     return Group(*parts)

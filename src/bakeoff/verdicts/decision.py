@@ -30,6 +30,7 @@ from bakeoff.units import figure
 
 __all__ = [
     "RULE",
+    "RULE_BRIEF",
     "Decision",
     "Standing",
     "decide",
@@ -51,7 +52,14 @@ RULE = (
     "comparable) never qualifies a target and never counts as a win."
 )
 
+#: The rule in one line, for the terminal's summary (the full rule is printed with ``--verbose``).
+RULE_BRIEF = (
+    "the fastest (with prices, the cheapest) target that is correct, stays on its device and meets every "
+    "requirement with its whole interval; overlapping intervals are no win; inconclusive evidence never qualifies"
+)
+
 _PLACED = ("on_device", "not_applicable")
+_ALSO = " qualifies too: "
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,20 @@ class Decision(Value):
     standings: tuple[Standing, ...] = ()
     unmeasured: tuple[str, ...] = ()
     rule: str = RULE
+
+    def brief_lines(self) -> tuple[str, ...]:
+        """:attr:`lines` with the targets that qualify too but lost (their figures are in the
+        table above the decision) said in one line."""
+        also = [line.split(_ALSO)[0] for line in self.lines if _ALSO in line]
+        if len(also) < 2:
+            return self.lines
+        kept = [line for line in self.lines if _ALSO not in line]
+        first = next(i for i, line in enumerate(self.lines) if _ALSO in line)
+        return (
+            *kept[:first],
+            f"{', '.join(also)} qualify too, " + ("at a higher cost" if self.basis == "cost" else "slower"),
+            *kept[first:],
+        )
 
 
 # -- reading a standing from a result -----------------------------------------------------
@@ -273,8 +295,8 @@ def _decide(standings: Sequence[Standing], unmeasured: Iterable[str] = ()) -> De
         tied = tuple(s.target for s in ranked[1:] if _overlap(best, s, basis))
         lines.append(f"{best.target}: {_figure_of(best, basis, ref)}")
         for s in ranked[1:]:
-            how = "indistinguishable" if s.target in tied else "qualifies too"
-            lines.append(f"{s.target} {how}: {_figure_of(s, basis, ref)}")
+            how = " indistinguishable: " if s.target in tied else _ALSO
+            lines.append(f"{s.target}{how}{_figure_of(s, basis, ref)}")
         for s in sorted(undecided, key=lambda s: _key(s, basis)):
             if _key(s, basis) < _key(best, basis):
                 lines.append(f"{s.target} might do better, but its evidence is inconclusive: {'; '.join(s.doubts)}")
