@@ -54,6 +54,30 @@ def test_regressions_table_json_and_strict(series_db):
     assert loose.returncode == 0, loose.stdout
 
 
+def test_regressions_compare_cost_where_both_runs_have_prices(tmp_path, series_db):
+    """The 40% slower cpu+inductor at an unchanged price costs 40% more; a series without prices
+    has no cost metric at all."""
+    path = tmp_path / "priced.db"
+    store = Store.open(path)
+    for run_id, when, torch, median in (("r1", "01", "2.13.0", 1.0), ("r2", "02", "2.14.0", 1.4)):
+        results = (target_result("cpu", 2.0, seed=1), target_result("cpu+inductor", median, seed=2))
+        run = make_run(run_id, f"2025-01-{when}T10:00:00+00:00", environment(torch), results,
+                       settings={"prices": ["cpu=$3.6/h"]})  # fmt: skip
+        store.save_run(run)
+    found = json.loads(bakeoff("regressions", "--db", str(path), "--format", "json").stdout)
+    costs = {c["target"]: next(m for m in c["metrics"] if m["metric"] == "cost") for c in found}
+    assert costs["cpu"]["outcome"] == "unchanged"
+    inductor = costs["cpu+inductor"]
+    assert inductor["outcome"] == "regressed" and 1.3 < inductor["change"] < 1.5
+    assert "per million requests" in inductor["detail"] and "same price $3.6/h" in inductor["detail"]
+    table = bakeoff("regressions", "--db", str(path)).stdout
+    assert "; cost 0.996 -> 1.394 ($0.996" in table
+    assert "cost (where both runs have prices) beyond 10%" in " ".join(table.split())
+    unpriced = json.loads(bakeoff("regressions", "--db", series_db, "--format", "json").stdout)
+    assert all(m["metric"] != "cost" for c in unpriced for m in c["metrics"])
+    assert "cost" not in bakeoff("regressions", "--db", series_db).stdout
+
+
 def test_regressions_report_failures(tmp_path):
     path = tmp_path / "kb.db"
     store = Store.open(path)

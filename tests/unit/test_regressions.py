@@ -319,3 +319,125 @@ def test_engine_that_stopped_running_is_a_placement_regression():
     left = result(placement=Placement("left_on_host", "", device_op_share=1.0))
     idle_device = result(placement=Placement("engine_did_not_run", "", device_op_share=0.0))
     assert by_metric(classify(left, idle_device)[2])["placement"] == "not_comparable"
+
+
+# -- cost per million requests --------------------------------------------------------------
+# A price of 3.6/h is 1000 per second of the machine per million requests, and the reference
+# takes exactly 1 ms (1000 requests/s), so a target at speed-up S costs 1 / S per million.
+
+
+def _speedup(value: float, low: float, high: float) -> dict[str, float]:
+    return {"value": value, "low": low, "high": high}
+
+
+def _priced(run_id: str, when: str, env: Environment, target: TargetResult, *prices: str) -> RunResult:
+    reference = result("cpu", latency=Latency((1.0,) * 60), is_reference=True)
+    run = _run(run_id, when, env, reference, target)
+    return replace(run, settings={"prices": list(prices)} if prices else {})
+
+
+def _fast(speed: tuple[float, float, float], seed: int = 0) -> TargetResult:
+    return result(latency=Latency(samples(1 / speed[0], seed=seed)), speedup_ci=_speedup(*speed))
+
+
+def _cost_change(before: RunResult, after: RunResult, spec: str = "cpu+inductor", **thresholds: Any):
+    from bakeoff.verdicts.regressions import compare_pair
+
+    comparison = compare_pair(before, before.result(spec), after, after.result(spec), Thresholds(**thresholds))
+    return comparison, next((m for m in comparison.metrics if m.metric == "cost"), None)
+
+
+def test_cost_regresses_when_the_target_got_slower_at_the_same_price():
+    before = _priced("r1", "1", OLD, _fast((2.0, 1.9, 2.1)), "cpu=$3.6/h")
+    after = _priced("r2", "2", NEW, _fast((1.6, 1.5, 1.7), seed=1), "cpu=$3.6/h")
+    comparison, cost = _cost_change(before, after)
+    assert cost is not None and cost.outcome == "regressed"
+    assert (cost.before, cost.after, cost.change) == pytest.approx((0.5, 0.625, 1.25))
+    assert cost.detail == (
+        "$0.5 -> $0.625 per million requests (+25%): same price $3.6/h, single-stream rate 2,000.0/s -> 1,600.0/s"
+    )
+    assert comparison.outcome == "regressed" and "cost regressed" in comparison.reason
+    assert comparison.to_dict()["metrics"][-1]["metric"] == "cost"
+    # control: the same speed (within its interval) and the same price
+    same = _priced("r2", "2", NEW, _fast((2.02, 1.92, 2.12), seed=1), "cpu=$3.6/h")
+    _, cost = _cost_change(before, same)
+    assert cost is not None and cost.outcome == "unchanged" and cost.change == pytest.approx(2.0 / 2.02)
+    assert cost.detail.endswith("; within 10%")
+
+
+def test_cost_is_the_figure_the_run_decision_ranks_by():
+    from bakeoff.verdicts.decision import cost_in_run, decide_run
+
+    run = _priced("r1", "1", OLD, _fast((2.0, 1.9, 2.1)), "cpu=$3.6/h")
+    standing = next(s for s in decide_run(run).standings if s.target == "cpu+inductor")
+    assert standing.cost is not None and standing.cost == cost_in_run(run, run.result("cpu+inductor"))
+    assert (standing.cost.value, standing.cost.low, standing.cost.high) == pytest.approx((0.5, 1 / 2.1, 1 / 1.9))
+
+
+def test_cost_change_within_overlapping_intervals_is_unchanged():
+    """18% dearer, but the speed-up's intervals overlap: the data cannot tell."""
+    before = _priced("r1", "1", OLD, _fast((2.0, 1.5, 2.5)), "cpu=$3.6/h")
+    after = _priced("r2", "2", NEW, _fast((1.7, 1.3, 2.1), seed=1), "cpu=$3.6/h")
+    _, cost = _cost_change(before, after)
+    assert cost is not None and cost.outcome == "unchanged" and cost.change == pytest.approx(2.0 / 1.7)
+    assert cost.detail.endswith("; the intervals overlap: not significant")
+    # a threshold above the change: unchanged for its size alone
+    _, cost = _cost_change(before, after, cost=0.5)
+    assert cost is not None and cost.outcome == "unchanged" and cost.detail.endswith("; within 50%")
+
+
+def test_cost_improves_when_the_price_dropped():
+    before = _priced("r1", "1", OLD, _fast((2.0, 1.9, 2.1)), "cpu=$3.6/h")
+    after = _priced("r2", "2", NEW, _fast((2.0, 1.9, 2.1), seed=1), "cpu=$2.7/h")
+    comparison, cost = _cost_change(before, after)
+    assert cost is not None and cost.outcome == "improved"
+    assert (cost.before, cost.after) == pytest.approx((0.5, 0.375))
+    assert cost.detail == (
+        "$0.5 -> $0.375 per million requests (-25%): price $3.6/h -> $2.7/h, single-stream rate 2,000.0/s -> 2,000.0/s"
+    )
+    assert comparison.outcome == "improved"
+
+
+def test_reference_cost_is_judged_by_its_latency_interval():
+    """The reference's cost has no interval of its own (its speed is its run's unit): whether
+    the data can tell is the latency ratio's interval, scaled by the price ratio."""
+
+    def run(run_id: str, when: str, env: Environment, latency: tuple[float, ...], price: str) -> RunResult:
+        reference = result("cpu", latency=Latency(latency), is_reference=True)
+        return replace(_run(run_id, when, env, reference), settings={"prices": [price]})
+
+    before = run("r1", "1", OLD, samples(1.0, seed=4), "cpu=3.6/h")
+    _, cost = _cost_change(before, run("r2", "2", NEW, samples(1.3, seed=3), "cpu=3.6/h"), "cpu")
+    assert cost is not None and cost.outcome == "regressed" and 1 < cost.low < cost.change < cost.high
+    # the same speed at a higher price: the price ratio moves the whole interval
+    _, cost = _cost_change(before, run("r2", "2", NEW, samples(1.0, seed=3), "cpu=5.4/h"), "cpu")
+    assert cost is not None and cost.outcome == "regressed" and cost.low > 1.4
+    assert "price 3.6/h -> 5.4/h" in cost.detail
+    # control: 25% dearer by medians that jump between modes: the interval contains 1
+    bimodal = run("r1", "1", OLD, (*BIMODAL, 1.0), "cpu=3.6/h")
+    _, cost = _cost_change(bimodal, run("r2", "2", NEW, (*BIMODAL, 1.25), "cpu=3.6/h"), "cpu")
+    assert cost is not None and cost.outcome == "unchanged" and cost.change == pytest.approx(1.25)
+    assert cost.detail.endswith("; the interval contains 1: not significant")
+
+
+def test_no_cost_metric_unless_both_runs_price_the_target():
+    slower = _fast((1.6, 1.5, 1.7), seed=1)
+    before = _priced("r1", "1", OLD, _fast((2.0, 1.9, 2.1)), "cpu=$3.6/h")
+    for after in (_priced("r2", "2", NEW, slower), _priced("r2", "2", NEW, slower, "cuda=$3.6/h")):
+        comparison, cost = _cost_change(before, after)
+        assert cost is None and "cost" not in [m["metric"] for m in comparison.to_dict()["metrics"]]
+        assert comparison.outcome == "regressed" and comparison.reason == "p50_ms regressed"  # latency still judged
+    # through find_regressions, and for a target priced by its own spec
+    runs = [before, _priced("r2", "2", NEW, slower, "cpu+inductor=$3.6/h")]
+    found = {c.target: c for c in find_regressions(runs)}
+    assert found["cpu+inductor"].metric("cost").outcome == "regressed"
+    assert "cost" not in [m.metric for m in found["cpu"].metrics]  # the reference is not priced after
+
+
+def test_costs_in_two_currencies_are_not_comparable():
+    before = _priced("r1", "1", OLD, _fast((2.0, 1.9, 2.1)), "cpu=$3.6/h")
+    after = _priced("r2", "2", NEW, _fast((2.0, 1.9, 2.1), seed=1), "cpu=€0.9/h")
+    comparison, cost = _cost_change(before, after)
+    assert cost is not None and cost.outcome == "not_comparable"
+    assert cost.detail == "prices in different currencies ('$' -> '€')"
+    assert comparison.outcome == "unchanged"  # a metric that cannot be compared is no change

@@ -28,14 +28,15 @@ _latency_option = click.option(
     type=click.FloatRange(min=0),
     default=0.10,
     show_default=True,
-    help="A latency change counts only beyond this fraction (and when its 95% interval excludes no change).",
+    help="A latency (or, where both runs have prices, cost) change counts only beyond this fraction "
+    "(and when its 95% interval excludes no change).",
 )
 
 
 def _thresholds(latency: float) -> Thresholds:
     from bakeoff.verdicts.regressions import Thresholds
 
-    return Thresholds(latency=latency)
+    return Thresholds(latency=latency, cost=latency)
 
 
 @cli.command(epilog="\b\nExample:\n  bakeoff regressions --workload arch:llama --strict")

@@ -64,12 +64,18 @@ def regressions_table(comparisons: Sequence[Comparison]) -> Group:
     thresholds = comparisons[0].thresholds if comparisons else None
     parts: list[Any] = [table, Text(summary)]
     if thresholds is not None:
+        costed = any(m.metric == "cost" for c in comparisons for m in c.metrics)
+        cost = (
+            f"cost (where both runs have prices) beyond {thresholds.cost:.0%} when the data can tell them apart; "
+            if costed
+            else ""
+        )
         parts.append(
             Text(
                 f"latency counts when it changes by more than {thresholds.latency:.0%} and its "
                 f"{thresholds.confidence:.0%} bootstrap interval excludes no change; first call beyond "
-                f"{thresholds.first_call:.0%} and {thresholds.first_call_floor_ms:g} ms; compared with the newest "
-                "earlier run in another environment",
+                f"{thresholds.first_call:.0%} and {thresholds.first_call_floor_ms:g} ms; {cost}compared with the "
+                "newest earlier run in another environment",
                 style="dim",
             )
         )
@@ -78,7 +84,8 @@ def regressions_table(comparisons: Sequence[Comparison]) -> Group:
 
 def _metric_row(table: Table, m: MetricChange) -> None:
     interval = f"{m.low:.2f}-{m.high:.2f}" if m.low is not None and m.high is not None else ""
-    change = f"x{m.change:.2f}" if m.change is not None and m.metric.endswith("_ms") else _value(m.change)
+    ratio = m.metric.endswith("_ms") or m.metric == "cost"
+    change = f"x{m.change:.2f}" if m.change is not None and ratio else _value(m.change)
     table.add_row(
         escape(m.metric),
         escape(_value(m.before)),

@@ -33,10 +33,13 @@ __all__ = [
     "RULE_BRIEF",
     "Decision",
     "Standing",
+    "cost_in_run",
     "decide",
     "decide_run",
     "decide_runs",
     "label_of",
+    "price_in_run",
+    "reference_rate_of",
     "standing_of",
     "stored_prices",
 ]
@@ -182,15 +185,22 @@ def standing_of(
         miss, doubt = _requirement(item)
         misses += [miss] if miss else []
         doubts += [doubt] if doubt else []
+    speed = _speed(r)
+    return Standing(
+        label_of(r), r.is_reference, tuple(misses), tuple(doubts), speed, _cost(r, price, speed, reference_rate, tokens)
+    )
+
+
+def _speed(r: TargetResult) -> tuple[float, float, float] | None:
+    """The speed-up against the reference with its interval, None when it was not timed or
+    says nothing of a real device."""
     ci = r.speedup_ci
     speed = (ci["value"], ci["low"], ci["high"]) if ci else None
     if speed is None and r.is_reference and r.latency is not None and r.latency.count:
         speed = (1.0, 1.0, 1.0)  # the unit every other target's speed is measured in
     if r.target.device == TEST_DEVICE:  # an emulation on the host: its speed says nothing of a real device
         speed = None
-    return Standing(
-        label_of(r), r.is_reference, tuple(misses), tuple(doubts), speed, _cost(r, price, speed, reference_rate, tokens)
-    )
+    return speed
 
 
 def _cost(
@@ -208,6 +218,30 @@ def _cost(
     value, low, high = speed
     interval = (reference_rate * low, reference_rate * high)
     return cost_of(price, reference_rate * value, "single-stream", interval, tokens)
+
+
+def reference_rate_of(run: RunResult) -> float | None:
+    """The single-stream rate (requests per second) of ``run``'s reference, None when it was
+    not timed: the unit a single-stream cost is computed from."""
+    reference = next((r for r in run.results if r.is_reference and r.latency is not None and r.latency.count), None)
+    return 1000.0 / reference.latency.p50_ms if reference and reference.latency.p50_ms > 0 else None
+
+
+def price_in_run(run: RunResult, r: TargetResult) -> Price | None:
+    """The price ``run`` was given for the target of ``r`` (its own, else its device's), None
+    when the run priced neither."""
+    return price_for(r.target.spec, r.target.device, stored_prices(run))
+
+
+def cost_in_run(run: RunResult, r: TargetResult) -> Cost | None:
+    """The cost per million requests of ``r`` within its ``run``, priced by the prices the run
+    was given: the figure the run's decision ranks it by. None when the run did not price it,
+    or it has no rate to be costed at (it did not run, was not timed, or ran on the bundled
+    test device)."""
+    price = price_in_run(run, r)
+    if price is None:
+        return None
+    return _cost(r, price, _speed(r), reference_rate_of(run), tokens_per_request(run))
 
 
 def tokens_per_request(run: RunResult) -> float | None:
@@ -346,8 +380,7 @@ def decide_runs(
     unmeasured: list[str] = []
     seen: set[str] = set()
     for index, run in enumerate(runs):
-        reference = next((r for r in run.results if r.is_reference and r.latency is not None and r.latency.count), None)
-        rate = 1000.0 / reference.latency.p50_ms if reference and reference.latency.p50_ms > 0 else None
+        rate = reference_rate_of(run)
         tokens = tokens_per_request(run)
         for r in run.results:
             if label_of(r) in seen or (index and r.is_reference):

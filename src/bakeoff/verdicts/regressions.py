@@ -8,6 +8,11 @@ Pure functions over stored values. The vocabulary is small and fixed (after airs
   differs, the adjustments ledger differs, one side was skipped or lacks the metric);
 * ``failed``: the later result is an error.
 
+Cost per million requests is compared only where both runs priced the target (a run without
+prices has no cost metric): it is the figure each run's decision ranks the target by
+(:func:`~bakeoff.verdicts.decision.cost_in_run`), so a change of price and a change of speed
+both move it, and the detail says which.
+
 A result's *outcome* is the worst of its metrics, in the order failed, not_comparable (when the
 pair as a whole is not comparable), regressed, improved, unchanged. Thresholds are explicit
 parameters (:class:`Thresholds`), never hidden constants.
@@ -25,12 +30,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bakeoff.analysis.compare import ratio_of_medians
+from bakeoff.analysis.cost import Cost
 from bakeoff.checks.base import Metric
 from bakeoff.checks.registry import guarded, registered_checks
 from bakeoff.env import VOLATILE, VOLATILE_ENV, Environment
 from bakeoff.results.values import RunResult, TargetResult
 from bakeoff.scenarios.registry import registered_scenarios
 from bakeoff.stats import percentile
+from bakeoff.units import figure
+from bakeoff.verdicts.decision import cost_in_run, price_in_run
 
 __all__ = [
     "OUTCOMES",
@@ -70,6 +78,11 @@ class Thresholds:
         op_share: an absolute change of the device op share beyond this counts (0.05 = 5 points).
         compile_counts: graphs, recompiles and graph breaks change when they differ by more than
             this (0: they are exact counts for a fixed input profile).
+        cost: a change of cost per million requests counts only when ``|after/before - 1|``
+            exceeds this *and* the data can tell the two apart: their intervals do not overlap
+            (a single-stream cost's interval is its speed-up's) or, for a reference timed
+            against itself, the latency ratio's interval times the price ratio excludes 1. A
+            cost at a sustained server rate is a single observation: only its size counts.
     """
 
     latency: float = 0.10
@@ -80,6 +93,7 @@ class Thresholds:
     first_call_floor_ms: float = 5.0
     op_share: float = 0.05
     compile_counts: int = 0
+    cost: float = 0.10
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -89,8 +103,9 @@ class Thresholds:
 class MetricChange:
     """One metric before and after, and what the change means.
 
-    ``change`` is the ratio after/before for times, the difference for counts and shares, None for
-    verdicts; ``low``/``high`` bound the latency ratio (bootstrap interval).
+    ``change`` is the ratio after/before for times and costs, the difference for counts and
+    shares, None for verdicts; ``low``/``high`` bound the latency ratio (bootstrap interval), and
+    the cost ratio where it is read from the latency's.
     """
 
     metric: str
@@ -381,6 +396,71 @@ def _scenarios(before: TargetResult, after: TargetResult, t: Thresholds) -> list
     return changes
 
 
+def _point(cost: Cost) -> bool:
+    """A cost without an interval of its own: a single observation, or the reference's
+    single-stream cost (the unit its run's intervals are measured in)."""
+    return not cost.has_interval or cost.low == cost.high
+
+
+def _cost(before: Cost | None, after: Cost | None, latency: MetricChange, t: Thresholds) -> MetricChange:
+    """Lower is better: cost per million requests, from each run's own price and speed.
+
+    The data can tell two single-stream costs apart when their intervals do not overlap; when
+    neither has one of its own (the reference both times, whose cost is its price times its
+    median latency) the cost ratio's interval is the latency ratio's, scaled by the price ratio.
+    Costs at a sustained server rate are single observations: only the size of the change counts.
+    """
+    if before is None or after is None:
+        b, a = (c.value if c is not None else None for c in (before, after))
+        return MetricChange("cost", "not_comparable", b, a, detail="priced on both sides, costed on one only")
+    if before.price.currency != after.price.currency:
+        shown = " -> ".join(repr(c.price.currency) if c.price.currency else "none" for c in (before, after))
+        return MetricChange(
+            "cost", "not_comparable", before.value, after.value, detail=f"prices in different currencies ({shown})"
+        )
+    if before.basis != after.basis:
+        return MetricChange(
+            "cost",
+            "not_comparable",
+            before.value,
+            after.value,
+            detail=f"costed at different rates ({before.basis} -> {after.basis})",
+        )
+    unit = before.price.currency
+    ratio = after.value / before.value
+    big = abs(ratio - 1) > t.cost
+    low = high = None
+    if before.basis != "single-stream":
+        tells, why = True, "one reading each: only the size counts"
+    elif not (_point(before) and _point(after)):
+        b_low, b_high = (before.value, before.value) if _point(before) else (before.low, before.high)
+        a_low, a_high = (after.value, after.value) if _point(after) else (after.low, after.high)
+        tells = a_low > b_high or b_low > a_high  # type: ignore[operator]
+        why = "the intervals overlap: not significant"
+    elif latency.low is not None and latency.high is not None and latency.change:
+        low, high = ratio * latency.low / latency.change, ratio * latency.high / latency.change
+        tells = not low <= 1 <= high
+        why = "the interval contains 1: not significant"
+    else:
+        tells, why = False, f"the speed cannot be compared ({latency.detail or 'not timed'})"
+    outcome = ("regressed" if ratio > 1 else "improved") if big and tells else "unchanged"
+    pb, pa = before.price.per_hour, after.price.per_hour
+    price = (
+        f"same price {unit}{pb:.3g}/h"
+        if math.isclose(pb, pa, rel_tol=1e-9)
+        else f"price {unit}{pb:.3g}/h -> {unit}{pa:.3g}/h"
+    )
+    detail = (
+        f"{unit}{before.value:.3g} -> {unit}{after.value:.3g} per million requests ({ratio - 1:+.0%}): {price}, "
+        f"{before.basis} rate {figure(before.rate, '/s')} -> {figure(after.rate, '/s')}"
+    )
+    if big and not tells:
+        detail += f"; {why}"
+    elif not big and ratio != 1:
+        detail += f"; within {t.cost:.0%}"
+    return MetricChange("cost", outcome, before.value, after.value, change=ratio, low=low, high=high, detail=detail)
+
+
 def _requirements(before: TargetResult, after: TargetResult) -> list[MetricChange]:
     old = {r["text"]: r for r in getattr(before, "requirements", None) or ()}
     new = {r["text"]: r for r in getattr(after, "requirements", None) or ()}
@@ -427,8 +507,13 @@ def compare_results(
     before_fingerprint: str,
     after_fingerprint: str,
     thresholds: Thresholds | None = None,
+    costs: tuple[Cost | None, Cost | None] | None = None,
 ) -> tuple[str, str, tuple[MetricChange, ...]]:
     """Classify every metric of ``after`` against ``before``.
+
+    ``costs`` are each side's cost per million requests where both runs priced the target
+    (None: not priced on both sides, so no cost metric; a side priced but without a rate to be
+    costed at is None in the pair).
 
     Returns:
         ``(outcome, reason, metrics)``. When the pair is not comparable (different workload
@@ -451,13 +536,16 @@ def compare_results(
     else:
         metrics.append(MetricChange("status", "unchanged", before.status, after.status))
     metrics.extend(_checks(before, after, t))
-    metrics.append(_latency(before, after, t))
+    latency = _latency(before, after, t)
+    metrics.append(latency)
     metrics.append(
         _relative(
             "first_call_ms", before.first_call_ms, after.first_call_ms, t.first_call, t.first_call_floor_ms, " ms"
         )
     )
     metrics.extend(_scenarios(before, after, t))
+    if costs is not None and any(c is not None for c in costs):
+        metrics.append(_cost(costs[0], costs[1], latency, t))
     metrics.extend(_requirements(before, after))
     if before.status == "error":  # nothing to compare the measurements with
         metrics = [metrics[0], *(_void(m, "no measurement before: it failed") for m in metrics[1:])]
@@ -484,10 +572,17 @@ def compare_pair(
     after: TargetResult,
     thresholds: Thresholds | None = None,
 ) -> Comparison:
-    """:func:`compare_results` with the identity of both runs and their environment difference."""
+    """:func:`compare_results` with the identity of both runs and their environment difference,
+    and each side's cost within its run where both runs priced the target."""
     t = thresholds or Thresholds()
+    priced = price_in_run(before_run, before) is not None and price_in_run(after_run, after) is not None
     outcome, reason, metrics = compare_results(
-        before, after, before_fingerprint=before_run.fingerprint, after_fingerprint=after_run.fingerprint, thresholds=t
+        before,
+        after,
+        before_fingerprint=before_run.fingerprint,
+        after_fingerprint=after_run.fingerprint,
+        thresholds=t,
+        costs=(cost_in_run(before_run, before), cost_in_run(after_run, after)) if priced else None,
     )
     return Comparison(
         workload=after_run.workload["spec"],
