@@ -35,6 +35,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("workload", "emu"),
     # where it runs: target specs, detection, placing and compiling a model, compile watches
     ("target",),
+    # whole scripts as written: their device remapped (with the ledger of every rewrite) and the
+    # values they capture; knows devices and targets, not how a trial runs or is stored
+    ("script",),
     # pure analysis over numbers and samples: tolerances, ratios, noise, buckets, queues
     ("analysis",),
     # clocks and timing loops

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "BakeoffError",
+    "RemapError",
     "SpecError",
     "StoreError",
     "WorkloadError",
@@ -38,3 +39,8 @@ class WorkloadError(BakeoffError):
 
 class StoreError(BakeoffError):
     """The knowledge base cannot be opened, read or written."""
+
+
+class RemapError(BakeoffError):
+    """A script's device cannot be remapped to the target, or a strict remap met a rewrite that
+    would change numerics."""

@@ -1,0 +1,146 @@
+"""The ledger of a remapped script: every rewrite, how often, where the script first asked for it.
+
+A rewrite is keyed by the API it touched (``torch.randn(device=)``, ``Tensor.cuda``,
+``torch.cuda.synchronize``). Its call site is the first frame outside PyTorch, bakeoff and the
+standard library: the line of the user's script (or of the third-party library) that made the
+call, so a reader can find it without a traceback. Rewrites that may change what the script
+computes are flagged ``numerics=True`` with the reason; :class:`Recorder` raises
+:class:`~bakeoff.errors.RemapError` for them instead when it is strict.
+
+What it cannot see: how many times a rewritten value was *used* (a ``torch.device`` made once
+and passed a thousand times counts once), and call sites of rewrites made from threads or
+processes the recorder does not run in.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import sysconfig
+import threading
+from dataclasses import dataclass
+from functools import cache
+from types import FrameType
+
+from bakeoff.codec import Value
+from bakeoff.errors import RemapError
+
+__all__ = ["Ledger", "Recorder", "Rewrite", "call_site", "caller_kind"]
+
+
+@dataclass(frozen=True)
+class Rewrite(Value):
+    """One API the remapper rewrote: ``count`` calls, the first from ``site`` (``file:line``).
+
+    ``reason`` says what was done (``answered True``, ``cuda -> cpu``) and, when ``numerics``
+    is set, why the script may compute something else than it would on the device it names.
+    """
+
+    api: str
+    count: int
+    site: str
+    numerics: bool = False
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Ledger(Value):
+    """The rewrites of one run, in the order they first happened."""
+
+    rewrites: tuple[Rewrite, ...] = ()
+
+    @property
+    def numerics(self) -> tuple[Rewrite, ...]:
+        """The rewrites that may change numerics."""
+        return tuple(r for r in self.rewrites if r.numerics)
+
+    def get(self, api: str) -> Rewrite | None:
+        """The rewrite of ``api``, or None when the script never asked for it."""
+        return next((r for r in self.rewrites if r.api == api), None)
+
+
+@cache
+def _torch_root() -> str:
+    spec = importlib.util.find_spec("torch")
+    return os.path.join(os.path.dirname(os.path.abspath(spec.origin)), "") if spec and spec.origin else "\0"
+
+
+@cache
+def _skipped_roots() -> tuple[str, ...]:
+    """Directories whose frames are never a call site: PyTorch, bakeoff, the standard library."""
+    roots = [_torch_root(), os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]  # torch, src/bakeoff
+    for key in ("stdlib", "platstdlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            roots.append(path)
+    return tuple(os.path.join(os.path.abspath(r), "") for r in roots)
+
+
+def _is_skipped(filename: str) -> bool:
+    return filename.startswith("<frozen") or os.path.abspath(filename).startswith(_skipped_roots())
+
+
+def _outside(frame: FrameType | None) -> FrameType | None:
+    while frame is not None and _is_skipped(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
+def call_site(depth: int = 1) -> str:
+    """``file:line`` of the first frame outside PyTorch, bakeoff and the standard library, looking
+    up from ``depth`` frames above the caller; ``?`` when there is none (an interactive prompt)."""
+    frame = _outside(sys._getframe(depth + 1))
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "?"
+
+
+def caller_kind(depth: int = 1) -> tuple[str, str]:
+    """Who made the call ``depth`` frames above the caller: ``("torch", module)`` for PyTorch's
+    own code, ``("library", module)`` for an installed package (site-packages or dist-packages),
+    else ``("user", module)``. Frames of bakeoff and the standard library are looked through."""
+    frame: FrameType | None = sys._getframe(depth + 1)
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        module = str(frame.f_globals.get("__name__", "?"))
+        if filename.startswith(_torch_root()):
+            return "torch", module
+        if not _is_skipped(filename):
+            parts = filename.split(os.sep)
+            return ("library" if "site-packages" in parts or "dist-packages" in parts else "user"), module
+        frame = frame.f_back
+    return "user", "?"
+
+
+class Recorder:
+    """Counts rewrites by API, keeps the first call site of each, and refuses numerics-changing
+    ones when ``strict``. Safe to call from several threads."""
+
+    def __init__(self, strict: bool = False) -> None:
+        self.strict = strict
+        self._lock = threading.Lock()
+        self._entries: dict[str, list] = {}  # api -> [count, site, numerics, reason]
+
+    def record(self, api: str, reason: str = "", numerics: bool = False, depth: int = 1) -> None:
+        """Count one call of ``api``; its site is looked up from ``depth`` frames above the caller.
+
+        Raises:
+            RemapError: ``numerics`` is set and the recorder is strict (the call is still counted,
+                so the ledger shows what was refused).
+        """
+        with self._lock:
+            entry = self._entries.get(api)
+            if entry is None:
+                self._entries[api] = entry = [0, call_site(depth + 1), numerics, reason]
+            elif numerics and not entry[2]:  # a later call changed numerics: the entry says so
+                entry[2:] = [True, reason]
+            entry[0] += 1
+            site = entry[1]
+        if numerics and self.strict:
+            raise RemapError(
+                f"{api} at {site} would change numerics: {reason}",
+                hint="run without --strict to accept it (it is flagged in the ledger), or change the script",
+            )
+
+    def ledger(self) -> Ledger:
+        with self._lock:
+            return Ledger(tuple(Rewrite(api, *entry) for api, entry in self._entries.items()))

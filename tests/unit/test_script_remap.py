@@ -1,0 +1,323 @@
+"""The device remap of a CUDA-style script, on this CPU-only PyTorch: snippets written for CUDA run
+on the host (or ``meta``, a target without autocast), the ledger counts each rewrite at its first
+call site, numerics-changing rewrites are flagged (and refused when strict), and everything the
+remap replaced is back after it, also when the body raises."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from bakeoff.errors import RemapError
+from bakeoff.script import Ledger, Remapper
+from bakeoff.script.cuda_namespace import UnmappedAttribute
+from bakeoff.script.devices import DeviceMap, map_backend
+
+HERE = __file__
+
+
+def _next_line() -> str:
+    """``file:line`` of the line after the caller's: where the next statement's call is made."""
+    return f"{HERE}:{sys._getframe(1).f_lineno + 1}"
+
+
+def _replaced() -> dict[str, object]:
+    """Every object a remap replaces, by name, as it is now."""
+    from torch.distributed import distributed_c10d
+
+    return {
+        "torch.cuda": torch.cuda,
+        "sys.modules[torch.cuda]": sys.modules["torch.cuda"],
+        "torch.Generator": torch.Generator,
+        "autocast.__init__": torch.amp.autocast_mode.autocast.__dict__["__init__"],
+        "GradScaler.__init__": torch.amp.grad_scaler.GradScaler.__dict__["__init__"],
+        "torch.load": torch.load,
+        "torch.serialization.load": torch.serialization.load,
+        "dist.init_process_group": dist.init_process_group,
+        "c10d.init_process_group": distributed_c10d.init_process_group,
+        "dist.new_group": dist.new_group,
+    }
+
+
+def test_a_cuda_style_snippet_computes_on_the_host_and_each_rewrite_is_counted_at_its_site() -> None:
+    torch.manual_seed(0)
+    with Remapper({"cuda": "cpu"}) as remap:
+        randn_site = _next_line()
+        x = torch.randn(4, device="cuda")
+        model_site = _next_line()
+        model = torch.nn.Linear(4, 2).cuda()
+        y = model(x.to("cuda"))
+        torch.randn(4, device=torch.device("cuda", 0))  # the device is rewritten where it is made
+        torch.randn(4, device="cuda:0")
+        sync_site = _next_line()
+        torch.cuda.synchronize()
+        torch.cuda.synchronize()
+    assert x.device.type == "cpu" and model.weight.device.type == "cpu"
+    assert y.shape == (2,) and torch.isfinite(y).all()
+    ledger = remap.ledger
+    assert isinstance(ledger, Ledger) and Ledger.from_dict(ledger.to_dict()) == ledger
+    randn = ledger.get("torch.randn")
+    assert (randn.count, randn.site, randn.reason) == (2, randn_site, "cuda -> cpu")
+    cuda = ledger.get("Tensor.cuda")  # Module.cuda moves each parameter with Tensor.cuda
+    assert (cuda.count, cuda.site) == (2, model_site)
+    assert ledger.get("Tensor.to").count == 1
+    assert (ledger.get("torch.device").count, ledger.get("torch.device").reason) == (1, "cuda:0 -> cpu")
+    sync = ledger.get("torch.cuda.synchronize")
+    assert (sync.count, sync.site) == (2, sync_site)
+    assert ledger.numerics == ()  # a pure device rewrite changes no numerics (the control)
+    assert [r.api for r in ledger.rewrites][:2] == ["torch.randn", "Tensor.cuda"]  # in order of first use
+
+
+def test_the_cuda_namespace_answers_for_the_host() -> None:
+    with Remapper({"cuda": "cpu"}) as remap:
+        assert torch.cuda.is_available() is True
+        assert (torch.cuda.device_count(), torch.cuda.current_device()) == (1, 0)
+        torch.cuda.set_device(0)
+        torch.cuda.manual_seed_all(3)
+        first = torch.randn(3, device="cuda")
+        torch.cuda.manual_seed(3)
+        assert torch.equal(torch.randn(3, device="cuda"), first)
+        torch.cuda.empty_cache()
+        assert torch.cuda.memory_allocated() == torch.cuda.max_memory_allocated() == 0
+        assert isinstance(torch.cuda.get_device_name(), str)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        end.record()
+        end.synchronize()
+        assert start.elapsed_time(end) >= 0.0
+        from torch.cuda import synchronize  # found through sys.modules too
+
+        synchronize()
+    ledger = remap.ledger
+    assert ledger.get("torch.cuda.is_available").reason == "answered True: cpu stands in for cuda"
+    assert (
+        ledger.get("torch.cuda.memory_allocated").reason == "on cpu: the host keeps no allocator statistics: answered 0"
+    )
+    assert ledger.get("torch.cuda.synchronize").count == 1
+    assert ledger.get("torch.cuda.manual_seed_all").count == 1
+    assert torch.cuda.is_available() is False  # the truth again
+
+
+def test_an_unmappable_cuda_attribute_is_a_clear_error_naming_it_and_the_target() -> None:
+    with Remapper({"cuda": "cpu"}):
+        with pytest.raises(UnmappedAttribute) as caught:
+            torch.cuda.get_device_properties(0)
+        assert not hasattr(torch.cuda, "nvtx")  # an AttributeError too, so hasattr says no
+        assert torch.cuda.amp.autocast is not None  # passed through: remapped in its class
+    assert caught.value.message == "torch.cuda.get_device_properties has no counterpart on cpu"
+    assert "synchronize" in caught.value.hint
+    assert isinstance(caught.value, RemapError)
+
+
+def test_a_library_asking_is_available_gets_the_truth_and_the_question_is_flagged(tmp_path: Path) -> None:
+    library = tmp_path / "site-packages" / "bakeoff_test_fakelib.py"
+    library.parent.mkdir()
+    library.write_text("import torch\n\ndef pick():\n    return torch.cuda.is_available()\n")
+    sys.path.insert(0, str(library.parent))
+    try:
+        import bakeoff_test_fakelib
+
+        with Remapper({"cuda": "cpu"}) as remap:
+            assert bakeoff_test_fakelib.pick() is False  # the library would take a CUDA-only path
+            assert torch.cuda.is_available() is True  # the script's own question
+    finally:
+        sys.path.remove(str(library.parent))
+        sys.modules.pop("bakeoff_test_fakelib", None)
+    asked = remap.ledger.get("torch.cuda.is_available (asked by a library)")
+    assert asked.numerics and asked.site == f"{library}:4"
+    assert "answered False (the truth) to bakeoff_test_fakelib" in asked.reason
+    assert not remap.ledger.get("torch.cuda.is_available").numerics
+
+
+def test_a_cuda_generator_becomes_a_host_generator() -> None:
+    with Remapper({"cuda": "cpu"}) as remap:
+        site = _next_line()
+        generator = torch.Generator(device="cuda")
+        generator.manual_seed(7)
+        drawn = torch.randn(3, generator=generator, device="cuda")
+        assert isinstance(generator, torch.Generator) and isinstance(torch.default_generator, torch.Generator)
+    assert generator.device.type == "cpu" and isinstance(generator, torch.Generator)
+    assert torch.equal(drawn, torch.randn(3, generator=torch.Generator().manual_seed(7)))
+    assert remap.ledger.get("torch.Generator").site == site
+    with pytest.raises(RuntimeError):  # the seeded need: without the remap it cannot be made
+        torch.Generator(device="cuda")
+
+
+def test_autocast_maps_to_the_targets_with_the_dtype_the_script_asked_for() -> None:
+    model = torch.nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    with pytest.warns(UserWarning, match="Disabling autocast"):  # what happens without the remap
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            assert model(x).dtype == torch.float32
+    with Remapper({"cuda": "cpu"}) as remap:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            assert model(x).dtype == torch.bfloat16
+        with torch.amp.autocast("cuda"):  # CUDA's default, float16, not the host's bfloat16
+            assert model(x).dtype == torch.float16
+        with pytest.warns(FutureWarning), torch.cuda.amp.autocast(dtype=torch.bfloat16):
+            assert model(x).dtype == torch.bfloat16
+        scaler = torch.amp.GradScaler()  # its device defaults to cuda
+        assert scaler.is_enabled()
+    autocast = remap.ledger.get('torch.autocast("cuda")')
+    assert autocast.count == 3 and not autocast.numerics
+    assert remap.ledger.get('GradScaler("cuda")').reason == "-> GradScaler('cpu')"
+    assert remap.ledger.numerics == ()
+
+
+def test_autocast_the_target_cannot_honour_is_flagged_and_refused_when_strict() -> None:
+    with Remapper({"cuda": "meta"}) as remap:
+        x = torch.randn(2, 4, device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            assert (x @ x.T).dtype == torch.float32  # the region runs without autocast
+    (flagged,) = remap.ledger.numerics
+    assert flagged.api == 'torch.autocast("cuda") (not honoured)'
+    assert flagged.reason.endswith("the region runs in float32, not torch.bfloat16")
+    assert remap.ledger.get("torch.randn").numerics is False
+    with Remapper({"cuda": "meta"}, strict=True) as strict:
+        torch.randn(2, device="cuda")  # a pure device rewrite passes strict
+        with pytest.raises(RemapError, match=r'torch.autocast\("cuda"\) \(not honoured\) at .* would change numerics'):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                pass
+    assert strict.ledger.get('torch.autocast("cuda") (not honoured)').count == 1  # the refusal is on record
+
+
+def test_a_dtype_downgrade_is_flagged_and_a_plain_float64_is_not() -> None:
+    with Remapper({"cuda": "cpu"}) as control:
+        assert torch.zeros(2, dtype=torch.float64, device="cuda").dtype == torch.float64
+    assert control.ledger.numerics == ()
+    with Remapper({"cuda": "cpu"}, dtypes={torch.float64: torch.float32}) as remap:
+        assert torch.zeros(2, dtype=torch.float64, device="cuda").dtype == torch.float32
+        assert torch.ones(2).to("cuda", torch.float64).dtype == torch.float32
+        assert torch.zeros(2, dtype=torch.float64).dtype == torch.float64  # stays on the host: untouched
+    apis = {r.api: r for r in remap.ledger.numerics}
+    assert set(apis) == {"torch.zeros (dtype)", "Tensor.to (dtype)"}
+    assert apis["torch.zeros (dtype)"].reason == "torch.float64 -> torch.float32: cpu lacks the dtype"
+    with Remapper({"cuda": "cpu"}, dtypes={torch.float64: torch.float32}, strict=True):
+        with pytest.raises(RemapError, match="would change numerics"):
+            torch.zeros(2, dtype=torch.float64, device="cuda")
+
+
+def _save_as_if_on_cuda(path: Path) -> None:
+    """A checkpoint whose storages say ``cuda:0``, as one saved on a CUDA machine does."""
+    registry = torch.serialization._package_registry
+    before = list(registry)
+    torch.serialization.register_package(0, lambda storage: "cuda:0", lambda storage, location: None)
+    try:
+        torch.save({"w": torch.arange(4.0)}, path)
+    finally:
+        registry[:] = before
+
+
+def test_load_maps_a_cuda_map_location_and_cuda_saved_tensors(tmp_path: Path) -> None:
+    buffer = io.BytesIO()
+    torch.save({"w": torch.arange(3.0)}, buffer)
+    saved_on_cuda = tmp_path / "cuda.pt"
+    _save_as_if_on_cuda(saved_on_cuda)
+    with pytest.raises(RuntimeError):  # the seeded need: it cannot be loaded here as it is
+        torch.load(saved_on_cuda, weights_only=True)
+    with Remapper({"cuda": "cpu"}) as remap:
+        buffer.seek(0)
+        site = _next_line()
+        loaded = torch.load(buffer, map_location="cuda", weights_only=True)
+        assert torch.equal(torch.load(saved_on_cuda, weights_only=True)["w"], torch.arange(4.0))
+    assert loaded["w"].device.type == "cpu"
+    assert remap.ledger.get("torch.load(map_location=)").site == site
+    assert remap.ledger.get("torch.load (saved on a remapped device)").reason == "cuda:0 -> cpu"
+
+
+def test_the_process_group_backend_follows_the_device() -> None:
+    devices = DeviceMap({"cuda": "cpu"})
+    assert map_backend("nccl", devices) == "gloo"
+    assert map_backend("NCCL", devices) == "gloo"
+    assert map_backend("gloo", devices) == "gloo"
+    assert map_backend(None, devices) is None
+    assert map_backend("cuda:nccl,cpu:gloo", devices) == "cpu:gloo"
+    assert map_backend("nccl", DeviceMap({"cuda": "xpu"})) == "xccl"
+    with pytest.raises(RemapError, match="no process-group backend known for device 'emu'"):
+        map_backend("nccl", DeviceMap({"cuda": "emu"}), {"cpu": "gloo", "cuda": "nccl"})
+    with Remapper({"cuda": "cpu"}) as remap:
+        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+        try:
+            assert dist.get_backend() == "gloo"
+        finally:
+            dist.destroy_process_group()
+    assert remap.ledger.get("torch.distributed.init_process_group(backend=)").reason == "nccl -> gloo"
+
+
+def test_device_names_map_with_their_index() -> None:
+    assert DeviceMap({"cuda": "cpu"}).map_name("cuda:3") == "cpu"
+    assert DeviceMap({"cuda": "xpu"}).map_name("cuda:3") == "xpu:3"
+    assert DeviceMap({"cuda": "xpu:0"}).map_name("cuda:3") == "xpu:0"
+    assert DeviceMap({"cuda": "cpu"}).map_name("cpu") is None
+    assert DeviceMap({"cuda": "cpu"}).map(True) is None  # a bool is no device index
+    with pytest.raises(RemapError, match="the left side is a device type"):
+        DeviceMap({"cuda:0": "cpu"})
+    with pytest.raises(RemapError, match="PyTorch knows no such device"):
+        Remapper({"cuda": "nosuchdevice"})
+
+
+def test_everything_is_restored_after_the_block_also_when_it_raises() -> None:
+    before = _replaced()
+    remap = Remapper({"cuda": "cpu"})
+    with pytest.raises(ValueError, match="the script failed"), remap:
+        assert torch.cuda.is_available() and torch.Generator is not before["torch.Generator"]
+        assert len(torch.overrides._get_current_function_mode_stack()) == 1
+        with pytest.raises(RemapError, match="already installed"):
+            Remapper({"cuda": "cpu"}).install()
+        raise ValueError("the script failed")
+    after = _replaced()
+    assert {name: after[name] is value for name, value in before.items()} == dict.fromkeys(before, True)
+    assert torch.overrides._get_current_function_mode_stack() == []
+    assert torch.cuda.is_available() is False and torch.Generator is torch._C.Generator
+    with pytest.raises((RuntimeError, AssertionError)):
+        torch.randn(1, device="cuda")  # no rewrite left behind
+    remap.install()  # a remapper can be installed again
+    remap.uninstall()
+    assert _replaced() == before
+
+
+EMU_SCRIPT = textwrap.dedent("""
+    import json, torch
+    from bakeoff import emu
+    emu.enable()
+    from bakeoff.errors import RemapError
+    from bakeoff.script import Remapper
+    facts = {}
+    with Remapper({"cuda": "emu"}) as remap:
+        model = torch.nn.Linear(4, 2).cuda()
+        x = torch.randn(3, 4, device="cuda")
+        facts["device"] = str(model(x).device)
+        torch.cuda.synchronize()
+        facts["available"] = [torch.cuda.is_available(), torch.cuda.device_count()]
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            facts["autocast_dtype"] = str(model(x).dtype)
+        try:
+            torch.Generator(device="cuda")
+        except RemapError as exc:
+            facts["generator"] = exc.message
+    facts["ledger"] = remap.ledger.to_dict()
+    print(json.dumps(facts))
+""")
+
+
+@pytest.mark.emu
+def test_a_cuda_style_snippet_runs_on_the_emu_test_device() -> None:
+    ran = subprocess.run([sys.executable, "-c", EMU_SCRIPT], capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, ran.stderr
+    facts = json.loads(ran.stdout.splitlines()[-1])
+    assert facts["device"] == "emu:0" and facts["available"] == [True, 1]
+    assert facts["autocast_dtype"] == "torch.float32"  # emu has no autocast: flagged below
+    assert facts["generator"] == "torch.Generator(device='cuda') has no counterpart on emu"
+    rewrites = {r["api"]: r for r in facts["ledger"]["rewrites"]}
+    assert rewrites["Tensor.cuda"]["count"] == 2 and not rewrites["Tensor.cuda"]["numerics"]
+    assert rewrites["torch.cuda.synchronize"]["reason"] == "-> torch.accelerator.synchronize"
+    assert rewrites['torch.autocast("cuda") (not honoured)']["numerics"]
+    assert [r["api"] for r in facts["ledger"]["rewrites"] if r["numerics"]] == ['torch.autocast("cuda") (not honoured)']
