@@ -190,14 +190,17 @@ class TrialSettings:
         bucket_plan: dict[str, Any] | None,
         scenarios: Sequence[ScenarioSpec],
         requirements: Sequence[str],
+        reference_added: bool = False,
     ) -> dict[str, Any]:
         """What a run stores as its ``settings``: :meth:`to_dict`, with what the trial resolved
-        the settings to: the ``reference`` target's spec, the bucket plan (``buckets``), every
+        the settings to: the ``reference`` target's spec (``reference_added``: the trial added it,
+        the user did not list it), the bucket plan (``buckets``), every
         scenario run (single-stream first, then those asked for and those a requirement
         needed) and the requirements checked."""
         return {
             **self.to_dict(),
             "reference": reference,
+            "reference_added": reference_added,
             "buckets": bucket_plan,
             "scenarios": [*always_run(), *(s.spec for s in scenarios if s.name not in always_run())],
             "requirements": list(requirements),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from tests.revisit_data import REQUIREMENTS, environment, failed_result, make_run, target_result
@@ -159,3 +160,43 @@ def test_at_a_glance_keeps_the_full_comparison_when_a_smaller_run_follows():
     # the control: a later run as large as the first replaces it
     bigger = make_run("eeee00000005", "2025-01-05T10:00:00+00:00", environment("2.14.0"), evidence.runs[1].results)
     assert glance_runs([*runs, bigger])[0] == "eeee00000005"
+
+
+def test_a_plans_stage_runs_get_one_decision_in_every_report():
+    """Two stage runs tagged plan-X: the reports decide over both (the second stage's variant
+    is faster and wins), and the eager reference the trial added is shown, never chosen."""
+    added = {"reference": "cpu", "reference_added": True}
+    first = make_run(
+        "eeee00000001",
+        "2025-02-01T10:00:00+00:00",
+        environment(),
+        (target_result("cpu", 2.0, seed=1), target_result("cpu+inductor", 1.5, seed=2)),
+        settings=added,
+    )
+    second = make_run(
+        "eeee00000002",
+        "2025-02-01T10:05:00+00:00",
+        environment(),
+        (target_result("cpu", 2.0, seed=3), target_result("cpu+inductor?dynamic=true", 0.5, seed=4)),
+        settings=added,
+    )
+    tag = "plan-eeee00000001"
+    evidence = build_evidence(
+        [first, second], tags={first.run_id: (tag,), second.run_id: (tag,)}, selection=f"tag {tag}", database="kb"
+    )
+    run_ids, decision = evidence.plans[tag]
+    assert run_ids == ("eeee00000001", "eeee00000002")
+    assert (decision.outcome, decision.target) == ("recommended", "cpu+inductor?dynamic=true")
+    assert any(line.startswith("cpu (for comparison, not a candidate)") for line in decision.lines)
+    markdown = render_markdown(evidence)
+    assert f"## Plan {tag.replace('_', chr(92) + '_')}" in markdown
+    assert "recommended: **cpu+inductor?dynamic=true**" in markdown
+    page = render_html(evidence)
+    assert f"<strong>plan {tag}</strong>" in page and '<a href="#run-eeee00000002">' in page
+    doc = json.loads(render_json(evidence))
+    assert doc["plans"][0]["tag"] == tag and doc["plans"][0]["decision"]["target"] == "cpu+inductor?dynamic=true"
+    # a run the user listed the reference in (no reference_added) keeps the reference a candidate, and
+    # runs without a plan tag make no plan
+    listed = build_evidence([replace(first, settings={"reference": "cpu"})], tags={first.run_id: (tag,)})
+    assert not any("not a candidate" in line for line in listed.plans[tag][1].lines)
+    assert build_evidence([first, second]).plans == {}

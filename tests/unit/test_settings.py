@@ -223,6 +223,7 @@ def test_the_stored_keys_stay_the_ones_users_read() -> None:
         "checks",
         "prices",
         "reference",
+        "reference_added",
         "buckets",
         "requirements",
     ]

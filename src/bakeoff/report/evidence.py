@@ -23,6 +23,7 @@ from bakeoff.results.strictjson import for_display
 from bakeoff.results.values import RunResult, TargetResult
 from bakeoff.units import duration
 from bakeoff.verdicts.decision import Decision, decide_run
+from bakeoff.verdicts.plan import plan_decision, plans_among
 from bakeoff.verdicts.regressions import Comparison, Thresholds, find_regressions
 from bakeoff.verdicts.remedies import Remedy, what_it_takes
 
@@ -190,7 +191,8 @@ def _note_dict(note: Any) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Evidence:
     """Everything a report shows: the runs (oldest first), what people noted and tagged, the
-    regressions among them, and each run's decision and what each target would take (by run id)."""
+    regressions among them, each run's decision and what each target would take (by run id), and
+    for each plan among the runs (by its tag) its stage runs and the decision over all of them."""
 
     generated_at: str
     selection: str
@@ -202,6 +204,7 @@ class Evidence:
     thresholds: Thresholds = field(default_factory=Thresholds)
     decisions: Mapping[str, Decision] = field(default_factory=dict)
     remedies: Mapping[str, Mapping[str, list[Remedy]]] = field(default_factory=dict)
+    plans: Mapping[str, tuple[tuple[str, ...], Decision]] = field(default_factory=dict)
 
     @property
     def environments(self) -> dict[str, Environment]:
@@ -252,6 +255,10 @@ class Evidence:
                 for run in self.runs
             ],
             "regressions": [c.to_dict() for c in self.regressions],
+            "plans": [
+                {"tag": tag, "runs": list(run_ids), "decision": decision.to_dict()}
+                for tag, (run_ids, decision) in self.plans.items()
+            ],
         }
 
 
@@ -281,6 +288,10 @@ def build_evidence(
         thresholds=t,
         decisions={run.run_id: decide_run(run, prices) for run in ordered},
         remedies={run.run_id: what_it_takes(run) for run in ordered},
+        plans={
+            tag: (tuple(r.run_id for r in stages), plan_decision(stages))
+            for tag, stages in plans_among(ordered, tags or {}).items()
+        },
     )
 
 

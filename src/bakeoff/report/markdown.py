@@ -104,6 +104,14 @@ def render_markdown(evidence: Evidence) -> str:
                 ]
             )
         out += _table(["workload", "target", "outcome", "what changed", "environment change", "runs"], rows)
+    for tag, (run_ids, decision) in evidence.plans.items():
+        out += [
+            f"## Plan {md(tag)}",
+            "",
+            f"Stage runs: {', '.join(md(r) for r in run_ids)}; the decision over all of them:",
+            "",
+        ]
+        out += decision_markdown(decision)
     for run in reversed(evidence.runs):
         env = run.environment
         out += [

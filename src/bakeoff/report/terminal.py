@@ -481,15 +481,14 @@ def run_view(
             parts.append(requirements_view(run))
         for note in run.workload.get("notes", []) or []:
             parts.append(Text(f"note: {note}", style="dim"))
-    legend = "speed vs cpu = eager CPU p50 / target p50, measured in this run (>1 is faster; n.s. = its 95% interval"
-    parts.append(
-        Text(
-            legend
-            + (", the spread between worker processes included, contains 1)." if verbose else " contains 1)")
-            + ("" if verbose else "; first result = preparing + the first call, compiling included"),
-            style="dim",
-        )
+    legend = (
+        "speed vs cpu = eager CPU p50 / target p50, measured in this run (>1 is faster; n.s. = its 95% interval, "
+        "the spread between worker processes included, contains 1)."
+        if verbose
+        else "speed vs cpu = eager CPU p50 / target p50 (>1 faster; n.s.: its 95% interval contains 1); "
+        "first result = preparing + first call"
     )
+    parts.append(Text(legend, style="dim"))
     parts.append(decision_view(decision, verbose))
     found = what_it_takes(run)
     if found:

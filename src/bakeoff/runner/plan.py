@@ -32,8 +32,8 @@ from bakeoff.results.values import RunResult
 from bakeoff.settings import TrialSettings
 from bakeoff.target.engines import engine_for
 from bakeoff.target.spec import Target
-from bakeoff.verdicts.decision import decide_runs, label_of
-from bakeoff.verdicts.plan import Plan, Stage
+from bakeoff.verdicts.decision import label_of
+from bakeoff.verdicts.plan import Plan, Stage, plan_decision
 
 __all__ = ["Plan", "Stage", "parse_budget", "run_plan", "variants_of"]
 
@@ -124,8 +124,7 @@ def run_plan(
             runs.append(run)
             name = tag(run.run_id) if tag is not None else name
             stages.append(Stage("variants", names, single, run.run_id, time.monotonic() - begun))
-    listed = any(r.is_reference and r.target in given for r in runs[0].results)
-    decision = decide_runs(runs, settings.prices, reference_candidate=listed)
+    decision = plan_decision(runs)
     chosen = next((r for run in runs for r in run.results if label_of(r) == decision.target), None)
     ledger = chosen.adjustments if chosen is not None else ()
     return Plan(workload, tuple(stages), decision, ledger, budget_s, time.monotonic() - started, name)

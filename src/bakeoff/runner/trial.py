@@ -483,6 +483,7 @@ def run_trial(
         baseline_id=baseline.id,
         settings=settings.to_run_dict(
             reference=reference.spec,
+            reference_added=reference not in targets,
             bucket_plan=bucket_plan,
             scenarios=scenarios,
             requirements=[r.text for r in requirements],

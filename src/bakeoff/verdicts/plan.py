@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from bakeoff.codec import Value
-from bakeoff.verdicts.decision import Decision
+from bakeoff.results.values import RunResult
+from bakeoff.verdicts.decision import Decision, decide_runs
 
-__all__ = ["Plan", "Stage"]
+__all__ = ["PLAN_TAG", "Plan", "Stage", "plan_decision", "plans_among"]
+
+#: A plan tags each stage's run ``plan-`` + the first stage's run id.
+PLAN_TAG = "plan-"
 
 
 @dataclass(frozen=True)
@@ -37,3 +42,22 @@ class Plan(Value):
     budget_s: float = 0.0
     seconds: float = 0.0
     tag: str = ""
+
+
+def plan_decision(runs: Sequence[RunResult]) -> Decision:
+    """The decision over a plan's stage runs (in the order they ran), as the plan took it: with
+    the prices the first stage was given, and the eager reference a candidate only where the
+    user listed it among the targets (a run stores ``reference_added`` when the trial added it)."""
+    listed = not (runs and runs[0].settings.get("reference_added", False))
+    return decide_runs(runs, reference_candidate=listed)
+
+
+def plans_among(runs: Sequence[RunResult], tags: Mapping[str, Sequence[str]]) -> dict[str, list[RunResult]]:
+    """The plans whose stage runs are among ``runs`` (``tags`` by run id): each plan's tag and
+    its runs, oldest first."""
+    found: dict[str, list[RunResult]] = {}
+    for run in sorted(runs, key=lambda r: (r.created_at, r.run_id)):
+        for tag in tags.get(run.run_id, ()):
+            if tag.startswith(PLAN_TAG):
+                found.setdefault(tag, []).append(run)
+    return found
