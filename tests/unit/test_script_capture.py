@@ -69,6 +69,19 @@ def test_every_backward_loss_is_captured_and_backward_is_restored() -> None:
     assert torch.Tensor.backward is original and active() is None
 
 
+def test_a_loss_is_captured_once_under_a_device_remap() -> None:
+    """The remap's function mode dispatches ``backward`` back to the wrapper: still one loss per call."""
+    from bakeoff.script import Remapper
+
+    torch.manual_seed(0)
+    with Remapper({"cuda": "cpu"}), recording(losses=True) as captured:
+        model = torch.nn.Linear(4, 1).cuda()
+        for _ in range(3):
+            model(torch.randn(8, 4, device="cuda")).pow(2).mean().backward()
+        (torch.ones(1, requires_grad=True) * 2).sum().backward()  # another tensor: its own loss
+    assert len(captured[LOSS]) == 4
+
+
 def test_recordings_do_not_nest() -> None:
     with recording(), pytest.raises(BakeoffError, match="already active"), recording():
         pass

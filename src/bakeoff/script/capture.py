@@ -200,10 +200,20 @@ def recording(losses: bool = False) -> Iterator[Captures]:
         import torch
 
         original = torch.Tensor.__dict__["backward"]
+        inside = threading.local()
 
         def backward(self: Any, *args: Any, **kwargs: Any) -> Any:
+            # Under a torch function mode (a device remap), ``Tensor.backward`` dispatches to the
+            # mode, which calls ``Tensor.backward`` (this wrapper) again on the same tensor: one loss.
+            outer = getattr(inside, "tensor", None)
+            if outer is self:
+                return original(self, *args, **kwargs)
             captures.add(LOSS, self)
-            return original(self, *args, **kwargs)
+            inside.tensor = self
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                inside.tensor = outer
 
         backward.__doc__ = original.__doc__
         backward.__wrapped__ = original  # type: ignore[attr-defined]
