@@ -1,0 +1,508 @@
+"""Run a team's script once, unchanged, in this process: remapped, seeded, its values captured.
+
+::
+
+    python -m bakeoff.script.launch --out OUTDIR [--map cuda=DEVICE]... [--strict]
+        [--capture MODULE:FUNCTION]... [--seed N] [--no-losses] -- SCRIPT [ARGS...]
+
+A runner spawns this in a fresh process whose working directory is a copy of the user's, enforces
+the timeout by killing it, and reads what it wrote. The script runs as ``python SCRIPT ARGS``
+would run it (``__name__ == "__main__"``, ``sys.argv == [SCRIPT, *ARGS]``, ``sys.path[0]`` its
+directory, through :func:`runpy.run_path`), with ``random``, ``torch`` and ``numpy`` seeded, inside
+a :class:`~bakeoff.script.remap.Remapper` when ``--map`` is given (none: the script runs as written,
+the reference on a machine that has its device) and a :func:`~bakeoff.script.capture.recording`.
+Its stdout and stderr are the process's own; the launcher itself prints nothing to stdout, and
+on stderr only one line for a bad argument (exit 2) or a launcher problem.
+
+Whatever happens to the script (an exception, ``sys.exit(n)``, a strict remap refusing a
+rewrite), two files are written to ``OUTDIR``, captures first, each atomically:
+
+* ``captures.safetensors``: the captured values (:class:`~bakeoff.script.capture.Captures`; empty
+  when nothing was captured);
+* ``result.json``: :class:`LaunchResult` (its keys are its fields; :func:`read_result` reads it).
+
+The process exits with the script's code: 0, the code of its ``SystemExit``, or 1 for an uncaught
+exception (its traceback printed to stderr as Python would, without the launcher's frames).
+
+``--capture MODULE:FUNCTION`` records each return value of a function under that name, call by
+call. MODULE is a module's ``__name__`` or the script's file stem (``infer:postprocess`` for
+``infer.py``); FUNCTION is a qualified name (``Model.forward``, ``main.<locals>.step``). It watches
+*code objects* with :func:`sys.settrace` (and :func:`threading.settrace` for threads started by the
+script), so a call is seen however the function was reached: an alias, a decorator, a callback
+registered at import time, another thread. A call that raises records nothing.
+
+What ``--capture`` cannot see: calls in processes the script starts; a function that
+``torch.compile`` traced into a graph (its Python code does not run); yielded values (a
+generator's or coroutine's ``return`` value is recorded when it ends). While it is on, every
+Python call passes through a small Python check and the interpreter runs in its tracing mode,
+which slows Python-bound code (measured: a tiny model's training loop took 1.3 to 1.6 times as
+long on Python 3.11): compare timings only between runs with the same ``--capture``. A script
+that sets its own trace function (a debugger, coverage) replaces it, and the launcher's replaces
+one already set.
+
+``wall_s`` is the script's run time, from its first statement to its end; ``startup_s`` is the
+launcher's time before it (importing PyTorch, enabling a device, seeding, installing the remap),
+from the launcher's first statement (the interpreter's own start is not counted).
+
+What it cannot see: a script that ends the process without unwinding (``os._exit``, a crash, a
+kill) leaves no ``result.json``; the runner treats that as a crash. ``__file__`` is the path as
+given (Python 3.9 and later make it absolute), so call sites in the ledger read the same in every
+copy of the working directory. ``PYTHONHASHSEED`` cannot be set from inside the process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dis
+import json
+import os
+import re
+import runpy
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+from bakeoff.codec import Value
+from bakeoff.errors import BakeoffError, RemapError
+from bakeoff.script.capture import Captures, recording
+from bakeoff.script.devices import DeviceMap
+from bakeoff.script.ledger import Rewrite
+
+_STARTED = time.perf_counter()
+
+__all__ = ["CAPTURES", "FORMAT", "RESULT", "LaunchResult", "ScriptError", "launch", "main", "read_result"]
+
+#: The version of ``result.json``; :func:`read_result` refuses a newer one.
+FORMAT = 1
+RESULT = "result.json"
+CAPTURES = "captures.safetensors"
+PROG = "python -m bakeoff.script.launch"
+_USAGE = f"{PROG} --out OUTDIR [--map cuda=DEVICE]... [--strict] [--capture MODULE:FUNCTION]... -- SCRIPT [ARGS...]"
+_QUALNAME = re.compile(r"^(?:[A-Za-z_]\w*|<locals>)(?:\.(?:[A-Za-z_]\w*|<locals>))*$")
+_MODULE = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
+_RETURNS = frozenset(dis.opmap[name] for name in ("RETURN_VALUE", "RETURN_CONST") if name in dis.opmap)
+#: The files of the launcher's own frames above the script's (runpy's is ``<frozen runpy>`` when frozen).
+_LAUNCHER_FILES = frozenset({os.path.abspath(__file__), runpy.run_path.__code__.co_filename})
+
+
+@dataclass(frozen=True)
+class ScriptError(Value):
+    """The exception that ended a run, as data.
+
+    ``phase`` says whose it was: ``script`` (the script raised), ``remap`` (the remap could not
+    be set up, refused a numerics-changing rewrite under ``--strict``, or had no counterpart for
+    something the script asked: a :class:`~bakeoff.errors.RemapError`), or ``launch`` (bakeoff
+    itself failed before or after the script, e.g. writing the captures).
+    """
+
+    type: str
+    message: str
+    traceback: str
+    phase: str
+
+
+@dataclass(frozen=True)
+class LaunchResult(Value):
+    """What one launch did: ``result.json``. ``ledger`` holds the remap's rewrites (empty without
+    ``--map``), ``numerics`` the APIs of those flagged as changing numerics, ``captures`` the number
+    of calls captured per name (``loss`` included), ``captures_missing`` the ``--capture`` names
+    never called, ``capture_errors`` the first reason a ``--capture`` value could not be kept."""
+
+    format: int
+    exit_code: int
+    error: ScriptError | None
+    wall_s: float
+    startup_s: float
+    ledger: tuple[Rewrite, ...] = ()
+    numerics: tuple[str, ...] = ()
+    captures: dict[str, int] = field(default_factory=dict)
+    captures_missing: tuple[str, ...] = ()
+    capture_errors: dict[str, str] = field(default_factory=dict)
+    strict: bool = False
+    mapping: dict[str, str] = field(default_factory=dict)
+    seed: int = 0
+    losses: bool = True
+    argv: tuple[str, ...] = ()
+
+
+def read_result(out: str | Path) -> LaunchResult:
+    """The :class:`LaunchResult` a launch wrote to the directory ``out``.
+
+    Raises:
+        BakeoffError: there is none (the process ended without unwinding: killed, crashed,
+            ``os._exit``), or it is in a newer format than this bakeoff reads.
+    """
+    path = Path(out) / RESULT
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise BakeoffError(
+            f"the script's run left no {path}",
+            hint="it ended without unwinding: killed (timeout, out of memory), crashed, or os._exit",
+        ) from None
+    if data.get("format", 0) > FORMAT:
+        raise BakeoffError(
+            f"{path} is in format {data['format']}; this bakeoff reads up to {FORMAT}", "upgrade bakeoff"
+        )
+    return LaunchResult.from_dict(data)
+
+
+class _Returns:
+    """Records the return values of the ``MODULE:FUNCTION`` functions in ``captures``, by watching
+    the calls of their code objects (see the module's docstring)."""
+
+    def __init__(self, specs: Sequence[str], script: str, captures: Captures) -> None:
+        self._wanted: dict[str, list[tuple[str, str, str]]] = {}  # co_name -> [(module, qualname, spec)]
+        for spec in specs:
+            module, _, qualname = spec.partition(":")
+            self._wanted.setdefault(qualname.rpartition(".")[2], []).append((module, qualname, spec))
+        self._stem = Path(script).stem
+        self._script = os.path.abspath(script)
+        self._captures = captures
+        self._lock = threading.Lock()
+        self.counts: dict[str, int] = {spec: 0 for spec in specs}
+        self.errors: dict[str, str] = {}
+        self._previous: tuple[Any, Any] = (None, None)
+
+    def install(self) -> None:
+        self._previous = (sys.gettrace(), threading.gettrace())
+        call = self._tracer()
+        threading.settrace(call)
+        sys.settrace(call)
+
+    def uninstall(self) -> None:
+        sys.settrace(self._previous[0])
+        threading.settrace(self._previous[1])  # type: ignore[arg-type]
+
+    def _match(self, frame: FrameType) -> str | None:
+        code = frame.f_code
+        for module, qualname, spec in self._wanted[code.co_name]:
+            if code.co_qualname != qualname:
+                continue
+            if frame.f_globals.get("__name__") == module or (
+                module == self._stem and os.path.abspath(code.co_filename) == self._script
+            ):
+                return spec
+        return None
+
+    def _tracer(self) -> Any:
+        """The global trace function. Python calls it once per Python call (only ``call`` events
+        reach it), so it does the least it can for every other function: one set lookup."""
+        wanted, match, record = self._wanted, self._match, self._record
+
+        def call(frame: FrameType, event: str, arg: Any) -> Any:
+            if frame.f_code.co_name not in wanted:
+                return None
+            spec = match(frame)
+            if spec is None:
+                return None
+            frame.f_trace_lines = False
+
+            def local(frame: FrameType, event: str, arg: Any) -> Any:
+                # ``return`` also ends a frame that raises (arg None) or yields: only a return
+                # instruction is a return value.
+                if event == "return" and frame.f_code.co_code[frame.f_lasti] in _RETURNS:
+                    record(spec, arg)
+                return local
+
+            return local
+
+        return call
+
+    def _record(self, spec: str, value: Any) -> None:
+        try:
+            self._captures.add(spec, value)
+        except Exception as exc:  # never into the script: the run goes on, the result says so
+            with self._lock:
+                self.errors.setdefault(spec, f"{type(exc).__name__}: {exc}")
+            return
+        with self._lock:
+            self.counts[spec] += 1
+
+
+def _exit_code(exc: SystemExit) -> int:
+    """The process status of ``sys.exit(code)``, as Python gives it (a message exits 1)."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return int(exc.code)
+    print(exc.code, file=sys.stderr)  # what Python does with sys.exit("message")
+    return 1
+
+
+def _own_frames_dropped(tb: TracebackType | None) -> TracebackType | None:
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if filename not in _LAUNCHER_FILES and os.path.abspath(filename) not in _LAUNCHER_FILES:
+            break
+        tb = tb.tb_next
+    return tb
+
+
+def _script_error(exc: BaseException, phase: str) -> ScriptError:
+    tb = _own_frames_dropped(exc.__traceback__)
+    text = "".join(traceback.format_exception(type(exc), exc, tb))
+    message = exc.one_line() if isinstance(exc, BakeoffError) else str(exc)
+    return ScriptError(type=type(exc).__qualname__, message=message, traceback=text, phase=phase)
+
+
+def _print_uncaught(exc: BaseException) -> None:
+    """The traceback Python would print for the script (through its ``sys.excepthook``, which
+    reads the exception's own traceback: the launcher's frames are dropped from it)."""
+    tb = _own_frames_dropped(exc.__traceback__)
+    exc.__traceback__ = tb
+    try:
+        sys.excepthook(type(exc), exc, tb)
+    except Exception:
+        traceback.print_exception(type(exc), exc, tb)
+
+
+def _seed(seed: int) -> None:
+    import random
+
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy
+    except ImportError:
+        return
+    numpy.random.seed(seed)
+
+
+def _write_atomically(path: Path, write: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def launch(
+    script: str,
+    args: Sequence[str] = (),
+    *,
+    out: str | Path,
+    mapping: Mapping[str, str] | None = None,
+    strict: bool = False,
+    capture: Sequence[str] = (),
+    seed: int = 0,
+    losses: bool = True,
+    started_at: float | None = None,
+) -> LaunchResult:
+    """Run ``script`` with ``args`` in this process and write ``result.json`` and
+    ``captures.safetensors`` to ``out``; see the module's docstring. ``sys.argv`` and
+    ``sys.path[0]`` are restored afterwards, everything else the script did stays.
+
+    Args:
+        script: the script's path, as the user gave it (relative to the working directory).
+        mapping: ``{"cuda": "cpu"}``; empty or None: no remap (the script as written).
+        strict: refuse a numerics-changing rewrite (the run ends with a ``remap`` error).
+        capture: ``MODULE:FUNCTION`` names whose return values to record.
+        losses: capture every ``backward()``'s tensor under ``loss``.
+        started_at: the :func:`time.perf_counter` time ``startup_s`` counts from (the command
+            line: the launcher's first statement; by default, this call).
+    """
+    started_at = time.perf_counter() if started_at is None else started_at
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    mapping = dict(mapping or {})
+    error: ScriptError | None = None
+    exit_code = 0
+    remapper: Any = None
+    captures = Captures()
+    returns: _Returns | None = None
+    wall_s = 0.0
+    startup_s = 0.0
+    try:  # the setup: anything failing here is bakeoff's or the remap's, not the script's
+        from bakeoff import emu
+
+        if mapping and emu.NAME in {kind for kind, _ in DeviceMap(mapping).targets.values()}:
+            emu.enable()
+        emu.maybe_enable_from_env()
+        _seed(seed)
+        if mapping:
+            from bakeoff.script.remap import Remapper
+
+            remapper = Remapper(mapping, strict=strict)
+    except Exception as exc:
+        error = _script_error(exc, "remap" if isinstance(exc, BakeoffError) else "launch")
+        exit_code = 1
+        print(f"{PROG}: {error.type}: {error.message}", file=sys.stderr)
+    if error is None:
+        saved_argv, saved_path0 = sys.argv, sys.path[0]
+        sys.argv = [script, *args]
+        sys.path[0] = os.path.dirname(os.path.realpath(script))
+        try:
+            with recording(losses=losses) as recorded:
+                captures = recorded
+                returns = _Returns(capture, script, recorded) if capture else None
+                if remapper is not None:
+                    remapper.install()
+                try:
+                    if returns is not None:
+                        returns.install()
+                    started = time.perf_counter()
+                    startup_s = started - started_at
+                    try:
+                        runpy.run_path(script, run_name="__main__")
+                    finally:
+                        wall_s = time.perf_counter() - started
+                        if returns is not None:
+                            returns.uninstall()
+                finally:
+                    if remapper is not None:
+                        try:
+                            remapper.uninstall()
+                        except RemapError as exc:  # the process ends anyway: the run's result stands
+                            print(f"{PROG}: {exc.one_line()}", file=sys.stderr)
+        except SystemExit as exc:
+            exit_code = _exit_code(exc)
+        except BaseException as exc:
+            error = _script_error(exc, "remap" if isinstance(exc, RemapError) else "script")
+            exit_code = 1
+            _print_uncaught(exc)
+        finally:
+            sys.argv = saved_argv
+            sys.path[0] = saved_path0
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    try:
+        _write_atomically(out / CAPTURES, captures.to_safetensors)
+    except Exception as exc:
+        print(f"{PROG}: could not write {out / CAPTURES}: {exc}", file=sys.stderr)
+        if error is None:
+            error = _script_error(exc, "launch")
+            exit_code = exit_code or 1
+    ledger = remapper.ledger.rewrites if remapper is not None else ()
+    counts = {name: len(captures[name]) for name in captures.names()}
+    result = LaunchResult(
+        format=FORMAT,
+        exit_code=exit_code,
+        error=error,
+        wall_s=wall_s,
+        startup_s=startup_s,
+        ledger=ledger,
+        numerics=tuple(r.api for r in ledger if r.numerics),
+        captures=counts,
+        captures_missing=tuple(s for s in capture if not counts.get(s)),
+        capture_errors=dict(returns.errors) if returns is not None else {},
+        strict=strict,
+        mapping=mapping,
+        seed=seed,
+        losses=losses,
+        argv=(script, *args),
+    )
+    _write_atomically(out / RESULT, lambda tmp: tmp.write_text(json.dumps(result.to_dict(), indent=1) + "\n"))
+    return result
+
+
+# -- the command line --------------------------------------------------------------------------
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # one line, not argparse's usage block
+        raise _UsageError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        usage=_USAGE,
+        allow_abbrev=False,
+        description="Run a script once, unchanged, remapped to another device; write what happened to OUTDIR.",
+        epilog=f"example: {PROG} --out run1 --map cuda=cpu --capture train:evaluate -- train.py --epochs 1",
+    )
+    parser.add_argument("--out", required=True, metavar="OUTDIR", help="where result.json and captures go")
+    parser.add_argument("--map", action="append", default=[], metavar="cuda=DEVICE", help="remap a device type")
+    parser.add_argument("--strict", action="store_true", help="fail on a rewrite that may change numerics")
+    parser.add_argument(
+        "--capture", action="append", default=[], metavar="MODULE:FUNCTION", help="record a function's returns"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of random, torch and numpy (default 0)")
+    parser.add_argument("--no-losses", action="store_true", help="do not capture every backward()'s loss")
+    return parser
+
+
+def _parse(argv: Sequence[str]) -> tuple[argparse.Namespace, str, list[str], dict[str, str]]:
+    argv = list(argv)
+    if "--" not in argv:
+        if any(a in ("-h", "--help") for a in argv):
+            _parser().parse_args(argv)  # prints the help and exits 0
+        raise _UsageError("expected -- before the script: ... -- SCRIPT [ARGS...]")
+    split = argv.index("--")
+    options = _parser().parse_args(argv[:split])
+    rest = argv[split + 1 :]
+    if not rest:
+        raise _UsageError("no script after --")
+    script = rest[0]
+    if not os.path.isfile(script):
+        raise _UsageError(f"no such script: {script} (relative to {os.getcwd()})")
+    mapping: dict[str, str] = {}
+    for entry in options.map:
+        source, sep, target = entry.partition("=")
+        if not sep or not source or not target:
+            raise _UsageError(f"malformed --map {entry!r}: expected SOURCE=DEVICE, e.g. cuda=cpu")
+        if source in mapping and mapping[source] != target:
+            raise _UsageError(f"--map {source} given twice: {mapping[source]} and {target}")
+        try:
+            DeviceMap({source: target})
+        except RemapError as exc:
+            raise _UsageError(f"malformed --map {entry!r}: {exc.one_line()}") from None
+        mapping[source] = target
+    for spec in options.capture:
+        module, sep, qualname = spec.partition(":")
+        if not sep or not _MODULE.match(module) or not _QUALNAME.match(qualname):
+            raise _UsageError(f"malformed --capture {spec!r}: expected MODULE:FUNCTION, e.g. infer:postprocess")
+    if not 0 <= options.seed < 2**32:
+        raise _UsageError(f"--seed {options.seed} is out of range: 0 to 2**32-1")
+    return options, script, rest[1:], mapping
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line: parse, :func:`launch`, and return the script's exit code (2: bad arguments)."""
+    try:
+        options, script, args, mapping = _parse(sys.argv[1:] if argv is None else argv)
+        Path(options.out).mkdir(parents=True, exist_ok=True)
+    except _UsageError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"{PROG}: cannot create the output directory: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = launch(
+            script,
+            args,
+            out=options.out,
+            mapping=mapping,
+            strict=options.strict,
+            capture=list(dict.fromkeys(options.capture)),
+            seed=options.seed,
+            losses=not options.no_losses,
+            started_at=_STARTED,
+        )
+    except OSError as exc:  # the result could not be written
+        print(f"{PROG}: could not write the result: {exc}", file=sys.stderr)
+        return 1
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
