@@ -63,8 +63,10 @@ def test_plugin_checks_and_scenarios_run_in_the_workers_are_stored_and_survive_u
         assert requirement["text"] == "repeat.p90<=60s" and requirement["verdict"] == "met"
         assert requirement["samples"] == 4 and requirement["scenario"] == "repeat"
 
-    shown = bakeoff("show", run["run_id"], "--db", db, plugin=True)
-    assert shown.returncode == 0, shown.stderr
+    summary = bakeoff("show", run["run_id"], "--db", db, plugin=True)
+    assert summary.returncode == 0, summary.stderr
+    assert "non-finite values in output.logits" in summary.stdout  # a plugin's facts are in the summary
+    shown = bakeoff("show", run["run_id"], "--db", db, "--verbose", plugin=True)
     assert "non-finite values in output.logits" in shown.stdout
     assert "call p50" in shown.stdout and "4 calls" in shown.stdout  # the scenario's own figures
     assert "check options finite_outputs?limit=1e+30" in " ".join(shown.stdout.split())

@@ -44,7 +44,7 @@ def test_a_wrong_target_is_ruled_out_and_the_correct_one_recommended_by_cost(tmp
     shown = show(run["run_id"], tmp_path=tmp_path)
     assert shown.returncode == 0, shown.stderr
     text = " ".join(shown.stdout.split())
-    assert "decision (by cost) recommended: cpu " in text and "rule: A target qualifies when" in text
+    assert "decision (by cost) recommended: cpu " in text and "rule: the fastest (with prices, the cheapest)" in text
     # other prices, after the fact: the basis stays cost, the wrong target stays out
     repriced = show(run["run_id"], "--price", "cpu=1/h", "--format", "json", tmp_path=tmp_path)
     again = json.loads(repriced.stdout)["decision"]

@@ -19,6 +19,7 @@ _API = (
     "db_upgrade",
     "decide",
     "demo",
+    "exec_script",
     "export_runs",
     "history",
     "import_runs",
@@ -36,10 +37,14 @@ _API = (
     "workloads",
 )
 
-__all__ = ["BakeoffError", "__version__", *_API]
+__all__ = ["BakeoffError", "__version__", "capture", *_API]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "capture":  # light: a script calls it, and it does nothing outside bakeoff exec
+        from bakeoff.script.capture import capture
+
+        return capture
     if name in _API:
         from bakeoff import api
 

@@ -34,6 +34,7 @@ __all__ = [
     "db_upgrade",
     "decide",
     "demo",
+    "exec_script",
     "export_runs",
     "history",
     "import_runs",
@@ -146,6 +147,72 @@ def trial(
 
 if trial.__doc__:  # the settings' lines come from their one description (absent under python -OO)
     trial.__doc__ = trial.__doc__.replace("{settings}", describe_options(" " * 8))
+
+
+def exec_script(
+    script: PathLike,
+    args: Iterable[str] = (),
+    on: str | Iterable[str] = "cpu",
+    *,
+    db: PathLike | None = None,
+    reference: str | None = None,
+    map_devices: str | Iterable[str] = ("cuda",),
+    strict: bool = False,
+    capture: str | Iterable[str] = (),
+    timeout_s: float = _DEFAULT.timeout_s,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> RunResult:
+    """Run a script unchanged: as the reference, then on each target with its devices remapped;
+    compare what it captured, keep the ledger of rewrites, store the run.
+
+    Args:
+        script: the script's path; it runs in a copy of the current working directory.
+        args: its arguments (``sys.argv[1:]``).
+        on: target devices (``emu``, ``xpu``, ``cpu``...), as a list or one comma-separated string.
+        reference: the device the reference runs on. None: the script's own device (the first
+            of ``map_devices``) where it exists here, else ``cpu``.
+        map_devices: the device names the script uses that are remapped (``cuda``).
+        strict: a rewrite that may change numerics (autocast the target cannot honour, a dtype
+            downgrade, a library's answer to ``torch.cuda.is_available()``) fails the run.
+        capture: ``module:function`` names whose return values are compared, call by call
+            (losses passed to ``backward()`` and ``bakeoff.capture(name, value)`` always are).
+        timeout_s: a run still going after this long is stopped and recorded as a timeout.
+
+    Raises:
+        SpecError: bad input (a missing script, an unknown target); nothing is stored.
+    """
+    from pathlib import Path
+
+    from bakeoff.errors import SpecError
+    from bakeoff.runner.script import exec_script as run_exec
+    from bakeoff.target.detect import unavailable_reason
+    from bakeoff.target.spec import parse_target
+
+    path = Path(script)
+    if not path.is_file():
+        raise SpecError(f"no script at {path}", hint="give the path of a Python script")
+    if timeout_s <= 0:
+        raise SpecError(f"timeout {timeout_s:g} s", hint="give a positive number of seconds")
+    given = [map_devices] if isinstance(map_devices, str) else list(map_devices)
+    sources = [part.strip() for text in given for part in text.split(",") if part.strip()]
+    if not sources or any(not s.isidentifier() for s in sources):
+        raise SpecError(f"--map {','.join(sources) or '(empty)'}", hint="name the device types the script uses: cuda")
+    names = [capture] if isinstance(capture, str) else list(capture)
+    for name in names:
+        module, _, function = name.partition(":")
+        if not module or not function:
+            raise SpecError(f"--capture {name}", hint="give module:function, e.g. infer:postprocess")
+    parsed = _targets(on)
+    as_written = reference is None and unavailable_reason(parse_target(sources[0])) is None
+    ref = parse_target(reference or ("cpu" if not as_written else sources[0]))
+    if ref.is_compiled or ref.dtype:
+        raise SpecError(f"--reference {ref.spec}", hint="the reference is a device: cpu, cuda, xpu...")
+    store = (lambda: Store.open(db)) if _would_create(db) else Store.open(db)
+    return run_exec(
+        store, path, list(args), parsed, reference=ref, source_devices=sources, strict=strict, captures=names,
+        timeout_s=timeout_s, seed=seed, as_written=as_written or ref.device in sources, progress=progress,
+    )  # fmt: skip
 
 
 def plan(
@@ -397,6 +464,13 @@ def rerun_keywords(run: RunResult) -> dict[str, Any]:
     Raises:
         SpecError: a stored setting this release no longer accepts.
     """
+    if run.workload.get("kind") == "script":
+        from bakeoff.errors import SpecError
+
+        raise SpecError(
+            f"run {run.run_id} ran a script (bakeoff exec); rerun repeats trials",
+            hint="run the same bakeoff exec command again",
+        )
     return {
         "workload": run.workload["spec"],
         "on": list(dict.fromkeys(r.target.spec for r in run.results if r.variant == "as-is")),

@@ -299,10 +299,10 @@ EMU_SCRIPT = textwrap.dedent("""
         facts["available"] = [torch.cuda.is_available(), torch.cuda.device_count()]
         with torch.autocast("cuda", dtype=torch.bfloat16):
             facts["autocast_dtype"] = str(model(x).dtype)
-        try:
-            torch.Generator(device="cuda")
-        except RemapError as exc:
-            facts["generator"] = exc.message
+        generator = torch.Generator(device="cuda").manual_seed(7)
+        drawn = torch.randn(3, device="cuda", generator=generator)
+        facts["generator"] = [generator.device.type, str(drawn.device)]
+        facts["same_draws"] = torch.equal(drawn.cpu(), torch.randn(3, generator=torch._C.Generator().manual_seed(7)))
     facts["ledger"] = remap.ledger.to_dict()
     print(json.dumps(facts))
 """)
@@ -315,9 +315,12 @@ def test_a_cuda_style_snippet_runs_on_the_emu_test_device() -> None:
     facts = json.loads(ran.stdout.splitlines()[-1])
     assert facts["device"] == "emu:0" and facts["available"] == [True, 1]
     assert facts["autocast_dtype"] == "torch.float32"  # emu has no autocast: flagged below
-    assert facts["generator"] == "torch.Generator(device='cuda') has no counterpart on emu"
+    # emu has no generator: a host one stands in, and its draws are copied to the device
+    assert facts["generator"] == ["cpu", "emu:0"] and facts["same_draws"]
     rewrites = {r["api"]: r for r in facts["ledger"]["rewrites"]}
     assert rewrites["Tensor.cuda"]["count"] == 2 and not rewrites["Tensor.cuda"]["numerics"]
     assert rewrites["torch.cuda.synchronize"]["reason"] == "-> torch.accelerator.synchronize"
     assert rewrites['torch.autocast("cuda") (not honoured)']["numerics"]
     assert [r["api"] for r in facts["ledger"]["rewrites"] if r["numerics"]] == ['torch.autocast("cuda") (not honoured)']
+    assert "a host generator (emu has none)" in rewrites["torch.Generator"]["reason"]
+    assert rewrites["torch.randn (generator)"]["reason"] == "drawn on the host, copied to emu"

@@ -157,8 +157,9 @@ class Check:
 
     def headline(self, value: Any, result: Any) -> list[str]:
         """The facts the terminal's summary keeps: a problem a reader must see even where the
-        decision already names the target (by default none; every fact is in ``--verbose``)."""
-        return []
+        decision already names the target (by default all of :meth:`facts`; a check that says
+        more than problems narrows it, and the rest stays in ``--verbose``)."""
+        return self.facts(value, result)
 
     def details(self, value: Any, result: Any) -> list[str]:
         """The lines of the HTML report's detail (by default the facts)."""

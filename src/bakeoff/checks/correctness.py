@@ -206,8 +206,10 @@ def compare_outputs(
     golden: Mapping[str, Any] | None,
     dtype: str,
     reference_name: str,
+    dtypes: Mapping[str, str] | None = None,
 ) -> Correctness:
-    """Compare flattened outputs with the flattened same-dtype reference (and golden)."""
+    """Compare flattened outputs with the flattened same-dtype reference (and golden); each
+    output is judged in ``dtype``, or in its own from ``dtypes`` (by name) where given."""
     tol = tolerance_for(dtype)
     comparisons = []
     missing = [name for name in reference if name not in outputs]
@@ -215,7 +217,7 @@ def compare_outputs(
     for name, ref in reference.items():
         if name in outputs:
             gold = golden.get(name) if golden is not None else None
-            comparisons.append(compare_tensor(name, outputs[name], ref, gold, dtype))
+            comparisons.append(compare_tensor(name, outputs[name], ref, gold, (dtypes or {}).get(name, dtype)))
     failed = [c for c in comparisons if not c.passed]
     fallback = [c.name for c in comparisons if c.rule == "allclose"]
     note = (
@@ -319,8 +321,13 @@ class CorrectnessCheck(Check):
         return [Metric("correctness", value.verdict if value is not None else None, "verdict", RANK)]
 
     def headline(self, value: Correctness, result: Any) -> list[str]:
-        wrong = value.verdict in ("fail", "not_comparable") and value.reason and result.status != "error"
-        return [value.reason[:200]] if wrong else []
+        if result.status == "error" or value.verdict not in ("fail", "not_comparable") or not value.reason:
+            return []
+        failed = [f"{o.name}: {o.problem}" for o in value.outputs if not o.passed]
+        if value.verdict == "not_comparable" or not failed:
+            return [value.reason[:200]]
+        more = f" (and {len(failed) - 3} more)" if len(failed) > 3 else ""
+        return ["wrong outputs: " + "; ".join(failed[:3]) + more]
 
     def facts(self, value: Correctness, result: Any) -> list[str]:
         facts = []

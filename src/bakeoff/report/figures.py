@@ -164,6 +164,14 @@ def settings_line(run: Any) -> str | None:
     release reads. What the line does not show is not read (scenarios, requirements), and the
     check options are shown as stored: a plugin's check or scenario, absent now, does not hide
     the rest."""
+    script = run.settings.get("exec")
+    if isinstance(script, dict):  # bakeoff exec: one run of a script per target
+        mapped = ", ".join(map(str, script.get("map") or ())) or "nothing"
+        return (
+            f"the script run once per target, each in a fresh process and its own copy of the working directory; "
+            f"{mapped} remapped to each target's device; seed {script.get('seed')}, timeout {script.get('timeout_s')} s"
+            + ("; strict" if script.get("strict") else "")
+        )
     stored = {k: v for k, v in run.settings.items() if k not in ("scenarios", "requirements")}
     checks = stored.pop("checks", None)
     checks = checks if isinstance(checks, list) else []

@@ -415,8 +415,9 @@ def _summary_facts(run: RunResult) -> list[Text]:
     counts = {_label(r): sum(line["count"] for line in r.log) for r in run.results if r.log}
     if counts:
         most = max(counts, key=lambda k: counts[k])
+        what = "lines of script output" if run.workload.get("kind") == "script" else "library messages"
         facts.append(
-            f"{sum(counts.values())} library messages from {len(counts)} target(s), most from {most} "
+            f"{sum(counts.values())} {what} from {len(counts)} target(s), most from {most} "
             f"({counts[most]}); `bakeoff show {run.run_id} --log`"
         )
     return [*lines, *(Text(fact) for fact in facts)]

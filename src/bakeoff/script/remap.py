@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -124,6 +125,12 @@ class _DeviceMode(TorchFunctionMode):
             remap.recorder.record(api, reason=", ".join(dict.fromkeys(moved)))
         if remap.dtypes and (moved or remap._on_downgraded_target(func, args)):
             args, kwargs = remap._downgrade(func, args, kwargs)
+        generator = kwargs.get("generator")
+        target = kwargs.get("device")
+        if generator is not None and target is not None and generator in remap._host_generators:
+            # the target has no generator: draw on the host, with the host generator, then copy
+            remap.recorder.record(f"{_api_name(func)} (generator)", reason=f"drawn on the host, copied to {target}")
+            return func(*args, **{**kwargs, "device": "cpu"}).to(target)
         return func(*args, **kwargs)
 
 
@@ -164,6 +171,7 @@ class Remapper:
         self.recorder = Recorder(strict=strict)
         self._mode: _DeviceMode | None = None
         self._patches: list[tuple[Any, str, Any]] = []
+        self._host_generators: weakref.WeakSet[Any] = weakref.WeakSet()  # stand-ins for a target's
 
     @property
     def strict(self) -> bool:
@@ -326,11 +334,16 @@ class Remapper:
                     return real.__new__(cls, device=device)
                 try:
                     generator = real.__new__(cls, device=mapped)
-                except (RuntimeError, NotImplementedError) as exc:
-                    raise RemapError(
-                        f"torch.Generator(device={str(device)!r}) has no counterpart on {mapped}",
-                        hint=f"{mapped} has no generator of its own: {str(exc).strip().splitlines()[0][:120]}",
-                    ) from None
+                except (RuntimeError, NotImplementedError):
+                    # no generator of its own: a host generator, whose draws the mode copies over
+                    generator = real.__new__(cls, device="cpu")
+                    remap._host_generators.add(generator)
+                    remap.recorder.record(
+                        "torch.Generator",
+                        reason=f"device {device} -> a host generator ({mapped} has none): factories that use it "
+                        f"draw on the host and copy to {mapped}",
+                    )
+                    return generator
                 remap.recorder.record("torch.Generator", reason=f"device {device} -> {mapped}")
                 return generator
 

@@ -364,8 +364,9 @@ def stored_prices(run: RunResult) -> tuple[Price, ...]:
 
 def decide_run(run: RunResult, prices: Iterable[Price] | None = None) -> Decision:
     """The decision for a stored run: its targets' results, priced by ``prices`` (None: the
-    prices the run was given)."""
-    return decide_runs([run], prices)
+    prices the run was given). A reference the trial added (the user did not list it) is shown
+    for comparison, never chosen."""
+    return decide_runs([run], prices, reference_candidate=not run.settings.get("reference_added", False))
 
 
 def decide_runs(

@@ -1,0 +1,85 @@
+"""``bakeoff exec``: a team's own script, unchanged, on other devices.
+
+A thin command over :func:`bakeoff.api.exec_script`; it registers itself on the command group of
+:mod:`bakeoff.cli.app`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import click
+
+from bakeoff.cli.app import cli
+from bakeoff.cli.common import db_option, format_option, progress, verbose_option, workload_output_to_stderr
+
+__all__ = ["exec_command"]
+
+
+@cli.command(
+    "exec",
+    context_settings={"ignore_unknown_options": True},
+    epilog="\b\nExamples:\n  bakeoff exec train.py --epochs 1 --on emu\n"
+    "  bakeoff exec infer.py --on emu --capture infer:postprocess --strict\n"
+    "  bakeoff exec train.py --on emu -- --on cpu   # the script's own --on",
+)
+@click.argument("script", type=click.Path(dir_okay=False))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--on", "on", multiple=True, default=("cpu",), show_default=True, metavar="DEVICES",
+              help="Target devices, comma-separated or repeated (emu, xpu, cpu...).")  # fmt: skip
+@click.option("--reference", default=None, metavar="DEVICE",
+              help="Where the reference runs [default: the script's device where it exists, else cpu].")  # fmt: skip
+@click.option("--map", "map_devices", multiple=True, default=("cuda",), show_default=True, metavar="DEVICE",
+              help="The device types the script names that are remapped to each target's.")  # fmt: skip
+@click.option("--strict", is_flag=True, help="Fail a run on any rewrite that may change numerics.")
+@click.option("--capture", "captures", multiple=True, metavar="MODULE:FUNCTION",
+              help="Compare this function's return values, call by call (repeatable).")  # fmt: skip
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=600.0,
+              show_default=True, help="Seconds a run may take before it is stopped (a timeout).")  # fmt: skip
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed of random, numpy and torch before the script."
+)
+@verbose_option
+@db_option
+@format_option
+def exec_command(
+    script: str,
+    args: Sequence[str],
+    on: Sequence[str],
+    reference: str | None,
+    map_devices: Sequence[str],
+    strict: bool,
+    captures: Sequence[str],
+    timeout_s: float,
+    seed: int,
+    verbose: bool,
+    db: str | None,
+    fmt: str,
+) -> None:
+    """Run SCRIPT unchanged: as the reference, then on each target with its devices remapped.
+
+    Options bakeoff knows are read anywhere on the line; every other argument goes to the
+    script, in order (put the script's own arguments after `--` where a name clashes). Each
+    run is a fresh process in a copy of the working directory. The losses the script calls
+    backward() on, the --capture'd return values and bakeoff.capture(name, value) calls are
+    compared with the reference's; every rewrite is listed with its count and call site.
+    Exit code: 0 when the runs were made, 1 with --strict when a target failed, 2 on bad input.
+    """
+    from bakeoff import api
+    from bakeoff.cli.main import _finish_run
+
+    with workload_output_to_stderr():
+        run = api.exec_script(
+            script,
+            args,
+            on=on,
+            db=db,
+            reference=reference,
+            map_devices=map_devices,
+            strict=strict,
+            capture=captures,
+            timeout_s=timeout_s,
+            seed=seed,
+            progress=progress(),
+        )
+    _finish_run(run, fmt, db, strict, verbose=verbose)

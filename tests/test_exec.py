@@ -1,0 +1,112 @@
+"""``bakeoff exec``: a CUDA-style script, unchanged, as the reference (on the CPU here) and on the
+bundled test device, end to end through the CLI and the knowledge base.
+
+The seeded faults: bf16 autocast the test device cannot honour (flagged, and its losses differ
+from the reference's), a script that fails only off the CPU, one that hangs, one that exits 3.
+The clean control: the same inference script without the fault passes on the test device.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.conftest import EMU_ENV
+
+SCRIPTS = Path(__file__).parent / "fixtures" / "scripts"
+pytestmark = pytest.mark.isolated
+
+
+def _exec(tmp_path: Path, script: str, *args: str, env: dict[str, str] | None = None, timeout: float = 300):
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    (work / script).write_text((SCRIPTS / script).read_text())
+    return subprocess.run(
+        [sys.executable, "-m", "bakeoff", "exec", script, *args, "--db", str(tmp_path / "b.db")],
+        capture_output=True,
+        text=True,
+        cwd=work,
+        env={**os.environ, **EMU_ENV, **(env or {})},
+        timeout=timeout,
+    )
+
+
+def test_a_cuda_training_script_runs_on_the_test_device_with_its_ledger_and_the_autocast_flagged(tmp_path):
+    ran = _exec(tmp_path, "train_cuda.py", "--steps", "3", "--on", "emu", "--format", "json")
+    assert ran.returncode == 0, ran.stderr
+    doc = json.loads(ran.stdout)
+    assert doc["workload"]["kind"] == "script" and doc["workload"]["spec"] == "script:train_cuda.py --steps 3"
+    reference, emu = doc["results"]
+    assert reference["is_reference"] and reference["target"] == "cpu" and reference["status"] == "ok"
+    assert emu["target"] == "emu" and emu["status"] == "ok", emu.get("error")
+    ledger = {a["name"]: a["value"] for a in emu["adjustments"]}
+    assert any(name.startswith("torch.cuda.synchronize") for name in ledger), ledger
+    assert any("Generator" in name for name in ledger), ledger
+    sync = next(v for k, v in ledger.items() if k.startswith("torch.cuda.synchronize"))
+    assert sync.startswith("3x, first at ") and "train_cuda.py:" in sync
+    # the seeded fault: bf16 autocast the test device cannot honour is flagged, and its losses differ
+    assert any("numerics may change" in n and "autocast" in n for n in emu["notes"]), emu["notes"]
+    correctness = emu["correctness"]
+    assert correctness["verdict"] == "fail" and "loss[0]" in json.dumps(correctness["outputs"])
+    # the control: on the CPU, bf16 autocast is honoured and nothing is flagged
+    assert not any("numerics may change" in n for n in reference["notes"]), reference["notes"]
+    assert any("single observation" in n for n in emu["notes"])
+    # stored, and shown again with its ledger
+    shown = subprocess.run(
+        [sys.executable, "-m", "bakeoff", "show", doc["run_id"], "--db", str(tmp_path / "b.db"), "--verbose"],
+        capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    flat = " ".join(shown.stdout.split())
+    assert "the script run once per target" in flat and "torch.cuda.synchronize" in flat
+
+
+def test_captured_values_agree_on_the_test_device_and_a_target_only_failure_is_recorded(tmp_path):
+    ran = _exec(tmp_path, "infer_cuda.py", "--on", "emu", "--capture", "infer_cuda:postprocess", "--format", "json")
+    assert ran.returncode == 0, ran.stderr
+    emu = json.loads(ran.stdout)["results"][1]
+    assert emu["status"] == "ok" and emu["correctness"]["verdict"] == "pass", emu
+    names = {o["name"] for o in emu["correctness"]["outputs"]}
+    assert {"logits[0]", "logits[1]", "infer_cuda:postprocess[0]", "infer_cuda:postprocess[1]"} <= names
+    # the seeded fault: the same script fails only off the CPU; recorded, not raised
+    failed = _exec(tmp_path, "infer_cuda.py", "--fail-off-cpu", "--on", "emu", "--format", "json")
+    assert failed.returncode == 0, failed.stderr
+    reference, emu = json.loads(failed.stdout)["results"]
+    assert reference["status"] == "ok"
+    assert emu["status"] == "error" and "only works on the CPU" in emu["error"]["message"]
+    assert emu["error"]["type"] == "RuntimeError"
+
+
+@pytest.mark.parametrize(
+    ("how", "timeout", "category", "said"),
+    [("hang", "10", "timeout", "no end within 10 s"), ("exit", "300", "exception", "exited with code 3"),
+     ("raise", "300", "exception", "the script gave up")],
+)  # fmt: skip
+def test_a_script_that_hangs_exits_or_raises_is_a_recorded_failure(tmp_path, how, timeout, category, said):
+    ran = _exec(tmp_path, "misbehaves.py", how, "--on", "emu", "--timeout", timeout, "--format", "json")
+    assert ran.returncode == 0, ran.stderr
+    reference, emu = json.loads(ran.stdout)["results"]
+    failed = [emu] if how == "hang" else [reference, emu]  # it hangs only off the CPU: the reference finishes
+    for result in failed:
+        assert result["status"] == "error" and result["error"]["category"] == category
+        assert said in result["error"]["message"]
+    if how == "hang":
+        assert reference["status"] == "ok"
+
+
+def test_bad_input_is_one_line_and_stores_nothing(tmp_path):
+    for args, line in (
+        (["missing.py"], "no script at missing.py"),
+        (["misbehaves.py", "--capture", "nocolon"], "--capture nocolon"),
+        (["misbehaves.py", "--on", "cdua"], "unknown device 'cdua'"),
+    ):
+        ran = _exec(tmp_path, "misbehaves.py", *args[1:]) if args[0] != "missing.py" else subprocess.run(
+            [sys.executable, "-m", "bakeoff", "exec", "missing.py", "--db", str(tmp_path / "b.db")],
+            capture_output=True, text=True, cwd=tmp_path,
+        )  # fmt: skip
+        assert ran.returncode == 2 and line in ran.stderr and len(ran.stderr.strip().splitlines()) == 1, ran.stderr
+    assert not (tmp_path / "b.db").exists()
