@@ -63,6 +63,12 @@ def test_a_cuda_training_script_runs_on_the_test_device_with_its_ledger_and_the_
     assert shown.returncode == 0, shown.stderr
     flat = " ".join(shown.stdout.split())
     assert "the script run once per target" in flat and "torch.cuda.synchronize" in flat
+    rerun = subprocess.run(
+        [sys.executable, "-m", "bakeoff", "rerun", doc["run_id"], "--db", str(tmp_path / "b.db")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert rerun.returncode == 2 and "ran a script (bakeoff exec)" in rerun.stderr
+    assert len(rerun.stderr.strip().splitlines()) == 1
 
 
 def test_captured_values_agree_on_the_test_device_and_a_target_only_failure_is_recorded(tmp_path):

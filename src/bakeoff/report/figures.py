@@ -120,7 +120,9 @@ def correct_word(result: TargetResult) -> str:
     if result.status == "error":
         return "error"
     verdict = result.correctness.verdict if result.correctness is not None else None
-    return "not checked" if verdict is None else verdict.replace("_", " ")
+    if verdict is None:  # the reference of a script run is what the others are compared with
+        return "reference" if result.is_reference else "not checked"
+    return verdict.replace("_", " ")
 
 
 def placement_word(result: TargetResult) -> str:

@@ -401,6 +401,8 @@ def _summary_facts(run: RunResult) -> list[Text]:
             if value is not None:
                 said += guarded(check, "headline", value, result, fallback=[])
         said += result.notes
+        if result.unknown:  # evidence this bakeoff cannot read: the summary must not look complete
+            said.append("written by a newer bakeoff or an absent plugin: " + ", ".join(sorted(result.unknown)))
         if said:
             lines.append(Text.assemble((f"{_label(result)}: ", "bold"), "; ".join(said)))
     facts: list[str] = []

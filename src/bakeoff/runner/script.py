@@ -364,7 +364,7 @@ def exec_script(
         results=tuple(done),
         settings={
             "reference": reference.spec,
-            "reference_added": reference not in targets,
+            "reference_added": True,  # the basis of every comparison, never a candidate
             "exec": {
                 "argv": list(argv),
                 "map": list(source_devices),
