@@ -140,7 +140,7 @@ def test_which_switches_load_code(name, loads):
     ("args", "line"),
     [
         (["trial"], "bakeoff: error: Missing argument 'WORKLOAD'. (see `bakeoff trial --help`)"),
-        (["trial", "arch:llama", "--bogus"], "bakeoff: error: No such option '--bogus'. (see `bakeoff trial --help`)"),
+        (["trial", "arch:llama", "--zzz"], "bakeoff: error: No such option '--zzz'. (see `bakeoff trial --help`)"),
         (["nosuch"], "bakeoff: error: No such command 'nosuch'. (see `bakeoff --help`)"),
     ],
 )

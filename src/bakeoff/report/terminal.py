@@ -227,7 +227,7 @@ def requirements_view(run: RunResult) -> Table:
             table.add_row(
                 escape(_label(result)),
                 escape(check["text"]),
-                Text(check["verdict"], style=_REQUIREMENT_STYLE.get(check["verdict"], "")),
+                Text(check["verdict"].replace("_", " "), style=_REQUIREMENT_STYLE.get(check["verdict"], "")),
                 measured,
                 interval,
                 escape(note),
