@@ -55,6 +55,18 @@ def test_a_cuda_training_script_runs_on_the_test_device_with_its_ledger_and_the_
     # the control: on the CPU, bf16 autocast is honoured and nothing is flagged
     assert not any("numerics may change" in n for n in reference["notes"]), reference["notes"]
     assert any("single observation" in n for n in emu["notes"])
+    # the clean control of the placement audit over the whole run: every op of the training loop
+    # on the device (forward, backward in autograd's thread, the optimizer), the parameters moved
+    # once where the script calls .cuda(), one .item() sync per step, nothing compiled
+    placement = emu["placement"]
+    assert placement["verdict"] == "on_device", placement["explanation"]
+    assert placement["ops_on_device"] >= 3 * 15 and placement["device_op_share"] > 0.7, placement
+    assert placement["host_syncs"] == {"aten::_local_scalar_dense": 3}
+    assert placement["signals"]["script"]["first_sites"]["sync aten::_local_scalar_dense"] == _line("loss.item()")
+    assert placement["transfers"]["host_to_device"]["count"] == 5  # 4 parameters, the data from a host generator
+    assert {s["module"] for s in placement["transfer_sites"]} == {_line(".cuda()"), _line("torch.randn(")}
+    assert not placement["stray_parameters"] and not placement["host_state_copies"] and not placement["fallback_ops"]
+    assert emu.get("compilation") is None and reference.get("placement") is None
     # stored, and shown again with its ledger
     shown = subprocess.run(
         [sys.executable, "-m", "bakeoff", "show", doc["run_id"], "--db", str(tmp_path / "b.db"), "--verbose"],
@@ -69,6 +81,42 @@ def test_a_cuda_training_script_runs_on_the_test_device_with_its_ledger_and_the_
     )  # fmt: skip
     assert rerun.returncode == 2 and "ran a script (bakeoff exec)" in rerun.stderr
     assert len(rerun.stderr.strip().splitlines()) == 1
+
+
+def _line(text: str, script: str = "train_cuda.py") -> str:
+    """``script:LINE`` of the first line of the fixture that holds ``text``."""
+    lines = (SCRIPTS / script).read_text().splitlines()
+    return f"{script}:{next(i for i, line in enumerate(lines, 1) if text in line)}"
+
+
+def test_host_state_copied_every_step_and_a_graph_break_are_found_with_their_lines(tmp_path):
+    ran = _exec(
+        tmp_path, "train_cuda.py", "--steps", "3", "--host-shift", "--compile", "--on", "emu", "--format", "json"
+    )
+    assert ran.returncode == 0, ran.stderr
+    emu = json.loads(ran.stdout)["results"][1]
+    assert emu["status"] == "ok", emu.get("error")
+    # the seeded fault: a tensor kept on the host and copied to the device in each of 3 steps
+    placement = emu["placement"]
+    site = _line('shift.to("cuda")')
+    assert placement["verdict"] == "left_on_host", placement
+    assert placement["host_state_copies"] == [{"module": site, "count": 2, "bytes": 2 * 64 * 4}]
+    assert placement["explanation"].startswith("host tensors copied to the device again and again: 2 repeated")
+    assert site in placement["explanation"]
+    # the compiled function's graph break, with its line
+    compilation = emu["compilation"]
+    assert compilation["graph_breaks"] >= 1 and compilation["graphs"] >= 2, compilation
+    assert _line('print("rescaled")') in {b["location"] for b in compilation["graph_break_reasons"]}
+
+
+def test_an_op_the_device_hands_to_the_host_is_a_fallback(tmp_path):
+    unsupported = {"BAKEOFF_EMU_UNSUPPORTED": "aten::relu"}
+    ran = _exec(tmp_path, "train_cuda.py", "--steps", "3", "--on", "emu", "--format", "json", env=unsupported)
+    assert ran.returncode == 0, ran.stderr
+    placement = json.loads(ran.stdout)["results"][1]["placement"]
+    assert placement["verdict"] == "fallbacks", placement
+    assert placement["explanation"] == "3 op call(s) ran on the host: aten::relu x3"
+    assert placement["fallback_ops"] == {"aten::relu": 3} and not placement["host_state_copies"]
 
 
 def test_captured_values_agree_on_the_test_device_and_a_target_only_failure_is_recorded(tmp_path):

@@ -308,3 +308,30 @@ def test_a_captured_function_is_seen_however_it_is_called_and_only_when_it_retur
     }
     assert result.captures_missing == ("calls:never",)
     assert read_result(tmp_path / "out") == result
+
+
+def test_the_around_hook_is_entered_around_the_script_and_left_whatever_it_does(workdir: Path, monkeypatch) -> None:
+    """A higher layer's audit is entered after the setup, sees the script's exit, may write to
+    the output directory, and its own work is not the script's wall time."""
+    from contextlib import contextmanager
+
+    from bakeoff.script.launch import launch
+
+    seen: list[str] = []
+
+    @contextmanager
+    def around(out: Path):
+        seen.append(f"enter {sys.argv[0]}")
+        try:
+            yield
+        except SystemExit as exc:
+            seen.append(f"exit {exc.code}")
+            raise
+        finally:
+            (out / "extra.json").write_text("{}")
+
+    monkeypatch.chdir(workdir)
+    result = launch("fail.py", ["exit"], out=workdir / "around", around=around)
+    assert result.exit_code == 3 and result.error is None
+    assert seen == ["enter fail.py", "exit 3"] and (workdir / "around" / "extra.json").exists()
+    assert (workdir / "around" / RESULT).exists()

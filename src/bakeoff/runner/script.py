@@ -1,9 +1,10 @@
 """``bakeoff exec``: a team's own script, unchanged, run as a reference and on each target.
 
-Each run is a fresh interpreter (``python -m bakeoff.script.launch``, see
-:mod:`bakeoff.script.launch`) in its own copy of the working directory, so one run's output
-files cannot feed another's. The reference runs the script as written where its device exists
-(else on ``--reference``, by default the CPU, remapped like a target); each target runs it with
+Each run is a fresh interpreter (``python -m bakeoff.runner.script_worker``: the launcher of
+:mod:`bakeoff.script.launch` with the audit of that module) in its own copy of the working
+directory, so one run's output files cannot feed another's. The reference runs the script as
+written where its device exists (else on ``--reference``, by default the CPU, remapped like a
+target); each target runs it with
 the script's devices remapped to the target's. A run that raises, exits non-zero, dies from a
 signal or hangs past the timeout is recorded as that target's failure; the others go on.
 
@@ -13,9 +14,15 @@ by call; the remapper's ledger (every rewrite with its count and first call site
 target's adjustments, and a rewrite that may change numerics becomes a note. The run is stored
 as a run of a ``script:`` workload whose fingerprint is the script's source and argv.
 
-What it cannot see (yet): where the work ran inside the script (no placement audit over a whole
-script run), files the script writes, the timing of spans between captures, and child
-processes the script starts (they run unmapped). A single run per target is a single
+Each target's run (never the reference's) is audited over the whole script: where its ops ran,
+host fallbacks, copies and syncs with their lines in the script, parameters left on the host,
+repeated copies of host state, and what ``torch.compile`` did; they are the target's
+``placement`` and ``compilation`` checks, judged as a trial's are (see
+:mod:`bakeoff.runner.script_worker` for what the audit cannot see and what it costs: the
+target's wall time includes it, and a note says so).
+
+What it cannot see (yet): files the script writes, the timing of spans between captures, and
+child processes the script starts (they run unmapped and unaudited). A single run per target is a single
 observation of its wall time, and is said to be one.
 """
 
@@ -64,6 +71,7 @@ class ScriptRun:
     captures: dict[str, list[Any]] = field(default_factory=dict)
     error: ErrorInfo | None = None
     log: tuple[dict[str, Any], ...] = ()
+    audit: dict[str, Any] | None = None
 
 
 def script_workload(script: Path, argv: Sequence[str]) -> dict[str, Any]:
@@ -169,8 +177,12 @@ def run_script(
     seed: int = 0,
     timeout_s: float = 600.0,
     skip: Sequence[Path] = (),
+    audit: str | None = None,
 ) -> ScriptRun:
-    """Run ``script`` once in a copy of ``workdir`` under ``mapping`` (empty: as written)."""
+    """Run ``script`` once in a copy of ``workdir`` under ``mapping`` (empty: as written);
+    with ``audit`` (the target's device), audit where its work ran
+    (:mod:`bakeoff.runner.script_worker`)."""
+    from bakeoff.runner.script_worker import read_audit
     from bakeoff.script.capture import Captures
 
     base = Path(tempfile.mkdtemp(prefix="bakeoff-exec-"))
@@ -184,7 +196,8 @@ def run_script(
             else None
         )
         path = str(relative) if relative is not None else str(script.resolve())  # call sites read train.py:19
-        command = [sys.executable, "-m", "bakeoff.script.launch", "--out", str(out), "--seed", str(seed)]
+        command = [sys.executable, "-m", "bakeoff.runner.script_worker", "--out", str(out), "--seed", str(seed)]
+        command += ["--audit", audit] if audit else []
         command += [arg for src, dst in mapping.items() for arg in ("--map", f"{src}={dst}")]
         command += ["--strict"] if strict else []
         command += [arg for name in captures for arg in ("--capture", name)]
@@ -212,7 +225,8 @@ def run_script(
             captured = {name: list(found[name]) for name in found.names()}
         error = _failure(code, result, out, timeout_s)
         wall = result.get("wall_s") if code is not None else None
-        return ScriptRun("ok" if error is None else "error", wall, result, captured, error, log.entries())
+        audited = read_audit(out) if audit else None
+        return ScriptRun("ok" if error is None else "error", wall, result, captured, error, log.entries(), audited)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -286,11 +300,23 @@ def _notes(run: ScriptRun) -> list[str]:
         notes.append("never called, so not captured: " + ", ".join(missing))
     if run.wall_s is not None:
         notes.append(f"wall time {run.wall_s:.3g} s is a single observation (one run)")
+    audit = run.audit or {}
+    placement = audit.get("placement")
+    if run.wall_s is not None and placement is not None and placement.verdict != "not_applicable":
+        spent = (placement.signals.get("script") or {}).get("audit_s")
+        if spent is not None:
+            notes.append(f"wall time includes the placement audit, {spent:.3g} s of it recording ops")
+    if audit.get("error"):
+        notes.append(f"placement audit: {audit['error']}")
     return notes
 
 
 def _result(target: Target, run: ScriptRun, is_reference: bool, correctness: Correctness | None) -> TargetResult:
-    checks = {"correctness": correctness} if correctness is not None else {}
+    checks: dict[str, Any] = {"correctness": correctness} if correctness is not None else {}
+    for name in ("placement", "compilation"):
+        value = (run.audit or {}).get(name)
+        if value is not None:
+            checks[name] = value
     latency = Latency((run.wall_s * 1e3,)) if run.status == "ok" and run.wall_s is not None else None
     return TargetResult(
         target=target,
@@ -319,24 +345,27 @@ def exec_script(
     seed: int = 0,
     as_written: bool = False,
     progress: Callable[[str], None] | None = None,
+    audit: bool = True,
 ) -> RunResult:
     """Run ``script`` as the reference (as written when ``as_written``, else remapped to
-    ``reference``'s device) and on each target, compare, store and return the run."""
+    ``reference``'s device) and on each target, compare, store and return the run. With
+    ``audit``, each target's run (not the reference's) is audited for where its work ran and
+    what ``torch.compile`` did: its ``placement`` and ``compilation`` checks."""
     say = progress or (lambda _msg: None)
     workdir = Path.cwd()
     db_files = [Path(p) for p in (os.environ.get("BAKEOFF_DB", "bakeoff.db"),)]
     workload = script_workload(script, argv)
     env = capture_environment()
 
-    def once(target: Target, remap: bool) -> ScriptRun:
+    def once(target: Target, remap: bool, audited: bool) -> ScriptRun:
         mapping = {src: target.torch_device for src in source_devices} if remap else {}
         return run_script(
             script, argv, workdir, mapping, strict=strict, captures=captures, seed=seed, timeout_s=timeout_s,
-            skip=db_files,
+            skip=db_files, audit=target.torch_device if audited else None,
         )  # fmt: skip
 
     say(f"running {script.name} as the reference on {'its own device' if as_written else reference.spec}")
-    ref_run = once(reference, not as_written)
+    ref_run = once(reference, not as_written, False)
     reference_name = "the script as written" if as_written else f"the script on {reference.spec}"
     results = [_result(reference, ref_run, True, None)]
     for target in targets:
@@ -349,7 +378,7 @@ def exec_script(
             results.append(TargetResult(target=target, status="skipped", reason=reason))
             continue
         say(f"running {script.name} on {target.spec}")
-        run = once(target, True)
+        run = once(target, True, audit)
         correctness = (
             compare_captures(run, ref_run, reference_name) if run.status == "ok" and ref_run.status == "ok" else None
         )
@@ -373,6 +402,7 @@ def exec_script(
                 "seed": seed,
                 "timeout_s": timeout_s,
                 "as_written": as_written,
+                "audit": audit,
             },
         },
     )

@@ -62,7 +62,8 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -298,6 +299,7 @@ def launch(
     seed: int = 0,
     losses: bool = True,
     started_at: float | None = None,
+    around: Callable[[Path], AbstractContextManager[Any]] | None = None,
 ) -> LaunchResult:
     """Run ``script`` with ``args`` in this process and write ``result.json`` and
     ``captures.safetensors`` to ``out``; see the module's docstring. ``sys.argv`` and
@@ -311,6 +313,11 @@ def launch(
         losses: capture every ``backward()``'s tensor under ``loss``.
         started_at: the :func:`time.perf_counter` time ``startup_s`` counts from (the command
             line: the launcher's first statement; by default, this call).
+        around: a context-manager factory, called with ``out``, entered around the script's
+            run inside the remap and the recording (so its own work is not the script's) and
+            left before the result is written, whatever the script did; it may write files of
+            its own to ``out`` (a higher layer's audit of the run). Its enter and exit count in
+            ``wall_s`` only for what it does while the script runs.
     """
     started_at = time.perf_counter() if started_at is None else started_at
     out = Path(out)
@@ -349,16 +356,17 @@ def launch(
                 if remapper is not None:
                     remapper.install()
                 try:
-                    if returns is not None:
-                        returns.install()
-                    started = time.perf_counter()
-                    startup_s = started - started_at
-                    try:
-                        runpy.run_path(script, run_name="__main__")
-                    finally:
-                        wall_s = time.perf_counter() - started
+                    with around(out) if around is not None else nullcontext():
                         if returns is not None:
-                            returns.uninstall()
+                            returns.install()
+                        started = time.perf_counter()
+                        startup_s = started - started_at
+                        try:
+                            runpy.run_path(script, run_name="__main__")
+                        finally:
+                            wall_s = time.perf_counter() - started
+                            if returns is not None:
+                                returns.uninstall()
                 finally:
                     if remapper is not None:
                         try:
@@ -475,8 +483,11 @@ def _parse(argv: Sequence[str]) -> tuple[argparse.Namespace, str, list[str], dic
     return options, script, rest[1:], mapping
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The command line: parse, :func:`launch`, and return the script's exit code (2: bad arguments)."""
+def main(
+    argv: Sequence[str] | None = None, *, around: Callable[[Path], AbstractContextManager[Any]] | None = None
+) -> int:
+    """The command line: parse, :func:`launch` (with ``around``, see there), and return the
+    script's exit code (2: bad arguments)."""
     try:
         options, script, args, mapping = _parse(sys.argv[1:] if argv is None else argv)
         Path(options.out).mkdir(parents=True, exist_ok=True)
@@ -497,6 +508,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             seed=options.seed,
             losses=not options.no_losses,
             started_at=_STARTED,
+            around=around,
         )
     except OSError as exc:  # the result could not be written
         print(f"{PROG}: could not write the result: {exc}", file=sys.stderr)
