@@ -61,6 +61,13 @@ def test_a_cuda_training_script_runs_on_the_test_device_with_its_ledger_and_the_
     placement = emu["placement"]
     assert placement["verdict"] == "on_device", placement["explanation"]
     assert placement["ops_on_device"] >= 3 * 15 and placement["device_op_share"] > 0.7, placement
+    said = placement["explanation"]  # the words agree with the counts beside them
+    assert f"({placement['ops_on_device']} op calls)" in said, said
+    host = (
+        [int(said.split(" op call(s) ran on host data only")[0].split("; ")[-1])] if "host data only" in said else [0]
+    )
+    copies = [int(said.split(" op call(s) copied")[0].split("; ")[-1])] if "copied data" in said else [0]
+    assert placement["ops_on_device"] + host[0] + copies[0] == placement["ops_total"], said
     assert placement["host_syncs"] == {"aten::_local_scalar_dense": 3}
     assert placement["signals"]["script"]["first_sites"]["sync aten::_local_scalar_dense"] == _line("loss.item()")
     assert placement["transfers"]["host_to_device"]["count"] == 5  # 4 parameters, the data from a host generator

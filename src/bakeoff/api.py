@@ -161,6 +161,7 @@ def exec_script(
     capture: str | Iterable[str] = (),
     timeout_s: float = _DEFAULT.timeout_s,
     seed: int = 0,
+    audit: bool = True,
     progress: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Run a script unchanged: as the reference, then on each target with its devices remapped;
@@ -178,6 +179,8 @@ def exec_script(
         capture: ``module:function`` names whose return values are compared, call by call
             (losses passed to ``backward()`` and ``bakeoff.capture(name, value)`` always are).
         timeout_s: a run still going after this long is stopped and recorded as a timeout.
+        audit: audit where each target's work ran over the whole script (its first 20,000 op
+            calls) and what torch.compile did; False leaves placement "not audited".
 
     Raises:
         SpecError: bad input (a missing script, an unknown target); nothing is stored.
@@ -211,7 +214,8 @@ def exec_script(
     store = (lambda: Store.open(db)) if _would_create(db) else Store.open(db)
     return run_exec(
         store, path, list(args), parsed, reference=ref, source_devices=sources, strict=strict, captures=names,
-        timeout_s=timeout_s, seed=seed, as_written=as_written or ref.device in sources, progress=progress,
+        timeout_s=timeout_s, seed=seed, as_written=as_written or ref.device in sources, audit=audit,
+        progress=progress,
     )  # fmt: skip
 
 

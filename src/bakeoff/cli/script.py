@@ -36,9 +36,9 @@ __all__ = ["exec_command"]
               help="Compare this function's return values, call by call (repeatable).")  # fmt: skip
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=600.0,
               show_default=True, help="Seconds a run may take before it is stopped (a timeout).")  # fmt: skip
-@click.option(
-    "--seed", type=int, default=0, show_default=True, help="Seed of random, numpy and torch before the script."
-)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of random, numpy and torch.")
+@click.option("--no-audit", "no_audit", is_flag=True,
+              help="Do not audit where each target's work ran (it costs time on tiny ops).")  # fmt: skip
 @verbose_option
 @db_option
 @format_option
@@ -52,6 +52,7 @@ def exec_command(
     captures: Sequence[str],
     timeout_s: float,
     seed: int,
+    no_audit: bool,
     verbose: bool,
     db: str | None,
     fmt: str,
@@ -80,6 +81,7 @@ def exec_command(
             capture=captures,
             timeout_s=timeout_s,
             seed=seed,
+            audit=not no_audit,
             progress=progress(),
         )
     _finish_run(run, fmt, db, strict, verbose=verbose)

@@ -64,7 +64,7 @@ from typing import Any
 
 from bakeoff.checks.compilation import Compilation
 from bakeoff.checks.dispatch_audit import HOST_SYNC_OPS, PlacementRecorder, off_device_map_entries
-from bakeoff.checks.placement import Placement, judge
+from bakeoff.checks.placement import Placement, judge, top_counts
 from bakeoff.script import launch as launcher
 from bakeoff.script.ledger import call_site
 
@@ -412,6 +412,16 @@ class ScriptAudit:
             explanation = (
                 f"host tensors copied to the device again and again: {count} repeated copies, {size} B, at {where}; "
                 "create them on the device, or move them there once" + also
+            )
+        if verdict == "on_device" and host_only:  # say what the host did, so the words match the counts
+            on_device = recorder.device_counts(fallback_ops)[0]
+            copies = recorder.ops_total - on_device - sum(host_only.values())
+            explanation = (
+                f"every op on the device's data ran on the device ({on_device} op calls); "
+                f"{sum(host_only.values())} op call(s) ran on host data only (the script's own host work: "
+                f"{top_counts(host_only)})"
+                + (f"; {copies} op call(s) copied data between the host and the device" if copies > 0 else "")
+                + "; nothing left on the host"
             )
         audited = recorder.ops_total
         scope = "every ATen op of the whole script run (its main thread and autograd's)"
