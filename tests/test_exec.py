@@ -171,3 +171,47 @@ def test_bad_input_is_one_line_and_stores_nothing(tmp_path):
         )  # fmt: skip
         assert ran.returncode == 2 and line in ran.stderr and len(ran.stderr.strip().splitlines()) == 1, ran.stderr
     assert not (tmp_path / "b.db").exists()
+
+
+def test_kill_9_of_bakeoff_takes_the_hung_script_with_it(tmp_path):
+    import signal
+    import time
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "misbehaves.py").write_text((SCRIPTS / "misbehaves.py").read_text())
+    stderr = tmp_path / "stderr.txt"
+    with open(stderr, "w") as err:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bakeoff", "exec", "misbehaves.py", "hang", "--on", "emu", "--no-audit",
+             "--db", str(tmp_path / "b.db")],
+            cwd=work, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, **EMU_ENV},
+        )  # fmt: skip
+        deadline = time.monotonic() + 240
+        while "running misbehaves.py on emu" not in stderr.read_text() and time.monotonic() < deadline:
+            time.sleep(0.5)
+
+        def workers() -> list[int]:  # bakeoff's script workers, by pid
+            found = []
+            for stat in Path("/proc").glob("[0-9]*/stat"):
+                try:
+                    ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+                    args = (stat.parent / "cmdline").read_bytes()
+                except (OSError, IndexError, ValueError):  # it ended while we looked
+                    continue
+                if ppid == process.pid and b"script_worker" in args:
+                    found.append(int(stat.parent.name))
+            return found
+
+        while not workers() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        hung = workers()
+        assert hung, stderr.read_text()
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        for _ in range(20):  # the worker notices its parent's death within a second or two
+            if not any(Path(f"/proc/{pid}").exists() for pid in hung):
+                break
+            time.sleep(0.5)
+        assert not any(Path(f"/proc/{pid}").exists() for pid in hung)
+    assert not (tmp_path / "b.db").exists()  # nothing half-stored

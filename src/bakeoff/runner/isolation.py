@@ -35,13 +35,13 @@ from bakeoff.results.values import ErrorInfo, TargetResult
 from bakeoff.runner.capture import read_output
 from bakeoff.runner.job import TargetJob, adjustments_for, error_checks
 
-__all__ = ["IsolatedSession"]
+__all__ = ["IsolatedSession", "die_with_parent"]
 
 
 _STACK_SIGNAL = getattr(signal, "SIGUSR1", None)  # asks a hung worker for its Python stack
 
 
-def _die_with_parent(parent_pid: int) -> None:
+def die_with_parent(parent_pid: int) -> None:
     """Make sure this worker cannot outlive ``parent_pid`` (a ``kill -9`` of bakeoff included)."""
     if sys.platform.startswith("linux"):
         import ctypes
@@ -65,7 +65,7 @@ def _die_with_parent(parent_pid: int) -> None:
 def _worker(job: TargetJob, conn: Any, crash_log: str, parent_pid: int, phase_file: str, capture_dir: str) -> None:
     import faulthandler
 
-    _die_with_parent(parent_pid)
+    die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     with open(crash_log, "w", encoding="utf-8") as log:
         faulthandler.enable(log)

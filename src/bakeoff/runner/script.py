@@ -182,7 +182,7 @@ def run_script(
     """Run ``script`` once in a copy of ``workdir`` under ``mapping`` (empty: as written);
     with ``audit`` (the target's device), audit where its work ran
     (:mod:`bakeoff.runner.script_worker`)."""
-    from bakeoff.runner.script_worker import read_audit
+    from bakeoff.runner.script_worker import PARENT_ENV, read_audit
     from bakeoff.script.capture import Captures
 
     base = Path(tempfile.mkdtemp(prefix="bakeoff-exec-"))
@@ -202,7 +202,7 @@ def run_script(
         command += ["--strict"] if strict else []
         command += [arg for name in captures for arg in ("--capture", name)]
         command += ["--", path, *argv]
-        env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+        env = {**os.environ, "PYTHONHASHSEED": str(seed), PARENT_ENV: str(os.getpid())}
         with open(out / "stdout.txt", "wb") as stdout, open(out / "stderr.txt", "wb") as stderr:
             process = subprocess.Popen(command, cwd=work, stdout=stdout, stderr=stderr, env=env, start_new_session=True)
             try:

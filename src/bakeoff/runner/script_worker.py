@@ -68,7 +68,10 @@ from bakeoff.checks.placement import Placement, judge, top_counts
 from bakeoff.script import launch as launcher
 from bakeoff.script.ledger import call_site
 
-__all__ = ["AUDIT", "MAX_AUDITED_OPS", "ScriptAudit", "main", "read_audit"]
+__all__ = ["AUDIT", "MAX_AUDITED_OPS", "PARENT_ENV", "ScriptAudit", "main", "read_audit"]
+
+#: The bakeoff process that started the worker: the worker dies with it (a ``kill -9`` included).
+PARENT_ENV = "BAKEOFF_EXEC_PARENT"
 
 AUDIT = "audit.json"
 #: Op calls the audit records in full; past this it only counts them (see the module docstring).
@@ -489,6 +492,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         device = argv[at + 1]
         del argv[at : at + 2]
     around = (lambda out: ScriptAudit(device, out)) if device is not None else None
+    parent = os.environ.pop(PARENT_ENV, "")
+    if parent.isdigit():  # a kill -9 of bakeoff takes the script with it
+        from bakeoff.runner.isolation import die_with_parent
+
+        die_with_parent(int(parent))
     return launcher.main(argv, around=around)
 
 
