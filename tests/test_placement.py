@@ -264,9 +264,11 @@ def test_unsupported_op_is_reported_with_its_count(tmp_path):
     assert placement["ops_on_device"] == placement["ops_total"] - 3
     assert placement["device_op_share"] == placement["ops_on_device"] / placement["ops_total"]
     assert contradictions(placement["verdict"], placement["explanation"], _stored_findings(placement)) == []
-    # the decision rules the device out, and what it would take names the op with its count
-    assert run["decision"]["target"] == "cpu"
-    assert "emu ruled out by work left the device: placement fallbacks" in run["decision"]["lines"]
+    # the decision rules the device out (the eager reference the trial added is shown, never chosen), and
+    # what it would take names the op with its count
+    assert (run["decision"]["outcome"], run["decision"]["target"]) == ("none", "emu")
+    assert "closest: emu, ruled out by work left the device: placement fallbacks" in run["decision"]["lines"]
+    assert any(line.startswith("cpu (for comparison, not a candidate)") for line in run["decision"]["lines"])
     (item,) = run["what_it_takes"]["emu"]
     assert item["kind"] == "placement" and item["measured"] == ""
     assert item["finding"] == "3 op call(s) per forward pass ran on the host: aten::rsqrt.out x3"
