@@ -71,7 +71,7 @@ def test_regressions_compare_cost_where_both_runs_have_prices(tmp_path, series_d
     assert inductor["outcome"] == "regressed" and 1.3 < inductor["change"] < 1.5
     assert "per million requests" in inductor["detail"] and "same price $3.6/h" in inductor["detail"]
     table = bakeoff("regressions", "--db", str(path)).stdout
-    assert "; cost 0.996 -> 1.394 ($0.996" in table
+    assert "; cost 0.996 -> 1.39 ($0.996" in table
     assert "cost (where both runs have prices) beyond 10%" in " ".join(table.split())
     unpriced = json.loads(bakeoff("regressions", "--db", series_db, "--format", "json").stdout)
     assert all(m["metric"] != "cost" for c in unpriced for m in c["metrics"])
