@@ -211,11 +211,15 @@ def exec_script(
     ref = parse_target(reference or ("cpu" if not as_written else sources[0]))
     if ref.is_compiled or ref.dtype:
         raise SpecError(f"--reference {ref.spec}", hint="the reference is a device: cpu, cuda, xpu...")
+    from bakeoff.store.connection import resolve_db_url
+
+    url = resolve_db_url(db)  # the knowledge base is never copied into a run's working directory
+    keep_out = [Path(url.removeprefix("sqlite:///"))] if url.startswith("sqlite:///") else []
     store = (lambda: Store.open(db)) if _would_create(db) else Store.open(db)
     return run_exec(
         store, path, list(args), parsed, reference=ref, source_devices=sources, strict=strict, captures=names,
         timeout_s=timeout_s, seed=seed, as_written=as_written or ref.device in sources, audit=audit,
-        progress=progress,
+        progress=progress, keep_out=keep_out,
     )  # fmt: skip
 
 

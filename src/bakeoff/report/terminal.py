@@ -315,7 +315,7 @@ def remedies_view(found: dict[str, list[Remedy]], verbose: bool = True) -> Group
     for target, items in found.items():
         shown = items if verbose else items[:1]
         more = f" (+{len(items) - 1} more: --verbose)" if len(items) > len(shown) else ""
-        lines.append(Text(f"  {target}:" + (more if not verbose else "")))
+        lines.append(Text(f"  {target}:{more}"))
         for item in shown:
             measured = f" [measured: {item.measured}]" if item.measured else " [not measured]"
             lines.append(Text(f"    - {item.kind}: {item.finding} -> {item.change}{measured}"))

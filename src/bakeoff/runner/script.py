@@ -346,14 +346,16 @@ def exec_script(
     as_written: bool = False,
     progress: Callable[[str], None] | None = None,
     audit: bool = True,
+    keep_out: Sequence[Path] = (),
 ) -> RunResult:
     """Run ``script`` as the reference (as written when ``as_written``, else remapped to
     ``reference``'s device) and on each target, compare, store and return the run. With
     ``audit``, each target's run (not the reference's) is audited for where its work ran and
-    what ``torch.compile`` did: its ``placement`` and ``compilation`` checks."""
+    what ``torch.compile`` did: its ``placement`` and ``compilation`` checks. ``keep_out``: files
+    of the working directory never copied into a run's (the knowledge base and its journals)."""
     say = progress or (lambda _msg: None)
     workdir = Path.cwd()
-    db_files = [Path(p) for p in (os.environ.get("BAKEOFF_DB", "bakeoff.db"),)]
+    db_files = [Path(f"{path}{suffix}") for path in keep_out for suffix in ("", "-wal", "-shm", "-journal")]
     workload = script_workload(script, argv)
     env = capture_environment()
 
