@@ -215,3 +215,33 @@ def test_kill_9_of_bakeoff_takes_the_hung_script_with_it(tmp_path):
             time.sleep(0.5)
         assert not any(Path(f"/proc/{pid}").exists() for pid in hung)
     assert not (tmp_path / "b.db").exists()  # nothing half-stored
+
+
+def test_a_hugging_face_model_placed_by_device_map_auto_is_reported_left_on_the_host(tmp_path):
+    import torch
+    import transformers
+
+    config = transformers.LlamaConfig(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, max_position_embeddings=32,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    (tmp_path / "work").mkdir()
+    transformers.LlamaForCausalLM(config).save_pretrained(tmp_path / "work" / "tiny")
+    ran = _exec(tmp_path, "infer_hf_auto.py", "tiny", "--on", "emu", "--format", "json")
+    assert ran.returncode == 0, ran.stderr
+    reference, emu = json.loads(ran.stdout)["results"]
+    assert reference["status"] == "ok" and emu["status"] == "ok", (reference.get("error"), emu.get("error"))
+    # the seeded fault: accelerate found no CUDA memory and mapped the whole model to the host
+    placement = emu["placement"]
+    assert placement["verdict"] == "left_on_host", placement
+    stray = " ".join(placement["stray_parameters"])
+    assert "embed_tokens.weight" in stray and "lm_head.weight" in stray, stray
+    # the control: the head the script moved with .cuda() is on the device
+    assert "Scorer" not in stray and ".out." not in stray, stray
+    # transformers names CUDA-only classes at import: the library gets them, and the ledger says so
+    ledger = {a["name"]: a["value"] for a in emu["adjustments"]}
+    assert any(name.endswith("(asked by a library)") for name in ledger), ledger
+    cuda_moves = "3x, first at " + _line("Scorer(model", "infer_hf_auto.py")  # the head's 2 tensors, the ids
+    assert ledger["Tensor.cuda"].startswith(cuda_moves), ledger
+    assert emu["correctness"]["verdict"] == "pass", emu["correctness"]

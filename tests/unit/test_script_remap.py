@@ -126,15 +126,38 @@ def test_a_library_asking_is_available_gets_the_truth_and_the_question_is_flagge
         import bakeoff_test_fakelib
 
         with Remapper({"cuda": "cpu"}) as remap:
+            site = _next_line()
             assert bakeoff_test_fakelib.pick() is False  # the library would take a CUDA-only path
             assert torch.cuda.is_available() is True  # the script's own question
     finally:
         sys.path.remove(str(library.parent))
         sys.modules.pop("bakeoff_test_fakelib", None)
     asked = remap.ledger.get("torch.cuda.is_available (asked by a library)")
-    assert asked.numerics and asked.site == f"{library}:4"
+    assert asked.numerics and asked.site == site  # the user's line that led to the library's question
     assert "answered False (the truth) to bakeoff_test_fakelib" in asked.reason
     assert not remap.ledger.get("torch.cuda.is_available").numerics
+
+
+def test_a_library_naming_a_cuda_only_class_gets_the_real_one_and_the_users_code_does_not() -> None:
+    # a virtual environment's site-packages lies under what sysconfig calls its platstdlib: a
+    # library there is still a library, not the standard library
+    import sysconfig
+
+    root = Path(sysconfig.get_paths()["platstdlib"], "site-packages")
+    source = "import torch\n\ndef annotate():\n    return torch.cuda.CUDAGraph, torch.cuda.Stream | None\n"
+    namespace: dict[str, object] = {}
+    exec(compile(source, str(root / "bakeoff_test_fakelib2.py"), "exec"), namespace)
+    with Remapper({"cuda": "cpu"}) as remap:
+        site = _next_line()
+        graph, optional_stream = namespace["annotate"]()  # type: ignore[operator]
+        with pytest.raises(UnmappedAttribute, match=r"torch\.cuda\.CUDAGraph has no counterpart on cpu"):
+            torch.cuda.CUDAGraph  # noqa: B018  (the user's own code: a clear error)
+        stream = torch.cuda.Stream()
+    assert graph is torch.cuda.CUDAGraph  # the real class, outside the remap too
+    assert optional_stream is not None and isinstance(stream, torch.cpu.Stream)
+    given = remap.ledger.get("torch.cuda.CUDAGraph (asked by a library)")
+    assert given.count == 1 and given.site == site and not given.numerics
+    assert "the real one, given to" in given.reason and "using it needs CUDA" in given.reason
 
 
 def test_a_cuda_generator_becomes_a_host_generator() -> None:

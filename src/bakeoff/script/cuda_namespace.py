@@ -14,7 +14,11 @@ CUDA take CUDA-only paths); since that library may then compute differently than
 question is flagged as numerics-changing. The user's own code gets the target's answer.
 
 A public attribute with no counterpart on the target raises :class:`UnmappedAttribute` (a
-``RemapError`` and an ``AttributeError``, so ``hasattr`` says False) naming it and the target.
+``RemapError`` and an ``AttributeError``, so ``hasattr`` says False) naming it and the target
+when the user's code asks. An installed library gets the real attribute, recorded in the ledger:
+libraries name CUDA-only classes at import time (transformers annotates with
+``torch.cuda.CUDAGraph``), and failing their import would hide everything else; *using* such an
+attribute still fails as it would without CUDA.
 
 What it cannot see: functions taken from ``torch.cuda`` before it was installed (a library's
 ``from torch.cuda import is_available`` at import time keeps the real one); properties of CUDA
@@ -243,13 +247,29 @@ class CudaNamespace(types.ModuleType):
 
         redirected.__name__ = redirected.__qualname__ = name
         redirected.__doc__ = f"``{api}`` remapped to {kind}: {how}."
-        return redirected
+        if not isinstance(real, type):
+            return redirected
+
+        class Redirected:  # a class stays a class: `torch.cuda.Stream | None` in a library's annotation
+            def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+                return redirected(*args, **kwargs)
+
+        Redirected.__name__ = Redirected.__qualname__ = name
+        Redirected.__doc__ = redirected.__doc__
+        return Redirected
 
     def __getattr__(self, name: str) -> Any:
         real = self.__dict__["_bakeoff_real"]
-        if name.startswith("_") or name in PASS_THROUGH or caller_kind(1)[0] == "torch":
+        who, module = caller_kind(1)
+        if name.startswith("_") or name in PASS_THROUGH or who == "torch":
             return getattr(real, name)
         target = self.__dict__["_bakeoff_target"]
+        if who == "library" and hasattr(real, name):  # e.g. an annotation naming torch.cuda.CUDAGraph at import
+            self.__dict__["_bakeoff_recorder"].record(
+                f"torch.cuda.{name} (asked by a library)",
+                reason=f"the real one, given to {module}: it has no counterpart on {target}, so using it needs CUDA",
+            )
+            return getattr(real, name)
         raise UnmappedAttribute(
             f"torch.cuda.{name} has no counterpart on {target}",
             hint=f"the remap answers torch.cuda.{', '.join(n for n in MAPPED if n in self.__dict__)}",

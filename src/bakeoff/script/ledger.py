@@ -67,18 +67,33 @@ def _torch_root() -> str:
 
 
 @cache
-def _skipped_roots() -> tuple[str, ...]:
-    """Directories whose frames are never a call site: PyTorch, bakeoff, the standard library."""
-    roots = [_torch_root(), os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]  # torch, src/bakeoff
-    for key in ("stdlib", "platstdlib"):
-        path = sysconfig.get_paths().get(key)
-        if path:
-            roots.append(path)
-    return tuple(os.path.join(os.path.abspath(r), "") for r in roots)
+def _own_roots() -> tuple[str, ...]:
+    """PyTorch's and bakeoff's directories, wherever they are installed."""
+    bakeoff_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # src/bakeoff
+    return (_torch_root(), os.path.join(bakeoff_root, ""))
+
+
+@cache
+def _stdlib_roots() -> tuple[str, ...]:
+    roots = [sysconfig.get_paths().get(key) for key in ("stdlib", "platstdlib")]
+    return tuple(os.path.join(os.path.abspath(r), "") for r in roots if r)
+
+
+def _is_installed(path: str) -> bool:
+    parts = path.split(os.sep)
+    return "site-packages" in parts or "dist-packages" in parts
 
 
 def _is_skipped(filename: str) -> bool:
-    return filename.startswith("<frozen") or os.path.abspath(filename).startswith(_skipped_roots())
+    """Frames that are never a call site: PyTorch, bakeoff, the standard library. An installed
+    package is never the standard library, even where a virtual environment's site-packages lies
+    under what ``sysconfig`` calls its ``platstdlib`` (``.venv/lib/python3.11``)."""
+    if filename.startswith("<frozen"):
+        return True
+    path = os.path.abspath(filename)
+    if path.startswith(_own_roots()):
+        return True
+    return not _is_installed(path) and path.startswith(_stdlib_roots())
 
 
 def _outside(frame: FrameType | None) -> FrameType | None:
@@ -88,9 +103,14 @@ def _outside(frame: FrameType | None) -> FrameType | None:
 
 
 def call_site(depth: int = 1) -> str:
-    """``file:line`` of the first frame outside PyTorch, bakeoff and the standard library, looking
-    up from ``depth`` frames above the caller; ``?`` when there is none (an interactive prompt)."""
+    """``file:line`` of the first frame of the user's code (outside PyTorch, bakeoff, the standard
+    library and installed packages), looking up from ``depth`` frames above the caller; else of
+    the first installed package's; ``?`` when there is none (an interactive prompt)."""
     frame = _outside(sys._getframe(depth + 1))
+    user = frame
+    while user is not None and (_is_skipped(user.f_code.co_filename) or _is_installed(user.f_code.co_filename)):
+        user = user.f_back  # a library's call is placed at the user's line that led to it
+    frame = user or frame
     return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "?"
 
 
@@ -105,8 +125,7 @@ def caller_kind(depth: int = 1) -> tuple[str, str]:
         if filename.startswith(_torch_root()):
             return "torch", module
         if not _is_skipped(filename):
-            parts = filename.split(os.sep)
-            return ("library" if "site-packages" in parts or "dist-packages" in parts else "user"), module
+            return ("library" if _is_installed(filename) else "user"), module
         frame = frame.f_back
     return "user", "?"
 
