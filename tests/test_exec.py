@@ -237,6 +237,7 @@ def test_a_hugging_face_model_placed_by_device_map_auto_is_reported_left_on_the_
     assert placement["verdict"] == "left_on_host", placement
     stray = " ".join(placement["stray_parameters"])
     assert "embed_tokens.weight" in stray and "lm_head.weight" in stray, stray
+    assert "LlamaForCausalLM.model.layers.0.mlp.up_proj.weight (cpu)" in placement["stray_parameters"]  # by path
     # the control: the head the script moved with .cuda() is on the device
     assert "Scorer" not in stray and ".out." not in stray, stray
     # transformers names CUDA-only classes at import: the library gets them, and the ledger says so

@@ -273,16 +273,18 @@ class ScriptAudit:
         clean (a module moved after its first run is judged by where it ran last)."""
         if self._checked.get(module, False):
             return
-        name = self._module_names.get(module)
-        if name is None:
-            name = type(module).__name__
-            if parent is not None:
-                parent_name = self._module_names.get(parent, type(parent).__name__)
-                child = next((n for n, m in parent._modules.items() if m is module), None)
-                if child is not None:
-                    name = f"{parent_name}.{child}"
-            self._module_names[module] = name
+        if module not in self._checked:
             self._modules_seen += 1
+        name = self._module_names.get(module)
+        if name is None and parent is None:  # a model's root: its whole tree is named by path once
+            name = type(module).__name__
+            for path, inner in module.named_modules():
+                self._module_names.setdefault(inner, f"{name}.{path}" if path else name)
+        elif name is None:
+            parent_name = self._module_names.get(parent, type(parent).__name__)
+            child = next((n for n, m in parent._modules.items() if m is module), None)
+            name = f"{parent_name}.{child}" if child is not None else type(module).__name__
+            self._module_names[module] = name
         stray = [
             f"{name}.{n} ({t.device})"
             for n, t in [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]
