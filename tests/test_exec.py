@@ -82,12 +82,18 @@ def test_a_cuda_training_script_runs_on_the_test_device_with_its_ledger_and_the_
     assert shown.returncode == 0, shown.stderr
     flat = " ".join(shown.stdout.split())
     assert "the script run once per target" in flat and "torch.cuda.synchronize" in flat
+    # repeated from elsewhere: the same script, arguments and targets, from the directory it ran in
     rerun = subprocess.run(
-        [sys.executable, "-m", "bakeoff", "rerun", doc["run_id"], "--db", str(tmp_path / "b.db")],
-        capture_output=True, text=True,
+        [sys.executable, "-m", "bakeoff", "rerun", doc["run_id"], "--db", str(tmp_path / "b.db"), "--format", "json"],
+        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, **EMU_ENV},
     )  # fmt: skip
-    assert rerun.returncode == 2 and "ran a script (bakeoff exec)" in rerun.stderr
-    assert len(rerun.stderr.strip().splitlines()) == 1
+    assert rerun.returncode == 0, rerun.stderr
+    (again,) = json.loads(rerun.stdout)["runs"]
+    assert again["run_id"] != doc["run_id"] and again["workload"]["spec"] == doc["workload"]["spec"]
+    assert [r["target"] for r in again["results"]] == ["cpu", "emu"]
+    repeated = again["results"][1]
+    assert repeated["status"] == "ok" and repeated["correctness"]["verdict"] == "fail"  # the autocast, again
+    assert {a["name"]: a["value"] for a in repeated["adjustments"]} == ledger
 
 
 def _line(text: str, script: str = "train_cuda.py") -> str:

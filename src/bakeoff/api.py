@@ -162,6 +162,7 @@ def exec_script(
     timeout_s: float = _DEFAULT.timeout_s,
     seed: int = 0,
     audit: bool = True,
+    workdir: PathLike | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Run a script unchanged: as the reference, then on each target with its devices remapped;
@@ -181,6 +182,8 @@ def exec_script(
         timeout_s: a run still going after this long is stopped and recorded as a timeout.
         audit: audit where each target's work ran over the whole script (its first 20,000 op
             calls) and what torch.compile did; False leaves placement "not audited".
+        workdir: the directory each run gets a copy of and ``script`` is relative to (None: the
+            current working directory).
 
     Raises:
         SpecError: bad input (a missing script, an unknown target); nothing is stored.
@@ -193,7 +196,10 @@ def exec_script(
     from bakeoff.target.spec import parse_target
 
     path = Path(script)
-    if not path.is_file():
+    folder = Path.cwd() if workdir is None else Path(workdir)
+    if not folder.is_dir():
+        raise SpecError(f"no working directory at {folder}", hint="give the directory the script runs in")
+    if not (folder / path).is_file():
         raise SpecError(f"no script at {path}", hint="give the path of a Python script")
     if timeout_s <= 0:
         raise SpecError(f"timeout {timeout_s:g} s", hint="give a positive number of seconds")
@@ -219,7 +225,7 @@ def exec_script(
     return run_exec(
         store, path, list(args), parsed, reference=ref, source_devices=sources, strict=strict, captures=names,
         timeout_s=timeout_s, seed=seed, as_written=as_written or ref.device in sources, audit=audit,
-        progress=progress, keep_out=keep_out,
+        progress=progress, keep_out=keep_out, workdir=folder,
     )  # fmt: skip
 
 
@@ -473,16 +479,41 @@ def rerun_keywords(run: RunResult) -> dict[str, Any]:
         SpecError: a stored setting this release no longer accepts.
     """
     if run.workload.get("kind") == "script":
-        from bakeoff.errors import SpecError
-
-        raise SpecError(
-            f"run {run.run_id} ran a script (bakeoff exec); rerun repeats trials",
-            hint="run the same bakeoff exec command again",
-        )
+        return {"exec": exec_keywords(run), "env": []}
     return {
         "workload": run.workload["spec"],
         "on": list(dict.fromkeys(r.target.spec for r in run.results if r.variant == "as-is")),
         **TrialSettings.from_dict(run.settings).options(),
+    }
+
+
+def exec_keywords(run: RunResult) -> dict[str, Any]:
+    """The :func:`exec_script` keywords that repeat a stored script run: the same script, argv,
+    working directory, targets, reference and options, read back from its settings.
+
+    Raises:
+        SpecError: the run does not say where it ran (stored by an older bakeoff).
+    """
+    from bakeoff.errors import SpecError
+
+    stored = run.settings.get("exec") or {}
+    if "workdir" not in stored:
+        raise SpecError(
+            f"run {run.run_id} does not record the directory its script ran in",
+            hint="run the same bakeoff exec command again, from that directory",
+        )
+    return {
+        "script": run.workload["details"]["script"],
+        "args": list(stored["argv"]),
+        "on": [r.target.spec for r in run.results if not r.is_reference],
+        "reference": None if stored.get("as_written") else run.settings.get("reference"),
+        "map_devices": list(stored.get("map", ("cuda",))),
+        "strict": bool(stored.get("strict", False)),
+        "capture": list(stored.get("captures", ())),
+        "timeout_s": float(stored.get("timeout_s", _DEFAULT.timeout_s)),
+        "seed": int(stored.get("seed", 0)),
+        "audit": bool(stored.get("audit", True)),
+        "workdir": stored["workdir"],
     }
 
 
@@ -499,7 +530,8 @@ def rerun(
 ) -> list[RunResult]:
     """Repeat stored trials in the current environment: one run, the latest run of a workload,
     or every run with a tag (identical trials once). ``isolate`` overrides the stored choice of
-    worker processes.
+    worker processes. A stored script run (``bakeoff exec``) is repeated by :func:`exec_script`
+    with its stored keywords (:func:`exec_keywords`).
 
     The stored environment switches are applied again and announced through ``progress``.
     Switches that load code (``LD_PRELOAD``, ``PYTHONPATH``, ...; see
@@ -545,6 +577,9 @@ def rerun(
         progress("applying the stored environment switches: " + ", ".join(switches))
     runs = []
     for plan in plans:
+        if "exec" in plan:  # a script run: the same script, again, from the directory it ran in
+            runs.append(exec_script(**plan["exec"], db=db, progress=progress))
+            continue
         if isolate is not None:
             plan["isolate"] = isolate
         if not plan["isolate"]:

@@ -385,3 +385,33 @@ def test_the_cli_takes_its_flags_defaults_and_help_from_the_table() -> None:
             assert param.default is None  # not given; --in-process refuses an explicit --timeout
         else:
             assert param.default in (option.default, None if option.default == () else option.default), name
+
+
+def test_a_script_run_gives_the_exec_keywords_and_one_without_its_directory_is_refused() -> None:
+    import dataclasses
+
+    from bakeoff.api import rerun_keywords
+    from bakeoff.errors import SpecError
+
+    stored = {
+        "argv": ["--steps", "3"], "map": ["cuda"], "strict": True, "captures": ["train:evaluate"], "seed": 7,
+        "timeout_s": 30.0, "as_written": False, "audit": False, "workdir": "/home/team/project",
+    }  # fmt: skip
+
+    def script_run(settings: dict[str, Any]) -> Any:
+        run = make_run("s1", "2026-01-01T00:00:00+00:00", environment(), (target_result("cpu"), target_result("xpu")),
+                       spec="script:train.py --steps 3", settings={"reference": "cpu", "exec": settings})  # fmt: skip
+        return dataclasses.replace(run, workload={**run.workload, "details": {"script": "train.py"}})
+
+    assert rerun_keywords(script_run(stored)) == {
+        "exec": {
+            "script": "train.py", "args": ["--steps", "3"], "on": ["xpu"], "reference": "cpu", "map_devices": ["cuda"],
+            "strict": True, "capture": ["train:evaluate"], "timeout_s": 30.0, "seed": 7, "audit": False,
+            "workdir": "/home/team/project",
+        },
+        "env": [],
+    }  # fmt: skip
+    as_written = rerun_keywords(script_run({**stored, "as_written": True}))["exec"]
+    assert as_written["reference"] is None  # the script's own device again, where it exists
+    with pytest.raises(SpecError, match="does not record the directory its script ran in"):
+        rerun_keywords(script_run({k: v for k, v in stored.items() if k != "workdir"}))

@@ -117,7 +117,8 @@ def rerun(
     fmt: str,
 ) -> None:
     """Repeat stored trials in this environment (same workload, targets, profile, switches,
-    timing), then show what changed since the previous environment."""
+    timing), or a stored `bakeoff exec` run (same script, arguments, targets, from the directory
+    it ran in), then show what changed since the previous environment."""
     from bakeoff import api
 
     with workload_output_to_stderr():

@@ -74,11 +74,12 @@ class ScriptRun:
     audit: dict[str, Any] | None = None
 
 
-def script_workload(script: Path, argv: Sequence[str]) -> dict[str, Any]:
-    """The workload a script run is stored as: ``script:PATH ARGS``, fingerprinted by the
-    script's source and its argv."""
+def script_workload(script: Path, argv: Sequence[str], shown: Path | None = None) -> dict[str, Any]:
+    """The workload a script run is stored as: ``script:PATH ARGS`` (``shown``: the path as the
+    user gave it, by default ``script``), fingerprinted by the script's source and its argv."""
     source = script.read_bytes()
     digest = hashlib.sha256(source + b"\0" + json.dumps(list(argv)).encode()).hexdigest()[:16]
+    script = script if shown is None else shown
     spec = "script:" + " ".join([str(script), *argv])
     return {
         "spec": spec,
@@ -347,22 +348,26 @@ def exec_script(
     progress: Callable[[str], None] | None = None,
     audit: bool = True,
     keep_out: Sequence[Path] = (),
+    workdir: Path | None = None,
 ) -> RunResult:
     """Run ``script`` as the reference (as written when ``as_written``, else remapped to
     ``reference``'s device) and on each target, compare, store and return the run. With
     ``audit``, each target's run (not the reference's) is audited for where its work ran and
     what ``torch.compile`` did: its ``placement`` and ``compilation`` checks. ``keep_out``: files
-    of the working directory never copied into a run's (the knowledge base and its journals)."""
+    of the working directory never copied into a run's (the knowledge base and its journals).
+    ``workdir``: the directory each run gets a copy of, ``script`` relative to it (None: the
+    current one); it is stored, so that ``rerun`` can run the script again from there."""
     say = progress or (lambda _msg: None)
-    workdir = Path.cwd()
+    workdir = (Path.cwd() if workdir is None else Path(workdir)).resolve()
+    located = script if script.is_absolute() else workdir / script
     db_files = [Path(f"{path}{suffix}") for path in keep_out for suffix in ("", "-wal", "-shm", "-journal")]
-    workload = script_workload(script, argv)
+    workload = script_workload(located, argv, shown=script)
     env = capture_environment()
 
     def once(target: Target, remap: bool, audited: bool) -> ScriptRun:
         mapping = {src: target.torch_device for src in source_devices} if remap else {}
         return run_script(
-            script, argv, workdir, mapping, strict=strict, captures=captures, seed=seed, timeout_s=timeout_s,
+            located, argv, workdir, mapping, strict=strict, captures=captures, seed=seed, timeout_s=timeout_s,
             skip=db_files, audit=target.torch_device if audited else None,
         )  # fmt: skip
 
@@ -405,6 +410,7 @@ def exec_script(
                 "timeout_s": timeout_s,
                 "as_written": as_written,
                 "audit": audit,
+                "workdir": str(workdir),
             },
         },
     )
