@@ -162,6 +162,7 @@ def exec_script(
     timeout_s: float = _DEFAULT.timeout_s,
     seed: int = 0,
     audit: bool = True,
+    files: bool = True,
     progress: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Run a script unchanged: as the reference, then on each target with its devices remapped;
@@ -181,6 +182,9 @@ def exec_script(
         timeout_s: a run still going after this long is stopped and recorded as a timeout.
         audit: audit where each target's work ran over the whole script (its first 20,000 op
             calls) and what torch.compile did; False leaves placement "not audited".
+        files: compare the files each run wrote in its copy of the working directory
+            (safetensors, npy, npz and JSON, read without unpickling; see
+            :mod:`bakeoff.script.outputs`) with the reference's; False ignores them.
 
     Raises:
         SpecError: bad input (a missing script, an unknown target); nothing is stored.
@@ -219,7 +223,7 @@ def exec_script(
     return run_exec(
         store, path, list(args), parsed, reference=ref, source_devices=sources, strict=strict, captures=names,
         timeout_s=timeout_s, seed=seed, as_written=as_written or ref.device in sources, audit=audit,
-        progress=progress, keep_out=keep_out,
+        progress=progress, keep_out=keep_out, files=files,
     )  # fmt: skip
 
 
