@@ -173,19 +173,21 @@ def test_bad_input_is_one_line_and_stores_nothing(tmp_path):
     assert not (tmp_path / "b.db").exists()
 
 
-def test_kill_9_of_bakeoff_takes_the_hung_script_with_it(tmp_path):
+def test_kill_9_of_bakeoff_takes_the_hung_script_with_it_and_the_next_run_removes_its_directory(tmp_path):
     import signal
     import time
 
     work = tmp_path / "work"
     work.mkdir()
     (work / "misbehaves.py").write_text((SCRIPTS / "misbehaves.py").read_text())
+    temp = tmp_path / "tmp"  # the runs' temporary directories
+    temp.mkdir()
     stderr = tmp_path / "stderr.txt"
     with open(stderr, "w") as err:
         process = subprocess.Popen(
             [sys.executable, "-m", "bakeoff", "exec", "misbehaves.py", "hang", "--on", "emu", "--no-audit",
              "--db", str(tmp_path / "b.db")],
-            cwd=work, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, **EMU_ENV},
+            cwd=work, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, **EMU_ENV, "TMPDIR": str(temp)},
         )  # fmt: skip
         deadline = time.monotonic() + 240
         while "running misbehaves.py on emu" not in stderr.read_text() and time.monotonic() < deadline:
@@ -215,3 +217,8 @@ def test_kill_9_of_bakeoff_takes_the_hung_script_with_it(tmp_path):
             time.sleep(0.5)
         assert not any(Path(f"/proc/{pid}").exists() for pid in hung)
     assert not (tmp_path / "b.db").exists()  # nothing half-stored
+    # the killed run could not remove its temporary directory; the next run does
+    assert list(temp.glob(f"bakeoff-exec-{process.pid}-*")), list(temp.iterdir())
+    ran = _exec(tmp_path, "misbehaves.py", "exit", "--on", "emu", "--no-audit", env={"TMPDIR": str(temp)})
+    assert ran.returncode == 0, ran.stderr
+    assert not list(temp.glob("bakeoff-exec-*")), list(temp.iterdir())

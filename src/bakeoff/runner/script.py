@@ -38,6 +38,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -65,6 +66,7 @@ __all__ = [
     "copy_workdir",
     "flatten_captures",
     "flatten_files",
+    "remove_stale_workdirs",
     "run_script",
     "script_workload",
 ]
@@ -73,6 +75,10 @@ __all__ = [
 _SKIP_DIRS = frozenset({".git", ".hg", ".venv", "venv", "__pycache__", "node_modules", ".mypy_cache", ".ruff_cache"})
 #: The largest working directory a run copies (bytes); a larger one needs --workdir.
 MAX_WORKDIR_BYTES = 512 * 2**20
+#: A run's temporary directory: ``bakeoff-exec-PID-XXXXXXXX`` in the temporary directory, PID
+#: the process that made it (and removes it when the run ends), the rest :func:`tempfile.mkdtemp`'s.
+_TEMP_PREFIX = "bakeoff-exec-"
+_TEMP_NAME = re.compile(r"bakeoff-exec-([1-9][0-9]*)-[a-z0-9_]{8}")
 
 
 @dataclass(frozen=True)
@@ -134,6 +140,45 @@ def copy_workdir(source: Path, into: Path, skip: Sequence[Path] = ()) -> Path:
 
     shutil.copytree(source, into, ignore=ignore, symlinks=True)
     return into
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (signal 0; a process of another user is alive too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: it exists, owned by someone else
+        return True
+    return True
+
+
+def remove_stale_workdirs(tmp: Path | None = None) -> list[Path]:
+    """Remove the temporary directories of runs whose process is gone (a ``kill -9`` of
+    ``bakeoff exec`` leaves its run's): only directories of this user named exactly
+    ``bakeoff-exec-PID-XXXXXXXX`` whose PID is not a live process. Returns those removed.
+
+    A PID reused by another process keeps its directory until that process ends too.
+    """
+    removed = []
+    where = Path(tmp if tmp is not None else tempfile.gettempdir())
+    try:
+        entries = list(os.scandir(where))
+    except OSError:
+        return removed
+    for entry in entries:
+        found = _TEMP_NAME.fullmatch(entry.name)
+        if found is None or int(found.group(1)) == os.getpid():
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        if not _alive(int(found.group(1))):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(Path(entry.path))
+    return removed
 
 
 def _death(code: int) -> tuple[str, str, str]:
@@ -200,11 +245,15 @@ def run_script(
     """Run ``script`` once in a copy of ``workdir`` under ``mapping`` (empty: as written);
     with ``audit`` (the target's device), audit where its work ran
     (:mod:`bakeoff.runner.script_worker`); with ``files``, read the files it wrote
-    (:mod:`bakeoff.script.outputs`; ``skip``, bakeoff's own files, never count)."""
+    (:mod:`bakeoff.script.outputs`; ``skip``, bakeoff's own files, never count).
+
+    The run's temporary directory is named after this process, so that a later run removes it
+    when this process was killed before it could (:func:`remove_stale_workdirs`)."""
     from bakeoff.runner.script_worker import PARENT_ENV, read_audit
     from bakeoff.script.capture import Captures
 
-    base = Path(tempfile.mkdtemp(prefix="bakeoff-exec-"))
+    remove_stale_workdirs()
+    base = Path(tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{os.getpid()}-"))
     try:
         work = copy_workdir(workdir, base / "work", skip)
         before = stamp(work, _SKIP_DIRS) if files else {}
