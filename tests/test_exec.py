@@ -2,8 +2,10 @@
 bundled test device, end to end through the CLI and the knowledge base.
 
 The seeded faults: bf16 autocast the test device cannot honour (flagged, and its losses differ
-from the reference's), a script that fails only off the CPU, one that hangs, one that exits 3.
-The clean control: the same inference script without the fault passes on the test device.
+from the reference's), a script that fails only off the CPU, one that hangs, one that exits 3,
+one value wrong in one file the script writes, a file written under another name.
+The clean controls: the same inference script without the fault passes on the test device, and
+so do the files the writing script leaves (its pickles listed, never loaded).
 """
 
 from __future__ import annotations
@@ -179,19 +181,21 @@ def test_bad_input_is_one_line_and_stores_nothing(tmp_path):
     assert not (tmp_path / "b.db").exists()
 
 
-def test_kill_9_of_bakeoff_takes_the_hung_script_with_it(tmp_path):
+def test_kill_9_of_bakeoff_takes_the_hung_script_with_it_and_the_next_run_removes_its_directory(tmp_path):
     import signal
     import time
 
     work = tmp_path / "work"
     work.mkdir()
     (work / "misbehaves.py").write_text((SCRIPTS / "misbehaves.py").read_text())
+    temp = tmp_path / "tmp"  # the runs' temporary directories
+    temp.mkdir()
     stderr = tmp_path / "stderr.txt"
     with open(stderr, "w") as err:
         process = subprocess.Popen(
             [sys.executable, "-m", "bakeoff", "exec", "misbehaves.py", "hang", "--on", "emu", "--no-audit",
              "--db", str(tmp_path / "b.db")],
-            cwd=work, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, **EMU_ENV},
+            cwd=work, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, **EMU_ENV, "TMPDIR": str(temp)},
         )  # fmt: skip
         deadline = time.monotonic() + 240
         while "running misbehaves.py on emu" not in stderr.read_text() and time.monotonic() < deadline:
@@ -221,6 +225,11 @@ def test_kill_9_of_bakeoff_takes_the_hung_script_with_it(tmp_path):
             time.sleep(0.5)
         assert not any(Path(f"/proc/{pid}").exists() for pid in hung)
     assert not (tmp_path / "b.db").exists()  # nothing half-stored
+    # the killed run could not remove its temporary directory; the next run does
+    assert list(temp.glob(f"bakeoff-exec-{process.pid}-*")), list(temp.iterdir())
+    ran = _exec(tmp_path, "misbehaves.py", "exit", "--on", "emu", "--no-audit", env={"TMPDIR": str(temp)})
+    assert ran.returncode == 0, ran.stderr
+    assert not list(temp.glob("bakeoff-exec-*")), list(temp.iterdir())
 
 
 def test_a_hugging_face_model_placed_by_device_map_auto_is_reported_left_on_the_host(tmp_path):
@@ -252,3 +261,69 @@ def test_a_hugging_face_model_placed_by_device_map_auto_is_reported_left_on_the_
     cuda_moves = "3x, first at " + _line("Scorer(model", "infer_hf_auto.py")  # the head's 2 tensors, the ids
     assert ledger["Tensor.cuda"].startswith(cuda_moves), ledger
     assert emu["correctness"]["verdict"] == "pass", emu["correctness"]
+
+
+def _outputs(tmp_path: Path, *args: str):
+    """``bakeoff exec writes_outputs.py ARGS --on emu`` with an input file beside it: (reference, emu)."""
+    (tmp_path / "work").mkdir(exist_ok=True)
+    (tmp_path / "work" / "inputs.json").write_text('{"scale": 2.0}')
+    ran = _exec(tmp_path, "writes_outputs.py", *args, "--on", "emu", "--no-audit", "--format", "json")
+    assert ran.returncode == 0, ran.stderr
+    doc = json.loads(ran.stdout)
+    reference, emu = doc["results"]
+    assert reference["status"] == "ok" and emu["status"] == "ok", (reference.get("error"), emu.get("error"))
+    return doc, reference, emu
+
+
+def test_files_the_script_writes_agree_on_the_test_device_and_its_pickles_are_never_loaded(tmp_path):
+    traps = tmp_path / "traps"
+    traps.mkdir()
+    doc, reference, emu = _outputs(tmp_path, "--pickle", str(traps))
+    correctness = emu["correctness"]
+    assert correctness["verdict"] == "pass", correctness["reason"]
+    judged = {o["name"]: o["passed"] for o in correctness["outputs"]}
+    assert {
+        "file:out/weights.safetensors:weight",
+        "file:out/weights.safetensors:bias",
+        "file:out/preds.npy",
+        "file:out/metrics.json:loss",
+        "file:out/metrics.json:history",
+        "file:out/metrics.json:steps",
+        "logits[0]",
+    } <= set(judged), judged
+    assert not any("inputs.json" in name for name in judged)  # read, not written
+    # the pickles are listed, never loaded: loading either would have created a directory
+    for result in (reference, emu):
+        assert (
+            "output file(s) out/model.pt, out/state.pkl not compared: pickle files are never loaded" in result["notes"]
+        )
+        assert not any("inputs.json" in note for note in result["notes"]), result["notes"]
+    assert not list(traps.iterdir())
+    assert doc["settings"]["exec"]["files"] is True
+
+
+@pytest.mark.parametrize(
+    ("fault", "name"),
+    [("weights", "file:out/weights.safetensors:weight"), ("preds", "file:out/preds.npy"),
+     ("metrics", "file:out/metrics.json:history")],
+)  # fmt: skip
+def test_a_wrong_value_in_one_written_file_fails_the_target_with_the_file_and_tensor_named(tmp_path, fault, name):
+    _, _, emu = _outputs(tmp_path, "--fault", fault)
+    correctness = emu["correctness"]
+    assert correctness["verdict"] == "fail"
+    failed = [o["name"] for o in correctness["outputs"] if not o["passed"]]
+    assert failed == [name], correctness
+    assert f"{name}: max abs error 0.01" in correctness["reason"]
+
+
+def test_a_file_the_target_did_not_write_fails_it_and_no_files_ignores_the_files(tmp_path):
+    _, _, emu = _outputs(tmp_path, "--divert")
+    correctness = emu["correctness"]
+    assert correctness["verdict"] == "fail" and "missing output file out/preds.npy" in correctness["reason"]
+    assert all(o["passed"] for o in correctness["outputs"]), correctness  # the other files agree
+    assert "output file(s) only this run wrote, not compared: out/preds_device.npy" in emu["notes"]
+    # --no-files: the wrong weights are not looked at, the captured logits still are
+    doc, _, emu = _outputs(tmp_path, "--fault", "weights", "--no-files")
+    assert emu["correctness"]["verdict"] == "pass"
+    assert [o["name"] for o in emu["correctness"]["outputs"]] == ["logits[0]"]
+    assert not any("output file" in note for note in emu["notes"]) and doc["settings"]["exec"]["files"] is False

@@ -163,6 +163,7 @@ def exec_script(
     seed: int = 0,
     audit: bool = True,
     workdir: PathLike | None = None,
+    files: bool = True,
     progress: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Run a script unchanged: as the reference, then on each target with its devices remapped;
@@ -184,6 +185,9 @@ def exec_script(
             calls) and what torch.compile did; False leaves placement "not audited".
         workdir: the directory each run gets a copy of and ``script`` is relative to (None: the
             current working directory).
+        files: compare the files each run wrote in its copy of the working directory
+            (safetensors, npy, npz and JSON, read without unpickling; see
+            :mod:`bakeoff.script.outputs`) with the reference's; False ignores them.
 
     Raises:
         SpecError: bad input (a missing script, an unknown target); nothing is stored.
@@ -225,7 +229,7 @@ def exec_script(
     return run_exec(
         store, path, list(args), parsed, reference=ref, source_devices=sources, strict=strict, captures=names,
         timeout_s=timeout_s, seed=seed, as_written=as_written or ref.device in sources, audit=audit,
-        progress=progress, keep_out=keep_out, workdir=folder,
+        progress=progress, keep_out=keep_out, workdir=folder, files=files,
     )  # fmt: skip
 
 
@@ -513,6 +517,7 @@ def exec_keywords(run: RunResult) -> dict[str, Any]:
         "timeout_s": float(stored.get("timeout_s", _DEFAULT.timeout_s)),
         "seed": int(stored.get("seed", 0)),
         "audit": bool(stored.get("audit", True)),
+        "files": bool(stored.get("files", True)),
         "workdir": stored["workdir"],
     }
 

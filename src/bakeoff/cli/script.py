@@ -39,6 +39,8 @@ __all__ = ["exec_command"]
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of random, numpy and torch.")
 @click.option("--no-audit", "no_audit", is_flag=True,
               help="Do not audit where each target's work ran (it costs time on tiny ops).")  # fmt: skip
+@click.option("--no-files", "no_files", is_flag=True,
+              help="Do not compare the files the script writes (safetensors, npy, npz, JSON).")  # fmt: skip
 @verbose_option
 @db_option
 @format_option
@@ -53,6 +55,7 @@ def exec_command(
     timeout_s: float,
     seed: int,
     no_audit: bool,
+    no_files: bool,
     verbose: bool,
     db: str | None,
     fmt: str,
@@ -62,8 +65,9 @@ def exec_command(
     Options bakeoff knows are read anywhere on the line; every other argument goes to the
     script, in order (put the script's own arguments after `--` where a name clashes). Each
     run is a fresh process in a copy of the working directory. The losses the script calls
-    backward() on, the --capture'd return values and bakeoff.capture(name, value) calls are
-    compared with the reference's; every rewrite is listed with its count and call site.
+    backward() on, the --capture'd return values, bakeoff.capture(name, value) calls and the
+    files it writes (safetensors, npy, npz, JSON; pickles are never loaded) are compared with
+    the reference's; every rewrite is listed with its count and call site.
     Exit code: 0 when the runs were made, 1 with --strict when a target failed, 2 on bad input.
     """
     from bakeoff import api
@@ -82,6 +86,7 @@ def exec_command(
             timeout_s=timeout_s,
             seed=seed,
             audit=not no_audit,
+            files=not no_files,
             progress=progress(),
         )
     _finish_run(run, fmt, db, strict, verbose=verbose)

@@ -10,9 +10,14 @@ signal or hangs past the timeout is recorded as that target's failure; the other
 
 What each run captured (its losses, ``--capture``'d return values, ``bakeoff.capture`` calls) is
 compared with the reference's by the correctness check's own rules, capture by capture and call
-by call; the remapper's ledger (every rewrite with its count and first call site) becomes the
-target's adjustments, and a rewrite that may change numerics becomes a note. The run is stored
-as a run of a ``script:`` workload whose fingerprint is the script's source and argv.
+by call, and so are the files it wrote in its copy of the working directory (new or changed:
+safetensors, npy, npz and JSON, read by :mod:`bakeoff.script.outputs` without unpickling
+anything), file by file and tensor by tensor, as captures named ``file:PATH``; a file the
+reference wrote that a target did not is that target's failure, and files not read (pickles,
+other formats, over the size caps, malformed) are notes. The remapper's ledger (every rewrite
+with its count and first call site) becomes the target's adjustments, and a rewrite that may
+change numerics becomes a note. The run is stored as a run of a ``script:`` workload whose
+fingerprint is the script's source and argv.
 
 Each target's run (never the reference's) is audited over the whole script: where its ops ran,
 host fallbacks, copies and syncs with their lines in the script, parameters left on the host,
@@ -21,9 +26,10 @@ repeated copies of host state, and what ``torch.compile`` did; they are the targ
 :mod:`bakeoff.runner.script_worker` for what the audit cannot see and what it costs: the
 target's wall time includes it, and a note says so).
 
-What it cannot see (yet): files the script writes, the timing of spans between captures, and
-child processes the script starts (they run unmapped and unaudited). A single run per target is a single
-observation of its wall time, and is said to be one.
+What it cannot see (yet): the timing of spans between captures, child processes the script
+starts (they run unmapped and unaudited), files the script writes outside its working directory
+or in a format not read here (pickles are never loaded), and files it deletes. A single run per
+target is a single observation of its wall time, and is said to be one.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -48,22 +55,37 @@ from bakeoff.env import capture_environment
 from bakeoff.errors import SpecError
 from bakeoff.results.librarylog import LibraryLog
 from bakeoff.results.values import ErrorInfo, Latency, RunResult, TargetResult
+from bakeoff.script.outputs import Outputs, read_outputs, stamp, written
 from bakeoff.store.db import Store
 from bakeoff.target.detect import unavailable_reason
 from bakeoff.target.spec import Target
 
-__all__ = ["ScriptRun", "copy_workdir", "flatten_captures", "run_script", "script_workload"]
+__all__ = [
+    "ScriptRun",
+    "compare_captures",
+    "copy_workdir",
+    "flatten_captures",
+    "flatten_files",
+    "remove_stale_workdirs",
+    "run_script",
+    "script_workload",
+]
 
 #: Directories never copied into a run's working directory.
 _SKIP_DIRS = frozenset({".git", ".hg", ".venv", "venv", "__pycache__", "node_modules", ".mypy_cache", ".ruff_cache"})
 #: The largest working directory a run copies (bytes); a larger one needs --workdir.
 MAX_WORKDIR_BYTES = 512 * 2**20
+#: A run's temporary directory: ``bakeoff-exec-PID-XXXXXXXX`` in the temporary directory, PID
+#: the process that made it (and removes it when the run ends), the rest :func:`tempfile.mkdtemp`'s.
+_TEMP_PREFIX = "bakeoff-exec-"
+_TEMP_NAME = re.compile(r"bakeoff-exec-([1-9][0-9]*)-[a-z0-9_]{8}")
 
 
 @dataclass(frozen=True)
 class ScriptRun:
     """One run of the script: what the launcher wrote (``result``, the captures by name and
-    call) and how the process ended (``status`` ok or error, with ``error``)."""
+    call), how the process ended (``status`` ok or error, with ``error``) and the files it wrote
+    in its working directory (``outputs``; None when they were not looked at)."""
 
     status: str
     wall_s: float | None
@@ -72,6 +94,7 @@ class ScriptRun:
     error: ErrorInfo | None = None
     log: tuple[dict[str, Any], ...] = ()
     audit: dict[str, Any] | None = None
+    outputs: Outputs | None = None
 
 
 def script_workload(script: Path, argv: Sequence[str], shown: Path | None = None) -> dict[str, Any]:
@@ -118,6 +141,45 @@ def copy_workdir(source: Path, into: Path, skip: Sequence[Path] = ()) -> Path:
 
     shutil.copytree(source, into, ignore=ignore, symlinks=True)
     return into
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (signal 0; a process of another user is alive too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: it exists, owned by someone else
+        return True
+    return True
+
+
+def remove_stale_workdirs(tmp: Path | None = None) -> list[Path]:
+    """Remove the temporary directories of runs whose process is gone (a ``kill -9`` of
+    ``bakeoff exec`` leaves its run's): only directories of this user named exactly
+    ``bakeoff-exec-PID-XXXXXXXX`` whose PID is not a live process. Returns those removed.
+
+    A PID reused by another process keeps its directory until that process ends too.
+    """
+    removed = []
+    where = Path(tmp if tmp is not None else tempfile.gettempdir())
+    try:
+        entries = list(os.scandir(where))
+    except OSError:
+        return removed
+    for entry in entries:
+        found = _TEMP_NAME.fullmatch(entry.name)
+        if found is None or int(found.group(1)) == os.getpid():
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        if not _alive(int(found.group(1))):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(Path(entry.path))
+    return removed
 
 
 def _death(code: int) -> tuple[str, str, str]:
@@ -179,16 +241,23 @@ def run_script(
     timeout_s: float = 600.0,
     skip: Sequence[Path] = (),
     audit: str | None = None,
+    files: bool = True,
 ) -> ScriptRun:
     """Run ``script`` once in a copy of ``workdir`` under ``mapping`` (empty: as written);
     with ``audit`` (the target's device), audit where its work ran
-    (:mod:`bakeoff.runner.script_worker`)."""
+    (:mod:`bakeoff.runner.script_worker`); with ``files``, read the files it wrote
+    (:mod:`bakeoff.script.outputs`; ``skip``, bakeoff's own files, never count).
+
+    The run's temporary directory is named after this process, so that a later run removes it
+    when this process was killed before it could (:func:`remove_stale_workdirs`)."""
     from bakeoff.runner.script_worker import PARENT_ENV, read_audit
     from bakeoff.script.capture import Captures
 
-    base = Path(tempfile.mkdtemp(prefix="bakeoff-exec-"))
+    remove_stale_workdirs()
+    base = Path(tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{os.getpid()}-"))
     try:
         work = copy_workdir(workdir, base / "work", skip)
+        before = stamp(work, _SKIP_DIRS) if files else {}
         out = base / "out"
         out.mkdir()
         relative = (
@@ -227,18 +296,24 @@ def run_script(
         error = _failure(code, result, out, timeout_s)
         wall = result.get("wall_s") if code is not None else None
         audited = read_audit(out) if audit else None
-        return ScriptRun("ok" if error is None else "error", wall, result, captured, error, log.entries(), audited)
+        outputs = None
+        if files:
+            ours = {p.resolve().relative_to(workdir.resolve()).as_posix() for p in skip if _inside(p, workdir)}
+            outputs = read_outputs(work, written(work, before, _SKIP_DIRS, ours))
+        status = "ok" if error is None else "error"
+        return ScriptRun(status, wall, result, captured, error, log.entries(), audited, outputs)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def flatten_captures(captures: Mapping[str, list[Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(tensors, others)``: every captured tensor and number as a tensor keyed
-    ``NAME[CALL]PATH``, and the strings and Nones under the same keys (compared exactly)."""
-    import torch
+def _inside(path: Path, directory: Path) -> bool:
+    return path.resolve().is_relative_to(directory.resolve())
 
-    tensors: dict[str, Any] = {}
-    others: dict[str, Any] = {}
+
+def _walker(tensors: dict[str, Any], others: dict[str, Any]) -> Callable[[str, Any], None]:
+    """A function that files a captured value's leaves under ``KEY.PATH``: tensors and numbers
+    (as tensors) in ``tensors``, strings and Nones in ``others``."""
+    import torch
 
     def walk(key: str, value: Any) -> None:
         if isinstance(value, torch.Tensor):
@@ -254,26 +329,97 @@ def flatten_captures(captures: Mapping[str, list[Any]]) -> tuple[dict[str, Any],
         else:
             others[key] = value
 
+    return walk
+
+
+def flatten_captures(captures: Mapping[str, list[Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(tensors, others)``: every captured tensor and number as a tensor keyed
+    ``NAME[CALL]PATH``, and the strings and Nones under the same keys (compared exactly)."""
+    tensors: dict[str, Any] = {}
+    others: dict[str, Any] = {}
+    walk = _walker(tensors, others)
     for name, calls in captures.items():
         for index, value in enumerate(calls):
             walk(f"{name}[{index}]", value)
     return tensors, others
 
 
+def flatten_files(files: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(tensors, others)`` of the files a run wrote (:class:`~bakeoff.script.outputs.Outputs`'s
+    values) like :func:`flatten_captures`'s: a file's value keyed ``file:PATH``, or for a dict or
+    list (a safetensors or npz file's tensors, a JSON document's members) ``file:PATH:NAME``."""
+    tensors: dict[str, Any] = {}
+    others: dict[str, Any] = {}
+    walk = _walker(tensors, others)
+    for path, value in files.items():
+        key = f"file:{path}"
+        members = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else None
+        if members is None:
+            walk(key, value)
+        for name, member in members or ():
+            walk(f"{key}:{name}", member)
+    return tensors, others
+
+
+def _flatten(captures: Mapping[str, list[Any]], files: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    tensors, others = flatten_captures(captures)
+    file_tensors, file_others = flatten_files(files)
+    return {**tensors, **file_tensors}, {**others, **file_others}
+
+
+def _listed(paths: Sequence[str], most: int = 5) -> str:
+    more = f" (and {len(paths) - most} more)" if len(paths) > most else ""
+    return ", ".join(paths[:most]) + more
+
+
 def compare_captures(run: ScriptRun, reference: ScriptRun, reference_name: str) -> Correctness:
-    """The target's captures against the reference's, by the correctness check's rules (each
-    tensor in its own dtype's tolerance; strings exactly)."""
-    if not reference.captures:
-        return Correctness("not_comparable", "the reference run captured nothing to compare", reference_name)
-    tensors, others = flatten_captures(run.captures)
-    ref_tensors, ref_others = flatten_captures(reference.captures)
+    """The target's captures and files against the reference's, by the correctness check's rules
+    (each tensor in its own dtype's tolerance; strings exactly).
+
+    A file the reference wrote is compared where both runs read it, per tensor; one the target
+    did not write is missing, and one it wrote but could not read (where the reference's was
+    read) is wrong: both fail. A file only the target wrote, or one either run did not read for
+    a reason other than a reader's error (a pickle, a format or size not read), is a note
+    (:func:`_file_notes`), not compared."""
+    ref_files = reference.outputs or Outputs()
+    files = run.outputs or Outputs()
+    problems = [f"missing output file {path}" for path in sorted(ref_files.paths() - files.paths())]
+    problems += [
+        f"output file {path} {files.skipped[path]} (the reference's was read)"
+        for path in ref_files.values
+        if files.skipped.get(path, "").startswith("unreadable")
+    ]
+    both = [path for path in ref_files.values if path in files.values]
+    if not reference.captures and not both and not problems:
+        said = "captured nothing" + (" and wrote no file it reads" if reference.outputs is not None else "")
+        return Correctness("not_comparable", f"the reference run {said} to compare", reference_name)
+    tensors, others = _flatten(run.captures, {path: files.values[path] for path in both})
+    ref_tensors, ref_others = _flatten(reference.captures, {path: ref_files.values[path] for path in both})
     dtypes = {key: str(value.dtype).removeprefix("torch.") for key, value in ref_tensors.items()}
     judged = compare_outputs(tensors, ref_tensors, None, "float32", reference_name, dtypes=dtypes)
     differ = [key for key, value in ref_others.items() if others.get(key, object()) != value]
     if differ:
-        reason = "; ".join(filter(None, [judged.reason, "captured values differ: " + ", ".join(differ[:5])]))
+        problems.append("captured values differ: " + ", ".join(differ[:5]))
+    if problems:
+        reason = "; ".join(filter(None, [*problems, judged.reason]))
         return Correctness("fail", reason, reference_name, judged.tolerance, judged.outputs)
     return judged
+
+
+def _file_notes(run: ScriptRun, reference: ScriptRun) -> list[str]:
+    """What a target's comparison left out of its files: those only it wrote, and those the
+    reference wrote but did not read while the target did (its own unread files are in
+    :func:`_notes`)."""
+    if run.outputs is None or reference.outputs is None:
+        return []
+    notes = []
+    only = sorted(run.outputs.paths() - reference.outputs.paths())
+    if only:
+        notes.append(f"output file(s) only this run wrote, not compared: {_listed(only)}")
+    unread = sorted(p for p in run.outputs.values if p in reference.outputs.skipped)
+    if unread:
+        notes.append(f"output file(s) {_listed(unread)} not compared: the reference's were not read")
+    return notes
 
 
 def _now() -> str:
@@ -309,10 +455,16 @@ def _notes(run: ScriptRun) -> list[str]:
             notes.append(f"wall time includes the placement audit, {spent:.3g} s of it recording ops")
     if audit.get("error"):
         notes.append(f"placement audit: {audit['error']}")
+    unread: dict[str, list[str]] = {}
+    for path, why in (run.outputs.skipped if run.outputs is not None else {}).items():
+        unread.setdefault(why, []).append(path)
+    notes.extend(f"output file(s) {_listed(paths)} not compared: {why}" for why, paths in unread.items())
     return notes
 
 
-def _result(target: Target, run: ScriptRun, is_reference: bool, correctness: Correctness | None) -> TargetResult:
+def _result(
+    target: Target, run: ScriptRun, is_reference: bool, correctness: Correctness | None, notes: Sequence[str] = ()
+) -> TargetResult:
     checks: dict[str, Any] = {"correctness": correctness} if correctness is not None else {}
     for name in ("placement", "compilation"):
         value = (run.audit or {}).get(name)
@@ -325,7 +477,7 @@ def _result(target: Target, run: ScriptRun, is_reference: bool, correctness: Cor
         is_reference=is_reference,
         latency=latency,
         adjustments=tuple(_adjustments(run)),
-        notes=tuple(_notes(run)),
+        notes=(*_notes(run), *notes),
         error=run.error,
         log=run.log,
         checks=checks,
@@ -349,14 +501,17 @@ def exec_script(
     audit: bool = True,
     keep_out: Sequence[Path] = (),
     workdir: Path | None = None,
+    files: bool = True,
 ) -> RunResult:
     """Run ``script`` as the reference (as written when ``as_written``, else remapped to
     ``reference``'s device) and on each target, compare, store and return the run. With
     ``audit``, each target's run (not the reference's) is audited for where its work ran and
     what ``torch.compile`` did: its ``placement`` and ``compilation`` checks. ``keep_out``: files
-    of the working directory never copied into a run's (the knowledge base and its journals).
-    ``workdir``: the directory each run gets a copy of, ``script`` relative to it (None: the
-    current one); it is stored, so that ``rerun`` can run the script again from there."""
+    of the working directory never copied into a run's (the knowledge base and its journals),
+    and never counted as the script's. With ``files``, the files each run wrote are compared
+    with the reference's (:func:`compare_captures`). ``workdir``: the directory each run gets a
+    copy of, ``script`` relative to it (None: the current one); it is stored, so that ``rerun``
+    can run the script again from there."""
     say = progress or (lambda _msg: None)
     workdir = (Path.cwd() if workdir is None else Path(workdir)).resolve()
     located = script if script.is_absolute() else workdir / script
@@ -368,7 +523,7 @@ def exec_script(
         mapping = {src: target.torch_device for src in source_devices} if remap else {}
         return run_script(
             located, argv, workdir, mapping, strict=strict, captures=captures, seed=seed, timeout_s=timeout_s,
-            skip=db_files, audit=target.torch_device if audited else None,
+            skip=db_files, audit=target.torch_device if audited else None, files=files,
         )  # fmt: skip
 
     say(f"running {script.name} as the reference on {'its own device' if as_written else reference.spec}")
@@ -389,7 +544,8 @@ def exec_script(
         correctness = (
             compare_captures(run, ref_run, reference_name) if run.status == "ok" and ref_run.status == "ok" else None
         )
-        results.append(_result(target, run, False, correctness))
+        notes = _file_notes(run, ref_run) if correctness is not None else []
+        results.append(_result(target, run, False, correctness, notes))
     done = results  # one run a side: no speed-up is claimed from single observations
     notes = [] if as_written else [f"the reference ran on {reference.spec}, remapped like the targets"]
     run = RunResult(
@@ -411,6 +567,7 @@ def exec_script(
                 "as_written": as_written,
                 "audit": audit,
                 "workdir": str(workdir),
+                "files": files,
             },
         },
     )
