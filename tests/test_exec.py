@@ -142,6 +142,34 @@ def test_captured_values_agree_on_the_test_device_and_a_target_only_failure_is_r
     assert emu["error"]["type"] == "RuntimeError"
 
 
+def test_module_captures_fail_exactly_the_scaled_module_and_those_after_it(tmp_path):
+    ran = _exec(tmp_path, "modules_cuda.py", "--scale-off-cpu", "--on", "emu", "--capture-modules", "Net*",
+                "--capture-modules", "Conv*", "--format", "json")  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    doc = json.loads(ran.stdout)
+    emu = doc["results"][1]
+    assert emu["status"] == "ok", emu.get("error")
+    verdicts = {o["name"]: o["passed"] for o in emu["correctness"]["outputs"]}
+    assert emu["correctness"]["verdict"] == "fail" and len(verdicts) == 9 * 3, verdicts
+    failed = {name.split("[")[0] for name, passed in verdicts.items() if not passed}
+    # the seeded fault: the mlp block's output is scaled; its own layers and those before it agree
+    assert failed == {"module:Net.mlp", "module:Net.head", "module:Net"}, failed
+    assert all(verdicts[f"module:Net.{n}[2]"] for n in ("encoder", "encoder.0", "mlp.fc1", "mlp.act", "mlp.fc2"))
+    assert "no module call matched --capture-modules Conv*" in emu["notes"]
+    assert doc["settings"]["exec"]["capture_modules"] == ["Net*", "Conv*"]
+    # bakeoff's copies of the captured outputs are not the script's
+    assert emu["placement"]["transfers"]["device_to_host"]["count"] == 0
+    # the clean control: the same model without the fault passes, module by module
+    clean = _exec(tmp_path, "modules_cuda.py", "--on", "emu", "--capture-modules", "Net.mlp*", "--no-audit",
+                  "--format", "json")  # fmt: skip
+    assert clean.returncode == 0, clean.stderr
+    emu = json.loads(clean.stdout)["results"][1]
+    assert emu["correctness"]["verdict"] == "pass", emu["correctness"]
+    assert {o["name"].split("[")[0] for o in emu["correctness"]["outputs"]} == {
+        f"module:Net.mlp{n}" for n in ("", ".fc1", ".act", ".fc2")
+    }
+
+
 @pytest.mark.parametrize(
     ("how", "timeout", "category", "said"),
     [("hang", "10", "timeout", "no end within 10 s"), ("exit", "300", "exception", "exited with code 3"),
@@ -163,6 +191,7 @@ def test_bad_input_is_one_line_and_stores_nothing(tmp_path):
     for args, line in (
         (["missing.py"], "no script at missing.py"),
         (["misbehaves.py", "--capture", "nocolon"], "--capture nocolon"),
+        (["misbehaves.py", "--capture-modules", " "], "--capture-modules ' ' (an empty pattern matches no module"),
         (["misbehaves.py", "--on", "cdua"], "unknown device 'cdua'"),
     ):
         ran = _exec(tmp_path, "misbehaves.py", *args[1:]) if args[0] != "missing.py" else subprocess.run(

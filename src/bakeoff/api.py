@@ -162,6 +162,7 @@ def exec_script(
     timeout_s: float = _DEFAULT.timeout_s,
     seed: int = 0,
     audit: bool = True,
+    capture_modules: str | Iterable[str] = (),
     progress: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Run a script unchanged: as the reference, then on each target with its devices remapped;
@@ -181,6 +182,9 @@ def exec_script(
         timeout_s: a run still going after this long is stopped and recorded as a timeout.
         audit: audit where each target's work ran over the whole script (its first 20,000 op
             calls) and what torch.compile did; False leaves placement "not audited".
+        capture_modules: glob patterns (``*.mlp``, ``Linear``) of module qualified names or
+            class names whose outputs are compared call by call, as ``module:QUALNAME``
+            captures (at most 8 calls per module; see :mod:`bakeoff.script.modules`).
 
     Raises:
         SpecError: bad input (a missing script, an unknown target); nothing is stored.
@@ -189,6 +193,7 @@ def exec_script(
 
     from bakeoff.errors import SpecError
     from bakeoff.runner.script import exec_script as run_exec
+    from bakeoff.script.modules import check_pattern
     from bakeoff.target.detect import unavailable_reason
     from bakeoff.target.spec import parse_target
 
@@ -206,6 +211,11 @@ def exec_script(
         module, _, function = name.partition(":")
         if not module or not function:
             raise SpecError(f"--capture {name}", hint="give module:function, e.g. infer:postprocess")
+    patterns = [capture_modules] if isinstance(capture_modules, str) else list(capture_modules)
+    for pattern in patterns:
+        problem = check_pattern(pattern)
+        if problem is not None:
+            raise SpecError(f"--capture-modules {pattern!r}", hint=problem)
     parsed = _targets(on)
     as_written = reference is None and unavailable_reason(parse_target(sources[0])) is None
     ref = parse_target(reference or ("cpu" if not as_written else sources[0]))
@@ -219,7 +229,7 @@ def exec_script(
     return run_exec(
         store, path, list(args), parsed, reference=ref, source_devices=sources, strict=strict, captures=names,
         timeout_s=timeout_s, seed=seed, as_written=as_written or ref.device in sources, audit=audit,
-        progress=progress, keep_out=keep_out,
+        progress=progress, keep_out=keep_out, capture_modules=patterns,
     )  # fmt: skip
 
 

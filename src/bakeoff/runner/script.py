@@ -48,6 +48,7 @@ from bakeoff.env import capture_environment
 from bakeoff.errors import SpecError
 from bakeoff.results.librarylog import LibraryLog
 from bakeoff.results.values import ErrorInfo, Latency, RunResult, TargetResult
+from bakeoff.script.modules import MAX_CALLS_PER_MODULE, MAX_MODULE_BYTES
 from bakeoff.store.db import Store
 from bakeoff.target.detect import unavailable_reason
 from bakeoff.target.spec import Target
@@ -178,6 +179,7 @@ def run_script(
     timeout_s: float = 600.0,
     skip: Sequence[Path] = (),
     audit: str | None = None,
+    capture_modules: Sequence[str] = (),
 ) -> ScriptRun:
     """Run ``script`` once in a copy of ``workdir`` under ``mapping`` (empty: as written);
     with ``audit`` (the target's device), audit where its work ran
@@ -201,6 +203,7 @@ def run_script(
         command += [arg for src, dst in mapping.items() for arg in ("--map", f"{src}={dst}")]
         command += ["--strict"] if strict else []
         command += [arg for name in captures for arg in ("--capture", name)]
+        command += [arg for pattern in capture_modules for arg in ("--capture-modules", pattern)]
         command += ["--", path, *argv]
         env = {**os.environ, "PYTHONHASHSEED": str(seed), PARENT_ENV: str(os.getpid())}
         with open(out / "stdout.txt", "wb") as stdout, open(out / "stderr.txt", "wb") as stderr:
@@ -298,6 +301,15 @@ def _notes(run: ScriptRun) -> list[str]:
     missing = run.result.get("captures_missing") or []
     if missing:
         notes.append("never called, so not captured: " + ", ".join(missing))
+    unmatched = run.result.get("modules_unmatched") or []
+    if unmatched:
+        notes.append("no module call matched --capture-modules " + ", ".join(unmatched))
+    capped = run.result.get("module_calls_capped") or 0
+    if capped:
+        notes.append(
+            f"{capped} module call(s) past the cap not captured (at most {MAX_CALLS_PER_MODULE} calls per "
+            f"module, {MAX_MODULE_BYTES >> 20} MiB in all)"
+        )
     if run.wall_s is not None:
         notes.append(f"wall time {run.wall_s:.3g} s is a single observation (one run)")
     audit = run.audit or {}
@@ -347,12 +359,15 @@ def exec_script(
     progress: Callable[[str], None] | None = None,
     audit: bool = True,
     keep_out: Sequence[Path] = (),
+    capture_modules: Sequence[str] = (),
 ) -> RunResult:
     """Run ``script`` as the reference (as written when ``as_written``, else remapped to
     ``reference``'s device) and on each target, compare, store and return the run. With
     ``audit``, each target's run (not the reference's) is audited for where its work ran and
     what ``torch.compile`` did: its ``placement`` and ``compilation`` checks. ``keep_out``: files
-    of the working directory never copied into a run's (the knowledge base and its journals)."""
+    of the working directory never copied into a run's (the knowledge base and its journals).
+    ``capture_modules``: glob patterns of module names whose outputs are compared call by call
+    (:mod:`bakeoff.script.modules`)."""
     say = progress or (lambda _msg: None)
     workdir = Path.cwd()
     db_files = [Path(f"{path}{suffix}") for path in keep_out for suffix in ("", "-wal", "-shm", "-journal")]
@@ -363,7 +378,7 @@ def exec_script(
         mapping = {src: target.torch_device for src in source_devices} if remap else {}
         return run_script(
             script, argv, workdir, mapping, strict=strict, captures=captures, seed=seed, timeout_s=timeout_s,
-            skip=db_files, audit=target.torch_device if audited else None,
+            skip=db_files, audit=target.torch_device if audited else None, capture_modules=capture_modules,
         )  # fmt: skip
 
     say(f"running {script.name} as the reference on {'its own device' if as_written else reference.spec}")
@@ -401,6 +416,7 @@ def exec_script(
                 "map": list(source_devices),
                 "strict": strict,
                 "captures": list(captures),
+                "capture_modules": list(capture_modules),
                 "seed": seed,
                 "timeout_s": timeout_s,
                 "as_written": as_written,

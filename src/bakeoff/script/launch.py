@@ -3,7 +3,8 @@
 ::
 
     python -m bakeoff.script.launch --out OUTDIR [--map cuda=DEVICE]... [--strict]
-        [--capture MODULE:FUNCTION]... [--seed N] [--no-losses] -- SCRIPT [ARGS...]
+        [--capture MODULE:FUNCTION]... [--capture-modules PATTERN]... [--seed N] [--no-losses]
+        -- SCRIPT [ARGS...]
 
 A runner spawns this in a fresh process whose working directory is a copy of the user's, enforces
 the timeout by killing it, and reads what it wrote. The script runs as ``python SCRIPT ARGS``
@@ -23,6 +24,10 @@ rewrite), two files are written to ``OUTDIR``, captures first, each atomically:
 
 The process exits with the script's code: 0, the code of its ``SystemExit``, or 1 for an uncaught
 exception (its traceback printed to stderr as Python would, without the launcher's frames).
+
+``--capture-modules PATTERN`` records the outputs of every module call whose qualified name
+(``Net.encoder.0``) or class name matches the glob, as ``module:QUALNAME`` captures, up to a
+cap per module (:mod:`bakeoff.script.modules`).
 
 ``--capture MODULE:FUNCTION`` records each return value of a function under that name, call by
 call. MODULE is a module's ``__name__`` or the script's file stem (``infer:postprocess`` for
@@ -74,6 +79,7 @@ from bakeoff.errors import BakeoffError, RemapError
 from bakeoff.script.capture import Captures, recording
 from bakeoff.script.devices import DeviceMap
 from bakeoff.script.ledger import Rewrite
+from bakeoff.script.modules import ModuleCalls, check_pattern
 
 _STARTED = time.perf_counter()
 
@@ -113,7 +119,9 @@ class LaunchResult(Value):
     """What one launch did: ``result.json``. ``ledger`` holds the remap's rewrites (empty without
     ``--map``), ``numerics`` the APIs of those flagged as changing numerics, ``captures`` the number
     of calls captured per name (``loss`` included), ``captures_missing`` the ``--capture`` names
-    never called, ``capture_errors`` the first reason a ``--capture`` value could not be kept."""
+    never called, ``capture_errors`` the first reason a ``--capture`` value could not be kept;
+    ``capture_modules`` the ``--capture-modules`` patterns, ``modules_unmatched`` those no called
+    module matched, ``module_calls_capped`` the matching calls past the cap, not recorded."""
 
     format: int
     exit_code: int
@@ -130,6 +138,9 @@ class LaunchResult(Value):
     seed: int = 0
     losses: bool = True
     argv: tuple[str, ...] = ()
+    capture_modules: tuple[str, ...] = ()
+    modules_unmatched: tuple[str, ...] = ()
+    module_calls_capped: int = 0
 
 
 def read_result(out: str | Path) -> LaunchResult:
@@ -298,6 +309,7 @@ def launch(
     capture: Sequence[str] = (),
     seed: int = 0,
     losses: bool = True,
+    capture_modules: Sequence[str] = (),
     started_at: float | None = None,
     around: Callable[[Path], AbstractContextManager[Any]] | None = None,
 ) -> LaunchResult:
@@ -310,6 +322,7 @@ def launch(
         mapping: ``{"cuda": "cpu"}``; empty or None: no remap (the script as written).
         strict: refuse a numerics-changing rewrite (the run ends with a ``remap`` error).
         capture: ``MODULE:FUNCTION`` names whose return values to record.
+        capture_modules: glob patterns of module names (or class names) whose outputs to record.
         losses: capture every ``backward()``'s tensor under ``loss``.
         started_at: the :func:`time.perf_counter` time ``startup_s`` counts from (the command
             line: the launcher's first statement; by default, this call).
@@ -328,6 +341,7 @@ def launch(
     remapper: Any = None
     captures = Captures()
     returns: _Returns | None = None
+    modules: ModuleCalls | None = None
     wall_s = 0.0
     startup_s = 0.0
     try:  # the setup: anything failing here is bakeoff's or the remap's, not the script's
@@ -353,12 +367,15 @@ def launch(
             with recording(losses=losses) as recorded:
                 captures = recorded
                 returns = _Returns(capture, script, recorded) if capture else None
+                modules = ModuleCalls(capture_modules, recorded) if capture_modules else None
                 if remapper is not None:
                     remapper.install()
                 try:
                     with around(out) if around is not None else nullcontext():
                         if returns is not None:
                             returns.install()
+                        if modules is not None:
+                            modules.install()
                         started = time.perf_counter()
                         startup_s = started - started_at
                         try:
@@ -367,6 +384,8 @@ def launch(
                             wall_s = time.perf_counter() - started
                             if returns is not None:
                                 returns.uninstall()
+                            if modules is not None:
+                                modules.uninstall()
                 finally:
                     if remapper is not None:
                         try:
@@ -406,12 +425,15 @@ def launch(
         numerics=tuple(r.api for r in ledger if r.numerics),
         captures=counts,
         captures_missing=tuple(s for s in capture if not counts.get(s)),
-        capture_errors=dict(returns.errors) if returns is not None else {},
+        capture_errors={**(returns.errors if returns else {}), **(modules.errors if modules else {})},
         strict=strict,
         mapping=mapping,
         seed=seed,
         losses=losses,
         argv=(script, *args),
+        capture_modules=tuple(capture_modules),
+        modules_unmatched=modules.unmatched if modules is not None else (),
+        module_calls_capped=modules.capped if modules is not None else 0,
     )
     _write_atomically(out / RESULT, lambda tmp: tmp.write_text(json.dumps(result.to_dict(), indent=1) + "\n"))
     return result
@@ -442,6 +464,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--strict", action="store_true", help="fail on a rewrite that may change numerics")
     parser.add_argument(
         "--capture", action="append", default=[], metavar="MODULE:FUNCTION", help="record a function's returns"
+    )
+    parser.add_argument(
+        "--capture-modules", action="append", default=[], metavar="PATTERN", help="record matching modules' outputs"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of random, torch and numpy (default 0)")
     parser.add_argument("--no-losses", action="store_true", help="do not capture every backward()'s loss")
@@ -478,6 +503,10 @@ def _parse(argv: Sequence[str]) -> tuple[argparse.Namespace, str, list[str], dic
         module, sep, qualname = spec.partition(":")
         if not sep or not _MODULE.match(module) or not _QUALNAME.match(qualname):
             raise _UsageError(f"malformed --capture {spec!r}: expected MODULE:FUNCTION, e.g. infer:postprocess")
+    for pattern in options.capture_modules:
+        problem = check_pattern(pattern)
+        if problem is not None:
+            raise _UsageError(f"malformed --capture-modules {pattern!r}: {problem}")
     if not 0 <= options.seed < 2**32:
         raise _UsageError(f"--seed {options.seed} is out of range: 0 to 2**32-1")
     return options, script, rest[1:], mapping
@@ -507,6 +536,7 @@ def main(
             capture=list(dict.fromkeys(options.capture)),
             seed=options.seed,
             losses=not options.no_losses,
+            capture_modules=list(dict.fromkeys(options.capture_modules)),
             started_at=_STARTED,
             around=around,
         )
