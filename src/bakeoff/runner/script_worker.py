@@ -26,8 +26,10 @@ What the audit counts, on a device that is not the host:
 * host syncs (``.item()``, ``nonzero``...; :data:`~bakeoff.checks.dispatch_audit.HOST_SYNC_OPS`),
   with the first call site of each;
 * parameters and buffers on the host of every ``nn.Module`` the script ran (a global forward
-  hook: checked each time a module runs until it is clean), and a Hugging Face ``hf_device_map``
-  placing modules on the cpu or disk;
+  hook: checked each time a module runs until it is clean; not inside a graph dynamo traces,
+  where the hook would break the graph: a compiled module's parameters are seen through the ops
+  of an ``eager`` or ``aot_eager`` graph only), and a Hugging Face ``hf_device_map`` placing
+  modules on the cpu or disk;
 * ``torch.compile``: dynamo's own counters and logs (:class:`~bakeoff.target.dynamo.CompileWatch`),
   from the script's first call of ``torch.compile``: graphs, graph breaks with their source
   lines, recompilations with their reasons.
@@ -129,6 +131,7 @@ class ScriptAudit:
         self._watch: Any = None
         self._emu = False
         self.recorder: PlacementRecorder | None = None
+        self._compiling: Any = lambda: False
 
     # -- setup and teardown -----------------------------------------------------------------
 
@@ -199,6 +202,7 @@ class ScriptAudit:
 
         Captures.add = add  # type: ignore[method-assign]
         self._undo.append(lambda: setattr(Captures, "add", original_add))
+        self._compiling = torch.compiler.is_compiling
         hooks = torch.nn.modules.module
         pre = hooks.register_module_forward_pre_hook(self._entered)
         post = hooks.register_module_forward_hook(self._left, always_call=True)
@@ -249,6 +253,8 @@ class ScriptAudit:
     # -- what the hooks and the dispatch mode see -------------------------------------------
 
     def _entered(self, module: Any, _inputs: Any) -> None:
+        if self._compiling():  # dynamo traces it into a graph: its Python would be a graph break
+            return
         if threading.get_ident() != self._thread:
             self._check_module(module, None)
             return
@@ -261,6 +267,8 @@ class ScriptAudit:
             self.recorder.module_stack.append(self._module_names.get(module, type(module).__name__))
 
     def _left(self, module: Any, _inputs: Any, _output: Any) -> None:
+        if self._compiling():
+            return
         if threading.get_ident() != self._thread:
             return
         if self._stack and self._stack[-1] is module:
