@@ -6,8 +6,10 @@ its qualified name the first time it is called: when it has none yet, it and its
 (``named_modules()``) are named with its class name as the root, so the model's first call
 names ``LlamaForCausalLM``, ``LlamaForCausalLM.model.layers.0.mlp`` and so on. A module keeps
 the first name it got (a submodule the script called on its own before its parent was ever
-called is named after its own class). The names depend on the script's code only, never on
-object ids or the device, so they are the same in the reference run and in each target's.
+called is named after its own class; ``torch.compile(model)``'s wrapper has the model's name,
+and the graphs a compiler runs, ``torch.fx.GraphModule`` s, are not the script's). The names
+depend on the script's code only, never on object ids or the device, so they are the same in
+the reference run and in each target's.
 
 Each call of a module whose qualified name or class name matches a pattern (:func:`fnmatch.fnmatchcase`:
 ``*.mlp``, ``Linear``, ``Net.fc2``) is recorded as a capture named ``module:QUALNAME``
@@ -71,12 +73,6 @@ def matches(patterns: Sequence[str], name: str, class_name: str) -> list[str]:
     return [p for p in patterns if fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(class_name, p)]
 
 
-def _compiling() -> bool:
-    import torch
-
-    return bool(torch.compiler.is_compiling())
-
-
 class ModuleNames:
     """The qualified name of each module, given when it is first asked for (see the module
     docstring): a module without one names its whole subtree after its own class."""
@@ -86,6 +82,9 @@ class ModuleNames:
         self._lock = threading.Lock()
 
     def name(self, module: Any) -> str:
+        inner = getattr(module, "_orig_mod", None)
+        if inner is not None and type(module).__name__ == "OptimizedModule":  # torch.compile(model): the model
+            return self.name(inner)
         try:
             known = self._names.get(module)
         except TypeError:  # not weakly referenceable or not hashable: its class is its name
@@ -157,6 +156,8 @@ class ModuleCalls:
         self._wanted: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> capture name or ""
         self._lock = threading.Lock()
         self._handles: list[Any] = []
+        self._compiling: Any = lambda: False
+        self._graph_module: Any = ()
         self._calls: Counter = Counter()
         self._bytes = 0
         self._full = False
@@ -170,8 +171,11 @@ class ModuleCalls:
         return tuple(p for p in self.patterns if p not in self.matched)
 
     def install(self) -> None:
+        import torch
         from torch.nn.modules import module as hooks
 
+        self._compiling = torch.compiler.is_compiling
+        self._graph_module = torch.fx.GraphModule
         self._handles = [
             hooks.register_module_forward_pre_hook(self._pre),
             hooks.register_module_forward_hook(self._post),
@@ -182,11 +186,11 @@ class ModuleCalls:
             self._handles.pop().remove()
 
     def _pre(self, module: Any, _args: Any) -> None:
-        if not _compiling():  # inside a graph dynamo is tracing: its Python does not run later
+        if not self._compiling():  # inside a graph dynamo is tracing: its Python does not run later
             self.enter(module)
 
     def _post(self, module: Any, _args: Any, output: Any) -> None:
-        if not _compiling():
+        if not self._compiling():
             self.leave(module, output)
 
     def enter(self, module: Any) -> str:
@@ -197,6 +201,8 @@ class ModuleCalls:
             return ""
         if wanted is not None:
             return wanted
+        if isinstance(module, self._graph_module):
+            return ""
         name = self.names.name(module)
         hit = matches(self.patterns, name, type(module).__name__)
         wanted = PREFIX + name if hit else ""
