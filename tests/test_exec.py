@@ -170,6 +170,44 @@ def test_module_captures_fail_exactly_the_scaled_module_and_those_after_it(tmp_p
     }
 
 
+def test_a_compiled_target_compiles_the_root_module_calls_and_its_captures_compare(tmp_path):
+    ran = _exec(tmp_path, "modules_cuda.py", "--on", "cpu+aot_eager,emu+aot_eager", "--capture-modules", "Net*",
+                "--format", "json")  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    reference, cpu, emu = json.loads(ran.stdout)["results"]
+    assert reference.get("compilation") is None and reference["target"] == "cpu"
+    for result in (cpu, emu):
+        assert result["status"] == "ok", result.get("error")
+        compiled = {a["name"]: a["value"] for a in result["adjustments"]}["torch.compile(Net)"]
+        assert (
+            compiled
+            == f"3x, first at {_line('logits = model(', 'modules_cuda.py')}: backend=aot_eager, fullgraph=False"
+        )
+        compilation = result["compilation"]
+        assert compilation["graphs"] >= 1 and compilation["graph_breaks"] == 0, compilation
+        assert compilation["recompiles"] == 0, compilation  # bakeoff's own hooks add nothing to the graph
+        # the root calls are compared; the layers inside the graph cannot be seen, and say so
+        correctness = result["correctness"]
+        assert correctness["verdict"] == "pass", correctness
+        assert {o["name"] for o in correctness["outputs"]} == {f"module:Net[{i}]" for i in range(3)}
+        assert any(n.startswith("not compared: 8 module capture(s) inside compiled graphs") for n in result["notes"])
+    assert emu["placement"]["verdict"] == "on_device", emu["placement"]
+
+
+def test_a_compiled_targets_graph_break_and_wrong_output_are_reported(tmp_path):
+    ran = _exec(tmp_path, "modules_cuda.py", "--graph-break", "--scale-off-cpu", "--on", "emu+aot_eager",
+                "--capture-modules", "Net", "--format", "json")  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    emu = json.loads(ran.stdout)["results"][1]
+    assert emu["status"] == "ok", emu.get("error")
+    compilation = emu["compilation"]
+    assert compilation["graph_breaks"] >= 1, compilation
+    assert {b["location"] for b in compilation["graph_break_reasons"]} == {
+        _line('print("block ran")', "modules_cuda.py")
+    }
+    assert emu["correctness"]["verdict"] == "fail" and "module:Net[0]" in emu["correctness"]["reason"]
+
+
 @pytest.mark.parametrize(
     ("how", "timeout", "category", "said"),
     [("hang", "10", "timeout", "no end within 10 s"), ("exit", "300", "exception", "exited with code 3"),

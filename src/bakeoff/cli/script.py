@@ -22,12 +22,15 @@ __all__ = ["exec_command"]
     epilog="\b\nExamples:\n  bakeoff exec train.py --epochs 1 --on emu\n"
     "  bakeoff exec infer.py --on emu --capture infer:postprocess --strict\n"
     "  bakeoff exec infer.py --on emu --capture-modules '*.mlp'\n"
+    "  bakeoff exec infer.py --on cpu+inductor,emu+aot_eager\n"
     "  bakeoff exec train.py --on emu -- --on cpu   # the script's own --on",
 )
 @click.argument("script", type=click.Path(dir_okay=False))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--on", "on", multiple=True, default=("cpu",), show_default=True, metavar="DEVICES",
-              help="Target devices, comma-separated or repeated (emu, xpu, cpu...).")  # fmt: skip
+              help="Targets, comma-separated or repeated: devices (emu, xpu, cpu...), or a device with a "
+              "torch.compile backend (cpu+inductor, emu+aot_eager): the script's root module calls "
+              "are compiled.")  # fmt: skip
 @click.option("--reference", default=None, metavar="DEVICE",
               help="Where the reference runs [default: the script's device where it exists, else cpu].")  # fmt: skip
 @click.option("--map", "map_devices", multiple=True, default=("cuda",), show_default=True, metavar="DEVICE",
