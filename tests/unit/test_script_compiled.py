@@ -117,3 +117,32 @@ def _line(text: str) -> int:
 
     lines = Path(__file__).read_text().splitlines()
     return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+def test_a_backend_that_exports_the_whole_model_or_an_engine_option_is_refused_with_a_reason() -> None:
+    from bakeoff.runner.script import _compile_refusal
+
+    assert "exports a whole model" in (_compile_refusal(parse_target("cpu+onnxrt")) or "")
+    assert "precision=" in (_compile_refusal(parse_target("cpu+openvino?precision=f32")) or "")
+    assert _compile_refusal(parse_target("cpu+aot_eager?dynamic=true")) is None
+
+
+def test_inductor_compiles_a_root_call_with_the_targets_mode_and_computes_the_same() -> None:
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.GELU())
+    x = torch.randn(2, 4)
+    expected = model(x)
+    compiler = RootCompiler(parse_target("cpu+inductor?mode=default&dynamic=false"))
+    watch = CompileWatch()
+    compiler.install()
+    try:
+        out = model(x)
+    finally:
+        compiler.uninstall()
+        summary = watch.summary()
+        watch.close()
+    torch.testing.assert_close(out, expected)
+    assert summary["graphs"] == 1 and summary["compilations"], summary
+    (rewrite,) = compiler.recorder.ledger().rewrites
+    assert rewrite.reason == "backend=inductor, fullgraph=False, dynamic=False, mode=default"

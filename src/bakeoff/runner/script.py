@@ -5,10 +5,13 @@ Each run is a fresh interpreter (``python -m bakeoff.runner.script_worker``: the
 directory, so one run's output files cannot feed another's. The reference runs the script as
 written where its device exists (else on ``--reference``, by default the CPU, remapped like a
 target); each target runs it with
-the script's devices remapped to the target's. A run that raises, exits non-zero, dies from a
+the script's devices remapped to the target's. A compiled target (``cpu+inductor``) also
+compiles the script's root module calls with its backend (:mod:`bakeoff.script.compiled`); an
+export engine's target is skipped. A run that raises, exits non-zero, dies from a
 signal or hangs past the timeout is recorded as that target's failure; the others go on.
 
-What each run captured (its losses, ``--capture``'d return values, ``bakeoff.capture`` calls) is
+What each run captured (its losses, ``--capture``'d return values, ``--capture-modules``' module
+outputs, ``bakeoff.capture`` calls) is
 compared with the reference's by the correctness check's own rules, capture by capture and call
 by call; the remapper's ledger (every rewrite with its count and first call site) becomes the
 target's adjustments, and a rewrite that may change numerics becomes a note. The run is stored
@@ -339,6 +342,8 @@ def _notes(run: ScriptRun) -> list[str]:
         )
     if run.wall_s is not None:
         notes.append(f"wall time {run.wall_s:.3g} s is a single observation (one run)")
+    if run.wall_s is not None and run.result.get("compile"):
+        notes.append("wall time includes compiling the root module calls (the compilation check has its time)")
     audit = run.audit or {}
     placement = audit.get("placement")
     if run.wall_s is not None and placement is not None and placement.verdict != "not_applicable":
