@@ -4,6 +4,9 @@ bundled test device, end to end through the CLI and the knowledge base.
 The seeded faults: bf16 autocast the test device cannot honour (flagged, and its losses differ
 from the reference's), a script that fails only off the CPU, one that hangs, one that exits 3.
 The clean control: the same inference script without the fault passes on the test device.
+Module captures: a block that scales its output off the CPU fails exactly that block and those
+after it; compiled targets (aot_eager) list their compile, count graphs, and report a seeded
+graph break and a wrong output.
 """
 
 from __future__ import annotations

@@ -171,7 +171,10 @@ def exec_script(
     Args:
         script: the script's path; it runs in a copy of the current working directory.
         args: its arguments (``sys.argv[1:]``).
-        on: target devices (``emu``, ``xpu``, ``cpu``...), as a list or one comma-separated string.
+        on: targets, as a list or one comma-separated string: devices (``emu``, ``xpu``,
+            ``cpu``...), or a device with a ``torch.compile`` backend (``cpu+inductor``,
+            ``emu+aot_eager?dynamic=true``), which compiles the script's root module calls
+            (:mod:`bakeoff.script.compiled`).
         reference: the device the reference runs on. None: the script's own device (the first
             of ``map_devices``) where it exists here, else ``cpu``.
         map_devices: the device names the script uses that are remapped (``cuda``).
