@@ -6,6 +6,11 @@ from the reference's), a script that fails only off the CPU, one that hangs, one
 one value wrong in one file the script writes, a file written under another name.
 The clean controls: the same inference script without the fault passes on the test device, and
 so do the files the writing script leaves (its pickles listed, never loaded).
+from the reference's), a script that fails only off the CPU, one that hangs, one that exits 3.
+The clean control: the same inference script without the fault passes on the test device.
+Module captures: a block that scales its output off the CPU fails exactly that block and those
+after it; compiled targets (aot_eager) list their compile, count graphs, and report a seeded
+graph break and a wrong output.
 """
 
 from __future__ import annotations
@@ -150,6 +155,75 @@ def test_captured_values_agree_on_the_test_device_and_a_target_only_failure_is_r
     assert emu["error"]["type"] == "RuntimeError"
 
 
+def test_module_captures_fail_exactly_the_scaled_module_and_those_after_it(tmp_path):
+    ran = _exec(tmp_path, "modules_cuda.py", "--scale-off-cpu", "--on", "emu", "--capture-modules", "Net*",
+                "--capture-modules", "Conv*", "--format", "json")  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    doc = json.loads(ran.stdout)
+    emu = doc["results"][1]
+    assert emu["status"] == "ok", emu.get("error")
+    verdicts = {o["name"]: o["passed"] for o in emu["correctness"]["outputs"]}
+    assert emu["correctness"]["verdict"] == "fail" and len(verdicts) == 9 * 3, verdicts
+    failed = {name.split("[")[0] for name, passed in verdicts.items() if not passed}
+    # the seeded fault: the mlp block's output is scaled; its own layers and those before it agree
+    assert failed == {"module:Net.mlp", "module:Net.head", "module:Net"}, failed
+    assert all(verdicts[f"module:Net.{n}[2]"] for n in ("encoder", "encoder.0", "mlp.fc1", "mlp.act", "mlp.fc2"))
+    assert "no module call matched --capture-modules Conv*" in emu["notes"]
+    assert doc["settings"]["exec"]["capture_modules"] == ["Net*", "Conv*"]
+    # bakeoff's copies of the captured outputs are not the script's
+    assert emu["placement"]["transfers"]["device_to_host"]["count"] == 0
+    # the clean control: the same model without the fault passes, module by module
+    clean = _exec(tmp_path, "modules_cuda.py", "--on", "emu", "--capture-modules", "Net.mlp*", "--no-audit",
+                  "--format", "json")  # fmt: skip
+    assert clean.returncode == 0, clean.stderr
+    emu = json.loads(clean.stdout)["results"][1]
+    assert emu["correctness"]["verdict"] == "pass", emu["correctness"]
+    assert {o["name"].split("[")[0] for o in emu["correctness"]["outputs"]} == {
+        f"module:Net.mlp{n}" for n in ("", ".fc1", ".act", ".fc2")
+    }
+
+
+def test_a_compiled_target_compiles_the_root_module_calls_and_its_captures_compare(tmp_path):
+    ran = _exec(tmp_path, "modules_cuda.py", "--on", "cpu+aot_eager,emu+aot_eager", "--capture-modules", "Net*",
+                "--format", "json")  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    reference, cpu, emu = json.loads(ran.stdout)["results"]
+    assert reference.get("compilation") is None and reference["target"] == "cpu"
+    for result in (cpu, emu):
+        assert result["status"] == "ok", result.get("error")
+        compiled = {a["name"]: a["value"] for a in result["adjustments"]}["torch.compile(Net)"]
+        assert (
+            compiled
+            == f"3x, first at {_line('logits = model(', 'modules_cuda.py')}: backend=aot_eager, fullgraph=False"
+        )
+        compilation = result["compilation"]
+        assert compilation["graphs"] >= 1 and compilation["graph_breaks"] == 0, compilation
+        assert compilation["recompiles"] == 0, compilation  # bakeoff's own hooks add nothing to the graph
+        # the root calls are compared; the layers inside the graph cannot be seen, and say so
+        correctness = result["correctness"]
+        assert correctness["verdict"] == "pass", correctness
+        assert {o["name"] for o in correctness["outputs"]} == {f"module:Net[{i}]" for i in range(3)}
+        assert any(n.startswith("not compared: 8 module capture(s) inside compiled graphs") for n in result["notes"])
+    assert emu["placement"]["verdict"] == "on_device", emu["placement"]
+
+
+def test_a_compiled_targets_graph_break_and_wrong_output_are_reported(tmp_path):
+    ran = _exec(tmp_path, "modules_cuda.py", "--graph-break", "--scale-off-cpu", "--scale-on-host", "--on",
+                "emu+aot_eager", "--capture-modules", "Net", "--format", "json")  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    emu = json.loads(ran.stdout)["results"][1]
+    assert emu["status"] == "ok", emu.get("error")
+    compilation = emu["compilation"]
+    assert compilation["graph_breaks"] >= 1, compilation
+    assert {b["location"] for b in compilation["graph_break_reasons"]} == {
+        _line('print("block ran")', "modules_cuda.py")
+    }
+    assert emu["correctness"]["verdict"] == "fail" and "module:Net[0]" in emu["correctness"]["reason"]
+    # a buffer left on the host inside the compiled model: its layers run no hooks, the wrapper's tree is checked
+    assert emu["placement"]["verdict"] == "left_on_host", emu["placement"]
+    assert "Net.mlp.scale (cpu)" in emu["placement"]["stray_parameters"], emu["placement"]
+
+
 @pytest.mark.parametrize(
     ("how", "timeout", "category", "said"),
     [("hang", "10", "timeout", "no end within 10 s"), ("exit", "300", "exception", "exited with code 3"),
@@ -171,6 +245,7 @@ def test_bad_input_is_one_line_and_stores_nothing(tmp_path):
     for args, line in (
         (["missing.py"], "no script at missing.py"),
         (["misbehaves.py", "--capture", "nocolon"], "--capture nocolon"),
+        (["misbehaves.py", "--capture-modules", " "], "--capture-modules ' ' (an empty pattern matches no module"),
         (["misbehaves.py", "--on", "cdua"], "unknown device 'cdua'"),
     ):
         ran = _exec(tmp_path, "misbehaves.py", *args[1:]) if args[0] != "missing.py" else subprocess.run(

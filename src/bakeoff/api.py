@@ -164,6 +164,7 @@ def exec_script(
     audit: bool = True,
     workdir: PathLike | None = None,
     files: bool = True,
+    capture_modules: str | Iterable[str] = (),
     progress: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Run a script unchanged: as the reference, then on each target with its devices remapped;
@@ -172,7 +173,10 @@ def exec_script(
     Args:
         script: the script's path; it runs in a copy of the current working directory.
         args: its arguments (``sys.argv[1:]``).
-        on: target devices (``emu``, ``xpu``, ``cpu``...), as a list or one comma-separated string.
+        on: targets, as a list or one comma-separated string: devices (``emu``, ``xpu``,
+            ``cpu``...), or a device with a ``torch.compile`` backend (``cpu+inductor``,
+            ``emu+aot_eager?dynamic=true``), which compiles the script's root module calls
+            (:mod:`bakeoff.script.compiled`).
         reference: the device the reference runs on. None: the script's own device (the first
             of ``map_devices``) where it exists here, else ``cpu``.
         map_devices: the device names the script uses that are remapped (``cuda``).
@@ -188,6 +192,9 @@ def exec_script(
         files: compare the files each run wrote in its copy of the working directory
             (safetensors, npy, npz and JSON, read without unpickling; see
             :mod:`bakeoff.script.outputs`) with the reference's; False ignores them.
+        capture_modules: glob patterns (``*.mlp``, ``Linear``) of module qualified names or
+            class names whose outputs are compared call by call, as ``module:QUALNAME``
+            captures (at most 8 calls per module; see :mod:`bakeoff.script.modules`).
 
     Raises:
         SpecError: bad input (a missing script, an unknown target); nothing is stored.
@@ -196,6 +203,7 @@ def exec_script(
 
     from bakeoff.errors import SpecError
     from bakeoff.runner.script import exec_script as run_exec
+    from bakeoff.script.modules import check_pattern
     from bakeoff.target.detect import unavailable_reason
     from bakeoff.target.spec import parse_target
 
@@ -216,6 +224,11 @@ def exec_script(
         module, _, function = name.partition(":")
         if not module or not function:
             raise SpecError(f"--capture {name}", hint="give module:function, e.g. infer:postprocess")
+    patterns = [capture_modules] if isinstance(capture_modules, str) else list(capture_modules)
+    for pattern in patterns:
+        problem = check_pattern(pattern)
+        if problem is not None:
+            raise SpecError(f"--capture-modules {pattern!r}", hint=problem)
     parsed = _targets(on)
     as_written = reference is None and unavailable_reason(parse_target(sources[0])) is None
     ref = parse_target(reference or ("cpu" if not as_written else sources[0]))
@@ -229,7 +242,7 @@ def exec_script(
     return run_exec(
         store, path, list(args), parsed, reference=ref, source_devices=sources, strict=strict, captures=names,
         timeout_s=timeout_s, seed=seed, as_written=as_written or ref.device in sources, audit=audit,
-        progress=progress, keep_out=keep_out, workdir=folder, files=files,
+        progress=progress, keep_out=keep_out, workdir=folder, files=files, capture_modules=patterns,
     )  # fmt: skip
 
 
@@ -518,6 +531,7 @@ def exec_keywords(run: RunResult) -> dict[str, Any]:
         "seed": int(stored.get("seed", 0)),
         "audit": bool(stored.get("audit", True)),
         "files": bool(stored.get("files", True)),
+        "capture_modules": list(stored.get("capture_modules", ())),
         "workdir": stored["workdir"],
     }
 

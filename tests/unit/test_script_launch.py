@@ -233,6 +233,7 @@ def test_a_cuda_attribute_the_remap_cannot_answer_is_a_remap_error(workdir: Path
         (["--map", "cuda", "--", "fail.py"], "malformed --map 'cuda': expected SOURCE=DEVICE"),
         (["--map", "cuda=CPU", "--", "fail.py"], "malformed --map 'cuda=CPU'"),
         (["--capture", "postprocess", "--", "fail.py"], "malformed --capture 'postprocess'"),
+        (["--capture-modules", "", "--", "fail.py"], "malformed --capture-modules '': an empty pattern"),
         (["--seed", "x", "--", "fail.py"], "argument --seed: invalid int value: 'x'"),
     ],
 )

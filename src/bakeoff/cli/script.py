@@ -21,12 +21,16 @@ __all__ = ["exec_command"]
     context_settings={"ignore_unknown_options": True},
     epilog="\b\nExamples:\n  bakeoff exec train.py --epochs 1 --on emu\n"
     "  bakeoff exec infer.py --on emu --capture infer:postprocess --strict\n"
+    "  bakeoff exec infer.py --on emu --capture-modules '*.mlp'\n"
+    "  bakeoff exec infer.py --on cpu+inductor,emu+aot_eager\n"
     "  bakeoff exec train.py --on emu -- --on cpu   # the script's own --on",
 )
 @click.argument("script", type=click.Path(dir_okay=False))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--on", "on", multiple=True, default=("cpu",), show_default=True, metavar="DEVICES",
-              help="Target devices, comma-separated or repeated (emu, xpu, cpu...).")  # fmt: skip
+              help="Targets, comma-separated or repeated: devices (emu, xpu, cpu...), or a device with a "
+              "torch.compile backend (cpu+inductor, emu+aot_eager): the script's root module calls "
+              "are compiled.")  # fmt: skip
 @click.option("--reference", default=None, metavar="DEVICE",
               help="Where the reference runs [default: the script's device where it exists, else cpu].")  # fmt: skip
 @click.option("--map", "map_devices", multiple=True, default=("cuda",), show_default=True, metavar="DEVICE",
@@ -34,6 +38,9 @@ __all__ = ["exec_command"]
 @click.option("--strict", is_flag=True, help="Fail a run on any rewrite that may change numerics.")
 @click.option("--capture", "captures", multiple=True, metavar="MODULE:FUNCTION",
               help="Compare this function's return values, call by call (repeatable).")  # fmt: skip
+@click.option("--capture-modules", "capture_modules", multiple=True, metavar="PATTERN",
+              help="Compare the outputs of the module calls whose name or class matches this glob "
+              "(e.g. '*.mlp', Linear; repeatable; at most 8 calls per module).")  # fmt: skip
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=600.0,
               show_default=True, help="Seconds a run may take before it is stopped (a timeout).")  # fmt: skip
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of random, numpy and torch.")
@@ -52,6 +59,7 @@ def exec_command(
     map_devices: Sequence[str],
     strict: bool,
     captures: Sequence[str],
+    capture_modules: Sequence[str],
     timeout_s: float,
     seed: int,
     no_audit: bool,
@@ -83,6 +91,7 @@ def exec_command(
             map_devices=map_devices,
             strict=strict,
             capture=captures,
+            capture_modules=capture_modules,
             timeout_s=timeout_s,
             seed=seed,
             audit=not no_audit,

@@ -5,10 +5,13 @@ Each run is a fresh interpreter (``python -m bakeoff.runner.script_worker``: the
 directory, so one run's output files cannot feed another's. The reference runs the script as
 written where its device exists (else on ``--reference``, by default the CPU, remapped like a
 target); each target runs it with
-the script's devices remapped to the target's. A run that raises, exits non-zero, dies from a
+the script's devices remapped to the target's. A compiled target (``cpu+inductor``) also
+compiles the script's root module calls with its backend (:mod:`bakeoff.script.compiled`); an
+export engine's target is skipped. A run that raises, exits non-zero, dies from a
 signal or hangs past the timeout is recorded as that target's failure; the others go on.
 
-What each run captured (its losses, ``--capture``'d return values, ``bakeoff.capture`` calls) is
+What each run captured (its losses, ``--capture``'d return values, ``--capture-modules``' module
+outputs, ``bakeoff.capture`` calls) is
 compared with the reference's by the correctness check's own rules, capture by capture and call
 by call, and so are the files it wrote in its copy of the working directory (new or changed:
 safetensors, npy, npz and JSON, read by :mod:`bakeoff.script.outputs` without unpickling
@@ -34,6 +37,7 @@ target is a single observation of its wall time, and is said to be one.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -55,6 +59,8 @@ from bakeoff.env import capture_environment
 from bakeoff.errors import SpecError
 from bakeoff.results.librarylog import LibraryLog
 from bakeoff.results.values import ErrorInfo, Latency, RunResult, TargetResult
+from bakeoff.script.modules import MAX_CALLS_PER_MODULE, MAX_MODULE_BYTES
+from bakeoff.script.modules import PREFIX as MODULE_PREFIX
 from bakeoff.script.outputs import Outputs, read_outputs, stamp, written
 from bakeoff.store.db import Store
 from bakeoff.target.detect import unavailable_reason
@@ -242,11 +248,15 @@ def run_script(
     skip: Sequence[Path] = (),
     audit: str | None = None,
     files: bool = True,
+    capture_modules: Sequence[str] = (),
+    compile: str = "",
 ) -> ScriptRun:
     """Run ``script`` once in a copy of ``workdir`` under ``mapping`` (empty: as written);
     with ``audit`` (the target's device), audit where its work ran
     (:mod:`bakeoff.runner.script_worker`); with ``files``, read the files it wrote
-    (:mod:`bakeoff.script.outputs`; ``skip``, bakeoff's own files, never count).
+    (:mod:`bakeoff.script.outputs`; ``skip``, bakeoff's own files, never count); with
+    ``compile`` (``BACKEND[?OPTIONS]``), compile its root module calls
+    (:mod:`bakeoff.script.compiled`).
 
     The run's temporary directory is named after this process, so that a later run removes it
     when this process was killed before it could (:func:`remove_stale_workdirs`)."""
@@ -271,6 +281,8 @@ def run_script(
         command += [arg for src, dst in mapping.items() for arg in ("--map", f"{src}={dst}")]
         command += ["--strict"] if strict else []
         command += [arg for name in captures for arg in ("--capture", name)]
+        command += [arg for pattern in capture_modules for arg in ("--capture-modules", pattern)]
+        command += ["--compile", compile] if compile else []
         command += ["--", path, *argv]
         env = {**os.environ, "PYTHONHASHSEED": str(seed), PARENT_ENV: str(os.getpid())}
         with open(out / "stdout.txt", "wb") as stdout, open(out / "stderr.txt", "wb") as stderr:
@@ -422,6 +434,28 @@ def _file_notes(run: ScriptRun, reference: ScriptRun) -> list[str]:
     return notes
 
 
+def _compile_refusal(target: Target) -> str | None:
+    """Why ``target``'s backend cannot compile a script's module calls here, or None."""
+    from bakeoff.target.engines import engine_for
+
+    if not engine_for(target.backend or "").dynamo_backend:
+        return f"backend '{target.backend}' exports a whole model: bakeoff exec compiles with torch.compile backends"
+    if target.precision is not None:
+        return "precision= is an engine option bakeoff exec does not apply: drop it"
+    return None
+
+
+def _compiled_view(reference: ScriptRun, run: ScriptRun) -> tuple[ScriptRun, list[str]]:
+    """The reference as a compiled target's run can be compared with it: without the module
+    captures the target could not record (modules inside a compiled graph run no Python; see
+    :mod:`bakeoff.script.compiled`), and the names left out."""
+    dropped = [n for n in reference.captures if n.startswith(MODULE_PREFIX) and n not in run.captures]
+    if not dropped:
+        return reference, []
+    kept = {n: v for n, v in reference.captures.items() if n not in dropped}
+    return dataclasses.replace(reference, captures=kept), dropped
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
@@ -445,8 +479,19 @@ def _notes(run: ScriptRun) -> list[str]:
     missing = run.result.get("captures_missing") or []
     if missing:
         notes.append("never called, so not captured: " + ", ".join(missing))
+    unmatched = run.result.get("modules_unmatched") or []
+    if unmatched:
+        notes.append("no module call matched --capture-modules " + ", ".join(unmatched))
+    capped = run.result.get("module_calls_capped") or 0
+    if capped:
+        notes.append(
+            f"{capped} module call(s) past the cap not captured (at most {MAX_CALLS_PER_MODULE} calls per "
+            f"module, {MAX_MODULE_BYTES >> 20} MiB in all)"
+        )
     if run.wall_s is not None:
         notes.append(f"wall time {run.wall_s:.3g} s is a single observation (one run)")
+    if run.wall_s is not None and run.result.get("compile"):
+        notes.append("wall time includes compiling the root module calls (the compilation check has its time)")
     audit = run.audit or {}
     placement = audit.get("placement")
     if run.wall_s is not None and placement is not None and placement.verdict != "not_applicable":
@@ -502,6 +547,7 @@ def exec_script(
     keep_out: Sequence[Path] = (),
     workdir: Path | None = None,
     files: bool = True,
+    capture_modules: Sequence[str] = (),
 ) -> RunResult:
     """Run ``script`` as the reference (as written when ``as_written``, else remapped to
     ``reference``'s device) and on each target, compare, store and return the run. With
@@ -511,7 +557,8 @@ def exec_script(
     and never counted as the script's. With ``files``, the files each run wrote are compared
     with the reference's (:func:`compare_captures`). ``workdir``: the directory each run gets a
     copy of, ``script`` relative to it (None: the current one); it is stored, so that ``rerun``
-    can run the script again from there."""
+    can run the script again from there. ``capture_modules``: glob patterns of module names
+    whose outputs are compared call by call (:mod:`bakeoff.script.modules`)."""
     say = progress or (lambda _msg: None)
     workdir = (Path.cwd() if workdir is None else Path(workdir)).resolve()
     located = script if script.is_absolute() else workdir / script
@@ -524,6 +571,8 @@ def exec_script(
         return run_script(
             located, argv, workdir, mapping, strict=strict, captures=captures, seed=seed, timeout_s=timeout_s,
             skip=db_files, audit=target.torch_device if audited else None, files=files,
+            capture_modules=capture_modules,
+            compile=target.spec.partition("+")[2] if remap and target.is_compiled else "",
         )  # fmt: skip
 
     say(f"running {script.name} as the reference on {'its own device' if as_written else reference.spec}")
@@ -535,16 +584,20 @@ def exec_script(
             continue
         reason = unavailable_reason(target)
         if reason is None and target.is_compiled:
-            reason = "a compile backend for a whole script is not supported yet: give a device"
+            reason = _compile_refusal(target)
         if reason is not None:
             results.append(TargetResult(target=target, status="skipped", reason=reason))
             continue
         say(f"running {script.name} on {target.spec}")
         run = once(target, True, audit)
+        compared, uncompared = _compiled_view(ref_run, run) if target.is_compiled else (ref_run, [])
         correctness = (
-            compare_captures(run, ref_run, reference_name) if run.status == "ok" and ref_run.status == "ok" else None
+            compare_captures(run, compared, reference_name) if run.status == "ok" and ref_run.status == "ok" else None
         )
         notes = _file_notes(run, ref_run) if correctness is not None else []
+        if uncompared:
+            names = ", ".join(uncompared[:5])
+            notes.append(f"not compared: {len(uncompared)} module capture(s) inside compiled graphs ({names})")
         results.append(_result(target, run, False, correctness, notes))
     done = results  # one run a side: no speed-up is claimed from single observations
     notes = [] if as_written else [f"the reference ran on {reference.spec}, remapped like the targets"]
@@ -562,6 +615,7 @@ def exec_script(
                 "map": list(source_devices),
                 "strict": strict,
                 "captures": list(captures),
+                "capture_modules": list(capture_modules),
                 "seed": seed,
                 "timeout_s": timeout_s,
                 "as_written": as_written,

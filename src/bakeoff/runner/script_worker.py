@@ -26,8 +26,10 @@ What the audit counts, on a device that is not the host:
 * host syncs (``.item()``, ``nonzero``...; :data:`~bakeoff.checks.dispatch_audit.HOST_SYNC_OPS`),
   with the first call site of each;
 * parameters and buffers on the host of every ``nn.Module`` the script ran (a global forward
-  hook: checked each time a module runs until it is clean), and a Hugging Face ``hf_device_map``
-  placing modules on the cpu or disk;
+  hook: checked each time a module runs until it is clean; not inside a graph dynamo traces,
+  where the hook would break the graph: a compiled module's parameters are seen through the ops
+  of an ``eager`` or ``aot_eager`` graph only), and a Hugging Face ``hf_device_map`` placing
+  modules on the cpu or disk;
 * ``torch.compile``: dynamo's own counters and logs (:class:`~bakeoff.target.dynamo.CompileWatch`),
   from the script's first call of ``torch.compile``: graphs, graph breaks with their source
   lines, recompilations with their reasons.
@@ -129,6 +131,7 @@ class ScriptAudit:
         self._watch: Any = None
         self._emu = False
         self.recorder: PlacementRecorder | None = None
+        self._compiling: Any = lambda: False
 
     # -- setup and teardown -----------------------------------------------------------------
 
@@ -199,6 +202,7 @@ class ScriptAudit:
 
         Captures.add = add  # type: ignore[method-assign]
         self._undo.append(lambda: setattr(Captures, "add", original_add))
+        self._compiling = torch.compiler.is_compiling
         hooks = torch.nn.modules.module
         pre = hooks.register_module_forward_pre_hook(self._entered)
         post = hooks.register_module_forward_hook(self._left, always_call=True)
@@ -249,6 +253,8 @@ class ScriptAudit:
     # -- what the hooks and the dispatch mode see -------------------------------------------
 
     def _entered(self, module: Any, _inputs: Any) -> None:
+        if self._compiling():  # dynamo traces it into a graph: its Python would be a graph break
+            return
         if threading.get_ident() != self._thread:
             self._check_module(module, None)
             return
@@ -261,6 +267,8 @@ class ScriptAudit:
             self.recorder.module_stack.append(self._module_names.get(module, type(module).__name__))
 
     def _left(self, module: Any, _inputs: Any, _output: Any) -> None:
+        if self._compiling():
+            return
         if threading.get_ident() != self._thread:
             return
         if self._stack and self._stack[-1] is module:
@@ -277,7 +285,7 @@ class ScriptAudit:
             self._modules_seen += 1
         name = self._module_names.get(module)
         if name is None and parent is None:  # a model's root: its whole tree is named by path once
-            name = type(module).__name__
+            name = type(getattr(module, "_orig_mod", module)).__name__  # a compiled wrapper: its model's
             for path, inner in module.named_modules():
                 self._module_names.setdefault(inner, f"{name}.{path}" if path else name)
         elif name is None:
@@ -285,9 +293,16 @@ class ScriptAudit:
             child = next((n for n, m in parent._modules.items() if m is module), None)
             name = f"{parent_name}.{child}" if child is not None else type(module).__name__
             self._module_names[module] = name
+        import torch
+
+        inner = getattr(module, "_orig_mod", None)
+        if isinstance(inner, torch.nn.Module):  # a compiled wrapper: the modules in its graph run no hooks
+            tensors = [*inner.named_parameters(), *inner.named_buffers()]
+        else:
+            tensors = [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]
         stray = [
             f"{name}.{n} ({t.device})"
-            for n, t in [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]
+            for n, t in tensors
             if t is not None and not self.is_target(t.device) and t.device.type != "meta"
         ]
         self._stray[name] = stray

@@ -3,7 +3,8 @@
 ::
 
     python -m bakeoff.script.launch --out OUTDIR [--map cuda=DEVICE]... [--strict]
-        [--capture MODULE:FUNCTION]... [--seed N] [--no-losses] -- SCRIPT [ARGS...]
+        [--capture MODULE:FUNCTION]... [--capture-modules PATTERN]... [--compile BACKEND[?OPTIONS]]
+        [--seed N] [--no-losses] -- SCRIPT [ARGS...]
 
 A runner spawns this in a fresh process whose working directory is a copy of the user's, enforces
 the timeout by killing it, and reads what it wrote. The script runs as ``python SCRIPT ARGS``
@@ -23,6 +24,14 @@ rewrite), two files are written to ``OUTDIR``, captures first, each atomically:
 
 The process exits with the script's code: 0, the code of its ``SystemExit``, or 1 for an uncaught
 exception (its traceback printed to stderr as Python would, without the launcher's frames).
+
+``--capture-modules PATTERN`` records the outputs of every module call whose qualified name
+(``Net.encoder.0``) or class name matches the glob, as ``module:QUALNAME`` captures, up to a
+cap per module (:mod:`bakeoff.script.modules`).
+
+``--compile BACKEND[?OPTIONS]`` (a target's backend and its options, as in a target spec after
+the device: ``aot_eager``, ``inductor?dynamic=true``) compiles every root module call with that
+backend, each a rewrite in the ledger (:mod:`bakeoff.script.compiled`).
 
 ``--capture MODULE:FUNCTION`` records each return value of a function under that name, call by
 call. MODULE is a module's ``__name__`` or the script's file stem (``infer:postprocess`` for
@@ -74,6 +83,7 @@ from bakeoff.errors import BakeoffError, RemapError
 from bakeoff.script.capture import Captures, recording
 from bakeoff.script.devices import DeviceMap
 from bakeoff.script.ledger import Rewrite
+from bakeoff.script.modules import ModuleCalls, check_pattern
 
 _STARTED = time.perf_counter()
 
@@ -113,7 +123,10 @@ class LaunchResult(Value):
     """What one launch did: ``result.json``. ``ledger`` holds the remap's rewrites (empty without
     ``--map``), ``numerics`` the APIs of those flagged as changing numerics, ``captures`` the number
     of calls captured per name (``loss`` included), ``captures_missing`` the ``--capture`` names
-    never called, ``capture_errors`` the first reason a ``--capture`` value could not be kept."""
+    never called, ``capture_errors`` the first reason a ``--capture`` value could not be kept;
+    ``compile`` the ``--compile`` backend and options (empty: eager);
+    ``capture_modules`` the ``--capture-modules`` patterns, ``modules_unmatched`` those no called
+    module matched, ``module_calls_capped`` the matching calls past the cap, not recorded."""
 
     format: int
     exit_code: int
@@ -130,6 +143,10 @@ class LaunchResult(Value):
     seed: int = 0
     losses: bool = True
     argv: tuple[str, ...] = ()
+    capture_modules: tuple[str, ...] = ()
+    modules_unmatched: tuple[str, ...] = ()
+    module_calls_capped: int = 0
+    compile: str = ""
 
 
 def read_result(out: str | Path) -> LaunchResult:
@@ -264,6 +281,16 @@ def _print_uncaught(exc: BaseException) -> None:
         traceback.print_exception(type(exc), exc, tb)
 
 
+def _compile_target(text: str) -> Any:
+    """The target whose compile options ``BACKEND[?OPTIONS]`` are (its device does not matter)."""
+    from bakeoff.target.spec import parse_target
+
+    target = parse_target("cpu+" + text)
+    if not target.is_compiled:
+        raise BakeoffError(f"no backend in {text!r}", hint="give a torch.compile backend, e.g. aot_eager")
+    return target
+
+
 def _seed(seed: int) -> None:
     import random
 
@@ -298,6 +325,8 @@ def launch(
     capture: Sequence[str] = (),
     seed: int = 0,
     losses: bool = True,
+    capture_modules: Sequence[str] = (),
+    compile: str = "",
     started_at: float | None = None,
     around: Callable[[Path], AbstractContextManager[Any]] | None = None,
 ) -> LaunchResult:
@@ -310,6 +339,8 @@ def launch(
         mapping: ``{"cuda": "cpu"}``; empty or None: no remap (the script as written).
         strict: refuse a numerics-changing rewrite (the run ends with a ``remap`` error).
         capture: ``MODULE:FUNCTION`` names whose return values to record.
+        capture_modules: glob patterns of module names (or class names) whose outputs to record.
+        compile: ``BACKEND[?OPTIONS]``: compile every root module call with it (empty: eager).
         losses: capture every ``backward()``'s tensor under ``loss``.
         started_at: the :func:`time.perf_counter` time ``startup_s`` counts from (the command
             line: the launcher's first statement; by default, this call).
@@ -328,6 +359,9 @@ def launch(
     remapper: Any = None
     captures = Captures()
     returns: _Returns | None = None
+    modules: ModuleCalls | None = None
+    compiler: Any = None
+    compile_target: Any = None
     wall_s = 0.0
     startup_s = 0.0
     try:  # the setup: anything failing here is bakeoff's or the remap's, not the script's
@@ -341,6 +375,7 @@ def launch(
             from bakeoff.script.remap import Remapper
 
             remapper = Remapper(mapping, strict=strict)
+        compile_target = _compile_target(compile) if compile else None
     except Exception as exc:
         error = _script_error(exc, "remap" if isinstance(exc, BakeoffError) else "launch")
         exit_code = 1
@@ -353,12 +388,21 @@ def launch(
             with recording(losses=losses) as recorded:
                 captures = recorded
                 returns = _Returns(capture, script, recorded) if capture else None
+                modules = ModuleCalls(capture_modules, recorded) if capture_modules else None
+                if compile_target is not None:
+                    from bakeoff.script.compiled import RootCompiler
+
+                    compiler = RootCompiler(compile_target, modules)
                 if remapper is not None:
                     remapper.install()
                 try:
                     with around(out) if around is not None else nullcontext():
                         if returns is not None:
                             returns.install()
+                        if modules is not None and compiler is None:  # compiled: root calls only
+                            modules.install()
+                        if compiler is not None:
+                            compiler.install()
                         started = time.perf_counter()
                         startup_s = started - started_at
                         try:
@@ -367,6 +411,10 @@ def launch(
                             wall_s = time.perf_counter() - started
                             if returns is not None:
                                 returns.uninstall()
+                            if modules is not None:
+                                modules.uninstall()
+                            if compiler is not None:
+                                compiler.uninstall()
                 finally:
                     if remapper is not None:
                         try:
@@ -395,6 +443,7 @@ def launch(
             error = _script_error(exc, "launch")
             exit_code = exit_code or 1
     ledger = remapper.ledger.rewrites if remapper is not None else ()
+    ledger += compiler.recorder.ledger().rewrites if compiler is not None else ()
     counts = {name: len(captures[name]) for name in captures.names()}
     result = LaunchResult(
         format=FORMAT,
@@ -406,12 +455,16 @@ def launch(
         numerics=tuple(r.api for r in ledger if r.numerics),
         captures=counts,
         captures_missing=tuple(s for s in capture if not counts.get(s)),
-        capture_errors=dict(returns.errors) if returns is not None else {},
+        capture_errors={**(returns.errors if returns else {}), **(modules.errors if modules else {})},
         strict=strict,
         mapping=mapping,
         seed=seed,
         losses=losses,
         argv=(script, *args),
+        capture_modules=tuple(capture_modules),
+        modules_unmatched=modules.unmatched if modules is not None else (),
+        module_calls_capped=modules.capped if modules is not None else 0,
+        compile=compile,
     )
     _write_atomically(out / RESULT, lambda tmp: tmp.write_text(json.dumps(result.to_dict(), indent=1) + "\n"))
     return result
@@ -443,6 +496,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--capture", action="append", default=[], metavar="MODULE:FUNCTION", help="record a function's returns"
     )
+    parser.add_argument(
+        "--capture-modules", action="append", default=[], metavar="PATTERN", help="record matching modules' outputs"
+    )
+    parser.add_argument("--compile", default="", metavar="BACKEND[?OPTIONS]", help="compile root module calls")
     parser.add_argument("--seed", type=int, default=0, help="seed of random, torch and numpy (default 0)")
     parser.add_argument("--no-losses", action="store_true", help="do not capture every backward()'s loss")
     return parser
@@ -478,6 +535,15 @@ def _parse(argv: Sequence[str]) -> tuple[argparse.Namespace, str, list[str], dic
         module, sep, qualname = spec.partition(":")
         if not sep or not _MODULE.match(module) or not _QUALNAME.match(qualname):
             raise _UsageError(f"malformed --capture {spec!r}: expected MODULE:FUNCTION, e.g. infer:postprocess")
+    for pattern in options.capture_modules:
+        problem = check_pattern(pattern)
+        if problem is not None:
+            raise _UsageError(f"malformed --capture-modules {pattern!r}: {problem}")
+    if options.compile:
+        try:
+            _compile_target(options.compile)
+        except BakeoffError as exc:
+            raise _UsageError(f"malformed --compile {options.compile!r}: {exc.one_line()}") from None
     if not 0 <= options.seed < 2**32:
         raise _UsageError(f"--seed {options.seed} is out of range: 0 to 2**32-1")
     return options, script, rest[1:], mapping
@@ -507,6 +573,8 @@ def main(
             capture=list(dict.fromkeys(options.capture)),
             seed=options.seed,
             losses=not options.no_losses,
+            capture_modules=list(dict.fromkeys(options.capture_modules)),
+            compile=options.compile,
             started_at=_STARTED,
             around=around,
         )

@@ -27,6 +27,7 @@ __all__ = [
     "Option",
     "Probe",
     "compile_with_dynamo",
+    "dynamo_options",
     "importable",
 ]
 
@@ -108,17 +109,14 @@ class Compiled:
     close: Callable[[], None] = field(default=lambda: None)
 
 
-def compile_with_dynamo(model: Any, target: Target, backend: Any = None, options: Any = None) -> Compiled:
-    """``torch.compile`` with the target's compile options and a compile watch.
+def dynamo_options(target: Target, backend: Any = None, options: Any = None) -> dict[str, Any]:
+    """The keyword arguments of ``torch.compile`` for ``target``: its backend, ``fullgraph``,
+    and ``dynamic`` and ``mode`` where the target sets them.
 
     Args:
         backend: what to hand ``torch.compile`` as its backend (default: the target's backend name).
         options: the backend's own ``options=`` (None: none).
     """
-    import torch
-
-    from bakeoff.target.dynamo import CompileWatch
-
     kwargs: dict[str, Any] = {"backend": backend or target.backend, "fullgraph": target.fullgraph}
     if target.dynamic is not None:
         kwargs["dynamic"] = target.dynamic
@@ -126,6 +124,16 @@ def compile_with_dynamo(model: Any, target: Target, backend: Any = None, options
         kwargs["mode"] = target.mode
     if options is not None:
         kwargs["options"] = options
+    return kwargs
+
+
+def compile_with_dynamo(model: Any, target: Target, backend: Any = None, options: Any = None) -> Compiled:
+    """``torch.compile`` with the target's compile options (:func:`dynamo_options`) and a compile watch."""
+    import torch
+
+    from bakeoff.target.dynamo import CompileWatch
+
+    kwargs = dynamo_options(target, backend, options)
     watch = CompileWatch()
     return Compiled(
         model=torch.compile(model, **kwargs),

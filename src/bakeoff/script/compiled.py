@@ -1,0 +1,122 @@
+"""A script's root module calls, compiled with a target's ``torch.compile`` backend: ``--compile``.
+
+A target such as ``cpu+inductor`` or ``emu+aot_eager?dynamic=true`` runs the script with its
+device remapped as for the plain device, and with every *root* module call compiled: a call of
+an ``nn.Module`` made while no other module call is active in the thread (the model the script
+calls, a loss module it calls beside it). :class:`RootCompiler` replaces
+``torch.nn.Module.__call__`` for the run; a root module's first call makes its
+``torch.compile(module, ...)`` with the target's options
+(:func:`~bakeoff.target.engines.base.dynamo_options`: the backend, ``dynamic``, ``mode``,
+``fullgraph``), and each of its root calls runs through that compiled module instead. The script
+keeps its own object (its state dict, its hooks, its ``.to()``). Each compiled call is a rewrite
+in the ledger (``torch.compile(Net)``, its count, the script's line that made the first call).
+The reference stays eager.
+
+Why not ``module.compile()``, which compiles in place: it compiles ``Module._call_impl``, a
+frame of PyTorch's own that dynamo does not trace, so a root that is one of PyTorch's modules
+(``nn.Sequential``, ``nn.Linear``) would run eagerly while the ledger said compiled. The compiled
+wrapper is kept for the life of the run (with the module it wraps).
+
+Not compiled: the functions the script calls outside modules (a sampling loop, a loss computed
+by ``torch.nn.functional`` at the top level), the modules inside a root call (they are traced
+into its graph), a module the script compiled itself (``torch.compile(model)``,
+``model.compile()``), and a module whose class defines its own ``__call__``. Under dynamo's
+tracing the replacement steps aside (:func:`torch.compiler.is_compiling`), so it adds nothing to
+the graphs; graph breaks are the model's own.
+
+``--capture-modules`` on a compiled target records root calls only (here, outside the graph):
+the modules inside a compiled graph run no Python, so their outputs cannot be seen without
+breaking the graph.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+from bakeoff.script.ledger import Recorder
+from bakeoff.script.modules import ModuleCalls
+from bakeoff.target.engines.base import dynamo_options
+from bakeoff.target.spec import Target
+
+__all__ = ["RootCompiler"]
+
+_HOOKS_WARNING = r"Using `torch.compile\(module\)` when there are global hooks"
+
+
+class RootCompiler:
+    """Compiles the root module calls of a run with ``target``'s backend (see the module
+    docstring); :attr:`recorder` counts them for the ledger. With ``modules``, it records the
+    outputs of the root calls that match (their hooks are not installed on a compiled target)."""
+
+    def __init__(self, target: Target, modules: ModuleCalls | None = None) -> None:
+        self.options = dynamo_options(target)
+        self.recorder = Recorder()
+        self._reason = ", ".join(f"{key}={value}" for key, value in self.options.items())
+        self._modules = modules
+        self._local = threading.local()
+        self._compiled: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> compiled
+        self._original: Any = None
+        self._filter: Any = None
+
+    def install(self) -> None:
+        import warnings
+
+        import torch
+        from torch._dynamo.eval_frame import OptimizedModule
+
+        original = self._original = torch.nn.Module.__call__
+        local, root = self._local, self._root
+        compiling = torch.compiler.is_compiling
+
+        def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
+            if compiling():  # dynamo traces the model: nothing of ours goes into its graph
+                return original(module, *args, **kwargs)
+            depth = getattr(local, "depth", 0)
+            if depth or isinstance(module, OptimizedModule):
+                local.depth = depth + 1
+                try:
+                    return original(module, *args, **kwargs)
+                finally:
+                    local.depth = depth
+            return root(module, args, kwargs)
+
+        __call__.__wrapped__ = original  # type: ignore[attr-defined]
+        torch.nn.Module.__call__ = __call__  # type: ignore[method-assign]
+        # the audit's global hooks fire for the wrapper too, as they should: not the script's warning
+        warnings.filterwarnings("ignore", message=_HOOKS_WARNING)
+        self._filter = warnings.filters[0]
+
+    def uninstall(self) -> None:
+        if self._original is not None:
+            import warnings
+
+            import torch
+
+            torch.nn.Module.__call__ = self._original  # type: ignore[method-assign]
+            self._original = None
+            if self._filter in warnings.filters:
+                warnings.filters.remove(self._filter)
+
+    def _root(self, module: Any, args: tuple, kwargs: dict) -> Any:
+        import torch
+
+        try:
+            compiled = self._compiled.get(module)
+        except TypeError:  # not weakly referenceable: it runs as written
+            compiled = None
+        else:
+            if compiled is None and getattr(module, "_compiled_call_impl", None) is None:  # not the script's own
+                compiled = self._compiled[module] = torch.compile(module, **self.options)
+        if compiled is not None:
+            self.recorder.record(f"torch.compile({type(module).__name__})", self._reason)
+        name = self._modules.enter(module) if self._modules is not None else ""
+        self._local.depth = 1
+        try:
+            output = compiled(*args, **kwargs) if compiled is not None else self._original(module, *args, **kwargs)
+        finally:
+            self._local.depth = 0
+        if name and self._modules is not None:
+            self._modules.leave(module, output)
+        return output

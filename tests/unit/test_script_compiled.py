@@ -1,0 +1,148 @@
+"""Root module calls compiled with a target's backend (aot_eager, for real): only the outermost
+call of each module is compiled, once (PyTorch's own modules too); a module the script compiled itself is left
+alone; the ledger counts the calls; the replacement and the module captures add no graph break."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from bakeoff.script.capture import Captures
+from bakeoff.script.compiled import RootCompiler
+from bakeoff.script.modules import ModuleCalls
+from bakeoff.target.dynamo import CompileWatch
+from bakeoff.target.spec import parse_target
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(4, 8)
+        self.fc2 = nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def test_root_calls_are_compiled_in_place_and_counted_nested_ones_are_not() -> None:
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    net, loss = Net(), nn.MSELoss()
+    own = Net()
+    own.compile(backend="aot_eager")  # the script's own compile is left as it is
+    x, y = torch.randn(3, 4), torch.randn(3, 2)
+    expected = net(x).detach()
+    compiler = RootCompiler(parse_target("cpu+aot_eager?dynamic=false"))
+    original = nn.Module.__call__
+    watch = CompileWatch()
+    compiler.install()
+    try:
+        for _ in range(2):
+            out = net(x)
+            loss(out, y)
+        own(x)
+        net.fc1(x)  # called on its own: a root too
+    finally:
+        compiler.uninstall()
+        summary = watch.summary()
+        watch.close()
+    torch.testing.assert_close(out, expected)
+    assert nn.Module.__call__ is original  # restored
+    assert own._compiled_call_impl is not None  # the script's own compile: left alone
+    ledger = {r.api: r for r in compiler.recorder.ledger().rewrites}
+    assert set(ledger) == {"torch.compile(Net)", "torch.compile(MSELoss)", "torch.compile(Linear)"}
+    assert ledger["torch.compile(Net)"].count == 2 and ledger["torch.compile(Linear)"].count == 1
+    assert ledger["torch.compile(Net)"].reason == "backend=aot_eager, fullgraph=False, dynamic=False"
+    assert ledger["torch.compile(Net)"].site.endswith(f"test_script_compiled.py:{_line('out = net(x)')}")
+    assert summary["graphs"] >= 3 and summary["graph_breaks"] == 0, summary
+
+
+def test_a_root_that_is_one_of_pytorchs_own_modules_is_compiled_too() -> None:
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    compiler = RootCompiler(parse_target("cpu+aot_eager"))
+    watch = CompileWatch()
+    compiler.install()
+    try:
+        model(torch.randn(2, 4))
+    finally:
+        compiler.uninstall()
+        summary = watch.summary()
+        watch.close()
+    assert summary["graphs"] == 1, summary  # model.compile() would have left it eager: 0 graphs
+
+
+def test_a_compiled_targets_module_captures_are_its_root_calls_without_a_graph_break() -> None:
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    net = Net()
+    x = torch.randn(3, 4)
+    captures = Captures()
+    modules = ModuleCalls(["Net*"], captures)
+    compiler = RootCompiler(parse_target("cpu+aot_eager"), modules)
+    watch = CompileWatch()
+    compiler.install()
+    try:
+        out = net(x)
+    finally:
+        compiler.uninstall()
+        summary = watch.summary()
+        watch.close()
+    assert captures.names() == ("module:Net",) and torch.equal(captures["module:Net"][0], out.detach())
+    assert summary["graph_breaks"] == 0
+
+
+@pytest.mark.filterwarnings("ignore:Using `torch.compile")  # the script's own torch.compile, with global hooks
+def test_module_capture_hooks_add_no_graph_break_to_the_scripts_own_compile() -> None:
+    torch._dynamo.reset()
+    net = Net()
+    captures = Captures()
+    modules = ModuleCalls(["*"], captures)
+    compiled = torch.compile(net, backend="aot_eager")
+    watch = CompileWatch()
+    modules.install()
+    try:
+        compiled(torch.randn(3, 4))
+    finally:
+        modules.uninstall()
+        summary = watch.summary()
+        watch.close()
+    assert summary["graph_breaks"] == 0 and summary["graphs"] == 1, summary
+    assert captures.names() == ("module:Net",)  # the wrapper under the model's name; the layers ran in the graph
+
+
+def _line(text: str) -> int:
+    from pathlib import Path
+
+    lines = Path(__file__).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+def test_a_backend_that_exports_the_whole_model_or_an_engine_option_is_refused_with_a_reason() -> None:
+    from bakeoff.runner.script import _compile_refusal
+
+    assert "exports a whole model" in (_compile_refusal(parse_target("cpu+onnxrt")) or "")
+    assert "precision=" in (_compile_refusal(parse_target("cpu+openvino?precision=f32")) or "")
+    assert _compile_refusal(parse_target("cpu+aot_eager?dynamic=true")) is None
+
+
+def test_inductor_compiles_a_root_call_with_the_targets_mode_and_computes_the_same() -> None:
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.GELU())
+    x = torch.randn(2, 4)
+    expected = model(x)
+    compiler = RootCompiler(parse_target("cpu+inductor?mode=default&dynamic=false"))
+    watch = CompileWatch()
+    compiler.install()
+    try:
+        out = model(x)
+    finally:
+        compiler.uninstall()
+        summary = watch.summary()
+        watch.close()
+    torch.testing.assert_close(out, expected)
+    assert summary["graphs"] == 1 and summary["compilations"], summary
+    (rewrite,) = compiler.recorder.ledger().rewrites
+    assert rewrite.reason == "backend=inductor, fullgraph=False, dynamic=False, mode=default"

@@ -1,0 +1,115 @@
+"""Module captures of a script: qualified names from the first call's subtree, the same for two
+copies of a model; glob patterns on names and class names; the per-module and byte caps."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from bakeoff.script.capture import Captures
+from bakeoff.script.modules import ModuleCalls, ModuleNames, check_pattern, matches
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(4, 4)
+        self.fc2 = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([Block(), Block()])
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+def test_a_module_first_seen_names_its_whole_subtree_after_its_class() -> None:
+    names = ModuleNames()
+    net = Net()
+    assert names.name(net.layers[1].fc2) == "Linear"  # seen alone first: its own class is its root
+    assert names.name(net) == "Net"
+    assert names.name(net.layers[0].fc1) == "Net.layers.0.fc1"
+    assert names.name(net.layers[1]) == "Net.layers.1"
+    assert names.name(net.layers[1].fc2) == "Linear"  # a module keeps its first name
+    assert names.name(Net()) == "Net"  # another copy: the same names, never an id
+
+
+def _run(patterns: list[str], calls: int = 1, **caps: int) -> tuple[Captures, ModuleCalls]:
+    captures = Captures()
+    recorder = ModuleCalls(patterns, captures, **caps)
+    torch.manual_seed(0)
+    net = Net()
+    recorder.install()
+    try:
+        for _ in range(calls):
+            net(torch.randn(3, 4))
+    finally:
+        recorder.uninstall()
+    net(torch.randn(3, 4))  # after uninstall: nothing more is recorded
+    return captures, recorder
+
+
+def test_module_outputs_are_recorded_by_name_or_class_pattern_call_by_call() -> None:
+    captures, recorder = _run(["Net.layers.*.fc2", "Net", "nothing*"], calls=2)
+    assert captures.names() == ("module:Net.layers.0.fc2", "module:Net.layers.1.fc2", "module:Net")
+    assert [len(captures[n]) for n in captures.names()] == [2, 2, 2]
+    assert captures["module:Net"][0].shape == (3, 2)
+    assert recorder.unmatched == ("nothing*",) and recorder.capped == 0 and not recorder.errors
+    by_class, _ = _run(["Block"])
+    assert by_class.names() == ("module:Net.layers.0", "module:Net.layers.1")
+
+
+def test_the_recorded_values_are_the_modules_outputs() -> None:
+    torch.manual_seed(0)
+    net = Net()
+    x = torch.randn(3, 4)
+    captures = Captures()
+    recorder = ModuleCalls(["*"], captures)
+    recorder.install()
+    try:
+        out = net(x)
+    finally:
+        recorder.uninstall()
+    torch.testing.assert_close(captures["module:Net"][0], out.detach())
+    torch.testing.assert_close(captures["module:Net.layers.0.fc1"][0], net.layers[0].fc1(x).detach())
+
+
+def test_the_caps_stop_recording_at_the_same_call_and_count_the_rest() -> None:
+    captures, recorder = _run(["Net.head"], calls=5, max_calls=3)
+    assert len(captures["module:Net.head"]) == 3 and recorder.capped == 2
+    # the byte cap: 3x2 float32 outputs are 24 bytes each; 60 bytes keep two calls, then nothing
+    captures, recorder = _run(["Net.head", "Net"], calls=3, max_bytes=60)
+    assert [len(captures[n]) for n in captures.names()] == [1, 1] and recorder.capped == 4
+
+
+def test_outputs_a_capture_cannot_hold_are_kept_as_their_type_name() -> None:
+    class Odd(nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple:
+            return x * 2, object(), {"n": 1}
+
+    captures = Captures()
+    recorder = ModuleCalls(["Odd"], captures)
+    recorder.install()
+    try:
+        Odd()(torch.ones(2))
+    finally:
+        recorder.uninstall()
+    ((doubled, odd, extra),) = captures["module:Odd"]
+    assert doubled.tolist() == [2.0, 2.0] and odd == "<object>" and extra == {"n": 1}
+    assert not recorder.errors
+
+
+@pytest.mark.parametrize("pattern", ["", "  ", " Linear"])
+def test_a_malformed_pattern_is_refused_with_its_reason(pattern: str) -> None:
+    assert check_pattern(pattern) is not None
+    assert check_pattern("*.mlp") is None and matches(["Lin*"], "Net.head", "Linear") == ["Lin*"]
