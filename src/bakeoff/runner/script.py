@@ -21,9 +21,14 @@ repeated copies of host state, and what ``torch.compile`` did; they are the targ
 :mod:`bakeoff.runner.script_worker` for what the audit cannot see and what it costs: the
 target's wall time includes it, and a note says so).
 
-What it cannot see (yet): files the script writes, the timing of spans between captures, and
-child processes the script starts (they run unmapped and unaudited). A single run per target is a single
-observation of its wall time, and is said to be one.
+Python child processes the script starts (``subprocess``, ``multiprocessing`` with any start
+method, DataLoader workers) are remapped as the script is (:mod:`bakeoff.script.children`; never
+those of the script as written): their rewrites join the target's ledger, each site marked with
+the child processes it came from, and a note says how many ran remapped. They are not audited.
+
+What it cannot see (yet): files the script writes, the timing of spans between captures, where
+the work of child processes ran, and the rewrites of a child that ended without unwinding. A
+single run per target is a single observation of its wall time, and is said to be one.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ from bakeoff.env import capture_environment
 from bakeoff.errors import SpecError
 from bakeoff.results.librarylog import LibraryLog
 from bakeoff.results.values import ErrorInfo, Latency, RunResult, TargetResult
+from bakeoff.script.children import ENV as CHILDREN_ENV
+from bakeoff.script.children import child_notes, with_children
 from bakeoff.store.db import Store
 from bakeoff.target.detect import unavailable_reason
 from bakeoff.target.spec import Target
@@ -203,6 +210,7 @@ def run_script(
         command += [arg for name in captures for arg in ("--capture", name)]
         command += ["--", path, *argv]
         env = {**os.environ, "PYTHONHASHSEED": str(seed), PARENT_ENV: str(os.getpid())}
+        env.pop(CHILDREN_ENV, None)  # bakeoff exec inside a remapped script: the launcher starts clean
         with open(out / "stdout.txt", "wb") as stdout, open(out / "stderr.txt", "wb") as stderr:
             process = subprocess.Popen(command, cwd=work, stdout=stdout, stderr=stderr, env=env, start_new_session=True)
             try:
@@ -224,6 +232,7 @@ def run_script(
             found = Captures.from_safetensors(out / "captures.safetensors")
             captured = {name: list(found[name]) for name in found.names()}
         error = _failure(code, result, out, timeout_s)
+        result = with_children(result, out) if result else result
         wall = result.get("wall_s") if code is not None else None
         audited = read_audit(out) if audit else None
         return ScriptRun("ok" if error is None else "error", wall, result, captured, error, log.entries(), audited)
@@ -308,7 +317,7 @@ def _notes(run: ScriptRun) -> list[str]:
             notes.append(f"wall time includes the placement audit, {spent:.3g} s of it recording ops")
     if audit.get("error"):
         notes.append(f"placement audit: {audit['error']}")
-    return notes
+    return notes + child_notes(run.result.get("children"))
 
 
 def _result(target: Target, run: ScriptRun, is_reference: bool, correctness: Correctness | None) -> TargetResult:
