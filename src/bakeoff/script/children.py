@@ -261,8 +261,7 @@ def _torch_loaded() -> None:
         mapping = state.config["map"]
         try:
             if emu.NAME in {kind for kind, _ in DeviceMap(mapping).targets.values()}:
-                emu.enable()
-            emu.maybe_enable_from_env()
+                emu.enable()  # only where it is a target: loading it costs every child a second or more
             if installed() is None:
                 Remapper(mapping, strict=bool(state.config.get("strict"))).install()
         except BakeoffError as exc:
