@@ -402,3 +402,43 @@ def test_a_file_the_target_did_not_write_fails_it_and_no_files_ignores_the_files
     assert emu["correctness"]["verdict"] == "pass"
     assert [o["name"] for o in emu["correctness"]["outputs"]] == ["logits[0]"]
     assert not any("output file" in note for note in emu["notes"]) and doc["settings"]["exec"]["files"] is False
+
+
+def test_python_child_processes_run_remapped_and_their_rewrites_join_the_ledger(tmp_path):
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "child_cuda.py").write_text((SCRIPTS / "child_cuda.py").read_text())
+    # every kind of child on the CPU (one run: the target is the reference), then a subprocess on emu
+    on_cpu = _exec(
+        tmp_path, "spawns_children.py", "parent", "subprocess", "spawn", "fork", "--on", "cpu", "--format", "json"
+    )
+    on_emu = _exec(tmp_path, "spawns_children.py", "parent", "subprocess", "--on", "emu", "--format", "json")
+    assert on_cpu.returncode == 0 and on_emu.returncode == 0, on_cpu.stderr + on_emu.stderr
+    (reference,) = json.loads(on_cpu.stdout)["results"]
+    results = [reference, json.loads(on_emu.stdout)["results"][1]]
+    parent, work = _line("torch.zeros(1).cuda()", "spawns_children.py"), _line(".cuda() * n", "spawns_children.py")
+    sync = _line("torch.cuda.synchronize()", "spawns_children.py")
+    child = "in child process python child_cuda.py 3"
+    for result, pooled in zip(results, (True, False), strict=True):
+        device = result["target"]
+        assert result["status"] == "ok", result.get("error")
+        ledger = [(a["name"], a["value"]) for a in result["adjustments"]]
+
+        def has(name: str, start: str, ledger: list = ledger) -> bool:
+            return any(n == name and v.startswith(start) for n, v in ledger)
+
+        said = {line["text"] for line in result["log"]}
+        assert f"child on {device}: 16.0" in said and f"parent on {device}" in said, said  # the child ran there
+        assert has("Tensor.cuda", f"1x, first at {parent}: "), ledger  # the script's own, once
+        assert has("Tensor.cuda", f"1x, first at child_cuda.py:8 ({child}): "), ledger
+        assert has("torch.cuda.synchronize", f"3x, first at child_cuda.py:11 ({child}): "), ledger
+        count = 5 if pooled else 1
+        assert f"{count} child process{'es' if pooled else ''} ran remapped, not audited" in result["notes"]
+        if not pooled:
+            assert result["placement"]["verdict"] == "on_device"  # the script's own process, audited
+            continue
+        # 4 calls in the spawn pool's workers and 4 in the fork pool's: the forks' ledgers start
+        # empty, so the parent's call before the fork is not counted again
+        (workers,) = [v for n, v in ledger if n == "Tensor.cuda" and v.startswith(f"8x, first at {work} (in ")]
+        assert "SpawnPoolWorker" in workers and "ForkPoolWorker" in workers, workers
+        assert has("torch.cuda.synchronize", f"8x, first at {sync} (in "), ledger
+        assert sum(n == "Tensor.cuda" for n, _ in ledger) == 3, ledger

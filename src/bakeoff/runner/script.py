@@ -29,10 +29,16 @@ repeated copies of host state, and what ``torch.compile`` did; they are the targ
 :mod:`bakeoff.runner.script_worker` for what the audit cannot see and what it costs: the
 target's wall time includes it, and a note says so).
 
-What it cannot see (yet): the timing of spans between captures, child processes the script
-starts (they run unmapped and unaudited), files the script writes outside its working directory
-or in a format not read here (pickles are never loaded), and files it deletes. A single run per
-target is a single observation of its wall time, and is said to be one.
+Python child processes the script starts (``subprocess``, ``multiprocessing`` with any start
+method, DataLoader workers) are remapped as the script is (:mod:`bakeoff.script.children`; never
+those of the script as written): their rewrites join the target's ledger, each site marked with
+the child processes it came from, and a note says how many ran remapped. They are not audited.
+
+What it cannot see (yet): the timing of spans between captures, where the work of child
+processes ran, the rewrites of a child that ended without unwinding, files the script writes
+outside its working directory or in a format not read here (pickles are never loaded), and files
+it deletes. A single run per target is a single observation of its wall time, and is said to be
+one.
 """
 
 from __future__ import annotations
@@ -59,6 +65,8 @@ from bakeoff.env import capture_environment
 from bakeoff.errors import SpecError
 from bakeoff.results.librarylog import LibraryLog
 from bakeoff.results.values import ErrorInfo, Latency, RunResult, TargetResult
+from bakeoff.script.children import ENV as CHILDREN_ENV
+from bakeoff.script.children import child_notes, with_children
 from bakeoff.script.modules import MAX_CALLS_PER_MODULE, MAX_MODULE_BYTES
 from bakeoff.script.modules import PREFIX as MODULE_PREFIX
 from bakeoff.script.outputs import Outputs, read_outputs, stamp, written
@@ -285,6 +293,7 @@ def run_script(
         command += ["--compile", compile] if compile else []
         command += ["--", path, *argv]
         env = {**os.environ, "PYTHONHASHSEED": str(seed), PARENT_ENV: str(os.getpid())}
+        env.pop(CHILDREN_ENV, None)  # bakeoff exec inside a remapped script: the launcher starts clean
         with open(out / "stdout.txt", "wb") as stdout, open(out / "stderr.txt", "wb") as stderr:
             process = subprocess.Popen(command, cwd=work, stdout=stdout, stderr=stderr, env=env, start_new_session=True)
             try:
@@ -306,6 +315,7 @@ def run_script(
             found = Captures.from_safetensors(out / "captures.safetensors")
             captured = {name: list(found[name]) for name in found.names()}
         error = _failure(code, result, out, timeout_s)
+        result = with_children(result, out) if result else result
         wall = result.get("wall_s") if code is not None else None
         audited = read_audit(out) if audit else None
         outputs = None
@@ -504,7 +514,7 @@ def _notes(run: ScriptRun) -> list[str]:
     for path, why in (run.outputs.skipped if run.outputs is not None else {}).items():
         unread.setdefault(why, []).append(path)
     notes.extend(f"output file(s) {_listed(paths)} not compared: {why}" for why, paths in unread.items())
-    return notes
+    return notes + child_notes(run.result.get("children"))
 
 
 def _result(

@@ -12,6 +12,8 @@ would run it (``__name__ == "__main__"``, ``sys.argv == [SCRIPT, *ARGS]``, ``sys
 directory, through :func:`runpy.run_path`), with ``random``, ``torch`` and ``numpy`` seeded, inside
 a :class:`~bakeoff.script.remap.Remapper` when ``--map`` is given (none: the script runs as written,
 the reference on a machine that has its device) and a :func:`~bakeoff.script.capture.recording`.
+With ``--map``, the Python processes the script starts are remapped too
+(:mod:`bakeoff.script.children`: each writes its ledger under ``OUTDIR/children``).
 Its stdout and stderr are the process's own; the launcher itself prints nothing to stdout, and
 on stderr only one line for a bad argument (exit 2) or a launcher problem.
 
@@ -81,6 +83,7 @@ from typing import Any
 from bakeoff.codec import Value
 from bakeoff.errors import BakeoffError, RemapError
 from bakeoff.script.capture import Captures, recording
+from bakeoff.script.children import remapped_children
 from bakeoff.script.devices import DeviceMap
 from bakeoff.script.ledger import Rewrite
 from bakeoff.script.modules import ModuleCalls, check_pattern
@@ -385,7 +388,7 @@ def launch(
         sys.argv = [script, *args]
         sys.path[0] = os.path.dirname(os.path.realpath(script))
         try:
-            with recording(losses=losses) as recorded:
+            with recording(losses=losses) as recorded, remapped_children(mapping, strict=strict, out=out):
                 captures = recorded
                 returns = _Returns(capture, script, recorded) if capture else None
                 modules = ModuleCalls(capture_modules, recorded) if capture_modules else None

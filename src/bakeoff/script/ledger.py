@@ -19,6 +19,7 @@ import os
 import sys
 import sysconfig
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from types import FrameType
@@ -138,6 +139,16 @@ class Recorder:
         self.strict = strict
         self._lock = threading.Lock()
         self._entries: dict[str, list] = {}  # api -> [count, site, numerics, reason]
+        #: Called after each counted call with whether its API is new to the ledger (a child
+        #: process keeps its ledger's file current with it); None: nothing is called.
+        self.on_change: Callable[[bool], None] | None = None
+
+    def restart(self) -> None:
+        """Forget every rewrite and start counting afresh, with a new lock: a forked child's
+        ledger is its own (the parent's rewrites, and a lock another thread held at the fork,
+        stay the parent's)."""
+        self._lock = threading.Lock()
+        self._entries = {}
 
     def record(self, api: str, reason: str = "", numerics: bool = False, depth: int = 1) -> None:
         """Count one call of ``api``; its site is looked up from ``depth`` frames above the caller.
@@ -152,8 +163,11 @@ class Recorder:
                 self._entries[api] = entry = [0, call_site(depth + 1), numerics, reason]
             elif numerics and not entry[2]:  # a later call changed numerics: the entry says so
                 entry[2:] = [True, reason]
+            new = entry[0] == 0
             entry[0] += 1
             site = entry[1]
+        if self.on_change is not None:
+            self.on_change(new)
         if numerics and self.strict:
             raise RemapError(
                 f"{api} at {site} would change numerics: {reason}",

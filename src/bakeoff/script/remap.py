@@ -32,7 +32,8 @@ What it cannot see: device names compared as strings by the script (``if device 
 ``x.device.type``/``x.is_cuda`` (they tell the truth: the target), objects taken from torch before
 installation (a library's ``from torch.cuda import ...`` at import time), other threads' function
 modes (PyTorch keeps the mode stack per thread; the namespace, generator, autocast, load and
-process-group redirections are process-wide), child processes, CUDA-only kernels (Triton, custom
+process-group redirections are process-wide), child processes (a fork inherits the remap;
+:mod:`bakeoff.script.children` installs one in every fresh Python child), CUDA-only kernels (Triton, custom
 extensions) and the autocast/device queries ``torch.is_autocast_enabled("cuda")``,
 ``torch.get_autocast_dtype("cuda")``.
 """
