@@ -43,6 +43,8 @@ one already set.
 ``wall_s`` is the script's run time, from its first statement to its end; ``startup_s`` is the
 launcher's time before it (importing PyTorch, enabling a device, seeding, installing the remap),
 from the launcher's first statement (the interpreter's own start is not counted).
+``capture_times`` holds, per capture name, the time of each call (on the same clock, from the
+script's start, when its value had been copied to the host): the runner's spans between captures.
 
 What it cannot see: a script that ends the process without unwinding (``os._exit``, a crash, a
 kill) leaves no ``result.json``; the runner treats that as a crash. ``__file__`` is the path as
@@ -113,7 +115,8 @@ class LaunchResult(Value):
     """What one launch did: ``result.json``. ``ledger`` holds the remap's rewrites (empty without
     ``--map``), ``numerics`` the APIs of those flagged as changing numerics, ``captures`` the number
     of calls captured per name (``loss`` included), ``captures_missing`` the ``--capture`` names
-    never called, ``capture_errors`` the first reason a ``--capture`` value could not be kept."""
+    never called, ``capture_errors`` the first reason a ``--capture`` value could not be kept,
+    ``capture_times`` the seconds from the script's start to each captured call, per name."""
 
     format: int
     exit_code: int
@@ -130,6 +133,7 @@ class LaunchResult(Value):
     seed: int = 0
     losses: bool = True
     argv: tuple[str, ...] = ()
+    capture_times: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
 
 def read_result(out: str | Path) -> LaunchResult:
@@ -330,6 +334,7 @@ def launch(
     returns: _Returns | None = None
     wall_s = 0.0
     startup_s = 0.0
+    started: float | None = None
     try:  # the setup: anything failing here is bakeoff's or the remap's, not the script's
         from bakeoff import emu
 
@@ -412,6 +417,11 @@ def launch(
         seed=seed,
         losses=losses,
         argv=(script, *args),
+        capture_times={
+            name: tuple(round(t - started, 6) for t in times)
+            for name, times in captures.times().items()
+            if started is not None
+        },
     )
     _write_atomically(out / RESULT, lambda tmp: tmp.write_text(json.dumps(result.to_dict(), indent=1) + "\n"))
     return result
