@@ -162,6 +162,7 @@ def exec_script(
     timeout_s: float = _DEFAULT.timeout_s,
     seed: int = 0,
     audit: bool = True,
+    repeats: int = 0,
     progress: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Run a script unchanged: as the reference, then on each target with its devices remapped;
@@ -181,6 +182,9 @@ def exec_script(
         timeout_s: a run still going after this long is stopped and recorded as a timeout.
         audit: audit where each target's work ran over the whole script (its first 20,000 op
             calls) and what torch.compile did; False leaves placement "not audited".
+        repeats: time the reference and each target over this many more runs, without the audit
+            or ``capture``'s tracing (the first run stays the evidence): their latency, and a
+            speed-up from two or more. 0: the first run's wall time, a single observation.
 
     Raises:
         SpecError: bad input (a missing script, an unknown target); nothing is stored.
@@ -197,6 +201,8 @@ def exec_script(
         raise SpecError(f"no script at {path}", hint="give the path of a Python script")
     if timeout_s <= 0:
         raise SpecError(f"timeout {timeout_s:g} s", hint="give a positive number of seconds")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 0:
+        raise SpecError(f"repeats {repeats!r}", hint="give a whole number of timing runs, 0 or more")
     given = [map_devices] if isinstance(map_devices, str) else list(map_devices)
     sources = [part.strip() for text in given for part in text.split(",") if part.strip()]
     if not sources or any(not s.isidentifier() for s in sources):
@@ -219,7 +225,7 @@ def exec_script(
     return run_exec(
         store, path, list(args), parsed, reference=ref, source_devices=sources, strict=strict, captures=names,
         timeout_s=timeout_s, seed=seed, as_written=as_written or ref.device in sources, audit=audit,
-        progress=progress, keep_out=keep_out,
+        progress=progress, keep_out=keep_out, repeats=repeats,
     )  # fmt: skip
 
 

@@ -21,6 +21,7 @@ __all__ = ["exec_command"]
     context_settings={"ignore_unknown_options": True},
     epilog="\b\nExamples:\n  bakeoff exec train.py --epochs 1 --on emu\n"
     "  bakeoff exec infer.py --on emu --capture infer:postprocess --strict\n"
+    "  bakeoff exec train.py --on emu --repeats 5   # timed over 5 clean runs a side\n"
     "  bakeoff exec train.py --on emu -- --on cpu   # the script's own --on",
 )
 @click.argument("script", type=click.Path(dir_okay=False))
@@ -39,6 +40,8 @@ __all__ = ["exec_command"]
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of random, numpy and torch.")
 @click.option("--no-audit", "no_audit", is_flag=True,
               help="Do not audit where each target's work ran (it costs time on tiny ops).")  # fmt: skip
+@click.option("--repeats", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
+              help="Time each side over N more runs, without the audit or --capture tracing.")  # fmt: skip
 @verbose_option
 @db_option
 @format_option
@@ -53,6 +56,7 @@ def exec_command(
     timeout_s: float,
     seed: int,
     no_audit: bool,
+    repeats: int,
     verbose: bool,
     db: str | None,
     fmt: str,
@@ -64,6 +68,8 @@ def exec_command(
     run is a fresh process in a copy of the working directory. The losses the script calls
     backward() on, the --capture'd return values and bakeoff.capture(name, value) calls are
     compared with the reference's; every rewrite is listed with its count and call site.
+    The first run of each is audited and is not a fair clock: --repeats N times each side over
+    N more runs without the audit, and compares the time between captures span by span.
     Exit code: 0 when the runs were made, 1 with --strict when a target failed, 2 on bad input.
     """
     from bakeoff import api
@@ -82,6 +88,7 @@ def exec_command(
             timeout_s=timeout_s,
             seed=seed,
             audit=not no_audit,
+            repeats=repeats,
             progress=progress(),
         )
     _finish_run(run, fmt, db, strict, verbose=verbose)

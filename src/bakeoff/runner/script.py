@@ -21,9 +21,19 @@ repeated copies of host state, and what ``torch.compile`` did; they are the targ
 :mod:`bakeoff.runner.script_worker` for what the audit cannot see and what it costs: the
 target's wall time includes it, and a note says so).
 
-What it cannot see (yet): files the script writes, the timing of spans between captures, and
-child processes the script starts (they run unmapped and unaudited). A single run per target is a single
-observation of its wall time, and is said to be one.
+Timing: the first run of each side is the evidence, not a fair clock (a target's is audited,
+``--capture`` traces every Python call). Without ``repeats`` its wall time is the latency, a
+single observation, said to be one, with no speed-up claimed. With ``repeats`` N, the reference
+and each target run N more times, in turns, without the audit or the tracing (losses and
+``bakeoff.capture`` calls are still kept: they cost little), and their wall times are the
+latency, with a trial's statistics: noise flags, and the speed-up as a ratio of medians with its
+bootstrap interval from two runs a side. A timing run that fails is a note, its time dropped.
+Each run's time between captures (:mod:`bakeoff.analysis.spans`) is compared span by span with
+the reference's and kept in the target's ``conditions["timing"]``; a span out of line with the
+target's typical ratio is a note.
+
+What it cannot see (yet): files the script writes, and child processes the script starts (they
+run unmapped and unaudited).
 """
 
 from __future__ import annotations
@@ -39,10 +49,13 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from bakeoff.analysis.compare import ratio_of_medians
+from bakeoff.analysis.noise import noise_flags
+from bakeoff.analysis.spans import compare_spans, spans
 from bakeoff.checks.correctness import Correctness, compare_outputs
 from bakeoff.env import capture_environment
 from bakeoff.errors import SpecError
@@ -289,7 +302,7 @@ def _adjustments(run: ScriptRun) -> list[dict[str, Any]]:
     ]
 
 
-def _notes(run: ScriptRun) -> list[str]:
+def _notes(run: ScriptRun, timed: bool = False) -> list[str]:
     notes = [
         f"numerics may change: {r['api']} ({r.get('reason') or 'flagged'}) at {r['site']}"
         for r in run.result.get("ledger", ())
@@ -298,11 +311,11 @@ def _notes(run: ScriptRun) -> list[str]:
     missing = run.result.get("captures_missing") or []
     if missing:
         notes.append("never called, so not captured: " + ", ".join(missing))
-    if run.wall_s is not None:
-        notes.append(f"wall time {run.wall_s:.3g} s is a single observation (one run)")
+    if run.wall_s is not None and not timed:  # timed: its latency is from the clean runs (_timed)
+        notes.append(f"wall time {run.wall_s:.3g} s is a single observation (one run; time it with --repeats)")
     audit = run.audit or {}
     placement = audit.get("placement")
-    if run.wall_s is not None and placement is not None and placement.verdict != "not_applicable":
+    if run.wall_s is not None and not timed and placement is not None and placement.verdict != "not_applicable":
         spent = (placement.signals.get("script") or {}).get("audit_s")
         if spent is not None:
             notes.append(f"wall time includes the placement audit, {spent:.3g} s of it recording ops")
@@ -311,7 +324,9 @@ def _notes(run: ScriptRun) -> list[str]:
     return notes
 
 
-def _result(target: Target, run: ScriptRun, is_reference: bool, correctness: Correctness | None) -> TargetResult:
+def _result(
+    target: Target, run: ScriptRun, is_reference: bool, correctness: Correctness | None, timed: bool = False
+) -> TargetResult:
     checks: dict[str, Any] = {"correctness": correctness} if correctness is not None else {}
     for name in ("placement", "compilation"):
         value = (run.audit or {}).get(name)
@@ -324,11 +339,87 @@ def _result(target: Target, run: ScriptRun, is_reference: bool, correctness: Cor
         is_reference=is_reference,
         latency=latency,
         adjustments=tuple(_adjustments(run)),
-        notes=tuple(_notes(run)),
+        notes=tuple(_notes(run, timed)),
         error=run.error,
         log=run.log,
         checks=checks,
     )
+
+
+def _span_samples(runs: Sequence[ScriptRun]) -> dict[str, list[float]]:
+    """Per span between captures (:func:`~bakeoff.analysis.spans.spans`), its milliseconds in
+    each finished run, in the order the spans came."""
+    found: dict[str, list[float]] = {}
+    for run in runs:
+        if run.status == "ok" and run.wall_s is not None:
+            for name, seconds in spans(run.result.get("capture_times") or {}, run.wall_s).items():
+                found.setdefault(name, []).append(seconds * 1e3)
+    return found
+
+
+def _timed(
+    result: TargetResult,
+    runs: Sequence[ScriptRun] | None,
+    span_ms: Mapping[str, Sequence[float]],
+    reference_span_ms: Mapping[str, Sequence[float]] | None,
+) -> TargetResult:
+    """``result`` with its timing: with ``runs`` (the clean timing runs, ``--repeats``) its
+    latency is their wall times (a failed one is a note and its time dropped) and their noise
+    flags; either way its spans beside the reference's, and a note for a span out of line."""
+    if result.status != "ok":
+        return result
+    notes = list(result.notes)
+    latency, noise = result.latency, list(result.noise)
+    if runs is not None:
+        kept = [r.wall_s * 1e3 for r in runs if r.status == "ok" and r.wall_s is not None]
+        for i, r in enumerate(runs, 1):
+            if r.status != "ok" or r.wall_s is None:
+                why = f"{r.error.category}: {r.error.type}: {r.error.message}" if r.error else "no wall time"
+                notes.append(f"timing run {i} of {len(runs)} failed, its time dropped ({why.splitlines()[0][:160]})")
+        latency = Latency(tuple(kept)) if kept else None
+        if len(kept) == 1:  # more runs: the settings line says how they were timed
+            notes.append("wall time from 1 run without the audit: a single observation, no speed-up claimed")
+        if len(kept) > 1:
+            noise += noise_flags(kept, [], os.cpu_count() or 1)
+    compared = compare_spans(span_ms, reference_span_ms if not result.is_reference else None)
+    for row in compared["spans"]:
+        if row["out_of_line"]:
+            notes.append(
+                f"span {row['span']} took {row['ms']:.3g} ms, {row['ratio']:.3g}x the reference's "
+                f"(its spans' typical ratio {compared['typical_ratio']:.3g}x)"
+            )
+    timing = {
+        "runs": len(runs) if runs is not None else 0,
+        "spans_from": "the timing runs"
+        if runs is not None
+        else "the first run" + ("" if result.placement is None else ", audited"),
+        "typical_span_ratio": compared["typical_ratio"],
+        "spans": compared["spans"],
+    }
+    return replace(
+        result,
+        latency=latency,
+        noise=tuple(noise),
+        notes=tuple(notes),
+        conditions={**(result.conditions or {}), "timing": timing},
+    )
+
+
+def _speedups(results: list[TargetResult]) -> list[TargetResult]:
+    """Speed-up against the reference (the ratio of median wall times, with its bootstrap
+    interval, as a trial's), only where both sides have two runs or more: none is claimed from
+    a single observation."""
+    ref = next((r for r in results if r.is_reference), None)
+    if ref is None or ref.latency is None or ref.latency.count < 2 or ref.latency.p50_ms <= 0:
+        return results
+    updated = []
+    for r in results:
+        if r.latency is None or r.latency.count < 2 or r.latency.p50_ms <= 0:
+            updated.append(r)
+            continue
+        estimate = ratio_of_medians(ref.latency.samples_ms, r.latency.samples_ms)
+        updated.append(replace(r, speedup=estimate.value, speedup_ci=estimate.to_dict()))
+    return updated
 
 
 def exec_script(
@@ -347,12 +438,21 @@ def exec_script(
     progress: Callable[[str], None] | None = None,
     audit: bool = True,
     keep_out: Sequence[Path] = (),
+    repeats: int = 0,
 ) -> RunResult:
     """Run ``script`` as the reference (as written when ``as_written``, else remapped to
     ``reference``'s device) and on each target, compare, store and return the run. With
     ``audit``, each target's run (not the reference's) is audited for where its work ran and
     what ``torch.compile`` did: its ``placement`` and ``compilation`` checks. ``keep_out``: files
-    of the working directory never copied into a run's (the knowledge base and its journals)."""
+    of the working directory never copied into a run's (the knowledge base and its journals).
+
+    ``repeats``: after those runs (the evidence of correctness and placement), run the reference
+    and each target that ran this many times more, in turns, without the audit and without
+    ``--capture``'s tracing, purely to time them: each one's latency is then those runs' wall
+    times, and a speed-up against the reference is claimed from two or more a side. 0: the
+    latency is the first run's wall time, a single observation (a target's includes its audit).
+    Either way the spans between captures are compared with the reference's (with repeats, the
+    median of each span over the timing runs)."""
     say = progress or (lambda _msg: None)
     workdir = Path.cwd()
     db_files = [Path(f"{path}{suffix}") for path in keep_out for suffix in ("", "-wal", "-shm", "-journal")]
@@ -366,10 +466,15 @@ def exec_script(
             skip=db_files, audit=target.torch_device if audited else None,
         )  # fmt: skip
 
+    def clean(target: Target, remap: bool) -> ScriptRun:  # a timing run: no audit, no --capture tracing
+        mapping = {src: target.torch_device for src in source_devices} if remap else {}
+        return run_script(script, argv, workdir, mapping, strict=strict, seed=seed, timeout_s=timeout_s, skip=db_files)
+
     say(f"running {script.name} as the reference on {'its own device' if as_written else reference.spec}")
     ref_run = once(reference, not as_written, False)
     reference_name = "the script as written" if as_written else f"the script on {reference.spec}"
-    results = [_result(reference, ref_run, True, None)]
+    results = [_result(reference, ref_run, True, None, timed=repeats > 0)]
+    evidence: list[ScriptRun | None] = [ref_run]
     for target in targets:
         if target == reference:
             continue
@@ -378,14 +483,28 @@ def exec_script(
             reason = "a compile backend for a whole script is not supported yet: give a device"
         if reason is not None:
             results.append(TargetResult(target=target, status="skipped", reason=reason))
+            evidence.append(None)
             continue
         say(f"running {script.name} on {target.spec}")
         run = once(target, True, audit)
         correctness = (
             compare_captures(run, ref_run, reference_name) if run.status == "ok" and ref_run.status == "ok" else None
         )
-        results.append(_result(target, run, False, correctness))
-    done = results  # one run a side: no speed-up is claimed from single observations
+        results.append(_result(target, run, False, correctness, timed=repeats > 0))
+        evidence.append(run)
+    # the timing runs, in turns (the reference, then each target, N times): drift hits all alike
+    timing: list[list[ScriptRun] | None] = [[] if repeats and r.status == "ok" else None for r in results]
+    for i in range(repeats):
+        for result, runs in zip(results, timing, strict=True):
+            if runs is not None:
+                say(f"timing {script.name} on {result.target.spec} ({i + 1} of {repeats})")
+                runs.append(clean(result.target, not (result.is_reference and as_written)))
+    span_ms = [
+        _span_samples(t if t is not None else [e] if e is not None else [])
+        for t, e in zip(timing, evidence, strict=True)
+    ]
+    results = [_timed(r, t, s, span_ms[0]) for r, t, s in zip(results, timing, span_ms, strict=True)]
+    done = _speedups(results)  # none from single observations
     notes = [] if as_written else [f"the reference ran on {reference.spec}, remapped like the targets"]
     run = RunResult(
         run_id=uuid.uuid4().hex[:12],
@@ -405,6 +524,7 @@ def exec_script(
                 "timeout_s": timeout_s,
                 "as_written": as_written,
                 "audit": audit,
+                "repeats": repeats,
             },
         },
     )
