@@ -57,3 +57,12 @@ def test_the_median_over_runs_is_compared_and_a_span_the_reference_lacks_has_no_
     assert rows["a→end"]["ratio"] is None and not rows["a→end"]["out_of_line"]
     alone = compare_spans(target, None)
     assert alone["typical_ratio"] is None and all(r["ratio"] is None for r in alone["spans"])
+
+
+def test_the_typical_ratio_follows_the_work_so_a_slow_setup_is_not_out_of_line_against_quick_steps() -> None:
+    # the reference spends its time in setup; the target's steps are 5x quicker, its setup not
+    reference = _ms(start_a=150.0, a_b=4.0, b_c=4.0, c_d=4.0, d_e=4.0, e_end=4.0)
+    target = _ms(start_a=200.0, a_b=0.8, b_c=300.8, c_d=0.8, d_e=0.8, e_end=0.8)
+    compared = compare_spans(target, reference)
+    assert compared["typical_ratio"] == pytest.approx(200 / 150)
+    assert [r["span"] for r in compared["spans"] if r["out_of_line"]] == ["b→c"]

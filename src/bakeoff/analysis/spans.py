@@ -9,9 +9,13 @@ ends (``start→loss[0]``, ``loss[0]→loss[1]``, ``loss[2]→end``). Their time
 :func:`compare_spans` sets a target's spans beside the reference's, span by span (the median
 over the runs of each side, in milliseconds), as ``ratio`` = target / reference (>1 is slower).
 A target is usually slower or faster than the reference everywhere by about the same factor,
-so a span is *out of line* when it is slow against that typical factor, not against 1:
+so a span is *out of line* when it is slow against that typical factor, not against 1. The
+typical ratio is the median of the spans' ratios weighted by the reference's time in each: the
+ratio of the spans that hold most of the work (a script's first span, its imports and setup,
+often does), which a span slow on the target alone (short on the reference) cannot move, and
+which many tiny spans cannot outvote. A span is out of line when
 
-* its ratio is at least ``factor`` (2) times the median ratio of all the spans, and
+* its ratio is at least ``factor`` (2) times the typical ratio, and
 * the time it loses against that typical ratio is at least ``min_share`` (5%) of the target's
   time over all spans: a span of a fraction of a millisecond that doubles by chance is not one.
 
@@ -95,8 +99,7 @@ def compare_spans(
                 "out_of_line": False,
             }
         )
-    ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
-    typical = percentile(ratios, 50) if ratios else None
+    typical = _weighted_median([(r["ratio"], r["reference_ms"]) for r in rows if r["ratio"] is not None])
     total = sum(r["ms"] for r in rows if r["ms"] is not None)
     if typical is not None and total > 0:
         for r in rows:
@@ -105,3 +108,17 @@ def compare_spans(
             lost = r["ms"] - r["reference_ms"] * typical
             r["out_of_line"] = r["ratio"] >= factor * typical and lost >= min_share * total
     return {"spans": rows, "typical_ratio": typical}
+
+
+def _weighted_median(pairs: Sequence[tuple[float, float]]) -> float | None:
+    """The value at which half the total weight lies at or below it (None: no pairs)."""
+    if not pairs:
+        return None
+    ordered = sorted(pairs)
+    half = sum(w for _, w in ordered) / 2
+    seen = 0.0
+    for value, weight in ordered:
+        seen += weight
+        if seen >= half:
+            return value
+    return ordered[-1][0]
