@@ -442,3 +442,54 @@ def test_python_child_processes_run_remapped_and_their_rewrites_join_the_ledger(
         assert "SpawnPoolWorker" in workers and "ForkPoolWorker" in workers, workers
         assert has("torch.cuda.synchronize", f"8x, first at {sync} (in "), ledger
         assert sum(n == "Tensor.cuda" for n, _ in ledger) == 3, ledger
+
+
+def test_repeats_time_each_side_without_the_audit_and_the_seeded_slow_span_is_the_one_out_of_line(tmp_path):
+    ran = _exec(
+        tmp_path, "spans_cuda.py", "--slow-off-cpu", "--on", "emu", "--repeats", "3", "--format", "json", timeout=1200
+    )
+    assert ran.returncode == 0, ran.stderr
+    doc = json.loads(ran.stdout)
+    assert doc["settings"]["exec"]["repeats"] == 3
+    reference, emu = doc["results"]
+    assert emu["status"] == "ok" and emu["correctness"]["verdict"] == "pass", emu
+    # timed over the 3 clean runs a side; the audit ran once, on the first run, and is kept
+    assert len(reference["latency"]["samples_ms"]) == 3 and len(emu["latency"]["samples_ms"]) == 3
+    assert emu["placement"]["verdict"] == "on_device" and emu["placement"]["ops_on_device"] > 0
+    assert not any("single observation" in n or "includes the placement audit" in n for n in emu["notes"])
+    assert emu["speedup"] is not None and emu["speedup_ci"]["low"] <= emu["speedup"] <= emu["speedup_ci"]["high"]
+    assert reference["speedup"] == 1.0
+    # the seeded fault: the 0.3 s sleep off the CPU is the one span out of line; the control:
+    # every other span of the same run, and the reference's own, are not
+    timing = emu["conditions"]["timing"]
+    assert timing["runs"] == 3 and timing["spans_from"] == "the timing runs"
+    spans = {s["span"]: s for s in timing["spans"]}
+    assert list(spans)[:2] == ["start→loss[0]", "loss[0]→loss[1]"] and "loss[5]→end" in spans
+    assert all(len(s["samples_ms"]) == 3 for s in spans.values())
+    assert [name for name, s in spans.items() if s["out_of_line"]] == ["loss[2]→loss[3]"]
+    assert spans["loss[2]→loss[3]"]["ratio"] > 2 and spans["loss[2]→loss[3]"]["ms"] >= 300
+    assert any(n.startswith("span loss[2]→loss[3] took") for n in emu["notes"]), emu["notes"]
+    assert not any(s["out_of_line"] for s in reference["conditions"]["timing"]["spans"])
+    # the verbose view shows the slowest spans with their ratios; the summary only the note
+    shown = subprocess.run(
+        [sys.executable, "-m", "bakeoff", "show", doc["run_id"], "--db", str(tmp_path / "b.db"), "--verbose"],
+        capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    flat = " ".join(shown.stdout.split())
+    assert "slowest spans: loss[2]→loss[3]" in flat and "timed over 3 more runs" in flat
+
+
+def test_a_timing_run_that_fails_is_a_note_and_no_speed_up_comes_from_one_run(tmp_path):
+    counter = tmp_path / "counter"
+    ran = _exec(
+        tmp_path, "spans_cuda.py", "--fail-run", "2", "--on", "emu", "--repeats", "2", "--no-audit",
+        "--format", "json", env={"SPANS_COUNTER": str(counter)}, timeout=900,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    reference, emu = json.loads(ran.stdout)["results"]
+    assert counter.read_text() == "3"  # the target's first run, then two timing runs
+    assert emu["status"] == "ok" and len(emu["latency"]["samples_ms"]) == 1
+    assert any(n.startswith("timing run 1 of 2 failed") and "sometimes does" in n for n in emu["notes"])
+    assert "wall time from 1 run without the audit: a single observation, no speed-up claimed" in emu["notes"]
+    assert emu["speedup"] is None and len(reference["latency"]["samples_ms"]) == 2

@@ -165,6 +165,7 @@ def exec_script(
     workdir: PathLike | None = None,
     files: bool = True,
     capture_modules: str | Iterable[str] = (),
+    repeats: int = 0,
     progress: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Run a script unchanged: as the reference, then on each target with its devices remapped;
@@ -195,6 +196,9 @@ def exec_script(
         capture_modules: glob patterns (``*.mlp``, ``Linear``) of module qualified names or
             class names whose outputs are compared call by call, as ``module:QUALNAME``
             captures (at most 8 calls per module; see :mod:`bakeoff.script.modules`).
+        repeats: time the reference and each target over this many more runs, without the audit
+            or ``capture``'s tracing (the first run stays the evidence): their latency, and a
+            speed-up from two or more. 0: the first run's wall time, a single observation.
 
     Raises:
         SpecError: bad input (a missing script, an unknown target); nothing is stored.
@@ -215,6 +219,8 @@ def exec_script(
         raise SpecError(f"no script at {path}", hint="give the path of a Python script")
     if timeout_s <= 0:
         raise SpecError(f"timeout {timeout_s:g} s", hint="give a positive number of seconds")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 0:
+        raise SpecError(f"repeats {repeats!r}", hint="give a whole number of timing runs, 0 or more")
     given = [map_devices] if isinstance(map_devices, str) else list(map_devices)
     sources = [part.strip() for text in given for part in text.split(",") if part.strip()]
     if not sources or any(not s.isidentifier() for s in sources):
@@ -243,6 +249,7 @@ def exec_script(
         store, path, list(args), parsed, reference=ref, source_devices=sources, strict=strict, captures=names,
         timeout_s=timeout_s, seed=seed, as_written=as_written or ref.device in sources, audit=audit,
         progress=progress, keep_out=keep_out, workdir=folder, files=files, capture_modules=patterns,
+        repeats=repeats,
     )  # fmt: skip
 
 
@@ -532,6 +539,7 @@ def exec_keywords(run: RunResult) -> dict[str, Any]:
         "audit": bool(stored.get("audit", True)),
         "files": bool(stored.get("files", True)),
         "capture_modules": list(stored.get("capture_modules", ())),
+        "repeats": int(stored.get("repeats", 0)),
         "workdir": stored["workdir"],
     }
 

@@ -158,6 +158,18 @@ def test_the_losses_and_a_functions_returns_are_captured_call_by_call_and_round_
     assert read_result(workdir / "cpu") == LaunchResult.from_dict(result)
 
 
+def test_each_captured_call_has_its_time_from_the_scripts_start(on_cpu) -> None:
+    _, result = on_cpu
+    times = result["capture_times"]
+    assert {name: len(calls) for name, calls in times.items()} == result["captures"]  # one time per call
+    for calls in times.values():
+        assert calls == sorted(calls) and len(set(calls)) == len(calls)  # monotonic, per name
+    # every loss came before the evaluations (the script's order), all within the script's run
+    assert max(times[LOSS]) < min(times["train:evaluate"])
+    everything = [t for calls in times.values() for t in calls]
+    assert 0 < min(everything) and max(everything) <= result["wall_s"]
+
+
 def test_the_script_runs_as_main_with_its_own_argv_and_directory(on_cpu, workdir: Path) -> None:
     ran, result = on_cpu
     facts = json.loads(ran.stdout.splitlines()[-1])

@@ -23,6 +23,7 @@ __all__ = ["exec_command"]
     "  bakeoff exec infer.py --on emu --capture infer:postprocess --strict\n"
     "  bakeoff exec infer.py --on emu --capture-modules '*.mlp'\n"
     "  bakeoff exec infer.py --on cpu+inductor,emu+aot_eager\n"
+    "  bakeoff exec train.py --on emu --repeats 5   # timed over 5 clean runs a side\n"
     "  bakeoff exec train.py --on emu -- --on cpu   # the script's own --on",
 )
 @click.argument("script", type=click.Path(dir_okay=False))
@@ -48,6 +49,8 @@ __all__ = ["exec_command"]
               help="Do not audit where each target's work ran (it costs time on tiny ops).")  # fmt: skip
 @click.option("--no-files", "no_files", is_flag=True,
               help="Do not compare the files the script writes (safetensors, npy, npz, JSON).")  # fmt: skip
+@click.option("--repeats", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
+              help="Time each side over N more runs, without the audit or --capture tracing.")  # fmt: skip
 @verbose_option
 @db_option
 @format_option
@@ -64,6 +67,7 @@ def exec_command(
     seed: int,
     no_audit: bool,
     no_files: bool,
+    repeats: int,
     verbose: bool,
     db: str | None,
     fmt: str,
@@ -76,6 +80,8 @@ def exec_command(
     backward() on, the --capture'd return values, bakeoff.capture(name, value) calls and the
     files it writes (safetensors, npy, npz, JSON; pickles are never loaded) are compared with
     the reference's; every rewrite is listed with its count and call site.
+    The first run of each is audited and is not a fair clock: --repeats N times each side over
+    N more runs without the audit, and compares the time between captures span by span.
     Exit code: 0 when the runs were made, 1 with --strict when a target failed, 2 on bad input.
     """
     from bakeoff import api
@@ -96,6 +102,7 @@ def exec_command(
             seed=seed,
             audit=not no_audit,
             files=not no_files,
+            repeats=repeats,
             progress=progress(),
         )
     _finish_run(run, fmt, db, strict, verbose=verbose)

@@ -28,6 +28,7 @@ __all__ = [
     "requirement_figures",
     "scenario_figures",
     "settings_line",
+    "spans_fact",
     "speed_caveat",
 ]
 
@@ -173,6 +174,11 @@ def settings_line(run: Any) -> str | None:
             f"the script run once per target, each in a fresh process and its own copy of the working directory; "
             f"{mapped} remapped to each target's device; seed {script.get('seed')}, timeout {script.get('timeout_s')} s"
             + ("; strict" if script.get("strict") else "")
+            + (
+                f"; timed over {script['repeats']} more runs a side without the audit or --capture's tracing"
+                if script.get("repeats")
+                else ""
+            )
         )
     stored = {k: v for k, v in run.settings.items() if k not in ("scenarios", "requirements")}
     checks = stored.pop("checks", None)
@@ -191,3 +197,24 @@ def speed_caveat(result: Any) -> str:
     from bakeoff.emu import NAME
 
     return f"not transferable: {NAME} emulates a device on the CPU" if result.target.device == NAME else ""
+
+
+def spans_fact(result: Any, limit: int = 5) -> str:
+    """A script run's slowest spans between captures with their ratios to the reference's
+    (``conditions["timing"]``, :mod:`bakeoff.analysis.spans`), in one line; "" without spans."""
+    timing = (result.conditions or {}).get("timing") or {}
+    rows = [r for r in timing.get("spans") or () if r.get("ms") is not None]
+    if not rows:
+        return ""
+    slowest = sorted(rows, key=lambda r: -r["ms"])[:limit]
+    said = [
+        f"{r['span']} {figure(r['ms'], 'ms')}"
+        + (f" ({r['ratio']:.3g}x{', out of line' if r.get('out_of_line') else ''})" if r.get("ratio") else "")
+        for r in slowest
+    ]
+    typical = timing.get("typical_span_ratio")
+    return (
+        f"slowest spans: {', '.join(said)}"
+        + (f" (of {len(rows)}; typical ratio {typical:.3g}x" if typical else f" (of {len(rows)}")
+        + f", from {timing.get('spans_from', 'the runs')})"
+    )

@@ -14,7 +14,14 @@ from bakeoff.analysis.cost import Cost, Price
 from bakeoff.checks.registry import guarded, registered_checks
 from bakeoff.report.evidence import answers_for
 from bakeoff.report.figures import human_bytes as _bytes
-from bakeoff.report.figures import log_fact, requirement_figures, scenario_figures, settings_line, speed_caveat
+from bakeoff.report.figures import (
+    log_fact,
+    requirement_figures,
+    scenario_figures,
+    settings_line,
+    spans_fact,
+    speed_caveat,
+)
 from bakeoff.results.summary import RunSummary
 from bakeoff.results.values import BaselineInfo, Placement, RunResult, TargetResult
 from bakeoff.units import duration, figure, significant
@@ -159,6 +166,9 @@ def _notes(result: TargetResult, run_id: str = "RUN") -> str:
     if result.adjustments:
         parts.append("adjustments: " + ", ".join(f"{a['name']}={a['value']}" for a in result.adjustments))
     parts.extend(result.notes)
+    spans = spans_fact(result)
+    if spans:
+        parts.append(spans)
     said = log_fact(result, run_id)
     if said:
         parts.append(said)

@@ -34,11 +34,13 @@ method, DataLoader workers) are remapped as the script is (:mod:`bakeoff.script.
 those of the script as written): their rewrites join the target's ledger, each site marked with
 the child processes it came from, and a note says how many ran remapped. They are not audited.
 
-What it cannot see (yet): the timing of spans between captures, where the work of child
-processes ran, the rewrites of a child that ended without unwinding, files the script writes
-outside its working directory or in a format not read here (pickles are never loaded), and files
-it deletes. A single run per target is a single observation of its wall time, and is said to be
-one.
+Timing (:mod:`bakeoff.runner.script_timing`): the first run of each side is the evidence, not a
+fair clock; ``repeats`` more clean runs a side time it, and the spans between captures are
+compared with the reference's.
+
+What it cannot see (yet): where the work of child processes ran, the rewrites of a child that
+ended without unwinding, files the script writes outside its working directory or in a format
+not read here (pickles are never loaded), and files it deletes.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ from bakeoff.env import capture_environment
 from bakeoff.errors import SpecError
 from bakeoff.results.librarylog import LibraryLog
 from bakeoff.results.values import ErrorInfo, Latency, RunResult, TargetResult
+from bakeoff.runner.script_timing import span_samples, speedups, timed
 from bakeoff.script.children import ENV as CHILDREN_ENV
 from bakeoff.script.children import child_notes, with_children
 from bakeoff.script.modules import MAX_CALLS_PER_MODULE, MAX_MODULE_BYTES
@@ -480,7 +483,7 @@ def _adjustments(run: ScriptRun) -> list[dict[str, Any]]:
     ]
 
 
-def _notes(run: ScriptRun) -> list[str]:
+def _notes(run: ScriptRun, timed: bool = False) -> list[str]:
     notes = [
         f"numerics may change: {r['api']} ({r.get('reason') or 'flagged'}) at {r['site']}"
         for r in run.result.get("ledger", ())
@@ -498,13 +501,13 @@ def _notes(run: ScriptRun) -> list[str]:
             f"{capped} module call(s) past the cap not captured (at most {MAX_CALLS_PER_MODULE} calls per "
             f"module, {MAX_MODULE_BYTES >> 20} MiB in all)"
         )
-    if run.wall_s is not None:
-        notes.append(f"wall time {run.wall_s:.3g} s is a single observation (one run)")
+    if run.wall_s is not None and not timed:  # timed: its latency is from the clean runs (script_timing)
+        notes.append(f"wall time {run.wall_s:.3g} s is a single observation (one run; time it with --repeats)")
     if run.wall_s is not None and run.result.get("compile"):
         notes.append("wall time includes compiling the root module calls (the compilation check has its time)")
     audit = run.audit or {}
     placement = audit.get("placement")
-    if run.wall_s is not None and placement is not None and placement.verdict != "not_applicable":
+    if run.wall_s is not None and not timed and placement is not None and placement.verdict != "not_applicable":
         spent = (placement.signals.get("script") or {}).get("audit_s")
         if spent is not None:
             notes.append(f"wall time includes the placement audit, {spent:.3g} s of it recording ops")
@@ -518,7 +521,12 @@ def _notes(run: ScriptRun) -> list[str]:
 
 
 def _result(
-    target: Target, run: ScriptRun, is_reference: bool, correctness: Correctness | None, notes: Sequence[str] = ()
+    target: Target,
+    run: ScriptRun,
+    is_reference: bool,
+    correctness: Correctness | None,
+    notes: Sequence[str] = (),
+    timed: bool = False,
 ) -> TargetResult:
     checks: dict[str, Any] = {"correctness": correctness} if correctness is not None else {}
     for name in ("placement", "compilation"):
@@ -532,7 +540,7 @@ def _result(
         is_reference=is_reference,
         latency=latency,
         adjustments=tuple(_adjustments(run)),
-        notes=(*_notes(run), *notes),
+        notes=(*_notes(run, timed), *notes),
         error=run.error,
         log=run.log,
         checks=checks,
@@ -558,6 +566,7 @@ def exec_script(
     workdir: Path | None = None,
     files: bool = True,
     capture_modules: Sequence[str] = (),
+    repeats: int = 0,
 ) -> RunResult:
     """Run ``script`` as the reference (as written when ``as_written``, else remapped to
     ``reference``'s device) and on each target, compare, store and return the run. With
@@ -568,7 +577,15 @@ def exec_script(
     with the reference's (:func:`compare_captures`). ``workdir``: the directory each run gets a
     copy of, ``script`` relative to it (None: the current one); it is stored, so that ``rerun``
     can run the script again from there. ``capture_modules``: glob patterns of module names
-    whose outputs are compared call by call (:mod:`bakeoff.script.modules`)."""
+    whose outputs are compared call by call (:mod:`bakeoff.script.modules`).
+
+    ``repeats``: after those runs (the evidence of correctness and placement), run the reference
+    and each target that ran this many times more, in turns, without the audit, ``--capture``'s
+    tracing, module captures or reading files (a compiled target still compiles), purely to time
+    them: each one's latency is then those runs' wall times, and a speed-up against the
+    reference is claimed from two or more a side. 0: the latency is the first run's wall time, a
+    single observation (a target's includes its audit). Either way the spans between captures
+    are compared with the reference's (:mod:`bakeoff.runner.script_timing`)."""
     say = progress or (lambda _msg: None)
     workdir = (Path.cwd() if workdir is None else Path(workdir)).resolve()
     located = script if script.is_absolute() else workdir / script
@@ -585,10 +602,18 @@ def exec_script(
             compile=target.spec.partition("+")[2] if remap and target.is_compiled else "",
         )  # fmt: skip
 
+    def clean(target: Target, remap: bool) -> ScriptRun:  # a timing run: nothing but the script
+        mapping = {src: target.torch_device for src in source_devices} if remap else {}
+        return run_script(
+            located, argv, workdir, mapping, strict=strict, seed=seed, timeout_s=timeout_s, skip=db_files, files=False,
+            compile=target.spec.partition("+")[2] if remap and target.is_compiled else "",
+        )  # fmt: skip
+
     say(f"running {script.name} as the reference on {'its own device' if as_written else reference.spec}")
     ref_run = once(reference, not as_written, False)
     reference_name = "the script as written" if as_written else f"the script on {reference.spec}"
-    results = [_result(reference, ref_run, True, None)]
+    results = [_result(reference, ref_run, True, None, timed=repeats > 0)]
+    evidence: list[ScriptRun | None] = [ref_run]
     for target in targets:
         if target == reference:
             continue
@@ -597,6 +622,7 @@ def exec_script(
             reason = _compile_refusal(target)
         if reason is not None:
             results.append(TargetResult(target=target, status="skipped", reason=reason))
+            evidence.append(None)
             continue
         say(f"running {script.name} on {target.spec}")
         run = once(target, True, audit)
@@ -608,8 +634,21 @@ def exec_script(
         if uncompared:
             names = ", ".join(uncompared[:5])
             notes.append(f"not compared: {len(uncompared)} module capture(s) inside compiled graphs ({names})")
-        results.append(_result(target, run, False, correctness, notes))
-    done = results  # one run a side: no speed-up is claimed from single observations
+        results.append(_result(target, run, False, correctness, notes, timed=repeats > 0))
+        evidence.append(run)
+    # the timing runs, in turns (the reference, then each target, N times): drift hits all alike
+    timing: list[list[ScriptRun] | None] = [[] if repeats and r.status == "ok" else None for r in results]
+    for i in range(repeats):
+        for result, runs in zip(results, timing, strict=True):
+            if runs is not None:
+                say(f"timing {script.name} on {result.target.spec} ({i + 1} of {repeats})")
+                runs.append(clean(result.target, not (result.is_reference and as_written)))
+    span_ms = [
+        span_samples(t if t is not None else [e] if e is not None else [])
+        for t, e in zip(timing, evidence, strict=True)
+    ]
+    results = [timed(r, t, s, span_ms[0]) for r, t, s in zip(results, timing, span_ms, strict=True)]
+    done = speedups(results)  # none from single observations
     notes = [] if as_written else [f"the reference ran on {reference.spec}, remapped like the targets"]
     run = RunResult(
         run_id=uuid.uuid4().hex[:12],
@@ -626,6 +665,7 @@ def exec_script(
                 "strict": strict,
                 "captures": list(captures),
                 "capture_modules": list(capture_modules),
+                "repeats": repeats,
                 "seed": seed,
                 "timeout_s": timeout_s,
                 "as_written": as_written,

@@ -47,7 +47,8 @@ judged: in a whole script it is often the script's intent (a sampling loop).
 Its cost: every ATen op passes through a Python call. After :data:`MAX_AUDITED_OPS` op calls
 the audit stops recording (the scope says so, the op calls past it are only counted) and the
 remaining overhead is that call alone; ``signals["script"]["audit_s"]`` is the time spent
-recording. The reference runs without it, so a target's wall time includes it: a note says so.
+recording. The reference runs without it, so a target's wall time includes it: a note says so
+(``bakeoff exec --repeats`` times both sides over more runs without it).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Outside a :func:`recording` block :func:`capture` does nothing but return its value, so a script
 may keep the call when it runs on its own (this module imports nothing heavy). Inside one, each
-call is kept per name and call index: tensors detached and copied to the host (their dtype
+call is kept per name and call index, with the :func:`time.perf_counter` time it was kept (after
+its copy to the host, which waits for the work that made it): tensors detached and copied to the host (their dtype
 kept), numbers as Python numbers, ``None`` and strings as they are, and lists, tuples and dicts
 of these as the same structure. ``recording(losses=True)`` also captures the tensor of every
 ``Tensor.backward()`` call under ``loss``, by wrapping ``torch.Tensor.backward`` for the block.
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 import numbers
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -88,14 +90,23 @@ class Captures:
     def __init__(self, values: dict[str, list[Any]] | None = None) -> None:
         self._lock = threading.Lock()
         self._values: dict[str, list[Any]] = {k: list(v) for k, v in (values or {}).items()}
+        self._times: dict[str, list[float]] = {}
 
     def add(self, name: str, value: Any) -> None:
         """Append a snapshot of ``value`` to ``name``'s calls (see :func:`capture`)."""
         if not isinstance(name, str) or not name:
             raise TypeError(f"a capture's name is a non-empty string, not {name!r}")
         snapshot = _snapshot(value, name)
+        kept = time.perf_counter()  # after the copy: a device's queued work is done
         with self._lock:
             self._values.setdefault(name, []).append(snapshot)
+            self._times.setdefault(name, []).append(kept)
+
+    def times(self) -> dict[str, list[float]]:
+        """The :func:`time.perf_counter` time of each call :meth:`add` kept, per name in call
+        order (values read from a file have none)."""
+        with self._lock:
+            return {name: list(times) for name, times in self._times.items()}
 
     def names(self) -> tuple[str, ...]:
         return tuple(self._values)

@@ -54,6 +54,8 @@ one already set.
 ``wall_s`` is the script's run time, from its first statement to its end; ``startup_s`` is the
 launcher's time before it (importing PyTorch, enabling a device, seeding, installing the remap),
 from the launcher's first statement (the interpreter's own start is not counted).
+``capture_times`` holds, per capture name, the time of each call (on the same clock, from the
+script's start, when its value had been copied to the host): the runner's spans between captures.
 
 What it cannot see: a script that ends the process without unwinding (``os._exit``, a crash, a
 kill) leaves no ``result.json``; the runner treats that as a crash. ``__file__`` is the path as
@@ -129,7 +131,8 @@ class LaunchResult(Value):
     never called, ``capture_errors`` the first reason a ``--capture`` value could not be kept;
     ``compile`` the ``--compile`` backend and options (empty: eager);
     ``capture_modules`` the ``--capture-modules`` patterns, ``modules_unmatched`` those no called
-    module matched, ``module_calls_capped`` the matching calls past the cap, not recorded."""
+    module matched, ``module_calls_capped`` the matching calls past the cap, not recorded;
+    ``capture_times`` the seconds from the script's start to each captured call, per name."""
 
     format: int
     exit_code: int
@@ -150,6 +153,7 @@ class LaunchResult(Value):
     modules_unmatched: tuple[str, ...] = ()
     module_calls_capped: int = 0
     compile: str = ""
+    capture_times: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
 
 def read_result(out: str | Path) -> LaunchResult:
@@ -367,6 +371,7 @@ def launch(
     compile_target: Any = None
     wall_s = 0.0
     startup_s = 0.0
+    started: float | None = None
     try:  # the setup: anything failing here is bakeoff's or the remap's, not the script's
         from bakeoff import emu
 
@@ -468,6 +473,11 @@ def launch(
         modules_unmatched=modules.unmatched if modules is not None else (),
         module_calls_capped=modules.capped if modules is not None else 0,
         compile=compile,
+        capture_times={
+            name: tuple(round(t - started, 6) for t in times)
+            for name, times in captures.times().items()
+            if started is not None
+        },
     )
     _write_atomically(out / RESULT, lambda tmp: tmp.write_text(json.dumps(result.to_dict(), indent=1) + "\n"))
     return result
