@@ -27,8 +27,8 @@ of line when
   time over all spans: a span of a fraction of a millisecond that doubles by chance is not one.
 
 What it cannot say: a slow first step (inside the warm-up), where inside a span the time went,
-nor anything about spans whose names do not match between the two sides (a script that captures a different number of values on the
-target: those spans are kept without a ratio).
+nor anything about spans whose names do not match between the two sides (a script that captures
+a different number of values on the target: those spans are kept without a ratio).
 """
 
 from __future__ import annotations
