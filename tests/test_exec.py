@@ -140,7 +140,8 @@ def test_an_op_the_device_hands_to_the_host_is_a_fallback(tmp_path):
 
 
 def test_captured_values_agree_on_the_test_device_and_a_target_only_failure_is_recorded(tmp_path):
-    ran = _exec(tmp_path, "infer_cuda.py", "--on", "emu", "--capture", "infer_cuda:postprocess", "--format", "json")
+    ran = _exec(tmp_path, "infer_cuda.py", "--on", "emu", "--map", "cuda=emu", "--capture", "infer_cuda:postprocess",
+                "--format", "json")  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     emu = json.loads(ran.stdout)["results"][1]
     assert emu["status"] == "ok" and emu["correctness"]["verdict"] == "pass", emu
@@ -247,6 +248,7 @@ def test_bad_input_is_one_line_and_stores_nothing(tmp_path):
         (["misbehaves.py", "--capture", "nocolon"], "--capture nocolon"),
         (["misbehaves.py", "--capture-modules", " "], "--capture-modules ' ' (an empty pattern matches no module"),
         (["misbehaves.py", "--on", "cdua"], "unknown device 'cdua'"),
+        (["misbehaves.py", "--on", "emu", "--map", "cuda=xpu"], "--map cuda=xpu: the targets run on emu"),
     ):
         ran = _exec(tmp_path, "misbehaves.py", *args[1:]) if args[0] != "missing.py" else subprocess.run(
             [sys.executable, "-m", "bakeoff", "exec", "missing.py", "--db", str(tmp_path / "b.db")],

@@ -180,7 +180,9 @@ def exec_script(
             (:mod:`bakeoff.script.compiled`).
         reference: the device the reference runs on. None: the script's own device (the first
             of ``map_devices``) where it exists here, else ``cpu``.
-        map_devices: the device names the script uses that are remapped (``cuda``).
+        map_devices: the device names the script uses that are remapped (``cuda``), each to each
+            target's device (and the reference's where it does not run as written); ``cuda=emu``
+            says so explicitly, and must name the targets' device.
         strict: a rewrite that may change numerics (autocast the target cannot honour, a dtype
             downgrade, a library's answer to ``torch.cuda.is_available()``) fails the run.
         capture: ``module:function`` names whose return values are compared, call by call
@@ -222,9 +224,11 @@ def exec_script(
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 0:
         raise SpecError(f"repeats {repeats!r}", hint="give a whole number of timing runs, 0 or more")
     given = [map_devices] if isinstance(map_devices, str) else list(map_devices)
-    sources = [part.strip() for text in given for part in text.split(",") if part.strip()]
+    entries = [part.strip() for text in given for part in text.split(",") if part.strip()]
+    sources = [entry.partition("=")[0].strip() for entry in entries]
     if not sources or any(not s.isidentifier() for s in sources):
-        raise SpecError(f"--map {','.join(sources) or '(empty)'}", hint="name the device types the script uses: cuda")
+        raise SpecError(f"--map {','.join(entries) or '(empty)'}", hint="name the device types the script uses: cuda")
+    named = {entry.partition("=")[2].strip() for entry in entries if "=" in entry}
     names = [capture] if isinstance(capture, str) else list(capture)
     for name in names:
         module, _, function = name.partition(":")
@@ -240,6 +244,12 @@ def exec_script(
     ref = parse_target(reference or ("cpu" if not as_written else sources[0]))
     if ref.is_compiled or ref.dtype:
         raise SpecError(f"--reference {ref.spec}", hint="the reference is a device: cpu, cuda, xpu...")
+    remapped = {t.torch_device for t in parsed if t != ref}
+    if named and named != remapped:  # --map cuda=emu names the targets' device: it must be theirs
+        raise SpecError(
+            f"--map {','.join(entries)}: the targets run on {', '.join(sorted(remapped)) or 'the reference only'}",
+            hint="each run's devices are remapped to its target's device: give --map cuda, or --on the device named",
+        )
     from bakeoff.store.connection import resolve_db_url
 
     url = resolve_db_url(db)  # the knowledge base is never copied into a run's working directory

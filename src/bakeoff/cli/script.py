@@ -34,8 +34,9 @@ __all__ = ["exec_command"]
               "are compiled.")  # fmt: skip
 @click.option("--reference", default=None, metavar="DEVICE",
               help="Where the reference runs [default: the script's device where it exists, else cpu].")  # fmt: skip
-@click.option("--map", "map_devices", multiple=True, default=("cuda",), show_default=True, metavar="DEVICE",
-              help="The device types the script names that are remapped to each target's.")  # fmt: skip
+@click.option("--map", "map_devices", multiple=True, default=("cuda",), show_default=True, metavar="DEVICE[=TARGET]",
+              help="The device types the script names that are remapped to each target's (cuda=emu: to emu, "
+                   "the targets' device).")  # fmt: skip
 @click.option("--strict", is_flag=True, help="Fail a run on any rewrite that may change numerics.")
 @click.option("--capture", "captures", multiple=True, metavar="MODULE:FUNCTION",
               help="Compare this function's return values, call by call (repeatable).")  # fmt: skip

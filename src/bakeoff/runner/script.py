@@ -647,7 +647,10 @@ def exec_script(
         span_samples(t if t is not None else [e] if e is not None else [])
         for t, e in zip(timing, evidence, strict=True)
     ]
-    results = [timed(r, t, s, span_ms[0]) for r, t, s in zip(results, timing, span_ms, strict=True)]
+    results = [
+        timed(r, t, s, span_ms[0], e.wall_s if e is not None else None)
+        for r, t, s, e in zip(results, timing, span_ms, evidence, strict=True)
+    ]
     done = speedups(results)  # none from single observations
     notes = [] if as_written else [f"the reference ran on {reference.spec}, remapped like the targets"]
     run = RunResult(

@@ -18,20 +18,17 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Any
 
 from bakeoff.analysis.compare import ratio_of_medians
 from bakeoff.analysis.noise import noise_flags
 from bakeoff.analysis.spans import compare_spans, spans
 from bakeoff.results.values import Latency, TargetResult
 
-if TYPE_CHECKING:
-    from bakeoff.runner.script import ScriptRun
-
 __all__ = ["span_samples", "speedups", "timed"]
 
 
-def span_samples(runs: Sequence[ScriptRun]) -> dict[str, list[float]]:
+def span_samples(runs: Sequence[Any]) -> dict[str, list[float]]:
     """Per span between captures (:func:`~bakeoff.analysis.spans.spans`), its milliseconds in
     each finished run, in the order the spans came."""
     found: dict[str, list[float]] = {}
@@ -44,9 +41,10 @@ def span_samples(runs: Sequence[ScriptRun]) -> dict[str, list[float]]:
 
 def timed(
     result: TargetResult,
-    runs: Sequence[ScriptRun] | None,
+    runs: Sequence[Any] | None,
     span_ms: Mapping[str, Sequence[float]],
     reference_span_ms: Mapping[str, Sequence[float]] | None,
+    first_run_s: float | None = None,
 ) -> TargetResult:
     """``result`` with its timing: with ``runs`` (the clean timing runs, ``--repeats``) its
     latency is their wall times (a failed one is a note and its time dropped) and their noise
@@ -75,6 +73,7 @@ def timed(
             )
     timing = {
         "runs": len(runs) if runs is not None else 0,
+        "first_run_s": first_run_s,  # the evidence run's wall time (a target's audited)
         "spans_from": "the timing runs"
         if runs is not None
         else "the first run" + ("" if result.placement is None else ", audited"),
