@@ -82,12 +82,7 @@ def test_a_cuda_training_script_runs_on_the_test_device_with_its_ledger_and_the_
     assert not placement["stray_parameters"] and not placement["host_state_copies"] and not placement["fallback_ops"]
     assert emu.get("compilation") is None and reference.get("placement") is None
     # stored, and shown again with its ledger
-    shown = subprocess.run(
-        [sys.executable, "-m", "bakeoff", "show", doc["run_id"], "--db", str(tmp_path / "b.db"), "--verbose"],
-        capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"},
-    )  # fmt: skip
-    assert shown.returncode == 0, shown.stderr
-    flat = " ".join(shown.stdout.split())
+    flat = _shown_verbose(tmp_path, doc["run_id"])
     assert "the script run once per target" in flat and "torch.cuda.synchronize" in flat
     # repeated from elsewhere: the same script, arguments and targets, from the directory it ran in
     rerun = subprocess.run(
@@ -101,6 +96,16 @@ def test_a_cuda_training_script_runs_on_the_test_device_with_its_ledger_and_the_
     repeated = again["results"][1]
     assert repeated["status"] == "ok" and repeated["correctness"]["verdict"] == "fail"  # the autocast, again
     assert {a["name"]: a["value"] for a in repeated["adjustments"]} == ledger
+
+
+def _shown_verbose(tmp_path: Path, run_id: str) -> str:
+    """``bakeoff show RUN_ID --verbose`` of a stored run, its words on one line."""
+    shown = subprocess.run(
+        [sys.executable, "-m", "bakeoff", "show", run_id, "--db", str(tmp_path / "b.db"), "--verbose"],
+        capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    return " ".join(shown.stdout.split())
 
 
 def _line(text: str, script: str = "train_cuda.py") -> str:
@@ -369,6 +374,11 @@ def test_files_the_script_writes_agree_on_the_test_device_and_its_pickles_are_ne
         "logits[0]",
     } <= set(judged), judged
     assert not any("inputs.json" in name for name in judged)  # read, not written
+    # what it read is part of what the run was: the fingerprint covers the input's content
+    import hashlib
+
+    details = doc["workload"]["details"]
+    assert details["inputs"] == {"inputs.json": hashlib.sha256(b'{"scale": 2.0}').hexdigest()}, details
     # the pickles are listed, never loaded: loading either would have created a directory
     for result in (reference, emu):
         assert (
@@ -473,12 +483,7 @@ def test_repeats_time_each_side_without_the_audit_and_the_seeded_slow_span_is_th
     assert any(n.startswith("span loss[2]→loss[3] took") for n in emu["notes"]), emu["notes"]
     assert not any(s["out_of_line"] for s in reference["conditions"]["timing"]["spans"])
     # the verbose view shows the slowest spans with their ratios; the summary only the note
-    shown = subprocess.run(
-        [sys.executable, "-m", "bakeoff", "show", doc["run_id"], "--db", str(tmp_path / "b.db"), "--verbose"],
-        capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"},
-    )  # fmt: skip
-    assert shown.returncode == 0, shown.stderr
-    flat = " ".join(shown.stdout.split())
+    flat = _shown_verbose(tmp_path, doc["run_id"])
     assert "slowest spans: loss[2]→loss[3]" in flat and "timed over 3 more runs" in flat
 
 

@@ -20,7 +20,8 @@ reference wrote that a target did not is that target's failure, and files not re
 other formats, over the size caps, malformed) are notes. The remapper's ledger (every rewrite
 with its count and first call site) becomes the target's adjustments, and a rewrite that may
 change numerics becomes a note. The run is stored as a run of a ``script:`` workload whose
-fingerprint is the script's source and argv.
+fingerprint is the script's source, its argv and the files of the working directory the
+reference run read (its config, data and own modules: :mod:`bakeoff.script.inputs`).
 
 Each target's run (never the reference's) is audited over the whole script: where its ops ran,
 host fallbacks, copies and syncs with their lines in the script, parameters left on the host,
@@ -83,6 +84,7 @@ __all__ = [
     "copy_workdir",
     "flatten_captures",
     "flatten_files",
+    "input_digests",
     "remove_stale_workdirs",
     "run_script",
     "script_workload",
@@ -114,11 +116,17 @@ class ScriptRun:
     outputs: Outputs | None = None
 
 
-def script_workload(script: Path, argv: Sequence[str], shown: Path | None = None) -> dict[str, Any]:
+def script_workload(
+    script: Path, argv: Sequence[str], shown: Path | None = None, inputs: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """The workload a script run is stored as: ``script:PATH ARGS`` (``shown``: the path as the
-    user gave it, by default ``script``), fingerprinted by the script's source and its argv."""
+    user gave it, by default ``script``), fingerprinted by the script's source, its argv and the
+    files it read (``inputs``: path -> SHA-256 of its content, :func:`input_digests`)."""
     source = script.read_bytes()
-    digest = hashlib.sha256(source + b"\0" + json.dumps(list(argv)).encode()).hexdigest()[:16]
+    identity = source + b"\0" + json.dumps(list(argv)).encode()
+    if inputs:  # none read: the fingerprint of before, so earlier runs stay comparable
+        identity += b"\0" + json.dumps(dict(sorted(inputs.items()))).encode()
+    digest = hashlib.sha256(identity).hexdigest()[:16]
     script = script if shown is None else shown
     spec = "script:" + " ".join([str(script), *argv])
     return {
@@ -127,8 +135,29 @@ def script_workload(script: Path, argv: Sequence[str], shown: Path | None = None
         "fingerprint": digest,
         "seed": 0,
         "dtype": "float32",
-        "details": {"script": str(script), "argv": list(argv), "source_sha256": hashlib.sha256(source).hexdigest()},
+        "details": {
+            "script": str(script),
+            "argv": list(argv),
+            "source_sha256": hashlib.sha256(source).hexdigest(),
+            **({"inputs": dict(sorted(inputs.items()))} if inputs else {}),
+        },
     }
+
+
+def input_digests(workdir: Path, paths: Sequence[str]) -> dict[str, str]:
+    """SHA-256 of each file the script read (paths relative to ``workdir``, as the launcher's
+    ``inputs_read`` gives them) that is in the user's working directory: a file the run wrote
+    and read back is its own output, not an input."""
+    found = {}
+    for relative in paths:
+        path = workdir / relative
+        if path.is_file() and not path.is_symlink():
+            digest = hashlib.sha256()
+            with open(path, "rb") as file:
+                for block in iter(lambda: file.read(1 << 20), b""):
+                    digest.update(block)
+            found[relative] = digest.hexdigest()
+    return found
 
 
 def copy_workdir(source: Path, into: Path, skip: Sequence[Path] = ()) -> Path:
@@ -590,7 +619,6 @@ def exec_script(
     workdir = (Path.cwd() if workdir is None else Path(workdir)).resolve()
     located = script if script.is_absolute() else workdir / script
     db_files = [Path(f"{path}{suffix}") for path in keep_out for suffix in ("", "-wal", "-shm", "-journal")]
-    workload = script_workload(located, argv, shown=script)
     env = capture_environment()
 
     def once(target: Target, remap: bool, audited: bool) -> ScriptRun:
@@ -611,6 +639,8 @@ def exec_script(
 
     say(f"running {script.name} as the reference on {'its own device' if as_written else reference.spec}")
     ref_run = once(reference, not as_written, False)
+    read = input_digests(workdir, ref_run.result.get("inputs_read") or ())  # as the reference read them
+    workload = script_workload(located, argv, shown=script, inputs=read)
     reference_name = "the script as written" if as_written else f"the script on {reference.spec}"
     results = [_result(reference, ref_run, True, None, timed=repeats > 0)]
     evidence: list[ScriptRun | None] = [ref_run]

@@ -87,6 +87,7 @@ from bakeoff.errors import BakeoffError, RemapError
 from bakeoff.script.capture import Captures, recording
 from bakeoff.script.children import remapped_children
 from bakeoff.script.devices import DeviceMap
+from bakeoff.script.inputs import InputFiles
 from bakeoff.script.ledger import Rewrite
 from bakeoff.script.modules import ModuleCalls, check_pattern
 
@@ -132,7 +133,9 @@ class LaunchResult(Value):
     ``compile`` the ``--compile`` backend and options (empty: eager);
     ``capture_modules`` the ``--capture-modules`` patterns, ``modules_unmatched`` those no called
     module matched, ``module_calls_capped`` the matching calls past the cap, not recorded;
-    ``capture_times`` the seconds from the script's start to each captured call, per name."""
+    ``capture_times`` the seconds from the script's start to each captured call, per name;
+    ``inputs_read`` the files under the working directory the script opened for reading
+    (:mod:`bakeoff.script.inputs`), ``inputs_truncated`` whether there were more."""
 
     format: int
     exit_code: int
@@ -154,6 +157,8 @@ class LaunchResult(Value):
     module_calls_capped: int = 0
     compile: str = ""
     capture_times: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    inputs_read: tuple[str, ...] = ()
+    inputs_truncated: bool = False
 
 
 def read_result(out: str | Path) -> LaunchResult:
@@ -361,6 +366,7 @@ def launch(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     mapping = dict(mapping or {})
+    inputs = InputFiles(os.getcwd(), leave_out=(script,))
     error: ScriptError | None = None
     exit_code = 0
     remapper: Any = None
@@ -413,10 +419,12 @@ def launch(
                             compiler.install()
                         started = time.perf_counter()
                         startup_s = started - started_at
+                        inputs.install()
                         try:
                             runpy.run_path(script, run_name="__main__")
                         finally:
                             wall_s = time.perf_counter() - started
+                            inputs.stop()
                             if returns is not None:
                                 returns.uninstall()
                             if modules is not None:
@@ -478,6 +486,8 @@ def launch(
             for name, times in captures.times().items()
             if started is not None
         },
+        inputs_read=inputs.paths(),
+        inputs_truncated=inputs.truncated,
     )
     _write_atomically(out / RESULT, lambda tmp: tmp.write_text(json.dumps(result.to_dict(), indent=1) + "\n"))
     return result
