@@ -367,6 +367,10 @@ def test_compare_outputs_pass() -> None:
     assert [o.name for o in result.outputs] == ["output.logits", "output.ids"]
     assert [o.rule for o in result.outputs] == ["allclose", "exact"]
     assert result.max_abs_err == 0.0
+    # a script's hundreds of captures are not all named in the note
+    many = {f"loss[{i}]": torch.tensor(float(i)) for i in range(5)}
+    note = compare_outputs(dict(many), many, None, "float32", "the script on cpu").reason
+    assert note.startswith("no float64 golden for loss[0], loss[1], loss[2] and 2 more: judged by allclose")
 
 
 def test_compare_outputs_uses_golden_per_output() -> None:

@@ -69,6 +69,11 @@ def test_host_ops_host_state_and_stray_parameters_each_name_their_figure():
     assert items[1].finding == "model.rotary copies host state to the device 2 time(s) per forward pass (4.0 KiB)"
     assert "register_buffer" in items[1].change
     assert items[2].finding == "1 parameter(s) or buffer(s) left on the host: lm_head.weight"
+    # a script's audit (bakeoff exec) covers the whole run, not a forward pass: the words say so
+    script = _with(target_result("neuron"), placement=replace(placement, signals={"script": {"audit_s": 0.1}}))
+    words = [i.finding for i in remedies_for(_run(target_result("cpu"), script), script)]
+    assert words[0] == "10 op call(s) in the script run ran on the host: aten::index x8, aten::nonzero x2"
+    assert words[1] == "model.rotary copies host state to the device 2 time(s) in the script run (4.0 KiB)"
 
 
 def test_a_missed_requirement_says_by_how_much_and_wrong_outputs_come_first():

@@ -200,6 +200,12 @@ def compare_tensor(name: str, result: Any, reference: Any, golden: Any | None, d
     return TensorComparison(*common, False, problem=problem)
 
 
+def _some(names: list[str], most: int = 3) -> str:
+    """The first ``most`` names, and how many more (a script's captures run to hundreds)."""
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
 def compare_outputs(
     outputs: Mapping[str, Any],
     reference: Mapping[str, Any],
@@ -221,7 +227,7 @@ def compare_outputs(
     failed = [c for c in comparisons if not c.passed]
     fallback = [c.name for c in comparisons if c.rule == "allclose"]
     note = (
-        f"no float64 golden for {', '.join(fallback)}: judged by allclose(atol=rtol={tol:g}) to "
+        f"no float64 golden for {_some(fallback)}: judged by allclose(atol=rtol={tol:g}) to "
         f"{reference_name} only, blind to a systematic error below that"
         if fallback
         else ""

@@ -109,14 +109,14 @@ def _placement(r: TargetResult) -> list[Remedy]:
     p = r.placement
     if p is None or p.verdict in ("on_device", "not_applicable"):
         return []
+    per = "in the script run" if (p.signals or {}).get("script") else "per forward pass"  # bakeoff exec's audit
     out: list[Remedy] = []
     host_ops = {**p.host_ops, **p.fallback_ops}
     if host_ops:
         out.append(
             Remedy(
                 "placement",
-                f"{sum(host_ops.values())} op call(s) per forward pass ran on the host: "
-                + top_counts(host_ops, 4, more=True),
+                f"{sum(host_ops.values())} op call(s) {per} ran on the host: " + top_counts(host_ops, 4, more=True),
                 "the backend must support these ops on the device (or the model must avoid them)",
             )
         )
@@ -125,7 +125,7 @@ def _placement(r: TargetResult) -> list[Remedy]:
             Remedy(
                 "placement",
                 f"{copy.get('module') or 'the model'} copies host state to the device {copy.get('count')} time(s) "
-                f"per forward pass ({human_bytes(copy.get('bytes'))})",
+                f"{per} ({human_bytes(copy.get('bytes'))})",
                 "keep that tensor as a registered buffer (register_buffer) so .to(device) moves it once",
             )
         )
