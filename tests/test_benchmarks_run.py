@@ -34,6 +34,14 @@ SCRIPTS: dict[str, tuple[list[str], list[str], list]] = {
         ],
         [pytest.mark.isolated],
     ),
+    "exec_audit_overhead.py": (
+        ["--quick"],  # the CUDA-style training script of the exec tests, on the test device
+        [
+            rf"\s+3 cpu\s+{NUMBER} s\s+{NUMBER} s\s+{NUMBER}x\s+not audited",
+            rf"\s+3 emu\s+{NUMBER} s\s+{NUMBER} s\s+{NUMBER}x\s+{NUMBER} s",
+        ],
+        [pytest.mark.isolated],
+    ),
     "iteration_overhead.py": (
         ["--quick", "--workload", py_workload("mlp")],  # as above
         [
