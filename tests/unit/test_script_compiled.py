@@ -143,6 +143,6 @@ def test_inductor_compiles_a_root_call_with_the_targets_mode_and_computes_the_sa
         summary = watch.summary()
         watch.close()
     torch.testing.assert_close(out, expected)
-    assert summary["graphs"] == 1 and summary["compilations"], summary
+    assert summary["graphs"] == 1, summary  # inductor's own compile events depend on its cache: not asserted
     (rewrite,) = compiler.recorder.ledger().rewrites
     assert rewrite.reason == "backend=inductor, fullgraph=False, dynamic=False, mode=default"
