@@ -621,19 +621,13 @@ def exec_script(
     db_files = [Path(f"{path}{suffix}") for path in keep_out for suffix in ("", "-wal", "-shm", "-journal")]
     env = capture_environment()
 
-    def once(target: Target, remap: bool, audited: bool) -> ScriptRun:
+    def once(target: Target, remap: bool, audited: bool, timing: bool = False) -> ScriptRun:
+        """One run; a ``timing`` run is the script alone: no audit, captures, modules or files."""
         mapping = {src: target.torch_device for src in source_devices} if remap else {}
         return run_script(
-            located, argv, workdir, mapping, strict=strict, captures=captures, seed=seed, timeout_s=timeout_s,
-            skip=db_files, audit=target.torch_device if audited else None, files=files,
-            capture_modules=capture_modules,
-            compile=target.spec.partition("+")[2] if remap and target.is_compiled else "",
-        )  # fmt: skip
-
-    def clean(target: Target, remap: bool) -> ScriptRun:  # a timing run: nothing but the script
-        mapping = {src: target.torch_device for src in source_devices} if remap else {}
-        return run_script(
-            located, argv, workdir, mapping, strict=strict, seed=seed, timeout_s=timeout_s, skip=db_files, files=False,
+            located, argv, workdir, mapping, strict=strict, captures=() if timing else captures, seed=seed,
+            timeout_s=timeout_s, skip=db_files, audit=target.torch_device if audited and not timing else None,
+            files=files and not timing, capture_modules=() if timing else capture_modules,
             compile=target.spec.partition("+")[2] if remap and target.is_compiled else "",
         )  # fmt: skip
 
@@ -672,7 +666,7 @@ def exec_script(
         for result, runs in zip(results, timing, strict=True):
             if runs is not None:
                 say(f"timing {script.name} on {result.target.spec} ({i + 1} of {repeats})")
-                runs.append(clean(result.target, not (result.is_reference and as_written)))
+                runs.append(once(result.target, not (result.is_reference and as_written), False, timing=True))
     span_ms = [
         span_samples(t if t is not None else [e] if e is not None else [])
         for t, e in zip(timing, evidence, strict=True)
