@@ -324,7 +324,8 @@ def test_generation_runs_take_the_profiles_length_quantiles_with_its_batches():
         ),
         (
             "--check=warp",
-            "bakeoff: error: unknown check 'warp' (use one of correctness, placement, compilation, determinism)",
+            "bakeoff: error: unknown check 'warp' "
+            "(use one of correctness, placement, compilation, determinism, training)",
         ),
     ],
 )

@@ -364,6 +364,7 @@ def checks() -> list[dict[str, Any]]:
             "name": check.name,
             "title": check.title,
             "source": "bakeoff" if is_builtin(check) else f"plugin {type(check).__module__.partition('.')[0]}",
+            "runs": "on request (--check NAME)" if getattr(check, "on_request", False) else "always",
             "options": {
                 key: {"type": o.kind.__name__, "default": o.default, "minimum": o.minimum, "help": o.help}
                 for key, o in check.options.items()

@@ -73,7 +73,10 @@ SCENARIO_HINT = "name one: offline, server?rate=20, generation or training (or d
             {"scenarios": "nosuch"},
             "unknown scenario 'nosuch' (use one of single-stream, offline, server, generation, training)",
         ),
-        ({"checks": "nosuch"}, "unknown check 'nosuch' (use one of correctness, placement, compilation, determinism)"),
+        (
+            {"checks": "nosuch"},
+            "unknown check 'nosuch' (use one of correctness, placement, compilation, determinism, training)",
+        ),
         (
             {"checks": "determinism?repeats=0"},
             "check option repeats in 'determinism?repeats=0' must be at least 1 (e.g. determinism?repeats=2)",

@@ -111,6 +111,8 @@ class Check:
             (``--require 'recompiles<=0'``, ``--require 'device_op_share>=95%'``).
         options: the options a user may set (``--check NAME?key=value``), by name; the check
             reads them in :meth:`run` from ``context.options``.
+        on_request: it runs only when a user names it (``--check NAME``): it costs more than a
+            trial should pay by default (the training check trains three models).
     """
 
     name: ClassVar[str]
@@ -121,6 +123,7 @@ class Check:
     last: ClassVar[bool] = False
     offers: ClassVar[Mapping[str, tuple[str, str]]] = {}
     options: ClassVar[Mapping[str, Option]] = {}
+    on_request: ClassVar[bool] = False
 
     def validate(self, options: dict[str, Any], text: str) -> None:
         """Refuse option values that are well-typed but wrong (SpecError); types and minimums
@@ -145,6 +148,17 @@ class Check:
 
     def metrics(self, value: Any | None) -> list[Metric]:
         """The figures regressions compare between runs (``value`` None: not measured)."""
+        return []
+
+    def misses(self, value: Any) -> tuple[list[str], list[str]]:
+        """What the value means for the decision: ``(misses, doubts)``; a miss rules the target
+        out, a doubt leaves it undecided (see :mod:`bakeoff.verdicts.decision`). The correctness
+        and placement verdicts are the decision's own; other checks say theirs here."""
+        return [], []
+
+    def figures(self, results: Any) -> list[tuple[str, dict[str, Any]]]:
+        """``(caption, plotly figure)`` pairs for the HTML report over a run's target results
+        (``results``), drawn from this check's values; nothing to draw: []."""
         return []
 
     def notes(self, value: Any) -> list[str]:

@@ -22,6 +22,7 @@ from bakeoff.checks.compilation import CompilationCheck
 from bakeoff.checks.correctness import CorrectnessCheck
 from bakeoff.checks.determinism import DeterminismCheck
 from bakeoff.checks.placement import PlacementCheck
+from bakeoff.checks.training import TrainingCheck
 from bakeoff.entrypoints import load_plugins
 from bakeoff.errors import SpecError
 from bakeoff.specsyntax import split_options, typed_options
@@ -52,7 +53,13 @@ RUN_LEVEL_KEYS = frozenset(
 )  # fmt: skip
 
 #: bakeoff's own checks, in the order they run and are shown.
-BUILTIN: tuple[Check, ...] = (CorrectnessCheck(), PlacementCheck(), CompilationCheck(), DeterminismCheck())
+BUILTIN: tuple[Check, ...] = (
+    CorrectnessCheck(),
+    PlacementCheck(),
+    CompilationCheck(),
+    DeterminismCheck(),
+    TrainingCheck(),
+)
 
 
 @cache

@@ -60,7 +60,7 @@ def workloads(fmt: str) -> None:
 @cli.command(epilog="Example: bakeoff checks --format json")
 @_format_option
 def checks(fmt: str) -> None:
-    """List the checks every trial runs (plugins' too), their options and requirement metrics."""
+    """List the checks (plugins' too): when they run, their options and requirement metrics."""
     _listing("checks", fmt)
 
 

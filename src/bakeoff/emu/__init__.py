@@ -10,6 +10,12 @@ the compilation audit.
 
 Enable it in a process with :func:`enable`, or for bakeoff's CLI and its workers with the
 environment: ``BAKEOFF_EMU=1`` (and ``BAKEOFF_EMU_UNSUPPORTED=aten::mul,aten::softmax``).
+
+For seeded numerical faults, ops can be made to return *wrong results*: with
+``BAKEOFF_EMU_WRONG=aten::silu=1.01,aten::addcdiv_`` every floating output of those ops on the
+device is multiplied by the factor (1.01 when none is given), and the calls are counted
+(``counters()["wrong_ops"]``): ground truth for the training parity check and for localising a
+divergence. Nothing on the CPU is affected.
 """
 
 from __future__ import annotations
@@ -22,11 +28,24 @@ from typing import Any
 
 from bakeoff.errors import BakeoffError
 
-__all__ = ["ENV_ENABLE", "ENV_UNSUPPORTED", "NAME", "counters", "enable", "enabled", "maybe_enable_from_env"]
+__all__ = [
+    "ENV_ENABLE",
+    "ENV_UNSUPPORTED",
+    "ENV_WRONG",
+    "NAME",
+    "counters",
+    "enable",
+    "enabled",
+    "maybe_enable_from_env",
+    "wrong_ops",
+]
 
 NAME = "emu"
 ENV_ENABLE = "BAKEOFF_EMU"
 ENV_UNSUPPORTED = "BAKEOFF_EMU_UNSUPPORTED"
+ENV_WRONG = "BAKEOFF_EMU_WRONG"
+#: The factor a wrong op's outputs are scaled by when the switch gives none.
+WRONG_FACTOR = 1.01
 _SOURCE = Path(__file__).with_name("emu_device.cpp")
 _ext: Any = None
 
@@ -131,13 +150,35 @@ def _unsupported_from_env() -> list[str]:
     return [name.strip() for name in os.environ.get(ENV_UNSUPPORTED, "").split(",") if name.strip()]
 
 
-def enable(unsupported: Iterable[str] | None = None) -> None:
+def wrong_ops(text: str) -> dict[str, float]:
+    """``aten::silu=1.01,aten::mm`` -> ``{"aten::silu": 1.01, "aten::mm": 1.01}``.
+
+    Raises:
+        BakeoffError: a factor that is not a number.
+    """
+    ops: dict[str, float] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, sep, factor = item.partition("=")
+        try:
+            ops[name.strip()] = float(factor) if sep else WRONG_FACTOR
+        except ValueError:
+            raise BakeoffError(
+                f"{ENV_WRONG}: {item!r} has no numeric factor", hint="e.g. BAKEOFF_EMU_WRONG=aten::silu=1.01"
+            ) from None
+    return ops
+
+
+def enable(unsupported: Iterable[str] | None = None, wrong: dict[str, float] | None = None) -> None:
     """Register the ``emu`` device (and compile backend) in this process; idempotent.
 
     Args:
         unsupported: ATen op names (``aten::mul`` or ``aten::mul.Tensor``) the device "does not
             support": they still run, through the counted host fallback. Defaults to
             ``BAKEOFF_EMU_UNSUPPORTED``.
+        wrong: ATen op names whose floating outputs on the device are scaled by the factor
+            given (a seeded wrong result). Defaults to ``BAKEOFF_EMU_WRONG``.
 
     Raises:
         BakeoffError: PrivateUse1 is already taken by another backend, or the build failed.
@@ -162,6 +203,7 @@ def enable(unsupported: Iterable[str] | None = None) -> None:
 
         register_backend()
     _ext.set_unsupported(list(unsupported) if unsupported is not None else _unsupported_from_env())
+    _ext.set_wrong(dict(wrong) if wrong is not None else wrong_ops(os.environ.get(ENV_WRONG, "")))
 
 
 def maybe_enable_from_env() -> bool:

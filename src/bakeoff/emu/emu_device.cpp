@@ -29,6 +29,8 @@ std::mutex g_mutex;
 std::set<std::string> g_unsupported;              // "aten::mul" (every overload) or "aten::mul.Tensor"
 std::map<std::string, int64_t> g_fallback_counts;  // unsupported ops run through the host fallback
 std::map<std::string, int64_t> g_op_counts;        // every op that reached the device
+std::map<std::string, double> g_wrong;             // ops that return wrong results: output *= factor
+std::map<std::string, int64_t> g_wrong_counts;     // calls whose outputs were made wrong
 std::unordered_map<void*, size_t> g_sizes;
 int64_t g_allocated = 0;
 int64_t g_peak = 0;
@@ -200,9 +202,26 @@ void emu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     g_op_counts[full]++;
     if (g_unsupported.count(full) || g_unsupported.count(name.name)) g_fallback_counts[full]++;
   }
+  double factor = 0.0;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto found = g_wrong.find(full);
+    if (found == g_wrong.end()) found = g_wrong.find(name.name);
+    if (found != g_wrong.end()) {
+      factor = found->second;
+      g_wrong_counts[full]++;
+    }
+  }
   t_in_fallback++;
   try {
     at::native::cpu_fallback(op, stack);
+    if (factor != 0.0) {  // a seeded fault: every floating output scaled, on the host, in place
+      const size_t returns = op.schema().returns().size();
+      for (size_t i = stack->size() - returns; i < stack->size(); ++i) {
+        const auto& value = (*stack)[i];
+        if (value.isTensor() && value.toTensor().is_floating_point()) host_alias(value.toTensor()).mul_(factor);
+      }
+    }
   } catch (...) {
     t_in_fallback--;
     throw;
@@ -253,12 +272,21 @@ void set_unsupported(const std::vector<std::string>& names) {
   for (const auto& n : names) g_unsupported.insert(n.find("::") == std::string::npos ? "aten::" + n : n);
 }
 
+void set_wrong(const std::map<std::string, double>& ops) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_wrong.clear();
+  for (const auto& kv : ops) g_wrong[kv.first.find("::") == std::string::npos ? "aten::" + kv.first : kv.first] = kv.second;
+}
+
 py::dict counters() {
   std::lock_guard<std::mutex> lock(g_mutex);
   py::dict out;
   py::dict fallback, ops;
   for (const auto& kv : g_fallback_counts) fallback[py::str(kv.first)] = kv.second;
   for (const auto& kv : g_op_counts) ops[py::str(kv.first)] = kv.second;
+  py::dict wrong;
+  for (const auto& kv : g_wrong_counts) wrong[py::str(kv.first)] = kv.second;
+  out["wrong_ops"] = wrong;
   out["fallback_ops"] = fallback;
   out["device_ops"] = ops;
   out["h2d_count"] = g_h2d_count;
@@ -273,6 +301,7 @@ void reset_counters() {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_fallback_counts.clear();
   g_op_counts.clear();
+  g_wrong_counts.clear();
   g_h2d_count = g_h2d_bytes = g_d2h_count = g_d2h_bytes = g_syncs = 0;
 }
 
@@ -296,6 +325,7 @@ void reset_peak_memory_stats() {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("register_hooks", &register_hooks);
   m.def("set_unsupported", &set_unsupported);
+  m.def("set_wrong", &set_wrong);
   m.def("counters", &counters);
   m.def("reset_counters", &reset_counters);
   m.def("memory_allocated", &memory_allocated);

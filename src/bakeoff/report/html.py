@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
+from bakeoff.checks.registry import guarded, registered_checks
 from bakeoff.report.evidence import Evidence, answers_for, check_lines, scenario_rows
 from bakeoff.report.figures import requirement_figures, settings_line, speed_caveat
 from bakeoff.results.strictjson import for_display
@@ -161,6 +162,8 @@ def figures_for_run(run: RunResult) -> list[tuple[str, dict[str, Any]]]:
                 },
             )
         )
+    for check in registered_checks():  # what the checks draw themselves (training curves, ...)
+        figures += guarded(check, "figures", run.results, fallback=[])
     shaped = [r for r in run.results if r.compilation is not None and r.compilation.per_shape]
     if shaped:
         data = []

@@ -574,8 +574,8 @@ def targets_view(info: dict[str, list[dict[str, Any]]]) -> Group:
 
 
 def checks_view(info: list[dict[str, Any]]) -> Group:
-    table = Table(title="checks (every applicable one runs on every target)", header_style="bold", title_justify="left")
-    for column in ("check", "from", "options (default)", "requirement metrics"):
+    table = Table(title="checks (each runs on every target it applies to)", header_style="bold", title_justify="left")
+    for column in ("check", "from", "runs", "options (default)", "requirement metrics"):
         table.add_column(column)
     for check in info:
         options = [
@@ -587,6 +587,7 @@ def checks_view(info: list[dict[str, Any]]) -> Group:
         table.add_row(
             escape(check["name"]),
             escape(check["source"]),
+            escape(check.get("runs", "always")),
             escape("\n".join(options)) or "-",
             escape(", ".join(check["requirement_metrics"])) or "-",
         )

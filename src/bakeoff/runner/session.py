@@ -114,11 +114,13 @@ class TargetSession:
         self.build_peak: int | None = None
         target = job.target
         failing = "its not_applicable failed"
+        asked = {spec.name for spec in job.checks}
         reasons = {
             c.name: guarded(c, "not_applicable", target, job.is_reference, fallback=failing)
             for c in registered_checks()
+            if not getattr(c, "on_request", False) or c.name in asked
         }
-        self.checks = [c for c in registered_checks() if reasons[c.name] is None]
+        self.checks = [c for c in registered_checks() if c.name in reasons and reasons[c.name] is None]
         self.skipped_checks = {name: why for name, why in reasons.items() if why is not None}
         self.check_failures: list[str] = []
 

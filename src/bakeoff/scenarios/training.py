@@ -13,23 +13,11 @@ from bakeoff.measure.loops import train
 from bakeoff.scenarios.base import MetricSpec, Option, Scenario, ScenarioContext, ScenarioResult, tensor_leaves
 from bakeoff.stats import Estimate, percentile_estimate
 from bakeoff.target.engines import engine_for
+from bakeoff.workload.training import synthetic_loss
 
 __all__ = ["Training"]
 
 OPTIMIZERS = ("adamw", "sgd")
-
-
-def _float_tensors(value: Any) -> list[Any]:
-    """Floating tensors anywhere in a model's output (dicts, model outputs, lists, tuples)."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return [value] if value.is_floating_point() else []
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _float_tensors(v)]
-    if isinstance(value, list | tuple):
-        return [t for v in value for t in _float_tensors(v)]
-    return []
 
 
 def _samples_per_s(result: Any, training: ScenarioResult | None) -> Estimate | None:
@@ -83,10 +71,7 @@ class Training(Scenario):
         def step() -> None:
             optimizer.zero_grad(set_to_none=True)
             with torch.enable_grad():
-                losses = [t.float().pow(2).mean() for t in _float_tensors(prepared()) if t.requires_grad]
-                if not losses:
-                    raise RuntimeError("no output depends on the parameters: nothing to train")
-                torch.stack(losses).sum().backward()
+                synthetic_loss(prepared(), prepared.args, prepared.kwargs).backward()
             optimizer.step()
 
         try:

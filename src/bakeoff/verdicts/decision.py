@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 
 from bakeoff.analysis.cost import Cost, Price, cost_of, parse_prices, price_for
 from bakeoff.analysis.requirements import SINGLE_OBSERVATION
+from bakeoff.checks.registry import guarded, registered_checks
 from bakeoff.codec import Value
 from bakeoff.emu import NAME as TEST_DEVICE
 from bakeoff.errors import SpecError
@@ -48,7 +49,8 @@ __all__ = [
 RULE = (
     "A target qualifies when it ran, its outputs passed the correctness check (and stay finite where "
     "the workload's own dtype does), its work stayed on its "
-    "device (or it runs on the CPU), and every requirement was met with its whole interval on the right "
+    "device (or it runs on the CPU), no other check it ran failed (training parity, when asked for), "
+    "and every requirement was met with its whole interval on the right "
     "side. Of those, the cheapest (when every one has a price) or else the fastest is recommended; when "
     "its interval overlaps the next one's, no winner is claimed. Evidence that cannot decide (an "
     "interval straddling a requirement, too few samples, a requirement not measured, outputs not "
@@ -181,6 +183,12 @@ def standing_of(
         misses.append(f"work left the device: placement {r.placement.verdict}")
     elif r.placement is None and r.status == "ok" and r.target.device != "cpu":
         doubts.append("placement not audited: where the work ran is unknown")
+    for check in registered_checks():  # the other checks' verdicts (training parity, plugins)
+        value = r.checks.get(check.name)
+        if value is not None and r.status == "ok":
+            said = guarded(check, "misses", value, fallback=([], [f"the {check.name} check could not be read"]))
+            misses += said[0]
+            doubts += said[1]
     for item in r.requirements:
         miss, doubt = _requirement(item)
         misses += [miss] if miss else []

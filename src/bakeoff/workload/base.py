@@ -19,6 +19,8 @@ from bakeoff.specsyntax import split_options
 if TYPE_CHECKING:
     import torch
 
+    from bakeoff.workload.training import TrainingRecipe
+
 __all__ = ["KINDS", "BuiltWorkload", "WorkloadSpec", "fingerprint_of", "parse_workload"]
 
 KINDS = {
@@ -74,6 +76,8 @@ class BuiltWorkload:
             bakeoff must not move them, and the placement audit checks what it did.
         make_inputs: builds ``(args, kwargs)`` for a ``(batch, seq)`` request shape, for input
             profiles; None when the workload has only its one example input.
+        training: how it trains (batches and loss, :mod:`bakeoff.workload.training`); None:
+            :meth:`training_recipe` falls back to the synthetic loss on its own input.
     """
 
     spec: WorkloadSpec
@@ -85,6 +89,7 @@ class BuiltWorkload:
     identity: dict[str, Any] = field(default_factory=dict)
     self_placed: bool = False
     make_inputs: Callable[[int, int], tuple[tuple, dict]] | None = None
+    training: TrainingRecipe | None = None
     _fingerprint: str | None = None
 
     @property
@@ -107,6 +112,14 @@ class BuiltWorkload:
         """Call ``model`` (default: the workload's own) on the inputs (default: its own)."""
         fn = self.model if model is None else model
         return fn(*(self.args if args is None else args), **(self.kwargs if kwargs is None else kwargs))
+
+    def training_recipe(self) -> TrainingRecipe:
+        """How this workload trains: its own recipe, else the synthetic loss on its one input."""
+        from bakeoff.workload.training import TrainingRecipe, synthetic_loss
+
+        if self.training is not None:
+            return self.training
+        return TrainingRecipe("synthetic", lambda step: (self.args, self.kwargs), synthetic_loss)
 
     def inputs_for(self, batch: int, seq: int) -> tuple[tuple, dict]:
         """Inputs of one request shape (raises WorkloadError if the workload cannot vary them)."""

@@ -250,6 +250,18 @@ def _finish(
             tokens = {k: v.to(inputs["input_ids"].device) for k, v in tokens.items()}
         return (), {**tokens, **extra}
 
+    training = None
+    if category == "causal_lm":
+        from bakeoff.workload.training import TrainingRecipe, causal_lm_loss
+
+        shape = tuple(inputs["input_ids"].shape)
+
+        def batch(step: int) -> tuple[tuple, dict]:
+            # a seed per step, apart from the profile's: every run sees the same data in the same order
+            tokens = _token_inputs(config, shape[0], shape[1], seed * 1_000_003 + 7_919 * (step + 1) + 1)
+            return (), {**tokens, "labels": tokens["input_ids"], **extra}
+
+        training = TrainingRecipe("causal_lm", batch, causal_lm_loss)
     return BuiltWorkload(
         spec=spec,
         model=model,
@@ -258,6 +270,7 @@ def _finish(
         details=details,
         identity=identity,
         make_inputs=make_inputs,
+        training=training,
     )
 
 

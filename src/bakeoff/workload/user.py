@@ -83,6 +83,34 @@ def _takes_device(factory: Any) -> bool:
         return False
 
 
+def _training_recipe(spec: WorkloadSpec, module: Any, seed: int, own: tuple[tuple, dict]) -> Any:
+    """The module's own ``training_batch(step)`` and ``training_loss(output, args, kwargs)``,
+    either or both (None: neither, and the synthetic fallback applies). Without
+    ``training_batch`` every step trains on the factory's own inputs (``own``)."""
+    from bakeoff.workload.training import TrainingRecipe, synthetic_loss
+
+    batch_fn, loss_fn = getattr(module, "training_batch", None), getattr(module, "training_loss", None)
+    if not callable(batch_fn) and not callable(loss_fn):
+        return None
+
+    def batch(step: int) -> tuple[tuple, dict]:
+        import torch
+
+        if not callable(batch_fn):
+            return own
+        torch.manual_seed(seed * 1_000_003 + 7_919 * (step + 1) + 1)  # the same data in every run
+        try:
+            return _split_inputs(spec, batch_fn(step))
+        except WorkloadError:
+            raise
+        except Exception as exc:
+            raise WorkloadError(
+                f"training_batch({step}) of {spec} raised {type(exc).__name__}: {exc}", hint="fix training_batch"
+            ) from exc
+
+    return TrainingRecipe("workload" if callable(loss_fn) else "synthetic", batch, loss_fn or synthetic_loss)
+
+
 def build_user(spec: WorkloadSpec, device: str | None = None) -> BuiltWorkload:
     """Import the factory, seed, call it and check what it returned.
 
@@ -146,6 +174,7 @@ def build_user(spec: WorkloadSpec, device: str | None = None) -> BuiltWorkload:
         | {k: list(v.shape) for k, v in kwargs.items() if isinstance(v, torch.Tensor)},
     }
     return BuiltWorkload(
+        training=_training_recipe(spec, module, seed, (args, kwargs)),
         spec=spec,
         model=model,
         args=args,

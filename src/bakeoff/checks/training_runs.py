@@ -1,0 +1,209 @@
+"""The three training runs of the training parity check, taken in lockstep.
+
+A float64 *golden* and the *reference* (eager CPU in the target's dtype) are deep copies of one
+freshly built workload; the *target* is built again for the target and prepared as its timing
+was (moved, cast, compiled). All three start from the same weights (the workload is seeded;
+its fingerprint is checked), see the same batches (drawn per step on the CPU) and step one
+after another, so that after each step their parameters can be compared without keeping
+copies of every step.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from bakeoff.analysis.trajectory import StepFigures
+
+__all__ = ["GradientError", "Lockstep", "TrainingFailed", "stochastic_reason"]
+
+
+class TrainingFailed(Exception):
+    """A run raised during training; ``run`` names which (golden, reference or target)."""
+
+    def __init__(self, run: str, step: int, exc: BaseException) -> None:
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        super().__init__(f"{type(exc).__name__}: {first}")
+        self.run, self.step = run, step
+
+
+@dataclass(frozen=True)
+class GradientError:
+    """One parameter's gradient at step 1 against the golden's: RMS errors relative to the
+    golden gradient's RMS; ``passed`` by the three-way rule
+    (:func:`~bakeoff.analysis.trajectory.within_three_way`)."""
+
+    name: str
+    target_err: float
+    reference_err: float
+    passed: bool
+
+
+def _cast(value: Any, dtype: Any, device: Any) -> Any:
+    import torch
+    from torch.utils._pytree import tree_map_only
+
+    def move(t: torch.Tensor) -> torch.Tensor:
+        return t.to(device=device, dtype=dtype if dtype is not None and t.is_floating_point() else None)
+
+    return tree_map_only(torch.Tensor, move, value)
+
+
+@dataclass
+class _Run:
+    name: str
+    call: Callable[..., Any]
+    params: list[tuple[str, Any]]
+    dtype: Any  # floating inputs are cast to it (None: as they come)
+    device: Any  # inputs are moved to it (None: where they are)
+    optimizer: Any = None
+    before: list[Any] = field(default_factory=list)
+
+    def step(self, recipe: Any, batch: tuple[tuple, dict], number: int, seed: int) -> tuple[float, list[Any], float]:
+        """One optimiser step: ``(loss, gradients on the host, update norm)``."""
+        import torch
+
+        try:
+            args, kwargs = _cast(batch, self.dtype, self.device)
+            self.optimizer.zero_grad(set_to_none=True)
+            torch.manual_seed(seed + number)
+            with torch.enable_grad():
+                output = self.call(*args, **kwargs)
+                loss = recipe.loss(output, args, kwargs)
+                loss.backward()
+            zero = torch.zeros((), dtype=torch.float64)
+            grads = [zero if p.grad is None else p.grad.detach().to("cpu", torch.float64) for _, p in self.params]
+            before = list(self.weights(copy=True))
+            self.optimizer.step()
+            update = _norm([after - b for after, b in zip(self.weights(), before, strict=True)])
+            return float(loss.detach().to("cpu", torch.float64)), grads, update
+        except Exception as exc:
+            raise TrainingFailed(self.name, number, exc) from exc
+
+    def weights(self, copy: bool = False) -> Iterator[Any]:
+        """The parameters on the host in float64 (``copy``: never the parameter itself, which
+        the optimiser changes in place)."""
+        import torch
+
+        for _, p in self.params:
+            yield p.detach().to("cpu", torch.float64, copy=copy)
+
+
+def _norm(tensors: list[Any]) -> float:
+    return math.sqrt(sum(float(t.pow(2).sum()) for t in tensors))
+
+
+def _rms(t: Any) -> float:
+    return float(t.pow(2).mean().sqrt()) if t.numel() else 0.0
+
+
+def stochastic_reason(model: Any, recipe: Any, seed: int) -> str | None:
+    """Why the training is not comparable across runs, or None: one step of a copy of ``model``
+    under two seeds. Different losses or gradients mean it draws random numbers (dropout, say):
+    a float64 golden and another device cannot share those draws."""
+    import torch
+
+    results = []
+    for offset in (0, 1):
+        twin = copy.deepcopy(model).train()
+        args, kwargs = recipe.batch(0)  # it may seed torch itself: the seed under test comes after
+        torch.manual_seed(seed + 104_729 * (offset + 1))
+        with torch.enable_grad():
+            loss = recipe.loss(twin(*args, **kwargs), args, kwargs)
+            loss.backward()
+        grads = [p.grad.detach().clone() for p in twin.parameters() if p.grad is not None]
+        results.append((float(loss.detach()), grads))
+    (loss_a, grads_a), (loss_b, grads_b) = results
+    if loss_a == loss_b and all(torch.equal(a, b) for a, b in zip(grads_a, grads_b, strict=True)):
+        return None
+    dropouts = sorted(
+        {type(m).__name__ for m in model.modules() if "Dropout" in type(m).__name__ and getattr(m, "p", 0)}
+    )
+    said = f" ({', '.join(dropouts)} with p > 0)" if dropouts else ""
+    return (
+        f"training draws random numbers{said}: one step under two seeds gave losses {loss_a:.6g} and {loss_b:.6g}, "
+        "and neither a float64 run nor another device can share those draws; set the dropout probabilities to 0 "
+        "to compare training"
+    )
+
+
+class Lockstep:
+    """The golden, reference and target runs, stepping together (see the module docstring)."""
+
+    def __init__(self, golden: _Run, reference: _Run, target: _Run) -> None:
+        self.runs = (golden, reference, target)
+        self.seconds = {run.name: 0.0 for run in self.runs}
+        self.step1: tuple[GradientError, ...] = ()
+
+    @classmethod
+    def build(
+        cls,
+        reference_model: Any,
+        dtype: str,
+        target_call: Callable[..., Any],
+        target_params: list[tuple[str, Any]],
+        target_dtype: str | None,
+        target_device: Any,
+        optimizer: Callable[[list[Any]], Any],
+    ) -> Lockstep:
+        """``reference_model`` is a fresh CPU copy of the workload (deep-copied twice here); the
+        target's call and parameters are the prepared target's."""
+        import torch
+
+        runs = []
+        for name, cast in (("golden", torch.float64), ("reference", getattr(torch, dtype))):
+            model = copy.deepcopy(reference_model).to(cast).train()
+            params = [(n, p) for n, p in model.named_parameters() if p.is_floating_point()]
+            for _, p in params:
+                p.requires_grad_(True)
+            runs.append(_Run(name, model, params, cast, None))
+        for _, p in target_params:
+            p.requires_grad_(True)
+        cast = getattr(torch, target_dtype) if target_dtype else None
+        runs.append(_Run("target", target_call, target_params, cast, target_device))
+        for run in runs:
+            run.optimizer = optimizer([p for _, p in run.params])
+        golden, reference, target = runs
+        names = [[n for n, _ in run.params] for run in runs]
+        if names[0] != names[2]:
+            missing = sorted(set(names[0]) ^ set(names[2]))[:3]
+            raise ValueError(f"the target's parameters are not the reference's ({', '.join(missing)})")
+        return cls(golden, reference, target)
+
+    def step(self, recipe: Any, number: int, seed: int, dtype: str) -> StepFigures:
+        """One step of every run (step 1 also records each parameter's gradient error)."""
+        from bakeoff.analysis.trajectory import within_three_way
+
+        batch = recipe.batch(number - 1)
+        figures = []
+        for run in self.runs:
+            start = time.perf_counter()
+            figures.append(run.step(recipe, batch, number, seed))
+            self.seconds[run.name] += time.perf_counter() - start
+        (g_loss, g_grads, g_update), (r_loss, r_grads, r_update), (t_loss, t_grads, t_update) = figures
+        if number == 1:
+            names = [n for n, _ in self.runs[0].params]
+            errors = []
+            for name, g, r, t in zip(names, g_grads, r_grads, t_grads, strict=True):
+                scale = _rms(g)
+                rel = scale if scale > 0 else 1.0
+                target_err, reference_err = _rms(t - g), _rms(r - g)
+                passed = math.isfinite(target_err) and within_three_way(target_err, reference_err, scale, dtype)
+                errors.append(GradientError(name, target_err / rel, reference_err / rel, passed))
+            self.step1 = tuple(errors)
+        golden, reference, target = (list(run.weights()) for run in self.runs)
+        scale = _norm(golden) or 1.0
+
+        def distance(a: list[Any], b: list[Any]) -> float:
+            return _norm([x - y for x, y in zip(a, b, strict=True)]) / scale
+
+        return StepFigures(
+            loss=(g_loss, r_loss, t_loss),
+            grad_norm=(_norm(g_grads), _norm(r_grads), _norm(t_grads)),
+            update_norm=(g_update, r_update, t_update),
+            weights=(distance(reference, golden), distance(target, golden), distance(target, reference)),
+        )
