@@ -21,6 +21,7 @@ from bakeoff.checks.base import Check, CheckSpec
 from bakeoff.checks.compilation import CompilationCheck
 from bakeoff.checks.correctness import CorrectnessCheck
 from bakeoff.checks.determinism import DeterminismCheck
+from bakeoff.checks.localization import LocalizationCheck
 from bakeoff.checks.placement import PlacementCheck
 from bakeoff.checks.training import TrainingCheck
 from bakeoff.entrypoints import load_plugins
@@ -59,6 +60,7 @@ BUILTIN: tuple[Check, ...] = (
     CompilationCheck(),
     DeterminismCheck(),
     TrainingCheck(),
+    LocalizationCheck(),
 )
 
 

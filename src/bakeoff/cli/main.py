@@ -178,6 +178,12 @@ def _finish_run(
 @_setting("env", multiple=True)
 @_setting("scenarios", multiple=True)
 @_setting("checks", multiple=True)
+@click.option(
+    "--localize",
+    is_flag=True,
+    help="For every target whose outputs fail, find the module call where the divergence starts "
+    "(the localization check; checks=['localization'] in the API).",
+)
 @_setting("prices", multiple=True)
 @_setting("requirements", multiple=True)
 @click.option("--clear-requirements", is_flag=True, help="Forget the workload's kept requirements.")
@@ -209,6 +215,7 @@ def trial(
     env: Sequence[str],
     scenarios: Sequence[str],
     checks: Sequence[str],
+    localize: bool,
     prices: Sequence[str],
     requirements: Sequence[str],
     clear_requirements: bool,
@@ -255,7 +262,7 @@ def trial(
             cold_compile_cache=cold_compile_cache,
             env=env,
             scenarios=scenarios,
-            checks=checks,
+            checks=[*checks, "localization"] if localize and "localization" not in checks else checks,
             prices=prices,
             requirements=[] if clear_requirements else (list(requirements) or None),
             interleave=interleave,

@@ -1,0 +1,122 @@
+"""Recording module calls, and replaying one module alone: the runs behind localisation.
+
+:func:`record_calls` runs a model once with a pre- and a post-forward hook on every module and
+keeps each call's inputs and outputs (as given: args and kwargs with their structure, tensors
+copied to the host) in completion order. :func:`replay` runs one module alone on the target
+with the *reference's* inputs for that call, eagerly or compiled with a backend: what the
+module does when nothing before it went wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["RecordedCall", "flat_tensors", "record_calls", "replay", "to_target"]
+
+
+@dataclass
+class RecordedCall:
+    """One module call: its qualified name (``""`` for the root), class, how many times the
+    module had been called before (``index``), its depth, its caller's key, its inputs
+    (``args``, ``kwargs``) and output, tensors on the host."""
+
+    name: str
+    cls: str
+    index: int
+    depth: int
+    parent: tuple[str, int] | None
+    args: tuple = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    output: Any = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.name, self.index
+
+
+def _to_host(value: Any) -> Any:
+    import torch
+    from torch.utils._pytree import tree_map_only
+
+    return tree_map_only(torch.Tensor, lambda t: t.detach().to("cpu", copy=True), value)
+
+
+def flat_tensors(value: Any, prefix: str) -> dict[str, Any]:
+    """Every tensor in ``value`` by its path (``out``, ``out.0``, ``in.hidden_states``...)."""
+    import torch
+
+    found: dict[str, Any] = {}
+
+    def walk(item: Any, path: str) -> None:
+        if isinstance(item, torch.Tensor):
+            found[path] = item
+        elif isinstance(item, dict):
+            for key, inner in item.items():
+                walk(inner, f"{path}.{key}")
+        elif isinstance(item, list | tuple):
+            for i, inner in enumerate(item):
+                walk(inner, f"{path}.{i}")
+        elif hasattr(item, "to_tuple") and callable(item.to_tuple):  # a Hugging Face ModelOutput
+            walk(dict(item.items()), path)
+
+    walk(value, prefix)
+    return found
+
+
+def record_calls(model: Any, run: Callable[[], Any]) -> list[RecordedCall]:
+    """Run ``run()`` with every module of ``model`` hooked; the calls in completion order."""
+    names = {module: name for name, module in model.named_modules(remove_duplicate=False)}
+    counts: dict[str, int] = {}
+    stack: list[RecordedCall] = []
+    done: list[RecordedCall] = []
+
+    def before(module: Any, args: tuple, kwargs: dict) -> None:
+        name = names.get(module, type(module).__name__)
+        index = counts[name] = counts.get(name, -1) + 1
+        parent = stack[-1].key if stack else None
+        stack.append(
+            RecordedCall(name, type(module).__name__, index, len(stack), parent, _to_host(args), _to_host(kwargs))
+        )
+
+    def after(module: Any, args: tuple, kwargs: dict, output: Any) -> None:
+        if stack:
+            call = stack.pop()
+            call.output = _to_host(output)
+            done.append(call)
+
+    handles = []
+    for module in dict.fromkeys(names):
+        handles.append(module.register_forward_pre_hook(before, with_kwargs=True))
+        handles.append(module.register_forward_hook(after, with_kwargs=True))
+    try:
+        run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return done
+
+
+def to_target(value: Any, dtype: Any, device: Any) -> Any:
+    """Tensors moved to ``device``, floating ones cast to ``dtype`` (None: kept)."""
+    import torch
+    from torch.utils._pytree import tree_map_only
+
+    def move(t: torch.Tensor) -> torch.Tensor:
+        return t.to(device=device, dtype=dtype if dtype is not None and t.is_floating_point() else None)
+
+    return tree_map_only(torch.Tensor, move, value)
+
+
+def replay(module: Any, call: RecordedCall, dtype: Any, device: Any, backend: Any = None) -> Any:
+    """``module`` alone on the target with ``call``'s inputs (cast, moved), compiled with
+    ``backend`` when given; its output on the host."""
+    import torch
+
+    fn = module
+    if backend is not None:
+        torch._dynamo.reset()  # a module compiled alone: no graph or guard of another run applies
+        fn = torch.compile(module, backend=backend, dynamic=False)
+    with torch.no_grad():
+        return _to_host(fn(*to_target(call.args, dtype, device), **to_target(call.kwargs, dtype, device)))

@@ -1,0 +1,68 @@
+"""The three-way rule per tensor and the origins of a divergence, on cases with known answers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bakeoff.analysis.localize import CallJudgement, TensorFigures, find_origins, judge_tensor
+
+
+def test_the_target_may_be_m_times_as_wrong_as_the_reference_plus_a_floor():
+    assert judge_tensor(TensorFigures(2e-7, 1e-7, 1.0), "float32")[0]
+    assert not judge_tensor(TensorFigures(4e-7, 1e-7, 1.0), "float32")[0]  # > 2 x 1e-7 + 1.2e-7
+    assert judge_tensor(TensorFigures(2.9e-3, 1e-3, 1.0), "bfloat16")[0]  # m = 3 in half precision
+    # a reference exactly equal to float64 leaves only the floor: eps * rms(golden)
+    passed, ratio = judge_tensor(TensorFigures(1e-7, 0.0, 1.0), "float32")
+    assert passed and ratio == pytest.approx(1e-7 / 2.0**-23)
+
+
+def test_the_rule_scales_with_the_tensor_not_a_fixed_tolerance():
+    # a 1e-5 error on activations of scale 1e-4 is 10% off: a fixed atol of 1e-4 would pass it
+    assert not judge_tensor(TensorFigures(1e-5, 1e-11, 1e-4), "float32")[0]
+    # and a 1e-4 error on activations of scale 1e4 is rounding: allclose(1e-4) would fail it
+    assert judge_tensor(TensorFigures(1e-4, 1e-4, 1e4), "float32")[0]
+
+
+def test_discrete_tensors_fail_on_any_differing_element_and_non_finite_errors_fail():
+    assert judge_tensor(TensorFigures(0, 0, 0, discrete=True, differing=0.0), "float32") == (True, 0.0)
+    assert judge_tensor(TensorFigures(0, 0, 0, discrete=True, differing=0.25), "float32") == (False, 0.25)
+    assert judge_tensor(TensorFigures(math.inf, 1e-7, 1.0), "float32") == (False, math.inf)
+
+
+def call(name: str, parent: str | None, inputs_pass: bool, output_pass: bool) -> CallJudgement:
+    return CallJudgement((name, 0), (parent, 0) if parent is not None else None, inputs_pass, output_pass, 0.0)
+
+
+def test_the_origin_is_the_leaf_most_failing_call_whose_inputs_pass_in_completion_order():
+    calls = [  # completion order: children before their parents
+        call("embed", "model", True, True),
+        call("layer0.attn", "layer0", True, True),
+        call("layer0.act", "layer0.mlp", True, False),  # the fault
+        call("layer0.mlp", "layer0", True, False),  # an ancestor: inputs pass, output fails, not leaf-most
+        call("layer0", "model", True, False),
+        call("layer1.attn", "layer1", False, False),  # downstream: its inputs already diverged
+        call("layer1", "model", False, False),
+        call("norm", "model", False, False),
+        call("model", None, True, False),
+    ]
+    ((origin, downstream),) = find_origins(calls)
+    assert origin.key == ("layer0.act", 0)
+    assert downstream == 3  # layer1.attn, layer1, norm; not its ancestors layer0.mlp, layer0, model
+
+
+def test_two_independent_faults_are_two_origins_each_with_its_own_downstream():
+    calls = [
+        call("a", "root", True, False),
+        call("b", "root", False, False),
+        call("c", "root", True, False),  # its inputs pass again (a residual reset, say): a second fault
+        call("d", "root", False, False),
+        call("root", None, True, False),
+    ]
+    found = find_origins(calls)
+    assert [(o.key[0], n) for o, n in found] == [("a", 1), ("c", 1)]
+
+
+def test_a_clean_run_has_no_origin():
+    assert find_origins([call("a", "root", True, True), call("root", None, True, True)]) == []
