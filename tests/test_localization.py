@@ -9,6 +9,7 @@ torch.compile only. The cases run in one fresh process (the PrivateUse1 device i
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -101,20 +102,45 @@ def test_the_same_model_without_the_fault_compiled_reports_nothing(found):
     assert value["verdict"] == "not_found" and value["origins"] == []
 
 
-@pytest.mark.emu
-def test_a_trial_with_localize_stores_the_origin_and_shows_it(tmp_path):
-    env = {**EMU_ENV, "BAKEOFF_EMU_WRONG": "aten::silu"}
-    ran = cli_trial(LLAMA, "emu", tmp_path, "--localize", env=env)
+def _emu_of(ran: subprocess.CompletedProcess[str]) -> tuple[dict, dict]:
     assert ran.returncode == 0, ran.stderr[-2000:]
     run = json.loads(ran.stdout)
     (emu,) = [r for r in run["results"] if r["target"] == "emu"]
-    assert emu["correctness"]["verdict"] == "fail"
-    assert emu["localization"]["origins"][0]["module"] == "model.layers.0.mlp.act_fn"
-    shown = subprocess.run(
-        [sys.executable, "-m", "bakeoff", "show", run["run_id"], "--db", str(tmp_path / "b.db")],
-        capture_output=True, text=True, env={**EMU_ENV}, timeout=120,
+    return emu, run
+
+
+def _bakeoff(tmp_path, *args: str, env: dict) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bakeoff", *args, "--db", str(tmp_path / "b.db")],
+        capture_output=True, text=True, env={**os.environ, **env}, timeout=600,
     )  # fmt: skip
+
+
+@pytest.mark.emu
+def test_a_trial_with_localize_and_bakeoff_localize_after_it_find_the_same_origin(tmp_path):
+    wrong = {**EMU_ENV, "BAKEOFF_EMU_WRONG": "aten::silu"}
+    during, _ = _emu_of(cli_trial(LLAMA, "emu", tmp_path, "--localize", env=wrong))
+    assert during["correctness"]["verdict"] == "fail"
+    assert during["localization"]["origins"][0]["module"] == "model.layers.0.mlp.act_fn"
+    plain, run = _emu_of(cli_trial(LLAMA, "emu", tmp_path, env=wrong))
+    assert plain["localization"] is None  # not asked for
+    after = _bakeoff(tmp_path, "localize", f"{run['run_id']}:emu", "--format", "json", env=wrong)
+    assert after.returncode == 0, after.stderr[-2000:]
+    value = json.loads(after.stdout)["emu"]
+    assert value["origins"][0]["module"] == "model.layers.0.mlp.act_fn" and "after the run" in value["reason"]
+    shown = _bakeoff(tmp_path, "show", run["run_id"], env=EMU_ENV)
     assert "diverges first in model.layers.0.mlp.act_fn (SiLUActivation, call 0)" in " ".join(shown.stdout.split())
-    clean = cli_trial(LLAMA, "emu", tmp_path, "--localize", env=EMU_ENV)
-    (result,) = [r for r in json.loads(clean.stdout)["results"] if r["target"] == "emu"]
-    assert result["correctness"]["verdict"] == "pass" and result["localization"] is None
+
+
+@pytest.mark.emu
+def test_nothing_is_localised_for_a_target_that_passed(tmp_path):
+    clean, run = _emu_of(cli_trial(LLAMA, "emu", tmp_path, "--localize", env=EMU_ENV))
+    assert clean["correctness"]["verdict"] == "pass" and clean["localization"] is None
+    refused = _bakeoff(tmp_path, "localize", run["run_id"], env=EMU_ENV)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"bakeoff: error: no target of run {run['run_id']} failed its correctness or training check: "
+        "nothing to localise (localisation looks for where a failed check goes wrong)"
+    )
+    unknown = _bakeoff(tmp_path, "localize", f"{run['run_id']}:cuda", env=EMU_ENV)
+    assert unknown.returncode == 2 and "has no measured target 'cuda' (its targets: emu)" in unknown.stderr

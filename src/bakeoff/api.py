@@ -410,6 +410,29 @@ def remedies(run: str | RunResult, *, db: PathLike | None = None) -> dict[str, l
     return what_it_takes(show(run, db=db) if isinstance(run, str) else run)
 
 
+def localize(
+    run: str,
+    *,
+    target: str | None = None,
+    db: PathLike | None = None,
+    timeout_s: float = 900.0,
+    progress: Callable[[str], None] | None = None,
+) -> list[tuple[str, Any]]:
+    """Find where a stored run's failed targets go wrong (or ``target``'s), store each result
+    with the run and return ``(target spec, Localization)`` pairs; ``run`` may be
+    ``RUN_ID:TARGET``. See :mod:`bakeoff.checks.localization`.
+
+    Raises:
+        SpecError: the target is not in the run, or did not fail.
+        StoreError: no such run.
+    """
+    from bakeoff.runner.localize import localize_stored
+
+    if target is None and ":" in run:
+        run, target = run.split(":", 1)
+    return localize_stored(Store.open(db, create=False), run, target, timeout_s, progress)[1]
+
+
 def show(run_id: str, *, db: PathLike | None = None) -> RunResult:
     """A stored run by id (or unique id prefix)."""
     return Store.open(db, create=False).get_run(run_id)

@@ -89,6 +89,28 @@ def compare(a: str, b: str, latency_threshold: float, db: str | None, fmt: str) 
     _console().print(comparison_view(found))
 
 
+@cli.command(epilog="\b\nExamples:\n  bakeoff localize 3f2a\n  bakeoff localize 3f2a:emu")
+@click.argument("run")
+@click.option("--timeout", "timeout_s", type=float, default=900.0, show_default=True, help="Seconds per target.")
+@_db_option
+@_format_option
+def localize(run: str, timeout_s: float, db: str | None, fmt: str) -> None:
+    """Find where RUN's failed targets (or RUN:TARGET) go wrong, module by module, and store it
+    with the run (what `bakeoff trial --localize` does during the trial)."""
+    from bakeoff import api
+
+    with workload_output_to_stderr():
+        found = api.localize(run, db=db, timeout_s=timeout_s, progress=_progress())
+    if fmt == "json":
+        _emit_json({spec: value.to_dict() for spec, value in found})
+        return
+    from bakeoff.checks.localization import LocalizationCheck
+
+    for spec, value in found:
+        for line in LocalizationCheck().facts(value, None):
+            _console().print(f"{spec}: {line}", markup=False)
+
+
 @cli.command(epilog="\b\nExamples:\n  bakeoff rerun --tag nightly\n  bakeoff rerun 3f2a")
 @click.argument("run_id", required=False)
 @click.option("--workload", default=None, help="Repeat the latest run of this workload spec.")

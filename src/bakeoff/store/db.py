@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, func, insert, select
+from sqlalchemy import Engine, func, insert, select, update
 
 from bakeoff.env import VOLATILE, Environment
 from bakeoff.errors import StoreError
@@ -284,6 +284,23 @@ class Store:
 
         with self.engine.begin() as conn:
             self._insert_run(conn, run, __version__, insert(schema.runs))
+
+    @guarded
+    def set_check_value(self, run_id: str, target_spec: str, name: str, value: dict[str, Any]) -> None:
+        """Store a check's value under a stored run's target (its as-is result), replacing the
+        value of that check there: evidence gathered after the run (``bakeoff localize``)."""
+        results = schema.target_results
+        with self.engine.begin() as conn:
+            rows = conn.execute(
+                select(results.c.id, results.c.data).where(
+                    results.c.run_id == run_id, results.c.target_spec == target_spec
+                )
+            ).all()
+            for row_id, data in rows:
+                if (data or {}).get("variant", "as-is") == "as-is":
+                    conn.execute(update(results).where(results.c.id == row_id).values(data={**data, name: value}))
+                    return
+        raise StoreError(f"run {run_id} has no result for target {target_spec}", hint="see `bakeoff show RUN`")
 
     def insert_run_unless_exists(self, conn: Any, run: RunResult, bakeoff_version: str) -> bool:
         """Insert a run in the caller's transaction ``conn`` unless its id is there; True if it went in."""
