@@ -23,6 +23,7 @@ FAULTY = f"py:{FIXTURES / 'localize_models.py'}:llama_faulty"
 CASES = [
     ("emu wrong silu", LLAMA, "emu", "aten::silu"),
     ("emu clean", LLAMA, "emu", ""),
+    ("emu wrong mm", LLAMA, "emu", "aten::mm"),
     ("compiled fault", FAULTY + "?layer=1&scale=0.01", "cpu+aot_eager", ""),
     ("compiled clean", FAULTY + "?scale=0", "cpu+aot_eager", ""),
 ]
@@ -67,12 +68,21 @@ def test_a_wrong_kernel_on_the_device_is_localised_to_its_first_module_and_confi
     assert (origin["module"], origin["cls"], origin["call"]) == ("model.layers.0.mlp.act_fn", "SiLUActivation", 0)
     assert origin["replay"] == "confirmed"
     assert origin["target_err"] == pytest.approx(0.01, rel=0.05)  # the seeded 1% scale, measured
+    assert origin["op_suspect"] == "aten.silu (op 1 of 1)"
     assert origin["ratio"] > 1 and origin["reference_err"] < 1e-5
     failed = [c for c in value["calls"] if c["failed"]]
     assert value["calls_failed"] == len(failed) and origin["downstream"] > 0
     assert not any(
         c["failed"] for c in value["calls"] if c["module"] in ("model.embed_tokens", "model.layers.0.self_attn")
     )
+
+
+@pytest.mark.emu
+def test_a_wrong_op_used_by_three_sibling_modules_is_three_origins_down_to_the_op(found):
+    value = found["emu wrong mm"]
+    modules = [o["module"] for o in value["origins"]]
+    assert modules == [f"model.layers.0.self_attn.{p}_proj" for p in "qkv"]  # the first matmuls, all on clean inputs
+    assert all(o["replay"] == "confirmed" and o["op_suspect"].startswith("aten.mm (op ") for o in value["origins"])
 
 
 @pytest.mark.emu

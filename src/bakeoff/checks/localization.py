@@ -49,7 +49,10 @@ class Origin:
     golden's RMS) and ``ratio`` to the allowed error (``tolerance`` = m); how many failing calls
     came after it (``downstream``); ``replay`` its confirmation: ``confirmed`` (alone on the
     reference's inputs it is still wrong), ``accumulated`` (alone it is right), ``walked_up``
-    (its parent, replayed, is wrong: the parent is named in ``walked_to``)."""
+    (its parent, replayed, is wrong: the parent is named in ``walked_to``). Inside a confirmed
+    origin of an eager target the module's ops are compared one by one: ``op_suspect`` names the
+    first op whose output breaks the three-way rule, when the target ran the same op sequence as
+    the reference; ``ops`` says what was found (or the two op lists where they differ)."""
 
     module: str
     cls: str
@@ -62,6 +65,8 @@ class Origin:
     downstream: int = 0
     replay: str = ""
     walked_to: str = ""
+    op_suspect: str = ""
+    ops: str = ""
 
 
 @dataclass(frozen=True)
@@ -293,7 +298,10 @@ class LocalizationCheck(Check):
             return not _judge_values(out, ref_call.output, gold_call.output, "out", context.dtype)[0]
 
         if wrong_alone(origin.key):
-            return Origin(**common, replay="confirmed")
+            if backend is not None:
+                return Origin(**common, replay="confirmed", ops="not compared inside a compiled module")
+            suspect, said = _op_suspect(model.get_submodule(name), ref_by[origin.key], gold_by[origin.key], context)
+            return Origin(**common, replay="confirmed", op_suspect=suspect, ops=said)
         parent = origin.parent
         if parent is not None and parent in ref_by and wrong_alone(parent):
             return Origin(**common, replay="walked_up", walked_to=parent[0] or "the root")
@@ -399,6 +407,8 @@ class LocalizationCheck(Check):
             f"the reference's {first.reference_err:.3g} ({first.ratio:.3g}x the allowed {first.tolerance:g}x); "
             f"{said}" + (f"; {first.downstream} later calls diverged with it" if value.calls else "")
         ]
+        if first.ops:
+            lines.append(f"inside {first.module}: {first.ops}")
         if value.rung:
             lines.append(f"the first rung that fails: {value.rung} ({value.method})")
         if len(value.origins) > 1:
@@ -435,6 +445,38 @@ class LocalizationCheck(Check):
                 {"data": data, "layout": layout},
             )
         ]
+
+
+def _op_suspect(module: Any, ref_call: RecordedCall, gold_call: RecordedCall, context: CheckContext) -> tuple[str, str]:
+    """The first op inside ``module`` whose output breaks the three-way rule, and what was found:
+    the module run alone, op by op, in float64 on the CPU, in the reference dtype on the CPU and
+    on the target, all on the reference's inputs (the golden's for float64)."""
+    import torch
+
+    from bakeoff.checks.localize_runs import record_ops
+
+    dtype = getattr(torch, context.dtype)
+    golden = record_ops(copy.deepcopy(module).to("cpu", torch.float64), gold_call, torch.float64, torch.device("cpu"))
+    reference = record_ops(copy.deepcopy(module).to("cpu", dtype), ref_call, dtype, torch.device("cpu"))
+    target = record_ops(module, ref_call, dtype, torch.device(context.target.torch_device))
+    names = [[op for op, _ in ops] for ops in (golden, reference, target)]
+    if not names[1] == names[2] == names[0]:
+        width = max(len(names[1]), len(names[2]))
+        pairs = [
+            f"{names[1][i] if i < len(names[1]) else '-'} | {names[2][i] if i < len(names[2]) else '-'}"
+            for i in range(min(width, 40))
+        ]
+        return "", "the target ran other ops than the reference (reference | target): " + "; ".join(pairs)
+    for index, ((op, gold), (_, ref), (_, tgt)) in enumerate(zip(golden, reference, target, strict=True)):
+        passed, ratio, figures = _judge_values(tgt, ref, gold, "out", context.dtype)
+        if not passed:
+            target_err, reference_err = _relative(figures)
+            return (
+                f"aten.{op} (op {index + 1} of {len(golden)})",
+                f"first wrong op: aten.{op}, op {index + 1} of {len(golden)}: error {target_err:.3g} vs the "
+                f"reference's {reference_err:.3g} ({ratio:.3g}x the allowed); the ops before it agree",
+            )
+    return "", f"all {len(golden)} ops agree one by one: the error comes from how they combine"
 
 
 def _multiple(dtype: str) -> float:

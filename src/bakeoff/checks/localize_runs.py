@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RecordedCall", "flat_tensors", "record_calls", "replay", "to_target"]
+__all__ = ["RecordedCall", "flat_tensors", "record_calls", "record_ops", "replay", "to_target"]
 
 
 @dataclass
@@ -120,3 +120,23 @@ def replay(module: Any, call: RecordedCall, dtype: Any, device: Any, backend: An
         fn = torch.compile(module, backend=backend, dynamic=False)
     with torch.no_grad():
         return _to_host(fn(*to_target(call.args, dtype, device), **to_target(call.kwargs, dtype, device)))
+
+
+def record_ops(module: Any, call: RecordedCall, dtype: Any, device: Any) -> list[tuple[str, Any]]:
+    """``module`` alone, eagerly, on ``call``'s inputs (cast to ``dtype``, moved to ``device``),
+    under a dispatch mode that keeps every ATen op's name and outputs (on the host), in order."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    ops: list[tuple[str, Any]] = []
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            ops.append((str(func.overloadpacket.__name__), _to_host(out)))
+            return out
+
+    args, kwargs = to_target(call.args, dtype, device), to_target(call.kwargs, dtype, device)
+    with torch.no_grad(), Recorder():
+        module(*args, **kwargs)
+    return ops
