@@ -61,7 +61,17 @@ SCRIPTS: dict[str, tuple[list[str], list[str], list]] = {
         [rf"import into an empty database\s+{NUMBER} s", r"runs in the database afterwards \(expected\)\s+30 \(30\)"],
         [pytest.mark.isolated],  # two writer processes
     ),
+    "localize_cost.py": (
+        ["--quick"],  # the tiny Llama on the test device, with a seeded wrong activation
+        [rf"arch:llama\s+{NUMBER}s\s+{NUMBER}s\s+{NUMBER}x\s+{NUMBER}MB\s+{NUMBER}MB\s+\d+"],
+        [pytest.mark.emu],
+    ),
     "placement_overhead.py": (["--quick"], [rf"arch:llama\S*\s+{NUMBER}M\s+\d+\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}"], []),
+    "training_parity.py": (
+        ["--quick"],
+        [rf"\s+0 emu\s+{NUMBER}s (pass|drift)", r"false alarms \(fail on a clean target\): 0 of 2"],
+        [pytest.mark.emu],
+    ),
     "timing_fidelity.py": (
         ["--quick"],
         [
