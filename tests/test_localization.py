@@ -19,13 +19,15 @@ from tests.conftest import EMU_ENV, FIXTURES, cli_trial
 LLAMA = "arch:llama?layers=2&hidden=32&intermediate=64&vocab=128"
 FAULTY = f"py:{FIXTURES / 'localize_models.py'}:llama_faulty"
 
-#: (name, workload, target, ops made wrong on the device)
+#: (name, workload, target, ops made wrong on the device, the check's options)
 CASES = [
-    ("emu wrong silu", LLAMA, "emu", "aten::silu"),
-    ("emu clean", LLAMA, "emu", ""),
-    ("emu wrong mm", LLAMA, "emu", "aten::mm"),
-    ("compiled fault", FAULTY + "?layer=1&scale=0.01", "cpu+aot_eager", ""),
-    ("compiled clean", FAULTY + "?scale=0", "cpu+aot_eager", ""),
+    ("emu wrong silu", LLAMA, "emu", "aten::silu", {}),
+    ("emu clean", LLAMA, "emu", "", {}),
+    ("emu wrong mm", LLAMA, "emu", "aten::mm", {}),
+    ("emu wrong silu sampled", LLAMA, "emu", "aten::silu", {"sample": 64}),
+    ("emu wrong silu tolerated", LLAMA, "emu", "aten::silu", {"tolerances": "SiLUActivation:1e6"}),
+    ("compiled fault", FAULTY + "?layer=1&scale=0.01", "cpu+aot_eager", "", {}),
+    ("compiled clean", FAULTY + "?scale=0", "cpu+aot_eager", "", {}),
 ]
 
 SCRIPT = """
@@ -40,13 +42,14 @@ from bakeoff.target.spec import parse_target
 from bakeoff.workload.registry import build_workload
 
 out = {}
-for name, spec, target_spec, wrong in json.loads(sys.argv[1]):
+for name, spec, target_spec, wrong, options in json.loads(sys.argv[1]):
     emu.enable(wrong={op: 1.01 for op in wrong.split(",") if op})
     target = parse_target(target_spec, extra_devices=("emu",))
     built = build_workload(spec)
     job = TargetJob(workload_spec=spec, target=target, fingerprint=built.fingerprint, baseline_path=None)
     context = CheckContext(job, target, None, {}, None, "float32", "float32", built.fingerprint)
     context.results["correctness"] = Correctness("fail")  # localise as if the outputs had failed
+    context.options = {"sample": -1, "full": "", "tolerances": "", **options}
     value = LocalizationCheck().run(context)
     out[name] = value.to_dict()
 print(json.dumps(out))
@@ -83,6 +86,22 @@ def test_a_wrong_op_used_by_three_sibling_modules_is_three_origins_down_to_the_o
     modules = [o["module"] for o in value["origins"]]
     assert modules == [f"model.layers.0.self_attn.{p}_proj" for p in "qkv"]  # the first matmuls, all on clean inputs
     assert all(o["replay"] == "confirmed" and o["op_suspect"].startswith("aten.mm (op ") for o in value["origins"])
+
+
+@pytest.mark.emu
+def test_sampled_tensors_find_the_same_origin_and_confirm_it_on_whole_ones(found):
+    value, whole = found["emu wrong silu sampled"], found["emu wrong silu"]
+    assert [o["module"] for o in value["origins"]] == [o["module"] for o in whole["origins"]]
+    (origin,) = value["origins"]
+    assert origin["replay"] == "confirmed" and origin["op_suspect"] == "aten.silu (op 1 of 1)"
+    assert value["calls_failed"] == whole["calls_failed"]
+
+
+@pytest.mark.emu
+def test_a_module_the_user_tolerates_passes_and_the_origin_moves_to_its_caller(found):
+    value = found["emu wrong silu tolerated"]
+    (origin,) = value["origins"]
+    assert origin["module"] == "model.layers.0.mlp" and origin["replay"] == "confirmed"
 
 
 @pytest.mark.emu

@@ -66,3 +66,29 @@ def test_two_independent_faults_are_two_origins_each_with_its_own_downstream():
 
 def test_a_clean_run_has_no_origin():
     assert find_origins([call("a", "root", True, True), call("root", None, True, True)]) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("lm_head", "is not PATTERN:M or PATTERN:exact"),
+        ("lm_head:loose", "'loose' is not a number or exact"),
+        ("lm_head:0.5", "a multiple below 1 would fail the reference itself"),
+    ],
+)
+def test_bad_tolerances_are_refused_in_one_line(text, message):
+    from bakeoff.checks.registry import parse_check
+    from bakeoff.errors import SpecError
+
+    with pytest.raises(SpecError, match=message):
+        parse_check(f"localization?tolerances={text}")
+
+
+def test_tolerances_match_a_module_by_name_or_class_the_first_pattern_winning():
+    from bakeoff.checks.localization import Tolerances
+
+    rules = Tolerances("*Router:exact, model.layers.0.*:4, *:2.5")
+    assert rules.rule("model.layers.3.mlp.gate", "MixtralRouter") == "exact"
+    assert rules.rule("model.layers.0.mlp", "LlamaMLP") == 4.0
+    assert rules.rule("lm_head", "Linear") == 2.5
+    assert Tolerances("").rule("lm_head", "Linear") is None

@@ -49,12 +49,15 @@ class TensorFigures:
     differing: float = 0.0
 
 
-def judge_tensor(figures: TensorFigures, dtype: str) -> tuple[bool, float]:
+def judge_tensor(figures: TensorFigures, dtype: str, multiple: float | None = None) -> tuple[bool, float]:
     """``(passed, ratio)``: whether the tensor passes the three-way rule, and its error over the
-    allowed error (above 1 fails; a discrete tensor's ratio is its differing share, any > 0 fails)."""
+    allowed error (above 1 fails; a discrete tensor's ratio is its differing share, any > 0 fails).
+    ``multiple`` replaces the dtype's m (a user's tolerance for one module)."""
     if figures.discrete:
         return figures.differing == 0.0, figures.differing
-    allowed = multiple_for(dtype) * figures.reference_err + _EPS.get(dtype, _EPS["float32"]) * figures.scale
+    allowed = (multiple if multiple is not None else multiple_for(dtype)) * figures.reference_err + _EPS.get(
+        dtype, _EPS["float32"]
+    ) * figures.scale
     if not math.isfinite(figures.target_err):
         return False, math.inf
     if allowed <= 0.0:

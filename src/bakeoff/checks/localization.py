@@ -34,12 +34,36 @@ from bakeoff.analysis.localize import CallJudgement, TensorFigures, find_origins
 from bakeoff.checks.base import Check, CheckContext, Metric
 from bakeoff.checks.localize_runs import RecordedCall, flat_tensors, record_calls, replay, to_target
 from bakeoff.codec import Value
+from bakeoff.errors import SpecError
 from bakeoff.specsyntax import Option
 
 __all__ = ["Localization", "LocalizationCheck", "Origin"]
 
 #: Calls kept in the stored summary (the chart of error by depth uses them all first).
 KEPT_CALLS = 500
+#: Above this many parameters, tensors are recorded as samples unless ``sample=0``.
+SAMPLE_ABOVE = 20_000_000
+#: Elements kept per tensor when sampling.
+SAMPLE_SIZE = 4096
+
+
+class Calls:
+    """One run's recorded calls by key. When the run was sampled, asking for a call re-runs the
+    model once with that module's tensors kept whole (replay and op comparison need them)."""
+
+    def __init__(self, calls: list[RecordedCall], rerun: Any = None) -> None:
+        self.recorded = {c.key: c for c in calls}
+        self.rerun, self.whole = rerun, {}
+
+    def __contains__(self, key: tuple[str, int]) -> bool:
+        return key in self.recorded
+
+    def __getitem__(self, key: tuple[str, int]) -> RecordedCall:
+        if self.rerun is None:
+            return self.recorded[key]
+        if key not in self.whole:
+            self.whole.update({c.key: c for c in self.rerun({key[0]}) if c.name == key[0]})
+        return self.whole[key]
 
 
 @dataclass(frozen=True)
@@ -105,13 +129,16 @@ class Localization(Value):
         return self.origins[0] if self.origins else None
 
 
-def _figures(target: Any, reference: Any, golden: Any) -> TensorFigures:
+def _figures(target: Any, reference: Any, golden: Any, exact: bool = False) -> TensorFigures:
     import math
 
     import torch
 
     if target is None or tuple(target.shape) != tuple(golden.shape):
         return TensorFigures(math.inf, 0.0, 1.0)
+    if exact and golden.is_floating_point():  # a discrete output the user named: equal to the reference's
+        differing = float((target.cpu().double() != reference.double()).double().mean()) if golden.numel() else 0.0
+        return TensorFigures(0.0, 0.0, 0.0, discrete=True, differing=differing)
     if not golden.is_floating_point():
         differing = float((target.cpu() != golden).double().mean()) if golden.numel() else 0.0
         return TensorFigures(0.0, 0.0, 0.0, discrete=True, differing=differing)
@@ -126,16 +153,19 @@ def _figures(target: Any, reference: Any, golden: Any) -> TensorFigures:
     return TensorFigures(rms((t - g)[finite]), rms((r - g)[finite]), rms(g[finite]))
 
 
-def _judge_values(target: Any, reference: Any, golden: Any, prefix: str, dtype: str) -> tuple[bool, float, Any]:
-    """All tensors of three values: ``(passed, worst ratio, figures of the worst)``."""
+def _judge_values(
+    target: Any, reference: Any, golden: Any, prefix: str, dtype: str, rule: float | str | None = None
+) -> tuple[bool, float, Any]:
+    """All tensors of three values: ``(passed, worst ratio, figures of the worst)``; ``rule`` is a
+    user's tolerance for the module: a multiple m, or ``exact`` (see :class:`Tolerances`)."""
     golden_flat = flat_tensors(golden, prefix)
     target_flat, reference_flat = flat_tensors(target, prefix), flat_tensors(reference, prefix)
     passed, worst, worst_figures = True, 0.0, None
     for name, gold in golden_flat.items():
         if name not in reference_flat:
             continue
-        figures = _figures(target_flat.get(name), reference_flat[name], gold)
-        ok, ratio = judge_tensor(figures, dtype)
+        figures = _figures(target_flat.get(name), reference_flat[name], gold, exact=rule == "exact")
+        ok, ratio = judge_tensor(figures, dtype, rule if isinstance(rule, float) else None)
         passed = passed and ok
         if worst_figures is None or ratio > worst:
             worst, worst_figures = ratio, figures
@@ -143,7 +173,11 @@ def _judge_values(target: Any, reference: Any, golden: Any, prefix: str, dtype: 
 
 
 def _judge_calls(
-    golden: list[RecordedCall], reference: list[RecordedCall], target: list[RecordedCall], dtype: str
+    golden: list[RecordedCall],
+    reference: list[RecordedCall],
+    target: list[RecordedCall],
+    dtype: str,
+    tolerances: Tolerances | None = None,
 ) -> tuple[list[CallJudgement], dict[tuple[str, int], Any]]:
     ref_by, target_by = {c.key: c for c in reference}, {c.key: c for c in target}
     judged, worst = [], {}
@@ -151,12 +185,48 @@ def _judge_calls(
         ref, tgt = ref_by.get(call.key), target_by.get(call.key)
         if ref is None or tgt is None:
             continue
+        rule = tolerances.rule(call.name, call.cls) if tolerances else None
         inputs = (tgt.args, tgt.kwargs), (ref.args, ref.kwargs), (call.args, call.kwargs)
         inputs_pass = _judge_values(*inputs, "in", dtype)[0]
-        output_pass, ratio, figures = _judge_values(tgt.output, ref.output, call.output, "out", dtype)
+        output_pass, ratio, figures = _judge_values(tgt.output, ref.output, call.output, "out", dtype, rule)
         judged.append(CallJudgement(call.key, call.parent, inputs_pass, output_pass, ratio))
         worst[call.key] = figures
     return judged, worst
+
+
+class Tolerances:
+    """Per-module tolerances a user sets: ``PATTERN:M`` (the three-way rule with multiple M) or
+    ``PATTERN:exact`` (a discrete output, a router's choice say: any element that differs from
+    the reference's fails), comma-separated; PATTERN is a glob over the module's qualified name
+    or its class name. The first pattern that matches applies."""
+
+    def __init__(self, text: str) -> None:
+        self.rules: list[tuple[str, float | str]] = []
+        for item in (part.strip() for part in text.split(",") if part.strip()):
+            pattern, sep, value = item.rpartition(":")
+            if not sep or not pattern:
+                raise SpecError(
+                    f"tolerance {item!r} is not PATTERN:M or PATTERN:exact", hint="e.g. *Router:exact,lm_head:4"
+                )
+            if value == "exact":
+                self.rules.append((pattern, "exact"))
+                continue
+            try:
+                multiple = float(value)
+            except ValueError:
+                raise SpecError(
+                    f"tolerance {item!r}: {value!r} is not a number or exact", hint="e.g. lm_head:4"
+                ) from None
+            if not multiple >= 1.0:
+                raise SpecError(
+                    f"tolerance {item!r}: a multiple below 1 would fail the reference itself", hint="e.g. :4"
+                )
+            self.rules.append((pattern, multiple))
+
+    def rule(self, name: str, cls: str) -> float | str | None:
+        from fnmatch import fnmatchcase
+
+        return next((v for p, v in self.rules if fnmatchcase(name, p) or fnmatchcase(cls, p)), None)
 
 
 def _relative(figures: Any) -> tuple[float, float]:
@@ -175,7 +245,16 @@ class LocalizationCheck(Check):
     phase = "localization"
     on_request = True
     last = True  # it compiles modules alone after resetting dynamo: after every other check
-    options: ClassVar[Mapping[str, Option]] = {}
+    options: ClassVar[Mapping[str, Option]] = {
+        "tolerances": Option(str, "", help="per-module rules: PATTERN:M or PATTERN:exact, comma-separated"),
+        "sample": Option(
+            int, -1, minimum=-1, help=f"elements kept per tensor (0: all; -1: all up to {SAMPLE_ABOVE:,} parameters)"
+        ),
+        "full": Option(str, "", help="modules (globs) whose tensors are kept whole when sampling"),
+    }
+
+    def validate(self, options: dict[str, Any], text: str) -> None:
+        Tolerances(options["tolerances"])
 
     def not_applicable(self, target: Any, is_reference: bool) -> str | None:
         return "the reference is what is localised against" if is_reference else None
@@ -201,23 +280,33 @@ class LocalizationCheck(Check):
 
         from bakeoff.workload.registry import build_workload
 
-        target, dtype = context.target, context.dtype
+        target, dtype, options = context.target, context.dtype, context.options
         built = build_workload(context.job.workload_spec)
         if built.fingerprint != context.job.fingerprint:
             return Localization("not_comparable", reason="the workload built again differs from the baseline's")
         golden_model = copy.deepcopy(built.model).double().eval()
         reference_model = copy.deepcopy(built.model).to(getattr(torch, dtype)).eval()
+        size = sum(p.numel() for p in built.model.parameters())
+        sample = options.get("sample", -1)
+        sample = (SAMPLE_SIZE if size > SAMPLE_ABOVE else 0) if sample < 0 else sample
+        full = _globs(options.get("full", ""))
+        self.plan = _Plan(sample, full, Tolerances(options.get("tolerances", "")))
 
-        def run_on(model: Any, cast: Any) -> list[RecordedCall]:
+        def run_on(model: Any, cast: Any, whole: set[str] = frozenset()) -> list[RecordedCall]:
             args, kwargs = to_target((built.args, built.kwargs), cast, None)
             with torch.no_grad():
-                return record_calls(model, lambda: model(*args, **kwargs))
+                return record_calls(model, lambda: model(*args, **kwargs), sample, self.plan.keeper(whole))
 
         golden = run_on(golden_model, torch.float64)
         reference = run_on(reference_model, getattr(torch, dtype))
+        rerun = sample > 0
+        gold_by = Calls(golden, (lambda names: run_on(golden_model, torch.float64, names)) if rerun else None)
+        ref_by = Calls(
+            reference, (lambda names: run_on(reference_model, getattr(torch, dtype), names)) if rerun else None
+        )
         if target.backend is None:
-            return self._hooks(context, golden, reference, "hooks", "")
-        return self._ladder(context, golden, reference)
+            return self._hooks(context, golden, reference, gold_by, ref_by, "hooks", "")
+        return self._ladder(context, golden, gold_by, ref_by)
 
     def _eager_target(self, context: CheckContext, eager: Any) -> tuple[Any, list[RecordedCall], Any]:
         """The workload prepared eagerly on the target's device, and its recorded calls."""
@@ -229,11 +318,18 @@ class LocalizationCheck(Check):
         built = build_workload(context.job.workload_spec, device=eager.torch_device)
         prepared = prepare(built, eager)
         with torch.no_grad():
-            calls = record_calls(prepared.model, prepared)
+            calls = record_calls(prepared.model, prepared, self.plan.sample, self.plan.keeper())
         return prepared, calls, prepared.model
 
     def _hooks(
-        self, context: CheckContext, golden: list[RecordedCall], reference: list[RecordedCall], method: str, rung: str
+        self,
+        context: CheckContext,
+        golden: list[RecordedCall],
+        reference: list[RecordedCall],
+        gold_by: Calls,
+        ref_by: Calls,
+        method: str,
+        rung: str,
     ) -> Localization:
         from dataclasses import replace
 
@@ -241,14 +337,12 @@ class LocalizationCheck(Check):
         eager = replace(target, backend=None, dynamic=None, mode=None, fullgraph=False, precision=None)
         prepared, recorded, model = self._eager_target(context, eager)
         try:
-            judged, worst = _judge_calls(golden, reference, recorded, context.dtype)
+            judged, worst = _judge_calls(golden, reference, recorded, context.dtype, self.plan.tolerances)
             origins = find_origins(judged)
             if not origins:
                 return Localization(
                     "not_found", method, "", rung, (), len(judged), 0, _summaries(judged, golden)
                 )  # the caller reads this as "the device's eager kernels agree"
-            ref_by = {c.key: c for c in reference}
-            gold_by = {c.key: c for c in golden}
             found = []
             for origin, downstream in origins:
                 found.append(self._confirm(context, model, origin, downstream, worst, ref_by, gold_by, None))
@@ -295,7 +389,8 @@ class LocalizationCheck(Check):
         def wrong_alone(key: tuple[str, int]) -> bool:
             ref_call, gold_call = ref_by[key], gold_by[key]
             out = replay(model.get_submodule(key[0]), ref_call, cast, device, backend)
-            return not _judge_values(out, ref_call.output, gold_call.output, "out", context.dtype)[0]
+            rule = self.plan.tolerances.rule(gold_call.name, gold_call.cls)
+            return not _judge_values(out, ref_call.output, gold_call.output, "out", context.dtype, rule)[0]
 
         if wrong_alone(origin.key):
             if backend is not None:
@@ -307,7 +402,7 @@ class LocalizationCheck(Check):
             return Origin(**common, replay="walked_up", walked_to=parent[0] or "the root")
         return Origin(**common, replay="accumulated")
 
-    def _ladder(self, context: CheckContext, golden: list[RecordedCall], reference: list[RecordedCall]) -> Localization:
+    def _ladder(self, context: CheckContext, golden: list[RecordedCall], gold_by: Calls, ref_by: Calls) -> Localization:
         """A compiled target: eager on its device, then aot_eager, then its backend (see the docstring)."""
         import torch
 
@@ -315,13 +410,14 @@ class LocalizationCheck(Check):
 
         target = context.target
         if target.device != "cpu":  # eager on the CPU is the reference itself
-            eager = self._hooks(context, golden, reference, "ladder: hooks, eager on the device", "device kernels")
+            reference = list(ref_by.recorded.values())
+            method = "ladder: hooks, eager on the device"
+            eager = self._hooks(context, golden, reference, gold_by, ref_by, method, "device kernels")
             if eager.verdict == "localized":
                 return eager
         built = build_workload(context.job.workload_spec, device=target.torch_device)
         model = built.model.to(torch.device(target.torch_device)) if not built.self_placed else built.model
         model = model.to(getattr(torch, context.dtype)).eval()
-        ref_by, gold_by = {c.key: c for c in reference}, {c.key: c for c in golden}
         root = golden[-1].key  # the root call completes last
         device, cast = torch.device(target.torch_device), getattr(torch, context.dtype)
         rungs = [("decomposition", "aot_eager")] if target.backend not in ("aot_eager", "eager") else []
@@ -344,7 +440,8 @@ class LocalizationCheck(Check):
         def compare(key: tuple[str, int]) -> tuple[bool, float, Any]:
             ref_call, gold_call = ref_by[key], gold_by[key]
             out = replay(model.get_submodule(key[0]), ref_call, cast, device, backend)
-            passed, ratio, figures = _judge_values(out, ref_call.output, gold_call.output, "out", dtype)
+            rule = self.plan.tolerances.rule(gold_call.name, gold_call.cls)
+            passed, ratio, figures = _judge_values(out, ref_call.output, gold_call.output, "out", dtype, rule)
             return not passed, ratio, figures
 
         return compare
@@ -477,6 +574,25 @@ def _op_suspect(module: Any, ref_call: RecordedCall, gold_call: RecordedCall, co
                 f"reference's {reference_err:.3g} ({ratio:.3g}x the allowed); the ops before it agree",
             )
     return "", f"all {len(golden)} ops agree one by one: the error comes from how they combine"
+
+
+@dataclass
+class _Plan:
+    """How one localisation records: ``sample`` elements per tensor (0: whole), the modules
+    kept whole anyway (``full`` globs), and the user's per-module tolerances."""
+
+    sample: int
+    full: tuple[str, ...]
+    tolerances: Tolerances
+
+    def keeper(self, whole: Any = frozenset()) -> Any:
+        from fnmatch import fnmatchcase
+
+        return lambda name, cls: name in whole or any(fnmatchcase(name, g) or fnmatchcase(cls, g) for g in self.full)
+
+
+def _globs(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
 def _multiple(dtype: str) -> float:

@@ -65,25 +65,47 @@ def flat_tensors(value: Any, prefix: str) -> dict[str, Any]:
     return found
 
 
-def record_calls(model: Any, run: Callable[[], Any]) -> list[RecordedCall]:
-    """Run ``run()`` with every module of ``model`` hooked; the calls in completion order."""
+def _sampled(value: Any, sample: int) -> Any:
+    """Every tensor in ``value`` cut to at most ``sample`` evenly strided elements, flattened:
+    the same elements in every run of the same shapes (statistics over them estimate the whole)."""
+    import torch
+    from torch.utils._pytree import tree_map_only
+
+    def cut(t: torch.Tensor) -> torch.Tensor:
+        flat = t.detach().reshape(-1)
+        step = max(1, -(-flat.numel() // sample))
+        return flat[::step].to("cpu", copy=True)
+
+    return tree_map_only(torch.Tensor, cut, value)
+
+
+def record_calls(
+    model: Any, run: Callable[[], Any], sample: int = 0, full: Callable[[str, str], bool] | None = None
+) -> list[RecordedCall]:
+    """Run ``run()`` with every module of ``model`` hooked; the calls in completion order.
+
+    With ``sample`` > 0, tensors are kept as at most ``sample`` strided elements each (a large
+    model's activations would not fit three times over), except for the calls of modules that
+    ``full(name, class name)`` chooses, kept whole.
+    """
     names = {module: name for name, module in model.named_modules(remove_duplicate=False)}
     counts: dict[str, int] = {}
     stack: list[RecordedCall] = []
     done: list[RecordedCall] = []
 
+    def keep(value: Any, name: str, cls: str) -> Any:
+        return _to_host(value) if not sample or (full is not None and full(name, cls)) else _sampled(value, sample)
+
     def before(module: Any, args: tuple, kwargs: dict) -> None:
-        name = names.get(module, type(module).__name__)
+        name, cls = names.get(module, type(module).__name__), type(module).__name__
         index = counts[name] = counts.get(name, -1) + 1
         parent = stack[-1].key if stack else None
-        stack.append(
-            RecordedCall(name, type(module).__name__, index, len(stack), parent, _to_host(args), _to_host(kwargs))
-        )
+        stack.append(RecordedCall(name, cls, index, len(stack), parent, keep(args, name, cls), keep(kwargs, name, cls)))
 
     def after(module: Any, args: tuple, kwargs: dict, output: Any) -> None:
         if stack:
             call = stack.pop()
-            call.output = _to_host(output)
+            call.output = keep(output, call.name, call.cls)
             done.append(call)
 
     handles = []
