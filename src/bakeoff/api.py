@@ -242,7 +242,7 @@ def exec_script(
     parsed = _targets(on)
     as_written = reference is None and unavailable_reason(parse_target(sources[0])) is None
     ref = parse_target(reference or ("cpu" if not as_written else sources[0]))
-    if ref.is_compiled or ref.dtype:
+    if ref.is_compiled or ref.dtype or ref.amp:
         raise SpecError(f"--reference {ref.spec}", hint="the reference is a device: cpu, cuda, xpu...")
     remapped = {t.torch_device for t in parsed if t != ref}
     if named and named != remapped:  # --map cuda=emu names the targets' device: it must be theirs

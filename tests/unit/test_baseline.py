@@ -271,3 +271,62 @@ def test_computed_references_survive_a_file(tmp_path: Path) -> None:
     for ref in refs:
         for name in refs[ref]:
             assert torch.equal(loaded[ref][name], refs[ref][name])
+
+
+# -- autocast references (amp targets) --------------------------------------------------
+
+
+class RefusesAutocast(Affine):
+    """Fails under CPU autocast, like a model whose op has no half-precision CPU kernel."""
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor | None = None) -> dict:
+        if torch.is_autocast_enabled("cpu"):
+            raise RuntimeError("no bfloat16 CPU kernel for this op")
+        return super().forward(x, ids)
+
+
+def test_autocast_references_run_the_native_dtype_under_cpu_autocast() -> None:
+    w = _workload(Affine())
+    refs, notes = compute_references(w, amp_dtypes=["bfloat16"])
+    assert notes == []
+    assert list(refs) == ["eager:float32", "repeat:float32", "golden", "amp:bfloat16"]
+    amp = refs["amp:bfloat16"]
+    assert amp["output.y"].dtype == torch.bfloat16  # the linear layer ran in bf16
+    assert amp["output.pair.1"].dtype == torch.float32  # x.mean() is not cast: the input stays float32
+    # the same as running it by hand, weights kept in float32
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
+        by_hand = w.model(*w.args)["y"]
+    assert torch.equal(amp["output.y"], by_hand)
+    assert not torch.equal(amp["output.y"].float(), refs["eager:float32"]["output.y"])
+    assert not torch.is_autocast_enabled("cpu")  # left off afterwards
+
+
+def test_autocast_references_per_profile_shape() -> None:
+    w = build_workload("arch:llama?layers=1&hidden=32&seq=4&vocab=64")
+    refs, notes = compute_references(w, shapes=[(1, 8)], amp_dtypes=["bfloat16"])
+    assert notes == []
+    assert {"amp:bfloat16", "amp:bfloat16@1x8"} <= set(refs)
+    assert refs["amp:bfloat16@1x8"]["output.logits"].shape == (1, 8, 64)
+
+
+def test_an_autocast_reference_the_cpu_cannot_compute_is_a_note_and_not_comparable(tmp_path: Path) -> None:
+    from bakeoff.checks.base import CheckContext
+    from bakeoff.checks.correctness import judge
+    from bakeoff.runner.job import TargetJob
+    from bakeoff.target.spec import parse_target
+
+    w = _workload(RefusesAutocast())
+    refs, notes = compute_references(w, amp_dtypes=["bfloat16"])
+    assert "amp:bfloat16" not in refs
+    assert notes == ["no amp:bfloat16 reference: RuntimeError: no bfloat16 CPU kernel for this op"]
+    path = tmp_path / "refs.safetensors"
+    save_references(path, refs)
+    target = parse_target("cpu?amp=bf16")
+    job = TargetJob(workload_spec="py:test:model", target=target, fingerprint="f", baseline_path=str(path))
+    outputs = {"": refs["eager:float32"]}
+    value = judge(CheckContext(job, target, None, outputs, None, "float32", "float32", "f"))
+    assert (value.verdict, value.reason) == ("not_comparable", "the baseline has no amp:bfloat16 reference")
+    # the same outputs judged as a plain float32 target pass: the amp target is not judged against float32
+    plain = parse_target("cpu")
+    job = TargetJob(workload_spec="py:test:model", target=plain, fingerprint="f", baseline_path=str(path))
+    assert judge(CheckContext(job, plain, None, outputs, None, "float32", "float32", "f")).verdict == "pass"

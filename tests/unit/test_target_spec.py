@@ -369,3 +369,66 @@ def test_precision_and_engine_options_are_checked_where_they_apply() -> None:
     with pytest.raises(SpecError, match="not to the export engine 'onnxrt'"):
         parse_target("cpu+onnxrt?dynamic=true")
     assert parse_target("cpu+openvino_export?precision=f32").precision == "f32"
+
+
+# -- mixed precision (amp) ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "amp", "spec"),
+    [
+        ("xpu?amp=bf16", "bfloat16", "xpu?amp=bfloat16"),
+        ("cpu+inductor?amp=BF16", "bfloat16", "cpu+inductor?amp=bfloat16"),
+        ("cuda?amp=half", "float16", "cuda?amp=float16"),
+        ("cuda?amp=fp16&dtype=fp32", "float16", "cuda?dtype=float32&amp=float16"),
+    ],
+)
+def test_amp_option_takes_half_precisions_and_round_trips(text: str, amp: str, spec: str) -> None:
+    t = parse_target(text)
+    assert t.amp == amp and t.spec == spec
+    assert parse_target(t.spec) == t
+    assert Target.from_dict(t.to_dict()) == t
+
+
+def test_amp_is_the_last_field_and_defaults_to_none() -> None:
+    from dataclasses import fields
+
+    assert [f.name for f in fields(Target)][-1] == "amp"
+    assert parse_target("cpu").amp is None
+    # a document written before amp existed still reads
+    assert Target.from_dict({"device": "cpu", "dtype": "bfloat16"}).amp is None
+
+
+@pytest.mark.parametrize("value", ["fp32", "float64", "double"])
+def test_amp_refuses_full_precisions(value: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_target(f"cpu?amp={value}")
+    assert info.value.message == f"amp={value} in target 'cpu?amp={value}' is not a half precision"
+    assert "amp=bf16" in info.value.hint
+
+
+def test_amp_refuses_an_unknown_dtype() -> None:
+    with pytest.raises(SpecError, match="unknown amp dtype 'int8'"):
+        parse_target("cpu?amp=int8")
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_amp_with_half_precision_weights_is_refused(dtype: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_target(f"cpu?amp=bf16&dtype={dtype}")
+    assert info.value.message == (
+        f"amp with dtype={dtype} in target 'cpu?amp=bf16&dtype={dtype}' does nothing: "
+        "the weights are already half precision"
+    )
+
+
+def test_amp_with_float64_weights_is_refused() -> None:
+    with pytest.raises(SpecError, match="autocast does not lower float64 weights"):
+        parse_target("cpu?dtype=fp64&amp=bf16")
+
+
+def test_amp_is_in_the_ledger_of_adjustments() -> None:
+    from bakeoff.runner.job import adjustments_for
+
+    assert adjustments_for(parse_target("cpu+inductor?amp=bf16")) == ({"name": "autocast", "value": "bfloat16"},)
+    assert adjustments_for(parse_target("cpu")) == ()

@@ -1,7 +1,9 @@
 """Compute the references a baseline preserves, and read/write them as safetensors.
 
 References are named ``golden`` (float64 eager on the CPU), ``eager:<dtype>`` (eager on the CPU
-in a working dtype) and ``repeat:<dtype>`` (a second eager run, to detect nondeterminism).
+in a working dtype), ``amp:<dtype>`` (eager on the CPU in the workload's own dtype under
+``torch.autocast("cpu", dtype=<dtype>)``: what a mixed-precision target is judged against) and
+``repeat:<dtype>`` (a second eager run, to detect nondeterminism).
 Files are safetensors, never pickles: loading a baseline cannot execute code.
 """
 
@@ -39,12 +41,23 @@ def shape_tag(batch: int, seq: int) -> str:
     return f"@{batch}x{seq}"
 
 
-def _run_in(workload: BuiltWorkload, dtype_name: str, args: tuple, kwargs: dict) -> dict[str, Any]:
+def _run_in(
+    workload: BuiltWorkload, dtype_name: str, args: tuple, kwargs: dict, amp: str | None = None
+) -> dict[str, Any]:
+    """One eager CPU call in ``dtype_name``; under CPU autocast in ``amp`` if given (its weight
+    cache off, as on an amp target)."""
+    import contextlib
+
     import torch
 
     dtype = getattr(torch, dtype_name)
     model = copy.deepcopy(workload.model).to(dtype)
-    with torch.no_grad():
+    autocast = (
+        torch.autocast("cpu", dtype=getattr(torch, amp), cache_enabled=False)
+        if amp is not None
+        else contextlib.nullcontext()
+    )
+    with torch.no_grad(), autocast:
         out = workload(model, _cast(args, dtype), _cast(kwargs, dtype))
     return flatten_outputs(out)
 
@@ -70,12 +83,16 @@ def run_eagerly(workload: BuiltWorkload) -> dict[str, Any]:
 
 
 def compute_references(
-    workload: BuiltWorkload, dtypes: Iterable[str] = (), shapes: Iterable[tuple[int, int]] = ()
+    workload: BuiltWorkload,
+    dtypes: Iterable[str] = (),
+    shapes: Iterable[tuple[int, int]] = (),
+    amp_dtypes: Iterable[str] = (),
 ) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """Run the workload eagerly on the CPU: float64 golden, native dtype twice, other dtypes once.
+    """Run the workload eagerly on the CPU: float64 golden, native dtype twice, other dtypes once,
+    and the native dtype under CPU autocast once per ``amp_dtypes`` entry (``amp:bfloat16``).
 
-    For each ``(batch, seq)`` in ``shapes`` (an input profile), the golden and eager references
-    of that shape are added too, named with :func:`shape_tag` (``eager:float32@1x16``).
+    For each ``(batch, seq)`` in ``shapes`` (an input profile), the golden, eager and autocast
+    references of that shape are added too, named with :func:`shape_tag` (``eager:float32@1x16``).
 
     Returns:
         ``(references, notes)``; a dtype the CPU cannot run is left out with a note.
@@ -89,11 +106,13 @@ def compute_references(
     inputs = [("", workload.args, workload.kwargs)]
     inputs += [(shape_tag(b, s), *workload.inputs_for(b, s)) for b, s in dict.fromkeys(shapes)]
     for tag, args, kwargs in inputs:
-        for name, dtype in [("golden", "float64"), *((f"eager:{d}", d) for d in {native, *dtypes})]:
+        runs = [("golden", "float64", None), *((f"eager:{d}", d, None) for d in {native, *dtypes})]
+        runs += [(f"amp:{d}", native, d) for d in sorted(set(amp_dtypes))]
+        for name, dtype, amp in runs:
             if name + tag in refs:
                 continue
             try:
-                refs[name + tag] = _run_in(workload, dtype, args, kwargs)
+                refs[name + tag] = _run_in(workload, dtype, args, kwargs, amp)
             except (Exception, SystemExit) as exc:  # e.g. an op without a float64 or float16 CPU kernel
                 if name == f"eager:{native}":  # the shape itself does not work: refuse it now
                     raise WorkloadError(

@@ -72,7 +72,9 @@ class Correctness(Value):
 
     A target in another dtype is judged against the eager CPU run *in its dtype*; ``drift``
     then adds, for information, how far its outputs are from the workload's own dtype
-    (``{"reference": "eager:float32", "max_abs_err": ...}``): what the dtype change costs.
+    (``{"reference": "eager:float32", "max_abs_err": ...}``): what the dtype change costs. A
+    mixed-precision target is judged against the eager CPU run under autocast in its dtype
+    (``amp:bfloat16``), with the drift from the workload's own dtype likewise.
 
     ``sensitivity`` (derived from the outputs, stored with them) is the largest of the outputs'
     sensitivities: the smallest uniform relative bias of every output that this check flags,
@@ -252,11 +254,17 @@ RANK = {"pass": 1, "fail": 0, "error": 0}
 
 def judge(context: CheckContext) -> Correctness:
     """Compare the outputs of every input (``""`` = the default one, else a shape tag) with the
-    baseline's eager reference in the target's dtype and its float64 golden."""
+    baseline's eager reference in the target's dtype and its float64 golden.
+
+    A mixed-precision target (``amp``) is judged in its autocast dtype's rules against the
+    eager CPU run under CPU autocast in that dtype (``amp:bfloat16``): the noise floor of the
+    golden rule is then what autocast costs on the CPU, not what full precision costs.
+    """
     from bakeoff.checks.baseline import load_references
 
     job = context.job
-    dtype, native = context.dtype, context.native
+    amp = getattr(context.target, "amp", None)
+    dtype, native = amp or context.dtype, context.native
     if job.baseline_path is None:
         return Correctness("not_comparable", "no baseline for this workload")
     if context.fingerprint != job.fingerprint:
@@ -265,7 +273,7 @@ def judge(context: CheckContext) -> Correctness:
             f"workload fingerprint here ({context.fingerprint}) differs from the baseline's "
             f"({job.fingerprint}): the model or its inputs are not reproducible",
         )
-    name = f"eager:{dtype}"
+    name = f"amp:{amp}" if amp else f"eager:{dtype}"
     tol = tolerance_for(dtype)
     if job.repeat_max_abs_err > tol:
         return Correctness(

@@ -1,7 +1,8 @@
 """Does the target train the same? The training parity check (on request: ``--check training``).
 
 ``steps`` optimiser steps (``optimizer`` adamw or sgd, learning rate ``lr``) of a float64
-golden, the reference (eager CPU, the target's dtype) and the target, from the same weights on
+golden, the reference (eager CPU, the target's dtype; under CPU autocast in the target's
+``amp`` dtype for a mixed-precision target) and the target, from the same weights on
 the same batches (:mod:`bakeoff.checks.training_runs`), each step's loss, gradient norm, update
 norm and weight distance judged in the band of :mod:`bakeoff.analysis.trajectory`. The loss is
 the workload's (:mod:`bakeoff.workload.training`): the causal-LM loss for language models, a
@@ -242,6 +243,7 @@ class TrainingCheck(Check):
         from bakeoff.workload.registry import build_workload
 
         target, dtype = context.target, context.dtype
+        band = getattr(target, "amp", None) or dtype  # a mixed-precision target is judged in its autocast dtype
         built = build_workload(context.job.workload_spec, device=target.torch_device)
         built.model.train()
         prepared = prepare(built, target)
@@ -256,11 +258,12 @@ class TrainingCheck(Check):
                 target.dtype,
                 device,
                 _optimizer(facts["optimizer"], facts["lr"]),
+                amp=getattr(target, "amp", None),
             )
             curve = []
             try:
                 for number in range(1, facts["steps"] + 1):
-                    curve.append(lockstep.step(recipe, number, reference.seed, dtype))
+                    curve.append(lockstep.step(recipe, number, reference.seed, band))
             except TrainingFailed as exc:
                 seconds = {**lockstep.seconds, "total": time.perf_counter() - started}
                 if exc.run != "target":
@@ -269,7 +272,7 @@ class TrainingCheck(Check):
                 why = f"training raised on the target at step {exc.step}: {exc}"
                 return TrainingParity("error", why, curve=tuple(curve), seconds=seconds, **facts)
             seconds = {**lockstep.seconds, "total": time.perf_counter() - started}
-            return judge(tuple(curve), lockstep.step1, dtype, seconds=seconds, **facts)
+            return judge(tuple(curve), lockstep.step1, band, seconds=seconds, **facts)
         finally:
             prepared.close()
 

@@ -6,10 +6,18 @@ was (moved, cast, compiled). All three start from the same weights (the workload
 its fingerprint is checked), see the same batches (drawn per step on the CPU) and step one
 after another, so that after each step their parameters can be compared without keeping
 copies of every step.
+
+A mixed-precision target (``amp``) trains under ``torch.autocast`` on its device; the reference
+then runs under CPU autocast in the same dtype, and the golden with autocast explicitly off (a
+``cpu?amp=bf16`` session has CPU autocast on around the whole check). Each run's forward pass
+and loss are under its autocast, its backward pass and optimiser step outside it (PyTorch's
+recipe: autocast state applies to the backward ops run on the thread, so it must be the same
+for the reference and the target).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import time
@@ -55,6 +63,10 @@ def _cast(value: Any, dtype: Any, device: Any) -> Any:
 
 @dataclass
 class _Run:
+    """One of the three runs. ``autocast``, if given, makes the run's autocast context: called
+    with True around the forward pass and loss, with False around the backward pass and the
+    optimiser step. None: the runs leave autocast as it is (no mixed precision)."""
+
     name: str
     call: Callable[..., Any]
     params: list[tuple[str, Any]]
@@ -62,6 +74,10 @@ class _Run:
     device: Any  # inputs are moved to it (None: where they are)
     optimizer: Any = None
     before: list[Any] = field(default_factory=list)
+    autocast: Callable[[bool], Any] | None = None
+
+    def _autocast(self, on: bool) -> Any:
+        return self.autocast(on) if self.autocast is not None else contextlib.nullcontext()
 
     def step(self, recipe: Any, batch: tuple[tuple, dict], number: int, seed: int) -> tuple[float, list[Any], float]:
         """One optimiser step: ``(loss, gradients on the host, update norm)``."""
@@ -72,13 +88,16 @@ class _Run:
             self.optimizer.zero_grad(set_to_none=True)
             torch.manual_seed(seed + number)
             with torch.enable_grad():
-                output = self.call(*args, **kwargs)
-                loss = recipe.loss(output, args, kwargs)
-                loss.backward()
+                with self._autocast(True):
+                    output = self.call(*args, **kwargs)
+                    loss = recipe.loss(output, args, kwargs)
+                with self._autocast(False):
+                    loss.backward()
             zero = torch.zeros((), dtype=torch.float64)
             grads = [zero if p.grad is None else p.grad.detach().to("cpu", torch.float64) for _, p in self.params]
             before = list(self.weights(copy=True))
-            self.optimizer.step()
+            with self._autocast(False):
+                self.optimizer.step()
             update = _norm([after - b for after, b in zip(self.weights(), before, strict=True)])
             return float(loss.detach().to("cpu", torch.float64)), grads, update
         except Exception as exc:
@@ -149,22 +168,32 @@ class Lockstep:
         target_dtype: str | None,
         target_device: Any,
         optimizer: Callable[[list[Any]], Any],
+        amp: str | None = None,
     ) -> Lockstep:
         """``reference_model`` is a fresh CPU copy of the workload (deep-copied twice here); the
-        target's call and parameters are the prepared target's."""
+        target's call and parameters are the prepared target's. ``dtype`` is the reference's
+        dtype; ``amp`` the target's autocast dtype, if it has one (see the module docstring)."""
         import torch
 
+        contexts: dict[str, Callable[[bool], Any] | None] = {"golden": None, "reference": None, "target": None}
+        if amp is not None:
+            fast, device_type = getattr(torch, amp), torch.device(target_device).type
+            contexts = {
+                "golden": lambda on: torch.autocast("cpu", enabled=False),
+                "reference": lambda on: torch.autocast("cpu", dtype=fast, enabled=on, cache_enabled=False),
+                "target": lambda on: torch.autocast(device_type, dtype=fast, enabled=on, cache_enabled=False),
+            }
         runs = []
         for name, cast in (("golden", torch.float64), ("reference", getattr(torch, dtype))):
             model = copy.deepcopy(reference_model).to(cast).train()
             params = [(n, p) for n, p in model.named_parameters() if p.is_floating_point()]
             for _, p in params:
                 p.requires_grad_(True)
-            runs.append(_Run(name, model, params, cast, None))
+            runs.append(_Run(name, model, params, cast, None, autocast=contexts[name]))
         for _, p in target_params:
             p.requires_grad_(True)
         cast = getattr(torch, target_dtype) if target_dtype else None
-        runs.append(_Run("target", target_call, target_params, cast, target_device))
+        runs.append(_Run("target", target_call, target_params, cast, target_device, autocast=contexts["target"]))
         for run in runs:
             run.optimizer = optimizer([p for _, p in run.params])
         golden, reference, target = runs

@@ -11,6 +11,11 @@ the compilation audit.
 Enable it in a process with :func:`enable`, or for bakeoff's CLI and its workers with the
 environment: ``BAKEOFF_EMU=1`` (and ``BAKEOFF_EMU_UNSUPPORTED=aten::mul,aten::softmax``).
 
+The device has no autocast unless ``BAKEOFF_EMU_AUTOCAST=bf16`` (a comma-separated list of
+``bf16``/``fp16``) gives it autocast in those dtypes, with PyTorch's shared op lists (the ones
+CUDA and XPU use): without it, it is a device whose autocast a script cannot have; with
+``bf16`` only, one that has bfloat16 autocast but no float16 (PyTorch silently disables it).
+
 For seeded numerical faults, ops can be made to return *wrong results*: with
 ``BAKEOFF_EMU_WRONG=aten::silu=1.01,aten::addcdiv_`` every floating output of those ops on the
 device is multiplied by the factor (1.01 when none is given), and the calls are counted
@@ -29,6 +34,7 @@ from typing import Any
 from bakeoff.errors import BakeoffError
 
 __all__ = [
+    "ENV_AUTOCAST",
     "ENV_ENABLE",
     "ENV_UNSUPPORTED",
     "ENV_WRONG",
@@ -44,6 +50,14 @@ NAME = "emu"
 ENV_ENABLE = "BAKEOFF_EMU"
 ENV_UNSUPPORTED = "BAKEOFF_EMU_UNSUPPORTED"
 ENV_WRONG = "BAKEOFF_EMU_WRONG"
+ENV_AUTOCAST = "BAKEOFF_EMU_AUTOCAST"
+_AUTOCAST_DTYPES = {
+    "bf16": "bfloat16",
+    "bfloat16": "bfloat16",
+    "fp16": "float16",
+    "float16": "float16",
+    "half": "float16",
+}
 #: The factor a wrong op's outputs are scaled by when the switch gives none.
 WRONG_FACTOR = 1.01
 _SOURCE = Path(__file__).with_name("emu_device.cpp")
@@ -141,6 +155,9 @@ class _EmuModule:
     def reset_peak_memory_stats(device: Any = None) -> None:
         _ext.reset_peak_memory_stats()
 
+    # ``get_amp_supported_dtype`` is set by :func:`enable` only when the device has autocast
+    # (``BAKEOFF_EMU_AUTOCAST``): without it, PyTorch refuses ``torch.autocast("emu")``.
+
 
 def enabled() -> bool:
     return _ext is not None
@@ -170,7 +187,38 @@ def wrong_ops(text: str) -> dict[str, float]:
     return ops
 
 
-def enable(unsupported: Iterable[str] | None = None, wrong: dict[str, float] | None = None) -> None:
+def autocast_dtypes(text: str) -> list[str]:
+    """``bf16,fp16`` -> ``["bfloat16", "float16"]``.
+
+    Raises:
+        BakeoffError: a dtype autocast cannot have.
+    """
+    names = []
+    for item in (part.strip().lower() for part in text.split(",")):
+        if not item:
+            continue
+        if item not in _AUTOCAST_DTYPES:
+            raise BakeoffError(f"{ENV_AUTOCAST}: {item!r} is not a half precision", hint=f"e.g. {ENV_AUTOCAST}=bf16")
+        names.append(_AUTOCAST_DTYPES[item])
+    return names
+
+
+def _set_autocast(dtypes: list[str]) -> None:
+    """Give the device module PyTorch's autocast hook for ``dtypes``, or take it away (none)."""
+    import torch
+
+    if dtypes:
+        supported = [getattr(torch, name) for name in dtypes]
+        _EmuModule.get_amp_supported_dtype = staticmethod(lambda: list(supported))  # type: ignore[attr-defined]
+    elif "get_amp_supported_dtype" in vars(_EmuModule):
+        del _EmuModule.get_amp_supported_dtype  # type: ignore[attr-defined]
+
+
+def enable(
+    unsupported: Iterable[str] | None = None,
+    wrong: dict[str, float] | None = None,
+    autocast: Iterable[str] | None = None,
+) -> None:
     """Register the ``emu`` device (and compile backend) in this process; idempotent.
 
     Args:
@@ -179,6 +227,8 @@ def enable(unsupported: Iterable[str] | None = None, wrong: dict[str, float] | N
             ``BAKEOFF_EMU_UNSUPPORTED``.
         wrong: ATen op names whose floating outputs on the device are scaled by the factor
             given (a seeded wrong result). Defaults to ``BAKEOFF_EMU_WRONG``.
+        autocast: the dtypes (``bfloat16``, ``float16``) the device has autocast in; empty:
+            none. Defaults to ``BAKEOFF_EMU_AUTOCAST``.
 
     Raises:
         BakeoffError: PrivateUse1 is already taken by another backend, or the build failed.
@@ -204,6 +254,7 @@ def enable(unsupported: Iterable[str] | None = None, wrong: dict[str, float] | N
         register_backend()
     _ext.set_unsupported(list(unsupported) if unsupported is not None else _unsupported_from_env())
     _ext.set_wrong(dict(wrong) if wrong is not None else wrong_ops(os.environ.get(ENV_WRONG, "")))
+    _set_autocast(autocast_dtypes(",".join(autocast) if autocast is not None else os.environ.get(ENV_AUTOCAST, "")))
 
 
 def maybe_enable_from_env() -> bool:

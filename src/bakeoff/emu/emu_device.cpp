@@ -11,6 +11,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/NativeFunctions.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
@@ -253,6 +254,34 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&emu_fallback>());
+}
+
+// Autocast (torch.autocast("emu", dtype=torch.bfloat16)): an out-of-tree device registers its own
+// op lists. emu takes PyTorch's shared lists, the ones CUDA and XPU use (matmuls and convolutions
+// in the lower precision, reductions, norms and losses in float32), so an amp target on emu casts
+// like a GPU would, not like the CPU. Every op not listed falls through to the device kernel.
+TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
+  using at::IntArrayRef;  // the shared lists spell their signatures inside namespace at
+  using at::Scalar;
+  using at::ScalarType;
+  using at::Tensor;
+#define EMU_LOWER(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, lower_precision_fp)
+  AT_FORALL_LOWER_PRECISION_FP(EMU_LOWER)
+#undef EMU_LOWER
+#define EMU_FP32(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32)
+  AT_FORALL_FP32(EMU_FP32)
+#undef EMU_FP32
+#define EMU_FP32_SET_OPT_DTYPE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32_set_opt_dtype)
+  AT_FORALL_FP32_SET_OPT_DTYPE(EMU_FP32_SET_OPT_DTYPE)
+#undef EMU_FP32_SET_OPT_DTYPE
+  AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(KERNEL_DIFFERENT_REDISPATCH_SIGNATURE_PRIVATEUSEONE)
+#define EMU_PROMOTE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, promote)
+  AT_FORALL_PROMOTE(EMU_PROMOTE)
+#undef EMU_PROMOTE
 }
 
 namespace {

@@ -59,6 +59,7 @@ def adjustments_for(
         ("compile mode", target.mode),
         ("inference precision", target.precision),
         ("intra-op threads", target.threads),
+        ("autocast", target.amp),
     ):
         if value is not None:
             ledger.append({"name": name, "value": value})

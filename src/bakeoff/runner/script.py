@@ -642,6 +642,8 @@ def exec_script(
         if target == reference:
             continue
         reason = unavailable_reason(target)
+        if reason is None and target.amp is not None:
+            reason = f"amp={target.amp} is not applied by bakeoff exec: a script's own torch.autocast decides"
         if reason is None and target.is_compiled:
             reason = _compile_refusal(target)
         if reason is not None:

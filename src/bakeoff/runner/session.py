@@ -80,6 +80,11 @@ def _conditions() -> dict[str, Any]:
 class TargetSession:
     """A target being measured; see the module docstring for the order of steps.
 
+    A target with ``amp`` runs its whole session under ``torch.autocast`` (entered once the
+    model is prepared, left when the session closes), because the timing traffic, scenarios and
+    checks all call the model themselves. Autocast state is thread-local: every step must run
+    on the thread that started the session (a worker's command loop, or the trial's thread).
+
     What libraries say during the steps (warnings, log records, raw output on file descriptors
     1 and 2) is kept off the terminal and counted per phase into the result's ``log``; the raw
     output goes through files in ``capture_dir`` (a worker's parent names it, to read what a
@@ -102,6 +107,7 @@ class TargetSession:
         self.phase = "build"
         self.started = time.monotonic()
         self.prepared: Any = None
+        self.autocast: Any = None
         self.saved_env: dict[str, str | None] = {}
         self.cold_cache_dir: str | None = None
         self.samples: list[float] = []
@@ -179,6 +185,9 @@ class TargetSession:
         )
 
     def _close(self) -> None:
+        if self.autocast is not None:
+            self.autocast.__exit__(None, None, None)
+            self.autocast = None
         if self.prepared is not None:
             self.prepared.close()
             self.prepared = None
@@ -232,12 +241,25 @@ class TargetSession:
             self.prepared = prepare(self.workload, target)
             self.prepare_ms = (self.clock.now() - prepare_start) * 1e3
             self.sync = synchronizer(target)
+            if target.amp is not None:
+                self._enter_autocast()
             self.phase = "first call" if not target.is_compiled else "compile and first call"
             self.traffic = traffic_for(job, self.workload, self.prepared)
             seconds, self.warmups, self.settled = self.traffic.start(self.sync, self.clock)
             self.first_call_ms = seconds * 1e3
             self.phase = "timing"
         return self.timing_done
+
+    def _enter_autocast(self) -> None:
+        """Autocast on for the rest of the session. Its weight-cast cache stays off: the cache is
+        cleared only when the outermost autocast exits, so training steps would reuse casts of
+        weights they have since changed. ``torch.compile`` guards on the autocast state, so a
+        compiled model traces under it."""
+        import torch
+
+        context = torch.autocast(self.job.target.device, dtype=getattr(torch, self.job.target.amp), cache_enabled=False)
+        context.__enter__()
+        self.autocast = context
 
     def round(self) -> bool:
         """Time one round (about a tenth of the minimums, or one pass over the profile), after

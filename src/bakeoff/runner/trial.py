@@ -115,12 +115,14 @@ def ensure_baseline(
     refresh: bool = False,
     progress: Progress | None = None,
     shapes: Sequence[tuple[int, int]] = (),
+    amp_dtypes: Sequence[str] = (),
 ) -> tuple[BaselineInfo, list[str]]:
     """Reuse the newest baseline for this workload, or compute and store a new one.
 
     A new baseline is computed when asked (``refresh``), when none exists, when the stored one
     is *stale* (its fingerprint differs from the workload's now: other weights, config or
-    inputs), or when it lacks an eager reference for one of ``dtypes`` or of the profile
+    inputs), or when it lacks an eager reference for one of ``dtypes``, an autocast reference
+    for one of ``amp_dtypes`` (the mixed precisions of the targets), or either of the profile
     ``shapes``. Extending keeps every reference the stored baseline had.
 
     Returns:
@@ -130,6 +132,7 @@ def ensure_baseline(
     existing = store.latest_baseline(spec)
     wanted = {f"eager:{d}" for d in dtypes}
     wanted |= {f"eager:{d}{shape_tag(*shape)}" for d in {*dtypes, workload.dtype} for shape in shapes}
+    wanted |= {f"amp:{d}{tag}" for d in amp_dtypes for tag in ("", *(shape_tag(*shape) for shape in shapes))}
     reason = None
     if refresh:
         reason = "baseline recomputed on request"
@@ -141,25 +144,31 @@ def ensure_baseline(
         reason = f"stored baseline {existing.id} {problem}; recomputed"
     elif not wanted <= set(existing.references):
         missing = wanted - set(existing.references)
-        missing_dtypes = sorted({_parse_ref(r)[1] for r in missing if _parse_ref(r)[2] is None})
-        missing_shapes = {_parse_ref(r)[2] for r in missing if _parse_ref(r)[2] is not None}
-        parts = (["eager references for " + ", ".join(missing_dtypes)] if missing_dtypes else []) + (
-            [f"references for {len(missing_shapes)} profile shape(s)"] if missing_shapes else []
+        parsed = [_parse_ref(r) for r in missing]
+        missing_dtypes = sorted({dtype for kind, dtype, shape in parsed if kind == "eager" and shape is None})
+        missing_amp = sorted({dtype for kind, dtype, shape in parsed if kind == "amp" and shape is None})
+        missing_shapes = {shape for _, _, shape in parsed if shape is not None}
+        parts = (
+            (["eager references for " + ", ".join(missing_dtypes)] if missing_dtypes else [])
+            + (["autocast references for " + ", ".join(missing_amp)] if missing_amp else [])
+            + ([f"references for {len(missing_shapes)} profile shape(s)"] if missing_shapes else [])
         )
         reason = "baseline extended with " + (" and ".join(parts) or "missing files")
     if existing is not None and reason is None:
         return replace(existing, path=str(store.baseline_file(existing))), []
     if progress:
         progress(f"computing baseline for {spec}")
-    keep_dtypes, keep_shapes = set(dtypes), set(shapes)
+    keep_dtypes, keep_shapes, keep_amp = set(dtypes), set(shapes), set(amp_dtypes)
     if existing is not None and existing.fingerprint == workload.fingerprint:
         for name in existing.references:
             kind, dtype, shape = _parse_ref(name)
             if kind == "eager":
                 keep_dtypes.add(dtype)
+            if kind == "amp":
+                keep_amp.add(dtype)
             if shape is not None:
                 keep_shapes.add(shape)
-    refs, notes = compute_references(workload, sorted(keep_dtypes), sorted(keep_shapes))
+    refs, notes = compute_references(workload, sorted(keep_dtypes), sorted(keep_shapes), sorted(keep_amp))
     baseline_id = uuid.uuid4().hex[:12]
     path = store.artifacts_dir / f"baselines/{workload.fingerprint}/{baseline_id}.safetensors"
     save_references(path, refs)
@@ -422,7 +431,10 @@ def run_trial(
                 )
             capture.fold(phase[0])
             phase[0] = "baseline"
-            baseline, notes = ensure_baseline(store, workload, env, dtypes, settings.refresh_baseline, said, shapes)
+            amp_dtypes = sorted({t.amp for t in targets if t.amp})
+            baseline, notes = ensure_baseline(
+                store, workload, env, dtypes, settings.refresh_baseline, said, shapes, amp_dtypes
+            )
     finally:
         shutil.rmtree(here, ignore_errors=True)
     notes = [*notes, *req_notes]

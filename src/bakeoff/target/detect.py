@@ -15,6 +15,7 @@ from bakeoff.target.spec import KNOWN_DEVICES, Target
 __all__ = [
     "BackendInfo",
     "DeviceInfo",
+    "autocast_problem",
     "backend_status",
     "check_backend_name",
     "device_status",
@@ -165,6 +166,57 @@ def unavailable_reason(target: Target) -> str | None:
         backend = backend_status(target.backend, target.device)
         if not backend.available:
             return backend.detail
+    if target.amp is not None:
+        return _amp_problem(target)
+    return None
+
+
+def _amp_problem(target: Target) -> str | None:
+    """Why ``target`` cannot run under autocast here: an engine that exports the model instead
+    of running it under ``torch.compile``, or a device without autocast in that dtype."""
+    if target.backend is not None:
+        from bakeoff.target.engines import engine_for
+
+        if not engine_for(target.backend).dynamo_backend:
+            return (
+                f"backend '{target.backend}' exports the model ahead of the call, outside autocast: "
+                f"amp={target.amp} would silently run in full precision"
+            )
+    return autocast_problem(target.device, target.amp)
+
+
+def autocast_problem(device_type: str, dtype: str) -> str | None:
+    """Why ``torch.autocast(device_type, dtype=dtype)`` would not lower precision here, or None.
+
+    PyTorch does not refuse an autocast dtype a device lacks: it warns ("...not supported.
+    Disabling autocast.") and runs everything in full precision. So the probe enters autocast
+    (its weight cache off, so nothing is left behind), with the warning kept off the terminal,
+    and asks whether autocast is still enabled inside.
+
+    Args:
+        device_type: the device type (``cpu``, ``cuda``, a PrivateUse1 name...).
+        dtype: the torch dtype name (``bfloat16``, ``float16``).
+    """
+    import warnings
+
+    import torch
+
+    silently = f"amp={dtype} would silently run in full precision"
+    try:
+        available = torch.amp.is_autocast_available(device_type)
+    except RuntimeError:  # a device type PyTorch's dispatcher does not know
+        available = False
+    if not available:
+        return f"{device_type} has no autocast: {silently}"
+    try:
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            with torch.autocast(device_type, dtype=getattr(torch, dtype), cache_enabled=False):
+                enabled = torch.is_autocast_enabled(device_type)
+    except (AssertionError, RuntimeError):  # a PrivateUse1 device module without PyTorch's autocast hook
+        return f"{device_type} has no autocast: {silently}"
+    if not enabled:
+        return f"{device_type} has no {dtype} autocast: {silently}"
     return None
 
 

@@ -1,7 +1,7 @@
 """Target specs: ``DEVICE[:INDEX][+BACKEND][?option=value&...]``.
 
 Examples: ``cpu``, ``cuda:1``, ``cpu+inductor``, ``neuron+neuron?dtype=bf16``,
-``cuda+inductor?mode=max-autotune&dynamic=false``.
+``cuda+inductor?mode=max-autotune&dynamic=false``, ``xpu?amp=bf16``.
 
 Parsing is pure (no torch import): whether a target can run *here* is decided later by
 :mod:`bakeoff.target.detect`, which turns an unavailable target into a skip with a reason.
@@ -18,6 +18,7 @@ from bakeoff.errors import SpecError
 from bakeoff.specsyntax import parse_bool, split_options
 
 __all__ = [
+    "AMP_DTYPES",
     "DTYPE_ALIASES",
     "KNOWN_DEVICES",
     "TARGET_FORMS",
@@ -46,7 +47,9 @@ DTYPE_ALIASES = {
 }
 
 MAX_THREADS = 1024
-_OPTIONS = ("dtype", "dynamic", "mode", "fullgraph", "threads", "precision")
+_OPTIONS = ("dtype", "dynamic", "mode", "fullgraph", "threads", "precision", "amp")
+#: The dtypes mixed precision (``amp=``) runs in: autocast only lowers precision.
+AMP_DTYPES = ("bfloat16", "float16")
 #: Options only some backends take, in the order a target giving several is refused: each
 #: engine adapter declares which it takes (:mod:`bakeoff.target.engines`).
 _ENGINE_OPTIONS = ("mode", "precision", "dynamic", "fullgraph")
@@ -76,6 +79,9 @@ class Target:
         threads: intra-op CPU threads while this target runs; None means bakeoff's default
             (1 for CPU targets, because timings on shared machines are far steadier with one
             thread; unchanged for accelerators).
+        amp: mixed precision: the torch dtype name (``bfloat16``, ``float16``) the target runs
+            under ``torch.autocast(<device type>, dtype=...)``, weights left in their dtype;
+            None: no autocast.
     """
 
     device: str
@@ -87,6 +93,7 @@ class Target:
     fullgraph: bool = False
     threads: int | None = None
     precision: str | None = None
+    amp: str | None = None
 
     @property
     def torch_device(self) -> str:
@@ -121,6 +128,8 @@ class Target:
             opts.append(f"threads={self.threads}")
         if self.precision is not None:
             opts.append(f"precision={self.precision}")
+        if self.amp is not None:
+            opts.append(f"amp={self.amp}")
         return head + ("?" + "&".join(opts) if opts else "")
 
     def __str__(self) -> str:
@@ -167,6 +176,16 @@ def parse_target(text: str, extra_devices: Iterable[str] = ()) -> Target:
             if value.lower() not in DTYPE_ALIASES:
                 raise SpecError(f"unknown dtype {value!r} in target {text!r}", hint="use one of fp32, bf16, fp16, fp64")
             fields["dtype"] = DTYPE_ALIASES[value.lower()]
+        elif key == "amp":
+            if DTYPE_ALIASES.get(value.lower()) not in AMP_DTYPES:
+                known = value.lower() in DTYPE_ALIASES
+                raise SpecError(
+                    f"amp={value} in target {text!r} is not a half precision"
+                    if known
+                    else f"unknown amp dtype {value!r} in target {text!r}",
+                    hint="use amp=bf16 or amp=fp16 (autocast runs some ops in that dtype)",
+                )
+            fields["amp"] = DTYPE_ALIASES[value.lower()]
         elif key == "dynamic":
             if value.lower() in ("auto", "none"):
                 fields["dynamic"] = None
@@ -193,6 +212,16 @@ def parse_target(text: str, extra_devices: Iterable[str] = ()) -> Target:
             fields["threads"] = int(value)
         else:
             raise SpecError(f"unknown option {key!r} in target {text!r}", hint="valid options: " + ", ".join(_OPTIONS))
+    if fields.get("amp") is not None and fields.get("dtype") not in (None, "float32"):
+        raise SpecError(
+            f"amp with dtype={options['dtype']} in target {text!r} does nothing: "
+            + (
+                "the weights are already half precision"
+                if fields["dtype"] in AMP_DTYPES
+                else "autocast does not lower float64 weights"
+            ),
+            hint="drop dtype= (mixed precision keeps the weights in float32) or drop amp=",
+        )
     if fields["backend"] is not None:
         _check_engine_options(fields["backend"], options, text)
     compile_only = [k for k in ("dynamic", "mode", "fullgraph", "precision") if k in options]
