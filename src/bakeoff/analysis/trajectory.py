@@ -26,7 +26,10 @@ Verdicts:
               ``band``: the two drifted apart, no faster than the reference dtype's own error
               grows (two correct implementations of one dtype drift apart like this)
     fail      some figure's error outside ``band``; the first such step is the *first
-              diverging step*
+              diverging step*. The training check says ``fail`` only for a step that is also
+              wrong on its own inputs (:func:`local_failure`): training amplifies rounding (a
+              tiny gradient whose sign two correct backward passes disagree on becomes a whole
+              AdamW step), so a correct target can leave this band; then it is drift.
 An error at step 1 says where: the loss (forward), the gradients (backward; the per-parameter
 rule below names them) or the update (optimiser). A first divergence after step 1 with step 1
 clean is an accumulation or optimiser-state issue.
@@ -43,9 +46,12 @@ from dataclasses import dataclass
 
 __all__ = [
     "FIGURES",
+    "LOCAL_FIGURES",
     "Judgement",
+    "LocalFigures",
     "StepFigures",
     "judge_trajectory",
+    "local_failure",
     "multiple_for",
     "rounding_floor",
     "within_three_way",
@@ -150,3 +156,49 @@ def judge_trajectory(steps: Sequence[StepFigures], dtype: str) -> Judgement:
                 return Judgement("fail", number, figure, target_err, band, worst, most_grown)
             all_tight = all_tight and step.apart(figure) <= tight[figure]
     return Judgement("pass" if all_tight else "drift", worst=worst, grown=most_grown)
+
+
+#: The figures of a step judged locally, in the order a fault is looked for.
+LOCAL_FIGURES = ("loss", "grads", "update", "state")
+
+
+@dataclass(frozen=True)
+class LocalFigures:
+    """One step judged *locally*: from the target's own weights (and optimiser state) before
+    the step, a float64 and a reference-dtype run compute the same step on the same batch, so
+    nothing that earlier steps amplified enters the comparison.
+
+    ``loss`` holds the golden, reference and target values. ``grads``, ``update`` and ``state``
+    hold ``(reference error, target error, scale)``, RMS over all elements: the gradients
+    against the float64 run's; the parameter update and the optimiser state after the step
+    against a float64 optimiser step fed the *target's* gradients (so a gradient near zero
+    whose sign two correct backward passes disagree on cannot make an optimiser look wrong).
+    ``state`` is the worst kind of state (``exp_avg``, ``step``, ...); zeros without state.
+    """
+
+    loss: tuple[float, float, float]
+    grads: tuple[float, float, float]
+    update: tuple[float, float, float]
+    state: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    def check(self, figure: str, dtype: str) -> tuple[float, float]:
+        """``(error, allowed)`` of ``figure``, both relative to its scale."""
+        m, eps = multiple_for(dtype), rounding_floor(dtype)
+        if figure == "loss":
+            golden, reference, target = self.loss
+            scale = abs(golden) or 1.0
+            return _relative(target, golden, scale), m * _relative(reference, golden, scale) + eps
+        reference_err, target_err, scale = getattr(self, figure)
+        scale = scale or 1.0
+        error = target_err / scale if math.isfinite(target_err) else math.inf
+        return error, m * reference_err / scale + eps / 2
+
+
+def local_failure(step: LocalFigures, dtype: str) -> tuple[str, float, float] | None:
+    """The first figure of :data:`LOCAL_FIGURES` outside the three-way rule at this step, as
+    ``(figure, error, allowed)``; None when the step is right given its inputs."""
+    for figure in LOCAL_FIGURES:
+        error, allowed = step.check(figure, dtype)
+        if not error <= allowed:
+            return figure, error, allowed
+    return None

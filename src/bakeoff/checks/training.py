@@ -4,7 +4,8 @@
 golden, the reference (eager CPU, the target's dtype; under CPU autocast in the target's
 ``amp`` dtype for a mixed-precision target) and the target, from the same weights on
 the same batches (:mod:`bakeoff.checks.training_runs`), each step's loss, gradient norm, update
-norm and weight distance judged in the band of :mod:`bakeoff.analysis.trajectory`. The loss is
+norm and weight distance judged in the band of :mod:`bakeoff.analysis.trajectory`, and each step
+judged on its own inputs (the target's weights and optimiser state before it). The loss is
 the workload's (:mod:`bakeoff.workload.training`): the causal-LM loss for language models, a
 ``py:`` workload's own, else a synthetic loss that is named wherever it is shown.
 
@@ -24,7 +25,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from bakeoff.analysis.trajectory import FIGURES, StepFigures, judge_trajectory, multiple_for, rounding_floor
+from bakeoff.analysis.trajectory import (
+    FIGURES,
+    LocalFigures,
+    StepFigures,
+    judge_trajectory,
+    local_failure,
+    multiple_for,
+    rounding_floor,
+)
 from bakeoff.checks.base import Check, CheckContext, Metric
 from bakeoff.checks.training_runs import GradientError, Lockstep, TrainingFailed, stochastic_reason
 from bakeoff.codec import Value
@@ -48,10 +57,12 @@ class TrainingParity(Value):
     ``curve`` holds every step's figures (golden, reference, target); ``gradients`` the step-1
     gradient errors of the worst :data:`KEPT_GRADIENTS` parameters of ``gradients_total``, of
     which ``gradients_failed`` broke the three-way rule. ``first_step`` and ``figure`` name the
-    first divergence (fail only), ``fault`` where it starts: ``forward`` (the step-1 loss),
-    ``backward`` (step-1 gradients), ``optimiser`` (the step-1 update), ``accumulation`` (a
-    later step, step 1 clean). ``multiple`` and ``floor`` are the band's m and eps, ``grown``
-    how far the reference's own error grew; ``seconds`` the check's wall time by run.
+    first step that is wrong locally (fail only), ``fault`` where: ``forward`` (the loss),
+    ``backward`` (the gradients), ``optimiser`` (the update or the optimiser state); ``local``
+    holds every step judged from the target's own weights and state
+    (:class:`~bakeoff.analysis.trajectory.LocalFigures`). ``multiple`` and ``floor`` are the
+    band's m and eps, ``grown`` how far the reference's own error grew; ``seconds`` the check's
+    wall time by run.
     """
 
     verdict: str
@@ -72,6 +83,7 @@ class TrainingParity(Value):
     band: float | None = None
     fault: str = ""
     curve: tuple[StepFigures, ...] = ()
+    local: tuple[LocalFigures, ...] = ()
     gradients: tuple[GradientError, ...] = ()
     gradients_failed: int = 0
     gradients_total: int = 0
@@ -82,49 +94,35 @@ class TrainingParity(Value):
         """The verdict in one short line (the reason has the figures in full)."""
         if self.verdict != "fail" or self.first_step is None:
             return f"training {self.verdict}" + (f" over {self.steps} steps" if self.verdict in RANK else "")
-        said = _SAID.get(self.figure or "", self.figure or "")
+        said = _LOCAL_SAID.get(self.figure or "", _SAID.get(self.figure or "", self.figure or ""))
         figures = f" ({said} error {self.error:.2g} > band {self.band:.2g})" if self.error is not None else ""
         return f"training fails at step {self.first_step}{figures}: {_FAULT_SHORT.get(self.fault, self.fault)}"
-
-
-def _fault(curve: tuple[StepFigures, ...], first: int | None, dtype: str, gradients_failed: int) -> str:
-    """Where a failure starts (see :class:`TrainingParity`)."""
-    if first is None:
-        return ""
-    m, eps = multiple_for(dtype), rounding_floor(dtype)
-    step = curve[0]
-
-    def off(figure: str) -> bool:
-        reference_err, target_err = step.errors(figure)
-        return target_err > m * reference_err + eps
-
-    if off("loss"):
-        return "forward"
-    if gradients_failed or off("grad_norm"):
-        return "backward"
-    if off("update_norm") or off("weights"):
-        return "optimiser"
-    return "accumulation"
 
 
 _FAULT_SHORT = {
     "forward": "a fault in the forward pass",
     "backward": "a fault in the backward pass",
     "optimiser": "a fault in the optimiser step",
-    "accumulation": "an accumulation or optimiser-state issue",
 }
-_FAULT_SAID = {
-    "forward": "the loss already differed at step 1: a fault in the forward pass",
-    "backward": "the gradients already differed at step 1 (the loss did not): a fault in the backward pass",
-    "optimiser": "step 1's gradients agreed but its update did not: a fault in the optimiser step",
-    "accumulation": "step 1 agreed (loss, gradients, update): an accumulation or optimiser-state issue",
-}
+_LOCAL_SAID = {"loss": "loss", "grads": "gradients", "update": "update", "state": "optimiser state"}
+_FAULT_OF = {"loss": "forward", "grads": "backward", "update": "optimiser", "state": "optimiser"}
 
 
 def judge(
-    curve: tuple[StepFigures, ...], gradients: tuple[GradientError, ...], dtype: str, **facts: Any
+    curve: tuple[StepFigures, ...],
+    gradients: tuple[GradientError, ...],
+    dtype: str,
+    local: tuple[LocalFigures, ...] = (),
+    **facts: Any,
 ) -> TrainingParity:
-    """The check's value from the figures (pure: tested on synthetic trajectories)."""
+    """The check's value from the figures (pure: tested on synthetic trajectories).
+
+    A step that is wrong *locally* (from the target's own weights and state) fails the target:
+    the first such step is the first diverging step, and its first wrong figure says where
+    (loss: forward, gradients: backward, update or state: optimiser). Without one, the
+    free-running trajectories decide between pass and drift (:func:`judge_trajectory`); beyond
+    the grown band is still drift then, since every step was right given its inputs.
+    """
     judged = judge_trajectory(curve, dtype)
     failed = [g for g in gradients if not g.passed]
     worst = sorted(gradients, key=lambda g: (g.passed, -(g.target_err / max(g.reference_err, 1e-300))))
@@ -136,6 +134,7 @@ def judge(
         "grown": judged.grown,
         "worst": judged.worst,
         "curve": curve,
+        "local": local,
         "gradients": tuple(worst[:KEPT_GRADIENTS]),
         "gradients_failed": len(failed),
         "gradients_total": len(gradients),
@@ -144,34 +143,51 @@ def judge(
     band = f"{m:g}x the {dtype} reference's own error against float64"
     if judged.verdict == "not_comparable":
         return TrainingParity("not_comparable", "the float64 run itself diverged (a figure not finite)", **common)
+    wrong = next(((n, found) for n, step in enumerate(local, 1) if (found := local_failure(step, dtype))), None)
+    if wrong is not None:
+        number, (figure, error, allowed) = wrong
+        fault = _FAULT_OF[figure]
+        when = "at step 1" if number == 1 else f"at step {number}, after {number - 1} right step(s)"
+        reason = (
+            f"diverges at step {number}: its {_LOCAL_SAID[figure]}, computed from the target's own weights and "
+            f"optimiser state, are off by {error:.3g} > {allowed:.3g} ({band}, + {eps:.2g}); "
+            f"{_FAULT_SHORT[fault]} {when}"
+        )
+        if failed:
+            shown = ", ".join(
+                f"{g.name} {g.target_err:.2g} vs {g.reference_err:.2g}" for g in worst[:3] if not g.passed
+            )
+            reason += f"; step-1 gradients off in {len(failed)} of {len(gradients)} parameters ({shown})"
+        return TrainingParity(
+            "fail", reason, first_step=number, figure=figure, error=error, band=allowed, fault=fault, **common
+        )
+    right = f"every step right given its inputs ({band})" if local else ""
     if judged.verdict == "pass":
-        reason = f"stayed as close to the reference as step 1's noise ({band}) for all {len(curve)} steps"
+        reason = f"stayed as close to the reference as step 1's noise for all {len(curve)} steps" + (
+            f"; {right}" if right else ""
+        )
         return TrainingParity("pass", reason, **common)
     if judged.verdict == "drift":
         reason = (
-            f"drifted from the reference beyond step 1's noise, but stayed within {band} as that grew "
-            f"({judged.grown:.3g}x by the last step): no faster than the reference dtype's own error"
+            f"drifted from the reference beyond step 1's noise, within {band} as that grew "
+            f"({judged.grown:.3g}x by the last step)" + (f"; {right}" if right else "")
         )
         return TrainingParity("drift", reason, **common)
-    fault = _fault(curve, judged.first_step, dtype, len(failed))
     said = _SAID[judged.figure or "loss"]
+    if not local:  # no step judged on its own inputs: the band is all there is
+        reason = (
+            f"diverges at step {judged.first_step}: {said} error {judged.error:.3g} > band {judged.band:.3g} ({band})"
+        )
+        return TrainingParity(
+            "fail", reason, first_step=judged.first_step, figure=judged.figure, error=judged.error,
+            band=judged.band, fault="", **common,
+        )  # fmt: skip
     reason = (
-        f"diverges at step {judged.first_step}: {said} error {judged.error:.3g} > band {judged.band:.3g} "
-        f"({band}, + {eps:.2g}); {_FAULT_SAID[fault]}"
+        f"drifted beyond the reference's own band from step {judged.first_step} ({said} error {judged.error:.3g} > "
+        f"{judged.band:.3g}), yet {right}: rounding amplified by training (a tiny gradient whose sign two correct "
+        "backward passes disagree on becomes a whole optimiser step), not a fault"
     )
-    if failed:
-        shown = ", ".join(f"{g.name} {g.target_err:.2g} vs {g.reference_err:.2g}" for g in worst[:3] if not g.passed)
-        reason += f"; step-1 gradients off in {len(failed)} of {len(gradients)} parameters ({shown})"
-    return TrainingParity(
-        "fail",
-        reason,
-        first_step=judged.first_step,
-        figure=judged.figure,
-        error=judged.error,
-        band=judged.band,
-        fault=fault,
-        **common,
-    )
+    return TrainingParity("drift", reason, **common)
 
 
 def _optimizer(name: str, lr: float) -> Any:
@@ -272,7 +288,7 @@ class TrainingCheck(Check):
                 why = f"training raised on the target at step {exc.step}: {exc}"
                 return TrainingParity("error", why, curve=tuple(curve), seconds=seconds, **facts)
             seconds = {**lockstep.seconds, "total": time.perf_counter() - started}
-            return judge(tuple(curve), lockstep.step1, band, seconds=seconds, **facts)
+            return judge(tuple(curve), lockstep.step1, band, tuple(lockstep.local), seconds=seconds, **facts)
         finally:
             prepared.close()
 

@@ -7,6 +7,15 @@ its fingerprint is checked), see the same batches (drawn per step on the CPU) an
 after another, so that after each step their parameters can be compared without keeping
 copies of every step.
 
+Each step is also judged *locally* (:class:`~bakeoff.analysis.trajectory.LocalFigures`): two
+more copies, in float64 and in the reference dtype, are loaded with the target's weights before
+the step and take the same step on the same batch, and a float64 and a reference-dtype
+optimiser, loaded with the target's optimiser state, step on the *target's* gradients. That
+judges each step's forward pass, backward pass and optimiser step on their own inputs: a fault
+shows at the step it happens, and the rounding that training amplifies from step to step (a
+tiny gradient whose sign two correct backward passes disagree on becomes a full AdamW step)
+never looks like one.
+
 A mixed-precision target (``amp``) trains under ``torch.autocast`` on its device; the reference
 then runs under CPU autocast in the same dtype, and the golden with autocast explicitly off (a
 ``cpu?amp=bf16`` session has CPU autocast on around the whole check). Each run's forward pass
@@ -25,7 +34,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from bakeoff.analysis.trajectory import StepFigures
+from bakeoff.analysis.trajectory import LocalFigures, StepFigures
 
 __all__ = ["GradientError", "Lockstep", "TrainingFailed", "stochastic_reason"]
 
@@ -79,8 +88,11 @@ class _Run:
     def _autocast(self, on: bool) -> Any:
         return self.autocast(on) if self.autocast is not None else contextlib.nullcontext()
 
-    def step(self, recipe: Any, batch: tuple[tuple, dict], number: int, seed: int) -> tuple[float, list[Any], float]:
-        """One optimiser step: ``(loss, gradients on the host, update norm)``."""
+    def step(
+        self, recipe: Any, batch: tuple[tuple, dict], number: int, seed: int, step: bool = True
+    ) -> tuple[float, list[Any], float]:
+        """One optimiser step: ``(loss, gradients on the host, update norm)``; with ``step``
+        False, the forward and backward pass only (update norm 0)."""
         import torch
 
         try:
@@ -95,6 +107,8 @@ class _Run:
                     loss.backward()
             zero = torch.zeros((), dtype=torch.float64)
             grads = [zero if p.grad is None else p.grad.detach().to("cpu", torch.float64) for _, p in self.params]
+            if not step:
+                return float(loss.detach().to("cpu", torch.float64)), grads, 0.0
             before = list(self.weights(copy=True))
             with self._autocast(False):
                 self.optimizer.step()
@@ -110,6 +124,29 @@ class _Run:
 
         for _, p in self.params:
             yield p.detach().to("cpu", torch.float64, copy=copy)
+
+
+def _errors(golden: list[Any], reference: list[Any], target: list[Any]) -> tuple[float, float, float]:
+    """``(reference error, target error, scale)``: RMS over all elements of the tensor lists."""
+    count = sum(g.numel() for g in golden) or 1
+
+    def rms(pairs: Any) -> float:
+        return math.sqrt(sum(float((a - b).pow(2).sum()) for a, b in pairs) / count)
+
+    scale = math.sqrt(sum(float(g.pow(2).sum()) for g in golden) / count)
+    return rms(zip(reference, golden, strict=True)), rms(zip(target, golden, strict=True)), scale
+
+
+def _state(optimizer: Any, params: list[Any]) -> dict[str, list[Any]]:
+    """The optimiser's floating state after a step, by kind (``exp_avg``, ``step``...), on the host."""
+    import torch
+
+    kinds: dict[str, list[Any]] = {}
+    for p in params:
+        for key, value in optimizer.state.get(p, {}).items():
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                kinds.setdefault(key, []).append(value.detach().to("cpu", torch.float64).reshape(-1))
+    return kinds
 
 
 def _norm(tensors: list[Any]) -> float:
@@ -153,10 +190,15 @@ def stochastic_reason(model: Any, recipe: Any, seed: int) -> str | None:
 class Lockstep:
     """The golden, reference and target runs, stepping together (see the module docstring)."""
 
-    def __init__(self, golden: _Run, reference: _Run, target: _Run) -> None:
+    def __init__(
+        self, golden: _Run, reference: _Run, target: _Run, anchors: tuple[_Run, _Run], optimizer: Any = None
+    ) -> None:
         self.runs = (golden, reference, target)
-        self.seconds = {run.name: 0.0 for run in self.runs}
+        self.anchors = anchors  # float64 and reference-dtype copies, loaded with the target's weights each step
+        self.optimizer = optimizer
+        self.seconds = {run.name: 0.0 for run in self.runs} | {"local": 0.0}
         self.step1: tuple[GradientError, ...] = ()
+        self.local: list[LocalFigures] = []
 
     @classmethod
     def build(
@@ -183,13 +225,14 @@ class Lockstep:
                 "reference": lambda on: torch.autocast("cpu", dtype=fast, enabled=on, cache_enabled=False),
                 "target": lambda on: torch.autocast(device_type, dtype=fast, enabled=on, cache_enabled=False),
             }
-        runs = []
+        runs, anchors = [], []
         for name, cast in (("golden", torch.float64), ("reference", getattr(torch, dtype))):
-            model = copy.deepcopy(reference_model).to(cast).train()
-            params = [(n, p) for n, p in model.named_parameters() if p.is_floating_point()]
-            for _, p in params:
-                p.requires_grad_(True)
-            runs.append(_Run(name, model, params, cast, None, autocast=contexts[name]))
+            for into in (runs, anchors):
+                model = copy.deepcopy(reference_model).to(cast).train()
+                params = [(n, p) for n, p in model.named_parameters() if p.is_floating_point()]
+                for _, p in params:
+                    p.requires_grad_(True)
+                into.append(_Run(name, model, params, cast, None, autocast=contexts[name]))
         for _, p in target_params:
             p.requires_grad_(True)
         cast = getattr(torch, target_dtype) if target_dtype else None
@@ -201,19 +244,25 @@ class Lockstep:
         if names[0] != names[2]:
             missing = sorted(set(names[0]) ^ set(names[2]))[:3]
             raise ValueError(f"the target's parameters are not the reference's ({', '.join(missing)})")
-        return cls(golden, reference, target)
+        return cls(golden, reference, target, (anchors[0], anchors[1]), optimizer)
 
     def step(self, recipe: Any, number: int, seed: int, dtype: str) -> StepFigures:
         """One step of every run (step 1 also records each parameter's gradient error)."""
         from bakeoff.analysis.trajectory import within_three_way
 
         batch = recipe.batch(number - 1)
+        target = self.runs[2]
+        weights = list(target.weights(copy=True))
+        state = copy.deepcopy(target.optimizer.state_dict())
         figures = []
         for run in self.runs:
             start = time.perf_counter()
             figures.append(run.step(recipe, batch, number, seed))
             self.seconds[run.name] += time.perf_counter() - start
         (g_loss, g_grads, g_update), (r_loss, r_grads, r_update), (t_loss, t_grads, t_update) = figures
+        start = time.perf_counter()
+        self.local.append(self._local(recipe, batch, number, seed, weights, state, t_loss, t_grads))
+        self.seconds["local"] += time.perf_counter() - start
         if number == 1:
             names = [n for n, _ in self.runs[0].params]
             errors = []
@@ -235,4 +284,53 @@ class Lockstep:
             grad_norm=(_norm(g_grads), _norm(r_grads), _norm(t_grads)),
             update_norm=(g_update, r_update, t_update),
             weights=(distance(reference, golden), distance(target, golden), distance(target, reference)),
+        )
+
+    def _local(
+        self,
+        recipe: Any,
+        batch: tuple[tuple, dict],
+        number: int,
+        seed: int,
+        weights: list[Any],
+        state: dict[str, Any],
+        t_loss: float,
+        t_grads: list[Any],
+    ) -> LocalFigures:
+        """This step from the target's own weights and optimiser state (see the module docstring)."""
+        import torch
+
+        target = self.runs[2]
+        losses, grads, updates, states = [], [], [], []
+        for anchor in self.anchors:
+            with torch.no_grad():
+                for (_, p), w in zip(anchor.params, weights, strict=True):
+                    p.copy_(w.to(p.dtype))
+            anchor.optimizer = self.optimizer([p for _, p in anchor.params])
+            loss, anchor_grads, _ = anchor.step(recipe, batch, number, seed, step=False)
+            losses.append(loss)
+            grads.append(anchor_grads)
+            # the optimiser alone: fed the target's gradients, from the target's state
+            for (_, p), g in zip(anchor.params, t_grads, strict=True):
+                p.grad = g.to(p.dtype).reshape(p.shape) if g.dim() else None
+            anchor.optimizer.load_state_dict(state)
+            with anchor._autocast(False):
+                anchor.optimizer.step()
+            updates.append([after - w for after, w in zip(anchor.weights(), weights, strict=True)])
+            states.append(_state(anchor.optimizer, [p for _, p in anchor.params]))
+        t_update = [after - w for after, w in zip(target.weights(), weights, strict=True)]
+        t_state = _state(target.optimizer, [p for _, p in target.params])
+        worst_state, worst_ratio = (0.0, 0.0, 0.0), -1.0
+        for kind, golden_state in states[0].items():
+            figures = _errors(golden_state, states[1].get(kind, golden_state), t_state.get(kind, []) or golden_state)
+            if kind not in t_state:
+                figures = (figures[0], math.inf, figures[2])
+            ratio = figures[1] / (2 * figures[0] + 2.4e-7 * figures[2] + 1e-300)  # the worst kind, roughly
+            if ratio > worst_ratio:
+                worst_state, worst_ratio = figures, ratio
+        return LocalFigures(
+            loss=(losses[0], losses[1], t_loss),
+            grads=_errors(grads[0], grads[1], t_grads),
+            update=_errors(updates[0], updates[1], t_update),
+            state=worst_state,
         )
