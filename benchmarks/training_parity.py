@@ -4,7 +4,9 @@ For each seed of a tiny Llama (random weights, the causal-LM loss) and each clea
 check runs ``--steps`` AdamW steps in float64, in the reference dtype and on the target, and this
 prints the wall time, the verdict, the target's weight error against float64 at the last step
 beside the reference's own, the band it had to stay under (m x the reference's own error, grown,
-+ 2 ulp), and ``worst``: the largest error/band ratio over all steps and figures (below 1: inside).
++ 2 ulp), ``worst``: the largest error/band ratio of the free-running figures over all steps
+(above 1: it drifted beyond the reference's own band), and ``local``: the largest error/allowed
+ratio of the steps judged on their own inputs (above 1 would fail the target).
 Every target here is clean, so every verdict should be pass or drift: a fail is a false alarm,
 and the last line counts them.
 
@@ -34,14 +36,15 @@ def main() -> None:
     from bakeoff import emu
 
     emu.enable()
+    from bakeoff.analysis.trajectory import LOCAL_FIGURES
     from bakeoff.checks.base import CheckContext
     from bakeoff.checks.training import TrainingCheck
     from bakeoff.runner.job import TargetJob
     from bakeoff.target.spec import parse_target
     from bakeoff.workload.registry import build_workload
 
-    head = ("seed", "target", "wall", "verdict", "target err", "ref err", "band", "worst")
-    print("{:>4} {:<18} {:>7} {:<8} {:>10} {:>9} {:>9} {:>7}".format(*head))
+    head = ("seed", "target", "wall", "verdict", "target err", "ref err", "band", "worst", "local")
+    print("{:>4} {:<18} {:>7} {:<8} {:>10} {:>9} {:>9} {:>7} {:>7}".format(*head))
     alarms = runs = 0
     for seed in range(args.seeds):
         spec = f"{args.workload}{'&' if '?' in args.workload else '?'}seed={seed}"
@@ -58,12 +61,16 @@ def main() -> None:
             target_err, reference_err = value.curve[-1].weights[1::-1] if value.curve else (math.nan, math.nan)
             grown = max((s.weights[0] for s in value.curve), default=0.0)
             band = value.multiple * grown + value.floor
+            local = max(
+                (e / a for step in value.local for f in LOCAL_FIGURES for e, a in [step.check(f, dtype)] if a > 0),
+                default=math.nan,
+            )
             runs += 1
             alarms += value.verdict == "fail"
             print(
                 f"{seed:>4} {text:<18} {wall:>6.2f}s {value.verdict:<8} "
                 f"{target_err:>10.3g} {reference_err:>9.3g} "
-                f"{band:>9.3g} {value.worst:>7.3g}"
+                f"{band:>9.3g} {value.worst:>7.3g} {local:>7.3g}"
             )
     print(f"false alarms (fail on a clean target): {alarms} of {runs}")
 

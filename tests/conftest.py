@@ -65,3 +65,14 @@ def cli_result(workload: str, target: str, tmp_path: Path, *extra: str, **kwargs
     assert result.returncode == 0, result.stderr
     (found,) = [r for r in json.loads(result.stdout)["results"] if r["target"] == target]
     return found
+
+
+def fresh_process_json(script: str, cases: list, timeout: int = 900) -> dict:
+    """What ``script`` prints as JSON on its last line, run in a fresh Python process with the
+    JSON-encoded ``cases`` as its argument (process-wide state, such as the emu device's
+    switches, stays out of pytest's process)."""
+    ran = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(cases)], capture_output=True, text=True, timeout=timeout
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    return json.loads(ran.stdout.splitlines()[-1])

@@ -11,12 +11,10 @@ silently off.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from tests.conftest import EMU_ENV, FIXTURES, cli_trial, py_workload
+from tests.conftest import EMU_ENV, FIXTURES, cli_trial, fresh_process_json, py_workload
 
 from bakeoff.target.detect import autocast_problem, unavailable_reason
 from bakeoff.target.spec import parse_target
@@ -142,9 +140,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def trained() -> dict[str, dict]:
-    ran = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(CASES)], capture_output=True, text=True, timeout=600)
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    return json.loads(ran.stdout.splitlines()[-1])
+    return fresh_process_json(SCRIPT, CASES, timeout=600)
 
 
 @pytest.mark.emu

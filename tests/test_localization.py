@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from tests.conftest import EMU_ENV, FIXTURES, cli_trial
+from tests.conftest import EMU_ENV, FIXTURES, cli_trial, fresh_process_json
 
 LLAMA = "arch:llama?layers=2&hidden=32&intermediate=64&vocab=128"
 FAULTY = f"py:{FIXTURES / 'localize_models.py'}:llama_faulty"
@@ -58,9 +58,7 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def found() -> dict[str, dict]:
-    ran = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(CASES)], capture_output=True, text=True, timeout=900)
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    return json.loads(ran.stdout.splitlines()[-1])
+    return fresh_process_json(SCRIPT, CASES, timeout=900)
 
 
 @pytest.mark.emu

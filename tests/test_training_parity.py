@@ -9,12 +9,10 @@ is process-wide); the CLI cases run ``bakeoff trial`` as a user would.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from tests.conftest import EMU_ENV, FIXTURES, cli_trial
+from tests.conftest import EMU_ENV, FIXTURES, cli_trial, fresh_process_json
 
 CLASSIFIER = f"py:{FIXTURES / 'training_models.py'}:classifier"
 LLAMA = "arch:llama?layers=1&hidden=32&intermediate=64&vocab=128"
@@ -61,9 +59,7 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def verdicts() -> dict[str, dict]:
-    ran = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(CASES)], capture_output=True, text=True, timeout=900)
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    return json.loads(ran.stdout.splitlines()[-1])
+    return fresh_process_json(SCRIPT, CASES, timeout=900)
 
 
 @pytest.mark.emu
