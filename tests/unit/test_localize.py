@@ -92,3 +92,19 @@ def test_tolerances_match_a_module_by_name_or_class_the_first_pattern_winning():
     assert rules.rule("model.layers.0.mlp", "LlamaMLP") == 4.0
     assert rules.rule("lm_head", "Linear") == 2.5
     assert Tolerances("").rule("lm_head", "Linear") is None
+
+
+def test_a_mixed_precision_target_is_not_localised_against_an_fp32_reference():
+    from bakeoff.checks.base import CheckContext
+    from bakeoff.checks.correctness import Correctness
+    from bakeoff.checks.localization import LocalizationCheck
+    from bakeoff.runner.job import TargetJob
+    from bakeoff.target.spec import parse_target
+
+    target = parse_target("cpu?amp=bf16")
+    context = CheckContext(
+        TargetJob("arch:llama", target, "f", None), target, None, {}, None, "float32", "float32", "f"
+    )
+    context.results["correctness"] = Correctness("fail")
+    value = LocalizationCheck().run(context)
+    assert value.verdict == "not_comparable" and "amp=bfloat16" in value.reason

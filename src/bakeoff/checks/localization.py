@@ -281,6 +281,12 @@ class LocalizationCheck(Check):
         from bakeoff.workload.registry import build_workload
 
         target, dtype, options = context.target, context.dtype, context.options
+        if getattr(target, "amp", None):
+            return Localization(
+                "not_comparable",
+                reason=f"localising a mixed-precision target (amp={target.amp}) is not done: its module calls "
+                "would be judged against an fp32 reference",
+            )
         built = build_workload(context.job.workload_spec)
         if built.fingerprint != context.job.fingerprint:
             return Localization("not_comparable", reason="the workload built again differs from the baseline's")
