@@ -41,7 +41,7 @@ def test_help_ends_with_an_example_and_does_not_import_torch():
             ["trial", "arch:llama", "--on", "cpu+"],
             "bakeoff: error: malformed target 'cpu+' (expected DEVICE[:INDEX][+BACKEND][?option=value&...], e.g. cpu, "
             "cuda:1, cpu+inductor, neuron?dtype=bf16, cpu+aot_eager?dynamic=false; options: dtype, dynamic, mode, "
-            "fullgraph, threads, precision)",
+            "fullgraph, threads, precision, amp)",
         ),
         (
             ["trial", "arch:llama", "--on", "cpu?dtype=int3"],
