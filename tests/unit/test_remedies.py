@@ -114,3 +114,20 @@ def test_an_overflowing_dtype_is_an_item_and_the_reference_takes_nothing():
     (item,) = remedies_for(run, half)
     assert item.finding == "outputs overflow in float16: not finite where eager:float32 is"
     assert remedies_for(run, ref) == []
+
+
+def test_wrong_outputs_point_at_the_localised_origin_or_at_the_command_that_finds_it():
+    from bakeoff.checks.localization import Localization, Origin
+
+    wrong = _with(target_result("xpu"), correctness=Correctness("fail", "output.logits off", "eager:float32", 1e-4))
+    run = _run(target_result("cpu"), wrong)
+    item = remedies_for(run, wrong)[0]
+    assert item.kind == "wrong" and item.change.startswith("find where the target diverges (`bakeoff localize r1:xpu`)")
+    origin = Origin("model.layers.0.mlp.act_fn", "SiLUActivation", 0, 4, 0.01, 2e-7, 2.5e4, 2.0, 16, "confirmed",
+                    op_suspect="aten.silu (op 1 of 1)")  # fmt: skip
+    localised = _with(wrong, localization=Localization("localized", "hooks", origins=(origin,)))
+    item = remedies_for(_run(target_result("cpu"), localised), localised)[0]
+    assert item.kind == "wrong" and item.change == (
+        "report it to the backend: the divergence starts in model.layers.0.mlp.act_fn (SiLUActivation), first wrong "
+        "op aten.silu (op 1 of 1) (confirmed by replay); a wrong result is not tunable"
+    )

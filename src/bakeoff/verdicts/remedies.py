@@ -65,6 +65,25 @@ def _variant(run: RunResult, result: TargetResult, **want: object) -> TargetResu
     return None
 
 
+def _report_wrong(run: RunResult, r: TargetResult) -> str:
+    """What to do about wrong outputs: report the origin localisation found, or find it first."""
+    found = r.checks.get("localization")
+    first = getattr(found, "first", None)
+    if first is not None:
+        op = f", first wrong op {first.op_suspect}" if first.op_suspect else ""
+        confirmed = " (confirmed by replay)" if first.replay == "confirmed" else f" (replay: {first.replay})"
+        return (
+            f"report it to the backend: the divergence starts in {first.module} ({first.cls}){op}{confirmed}; "
+            "a wrong result is not tunable"
+        )
+    if run.workload.get("kind") == "script":
+        return "find where the target diverges and report it to the backend (a wrong result is not tunable)"
+    return (
+        f"find where the target diverges (`bakeoff localize {run.run_id}:{r.target.spec}`) and report it to the "
+        "backend (a wrong result is not tunable)"
+    )
+
+
 def _wrong(run: RunResult, r: TargetResult) -> list[Remedy]:
     out: list[Remedy] = []
     c = r.correctness
@@ -84,13 +103,7 @@ def _wrong(run: RunResult, r: TargetResult) -> list[Remedy]:
                 )
             )
         else:
-            out.append(
-                Remedy(
-                    "wrong",
-                    f"outputs differ from the reference: {c.reason[:200]}",
-                    "find where the target diverges and report it to the backend (a wrong result is not tunable)",
-                )
-            )
+            out.append(Remedy("wrong", f"outputs differ from the reference: {c.reason[:200]}", _report_wrong(run, r)))
     if c is not None and c.overflowed:
         native = next((x for x in run.results if x.is_reference), None)
         measured = f"{native.target.spec}: correctness {native.verdict}" if native is not None else ""
