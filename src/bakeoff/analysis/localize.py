@@ -29,11 +29,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bakeoff.analysis.trajectory import multiple_for
+from bakeoff.analysis.trajectory import machine_eps, multiple_for
 
 __all__ = ["CallJudgement", "TensorFigures", "find_origins", "judge_tensor"]
-
-_EPS = {"float64": 2.0**-52, "float32": 2.0**-23, "bfloat16": 2.0**-7, "float16": 2.0**-10}
 
 
 @dataclass(frozen=True)
@@ -55,9 +53,8 @@ def judge_tensor(figures: TensorFigures, dtype: str, multiple: float | None = No
     ``multiple`` replaces the dtype's m (a user's tolerance for one module)."""
     if figures.discrete:
         return figures.differing == 0.0, figures.differing
-    allowed = (multiple if multiple is not None else multiple_for(dtype)) * figures.reference_err + _EPS.get(
-        dtype, _EPS["float32"]
-    ) * figures.scale
+    m = multiple if multiple is not None else multiple_for(dtype)
+    allowed = m * figures.reference_err + machine_eps(dtype) * figures.scale
     if not math.isfinite(figures.target_err):
         return False, math.inf
     if allowed <= 0.0:

@@ -52,6 +52,7 @@ __all__ = [
     "StepFigures",
     "judge_trajectory",
     "local_failure",
+    "machine_eps",
     "multiple_for",
     "rounding_floor",
     "within_three_way",
@@ -68,14 +69,19 @@ def multiple_for(dtype: str) -> float:
     return 3.0 if dtype in ("float16", "bfloat16") else 2.0
 
 
+def machine_eps(dtype: str) -> float:
+    """``torch.finfo(dtype).eps`` by name (float32's for a name it does not know)."""
+    return _EPS.get(dtype, _EPS["float32"])
+
+
 def rounding_floor(dtype: str) -> float:
     """Two units in the last place of ``dtype``, relative: below this two roundings differ."""
-    return 2 * _EPS.get(dtype, _EPS["float32"])
+    return 2 * machine_eps(dtype)
 
 
 def within_three_way(target_err: float, reference_err: float, scale: float, dtype: str) -> bool:
     """``target_err <= m * reference_err + eps * scale`` (errors against the golden, RMS)."""
-    return target_err <= multiple_for(dtype) * reference_err + _EPS.get(dtype, _EPS["float32"]) * scale
+    return target_err <= multiple_for(dtype) * reference_err + machine_eps(dtype) * scale
 
 
 @dataclass(frozen=True)

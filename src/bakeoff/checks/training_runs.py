@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bakeoff.analysis.trajectory import LocalFigures, StepFigures
+from bakeoff.checks.localize_runs import to_target
 
 __all__ = ["GradientError", "Lockstep", "TrainingFailed", "stochastic_reason"]
 
@@ -58,16 +59,6 @@ class GradientError:
     target_err: float
     reference_err: float
     passed: bool
-
-
-def _cast(value: Any, dtype: Any, device: Any) -> Any:
-    import torch
-    from torch.utils._pytree import tree_map_only
-
-    def move(t: torch.Tensor) -> torch.Tensor:
-        return t.to(device=device, dtype=dtype if dtype is not None and t.is_floating_point() else None)
-
-    return tree_map_only(torch.Tensor, move, value)
 
 
 @dataclass
@@ -96,7 +87,7 @@ class _Run:
         import torch
 
         try:
-            args, kwargs = _cast(batch, self.dtype, self.device)
+            args, kwargs = to_target(batch, self.dtype, self.device)
             self.optimizer.zero_grad(set_to_none=True)
             torch.manual_seed(seed + number)
             with torch.enable_grad():
