@@ -14,6 +14,7 @@ from typing import Any
 from bakeoff.errors import SpecError, WorkloadError
 from bakeoff.specsyntax import parse_bool
 from bakeoff.workload.base import BuiltWorkload, WorkloadSpec
+from bakeoff.workload.tiny import extra_inputs, known_failure, tree_config, uses_tree
 
 __all__ = ["ARCH_DEFAULTS", "build_arch", "build_hf_dir", "list_architectures"]
 
@@ -142,9 +143,13 @@ def _shrink_config(config: Any, sizes: dict[str, int], explicit: set[str]) -> No
 
 
 def _tiny_config(spec: WorkloadSpec, used: set[str]) -> Any:
+    """The config of ``arch:<name>`` with small sizes, from the standard names or the whole tree.
+
+    Types listed in the exception table (:mod:`bakeoff.workload.tiny`) are shrunk through their
+    whole config tree; every other type keeps the standard-name shrink it has always had.
+    """
     from transformers import AutoConfig
 
-    config = AutoConfig.for_model(spec.name)
     sizes = {key: default for key, (_, default) in ARCH_DEFAULTS.items()}
     explicit = {key for key in ARCH_DEFAULTS if key in spec.options}
     for key in explicit:
@@ -162,7 +167,14 @@ def _tiny_config(spec: WorkloadSpec, used: set[str]) -> Any:
                 hint="pick kv_heads as a divisor of heads",
             )
         sizes["kv_heads"] = sizes["heads"]  # the default does not fit the heads chosen: use full attention
-    _shrink_config(config, sizes, explicit)
+    if uses_tree(spec.name):
+        try:
+            config = tree_config(spec.name, sizes, explicit)
+        except Exception as exc:  # the config class refuses the sizes, or its defaults are broken
+            raise _build_error(spec, exc) from exc
+    else:
+        config = AutoConfig.for_model(spec.name)
+        _shrink_config(config, sizes, explicit)
     # Any remaining option names a config attribute directly (e.g. sliding_window=8).
     for key, value in spec.options.items():
         if key in used or key in INPUT_DEFAULTS or key == "max_params":
@@ -213,6 +225,8 @@ def _token_inputs(config: Any, batch: int, seq: int, seed: int) -> dict[str, Any
     inputs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
     if getattr(config, "is_encoder_decoder", False):
         inputs["decoder_input_ids"] = input_ids.clone()
+    for key, value in extra_inputs(getattr(config, "model_type", "")).items():
+        inputs[key] = torch.full((batch,), value, dtype=torch.long)
     return inputs
 
 
@@ -233,8 +247,11 @@ def _config_summary(config: Any) -> dict[str, Any]:
 def _finish(
     spec: WorkloadSpec, model: Any, config: Any, category: str, inputs: dict, seed: int, identity: dict
 ) -> BuiltWorkload:
+    import transformers
+
     model.eval()
     details = {
+        "transformers": transformers.__version__,
         "head": category,
         "model_class": type(model).__name__,
         "parameters": sum(p.numel() for p in model.parameters()),
@@ -274,6 +291,26 @@ def _finish(
     )
 
 
+def _build_error(spec: WorkloadSpec, exc: Exception) -> WorkloadError:
+    """One line for a config or model that does not build, with the known reason if listed."""
+    first = (str(exc).splitlines() or [""])[0][:300]
+    known = known_failure(spec.name)
+    return WorkloadError(
+        f"could not build {spec}: {type(exc).__name__}: {first}" + (f" (known: {known})" if known else ""),
+        hint="check the options against this architecture's config (bakeoff workloads lists the options)",
+    )
+
+
+def _largest_modules(model: Any, count: int = 3) -> str:
+    """The leaf modules with the most parameters: they name the size the shrink did not reach."""
+    sizes = [
+        (sum(p.numel() for p in module.parameters(recurse=False)), name)
+        for name, module in model.named_modules()
+        if any(True for _ in module.parameters(recurse=False))
+    ]
+    return ", ".join(f"{name} {size:,}" for size, name in sorted(sizes, reverse=True)[:count])
+
+
 def build_arch(spec: WorkloadSpec) -> BuiltWorkload:
     """Build ``arch:<model_type>`` with random weights from a seeded generator."""
     import torch
@@ -285,10 +322,12 @@ def build_arch(spec: WorkloadSpec) -> BuiltWorkload:
     limit = _int_option(spec, "max_params", spec.options["max_params"]) if "max_params" in spec.options else MAX_PARAMS
     try:
         with torch.device("meta"):  # count first: an unshrunk config must not exhaust memory
-            parameters = sum(p.numel() for p in auto_class.from_config(config).parameters())
+            counted = auto_class.from_config(config)
+        parameters = sum(p.numel() for p in counted.parameters())
         if parameters > limit:
             raise WorkloadError(
-                f"{spec} would have {parameters:,} parameters, more than max_params={limit:,}",
+                f"{spec} would have {parameters:,} parameters, more than max_params={limit:,}"
+                f" (largest: {_largest_modules(counted)})",
                 hint="pass smaller sizes (layers, hidden, ...) or raise the limit with max_params=N",
             )
         torch.manual_seed(input_opts["seed"])
@@ -296,15 +335,13 @@ def build_arch(spec: WorkloadSpec) -> BuiltWorkload:
     except WorkloadError:
         raise
     except Exception as exc:  # transformers raises many kinds for inconsistent configs
-        first = (str(exc).splitlines() or [""])[0][:300]
-        raise WorkloadError(
-            f"could not build {spec}: {type(exc).__name__}: {first}",
-            hint="check the options against this architecture's config (bakeoff workloads lists the options)",
-        ) from exc
+        raise _build_error(spec, exc) from exc
     inputs = _token_inputs(config, input_opts["batch"], input_opts["seq"], input_opts["seed"])
     identity = {"kind": "arch", "config": config.to_diff_dict(), "class": type(model).__name__}
     identity["config"].pop("transformers_version", None)
-    return _finish(spec, model, config, category, inputs, input_opts["seed"], identity)
+    built = _finish(spec, model, config, category, inputs, input_opts["seed"], identity)
+    built.details["shrink"] = "tree" if uses_tree(spec.name) else "names"
+    return built
 
 
 def build_hf_dir(spec: WorkloadSpec, device: str | None = None) -> BuiltWorkload:
