@@ -22,7 +22,7 @@ from typing import Any
 
 __all__ = ["extra_inputs", "known_failure", "known_failures", "tree_config", "uses_tree"]
 
-HIDDEN = ("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "emb_dim", "model_dim", "word_embed_proj_dim", "embedding_dim", "hidden_size_global")
+HIDDEN = ("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "emb_dim", "model_dim", "word_embed_proj_dim", "embedding_dim", "hidden_size_global", "adapter_in_dim")
 LAYERS = (
     "num_hidden_layers",
     "n_layer",
