@@ -87,7 +87,9 @@ def run_all(types: list[str], processes: int, timeout: float) -> list[dict[str, 
         return {"process": process, "pipe": parent, "type": None, "since": 0.0}
 
     def fail(worker: dict[str, Any], why: str) -> None:
-        results.append({"type": worker["type"], "ok": False, "seconds": time.monotonic() - worker["since"], "error": why})
+        results.append(
+            {"type": worker["type"], "ok": False, "seconds": time.monotonic() - worker["since"], "error": why}
+        )
         worker["process"].kill()
         worker["process"].join()
         worker.update(start())

@@ -34,6 +34,15 @@ SCRIPTS: dict[str, tuple[list[str], list[str], list]] = {
         ],
         [pytest.mark.isolated],
     ),
+    "arch_coverage.py": (
+        ["--quick"],  # five types in two worker processes: plain, MLA, partial rotary, SSM hybrid
+        [
+            r"transformers \d+\.\d+\S*; \d+ causal-LM model types, 5 tried",
+            r"built and ran \(build \+ 2 forwards\): 5 of 5",
+            rf"time per type: median {NUMBER} s",
+        ],
+        [],
+    ),
     "exec_audit_overhead.py": (
         ["--quick"],  # the CUDA-style training script of the exec tests, on the test device
         [

@@ -5,7 +5,7 @@
 causal-LM types in transformers do not run that way: their sizes live under other names
 (``d_model``, ``n_embd``, ``mamba_headdim``), in nested configs, or in families whose sizes must
 agree (MLA attention, partial rotary, SSM heads, MoE groups, per-layer lists). For those, listed in
-``arch_exceptions.toml`` (``tree``), this module rewrites the config's whole ``to_dict()`` tree by
+``arch_exceptions`` (``tree``), this module rewrites the config's whole ``to_dict()`` tree by
 name families and rebuilds it through the config class's constructor, so derived fields are
 computed again from the small sizes.
 
@@ -15,14 +15,25 @@ shrink keep it, and with it their configs, weights and fingerprints.
 
 from __future__ import annotations
 
-import functools
-import tomllib
-from importlib import resources
 from typing import Any
+
+from bakeoff.workload import arch_exceptions
 
 __all__ = ["extra_inputs", "known_failure", "known_failures", "tree_config", "uses_tree"]
 
-HIDDEN = ("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "emb_dim", "model_dim", "word_embed_proj_dim", "embedding_dim", "hidden_size_global", "adapter_in_dim")
+HIDDEN = (
+    "hidden_size",
+    "d_model",
+    "n_embd",
+    "dim",
+    "embed_dim",
+    "emb_dim",
+    "model_dim",
+    "word_embed_proj_dim",
+    "embedding_dim",
+    "hidden_size_global",
+    "adapter_in_dim",
+)
 LAYERS = (
     "num_hidden_layers",
     "n_layer",
@@ -67,35 +78,29 @@ EXPERTS_DEFAULT = 4
 TOP_K_DEFAULT = 2
 
 
-@functools.cache
-def _table() -> dict[str, Any]:
-    text = resources.files("bakeoff.workload").joinpath("arch_exceptions.toml").read_text()
-    return tomllib.loads(text)
-
-
 def uses_tree(model_type: str) -> bool:
     """Whether ``arch:<model_type>`` is built with the whole-tree shrink (the table says so)."""
-    return model_type in _table()["tree"]["types"]
+    return model_type in arch_exceptions.TREE
 
 
 def known_failures() -> dict[str, str]:
     """Model types known not to build or run, mapped to the reason (one line each)."""
-    return dict(_table()["expected_failures"])
+    return dict(arch_exceptions.EXPECTED_FAILURES)
 
 
 def known_failure(model_type: str) -> str | None:
     """Why ``arch:<model_type>`` is known to fail, or None when it is expected to work."""
-    return _table()["expected_failures"].get(model_type)
+    return arch_exceptions.EXPECTED_FAILURES.get(model_type)
 
 
 def extra_inputs(model_type: str) -> dict[str, Any]:
     """Keyword inputs a type needs beside token ids (e.g. xmod's language ids), as plain values."""
-    return dict(_table()["extra_inputs"].get(model_type, {}))
+    return dict(arch_exceptions.EXTRA_INPUTS.get(model_type, {}))
 
 
 def overrides(model_type: str) -> dict[str, Any]:
     """Config values (dotted paths into the config tree) that make a type's sizes agree."""
-    return dict(_table()["overrides"].get(model_type, {}))
+    return dict(arch_exceptions.OVERRIDES.get(model_type, {}))
 
 
 def tree_config(model_type: str, sizes: dict[str, int], explicit: set[str]) -> Any:
@@ -263,7 +268,12 @@ def _shrink_layers(node: dict[str, Any], sizes: dict[str, int], explicit: set[st
     for key, value in list(node.items()):
         if key in kinds_lists or not isinstance(value, list) or not value:
             continue
-        if isinstance(key, str) and ("layer" in key or "idx" in key) and all(type(v) is int for v in value) and 0 <= min(value):
+        if (
+            isinstance(key, str)
+            and ("layer" in key or "idx" in key)
+            and all(type(v) is int for v in value)
+            and 0 <= min(value)
+        ):
             if max(value) < original:  # layer indices: keep the chosen ones, renumbered
                 node[key] = [position[v] for v in value if v in position]
     per_layer = node.get("per_layer_config")
