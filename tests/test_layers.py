@@ -57,6 +57,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("store", "report"),
     # isolation and orchestration of a trial
     ("runner",),
+    # coverage sweeps: many trials over a population of workloads, each cell stored as it ends
+    ("sweep",),
     # keyword entry points
     ("api",),
     # thin command-line adapters and the error boundary

@@ -141,3 +141,26 @@ def test_markup_in_stored_strings_does_not_execute(chromium, tmp_path):
     shot = tmp_path / "shot.png"
     _chromium(chromium, tmp_path, "--window-size=900,1000", f"--screenshot={shot}", page.as_uri())
     assert len(_colours(shot)) > 50
+
+
+def test_coverage_page_draws_its_heatmap_and_keeps_markup_as_text(chromium, tmp_path):
+    from bakeoff.report.coverage import render_coverage_html
+    from bakeoff.results.values import ErrorInfo, TargetResult
+    from bakeoff.target.spec import parse_target
+    from bakeoff.verdicts.coverage import Coverage, grade_cell
+
+    crafted = "arch:x?label=<img src=x onerror=\"document.title='pwned'\">"
+    failed = TargetResult(
+        target=parse_target("cpu"),
+        status="error",
+        error=ErrorInfo("RuntimeError", "<script>document.title='pwned'</script>", "exception", "first call"),
+    )
+    cells = (grade_cell(crafted, failed), grade_cell("arch:y", None, {"type": "E", "message": "no"}, "cpu"))
+    population = {"name": "list <b>", "unit": "workload", "size": 2, "specs": [crafted, "arch:y"]}
+    page = tmp_path / "coverage.html"
+    page.write_text(render_coverage_html(Coverage("s1", "2026-01-01T00:00:00", population, ("cpu",), cells)))
+    dom = _chromium(chromium, tmp_path, "--dump-dom", page.as_uri()).stdout
+    assert "<title>bakeoff coverage s1</title>" in dom, "the page's title changed: injected script ran"
+    assert not re.search(r"<img[^>]*src=\"?x", dom), "an injected <img> became an element"
+    assert "&lt;script&gt;document.title='pwned'&lt;/script&gt;" in dom  # the reason, shown as text
+    assert dom.count('class="main-svg"') >= 1, "plotly drew no heat-map"

@@ -15,6 +15,7 @@ from bakeoff.version import __version__
 _API = (
     "baseline",
     "compare",
+    "coverage",
     "db_status",
     "db_upgrade",
     "decide",
@@ -31,6 +32,8 @@ _API = (
     "report",
     "rerun",
     "show",
+    "sweep",
+    "sweeps",
     "tag",
     "targets",
     "trial",

@@ -20,7 +20,10 @@ from bakeoff.store.db import RunSummary, Store
 if TYPE_CHECKING:
     from bakeoff.report.evidence import Evidence
     from bakeoff.store.annotations import Note
+    from bakeoff.store.sweeps import SweepRecord
     from bakeoff.store.transfer import ExportSummary, ImportSummary
+    from bakeoff.sweep.run import CellDone
+    from bakeoff.verdicts.coverage import Coverage
     from bakeoff.verdicts.decision import Decision
     from bakeoff.verdicts.plan import Plan
     from bakeoff.verdicts.regressions import Comparison, Thresholds
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "baseline",
     "compare",
+    "coverage",
     "db_status",
     "db_upgrade",
     "decide",
@@ -46,6 +50,8 @@ __all__ = [
     "report",
     "rerun",
     "show",
+    "sweep",
+    "sweeps",
     "tag",
     "targets",
     "trial",
@@ -431,6 +437,85 @@ def localize(
     if target is None and ":" in run:
         run, target = run.split(":", 1)
     return localize_stored(Store.open(db, create=False), run, target, timeout_s, progress)[1]
+
+
+#: ``timing=`` of a sweep: the trial's timing minimums. A sweep grades coverage, not speed:
+#: ``none`` still times one call (every session does), ``full`` is a trial's default.
+SWEEP_TIMING = {
+    "none": {"min_samples": 1, "min_seconds": 0.0},
+    "quick": {"min_samples": 10, "min_seconds": 0.1},
+    "full": {},
+}
+
+
+def sweep(
+    population: str | None = None,
+    on: str | Iterable[str] = "cpu",
+    *,
+    db: PathLike | None = None,
+    resume: str | None = None,
+    timing: str = "quick",
+    timeout_s: float = 600.0,
+    checks: str | Iterable[str] = (),
+    env: Iterable[str] = (),
+    limit: int | None = None,
+    progress: Callable[[CellDone], None] | None = None,
+    status: Callable[[str], None] | None = None,
+) -> Coverage:
+    """Run every workload of ``population`` on the targets ``on``, storing each cell as it
+    finishes, and return the coverage; ``resume`` (a sweep id) finishes an interrupted sweep
+    with its own population, targets and settings instead.
+
+    Args:
+        population: ``arch:all``, ``arch:causal_lm``, ``arch:base`` or a file of workload specs.
+        on: target specs, as a list or one comma-separated string.
+        timing: ``none``, ``quick`` or ``full`` (see :data:`SWEEP_TIMING`).
+        timeout_s: the most a target's step may take; longer is that cell's timeout.
+        checks: options for checks (``training?steps=5`` turns on an on-request check).
+        env: ``KEY=VALUE`` switches set while each target runs.
+        limit: run at most this many pending workloads now (the rest stay pending).
+        progress: called after each cell; ``status`` with each workload as it starts.
+
+    Raises:
+        SpecError: an unknown population or target, a malformed file or setting (nothing stored).
+    """
+    from bakeoff.errors import SpecError
+    from bakeoff.sweep.results import load_coverage
+    from bakeoff.sweep.run import create_sweep, run_sweep
+
+    if resume is not None:
+        if population is not None:
+            raise SpecError("a resumed sweep keeps its population", hint="give --resume SWEEP_ID alone")
+        store = Store.open(db, create=False)
+        sweep_id = store.resolve_sweep_id(resume)
+    else:
+        from bakeoff.sweep.population import resolve_population
+
+        if population is None:
+            raise SpecError("no population to sweep", hint="give arch:all, arch:causal_lm, arch:base or a file")
+        if timing not in SWEEP_TIMING:
+            raise SpecError(f"unknown timing {timing!r}", hint="use " + ", ".join(SWEEP_TIMING))
+        targets = _targets(on)
+        found = resolve_population(population)
+        options = {**SWEEP_TIMING[timing], "timeout_s": timeout_s, "checks": checks, "env": env}
+        store = Store.open(db)
+        sweep_id = create_sweep(store, found, targets, options).id
+    if status is not None:
+        status(f"sweep {sweep_id}")
+    run_sweep(store, sweep_id, progress=progress, status=status, limit=limit)
+    return load_coverage(store, sweep_id)
+
+
+def coverage(sweep_id: str, *, db: PathLike | None = None) -> Coverage:
+    """A stored sweep's coverage (``sweep_id`` may be a unique prefix)."""
+    from bakeoff.sweep.results import load_coverage
+
+    return load_coverage(Store.open(db, create=False), sweep_id)
+
+
+def sweeps(*, db: PathLike | None = None, limit: int = 20) -> list[SweepRecord]:
+    """The newest stored sweeps, with how many of their workloads are stored."""
+    return Store.open(db, create=False).list_sweeps(limit)
 
 
 def show(run_id: str, *, db: PathLike | None = None) -> RunResult:

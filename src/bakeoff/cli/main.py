@@ -15,6 +15,7 @@ import click
 from bakeoff.cli import kb as _kb
 from bakeoff.cli import revisit as _revisit  # noqa: F401  (registers regressions, compare, rerun, report)
 from bakeoff.cli import script as _script  # noqa: F401  (registers exec)
+from bakeoff.cli import sweep as _sweep  # noqa: F401  (registers sweep, coverage, sweeps)
 from bakeoff.cli.app import cli
 from bakeoff.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, workload_output_to_stderr
 from bakeoff.cli.common import console as _console

@@ -363,8 +363,8 @@ def _context(evidence: Evidence) -> dict[str, Any]:
     }
 
 
-@lru_cache(maxsize=1)
-def _template() -> Any:
+@lru_cache(maxsize=4)
+def _template(name: str = "report.html.j2") -> Any:
     from jinja2 import Environment, PackageLoader, StrictUndefined
 
     env = Environment(
@@ -377,7 +377,7 @@ def _template() -> Any:
     env.filters["ms"] = duration
     env.filters["pct"] = lambda v: "-" if v is None else f"{v:.0%}"
     env.filters["when"] = lambda v: str(v)[:19].replace("T", " ")
-    return env.get_template("report.html.j2")
+    return env.get_template(name)
 
 
 def render_html(evidence: Evidence) -> str:

@@ -35,7 +35,7 @@ from bakeoff.results.values import ErrorInfo, TargetResult
 from bakeoff.runner.capture import read_output
 from bakeoff.runner.job import TargetJob, adjustments_for, error_checks
 
-__all__ = ["IsolatedSession", "die_with_parent"]
+__all__ = ["IsolatedSession", "Worker", "WorkerPool", "die_with_parent"]
 
 
 _STACK_SIGNAL = getattr(signal, "SIGUSR1", None)  # asks a hung worker for its Python stack
@@ -62,8 +62,42 @@ def die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="bakeoff-parent-watch", daemon=True).start()
 
 
-def _worker(job: TargetJob, conn: Any, crash_log: str, parent_pid: int, phase_file: str, capture_dir: str) -> None:
+def _reporting_session_class(phase_file: str) -> Any:
+    from bakeoff.runner.session import TargetSession
+
+    class ReportingSession(TargetSession):
+        def __setattr__(self, name: str, value: Any) -> None:
+            super().__setattr__(name, value)
+            if name == "phase":
+                Path(phase_file).write_text(str(value), encoding="utf-8")
+
+    return ReportingSession
+
+
+def _fresh_state(capture_dir: str) -> None:
+    """Between two sessions of a warm worker: forget the last one's compiled graphs and what its
+    libraries wrote, and restart the peak memory count, so that nothing of one target's session
+    shows in the next one's figures."""
+    import gc
+
+    if "torch._dynamo" in sys.modules:
+        sys.modules["torch._dynamo"].reset()
+    gc.collect()
+    for leftover in Path(capture_dir).glob("*"):
+        if leftover.is_file():
+            leftover.unlink()
+    from bakeoff.measure.memory import reset_peak_rss
+
+    reset_peak_rss()
+
+
+def _worker(
+    conn: Any, crash_log: str, parent_pid: int, phase_file: str, capture_dir: str, preload: tuple[str, ...]
+) -> None:
+    """A worker's command loop: ``("session", job)`` starts a session, then its steps follow;
+    after ``finish`` the worker waits for the next session, or ``close``."""
     import faulthandler
+    import importlib
 
     die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -71,20 +105,26 @@ def _worker(job: TargetJob, conn: Any, crash_log: str, parent_pid: int, phase_fi
         faulthandler.enable(log)
         if _STACK_SIGNAL is not None:
             faulthandler.register(_STACK_SIGNAL, file=log, all_threads=True)
-        from bakeoff.runner.session import TargetSession
-
-        class ReportingSession(TargetSession):
-            """Writes each phase it enters to ``phase_file``, for the parent to name if it dies there."""
-
-            def __setattr__(self, name: str, value: Any) -> None:
-                super().__setattr__(name, value)
-                if name == "phase":
-                    Path(phase_file).write_text(str(value), encoding="utf-8")
-
-        session = ReportingSession(job, capture_dir=capture_dir)
+        session_class = _reporting_session_class(phase_file)
+        for name in preload:  # a warm worker pays its imports before its first session
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                pass  # the session that needs it reports the missing library
+        session: Any = None
+        sessions = 0
         while True:
             command = conn.recv()
-            if isinstance(command, tuple):  # ("use", scenarios): run these instead of the job's own
+            if command == "close":
+                conn.close()
+                return
+            if isinstance(command, tuple) and command[0] == "session":
+                if sessions:
+                    _fresh_state(capture_dir)
+                sessions += 1
+                session = session_class(command[1], capture_dir=capture_dir)
+                conn.send(None)
+            elif isinstance(command, tuple):  # ("use", scenarios): run these instead of the job's own
                 session.job = replace(session.job, scenarios=command[1])
                 conn.send(None)
             elif command == "start":
@@ -96,8 +136,7 @@ def _worker(job: TargetJob, conn: Any, crash_log: str, parent_pid: int, phase_fi
                 conn.send(None)
             else:
                 conn.send(session.finish().to_dict())
-                conn.close()
-                return
+                session = None
 
 
 def _death(exitcode: int | None) -> tuple[str, str, str]:
@@ -110,55 +149,43 @@ def _death(exitcode: int | None) -> tuple[str, str, str]:
     return "WorkerExit", "crash", f"worker exited with code {exitcode} without a result"
 
 
-class IsolatedSession:
-    """The parent's handle on a worker running one :class:`~bakeoff.runner.session.TargetSession`.
+class Worker:
+    """A spawned worker process and the files it leaves for the parent (crash log, phase, output).
 
-    Same steps as the session; never raises for what happens inside the worker. Each step may
-    take up to ``timeout_s``.
+    A worker serves one session after another (see :func:`_worker`); :class:`WorkerPool` keeps
+    idle ones warm between trials. ``preload`` names modules it imports before its first
+    session, while the parent does other work.
     """
 
-    def __init__(self, job: TargetJob, timeout_s: float) -> None:
-        self.job, self.timeout_s = job, timeout_s
-        self.timing_done = False
-        self.result: TargetResult | None = None
-        self.started = time.monotonic()
+    def __init__(self, preload: tuple[str, ...] = ()) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="bakeoff-worker-")
         self.crash_log = Path(self._tmp.name) / "crash.log"
         self.phase_file = Path(self._tmp.name) / "phase"
         self.capture_dir = Path(self._tmp.name) / "capture"
+        self.key: Any = None
+        self.sessions = 0
+        self.broken = False
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe(duplex=True)
         self.process = ctx.Process(
             target=_worker,
-            args=(job, child, str(self.crash_log), os.getpid(), str(self.phase_file), str(self.capture_dir)),
+            args=(child, str(self.crash_log), os.getpid(), str(self.phase_file), str(self.capture_dir), preload),
             daemon=True,
         )
         self.process.start()
         child.close()
 
-    def _call(self, command: str | tuple[str, Any]) -> Any:
-        if self.result is not None:
-            return None
-        name = command if isinstance(command, str) else command[0]
-        try:
-            self.conn.send(command)
-            # poll() returns early on a reply *or* on the pipe closing because the worker died;
-            # only a poll that runs out of time is a timeout (a dying worker may still be alive).
-            if self.conn.poll(self.timeout_s):
-                return self.conn.recv()
-            self._fail(name, timed_out=True)
-        except (EOFError, BrokenPipeError, ConnectionResetError):
-            self._fail(name, timed_out=False)
-        return None
+    @property
+    def alive(self) -> bool:
+        return not self.broken and self.process.is_alive()
 
-    def _stop(self) -> None:
-        self.process.join(30)  # a worker that sent its result exits on its own, cleaning up
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(10)
-        self.conn.close()
+    def begin(self, job: TargetJob) -> None:
+        """Start a new session for ``job``: the phase file is cleared, so that a death before
+        the session names a phase is not blamed on the last one."""
+        self.phase_file.unlink(missing_ok=True)
+        self.sessions += 1
 
-    def _dump_stack(self) -> None:
+    def dump_stack(self) -> None:
         """Ask a hung worker to write its Python stack to the crash log (faulthandler answers
         even when the worker is stuck inside C code), and give it a moment to do so."""
         if _STACK_SIGNAL is None or not self.process.is_alive() or self.process.pid is None:
@@ -175,26 +202,158 @@ class IsolatedSession:
                 return
             time.sleep(0.02)
 
-    def _fail(self, command: str, timed_out: bool) -> None:
-        if timed_out:
-            self._dump_stack()
+    def close(self, kill: bool = False) -> None:
+        """End the worker (asking it to leave, unless ``kill``) and remove its files."""
+        self.broken = True
+        if not kill and self.process.is_alive():
+            try:
+                self.conn.send("close")
+            except (BrokenPipeError, ConnectionResetError, OSError):
+                pass
+            self.process.join(30)
+        if self.process.is_alive():
             self.process.kill()
         self.process.join(10)
-        if self.process.is_alive():  # closed its end of the pipe but will not exit
-            self.process.kill()
-            self.process.join(10)
-        tail = self.crash_log.read_text(encoding="utf-8", errors="replace")[-4000:] if self.crash_log.exists() else ""
-        inner = self.phase_file.read_text(encoding="utf-8").strip() if self.phase_file.exists() else ""
+        self.conn.close()
+        self._tmp.cleanup()
+
+
+class WorkerPool:
+    """Warm workers kept between trials, one kind per target (and environment switches).
+
+    A sweep runs many workloads on the same targets: each target's sessions go to a worker
+    that has already imported torch (and whatever ``preload`` names) and served that target
+    before, instead of a fresh interpreter per session. A worker that crashed, hung or ran out
+    of memory is never reused: the session that saw it fail records the failure, and the next
+    session of that target gets a new worker. :meth:`prestart` spawns workers ahead of need,
+    so their imports overlap with the parent's own work (building the workload, the baseline).
+    """
+
+    def __init__(self, preload: tuple[str, ...] = ("torch",)) -> None:
+        self.preload = preload
+        self._idle: dict[Any, list[Worker]] = {}
+        self._spare: list[Worker] = []
+        self.started = 0
+
+    @staticmethod
+    def key(job: TargetJob) -> Any:
+        """Sessions with the same key share workers: the same target, the same switches."""
+        return (job.target.spec, job.env)
+
+    def _spawn(self, preload: bool = True) -> Worker:
+        self.started += 1
+        return Worker(self.preload if preload else ())
+
+    def prestart(self, count: int) -> None:
+        """Spawn up to ``count`` workers not yet given to any target."""
+        while len(self._spare) < count:
+            self._spare.append(self._spawn())
+
+    def acquire(self, job: TargetJob) -> Worker:
+        """A live worker that served this target before, else a spare one, else a new one."""
+        idle = self._idle.get(self.key(job), [])
+        while idle:
+            worker = idle.pop()
+            if worker.alive:
+                return worker
+            worker.close(kill=True)
+        # a target with environment switches gets a worker that has imported nothing yet: a
+        # switch read when torch (or a backend) is imported must see the target's value
+        while self._spare and not job.env:
+            worker = self._spare.pop(0)
+            if worker.alive:
+                worker.key = self.key(job)
+                return worker
+            worker.close(kill=True)
+        worker = self._spawn(preload=not job.env)
+        worker.key = self.key(job)
+        return worker
+
+    def release(self, worker: Worker) -> None:
+        """Take back a worker whose session finished; a broken one is ended instead."""
+        if worker.alive:
+            self._idle.setdefault(worker.key, []).append(worker)
+        else:
+            worker.close(kill=True)
+
+    def workers(self) -> list[Worker]:
+        return [*self._spare, *(w for idle in self._idle.values() for w in idle)]
+
+    def close(self) -> None:
+        for worker in self.workers():
+            worker.close()
+        self._idle.clear()
+        self._spare.clear()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class IsolatedSession:
+    """The parent's handle on a worker running one :class:`~bakeoff.runner.session.TargetSession`.
+
+    Same steps as the session; never raises for what happens inside the worker. Each step may
+    take up to ``timeout_s``. Without a ``pool`` the session has a worker of its own, ended when
+    the session finishes; with one, the worker comes from the pool and goes back to it.
+    """
+
+    def __init__(self, job: TargetJob, timeout_s: float, pool: WorkerPool | None = None) -> None:
+        self.job, self.timeout_s, self.pool = job, timeout_s, pool
+        self.timing_done = False
+        self.result: TargetResult | None = None
+        self.started = time.monotonic()
+        self.worker = pool.acquire(job) if pool is not None else Worker()
+        self.worker.begin(job)
+        self._call(("session", job))
+
+    def _call(self, command: str | tuple[str, Any]) -> Any:
+        if self.result is not None:
+            return None
+        name = command if isinstance(command, str) else command[0]
+        conn = self.worker.conn
+        try:
+            conn.send(command)
+            # poll() returns early on a reply *or* on the pipe closing because the worker died;
+            # only a poll that runs out of time is a timeout (a dying worker may still be alive).
+            if conn.poll(self.timeout_s):
+                return conn.recv()
+            self._fail(name, timed_out=True)
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            self._fail(name, timed_out=False)
+        return None
+
+    def _done(self) -> None:
+        if self.pool is not None:
+            self.pool.release(self.worker)
+        else:
+            self.worker.close()
+
+    def _fail(self, command: str, timed_out: bool) -> None:
+        worker = self.worker
+        worker.broken = True
+        if timed_out:
+            worker.dump_stack()
+            worker.process.kill()
+        worker.process.join(10)
+        if worker.process.is_alive():  # closed its end of the pipe but will not exit
+            worker.process.kill()
+            worker.process.join(10)
+        crash_log, phase_file = worker.crash_log, worker.phase_file
+        tail = crash_log.read_text(encoding="utf-8", errors="replace")[-4000:] if crash_log.exists() else ""
+        inner = phase_file.read_text(encoding="utf-8").strip() if phase_file.exists() else ""
         phase = inner or f"worker ({command})"
         if timed_out:
             message = f"no reply to '{command}' within {self.timeout_s:g} s"
             message += f" (stuck in {inner})" if inner else ""
             error = ErrorInfo("Timeout", message + "; worker killed", "timeout", phase, tail)
         else:
-            kind, category, message = _death(self.process.exitcode)
+            kind, category, message = _death(worker.process.exitcode)
             error = ErrorInfo(kind, f"{message} during '{command}'", category, phase, tail)
         log = LibraryLog()  # what the worker's libraries said in its last step (earlier steps' died with it)
-        read_output(self.capture_dir, log, phase)
+        read_output(worker.capture_dir, log, phase)
         self.result = TargetResult(
             target=self.job.target,
             status="error",
@@ -207,8 +366,7 @@ class IsolatedSession:
             log=log.entries(),
         )
         self.timing_done = True
-        self._stop()
-        self._tmp.cleanup()
+        self._done()
 
     def start(self) -> bool:
         self.timing_done = bool(self._call("start")) or self.result is not None
@@ -230,6 +388,5 @@ class IsolatedSession:
         data = self._call("finish")
         if self.result is None:
             self.result = TargetResult.from_dict(data)
-            self._stop()
-            self._tmp.cleanup()
+            self._done()
         return self.result

@@ -293,11 +293,11 @@ def _aligned(specs: Sequence[ScenarioSpec], reference: TargetResult | None) -> t
     return tuple(scenario_named(spec.name).aligned(spec, reference) for spec in specs)
 
 
-def _session_factory(settings: TrialSettings) -> Callable[[TargetJob], Any]:
+def _session_factory(settings: TrialSettings, pool: Any = None) -> Callable[[TargetJob], Any]:
     if settings.isolate:
         from bakeoff.runner.isolation import IsolatedSession
 
-        return lambda job: IsolatedSession(job, settings.timeout_s)
+        return lambda job: IsolatedSession(job, settings.timeout_s, pool)
     from bakeoff.runner.session import TargetSession
 
     return TargetSession
@@ -383,12 +383,17 @@ def run_trial(
     targets: Sequence[Target],
     settings: TrialSettings | None = None,
     progress: Progress | None = None,
+    pool: Any = None,
+    save: bool = True,
 ) -> RunResult:
     """Run every target (skipping those that cannot run here), store and return the run.
 
     ``store`` may be a callable that opens (and so creates) the knowledge base: it is called
     only once the workload has been built and run eagerly, so a workload refused as bad input
-    leaves no new, empty database behind.
+    leaves no new, empty database behind. ``pool`` (a
+    :class:`~bakeoff.runner.isolation.WorkerPool`) gives isolated targets warm workers kept
+    between trials, as a sweep does. ``save=False`` leaves storing the run to the caller (a
+    sweep stores it with its cell, in one transaction); the baseline is stored either way.
     """
     settings = settings or TrialSettings()
     say = progress or (lambda _msg: None)
@@ -476,7 +481,7 @@ def run_trial(
         results.append(settings.replicates)
     from bakeoff.runner.replicates import merge_replicates
 
-    measured = iter(_drive(sessions, _session_factory(settings), settings.interleaved, say))
+    measured = iter(_drive(sessions, _session_factory(settings, pool), settings.interleaved, say))
     done = [r if isinstance(r, TargetResult) else merge_replicates([next(measured) for _ in range(r)]) for r in results]
     done = [
         _with_requirements(r, requirements) for r in _speedups(done, reference, settings.interleaved, settings.spread)
@@ -501,5 +506,6 @@ def run_trial(
             requirements=[r.text for r in requirements],
         ),
     )
-    store.save_run(run)
+    if save:
+        store.save_run(run)
     return run

@@ -51,6 +51,7 @@ from bakeoff.store.connection import (
     resolve_db_url,
     set_sqlite_pragmas,
 )
+from bakeoff.store.sweeps import SweepTables
 from bakeoff.version import __version__
 
 __all__ = ["DEFAULT_DB", "RunSummary", "Store"]
@@ -74,7 +75,7 @@ def _baseline_info(row: Any) -> BaselineInfo:
     )
 
 
-class Store:
+class Store(SweepTables):
     """A bakeoff knowledge base. Use :meth:`open`."""
 
     def __init__(self, engine: Engine, url: str, artifacts_dir: Path) -> None:

@@ -73,11 +73,17 @@ def _v4_baseline_hashes(conn: Connection) -> None:
     conn.exec_driver_sql("ALTER TABLE baselines ADD COLUMN sha256 VARCHAR(64)")
 
 
+def _v5_sweeps(conn: Connection) -> None:
+    schema.sweeps.create(conn)
+    schema.sweep_cells.create(conn)
+
+
 MIGRATIONS: list[tuple[str, Callable[[Connection], None]]] = [
     ("initial schema: environments, baselines, runs, target results, timing samples", _v1_initial),
     ("requirements per workload", _v2_requirements),
     ("notes and tags on runs", _v3_notes_and_tags),
     ("content hashes of baseline tensor files", _v4_baseline_hashes),
+    ("coverage sweeps and their cells", _v5_sweeps),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -32,6 +32,8 @@ __all__ = [
     "run_notes",
     "run_tags",
     "runs",
+    "sweep_cells",
+    "sweeps",
     "target_results",
     "timing_samples",
     "utc_now",
@@ -145,4 +147,31 @@ run_tags = Table(
     Column("tag", String(64), primary_key=True),
     Column("created_at", String(40), nullable=False),
     Index("ix_run_tags_tag", "tag"),
+)
+
+# version 5: coverage sweeps. A sweep is a population of workloads run on the same targets;
+# each workload is a cell row, written in the same transaction as its run (or with the reason
+# the workload did not build), so a sweep resumed after a kill has every cell exactly once.
+sweeps = Table(
+    "sweeps",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("created_at", String(40), nullable=False, index=True),
+    Column("population", JSON, nullable=False),  # name, unit, source, specs
+    Column("targets", JSON, nullable=False),  # target specs
+    Column("settings", JSON, nullable=False),  # the trial keywords every cell ran with
+    Column("environment_id", Integer, ForeignKey("environments.id"), nullable=False),
+    Column("bakeoff_version", String(32), nullable=False),
+)
+
+sweep_cells = Table(
+    "sweep_cells",
+    metadata,
+    Column("sweep_id", String(32), ForeignKey("sweeps.id"), primary_key=True),
+    Column("workload_spec", Text, primary_key=True),
+    Column("position", Integer, nullable=False),
+    Column("run_id", String(32), ForeignKey("runs.id"), nullable=True),
+    Column("error", JSON, nullable=True),  # why the workload did not build (no run then)
+    Column("duration_s", Float, nullable=False),
+    Column("finished_at", String(40), nullable=False),
 )

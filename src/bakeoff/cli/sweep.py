@@ -1,0 +1,233 @@
+"""``bakeoff sweep``, ``bakeoff coverage`` and ``bakeoff sweeps``: many workloads on the same
+targets, and the coverage they add up to.
+
+Thin commands over :func:`bakeoff.api.sweep` and :func:`bakeoff.api.coverage`; they register
+themselves on the command group of :mod:`bakeoff.cli.app`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from bakeoff.cli.app import cli
+from bakeoff.cli.common import EXIT_FAILED, console, db_option, emit_json, format_option, workload_output_to_stderr
+
+__all__ = ["coverage_command", "sweep_command", "sweeps_command"]
+
+
+class _Bar:
+    """A live bar on stderr: cells done, failures so far, the workload running, an ETA. It is
+    redrawn between cells only (no refresh thread), so nothing draws while a workload's output
+    is being captured."""
+
+    def __init__(self) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.progress = Progress(
+            TextColumn("[bold]sweep"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("[red]{task.fields[failures]} failing"),
+            TimeRemainingColumn(),
+            TextColumn("[dim]{task.fields[current]}"),
+            console=console(stderr=True),
+            auto_refresh=False,
+            transient=False,
+        )
+        self.task: Any = None
+
+    def status(self, message: str) -> None:
+        if message.startswith("sweep "):
+            console(stderr=True).print(f"[dim]· {message} (resume it with bakeoff sweep --resume {message[6:]})[/dim]")
+            return
+        if self.task is not None:
+            self.progress.update(self.task, current=message)
+            self.progress.refresh()
+
+    def cell(self, done: Any) -> None:
+        if self.task is None:
+            self.progress.start()
+            self.task = self.progress.add_task("sweep", total=done.total, completed=done.done, failures=0, current="")
+        self.progress.update(self.task, completed=done.done, failures=done.failures, current="")
+        self.progress.refresh()
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.progress.stop()
+
+
+@cli.command(
+    "sweep",
+    epilog="\b\nExamples:\n"
+    "  bakeoff sweep arch:all --on cpu+aot_eager,cpu+inductor\n"
+    "  bakeoff sweep arch:causal_lm --on emu --timing none\n"
+    "  bakeoff sweep models.txt --on cpu+openvino --expect expected.toml\n"
+    "  bakeoff sweep --resume SWEEP_ID",
+)
+@click.argument("population", required=False)
+@click.option("--on", "on", multiple=True, default=("cpu",), show_default=True, metavar="TARGETS",
+              help="Targets, comma-separated or repeated (as for bakeoff trial).")  # fmt: skip
+@click.option("--resume", default=None, metavar="SWEEP_ID",
+              help="Finish an interrupted sweep with its own targets and settings.")  # fmt: skip
+@click.option("--timing", type=click.Choice(["none", "quick", "full"]), default="quick", show_default=True,
+              help="Timing per target: none (one call), quick (10 calls, 0.1 s), full (a trial's).")  # fmt: skip
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
+              help="Seconds a target's step may take; longer is that cell's timeout (the sweep goes on).")  # fmt: skip
+@click.option("--check", "checks", multiple=True, metavar="NAME[?options]",
+              help="Check options, or an on-request check to run on every cell (repeatable).")  # fmt: skip
+@click.option("--env", "env", multiple=True, metavar="KEY=VALUE", help="A switch set while each target runs.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Run at most N pending workloads now (resume later for the rest).")  # fmt: skip
+@click.option("--expect", "expect", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Classify each cell against these expected grades; exit 1 on a regression.")  # fmt: skip
+@click.option("--write-expect", "write_expect", is_flag=True,
+              help="Write this sweep's grades to the --expect file (creating or replacing it).")  # fmt: skip
+@click.option("--no-matrix", "no_matrix", is_flag=True, help="Print the figures and reasons, not the matrix.")
+@db_option
+@format_option
+def sweep_command(
+    population: str | None,
+    on: Sequence[str],
+    resume: str | None,
+    timing: str,
+    timeout_s: float,
+    checks: Sequence[str],
+    env: Sequence[str],
+    limit: int | None,
+    expect: str | None,
+    write_expect: bool,
+    no_matrix: bool,
+    db: str | None,
+    fmt: str,
+) -> None:
+    """Run every workload of POPULATION on the targets and print the coverage.
+
+    POPULATION is arch:all, arch:causal_lm, arch:base (every architecture arch: builds) or a
+    file with one workload spec per line. Each workload is stored as it finishes; an
+    interrupted sweep continues with --resume. Exit code: 0 when the sweep ran, 1 with
+    --expect when a cell regressed, 2 on bad input.
+    """
+    from bakeoff import api
+    from bakeoff.errors import SpecError
+
+    if write_expect and expect is None:
+        raise SpecError("--write-expect needs --expect FILE", hint="e.g. --expect expected.toml --write-expect")
+    expected = None
+    if expect is not None and not write_expect:
+        from bakeoff.sweep.expect import read_expectations
+
+        expected = read_expectations(expect)  # a bad file is refused before the sweep runs
+    bar = _Bar()
+    try:
+        with workload_output_to_stderr():
+            found = api.sweep(
+                population, on, db=db, resume=resume, timing=timing, timeout_s=timeout_s, checks=checks,
+                env=env, limit=limit, progress=bar.cell, status=bar.status,
+            )  # fmt: skip
+    except KeyboardInterrupt:
+        bar.stop()
+        console(stderr=True).print("[yellow]sweep interrupted: every finished cell is stored; --resume finishes it")
+        raise
+    finally:
+        bar.stop()
+    _print_coverage(found, fmt, no_matrix, expect, expected, write_expect)
+
+
+def _print_coverage(
+    found: Any, fmt: str, no_matrix: bool, expect: str | None, expected: Any, write_expect: bool
+) -> None:
+    from bakeoff.sweep.expect import classify, write_expectations
+
+    checked = classify(found, expected) if expected is not None else None
+    if fmt == "json":
+        data = found.to_dict()
+        if checked is not None:
+            data["expectations"] = [e.to_dict() for e in checked]
+        emit_json(data)
+    else:
+        from bakeoff.report.coverage import coverage_view, expectations_view
+
+        out = console()
+        out.print(coverage_view(found, matrix=not no_matrix))
+        if checked is not None:
+            out.print(expectations_view(checked, expect or ""))
+    if write_expect and expect is not None:
+        count = write_expectations(expect, found)
+        console(stderr=True).print(f"wrote the expected grades of {count} cells to {expect}")
+    if checked is not None and any(e.status == "regressed" for e in checked):
+        raise SystemExit(EXIT_FAILED)
+
+
+@cli.command("coverage", epilog="Example: bakeoff coverage 3f2a --html coverage.html")
+@click.argument("sweep_id")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Also write the page with the heat-map of the matrix.")  # fmt: skip
+@click.option("--markdown", "md_path", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Also write the tables as Markdown.")  # fmt: skip
+@click.option("--expect", "expect", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Classify each cell against these expected grades; exit 1 on a regression.")  # fmt: skip
+@click.option("--no-matrix", "no_matrix", is_flag=True, help="Print the figures and reasons, not the matrix.")
+@db_option
+@format_option
+def coverage_command(
+    sweep_id: str, html_path: str | None, md_path: str | None, expect: str | None, no_matrix: bool, db: str | None,
+    fmt: str,
+) -> None:  # fmt: skip
+    """Print a stored sweep's matrix, its coverage at every grade and why cells stopped."""
+    from pathlib import Path
+
+    from bakeoff import api
+
+    expected = None
+    if expect is not None:
+        from bakeoff.sweep.expect import read_expectations
+
+        expected = read_expectations(expect)
+    found = api.coverage(sweep_id, db=db)
+    for path, render in ((html_path, "render_coverage_html"), (md_path, "coverage_markdown")):
+        if path is not None:
+            from bakeoff.report import coverage as pages
+
+            Path(path).write_text(getattr(pages, render)(found), encoding="utf-8")
+            console(stderr=True).print(f"wrote {path}")
+    _print_coverage(found, fmt, no_matrix, expect, expected, False)
+
+
+@cli.command("sweeps", epilog="Example: bakeoff sweeps --limit 5")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@db_option
+@format_option
+def sweeps_command(limit: int, db: str | None, fmt: str) -> None:
+    """List the newest sweeps: population, targets, how many workloads are stored."""
+    from bakeoff import api
+
+    found = api.sweeps(db=db, limit=limit)
+    rows = [
+        {
+            "id": s.id,
+            "created_at": s.created_at,
+            "population": s.population.get("name"),
+            "size": len(s.specs),
+            "stored": s.done,
+            "targets": list(s.targets),
+            "transformers": s.population.get("transformers"),
+        }
+        for s in found
+    ]
+    if fmt == "json":
+        emit_json(rows)
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{len(rows)} sweep(s)", title_justify="left")
+    for column in ("id", "started", "population", "stored", "targets", "transformers"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(
+            r["id"], r["created_at"][:19].replace("T", " "), str(r["population"]), f"{r['stored']}/{r['size']}",
+            ", ".join(r["targets"]), str(r["transformers"] or "-"),
+        )  # fmt: skip
+    console().print(table)

@@ -1,0 +1,141 @@
+"""Running a sweep: every pending workload of a stored sweep, one cell at a time, each stored
+as it finishes.
+
+The local executor runs each workload as a trial in this process (the workload is built and
+its baseline computed here) with every target in a warm worker from one
+:class:`~bakeoff.runner.isolation.WorkerPool`: a worker per target imports torch and
+transformers once and serves that target for the whole sweep, and one that crashed, hung
+(``timeout_s``) or was killed for memory is replaced, the failure becoming that cell's result
+with its category. A workload that does not build is a cell with the reason and no run.
+
+A sweep is created (:func:`create_sweep`) before anything runs, with its population, targets
+and trial keywords, so :func:`run_sweep` can resume it after an interruption with the same
+settings: only workloads without a stored cell run, and a cell goes in with its run in one
+transaction, only if no other process stored that workload first.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bakeoff.env import capture_environment
+from bakeoff.errors import BakeoffError, SpecError
+from bakeoff.results.values import RunResult
+from bakeoff.runner.trial import run_trial
+from bakeoff.settings import TrialSettings
+from bakeoff.store.db import Store
+from bakeoff.store.sweeps import SweepRecord
+from bakeoff.sweep.population import Population
+from bakeoff.target.spec import Target, parse_target
+from bakeoff.verdicts.coverage import GRADES, grade_cell
+
+__all__ = ["SWEEP_KEYWORDS", "CellDone", "create_sweep", "run_sweep"]
+
+#: The trial keywords a sweep takes (stored with it, so a resume runs the same trial).
+SWEEP_KEYWORDS = ("min_samples", "min_seconds", "timeout_s", "checks", "env", "scenarios")
+
+
+@dataclass(frozen=True)
+class CellDone:
+    """What the progress display hears before the first cell (``spec`` empty) and after each."""
+
+    spec: str
+    done: int
+    total: int
+    failures: int
+    stored: bool
+    grades: dict[str, str | None]
+    seconds: float
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
+
+
+def create_sweep(
+    store: Store, population: Population, targets: Sequence[Target], options: Mapping[str, Any]
+) -> SweepRecord:
+    """Check the settings and store a new sweep (nothing runs yet).
+
+    Raises:
+        SpecError: a keyword a sweep does not take, or a bad value (nothing is stored then).
+    """
+    unknown = sorted(set(options) - set(SWEEP_KEYWORDS))
+    if unknown:
+        raise SpecError(f"a sweep does not take {unknown[0]!r}", hint="use " + ", ".join(SWEEP_KEYWORDS))
+    TrialSettings.from_options(**options)  # every value checked before the sweep exists
+    sweep_id = uuid.uuid4().hex[:12]
+    stored = {k: list(v) if isinstance(v, tuple | list) else v for k, v in options.items()}
+    store.create_sweep(sweep_id, _now(), population.to_dict(), [t.spec for t in targets], stored, capture_environment())
+    return store.get_sweep(sweep_id)
+
+
+def _settings(record: SweepRecord) -> TrialSettings:
+    return TrialSettings.from_options(**record.settings)
+
+
+def _targets(record: SweepRecord) -> list[Target]:
+    from bakeoff.target.detect import extra_devices
+
+    return [parse_target(spec, extra_devices=extra_devices()) for spec in record.targets]
+
+
+def _failed(run: RunResult | None, error: dict | None, spec: str) -> tuple[int, dict[str, str | None]]:
+    if run is None:
+        return 1, {}
+    grades = {r.target.spec: grade_cell(spec, r).grade for r in run.results if r.variant == "as-is"}
+    return int(any(g not in (GRADES[-1], "skipped") for g in grades.values())), grades
+
+
+def run_sweep(
+    store: Store,
+    sweep_id: str,
+    *,
+    progress: Callable[[CellDone], None] | None = None,
+    status: Callable[[str], None] | None = None,
+    limit: int | None = None,
+) -> SweepRecord:
+    """Run the sweep's pending workloads (at most ``limit`` of them); return the stored sweep."""
+    from bakeoff.runner.isolation import WorkerPool
+
+    record = store.get_sweep(sweep_id)
+    targets, settings = _targets(record), _settings(record)
+    stored = {cell.workload_spec for cell in store.sweep_cells(sweep_id)}
+    pending = [(i, spec) for i, spec in enumerate(record.specs) if spec not in stored]
+    if limit is not None:
+        pending = pending[:limit]
+    total, done, failures = len(record.specs), len(stored), 0
+    preload = (
+        ("torch", "transformers")
+        if any(s.startswith("arch:") or s.startswith("hf:") for s in record.specs)
+        else ("torch",)
+    )
+    if progress is not None:  # where the sweep stands before its first cell (a resume: part done)
+        progress(CellDone("", done, total, 0, False, {}, 0.0))
+    with WorkerPool(preload=preload) as pool:
+        if settings.isolate:
+            pool.prestart(len({t.spec for t in targets} | {"cpu"}))
+        for position, spec in pending:
+            if status is not None:
+                status(spec)
+            started = time.monotonic()
+            run, error = None, None
+            try:
+                run = run_trial(store, spec, targets, settings, pool=pool, save=False)
+            except BakeoffError as exc:  # the workload did not build, or its baseline failed
+                error = {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint}
+            except Exception as exc:  # a builder's own bug is this cell's failure, not the sweep's
+                error = {"type": type(exc).__name__, "message": (str(exc).splitlines() or [""])[0][:500]}
+            seconds = time.monotonic() - started
+            went_in = store.save_cell(sweep_id, spec, position, seconds, _now(), run=run, error=error)
+            done += int(went_in)
+            failed, grades = _failed(run, error, spec)
+            failures += failed
+            if progress is not None:
+                progress(CellDone(spec, done, total, failures, went_in, grades, seconds))
+    return store.get_sweep(sweep_id)

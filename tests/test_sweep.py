@@ -1,0 +1,246 @@
+"""Coverage sweeps end to end: warm workers, every way a cell fails, resume after kill -9, expectations.
+
+One sweep (module fixture) runs a population with a clean control and one workload per fault,
+on two eager CPU targets, through the CLI; the tests read what it stored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from bakeoff.store import Store
+
+FIXTURE = Path(__file__).parent / "fixtures" / "sweep_models.py"
+TARGETS = "cpu,cpu?threads=1"
+CRAFTED = "<img src=x onerror=alert(1)>"
+
+
+def spec(function: str, **options: str) -> str:
+    query = "&".join(f"{k}={v}" for k, v in options.items())
+    return f"py:{FIXTURE}:{function}" + (f"?{query}" if query else "")
+
+
+POPULATION = [
+    spec("fine"),
+    spec("fine", width="4"),
+    spec("fine", label=CRAFTED),
+    spec("crashes"),
+    spec("fine", width="6"),  # right after a crash: a new worker serves it
+    spec("killed"),
+    spec("unsupported"),
+    spec("unsupported", width="4"),
+    spec("hangs"),
+    spec("wrong"),
+    spec("does_not_build"),
+]
+
+
+def bakeoff(*args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bakeoff", *args], capture_output=True, text=True, timeout=timeout, env=os.environ
+    )
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    here = tmp_path_factory.mktemp("sweep")
+    population = here / "models.txt"
+    population.write_text("# every way a cell can end\n" + "\n".join(POPULATION) + "\n", encoding="utf-8")
+    db = here / "kb.db"
+    done = bakeoff(
+        "sweep", str(population), "--on", TARGETS, "--timing", "none", "--timeout", "8", "--db", str(db),
+        "--format", "json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(done.stdout)
+    cells = {(c["workload"], c["target"]): c for c in data["cells"]}
+    return {"data": data, "cells": cells, "db": db, "here": here, "stderr": done.stderr, "population": population}
+
+
+def grade(swept: dict, workload: str, target: str = "cpu") -> dict:
+    return swept["cells"][(workload, target)]
+
+
+def test_every_cell_is_stored_once_with_its_grade(swept):
+    data = swept["data"]
+    assert data["population"]["size"] == len(POPULATION) and data["population"]["unit"] == "workload"
+    assert data["population"]["transformers"]  # recorded with the sweep
+    assert data["pending"] == []
+    assert len(data["cells"]) == 2 * len(POPULATION)
+    for target in ("cpu", "cpu?threads=1"):
+        for clean in (spec("fine"), spec("fine", width="4"), spec("fine", label=CRAFTED), spec("fine", width="6")):
+            assert grade(swept, clean, target)["grade"] == "compiles_clean", grade(swept, clean, target)
+
+
+@pytest.mark.parametrize(
+    ("function", "grade_reached", "category", "words"),
+    [
+        # prepared, then the first forward pass ended the worker: built, never ran
+        ("crashes", "builds", "crash", "SIGABRT"),
+        ("killed", "builds", "out_of_memory", "SIGKILL"),
+        ("hangs", "builds", "timeout", "within 8 s"),
+        ("unsupported", "builds", "exception", "aten::_fused_thing"),
+        ("wrong", "on_device", "", "correctness fail"),
+        ("does_not_build", None, "", "config inconsistent"),
+    ],
+)
+def test_each_fault_is_its_cells_failure(swept, function, grade_reached, category, words):
+    for target in ("cpu", "cpu?threads=1"):
+        cell = grade(swept, spec(function), target)
+        assert cell["grade"] == grade_reached, cell
+        assert cell["category"] == category, cell
+        assert words in cell["reason"], cell
+
+
+def test_failures_cluster_by_reason(swept):
+    reasons = {r["reason"]: r for r in swept["data"]["reasons"]}
+    op = reasons["aten::_fused_thing not implemented (NotImplementedError)"]
+    assert op["count"] == 2 and sorted(op["workloads"]) == sorted([spec("unsupported"), spec("unsupported", width="4")])
+    assert op["targets"] == ["cpu", "cpu?threads=1"] and op["stopped_at"] == ["builds"]
+    # the clean controls are in no cluster
+    assert not any(spec("fine") in r["workloads"] for r in swept["data"]["reasons"])
+
+
+def test_coverage_figures_count_the_population(swept):
+    figures = swept["data"]["figures"]["cpu"]["grades"]
+    size = len(POPULATION)
+    # 4 clean; crashes, killed, hangs and 2 'unsupported' stop after builds, 'wrong' after
+    # on_device; the one that does not build reaches nothing
+    assert figures["builds"]["count"] == 10 and figures["runs"]["count"] == 5
+    assert figures["on_device"]["count"] == 5 and figures["correct"]["count"] == 4
+    assert figures["compiles_clean"]["count"] == 4
+    assert figures["compiles_clean"]["share"] == pytest.approx(4 / size)
+
+
+def test_warm_workers_serve_cells_and_a_crashed_one_is_replaced(swept):
+    store = Store.open(swept["db"], create=False)
+    (sweep,) = store.list_sweeps()
+    runs = {c.workload_spec: c.run_id for c in store.sweep_cells(sweep.id)}
+
+    def pid(workload: str, target: str) -> int:
+        result = store.get_run(runs[workload]).result(target)
+        return result.conditions["rounds"][0]["pid"]
+
+    for target in ("cpu", "cpu?threads=1"):
+        first = pid(spec("fine"), target)
+        assert pid(spec("fine", width="4"), target) == first  # the same warm worker, not a new process
+        assert pid(spec("fine", label=CRAFTED), target) == first
+        assert pid(spec("fine", width="6"), target) != first  # after the crash: a new worker
+    assert pid(spec("fine"), "cpu") != pid(spec("fine"), "cpu?threads=1")  # a worker per target
+    assert "RuntimeError: config inconsistent" in store.sweep_cells(sweep.id)[-1].error["message"]
+
+
+def test_coverage_command_and_reports(swept, tmp_path):
+    sweep_id = swept["data"]["sweep_id"]
+    html, md = tmp_path / "c.html", tmp_path / "c.md"
+    shown = bakeoff("coverage", sweep_id[:6], "--db", str(swept["db"]), "--html", str(html), "--markdown", str(md))
+    assert shown.returncode == 0, shown.stderr
+    assert "aten::_fused_thing not implemented" in shown.stdout
+    assert f"4/{len(POPULATION)}" in shown.stdout and "grade ladder" in shown.stdout
+    page = html.read_text(encoding="utf-8")
+    # in the heat-map's data: entity-escaped for plotly, then JSON-escaped for the <script> block
+    assert CRAFTED not in page and "\\u0026lt;img src=x onerror=alert(1)\\u0026gt;" in page
+    assert "| aten::_fused_thing not implemented (NotImplementedError) |" in md.read_text(encoding="utf-8")
+    listed = bakeoff("sweeps", "--db", str(swept["db"]), "--format", "json")
+    assert json.loads(listed.stdout)[0]["stored"] == len(POPULATION)
+
+
+def test_expectations_classify_and_fail_on_a_regression(swept, tmp_path):
+    sweep_id, db = swept["data"]["sweep_id"], str(swept["db"])
+    expected = tmp_path / "expected.toml"
+    written = bakeoff("sweep", "--resume", sweep_id, "--db", db, "--expect", str(expected), "--write-expect")
+    assert written.returncode == 0, written.stderr  # nothing pending: the resume only reports
+    same = bakeoff("coverage", sweep_id, "--db", db, "--expect", str(expected), "--format", "json")
+    assert same.returncode == 0, same.stderr
+    statuses = {e["status"] for e in json.loads(same.stdout)["expectations"]}
+    assert statuses == {"pass", "expected_failure"}
+    text = expected.read_text(encoding="utf-8")
+    wrong = f'"{spec("wrong")}" = "on_device"'
+    assert wrong in text
+    edited = text.replace(wrong, f'"{spec("wrong")}" = "compiles_clean"', 1)  # it used to be right
+    edited = edited.replace(f'"{spec("crashes")}" = "builds"', f'"{spec("crashes")}" = "runs"', 1)
+    edited = edited.replace(f'"{spec("fine", width="6")}" = "compiles_clean"\n', "", 1)  # a new cell
+    edited += '"py:gone.py:model" = "compiles_clean"\n'  # listed under the last target, not swept
+    expected.write_text(edited, encoding="utf-8")
+    diff = bakeoff("coverage", sweep_id, "--db", db, "--expect", str(expected), "--format", "json")
+    assert diff.returncode == 1, diff.stderr
+    found = {(e["workload"], e["target"]): e["status"] for e in json.loads(diff.stdout)["expectations"]}
+    assert found[(spec("wrong"), "cpu")] == "regressed"
+    assert found[(spec("crashes"), "cpu")] == "regressed"
+    assert found[(spec("fine", width="6"), "cpu")] == "new"
+    assert found[("py:gone.py:model", "cpu?threads=1")] == "missing"
+    assert found[(spec("fine"), "cpu")] == "pass"
+    assert found[(spec("hangs"), "cpu")] == "expected_failure"
+    # a clean sweep against expectations of failure: improved, exit 0
+    improved = text.replace(f'"{spec("fine")}" = "compiles_clean"', f'"{spec("fine")}" = "runs"', 1)
+    expected.write_text(improved, encoding="utf-8")
+    better = bakeoff("coverage", sweep_id, "--db", db, "--expect", str(expected), "--format", "json")
+    assert better.returncode == 0
+    assert {e["status"] for e in json.loads(better.stdout)["expectations"]} == {"pass", "expected_failure", "improved"}
+
+
+def _stored_cells(db: Path) -> int:
+    try:
+        with sqlite3.connect(db, timeout=5) as conn:
+            return conn.execute("SELECT count(*) FROM sweep_cells").fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+
+
+def test_a_sweep_killed_with_sigkill_resumes_to_every_cell_exactly_once(tmp_path):
+    population = tmp_path / "slow.txt"
+    specs = [spec("fine", width=str(w), slow="0.7") for w in range(2, 10)]
+    population.write_text("\n".join(specs) + "\n", encoding="utf-8")
+    db = tmp_path / "kb.db"
+    command = [sys.executable, "-m", "bakeoff", "sweep", str(population), "--on", "cpu", "--timing", "none"]
+    process = subprocess.Popen([*command, "--db", str(db)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while _stored_cells(db) < 2 and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.1)
+    assert process.poll() is None, "the sweep ended before it could be killed"
+    workers = psutil.Process(process.pid).children(recursive=True)
+    assert workers, "no worker processes to outlive the sweep"
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(30)
+    _, alive = psutil.wait_procs(workers, timeout=20)
+    assert not alive, f"workers outlived the killed sweep: {alive}"
+    stored = _stored_cells(db)
+    assert 2 <= stored < len(specs)
+    store = Store.open(db, create=False)
+    (sweep,) = store.list_sweeps()
+    resumed = bakeoff("sweep", "--resume", sweep.id, "--db", str(db), "--format", "json")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    cells = store.sweep_cells(sweep.id)
+    assert sorted(c.workload_spec for c in cells) == sorted(specs)  # every cell, exactly once
+    with sqlite3.connect(db) as conn:
+        runs = conn.execute("SELECT workload_spec, count(*) FROM runs GROUP BY workload_spec").fetchall()
+    assert sorted(runs) == sorted((s, 1) for s in specs)  # no run lost, none twice, none without its cell
+    assert {c["grade"] for c in json.loads(resumed.stdout)["cells"]} == {"compiles_clean"}
+
+
+def test_bad_input_is_one_line_and_stores_nothing(tmp_path):
+    db = tmp_path / "kb.db"
+    listing = tmp_path / "bad.txt"
+    listing.write_text(f"{spec('fine')}\nnot a spec\n", encoding="utf-8")
+    for args, words in (
+        ([str(listing)], f"{listing}:2: malformed workload"),
+        ([str(tmp_path / "missing.txt")], "no workload list"),
+        (["arch:everything"], "unknown population"),
+        ([str(listing), "--on", "cpu+nosuchbackend"], "nosuchbackend"),
+        (["--resume", "abc123"], "no database"),
+        ([str(listing), "--write-expect"], "--write-expect needs --expect"),
+    ):
+        done = bakeoff("sweep", *args, "--db", str(db))
+        assert done.returncode == 2, (args, done.stderr)
+        assert words in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not db.exists()
