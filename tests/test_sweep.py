@@ -244,3 +244,28 @@ def test_bad_input_is_one_line_and_stores_nothing(tmp_path):
         assert done.returncode == 2, (args, done.stderr)
         assert words in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not db.exists()
+
+
+def test_two_sweeps_of_one_population_show_what_started_and_stopped_working(tmp_path):
+    population = tmp_path / "pair.txt"
+    population.write_text(f"{spec('fine')}\n{spec('switchable')}\n", encoding="utf-8")
+    db = str(tmp_path / "kb.db")
+    ids = []
+    # the second "release" breaks one workload (switches reach the targets, never the reference)
+    for extra in ((), ("--env", "BAKEOFF_FIXTURE_WRONG=1")):
+        args = ["sweep", str(population), "--on", "cpu?threads=1", "--timing", "none", "--format", "json"]
+        done = bakeoff(*args, "--db", db, *extra)
+        assert done.returncode == 0, done.stderr[-2000:]
+        ids.append(json.loads(done.stdout)["sweep_id"])
+    later = bakeoff("coverage", ids[1], "--against", ids[0], "--db", db, "--format", "json")
+    assert later.returncode == 1, later.stderr  # a cell stopped working
+    found = {e["workload"]: (e["status"], e["expected"], e["actual"]) for e in json.loads(later.stdout)["expectations"]}
+    assert found == {
+        spec("fine"): ("pass", "compiles_clean", "compiles_clean"),
+        spec("switchable"): ("regressed", "compiles_clean", "on_device"),
+    }
+    shown = bakeoff("coverage", ids[1], "--against", ids[0], "--db", db)
+    assert f"against sweep {ids[0]} (same library versions)" in shown.stdout and "1 regressed" in shown.stdout
+    back = bakeoff("coverage", ids[0], "--against", ids[1], "--db", db, "--format", "json")
+    assert back.returncode == 0
+    assert {e["status"] for e in json.loads(back.stdout)["expectations"]} == {"pass", "improved"}

@@ -136,6 +136,16 @@ def sweep_command(
     _print_coverage(found, fmt, no_matrix, expect, expected, write_expect)
 
 
+def _since(earlier: Any, later: Any) -> str:
+    """``sweep ID (what changed: torch a -> b, ...)``, the label of a comparison between sweeps."""
+    changed = [
+        f"{name} {earlier.packages.get(name, '-')} -> {later.packages.get(name, '-')}"
+        for name in sorted(set(earlier.packages) | set(later.packages))
+        if earlier.packages.get(name) != later.packages.get(name)
+    ]
+    return f"sweep {earlier.sweep_id} ({', '.join(changed) or 'same library versions'})"
+
+
 def _print_coverage(
     found: Any, fmt: str, no_matrix: bool, expect: str | None, expected: Any, write_expect: bool
 ) -> None:
@@ -169,23 +179,33 @@ def _print_coverage(
               help="Also write the tables as Markdown.")  # fmt: skip
 @click.option("--expect", "expect", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Classify each cell against these expected grades; exit 1 on a regression.")  # fmt: skip
+@click.option("--against", "against", default=None, metavar="SWEEP_ID",
+              help="An earlier sweep: which cells started or stopped working (exit 1 if any stopped).")  # fmt: skip
 @click.option("--no-matrix", "no_matrix", is_flag=True, help="Print the figures and reasons, not the matrix.")
 @db_option
 @format_option
 def coverage_command(
-    sweep_id: str, html_path: str | None, md_path: str | None, expect: str | None, no_matrix: bool, db: str | None,
-    fmt: str,
+    sweep_id: str, html_path: str | None, md_path: str | None, expect: str | None, against: str | None,
+    no_matrix: bool, db: str | None, fmt: str,
 ) -> None:  # fmt: skip
     """Print a stored sweep's matrix, its coverage at every grade and why cells stopped."""
     from pathlib import Path
 
     from bakeoff import api
+    from bakeoff.errors import SpecError
 
+    if expect is not None and against is not None:
+        raise SpecError("--expect with --against", hint="compare with one of them at a time")
     expected = None
     if expect is not None:
         from bakeoff.sweep.expect import read_expectations
 
         expected = read_expectations(expect)
+    if against is not None:
+        from bakeoff.sweep.expect import grades_of
+
+        earlier = api.coverage(against, db=db)
+        expected, expect = grades_of(earlier), _since(earlier, api.coverage(sweep_id, db=db))
     found = api.coverage(sweep_id, db=db)
     for path, render in ((html_path, "render_coverage_html"), (md_path, "coverage_markdown")):
         if path is not None:

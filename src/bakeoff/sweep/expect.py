@@ -30,7 +30,7 @@ import tomllib
 from bakeoff.errors import SpecError
 from bakeoff.verdicts.coverage import GRADES, Coverage
 
-__all__ = ["STATUSES", "Expectation", "classify", "read_expectations", "write_expectations"]
+__all__ = ["STATUSES", "Expectation", "classify", "grades_of", "read_expectations", "write_expectations"]
 
 STATUSES = ("regressed", "improved", "new", "missing", "expected_failure", "pass", "skipped")
 _VALID = (*GRADES, "none", "skipped")
@@ -111,6 +111,15 @@ def classify(coverage: Coverage, expected: dict[str, dict[str, str]]) -> list[Ex
             if (target, workload) not in seen:
                 out.append(Expectation(workload, target, "missing", want, None, "not stored in this sweep"))
     return out
+
+
+def grades_of(coverage: Coverage) -> dict[str, dict[str, str]]:
+    """A sweep's own grades in the form of an expectations file: comparing a sweep against an
+    earlier one of the same population shows which cells started and stopped working."""
+    grades: dict[str, dict[str, str]] = {}
+    for cell in coverage.cells:
+        grades.setdefault(cell.target, {})[cell.workload] = cell.grade or "none"
+    return grades
 
 
 def _quoted(text: str) -> str:

@@ -35,4 +35,5 @@ def load_coverage(store: Store, sweep_id: str) -> Coverage:
         targets=record.targets,
         cells=tuple(cells),
         pending=tuple(spec for spec in record.specs if spec not in stored),
+        packages=dict(record.environment.data.get("packages") or {}),
     )

@@ -242,6 +242,7 @@ class Coverage:
     targets: tuple[str, ...]
     cells: tuple[Cell, ...]
     pending: tuple[str, ...] = ()
+    packages: dict[str, str] = field(default_factory=dict)  # versions where the sweep ran
 
     @property
     def size(self) -> int:
@@ -269,6 +270,7 @@ class Coverage:
             "created_at": self.created_at,
             "population": {k: v for k, v in self.population.items() if k != "specs"},
             "targets": list(self.targets),
+            "packages": dict(self.packages),
             "grades": {g: GRADE_MEANING[g] for g in GRADES},
             "figures": self.figures,
             "pending": list(self.pending),
