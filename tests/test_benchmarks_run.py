@@ -76,6 +76,15 @@ SCRIPTS: dict[str, tuple[list[str], list[str], list]] = {
         [pytest.mark.emu],
     ),
     "placement_overhead.py": (["--quick"], [rf"arch:llama\S*\s+{NUMBER}M\s+\d+\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}"], []),
+    "sweep_coverage.py": (
+        ["--quick"],  # four tiny architectures on cpu, through warm workers, against in-process trials
+        [
+            rf"wall {NUMBER} s for 4 cells: {NUMBER} cells per minute",
+            r"coverage on cpu: builds 4/4 \(100%\), runs 4/4 \(100%\)",
+            rf"orchestration overhead per cell \(first 4 cells, the first left out\): median -?{NUMBER} s",
+        ],
+        [pytest.mark.isolated],
+    ),
     "training_parity.py": (
         ["--quick"],
         [rf"\s+0 emu\s+{NUMBER}s (pass|drift)", r"false alarms \(fail on a clean target\): 0 of 2"],

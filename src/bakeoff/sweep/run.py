@@ -17,6 +17,7 @@ transaction, only if no other process stored that workload first.
 from __future__ import annotations
 
 import datetime
+import gc
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -109,7 +110,7 @@ def run_sweep(
     pending = [(i, spec) for i, spec in enumerate(record.specs) if spec not in stored]
     if limit is not None:
         pending = pending[:limit]
-    total, done, failures = len(record.specs), len(stored), 0
+    total, done, failures, frozen = len(record.specs), len(stored), 0, False
     preload = (
         ("torch", "transformers")
         if any(s.startswith("arch:") or s.startswith("hf:") for s in record.specs)
@@ -133,6 +134,9 @@ def run_sweep(
                 error = {"type": type(exc).__name__, "message": (str(exc).splitlines() or [""])[0][:500]}
             seconds = time.monotonic() - started
             went_in = store.save_cell(sweep_id, spec, position, seconds, _now(), run=run, error=error)
+            if not frozen:  # torch and transformers are loaded now, for the rest of the sweep: later
+                gc.freeze()  # collections need not walk them (a full one costs 0.2-0.4 s with them)
+                frozen = True
             done += int(went_in)
             failed, grades = _failed(run, error, spec)
             failures += failed

@@ -8,6 +8,7 @@ pure function of its inputs (a KV cache object is not an output to compare).
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,13 @@ def _mappings() -> tuple[dict[str, str], dict[str, str]]:
 
 
 def list_architectures() -> dict[str, str]:
+    """Model types usable as ``arch:<name>``, mapped to the head bakeoff builds for them (see
+    :func:`_architectures`; a copy, computed once per process)."""
+    return dict(_architectures())
+
+
+@functools.lru_cache(maxsize=1)
+def _architectures() -> dict[str, str]:
     """Model types usable as ``arch:<name>``, mapped to the head bakeoff builds for them.
 
     Decoders get their causal-LM head (logits are what a service returns). Encoders such as

@@ -1,0 +1,94 @@
+"""A coverage sweep's own figures: wall time, cells per minute, coverage at each grade, the top
+failure reasons, and what the orchestration costs per cell against the model work it wraps.
+
+The sweep runs through the API as a user's would (warm workers per target, every cell stored).
+The orchestration overhead is measured against the same trials run in this process without
+workers (``isolate=False``) on the first few workloads: the difference per cell is what
+worker processes, their messages and the sweep's bookkeeping add.
+
+Usage: .venv/bin/python benchmarks/sweep_coverage.py [--population arch:causal_lm]
+       [--on cpu,cpu+aot_eager] [--overhead-cells 20] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+QUICK = ["arch:llama", "arch:gpt2", "arch:gpt_neox", "arch:qwen2"]
+
+
+def in_process_seconds(specs: list[str], targets: list[str], db: Path) -> list[float]:
+    """Each workload as a trial in this process (no workers), timed like a sweep's cell."""
+    from bakeoff.runner.trial import run_trial
+    from bakeoff.settings import TrialSettings
+    from bakeoff.store.db import Store
+    from bakeoff.target.spec import parse_target
+
+    store = Store.open(db)
+    settings = TrialSettings.from_options(min_samples=1, min_seconds=0.0, isolate=False)
+    parsed = [parse_target(t) for t in targets]
+    run_trial(store, specs[0], parsed, settings, save=False)  # imports and first-use costs, not timed
+    seconds = []
+    for spec in specs:
+        started = time.perf_counter()
+        try:
+            run_trial(store, spec, parsed, settings, save=False)
+        except Exception:  # a workload that does not build costs what a failed cell costs
+            pass
+        seconds.append(time.perf_counter() - started)
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--population", default="arch:causal_lm")
+    parser.add_argument("--on", default="cpu,cpu+aot_eager")
+    parser.add_argument("--overhead-cells", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="four tiny architectures on cpu")
+    args = parser.parse_args()
+    import bakeoff
+
+    here = Path(tempfile.mkdtemp(prefix="bakeoff-sweep-bench-"))
+    population, targets = args.population, args.on
+    if args.quick:
+        population = str(here / "quick.txt")
+        Path(population).write_text("\n".join(QUICK) + "\n", encoding="utf-8")
+        targets, args.overhead_cells = "cpu", len(QUICK)
+    started = time.perf_counter()
+    coverage = bakeoff.sweep(population, on=targets, db=here / "kb.db", timing="none")
+    wall = time.perf_counter() - started
+    store = bakeoff.api.Store.open(here / "kb.db")
+    cells = store.sweep_cells(coverage.sweep_id)
+    p = coverage.population
+    print(f"population {p['name']}: {coverage.size} {p['unit']}s, transformers {p['transformers']}")
+    print(f"targets {targets}; timing none (one timed call per target)")
+    print(f"wall {wall:.1f} s for {len(cells)} cells: {len(cells) / wall * 60:.1f} cells per minute")
+    seconds = [c.duration_s for c in cells]
+    print(f"cell time: median {statistics.median(seconds):.2f} s, max {max(seconds):.1f} s")
+    for target, figure in coverage.figures.items():
+        shares = ", ".join(
+            f"{grade} {g['count']}/{coverage.size} ({g['share']:.0%})" for grade, g in figure["grades"].items()
+        )
+        print(f"coverage on {target}: {shares}")
+    print("top failure reasons:")
+    for reason in coverage.reasons[:10]:
+        print(f"  {reason['count']:4d}  {reason['reason'][:110]}  (after {', '.join(reason['stopped_at'])})")
+    first = [c.workload_spec for c in cells[: args.overhead_cells]]
+    swept = [c.duration_s for c in cells[: args.overhead_cells]]
+    direct = in_process_seconds(first, targets.split(","), here / "direct.db")
+    overhead = [s - d for s, d in zip(swept[1:], direct[1:], strict=True)]  # the first cell pays the workers' start
+    per_cell = statistics.median(overhead) if overhead else float("nan")
+    share = sum(overhead) / sum(swept[1:]) if overhead else float("nan")
+    print(
+        f"orchestration overhead per cell (first {len(first)} cells, the first left out): median {per_cell:.3f} s, "
+        f"{share:.0%} of the sweep's cell time (in-process trial median {statistics.median(direct[1:]):.3f} s)"
+    )
+    print(f"workers' start paid by the first cell: {swept[0] - direct[0]:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
