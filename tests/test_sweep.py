@@ -79,7 +79,7 @@ def test_every_cell_is_stored_once_with_its_grade(swept):
     assert len(data["cells"]) == 2 * len(POPULATION)
     for target in ("cpu", "cpu?threads=1"):
         for clean in (spec("fine"), spec("fine", width="4"), spec("fine", label=CRAFTED), spec("fine", width="6")):
-            assert grade(swept, clean, target)["grade"] == "compiles_clean", grade(swept, clean, target)
+            assert grade(swept, clean, target)["grade"] == "generates_same", grade(swept, clean, target)
 
 
 @pytest.mark.parametrize(
@@ -118,8 +118,8 @@ def test_coverage_figures_count_the_population(swept):
     # on_device; the one that does not build reaches nothing
     assert figures["builds"]["count"] == 10 and figures["runs"]["count"] == 5
     assert figures["on_device"]["count"] == 5 and figures["correct"]["count"] == 4
-    assert figures["compiles_clean"]["count"] == 4
-    assert figures["compiles_clean"]["share"] == pytest.approx(4 / size)
+    assert figures["compiles_clean"]["count"] == figures["generates_same"]["count"] == 4
+    assert figures["generates_same"]["share"] == pytest.approx(4 / size)
 
 
 def test_warm_workers_serve_cells_and_a_crashed_one_is_replaced(swept):
@@ -167,10 +167,10 @@ def test_expectations_classify_and_fail_on_a_regression(swept, tmp_path):
     text = expected.read_text(encoding="utf-8")
     wrong = f'"{spec("wrong")}" = "on_device"'
     assert wrong in text
-    edited = text.replace(wrong, f'"{spec("wrong")}" = "compiles_clean"', 1)  # it used to be right
+    edited = text.replace(wrong, f'"{spec("wrong")}" = "generates_same"', 1)  # it used to be right
     edited = edited.replace(f'"{spec("crashes")}" = "builds"', f'"{spec("crashes")}" = "runs"', 1)
-    edited = edited.replace(f'"{spec("fine", width="6")}" = "compiles_clean"\n', "", 1)  # a new cell
-    edited += '"py:gone.py:model" = "compiles_clean"\n'  # listed under the last target, not swept
+    edited = edited.replace(f'"{spec("fine", width="6")}" = "generates_same"\n', "", 1)  # a new cell
+    edited += '"py:gone.py:model" = "generates_same"\n'  # listed under the last target, not swept
     expected.write_text(edited, encoding="utf-8")
     diff = bakeoff("coverage", sweep_id, "--db", db, "--expect", str(expected), "--format", "json")
     assert diff.returncode == 1, diff.stderr
@@ -182,7 +182,7 @@ def test_expectations_classify_and_fail_on_a_regression(swept, tmp_path):
     assert found[(spec("fine"), "cpu")] == "pass"
     assert found[(spec("hangs"), "cpu")] == "expected_failure"
     # a clean sweep against expectations of failure: improved, exit 0
-    improved = text.replace(f'"{spec("fine")}" = "compiles_clean"', f'"{spec("fine")}" = "runs"', 1)
+    improved = text.replace(f'"{spec("fine")}" = "generates_same"', f'"{spec("fine")}" = "runs"', 1)
     expected.write_text(improved, encoding="utf-8")
     better = bakeoff("coverage", sweep_id, "--db", db, "--expect", str(expected), "--format", "json")
     assert better.returncode == 0
@@ -225,7 +225,7 @@ def test_a_sweep_killed_with_sigkill_resumes_to_every_cell_exactly_once(tmp_path
     with sqlite3.connect(db) as conn:
         runs = conn.execute("SELECT workload_spec, count(*) FROM runs GROUP BY workload_spec").fetchall()
     assert sorted(runs) == sorted((s, 1) for s in specs)  # no run lost, none twice, none without its cell
-    assert {c["grade"] for c in json.loads(resumed.stdout)["cells"]} == {"compiles_clean"}
+    assert {c["grade"] for c in json.loads(resumed.stdout)["cells"]} == {"generates_same"}
 
 
 def test_bad_input_is_one_line_and_stores_nothing(tmp_path):
@@ -261,8 +261,8 @@ def test_two_sweeps_of_one_population_show_what_started_and_stopped_working(tmp_
     assert later.returncode == 1, later.stderr  # a cell stopped working
     found = {e["workload"]: (e["status"], e["expected"], e["actual"]) for e in json.loads(later.stdout)["expectations"]}
     assert found == {
-        spec("fine"): ("pass", "compiles_clean", "compiles_clean"),
-        spec("switchable"): ("regressed", "compiles_clean", "on_device"),
+        spec("fine"): ("pass", "generates_same", "generates_same"),
+        spec("switchable"): ("regressed", "generates_same", "on_device"),
     }
     shown = bakeoff("coverage", ids[1], "--against", ids[0], "--db", db)
     assert f"against sweep {ids[0]} (same library versions)" in shown.stdout and "1 regressed" in shown.stdout

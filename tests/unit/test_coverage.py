@@ -6,6 +6,7 @@ import pytest
 
 from bakeoff.checks.compilation import Compilation
 from bakeoff.checks.correctness import Correctness
+from bakeoff.checks.greedy import Greedy
 from bakeoff.checks.placement import Placement
 from bakeoff.errors import SpecError
 from bakeoff.results.values import ErrorInfo, TargetResult
@@ -17,6 +18,7 @@ CLEAN = {
     "placement": Placement("on_device", "every op on the device"),
     "correctness": Correctness("pass", "", "eager:float32"),
     "compilation": Compilation(graphs=1),
+    "greedy": Greedy("same", "8 greedy tokens identical", 8, 8),
 }
 
 
@@ -32,11 +34,27 @@ def result(target: str = "cpu+aot_eager", status: str = "ok", error: ErrorInfo |
 
 def test_a_clean_compiled_target_reaches_the_top():
     cell = grade_cell("arch:x", result())
-    assert cell.grade == GRADES[-1] == "compiles_clean" and cell.reason == ""
+    assert cell.grade == GRADES[-1] == "generates_same" and cell.reason == ""
 
 
 def test_an_eager_target_passes_compiles_clean_through():
-    assert grade_cell("arch:x", result("cpu", compilation=None)).grade == "compiles_clean"
+    assert grade_cell("arch:x", result("cpu", compilation=None)).grade == "generates_same"
+
+
+@pytest.mark.parametrize(
+    ("greedy", "grade", "key"),
+    [
+        (Greedy("tie", "tokens part at a near tie"), "generates_same", ""),
+        (Greedy("not_applicable", "not a language model"), "generates_same", ""),
+        (Greedy("differs", "tokens differ from step 3"), "compiles_clean", "greedy tokens differ"),
+        (Greedy("error", "decoding on the target raised RuntimeError: size 17 > 16"), "compiles_clean",
+         "greedy decoding error: decoding on the target raised RuntimeError: size N > N"),
+        (None, "compiles_clean", "greedy decoding not compared"),
+    ],
+)  # fmt: skip
+def test_greedy_tokens_are_the_top_of_the_ladder(greedy, grade, key):
+    cell = grade_cell("arch:x", result(greedy=greedy))
+    assert cell.grade == grade and cell.key == key, cell
 
 
 def test_a_compiled_target_without_its_compile_watch_is_not_called_clean():
@@ -120,7 +138,7 @@ def _coverage(grades: dict[str, str | None]) -> Coverage:
     for workload, grade in grades.items():
         if grade is None:
             cells.append(grade_cell(workload, None, {"type": "E", "message": "m"}, "cpu"))
-        elif grade == "compiles_clean":
+        elif grade == "generates_same":
             cells.append(grade_cell(workload, result("cpu")))
         else:
             cells.append(
@@ -133,13 +151,13 @@ def _coverage(grades: dict[str, str | None]) -> Coverage:
 def test_expectations_round_trip_and_classify(tmp_path):
     path = tmp_path / "expected.toml"
     before = _coverage(
-        {"arch:a": "compiles_clean", "arch:b": "on_device", "arch:c": None, 'arch:"q"': "compiles_clean"}
+        {"arch:a": "generates_same", "arch:b": "on_device", "arch:c": None, 'arch:"q"': "generates_same"}
     )
     assert write_expectations(path, before) == 4
     expected = read_expectations(path)
-    assert expected["cpu"]['arch:"q"'] == "compiles_clean"  # quotes survive the TOML round trip
+    assert expected["cpu"]['arch:"q"'] == "generates_same"  # quotes survive the TOML round trip
     assert {e.status for e in classify(before, expected)} == {"pass", "expected_failure"}
-    after = _coverage({"arch:a": "on_device", "arch:b": "compiles_clean", "arch:d": "compiles_clean"})
+    after = _coverage({"arch:a": "on_device", "arch:b": "generates_same", "arch:d": "generates_same"})
     found = {e.workload: e.status for e in classify(after, expected)}
     assert found == {
         "arch:a": "regressed",

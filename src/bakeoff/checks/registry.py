@@ -21,6 +21,7 @@ from bakeoff.checks.base import Check, CheckSpec
 from bakeoff.checks.compilation import CompilationCheck
 from bakeoff.checks.correctness import CorrectnessCheck
 from bakeoff.checks.determinism import DeterminismCheck
+from bakeoff.checks.greedy import GreedyCheck
 from bakeoff.checks.localization import LocalizationCheck
 from bakeoff.checks.placement import PlacementCheck
 from bakeoff.checks.training import TrainingCheck
@@ -59,6 +60,7 @@ BUILTIN: tuple[Check, ...] = (
     PlacementCheck(),
     CompilationCheck(),
     DeterminismCheck(),
+    GreedyCheck(),  # before training, which changes the weights
     TrainingCheck(),
     LocalizationCheck(),
 )

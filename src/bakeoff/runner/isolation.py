@@ -39,6 +39,9 @@ __all__ = ["IsolatedSession", "Worker", "WorkerPool", "die_with_parent"]
 
 
 _STACK_SIGNAL = getattr(signal, "SIGUSR1", None)  # asks a hung worker for its Python stack
+#: How long a worker may take to start and import what it preloads (torch, transformers) on a
+#: busy machine; a step's timeout counts from then.
+STARTUP_TIMEOUT_S = 300.0
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -114,6 +117,7 @@ def _worker(
             import gc
 
             gc.freeze()  # the imported modules are for life: later collections need not walk them
+        conn.send("ready")  # start-up is over: from now on each step has the step timeout
         session: Any = None
         sessions = 0
         while True:
@@ -168,6 +172,7 @@ class Worker:
         self.key: Any = None
         self.sessions = 0
         self.broken = False
+        self.ready = False
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe(duplex=True)
         self.process = ctx.Process(
@@ -181,6 +186,18 @@ class Worker:
     @property
     def alive(self) -> bool:
         return not self.broken and self.process.is_alive()
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        """Wait until the worker has started and imported what it preloads (its ``ready``);
+        False if it died or did not get there within ``timeout_s``."""
+        if self.ready:
+            return True
+        try:
+            if self.conn.poll(timeout_s):
+                self.ready = self.conn.recv() == "ready"
+        except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
+            self.ready = False
+        return self.ready
 
     def begin(self, job: TargetJob) -> None:
         """Start a new session for ``job``: the phase file is cleared, so that a death before
@@ -310,7 +327,11 @@ class IsolatedSession:
         self.started = time.monotonic()
         self.worker = pool.acquire(job) if pool is not None else Worker()
         self.worker.begin(job)
-        self._call(("session", job))
+        # a worker's start (spawn, imports) is not a step: it has its own, longer allowance
+        if self.worker.wait_ready(max(timeout_s, STARTUP_TIMEOUT_S)):
+            self._call(("session", job))
+        else:
+            self._fail("start-up", timed_out=self.worker.process.is_alive())
 
     def _call(self, command: str | tuple[str, Any]) -> Any:
         if self.result is not None:
@@ -349,7 +370,8 @@ class IsolatedSession:
         inner = phase_file.read_text(encoding="utf-8").strip() if phase_file.exists() else ""
         phase = inner or f"worker ({command})"
         if timed_out:
-            message = f"no reply to '{command}' within {self.timeout_s:g} s"
+            waited = max(self.timeout_s, STARTUP_TIMEOUT_S) if command == "start-up" else self.timeout_s
+            message = f"no reply to '{command}' within {waited:g} s"
             message += f" (stuck in {inner})" if inner else ""
             error = ErrorInfo("Timeout", message + "; worker killed", "timeout", phase, tail)
         else:

@@ -69,6 +69,10 @@ def create_sweep(
     unknown = sorted(set(options) - set(SWEEP_KEYWORDS))
     if unknown:
         raise SpecError(f"a sweep does not take {unknown[0]!r}", hint="use " + ", ".join(SWEEP_KEYWORDS))
+    checks = [str(c) for c in options.get("checks") or ()]
+    if not any(c.split("?")[0] == "greedy" for c in checks):
+        checks.insert(0, "greedy")  # the top of the grade ladder needs it on every cell
+    options = {**options, "checks": checks}
     TrialSettings.from_options(**options)  # every value checked before the sweep exists
     sweep_id = uuid.uuid4().hex[:12]
     stored = {k: list(v) if isinstance(v, tuple | list) else v for k, v in options.items()}

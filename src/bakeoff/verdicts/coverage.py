@@ -13,7 +13,8 @@ What a grade cannot see: ``on_device`` is the placement audit's verdict (a targe
 audit, such as one whose placement check was skipped, stops at ``runs``); ``correct`` is the
 correctness check against the stored baseline on the workload's one input; ``compiles_clean``
 is judged on that input only (no input profile in a sweep unless asked) and passes eager targets
-through; nothing here compares generated tokens.
+through; ``generates_same`` is the greedy check's tokens from the workload's one prompt (a
+sweep asks for it on every cell; without it a cell stops at ``compiles_clean``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bakeoff.checks.greedy import SAME as SAME_TOKENS
 from bakeoff.results.values import TargetResult
 
 __all__ = [
@@ -37,13 +39,15 @@ __all__ = [
 ]
 
 #: The grade ladder, lowest first.
-GRADES = ("builds", "runs", "on_device", "correct", "compiles_clean")
+GRADES = ("builds", "runs", "on_device", "correct", "compiles_clean", "generates_same")
 GRADE_MEANING = {
     "builds": "the workload was built and the target prepared it (placed, cast, compiled lazily)",
     "runs": "the target ran the workload's forward pass without an error",
     "on_device": "the placement audit found the work on the target (a CPU target passes as not_applicable)",
     "correct": "outputs within tolerance of the preserved eager baseline (the correctness check's pass)",
     "compiles_clean": "no graph breaks, recompiles or recompile-limit hits where compiled (eager targets pass)",
+    "generates_same": "greedy tokens identical to the reference's, or parted only at a near tie (the greedy "
+    "check; workloads that are not language models pass)",
 }
 #: Phases of a target session before its first forward pass ended.
 _BEFORE_RUN = ("build", "prepare")
@@ -180,6 +184,14 @@ def grade_cell(
             )
     elif result.target.is_compiled:
         return _stop(workload, target, "correct", "compiled but not watched", "compilation not watched")
+    greedy = result.checks.get("greedy")
+    if greedy is None:
+        return _stop(workload, target, "compiles_clean", "greedy decoding not compared", "greedy decoding not compared")
+    if greedy.verdict not in SAME_TOKENS:
+        key = "greedy tokens differ" if greedy.verdict == "differs" else f"greedy decoding {greedy.verdict}"
+        if greedy.verdict == "error":
+            key += ": " + reason_key("", greedy.reason).lstrip(": ")
+        return _stop(workload, target, "compiles_clean", f"greedy decoding {greedy.verdict}: {greedy.reason}", key)
     return Cell(workload, target, GRADES[-1])
 
 
