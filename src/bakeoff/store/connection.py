@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, Table, create_engine, event, text
+from sqlalchemy import Engine, Table, create_engine, event, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
@@ -172,3 +172,18 @@ def insert_unless_exists(conn: Any, table: Table, keys: list[str]) -> Any:
         .on_conflict_do_nothing(index_elements=keys)
         .execution_options(preserve_rowcount=True)
     )
+
+
+def resolve_prefix(engine: Any, where: str, column: Any, prefix: str, noun: str, hint: str) -> str:
+    """The one id in ``column`` that starts with ``prefix`` (``where``: the database, as shown).
+
+    Raises:
+        StoreError: none does (``hint`` says where to list them), or more than one does.
+    """
+    with engine.connect() as conn:
+        ids = conn.execute(select(column).where(column.startswith(prefix, autoescape=True)).limit(2)).scalars().all()
+    if not ids:
+        raise StoreError(f"no {noun} {prefix!r} in {where}", hint=hint)
+    if len(ids) > 1:
+        raise StoreError(f"{noun} id prefix {prefix!r} is ambiguous", hint="give more characters of the id")
+    return str(ids[0])

@@ -49,6 +49,7 @@ from bakeoff.store.connection import (
     lock_writers,
     make_engine,
     resolve_db_url,
+    resolve_prefix,
     set_sqlite_pragmas,
 )
 from bakeoff.store.sweeps import SweepTables
@@ -360,18 +361,8 @@ class Store(SweepTables):
     @guarded
     def resolve_run_id(self, prefix: str) -> str:
         """The full id of the one run whose id starts with ``prefix``."""
-        table = schema.runs
-        with self.engine.connect() as conn:
-            ids = (
-                conn.execute(select(table.c.id).where(table.c.id.startswith(prefix, autoescape=True)).limit(2))
-                .scalars()
-                .all()
-            )
-        if not ids:
-            raise StoreError(f"no run {prefix!r} in {self.display_url}", hint="run `bakeoff history` to list run ids")
-        if len(ids) > 1:
-            raise StoreError(f"run id prefix {prefix!r} is ambiguous", hint="give more characters of the id")
-        return ids[0]
+        hint = "run `bakeoff history` to list run ids"
+        return resolve_prefix(self.engine, self.display_url, schema.runs.c.id, prefix, "run", hint)
 
     @guarded
     def get_run(self, run_id: str) -> RunResult:

@@ -16,7 +16,7 @@ from bakeoff.env import Environment
 from bakeoff.errors import StoreError
 from bakeoff.results.values import RunResult
 from bakeoff.store import schema
-from bakeoff.store.connection import guarded, insert_unless_exists
+from bakeoff.store.connection import guarded, insert_unless_exists, resolve_prefix
 from bakeoff.version import __version__
 
 __all__ = ["CellRow", "SweepRecord", "SweepTables"]
@@ -114,15 +114,9 @@ class SweepTables:
 
     @guarded
     def resolve_sweep_id(self, prefix: str) -> str:
-        table = schema.sweeps
-        with self.engine.connect() as conn:
-            found = conn.execute(select(table.c.id).where(table.c.id.startswith(prefix, autoescape=True))).scalars()
-            ids = list(found)
-        if not ids:
-            raise StoreError(f"no sweep {prefix!r} in {self.display_url}", hint="`bakeoff sweeps` lists the sweeps")
-        if len(ids) > 1:
-            raise StoreError(f"sweep id {prefix!r} is ambiguous ({len(ids)} sweeps)", hint="give more characters")
-        return ids[0]
+        """The full id of the one sweep whose id starts with ``prefix``."""
+        hint = "`bakeoff sweeps` lists the sweeps"
+        return resolve_prefix(self.engine, self.display_url, schema.sweeps.c.id, prefix, "sweep", hint)
 
     @guarded
     def get_sweep(self, sweep_id: str) -> SweepRecord:

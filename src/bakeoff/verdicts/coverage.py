@@ -109,6 +109,11 @@ def reason_key(error_type: str, message: str) -> str:
     return f"{error_type}: {first.strip()[:160]}" if first.strip() else error_type
 
 
+def _pattern(text: str) -> str:
+    """A message's cluster pattern without an exception type."""
+    return reason_key("", text).lstrip(": ")
+
+
 def _stop(workload: str, target: str, grade: str | None, reason: str, key: str, category: str = "") -> Cell:
     return Cell(workload, target, grade, reason, key or reason, category)
 
@@ -159,7 +164,7 @@ def grade_cell(
             target,
             "on_device",
             f"correctness {verdict}" + (f": {why}" if why else ""),
-            f"correctness {verdict}" + (f": {reason_key('', head).lstrip(': ')}" if head else ""),
+            f"correctness {verdict}" + (f": {_pattern(head)}" if head else ""),
         )
     compilation = result.compilation
     if result.target.is_compiled and compilation is not None:
@@ -172,7 +177,7 @@ def grade_cell(
                     target,
                     "correct",
                     f"{compilation.graph_breaks} graph break(s): {first}",
-                    "graph break: " + reason_key("", first).lstrip(": "),
+                    "graph break: " + _pattern(first),
                 )
             why = (compilation.recompile_reasons or ("recompiled",))[0]
             return _stop(
@@ -180,7 +185,7 @@ def grade_cell(
                 target,
                 "correct",
                 f"{compilation.recompiles} recompile(s): {why}",
-                "recompile: " + reason_key("", why).lstrip(": "),
+                "recompile: " + _pattern(why),
             )
     elif result.target.is_compiled:
         return _stop(workload, target, "correct", "compiled but not watched", "compilation not watched")
@@ -190,7 +195,7 @@ def grade_cell(
     if greedy.verdict not in SAME_TOKENS:
         key = "greedy tokens differ" if greedy.verdict == "differs" else f"greedy decoding {greedy.verdict}"
         if greedy.verdict == "error":
-            key += ": " + reason_key("", greedy.reason).lstrip(": ")
+            key += ": " + _pattern(greedy.reason)
         return _stop(workload, target, "compiles_clean", f"greedy decoding {greedy.verdict}: {greedy.reason}", key)
     return Cell(workload, target, GRADES[-1])
 
