@@ -14,8 +14,9 @@ a kill therefore works exactly as locally (every workload stored exactly once).
 Resources: a ``cuda`` target asks for ``{"GPU": 1}``, a ``neuron`` target for
 ``{"neuron_cores": 1}``, any other non-CPU device for a custom resource named after its device
 type (``{"emu": 1}``, ``{"xpu": 1}``); a cell asks for the union (the most of each resource any
-of its targets needs) and one CPU. A sweep whose targets need a resource that no node offers
-is refused before anything runs, instead of waiting forever on tasks that cannot be placed.
+of its targets needs) and a CPU per target worker it keeps (:func:`cell_cpus`). A sweep whose
+targets need a resource that no node offers is refused before anything runs, instead of
+waiting forever on tasks that cannot be placed.
 
 Failures: a target's crash, hang or out-of-memory kill happens in its worker inside the task
 and becomes that target's result, as locally. A failure of the task itself (the Ray worker
@@ -57,6 +58,7 @@ from bakeoff.target.spec import Target
 
 __all__ = [
     "CELL_TIMEOUT_FACTOR",
+    "cell_cpus",
     "cell_resources",
     "cell_timeout",
     "local_resources",
@@ -154,6 +156,16 @@ def missing_resource(
             )
     listed = ", ".join(f"{name} {amount:g}" for name, amount in needs.items())
     return SpecError(f"no single node of {where} offers {listed} at once", hint="one cell runs on one node")
+
+
+def cell_cpus(targets: Sequence[Target], nodes: Sequence[Mapping[str, float]]) -> int:
+    """CPUs a cell asks for: one per target worker it keeps (the reference's included), at most
+    the largest node's. Each worker is a process that imports torch and runs the workload; on a
+    node with fewer cores than that, cells run one at a time, as locally, instead of starving
+    each other's workers into per-step timeouts."""
+    workers = len({t.spec for t in targets} | {"cpu"})
+    largest = max((int(node.get("CPU", 0)) for node in nodes), default=1)
+    return max(1, min(workers, largest))
 
 
 def cell_timeout(timeout_s: float, sessions: int) -> float:
@@ -375,9 +387,10 @@ def ray_cells(
         refusal = missing_resource(targets, nodes, f"the Ray cluster at {address}" if address else "the Ray cluster")
         if refusal is not None:
             raise refusal
+        cpus = cell_cpus(targets, nodes)
         # never retried: a cell that killed its worker would kill the next one the same way
         task = ray.remote(run_cell).options(
-            num_cpus=1,
+            num_cpus=cpus,
             num_returns="streaming",
             max_retries=0,
             retry_exceptions=False,
