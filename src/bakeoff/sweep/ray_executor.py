@@ -216,9 +216,19 @@ def _warm_pool(preload: tuple[str, ...], workers: int) -> Any:
 
     pool = _POOLS.get(preload)
     if pool is None:
+        if not _POOLS:  # a worker Ray ends in an orderly way removes its target workers' files
+            import atexit
+
+            atexit.register(_close_pools)
         pool = _POOLS[preload] = WorkerPool(preload=preload)
         pool.prestart(workers)
     return pool
+
+
+def _close_pools() -> None:
+    for pool in _POOLS.values():
+        pool.close()
+    _POOLS.clear()
 
 
 def run_cell(
