@@ -237,13 +237,14 @@ def run_cell(
     options: Mapping[str, Any],
     requirements: Sequence[str],
     driver: Mapping[str, Any],
+    preload: tuple[str, ...] = ("torch",),
 ) -> Iterator[dict[str, Any]]:
     """The body of a cell's task: first what it runs on (the driver's clock starts then),
     then the cell as plain data. Nothing here writes outside its scratch directory."""
     import socket
 
     from bakeoff.runner.trial import run_trial
-    from bakeoff.sweep.run import _now, cell_error, preload_for
+    from bakeoff.sweep.run import _now, cell_error
     from bakeoff.target.detect import extra_devices
     from bakeoff.target.spec import parse_target
 
@@ -257,7 +258,7 @@ def run_cell(
         os.chdir(driver["cwd"])
     targets = [parse_target(s, extra_devices=extra_devices()) for s in target_specs]
     settings = TrialSettings.from_options(**options)
-    pool = _warm_pool(preload_for([spec]), len({*target_specs, "cpu"})) if settings.isolate else None
+    pool = _warm_pool(tuple(preload), len({*target_specs, "cpu"})) if settings.isolate else None
     scratch = tempfile.mkdtemp(prefix="bakeoff-ray-cell-")
     out: dict[str, Any] = {"scratch": scratch, "run": None, "error": None}
     try:
@@ -294,6 +295,12 @@ class _Live:
     where: str = ""
 
 
+def _died(rx: Any) -> tuple[type, ...]:
+    """Ray's errors for a task whose worker, raylet or node went away (as this Ray has them)."""
+    names = ("WorkerCrashedError", "NodeDiedError", "LocalRayletDiedError")
+    return tuple(getattr(rx, name) for name in names if hasattr(rx, name))
+
+
 def _task_error(exc: BaseException, where: str) -> dict[str, Any]:
     """A failure of the task itself as the cell's error, with the category a local run gives."""
     from ray import exceptions as rx
@@ -302,7 +309,7 @@ def _task_error(exc: BaseException, where: str) -> dict[str, Any]:
     on = f" on {where}" if where else ""
     if isinstance(exc, rx.OutOfMemoryError):
         category, message = "out_of_memory", f"Ray killed the worker running this cell{on} for memory"
-    elif isinstance(exc, rx.WorkerCrashedError | rx.NodeDiedError | rx.LocalRayletDiedError):
+    elif isinstance(exc, _died(rx)):
         category, message = "crash", f"the Ray worker running this cell{on} died: {first}"
     elif isinstance(exc, rx.RayTaskError):  # the task raised outside the trial (e.g. an import)
         cause = getattr(exc, "cause", None) or exc
@@ -384,6 +391,8 @@ def ray_cells(
     Raises:
         SpecError: ray is not installed, or the cluster offers no node for a cell.
     """
+    from bakeoff.sweep.run import preload_for
+
     say = status or (lambda _message: None)
     ray = _import_ray(local=address is None)
     if not pending:
@@ -392,6 +401,7 @@ def ray_cells(
     limit = cell_timeout(settings.timeout_s, sessions)
     needs = cell_resources(targets)
     driver = {"cwd": os.getcwd(), "env": {name: os.environ.get(name) for name in _DRIVER_ENV}}
+    preload = preload_for(record.specs)  # the same warm imports for every cell, as locally
     with _cluster(ray, address, say):
         nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive", n.get("alive"))]
         refusal = missing_resource(targets, nodes, f"the Ray cluster at {address}" if address else "the Ray cluster")
@@ -410,7 +420,7 @@ def ray_cells(
         try:
             for position, spec in pending:
                 kept = store.requirements(spec)
-                gen = task.remote(spec, record.targets, record.settings, kept, driver)
+                gen = task.remote(spec, record.targets, record.settings, kept, driver, preload)
                 live[gen] = _Live(position, spec, time.monotonic())
             while live:
                 ready, _ = ray.wait(list(live), num_returns=1, timeout=0.5)
