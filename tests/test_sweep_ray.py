@@ -196,10 +196,10 @@ def test_every_cell_is_stored_once_and_only_by_the_driver(on_ray):
         assert store.baseline_problem(info) is None
         assert store.baseline_file(info).is_file()
     # the scratch store of every task that finished is gone (the one whose worker died mid-build
-    # could not remove its own), and no task left a database anywhere
+    # could not remove its own), and no task left a database anywhere else
     scratch = list(on_ray["tmp"].glob("bakeoff-ray-cell-*"))
     assert len(scratch) <= 1, scratch
-    assert not list(on_ray["tmp"].glob("**/*.db"))
+    assert {db.parent for db in on_ray["tmp"].glob("**/*.db")} <= set(scratch)
 
 
 def test_no_ray_process_outlives_the_sweep(on_ray):
