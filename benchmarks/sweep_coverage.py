@@ -2,9 +2,10 @@
 failure reasons, and what the orchestration costs per cell against the model work it wraps.
 
 The sweep runs through the API as a user's would (warm workers per target, every cell stored).
-The orchestration overhead is measured against the same trials run in this process without
-workers (``isolate=False``) on the first few workloads: the difference per cell is what
-worker processes, their messages and the sweep's bookkeeping add.
+The orchestration overhead is measured against the same trials run without workers
+(``isolate=False``) on the first few workloads, in a fresh process that has imported torch and
+transformers but no model's module: the difference per cell is what worker processes (each
+model's module imported in the worker too), their messages and the sweep's bookkeeping add.
 
 Usage: .venv/bin/python benchmarks/sweep_coverage.py [--population arch:causal_lm]
        [--on cpu,cpu+aot_eager] [--overhead-cells 20] [--quick]
@@ -13,7 +14,10 @@ Usage: .venv/bin/python benchmarks/sweep_coverage.py [--population arch:causal_l
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -21,26 +25,42 @@ from pathlib import Path
 QUICK = ["arch:llama", "arch:gpt2", "arch:gpt_neox", "arch:qwen2"]
 
 
-def in_process_seconds(specs: list[str], targets: list[str], db: Path) -> list[float]:
-    """Each workload as a trial in this process (no workers), timed like a sweep's cell."""
-    from bakeoff.runner.trial import run_trial
-    from bakeoff.settings import TrialSettings
-    from bakeoff.store.db import Store
-    from bakeoff.target.spec import parse_target
+CHILD = """
+import json, sys, time
+import torch, transformers  # what a sweep's workers preload: imported before any cell, as there
+from bakeoff.runner.trial import run_trial
+from bakeoff.settings import TrialSettings
+from bakeoff.store.db import Store
+from bakeoff.target.spec import parse_target
+db, targets, specs = sys.argv[1], sys.argv[2].split(","), sys.argv[3:]
+store = Store.open(db)
+settings = TrialSettings.from_options(min_samples=1, min_seconds=0.0, isolate=False, checks=["greedy"])
+parsed = [parse_target(t) for t in targets]
+seconds = []
+for spec in specs:
+    started = time.perf_counter()
+    try:
+        run_trial(store, spec, parsed, settings, save=False)
+    except Exception:  # a workload that does not build costs what a failed cell costs
+        pass
+    seconds.append(time.perf_counter() - started)
+print(json.dumps(seconds))
+"""
 
-    store = Store.open(db)
-    settings = TrialSettings.from_options(min_samples=1, min_seconds=0.0, isolate=False)
-    parsed = [parse_target(t) for t in targets]
-    run_trial(store, specs[0], parsed, settings, save=False)  # imports and first-use costs, not timed
-    seconds = []
-    for spec in specs:
-        started = time.perf_counter()
-        try:
-            run_trial(store, spec, parsed, settings, save=False)
-        except Exception:  # a workload that does not build costs what a failed cell costs
-            pass
-        seconds.append(time.perf_counter() - started)
-    return seconds
+
+def in_process_seconds(specs: list[str], targets: list[str], db: Path) -> list[float]:
+    """Each workload as a trial without workers, in a fresh process that has imported torch and
+    transformers (as the sweep's workers have) but no model's module: per cell, the same work
+    (the model module's first import included) without isolation."""
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(db), ",".join(targets), *specs],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"the in-process trials failed: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:

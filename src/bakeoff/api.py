@@ -461,6 +461,8 @@ def sweep(
     limit: int | None = None,
     progress: Callable[[CellDone], None] | None = None,
     status: Callable[[str], None] | None = None,
+    executor: str = "local",
+    ray_address: str | None = None,
 ) -> Coverage:
     """Run every workload of ``population`` on the targets ``on``, storing each cell as it
     finishes, and return the coverage; ``resume`` (a sweep id) finishes an interrupted sweep
@@ -475,14 +477,24 @@ def sweep(
         env: ``KEY=VALUE`` switches set while each target runs.
         limit: run at most this many pending workloads now (the rest stay pending).
         progress: called after each cell; ``status`` with each workload as it starts.
+        executor: ``local`` (worker processes here) or ``ray`` (one Ray task per cell): how this
+            invocation runs, not part of the sweep (one started locally may resume on Ray).
+        ray_address: the Ray cluster to use (``auto``, ``ray://host:port``); None starts a
+            local cluster for the sweep and stops it at the end.
 
     Raises:
-        SpecError: an unknown population or target, a malformed file or setting (nothing stored).
+        SpecError: an unknown population or target, a malformed file or setting, an unknown
+            executor, ray missing or a resource the local Ray cluster would lack (nothing
+            stored); a resource a given cluster lacks (the sweep is stored, nothing ran).
     """
     from bakeoff.errors import SpecError
     from bakeoff.sweep.results import load_coverage
-    from bakeoff.sweep.run import create_sweep, run_sweep
+    from bakeoff.sweep.run import EXECUTORS, create_sweep, run_sweep
 
+    if executor not in EXECUTORS:
+        raise SpecError(f"unknown executor {executor!r}", hint="use " + " or ".join(EXECUTORS))
+    if ray_address is not None and executor != "ray":
+        raise SpecError("a Ray address needs the ray executor", hint="add --executor ray")
     if resume is not None:
         if population is not None:
             raise SpecError("a resumed sweep keeps its population", hint="give --resume SWEEP_ID alone")
@@ -498,11 +510,17 @@ def sweep(
         targets = _targets(on)
         found = resolve_population(population)
         options = {**SWEEP_TIMING[timing], "timeout_s": timeout_s, "checks": checks, "env": env}
+        if executor == "ray":  # what can be refused before the sweep exists is refused now
+            from bakeoff.sweep.ray_executor import preflight
+
+            preflight(targets, ray_address)
         store = Store.open(db)
         sweep_id = create_sweep(store, found, targets, options).id
     if status is not None:
         status(f"sweep {sweep_id}")
-    run_sweep(store, sweep_id, progress=progress, status=status, limit=limit)
+    run_sweep(
+        store, sweep_id, progress=progress, status=status, limit=limit, executor=executor, ray_address=ray_address
+    )
     return load_coverage(store, sweep_id)
 
 

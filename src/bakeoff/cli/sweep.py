@@ -65,7 +65,8 @@ class _Bar:
     "  bakeoff sweep arch:all --on cpu+aot_eager,cpu+inductor\n"
     "  bakeoff sweep arch:causal_lm --on emu --timing none\n"
     "  bakeoff sweep models.txt --on cpu+openvino --expect expected.toml\n"
-    "  bakeoff sweep --resume SWEEP_ID",
+    "  bakeoff sweep --resume SWEEP_ID\n"
+    "  bakeoff sweep arch:causal_lm --on cpu,cuda --executor ray --ray-address auto",
 )
 @click.argument("population", required=False)
 @click.option("--on", "on", multiple=True, default=("cpu",), show_default=True, metavar="TARGETS",
@@ -86,6 +87,10 @@ class _Bar:
 @click.option("--write-expect", "write_expect", is_flag=True,
               help="Write this sweep's grades to the --expect file (creating or replacing it).")  # fmt: skip
 @click.option("--no-matrix", "no_matrix", is_flag=True, help="Print the figures and reasons, not the matrix.")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Where cells run: worker processes here, or one Ray task per cell.")  # fmt: skip
+@click.option("--ray-address", "ray_address", default=None, metavar="ADDRESS",
+              help="With --executor ray: the cluster (auto, ray://HOST:PORT); default: a local one.")  # fmt: skip
 @db_option
 @format_option
 def sweep_command(
@@ -100,6 +105,8 @@ def sweep_command(
     expect: str | None,
     write_expect: bool,
     no_matrix: bool,
+    executor: str,
+    ray_address: str | None,
     db: str | None,
     fmt: str,
 ) -> None:
@@ -107,8 +114,8 @@ def sweep_command(
 
     POPULATION is arch:all, arch:causal_lm, arch:base (every architecture arch: builds) or a
     file with one workload spec per line. Each workload is stored as it finishes; an
-    interrupted sweep continues with --resume. Exit code: 0 when the sweep ran, 1 with
-    --expect when a cell regressed, 2 on bad input.
+    interrupted sweep continues with --resume (on either executor). Exit code: 0 when the
+    sweep ran, 1 with --expect when a cell regressed, 2 on bad input.
     """
     from bakeoff import api
     from bakeoff.errors import SpecError
@@ -125,7 +132,8 @@ def sweep_command(
         with workload_output_to_stderr():
             found = api.sweep(
                 population, on, db=db, resume=resume, timing=timing, timeout_s=timeout_s, checks=checks,
-                env=env, limit=limit, progress=bar.cell, status=bar.status,
+                env=env, limit=limit, progress=bar.cell, status=bar.status, executor=executor,
+                ray_address=ray_address,
             )  # fmt: skip
     except KeyboardInterrupt:
         bar.stop()

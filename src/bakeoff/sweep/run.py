@@ -12,6 +12,10 @@ A sweep is created (:func:`create_sweep`) before anything runs, with its populat
 and trial keywords, so :func:`run_sweep` can resume it after an interruption with the same
 settings: only workloads without a stored cell run, and a cell goes in with its run in one
 transaction, only if no other process stored that workload first.
+
+The ``ray`` executor (:mod:`bakeoff.sweep.ray_executor`) runs the same cells as Ray tasks
+instead, and hands each finished one back here to be stored the same way: how a sweep runs is
+a property of the invocation, not of the sweep, so one started locally may be resumed on Ray.
 """
 
 from __future__ import annotations
@@ -35,10 +39,12 @@ from bakeoff.sweep.population import Population
 from bakeoff.target.spec import Target, parse_target
 from bakeoff.verdicts.coverage import GRADES, grade_cell
 
-__all__ = ["SWEEP_KEYWORDS", "CellDone", "create_sweep", "run_sweep"]
+__all__ = ["EXECUTORS", "SWEEP_KEYWORDS", "CellDone", "cell_error", "create_sweep", "run_sweep"]
 
 #: The trial keywords a sweep takes (stored with it, so a resume runs the same trial).
 SWEEP_KEYWORDS = ("min_samples", "min_seconds", "timeout_s", "checks", "env", "scenarios")
+#: Where the cells run: worker processes of this machine, or tasks of a Ray cluster.
+EXECUTORS = ("local", "ray")
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,19 @@ def _failed(run: RunResult | None, error: dict | None, spec: str) -> tuple[int, 
     return int(any(g not in (GRADES[-1], "skipped") for g in grades.values())), grades
 
 
+def cell_error(exc: Exception) -> dict[str, Any]:
+    """A workload that did not build (or whose baseline failed) as the cell's stored error."""
+    if isinstance(exc, BakeoffError):
+        return {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint}
+    # a builder's own bug is this cell's failure, not the sweep's
+    return {"type": type(exc).__name__, "message": (str(exc).splitlines() or [""])[0][:500]}
+
+
+def preload_for(specs: Sequence[str]) -> tuple[str, ...]:
+    """What a warm worker imports before its first session, for a sweep of these workloads."""
+    return ("torch", "transformers") if any(s.startswith(("arch:", "hf:")) for s in specs) else ("torch",)
+
+
 def run_sweep(
     store: Store,
     sweep_id: str,
@@ -104,25 +123,68 @@ def run_sweep(
     progress: Callable[[CellDone], None] | None = None,
     status: Callable[[str], None] | None = None,
     limit: int | None = None,
+    executor: str = "local",
+    ray_address: str | None = None,
 ) -> SweepRecord:
-    """Run the sweep's pending workloads (at most ``limit`` of them); return the stored sweep."""
-    from bakeoff.runner.isolation import WorkerPool
+    """Run the sweep's pending workloads (at most ``limit`` of them); return the stored sweep.
 
+    ``executor`` is ``local`` (worker processes here) or ``ray`` (a Ray task per cell, on the
+    cluster at ``ray_address``, or on a local one started for this sweep when it is None).
+
+    Raises:
+        SpecError: an unknown executor; with ``ray``, ray not installed or a resource that the
+            targets need and no node of the cluster offers (nothing runs then).
+    """
+    if executor not in EXECUTORS:
+        raise SpecError(f"unknown executor {executor!r}", hint="use " + " or ".join(EXECUTORS))
+    if ray_address is not None and executor != "ray":
+        raise SpecError("a Ray address needs the ray executor", hint="add --executor ray")
     record = store.get_sweep(sweep_id)
     targets, settings = _targets(record), _settings(record)
     stored = {cell.workload_spec for cell in store.sweep_cells(sweep_id)}
     pending = [(i, spec) for i, spec in enumerate(record.specs) if spec not in stored]
     if limit is not None:
         pending = pending[:limit]
-    total, done, failures, frozen = len(record.specs), len(stored), 0, False
-    preload = (
-        ("torch", "transformers")
-        if any(s.startswith("arch:") or s.startswith("hf:") for s in record.specs)
-        else ("torch",)
-    )
+    total, done, failures = len(record.specs), len(stored), 0
     if progress is not None:  # where the sweep stands before its first cell (a resume: part done)
         progress(CellDone("", done, total, 0, False, {}, 0.0))
-    with WorkerPool(preload=preload) as pool:
+
+    def finish(position: int, spec: str, seconds: float, run: RunResult | None, error: dict | None) -> None:
+        nonlocal done, failures
+        went_in = store.save_cell(sweep_id, spec, position, seconds, _now(), run=run, error=error)
+        done += int(went_in)
+        failed, grades = _failed(run, error, spec)
+        failures += failed
+        if progress is not None:
+            progress(CellDone(spec, done, total, failures, went_in, grades, seconds))
+
+    if executor == "ray":
+        from contextlib import closing
+
+        from bakeoff.sweep.ray_executor import ray_cells
+
+        with closing(ray_cells(store, record, pending, targets, settings, ray_address, status)) as cells:
+            for cell in cells:
+                finish(*cell)
+        return store.get_sweep(sweep_id)
+    _run_local(store, record, pending, targets, settings, status, finish)
+    return store.get_sweep(sweep_id)
+
+
+def _run_local(
+    store: Store,
+    record: SweepRecord,
+    pending: Sequence[tuple[int, str]],
+    targets: Sequence[Target],
+    settings: TrialSettings,
+    status: Callable[[str], None] | None,
+    finish: Callable[[int, str, float, RunResult | None, dict | None], None],
+) -> None:
+    """Each pending workload as a trial here, its targets in warm workers of one pool."""
+    from bakeoff.runner.isolation import WorkerPool
+
+    frozen = False
+    with WorkerPool(preload=preload_for(record.specs)) as pool:
         if settings.isolate:
             pool.prestart(len({t.spec for t in targets} | {"cpu"}))
         for position, spec in pending:
@@ -132,18 +194,9 @@ def run_sweep(
             run, error = None, None
             try:
                 run = run_trial(store, spec, targets, settings, pool=pool, save=False)
-            except BakeoffError as exc:  # the workload did not build, or its baseline failed
-                error = {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint}
-            except Exception as exc:  # a builder's own bug is this cell's failure, not the sweep's
-                error = {"type": type(exc).__name__, "message": (str(exc).splitlines() or [""])[0][:500]}
-            seconds = time.monotonic() - started
-            went_in = store.save_cell(sweep_id, spec, position, seconds, _now(), run=run, error=error)
+            except Exception as exc:  # the workload did not build, or its baseline failed
+                error = cell_error(exc)
+            finish(position, spec, time.monotonic() - started, run, error)
             if not frozen:  # torch and transformers are loaded now, for the rest of the sweep: later
                 gc.freeze()  # collections need not walk them (a full one costs 0.2-0.4 s with them)
                 frozen = True
-            done += int(went_in)
-            failed, grades = _failed(run, error, spec)
-            failures += failed
-            if progress is not None:
-                progress(CellDone(spec, done, total, failures, went_in, grades, seconds))
-    return store.get_sweep(sweep_id)

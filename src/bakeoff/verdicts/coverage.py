@@ -122,11 +122,13 @@ def grade_cell(
     workload: str, result: TargetResult | None, build_error: dict[str, Any] | None = None, target: str = ""
 ) -> Cell:
     """The grade one target reached on one workload (``result`` None: the workload did not build,
-    ``build_error`` says why, and the cell of every ``target`` of the sweep says so alike)."""
+    ``build_error`` says why, with its ``category`` when the process building it died, hung or
+    ran out of memory, and the cell of every ``target`` of the sweep says so alike)."""
     if result is None:
         error = build_error or {}
         kind, message = error.get("type", "error"), error.get("message", "the workload did not build")
-        return _stop(workload, target, None, f"{kind}: {message}", "workload: " + reason_key(kind, message))
+        key = "workload: " + reason_key(kind, message)
+        return _stop(workload, target, None, f"{kind}: {message}", key, error.get("category", ""))
     target = result.target.spec
     if result.status == "skipped":
         return Cell(workload, target, "skipped", result.reason or "cannot run here", "skipped")
