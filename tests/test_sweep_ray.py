@@ -134,7 +134,7 @@ def test_shared_cells_grade_as_on_the_local_pool(local, on_ray):
             assert (there["grade"], there["category"]) == (here["grade"], here["category"]), (here, there)
     # and they are the grades each fault must give (the seeded faults are caught, the controls clean)
     expected = {
-        "fine": ("compiles_clean", ""),
+        "fine": ("generates_same", ""),
         "crashes": ("builds", "crash"),
         "killed": ("builds", "out_of_memory"),
         "wrong": ("on_device", ""),
@@ -143,7 +143,7 @@ def test_shared_cells_grade_as_on_the_local_pool(local, on_ray):
     for function, (grade, category) in expected.items():
         cell = on_ray["cells"][(spec(function), "cpu")]
         assert (cell["grade"], cell["category"]) == (grade, category), cell
-    assert on_ray["cells"][(spec("fine", width="4"), "cpu?threads=1")]["grade"] == "compiles_clean"
+    assert on_ray["cells"][(spec("fine", width="4"), "cpu?threads=1")]["grade"] == "generates_same"
 
 
 def test_a_task_whose_worker_dies_is_a_crash_cell(on_ray):
@@ -152,7 +152,7 @@ def test_a_task_whose_worker_dies_is_a_crash_cell(on_ray):
         assert crashed["grade"] is None and crashed["category"] == "crash", crashed
         assert "WorkerCrashedError" in crashed["reason"] and "died" in crashed["reason"]
     # the cell after it ran on a new worker and is clean
-    assert on_ray["cells"][(spec("fine", width="4"), "cpu")]["grade"] == "compiles_clean"
+    assert on_ray["cells"][(spec("fine", width="4"), "cpu")]["grade"] == "generates_same"
 
 
 def test_a_task_that_hangs_is_cancelled_at_the_cell_timeout(here):
@@ -220,7 +220,7 @@ def test_an_emu_target_gets_a_node_with_emu(here):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     (cell,) = json.loads(done.stdout)["cells"]
-    assert (cell["target"], cell["grade"]) == ("emu", "compiles_clean"), cell
+    assert (cell["target"], cell["grade"]) == ("emu", "generates_same"), cell
     assert ray_processes(tmp) == []
     shutil.rmtree(tmp, ignore_errors=True)
 
