@@ -109,15 +109,15 @@ def _worker(
         for name in preload:  # a warm worker pays its imports before its first session
             try:
                 importlib.import_module(name)
-            except ImportError:
-                pass  # the session that needs it reports the missing library
+            except Exception:
+                pass  # a hint only: the session that needs it reports the missing or broken library
         session: Any = None
         sessions = 0
         while True:
             command = conn.recv()
             if command == "close":
                 conn.close()
-                return
+                _leave()
             if isinstance(command, tuple) and command[0] == "session":
                 if sessions:
                     _fresh_state(capture_dir)
@@ -137,6 +137,21 @@ def _worker(
             else:
                 conn.send(session.finish().to_dict())
                 session = None
+
+
+def _leave() -> None:
+    """End a worker that was asked to: what it registered to run on the way out runs (a compile
+    backend's own worker pool is shut down, temporary files go), but not the interpreter's
+    teardown of every module, which takes seconds once torch and transformers are imported."""
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(0)
 
 
 def _death(exitcode: int | None) -> tuple[str, str, str]:
@@ -165,6 +180,7 @@ class Worker:
         self.key: Any = None
         self.sessions = 0
         self.broken = False
+        self.retired = False
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe(duplex=True)
         self.process = ctx.Process(
@@ -202,14 +218,26 @@ class Worker:
                 return
             time.sleep(0.02)
 
-    def close(self, kill: bool = False) -> None:
-        """End the worker (asking it to leave, unless ``kill``) and remove its files."""
-        self.broken = True
-        if not kill and self.process.is_alive():
+    def retire(self) -> None:
+        """Ask the worker to leave, without waiting for it: :meth:`close` waits later."""
+        if not self.broken and self.process.is_alive():
             try:
                 self.conn.send("close")
             except (BrokenPipeError, ConnectionResetError, OSError):
                 pass
+        self.broken = True
+        self.retired = True
+
+    def close(self, kill: bool = False) -> None:
+        """End the worker (asking it to leave, unless ``kill``) and remove its files."""
+        asked = self.retired
+        self.broken = True
+        if not kill and self.process.is_alive():
+            if not asked:
+                try:
+                    self.conn.send("close")
+                except (BrokenPipeError, ConnectionResetError, OSError):
+                    pass
             self.process.join(30)
         if self.process.is_alive():
             self.process.kill()
@@ -227,12 +255,18 @@ class WorkerPool:
     of memory is never reused: the session that saw it fail records the failure, and the next
     session of that target gets a new worker. :meth:`prestart` spawns workers ahead of need,
     so their imports overlap with the parent's own work (building the workload, the baseline).
+
+    With ``reuse=False`` a worker serves one session only and is ended when it finishes: a
+    single trial's own pool (see :func:`~bakeoff.runner.trial.start_workers`), whose every
+    session (each replicate's too) must have a process of its own, only started early.
     """
 
-    def __init__(self, preload: tuple[str, ...] = ("torch",)) -> None:
+    def __init__(self, preload: tuple[str, ...] = ("torch",), reuse: bool = True) -> None:
         self.preload = preload
+        self.reuse = reuse
         self._idle: dict[Any, list[Worker]] = {}
         self._spare: list[Worker] = []
+        self._retired: list[Worker] = []
         self.started = 0
 
     @staticmethod
@@ -248,6 +282,13 @@ class WorkerPool:
         """Spawn up to ``count`` workers not yet given to any target."""
         while len(self._spare) < count:
             self._spare.append(self._spawn())
+
+    def trim(self, count: int) -> None:
+        """Stop the spare workers beyond ``count`` (started for sessions that will not run, a
+        target skipped as unavailable): they have served nothing, so they are killed, not
+        waited for while they import."""
+        while len(self._spare) > count:
+            self._spare.pop().close(kill=True)
 
     def acquire(self, job: TargetJob) -> Worker:
         """A live worker that served this target before, else a spare one, else a new one."""
@@ -270,8 +311,15 @@ class WorkerPool:
         return worker
 
     def release(self, worker: Worker) -> None:
-        """Take back a worker whose session finished; a broken one is ended instead."""
-        if worker.alive:
+        """Take back a worker whose session finished; a broken one (or any, without ``reuse``)
+        is ended instead."""
+        if not self.reuse:  # it leaves while the trial goes on; close() waits for it
+            if worker.alive:
+                worker.retire()
+                self._retired.append(worker)
+            else:
+                worker.close(kill=True)
+        elif worker.alive:
             self._idle.setdefault(worker.key, []).append(worker)
         else:
             worker.close(kill=True)
@@ -280,10 +328,15 @@ class WorkerPool:
         return [*self._spare, *(w for idle in self._idle.values() for w in idle)]
 
     def close(self) -> None:
-        for worker in self.workers():
+        """End every worker kept: idle ones are asked to leave (retired ones were), and waited
+        for; spares (which have served nothing, and may still be importing) are killed."""
+        for worker in self._spare:
+            worker.close(kill=True)
+        for worker in [*self._retired, *(w for idle in self._idle.values() for w in idle)]:
             worker.close()
         self._idle.clear()
         self._spare.clear()
+        self._retired.clear()
 
     def __enter__(self) -> WorkerPool:
         return self
