@@ -16,7 +16,15 @@ time from starting the interpreter to the printed verdict, split into phases:
 
 The timestamps come from wrapping a few functions inside the timed process (progress
 callbacks, the worker's spawn and each command sent to it), without changing what the trial
-does; the wall clock is comparable across processes. The figures are medians over the runs.
+does; the wall clock is comparable across processes. The figures are medians over the runs,
+each phase's on its own (so the phases need not add up to the median total).
+
+Figures on the shared 2-core machine, median of 3 in alternation (load 1.3-2.5): 22.8 s before
+the reference's worker started early (the trial's imports 7.6 s, then the worker's, 9.0 s,
+inside the session's first step; 2.3 s of interpreter teardown at exit), 10.8 s after (the
+trial's imports 7.8 s with the worker's running at once; waiting for it 0.01 s; exit 0.1 s).
+The floor is one chain of imports (torch, transformers, the Llama modules: 7-8 s here with free
+cores) plus about 1.5 s of work. Under load 4-5 from other work: 26.9 s before, 29.2 s after.
 
 Usage: .venv/bin/python benchmarks/first_verdict.py [--runs 3] [--workload arch:llama]
        [--scenario generation] [--quick]
@@ -219,7 +227,7 @@ def run_once(workload: str, scenario: str, quick: bool, folder: Path, source: st
     events_path = folder / "events.json"
     argv = ["trial", workload, "--scenario", scenario, "--db", str(db)]
     if quick:
-        argv += ["--min-samples", "5", "--min-seconds", "0"]
+        argv += ["--samples", "5", "--min-time", "0"]
     env = dict(os.environ)
     if source is not None:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (source, os.environ.get("PYTHONPATH")) if p)
