@@ -174,3 +174,18 @@ def test_a_worker_asked_to_leave_exits_cleanly():
     worker.close()
     assert worker.process.exitcode == 0
     assert not worker.crash_log.parent.exists()  # its files are gone
+
+
+def test_a_worker_ignores_ctrl_c_from_its_first_instruction():
+    """Started early, a worker is still importing when a user presses Ctrl-C at once: the
+    terminal's SIGINT reaches it too, and must neither kill it nor print a traceback."""
+    import signal
+    import time
+
+    worker = Worker(preload=("torch",))
+    for _ in range(5):  # while the interpreter starts, then while it imports
+        os.kill(worker.process.pid, signal.SIGINT)
+        time.sleep(0.1)
+    assert worker.process.is_alive()
+    worker.close()
+    assert worker.process.exitcode == 0

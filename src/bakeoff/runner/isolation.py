@@ -26,6 +26,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -101,6 +103,8 @@ def _worker(
 
     die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):  # as its own children would have it (see _interrupts_held)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     with open(crash_log, "w", encoding="utf-8") as log:
         faulthandler.enable(log)
         if _STACK_SIGNAL is not None:
@@ -154,6 +158,26 @@ def _leave() -> None:
     os._exit(0)
 
 
+@contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Spawn a worker with Ctrl-C ignored from its first instruction, without losing one meant
+    for this process. An ignored signal stays ignored across ``exec`` (and Python then installs
+    no KeyboardInterrupt handler), so a Ctrl-C while the worker imports its first modules,
+    before it ignores SIGINT itself, prints no traceback from it. Meanwhile this thread blocks
+    SIGINT: one that arrives stays pending (a blocked signal is never discarded as ignored) and
+    reaches this process's own handler once the spawn is done."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 def _death(exitcode: int | None) -> tuple[str, str, str]:
     """(type, category, message) for a worker that ended without sending a result."""
     if exitcode is not None and exitcode < 0:
@@ -188,7 +212,8 @@ class Worker:
             args=(child, str(self.crash_log), os.getpid(), str(self.phase_file), str(self.capture_dir), preload),
             daemon=True,
         )
-        self.process.start()
+        with _interrupts_held():
+            self.process.start()
         child.close()
 
     @property
