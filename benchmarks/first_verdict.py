@@ -24,7 +24,8 @@ the reference's worker started early (the trial's imports 7.6 s, then the worker
 inside the session's first step; 2.3 s of interpreter teardown at exit), 10.8 s after (the
 trial's imports 7.8 s with the worker's running at once; waiting for it 0.01 s; exit 0.1 s).
 The floor is one chain of imports (torch, transformers, the Llama modules: 7-8 s here with free
-cores) plus about 1.5 s of work. Under load 4-5 from other work: 26.9 s before, 29.2 s after.
+cores) plus about 1.5 s of work. The gain needs a free core: at load 3 from other work, 22.0 s
+before and 19.5 s after; at load 4-5, 26.9 s before and 29.2 s after.
 
 Usage: .venv/bin/python benchmarks/first_verdict.py [--runs 3] [--workload arch:llama]
        [--scenario generation] [--quick]
