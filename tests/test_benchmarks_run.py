@@ -51,6 +51,16 @@ SCRIPTS: dict[str, tuple[list[str], list[str], list]] = {
         ],
         [pytest.mark.isolated],
     ),
+    "first_verdict.py": (
+        ["--quick", "--workload", py_workload("mlp")],  # one trial from a fresh process, timed by phase
+        [
+            rf"this bakeoff: median {NUMBER} s to the verdict over 1 run\(s\)",
+            rf"parsing the targets \(imports torch\)\s+{NUMBER}\s+\d+%",
+            rf"session: timing rounds\s+{NUMBER}\s+\d+%",
+            rf"worker: spawn to ready\s+{NUMBER}",
+        ],
+        [pytest.mark.isolated],
+    ),
     "iteration_overhead.py": (
         ["--quick", "--workload", py_workload("mlp")],  # as above
         [

@@ -106,6 +106,7 @@ def trial(
     checks: str | Iterable[str] = _DEFAULT.checks,
     prices: str | Iterable[str] = _DEFAULT.prices,
     progress: Callable[[str], None] | None = None,
+    workers: Any = None,
 ) -> RunResult:
     """Run ``workload`` on each target in ``on`` and store the run.
 
@@ -115,40 +116,52 @@ def trial(
         db: database path or URL (default ``BAKEOFF_DB`` or ``./bakeoff.db``).
         {settings}
         progress: called with a short message as each step starts.
+        workers: the reference's worker, started earlier by
+            :func:`bakeoff.runner.trial.start_workers` (the CLI starts it before it imports the
+            rest); the trial takes it over and ends it. None: the trial starts its own.
 
     Every setting is described, defaulted and checked once, in :mod:`bakeoff.settings`.
 
     Raises:
         SpecError, WorkloadError, StoreError: bad input; nothing is stored.
     """
-    from bakeoff.runner.trial import run_trial
+    from bakeoff.runner.trial import run_trial, start_workers
     from bakeoff.workload.base import parse_workload
 
-    spec = parse_workload(workload)
-    parsed = _targets(on)
-    settings = TrialSettings.from_options(
-        isolate=isolate,
-        timeout_s=timeout_s,
-        min_samples=min_samples,
-        min_seconds=min_seconds,
-        refresh_baseline=refresh_baseline,
-        profile=profile,
-        pad_to_buckets=pad_to_buckets,
-        max_buckets=max_buckets,
-        cold_compile_cache=cold_compile_cache,
-        env=env,
-        scenarios=scenarios,
-        requirements=requirements,
-        interleave=interleave,
-        replicates=replicates,
-        process_spread=process_spread,
-        checks=checks,
-        prices=prices,
-    )
-    # an existing knowledge base is opened now (a bad one fails before any model is built); a
-    # new one only once the workload has built and run, so bad input creates no database
-    store = (lambda: Store.open(db)) if _would_create(db) else Store.open(db)
-    return run_trial(store, spec, parsed, settings, progress)
+    try:
+        spec = parse_workload(workload)
+        settings = TrialSettings.from_options(
+            isolate=isolate,
+            timeout_s=timeout_s,
+            min_samples=min_samples,
+            min_seconds=min_seconds,
+            refresh_baseline=refresh_baseline,
+            profile=profile,
+            pad_to_buckets=pad_to_buckets,
+            max_buckets=max_buckets,
+            cold_compile_cache=cold_compile_cache,
+            env=env,
+            scenarios=scenarios,
+            requirements=requirements,
+            interleave=interleave,
+            replicates=replicates,
+            process_spread=process_spread,
+            checks=checks,
+            prices=prices,
+        )
+        # the reference's worker starts importing now, while this process parses the targets
+        # (which imports torch) and builds the workload; run_trial ends it however the trial ends
+        if workers is None:
+            workers = start_workers(spec, settings)
+        parsed = _targets(on)
+        # an existing knowledge base is opened now (a bad one fails before any model is built);
+        # a new one only once the workload has built and run, so bad input creates no database
+        store = (lambda: Store.open(db)) if _would_create(db) else Store.open(db)
+    except BaseException:
+        if workers is not None:
+            workers.close()
+        raise
+    return run_trial(store, spec, parsed, settings, progress, workers=workers)
 
 
 if trial.__doc__:  # the settings' lines come from their one description (absent under python -OO)

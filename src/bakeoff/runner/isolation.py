@@ -26,6 +26,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -103,6 +105,8 @@ def _worker(
 
     die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):  # as its own children would have it (see _interrupts_held)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     with open(crash_log, "w", encoding="utf-8") as log:
         faulthandler.enable(log)
         if _STACK_SIGNAL is not None:
@@ -111,8 +115,8 @@ def _worker(
         for name in preload:  # a warm worker pays its imports before its first session
             try:
                 importlib.import_module(name)
-            except ImportError:
-                pass  # the session that needs it reports the missing library
+            except Exception:
+                pass  # a hint only: the session that needs it reports the missing or broken library
         if preload:
             import gc
 
@@ -124,7 +128,7 @@ def _worker(
             command = conn.recv()
             if command == "close":
                 conn.close()
-                return
+                _leave()
             if isinstance(command, tuple) and command[0] == "session":
                 if sessions:
                     _fresh_state(capture_dir)
@@ -144,6 +148,41 @@ def _worker(
             else:
                 conn.send(session.finish().to_dict())
                 session = None
+
+
+def _leave() -> None:
+    """End a worker that was asked to: what it registered to run on the way out runs (a compile
+    backend's own worker pool is shut down, temporary files go), but not the interpreter's
+    teardown of every module, which takes seconds once torch and transformers are imported."""
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(0)
+
+
+@contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Spawn a worker with Ctrl-C ignored from its first instruction, without losing one meant
+    for this process. An ignored signal stays ignored across ``exec`` (and Python then installs
+    no KeyboardInterrupt handler), so a Ctrl-C while the worker imports its first modules,
+    before it ignores SIGINT itself, prints no traceback from it. Meanwhile this thread blocks
+    SIGINT: one that arrives stays pending (a blocked signal is never discarded as ignored) and
+    reaches this process's own handler once the spawn is done."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _death(exitcode: int | None) -> tuple[str, str, str]:
@@ -173,6 +212,7 @@ class Worker:
         self.sessions = 0
         self.broken = False
         self.ready = False
+        self.retired = False
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe(duplex=True)
         self.process = ctx.Process(
@@ -180,7 +220,8 @@ class Worker:
             args=(child, str(self.crash_log), os.getpid(), str(self.phase_file), str(self.capture_dir), preload),
             daemon=True,
         )
-        self.process.start()
+        with _interrupts_held():
+            self.process.start()
         child.close()
 
     @property
@@ -222,14 +263,26 @@ class Worker:
                 return
             time.sleep(0.02)
 
-    def close(self, kill: bool = False) -> None:
-        """End the worker (asking it to leave, unless ``kill``) and remove its files."""
-        self.broken = True
-        if not kill and self.process.is_alive():
+    def retire(self) -> None:
+        """Ask the worker to leave, without waiting for it: :meth:`close` waits later."""
+        if not self.broken and self.process.is_alive():
             try:
                 self.conn.send("close")
             except (BrokenPipeError, ConnectionResetError, OSError):
                 pass
+        self.broken = True
+        self.retired = True
+
+    def close(self, kill: bool = False) -> None:
+        """End the worker (asking it to leave, unless ``kill``) and remove its files."""
+        asked = self.retired
+        self.broken = True
+        if not kill and self.process.is_alive():
+            if not asked:
+                try:
+                    self.conn.send("close")
+                except (BrokenPipeError, ConnectionResetError, OSError):
+                    pass
             self.process.join(30)
         if self.process.is_alive():
             self.process.kill()
@@ -247,12 +300,18 @@ class WorkerPool:
     of memory is never reused: the session that saw it fail records the failure, and the next
     session of that target gets a new worker. :meth:`prestart` spawns workers ahead of need,
     so their imports overlap with the parent's own work (building the workload, the baseline).
+
+    With ``reuse=False`` a worker serves one session only and is ended when it finishes: a
+    single trial's own pool (see :func:`~bakeoff.runner.trial.start_workers`), whose every
+    session (each replicate's too) must have a process of its own, only started early.
     """
 
-    def __init__(self, preload: tuple[str, ...] = ("torch",)) -> None:
+    def __init__(self, preload: tuple[str, ...] = ("torch",), reuse: bool = True) -> None:
         self.preload = preload
+        self.reuse = reuse
         self._idle: dict[Any, list[Worker]] = {}
         self._spare: list[Worker] = []
+        self._retired: list[Worker] = []
         self.started = 0
 
     @staticmethod
@@ -268,6 +327,13 @@ class WorkerPool:
         """Spawn up to ``count`` workers not yet given to any target."""
         while len(self._spare) < count:
             self._spare.append(self._spawn())
+
+    def trim(self, count: int) -> None:
+        """Stop the spare workers beyond ``count`` (started for sessions that will not run, a
+        target skipped as unavailable): they have served nothing, so they are killed, not
+        waited for while they import."""
+        while len(self._spare) > count:
+            self._spare.pop().close(kill=True)
 
     def acquire(self, job: TargetJob) -> Worker:
         """A live worker that served this target before, else a spare one, else a new one."""
@@ -290,8 +356,15 @@ class WorkerPool:
         return worker
 
     def release(self, worker: Worker) -> None:
-        """Take back a worker whose session finished; a broken one is ended instead."""
-        if worker.alive:
+        """Take back a worker whose session finished; a broken one (or any, without ``reuse``)
+        is ended instead."""
+        if not self.reuse:  # it leaves while the trial goes on; close() waits for it
+            if worker.alive:
+                worker.retire()
+                self._retired.append(worker)
+            else:
+                worker.close(kill=True)
+        elif worker.alive:
             self._idle.setdefault(worker.key, []).append(worker)
         else:
             worker.close(kill=True)
@@ -300,10 +373,15 @@ class WorkerPool:
         return [*self._spare, *(w for idle in self._idle.values() for w in idle)]
 
     def close(self) -> None:
-        for worker in self.workers():
+        """End every worker kept: idle ones are asked to leave (retired ones were), and waited
+        for; spares (which have served nothing, and may still be importing) are killed."""
+        for worker in self._spare:
+            worker.close(kill=True)
+        for worker in [*self._retired, *(w for idle in self._idle.values() for w in idle)]:
             worker.close()
         self._idle.clear()
         self._spare.clear()
+        self._retired.clear()
 
     def __enter__(self) -> WorkerPool:
         return self

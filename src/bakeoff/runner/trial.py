@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import os
 import shutil
 import tempfile
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bakeoff.analysis.buckets import optimal_buckets, padding_waste, power_of_two_buckets
 from bakeoff.analysis.compare import (
@@ -39,15 +40,17 @@ from bakeoff.runner.job import TargetJob
 from bakeoff.scenarios.base import ScenarioSpec
 from bakeoff.scenarios.registry import parse_scenario, scenario_named
 from bakeoff.settings import TrialSettings
-from bakeoff.store.db import Store
 from bakeoff.target.detect import unavailable_reason
 from bakeoff.target.spec import Target
 from bakeoff.verdicts.metrics import check_target
-from bakeoff.workload.base import BuiltWorkload, WorkloadSpec
+from bakeoff.workload.base import BuiltWorkload, WorkloadSpec, parse_workload
 from bakeoff.workload.profile import InputProfile
 from bakeoff.workload.registry import build_workload
 
-__all__ = ["REFERENCE", "TrialSettings", "ensure_baseline", "run_trial"]
+if TYPE_CHECKING:  # the knowledge base's driver is imported by whoever opens one, not by starting a trial
+    from bakeoff.store.db import Store
+
+__all__ = ["REFERENCE", "TrialSettings", "ensure_baseline", "preload_for", "run_trial", "start_workers"]
 
 REFERENCE = Target("cpu")
 Progress = Callable[[str], None]
@@ -293,6 +296,72 @@ def _aligned(specs: Sequence[ScenarioSpec], reference: TargetResult | None) -> t
     return tuple(scenario_named(spec.name).aligned(spec, reference) for spec in specs)
 
 
+def preload_for(spec: WorkloadSpec) -> tuple[str, ...]:
+    """What a worker for ``spec`` will import to build it: torch, and for a Hugging Face
+    workload transformers with (``arch:``) the architecture's modeling module. A name that does
+    not import is only a hint missed: the session that needs it reports the failure."""
+    if spec.kind not in ("arch", "hf"):
+        return ("torch",)
+    modules = ["torch", "transformers", "transformers.models.auto.modeling_auto"]
+    if spec.kind == "arch":
+        module = spec.name.replace("-", "_")
+        modules.append(f"transformers.models.{module}.modeling_{module}")
+    return tuple(modules)
+
+
+def _parallel_imports() -> int:
+    """How many workers may import at once beside this process: one core is this process's."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores - 1)
+
+
+def _first_wave(sessions: int, settings: TrialSettings) -> int:
+    """How many of a trial's ``sessions`` (replicates counted) get a worker started early.
+
+    Timed in turns, every session starts before the first round, so all may; one after
+    another, only the reference's first (a worker started early for a later session would
+    import while others are timed). Never more than the cores allow beside this process: more
+    would only slow its own imports and stretch each worker's first step, which its timeout
+    bounds. The others start when their turn comes, as before."""
+    return min(sessions if settings.interleaved else 1, sessions, _parallel_imports())
+
+
+def _preloaded_sessions(targets: Sequence[Target], settings: TrialSettings) -> int:
+    """The sessions of a trial on ``targets`` that get a preloaded worker (before any target is
+    found unavailable): all but those of targets with environment switches, which must see the
+    switches when they import."""
+    ordered, reference = _with_reference(targets)
+    padded = settings.pad_to_buckets is not None and settings.profile is not None
+    count = sum((1 + (padded and target != reference)) for target in ordered if target == reference or not settings.env)
+    return count * settings.replicates
+
+
+def start_workers(
+    spec: WorkloadSpec, settings: TrialSettings | None = None, targets: Sequence[Target] | None = None
+) -> Any:
+    """Start a single trial's workers now, so that their imports overlap this process's own
+    work (parsing the targets, building the workload, the baseline); None without isolation.
+
+    Without ``targets`` only the reference's worker starts (every trial has one): the caller
+    may know no more yet. Give the pool to :func:`run_trial` as ``workers``: it starts the rest,
+    stops those not needed (a target skipped as unavailable) and ends them all when the trial
+    ends, however it ends. Each worker serves one session, as a worker started on demand would.
+    """
+    settings = settings or TrialSettings()
+    if not settings.isolate:
+        return None
+    from bakeoff.runner.isolation import WorkerPool
+
+    pool = WorkerPool(preload_for(spec), reuse=False)
+    try:
+        wanted = 1 if targets is None else _first_wave(_preloaded_sessions(targets, settings), settings)
+        pool.prestart(wanted)
+    except BaseException:
+        pool.close()
+        raise
+    return pool
+
+
 def _session_factory(settings: TrialSettings, pool: Any = None) -> Callable[[TargetJob], Any]:
     if settings.isolate:
         from bakeoff.runner.isolation import IsolatedSession
@@ -385,6 +454,7 @@ def run_trial(
     progress: Progress | None = None,
     pool: Any = None,
     save: bool = True,
+    workers: Any = None,
 ) -> RunResult:
     """Run every target (skipping those that cannot run here), store and return the run.
 
@@ -394,8 +464,36 @@ def run_trial(
     :class:`~bakeoff.runner.isolation.WorkerPool`) gives isolated targets warm workers kept
     between trials, as a sweep does. ``save=False`` leaves storing the run to the caller (a
     sweep stores it with its cell, in one transaction); the baseline is stored either way.
+
+    Without a ``pool``, an isolated trial starts its workers before it builds the workload (see
+    :func:`start_workers`; ``workers`` is a pool the caller started so, taken over here), and
+    ends them, used or not, when it returns or raises.
     """
     settings = settings or TrialSettings()
+    spec = parse_workload(workload_spec) if isinstance(workload_spec, str) else workload_spec
+    if pool is not None or not settings.isolate:
+        if workers is not None:
+            workers.close()
+        return _run_trial(store, spec, targets, settings, progress, pool, save)
+    try:
+        if workers is None:
+            workers = start_workers(spec, settings, targets)
+        else:
+            workers.prestart(_first_wave(_preloaded_sessions(targets, settings), settings))
+        return _run_trial(store, spec, targets, settings, progress, workers, save)
+    finally:
+        workers.close()
+
+
+def _run_trial(
+    store: Store | Callable[[], Store],
+    workload_spec: WorkloadSpec,
+    targets: Sequence[Target],
+    settings: TrialSettings,
+    progress: Progress | None,
+    pool: Any,
+    save: bool,
+) -> RunResult:
     say = progress or (lambda _msg: None)
     say("building workload")
     here = tempfile.mkdtemp(prefix="bakeoff-capture-")
@@ -479,6 +577,8 @@ def run_trial(
             suffix = f" [replicate {index + 1}/{settings.replicates}]" if settings.replicates > 1 else ""
             sessions.append((label + suffix, copy))
         results.append(settings.replicates)
+    if pool is not None and not getattr(pool, "reuse", True):  # the trial's own workers: stop those not needed
+        pool.trim(_first_wave(sum(1 for _, job in sessions if not job.env), settings))
     from bakeoff.runner.replicates import merge_replicates
 
     measured = iter(_drive(sessions, _session_factory(settings, pool), settings.interleaved, say))
