@@ -269,3 +269,29 @@ def test_two_sweeps_of_one_population_show_what_started_and_stopped_working(tmp_
     back = bakeoff("coverage", ids[0], "--against", ids[1], "--db", db, "--format", "json")
     assert back.returncode == 0
     assert {e["status"] for e in json.loads(back.stdout)["expectations"]} == {"pass", "improved"}
+
+
+def test_ctrl_c_stops_a_sweep_keeping_every_finished_cell(tmp_path):
+    population = tmp_path / "slow.txt"
+    specs = [spec("fine", width=str(w), slow="1") for w in range(2, 7)]
+    population.write_text("\n".join(specs) + "\n", encoding="utf-8")
+    db = tmp_path / "kb.db"
+    command = [sys.executable, "-m", "bakeoff", "sweep", str(population), "--on", "cpu", "--timing", "none"]
+    process = subprocess.Popen([*command, "--db", str(db)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while _stored_cells(db) < 1 and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.1)
+    assert process.poll() is None, "the sweep ended before it could be interrupted"
+    workers = psutil.Process(process.pid).children(recursive=True)
+    process.send_signal(signal.SIGINT)  # what Ctrl-C in a terminal sends
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err[-2000:]
+    assert "sweep interrupted: every finished cell is stored" in err and "Traceback" not in err, err[-2000:]
+    _, alive = psutil.wait_procs(workers, timeout=20)
+    assert not alive, f"workers outlived the interrupted sweep: {alive}"
+    stored = _stored_cells(db)
+    assert 1 <= stored < len(specs)
+    (sweep,) = Store.open(db, create=False).list_sweeps()
+    resumed = bakeoff("sweep", "--resume", sweep.id, "--db", str(db), "--format", "json")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert sorted(c.workload_spec for c in Store.open(db, create=False).sweep_cells(sweep.id)) == sorted(specs)
