@@ -123,6 +123,13 @@ def test_reasons_cluster_unsupported_ops_and_normalised_messages():
     b = reason_key("RuntimeError", "shape '[2, 8, 4]' is invalid for input of size 72 at /a/b/c.py:3")
     assert a == b
     assert reason_key("RuntimeError", "one thing") != reason_key("ValueError", "one thing")
+    # the workload's own name is not part of the reason: two architectures failing alike are one line
+    dbrx = reason_key("WorkloadError", "could not build arch:dbrx: AttributeError: 'DbrxConfig' has no 'x' (known: a)")
+    other = reason_key(
+        "WorkloadError", "could not build arch:m?layers=2: AttributeError: 'MConfig' has no 'y' (known: a)"
+    )
+    assert dbrx == other == "WorkloadError: could not build <workload>: AttributeError: '…' has no '…' (known: a)"
+    assert reason_key("E", "py:/a/b/c.py:make raised E: boom") == "E: <workload> raised E: boom"
     cells = [
         grade_cell(
             f"arch:{n}", result(status="error", error=ErrorInfo("RuntimeError", f"boom {n}", "exception", "first call"))

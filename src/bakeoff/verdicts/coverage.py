@@ -89,6 +89,7 @@ class Cell:
 
 _OP = re.compile(r"aten::[A-Za-z0-9_.]+")
 _BLANKS = (
+    (re.compile(r"\b(?:arch|hf|py):\S*?(?=:?(?:\s|$))"), "<workload>"),  # the workload's own name
     (re.compile(r"(/[\w.\-]+){2,}"), "<path>"),
     (re.compile(r"0x[0-9a-fA-F]+"), "<hex>"),
     (re.compile(r"'[^']*'|\"[^\"]*\""), "'…'"),
