@@ -76,3 +76,29 @@ def fresh_process_json(script: str, cases: list, timeout: int = 900) -> dict:
     )
     assert ran.returncode == 0, ran.stderr[-3000:]
     return json.loads(ran.stdout.splitlines()[-1])
+
+
+def stored_cells(db: Path) -> int:
+    """How many cells a sweep has stored in the SQLite file ``db`` (0 before its tables exist)."""
+    import sqlite3
+
+    try:
+        with sqlite3.connect(db, timeout=5) as conn:
+            return conn.execute("SELECT count(*) FROM sweep_cells").fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+
+
+def sweep_until_stored(
+    command: list[str], db: Path, cells: int, text: bool = False, env: dict | None = None
+) -> subprocess.Popen:
+    """Start ``command`` (a sweep into ``db``) and return it, still running, once it has stored
+    ``cells`` cells (fails if it ended first): the moment to kill or interrupt it."""
+    import time
+
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=text, env=env)
+    deadline = time.monotonic() + 300
+    while stored_cells(db) < cells and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.1)
+    assert process.poll() is None, "the sweep ended before it could be stopped"
+    return process

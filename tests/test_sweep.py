@@ -12,11 +12,11 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
+from tests.conftest import stored_cells, sweep_until_stored
 
 from bakeoff.store import Store
 
@@ -189,32 +189,20 @@ def test_expectations_classify_and_fail_on_a_regression(swept, tmp_path):
     assert {e["status"] for e in json.loads(better.stdout)["expectations"]} == {"pass", "expected_failure", "improved"}
 
 
-def _stored_cells(db: Path) -> int:
-    try:
-        with sqlite3.connect(db, timeout=5) as conn:
-            return conn.execute("SELECT count(*) FROM sweep_cells").fetchone()[0]
-    except sqlite3.OperationalError:
-        return 0
-
-
 def test_a_sweep_killed_with_sigkill_resumes_to_every_cell_exactly_once(tmp_path):
     population = tmp_path / "slow.txt"
     specs = [spec("fine", width=str(w), slow="0.7") for w in range(2, 10)]
     population.write_text("\n".join(specs) + "\n", encoding="utf-8")
     db = tmp_path / "kb.db"
     command = [sys.executable, "-m", "bakeoff", "sweep", str(population), "--on", "cpu", "--timing", "none"]
-    process = subprocess.Popen([*command, "--db", str(db)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 300
-    while _stored_cells(db) < 2 and time.monotonic() < deadline and process.poll() is None:
-        time.sleep(0.1)
-    assert process.poll() is None, "the sweep ended before it could be killed"
+    process = sweep_until_stored([*command, "--db", str(db)], db, 2)
     workers = psutil.Process(process.pid).children(recursive=True)
     assert workers, "no worker processes to outlive the sweep"
     os.kill(process.pid, signal.SIGKILL)
     process.wait(30)
     _, alive = psutil.wait_procs(workers, timeout=20)
     assert not alive, f"workers outlived the killed sweep: {alive}"
-    stored = _stored_cells(db)
+    stored = stored_cells(db)
     assert 2 <= stored < len(specs)
     store = Store.open(db, create=False)
     (sweep,) = store.list_sweeps()
@@ -277,11 +265,7 @@ def test_ctrl_c_stops_a_sweep_keeping_every_finished_cell(tmp_path):
     population.write_text("\n".join(specs) + "\n", encoding="utf-8")
     db = tmp_path / "kb.db"
     command = [sys.executable, "-m", "bakeoff", "sweep", str(population), "--on", "cpu", "--timing", "none"]
-    process = subprocess.Popen([*command, "--db", str(db)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while _stored_cells(db) < 1 and time.monotonic() < deadline and process.poll() is None:
-        time.sleep(0.1)
-    assert process.poll() is None, "the sweep ended before it could be interrupted"
+    process = sweep_until_stored([*command, "--db", str(db)], db, 1, text=True)
     workers = psutil.Process(process.pid).children(recursive=True)
     process.send_signal(signal.SIGINT)  # what Ctrl-C in a terminal sends
     _, err = process.communicate(timeout=60)
@@ -289,7 +273,7 @@ def test_ctrl_c_stops_a_sweep_keeping_every_finished_cell(tmp_path):
     assert "sweep interrupted: every finished cell is stored" in err and "Traceback" not in err, err[-2000:]
     _, alive = psutil.wait_procs(workers, timeout=20)
     assert not alive, f"workers outlived the interrupted sweep: {alive}"
-    stored = _stored_cells(db)
+    stored = stored_cells(db)
     assert 1 <= stored < len(specs)
     (sweep,) = Store.open(db, create=False).list_sweeps()
     resumed = bakeoff("sweep", "--resume", sweep.id, "--db", str(db), "--format", "json")

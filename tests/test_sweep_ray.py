@@ -23,6 +23,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from tests.conftest import stored_cells, sweep_until_stored
 
 from bakeoff.store import Store
 from bakeoff.sweep.ray_executor import cell_resources, cell_timeout, missing_resource
@@ -265,14 +266,6 @@ def test_without_ray_the_executor_is_one_line_and_stores_nothing(here):
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _stored_cells(db: Path) -> int:
-    try:
-        with sqlite3.connect(db, timeout=5) as conn:
-            return conn.execute("SELECT count(*) FROM sweep_cells").fetchone()[0]
-    except sqlite3.OperationalError:
-        return 0
-
-
 def test_ctrl_c_stops_the_cluster_and_the_sweep_resumes_locally(here):
     tmp = _tmpdir()
     specs = [spec("fine", width=str(w), slow="1") for w in range(2, 5)]
@@ -281,20 +274,14 @@ def test_ctrl_c_stops_the_cluster_and_the_sweep_resumes_locally(here):
     env = {k: v for k, v in os.environ.items() if k not in ("BAKEOFF_EMU", "RAY_ADDRESS", "RAY_TMPDIR")}
     env["TMPDIR"] = str(tmp)
     command = [sys.executable, "-m", "bakeoff", "sweep", str(population), "--on", "cpu", "--timing", "none"]
-    process = subprocess.Popen(
-        [*command, "--executor", "ray", "--db", str(db)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
-    )
-    deadline = time.monotonic() + 240
-    while _stored_cells(db) < 1 and time.monotonic() < deadline and process.poll() is None:
-        time.sleep(0.2)
-    assert process.poll() is None, process.communicate()[1][-2000:]
+    process = sweep_until_stored([*command, "--executor", "ray", "--db", str(db)], db, 1, env=env)
     assert ray_processes(tmp), "no Ray cluster to stop"
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130, err[-2000:]
     _, alive = psutil.wait_procs(ray_processes(tmp), timeout=20)
     assert alive == [], alive
-    stored = _stored_cells(db)
+    stored = stored_cells(db)
     assert 1 <= stored < len(specs)
     store = Store.open(db, create=False)
     (sweep,) = store.list_sweeps()
