@@ -95,6 +95,14 @@ SCRIPTS: dict[str, tuple[list[str], list[str], list]] = {
         ],
         [pytest.mark.isolated],
     ),
+    "sweep_ray.py": (
+        ["--quick"],  # two tiny architectures on the local pool and on a local Ray cluster (~80 s)
+        [
+            r"identical grades and categories: yes",
+            rf"ray start-up: {NUMBER} s; overhead per cell beyond it: [+-]{NUMBER} s",
+        ],
+        [pytest.mark.isolated],
+    ),
     "training_parity.py": (
         ["--quick"],
         [rf"\s+0 emu\s+{NUMBER}s (pass|drift)", r"false alarms \(fail on a clean target\): 0 of 2"],
