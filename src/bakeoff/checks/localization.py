@@ -296,12 +296,12 @@ class LocalizationCheck(Check):
         sample = options.get("sample", -1)
         sample = (SAMPLE_SIZE if size > SAMPLE_ABOVE else 0) if sample < 0 else sample
         full = _globs(options.get("full", ""))
-        self.plan = _Plan(sample, full, Tolerances(options.get("tolerances", "")))
+        run = _Run(_Plan(sample, full, Tolerances(options.get("tolerances", ""))))
 
         def run_on(model: Any, cast: Any, whole: set[str] = frozenset()) -> list[RecordedCall]:
             args, kwargs = to_target((built.args, built.kwargs), cast, None)
             with torch.no_grad():
-                return record_calls(model, lambda: model(*args, **kwargs), sample, self.plan.keeper(whole))
+                return record_calls(model, lambda: model(*args, **kwargs), sample, run.plan.keeper(whole))
 
         golden = run_on(golden_model, torch.float64)
         reference = run_on(reference_model, getattr(torch, dtype))
@@ -311,8 +311,72 @@ class LocalizationCheck(Check):
             reference, (lambda names: run_on(reference_model, getattr(torch, dtype), names)) if rerun else None
         )
         if target.backend is None:
-            return self._hooks(context, golden, reference, gold_by, ref_by, "hooks", "")
-        return self._ladder(context, golden, gold_by, ref_by)
+            return run.hooks(context, golden, reference, gold_by, ref_by, "hooks", "")
+        return run.ladder(context, golden, gold_by, ref_by)
+
+    def metrics(self, value: Localization | None) -> list[Metric]:
+        return []
+
+    def facts(self, value: Localization, result: Any) -> list[str]:
+        if value.verdict != "localized" or value.first is None:
+            return [f"localisation {value.verdict}: {value.reason or 'no module call diverged'} ({value.method})"]
+        first = value.first
+        said = {
+            "confirmed": "confirmed by replay (wrong alone on the reference's inputs)",
+            "accumulated": "not confirmed: alone on the reference's inputs it is right (accumulated error)",
+            "walked_up": f"right alone; its caller {first.walked_to} is wrong alone",
+        }.get(first.replay, first.replay)
+        lines = [
+            f"diverges first in {first.module} ({first.cls}, call {first.call}): error {first.target_err:.3g} vs "
+            f"the reference's {first.reference_err:.3g} ({first.ratio:.3g}x the allowed {first.tolerance:g}x); "
+            f"{said}" + (f"; {first.downstream} later calls diverged with it" if value.calls else "")
+        ]
+        if first.ops:
+            lines.append(f"inside {first.module}: {first.ops}")
+        if value.rung:
+            lines.append(f"the first rung that fails: {value.rung} ({value.method})")
+        if len(value.origins) > 1:
+            lines.append("other origins: " + ", ".join(f"{o.module} (call {o.call})" for o in value.origins[1:]))
+        return lines
+
+    def figures(self, results: Any) -> list[tuple[str, dict[str, Any]]]:
+        import html
+
+        data = []
+        for r in results:
+            value = r.checks.get("localization")
+            if value is None or not value.calls:
+                continue
+            depths: dict[int, float] = {}
+            for call in value.calls:
+                depths[call.depth] = max(depths.get(call.depth, 0.0), call.ratio)
+            order = sorted(depths)
+            data.append(
+                {"type": "bar", "name": html.escape(r.target.spec, quote=False), "x": order,
+                 "y": [depths[d] for d in order]}
+            )  # fmt: skip
+        if not data:
+            return []
+        layout = {
+            "height": 320, "showlegend": True, "barmode": "group", "title": {"text": "error by module depth"},
+            "xaxis": {"title": "depth (0: the model)"}, "yaxis": {"title": "worst error / allowed", "type": "log"},
+            "margin": {"l": 60, "r": 20, "t": 40, "b": 60},
+        }  # fmt: skip
+        return [
+            (
+                "Worst output error of the module calls at each depth, over the error the three-way rule allows "
+                "(above 1 diverged)",
+                {"data": data, "layout": layout},
+            )
+        ]
+
+
+class _Run:
+    """One localisation's recording plan and the steps that use it: a check instance is shared
+    by every target and run, so nothing of one run is kept on it."""
+
+    def __init__(self, plan: _Plan) -> None:
+        self.plan = plan
 
     def _eager_target(self, context: CheckContext, eager: Any) -> tuple[Any, list[RecordedCall], Any]:
         """The workload prepared eagerly on the target's device, and its recorded calls."""
@@ -327,7 +391,7 @@ class LocalizationCheck(Check):
             calls = record_calls(prepared.model, prepared, self.plan.sample, self.plan.keeper())
         return prepared, calls, prepared.model
 
-    def _hooks(
+    def hooks(
         self,
         context: CheckContext,
         golden: list[RecordedCall],
@@ -408,7 +472,7 @@ class LocalizationCheck(Check):
             return Origin(**common, replay="walked_up", walked_to=parent[0] or "the root")
         return Origin(**common, replay="accumulated")
 
-    def _ladder(self, context: CheckContext, golden: list[RecordedCall], gold_by: Calls, ref_by: Calls) -> Localization:
+    def ladder(self, context: CheckContext, golden: list[RecordedCall], gold_by: Calls, ref_by: Calls) -> Localization:
         """A compiled target: eager on its device, then aot_eager, then its backend (see the docstring)."""
         import torch
 
@@ -418,7 +482,7 @@ class LocalizationCheck(Check):
         if target.device != "cpu":  # eager on the CPU is the reference itself
             reference = list(ref_by.recorded.values())
             method = "ladder: hooks, eager on the device"
-            eager = self._hooks(context, golden, reference, gold_by, ref_by, method, "device kernels")
+            eager = self.hooks(context, golden, reference, gold_by, ref_by, method, "device kernels")
             if eager.verdict == "localized":
                 return eager
         built = build_workload(context.job.workload_spec, device=target.torch_device)
@@ -493,61 +557,6 @@ class LocalizationCheck(Check):
         return Localization("localized", method, reason, rung, (origin,), replays, 0)
 
     # -- what it says --------------------------------------------------------------------------
-    def metrics(self, value: Localization | None) -> list[Metric]:
-        return []
-
-    def facts(self, value: Localization, result: Any) -> list[str]:
-        if value.verdict != "localized" or value.first is None:
-            return [f"localisation {value.verdict}: {value.reason or 'no module call diverged'} ({value.method})"]
-        first = value.first
-        said = {
-            "confirmed": "confirmed by replay (wrong alone on the reference's inputs)",
-            "accumulated": "not confirmed: alone on the reference's inputs it is right (accumulated error)",
-            "walked_up": f"right alone; its caller {first.walked_to} is wrong alone",
-        }.get(first.replay, first.replay)
-        lines = [
-            f"diverges first in {first.module} ({first.cls}, call {first.call}): error {first.target_err:.3g} vs "
-            f"the reference's {first.reference_err:.3g} ({first.ratio:.3g}x the allowed {first.tolerance:g}x); "
-            f"{said}" + (f"; {first.downstream} later calls diverged with it" if value.calls else "")
-        ]
-        if first.ops:
-            lines.append(f"inside {first.module}: {first.ops}")
-        if value.rung:
-            lines.append(f"the first rung that fails: {value.rung} ({value.method})")
-        if len(value.origins) > 1:
-            lines.append("other origins: " + ", ".join(f"{o.module} (call {o.call})" for o in value.origins[1:]))
-        return lines
-
-    def figures(self, results: Any) -> list[tuple[str, dict[str, Any]]]:
-        import html
-
-        data = []
-        for r in results:
-            value = r.checks.get("localization")
-            if value is None or not value.calls:
-                continue
-            depths: dict[int, float] = {}
-            for call in value.calls:
-                depths[call.depth] = max(depths.get(call.depth, 0.0), call.ratio)
-            order = sorted(depths)
-            data.append(
-                {"type": "bar", "name": html.escape(r.target.spec, quote=False), "x": order,
-                 "y": [depths[d] for d in order]}
-            )  # fmt: skip
-        if not data:
-            return []
-        layout = {
-            "height": 320, "showlegend": True, "barmode": "group", "title": {"text": "error by module depth"},
-            "xaxis": {"title": "depth (0: the model)"}, "yaxis": {"title": "worst error / allowed", "type": "log"},
-            "margin": {"l": 60, "r": 20, "t": 40, "b": 60},
-        }  # fmt: skip
-        return [
-            (
-                "Worst output error of the module calls at each depth, over the error the three-way rule allows "
-                "(above 1 diverged)",
-                {"data": data, "layout": layout},
-            )
-        ]
 
 
 def _op_suspect(module: Any, ref_call: RecordedCall, gold_call: RecordedCall, context: CheckContext) -> tuple[str, str]:
