@@ -32,10 +32,11 @@ from typing import Any, ClassVar
 
 from bakeoff.analysis.localize import CallJudgement, TensorFigures, find_origins, judge_tensor
 from bakeoff.checks.base import Check, CheckContext, Metric
-from bakeoff.checks.localize_runs import RecordedCall, flat_tensors, record_calls, replay, to_target
+from bakeoff.checks.localize_runs import RecordedCall, flat_tensors, record_calls, replay
 from bakeoff.codec import Value
 from bakeoff.errors import SpecError
 from bakeoff.specsyntax import Option
+from bakeoff.target.execute import move_tensors
 
 __all__ = ["Localization", "LocalizationCheck", "Origin"]
 
@@ -299,7 +300,7 @@ class LocalizationCheck(Check):
         run = _Run(_Plan(sample, full, Tolerances(options.get("tolerances", ""))))
 
         def run_on(model: Any, cast: Any, whole: set[str] = frozenset()) -> list[RecordedCall]:
-            args, kwargs = to_target((built.args, built.kwargs), cast, None)
+            args, kwargs = move_tensors((built.args, built.kwargs), None, cast)
             with torch.no_grad():
                 return record_calls(model, lambda: model(*args, **kwargs), sample, run.plan.keeper(whole))
 

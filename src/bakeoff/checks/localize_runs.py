@@ -13,7 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RecordedCall", "flat_tensors", "record_calls", "record_ops", "replay", "to_target"]
+from bakeoff.target.execute import move_tensors
+
+__all__ = ["RecordedCall", "flat_tensors", "record_calls", "record_ops", "replay"]
 
 
 @dataclass
@@ -120,17 +122,6 @@ def record_calls(
     return done
 
 
-def to_target(value: Any, dtype: Any, device: Any) -> Any:
-    """Tensors moved to ``device``, floating ones cast to ``dtype`` (None: kept)."""
-    import torch
-    from torch.utils._pytree import tree_map_only
-
-    def move(t: torch.Tensor) -> torch.Tensor:
-        return t.to(device=device, dtype=dtype if dtype is not None and t.is_floating_point() else None)
-
-    return tree_map_only(torch.Tensor, move, value)
-
-
 def replay(module: Any, call: RecordedCall, dtype: Any, device: Any, backend: Any = None) -> Any:
     """``module`` alone on the target with ``call``'s inputs (cast, moved), compiled with
     ``backend`` when given; its output on the host."""
@@ -141,7 +132,7 @@ def replay(module: Any, call: RecordedCall, dtype: Any, device: Any, backend: An
         torch._dynamo.reset()  # a module compiled alone: no graph or guard of another run applies
         fn = torch.compile(module, backend=backend, dynamic=False)
     with torch.no_grad():
-        return _to_host(fn(*to_target(call.args, dtype, device), **to_target(call.kwargs, dtype, device)))
+        return _to_host(fn(*move_tensors(call.args, device, dtype), **move_tensors(call.kwargs, device, dtype)))
 
 
 def record_ops(module: Any, call: RecordedCall, dtype: Any, device: Any) -> list[tuple[str, Any]]:
@@ -158,7 +149,7 @@ def record_ops(module: Any, call: RecordedCall, dtype: Any, device: Any) -> list
             ops.append((str(func.overloadpacket.__name__), _to_host(out)))
             return out
 
-    args, kwargs = to_target(call.args, dtype, device), to_target(call.kwargs, dtype, device)
+    args, kwargs = move_tensors(call.args, device, dtype), move_tensors(call.kwargs, device, dtype)
     with torch.no_grad(), Recorder():
         module(*args, **kwargs)
     return ops

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bakeoff.analysis.trajectory import LocalFigures, StepFigures
-from bakeoff.checks.localize_runs import to_target
+from bakeoff.target.execute import move_tensors
 
 __all__ = ["GradientError", "Lockstep", "TrainingFailed", "stochastic_reason"]
 
@@ -87,7 +87,7 @@ class _Run:
         import torch
 
         try:
-            args, kwargs = to_target(batch, self.dtype, self.device)
+            args, kwargs = move_tensors(batch, self.device, self.dtype)
             self.optimizer.zero_grad(set_to_none=True)
             torch.manual_seed(seed + number)
             with torch.enable_grad():

@@ -16,6 +16,7 @@ from bakeoff.workload.base import BuiltWorkload
 __all__ = [
     "Prepared",
     "device_peak_memory",
+    "move_tensors",
     "place_inputs",
     "prepare",
     "reset_device_peak_memory",
@@ -52,7 +53,7 @@ class Prepared:
         return self.model(*self.args, **self.kwargs)
 
 
-def _move(value: Any, device: Any, dtype: Any) -> Any:
+def move_tensors(value: Any, device: Any, dtype: Any) -> Any:
     """Every tensor in ``value`` (any nesting) moved to ``device`` (None: stays), floating ones cast."""
     import torch
     from torch.utils._pytree import tree_map_only
@@ -74,7 +75,7 @@ def place_inputs(workload: BuiltWorkload, target: Target, args: tuple, kwargs: d
 
     dtype = getattr(torch, target.dtype) if target.dtype else None
     device = None if workload.self_placed else torch.device(target.torch_device)
-    return _move(args, device, dtype), _move(kwargs, device, dtype)
+    return move_tensors(args, device, dtype), move_tensors(kwargs, device, dtype)
 
 
 def prepare(workload: BuiltWorkload, target: Target) -> Prepared:
