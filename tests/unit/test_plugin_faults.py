@@ -1,4 +1,4 @@
-"""Broken or greedy plugins: each seeded fault is contained, and bakeoff's own evidence stays true.
+"""Broken or grabbing plugins: each seeded fault is contained, and bakeoff's own evidence stays true.
 
 Plugins are installed for real (a ``.dist-info`` with ``entry_points.txt`` on ``sys.path``), as
 ``pip install`` leaves them; the registries are read again for each test.
@@ -44,9 +44,9 @@ class Decent(Scenario):
     metrics = (MetricSpec("decent", "time", "its own", series="call", bare=True),)
 
 
-class Greedy(Check):
-    name = "greedy"
-    title = "greedy"
+class Grabby(Check):
+    name = "grabby"
+    title = "grabby"
     value_type = dict
     offers = {"recompiles": ("count", "not its own")}
 """
@@ -57,7 +57,7 @@ shadow = tiny_bakeoff_plugins:Shadow
 decent = tiny_bakeoff_plugins:Decent
 
 [bakeoff.checks]
-greedy = tiny_bakeoff_plugins:Greedy
+grabby = tiny_bakeoff_plugins:Grabby
 """
 
 
@@ -79,11 +79,11 @@ def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
 
 def test_a_plugin_cannot_take_a_built_in_metric_name(installed: Path, capsys: pytest.CaptureFixture) -> None:
     names = [s.name for s in registered_scenarios()]
-    assert "shadow" not in names and "decent" in names  # the greedy one out, the decent one in
-    assert "greedy" not in [c.name for c in registered_checks()]
+    assert "shadow" not in names and "decent" in names  # the grabbing one out, the decent one in
+    assert "grabby" not in [c.name for c in registered_checks()]
     err = capsys.readouterr().err
     assert "scenario plugin 'shadow' left out: its metric names ['', 'ttft'] are taken" in err
-    assert "check plugin 'greedy' left out: its metric names ['recompiles'] are taken" in err
+    assert "check plugin 'grabby' left out: its metric names ['recompiles'] are taken" in err
     # the built-in names still measure what they did
     assert (find_metric("p90").scenario, find_metric("ttft").scenario) == ("single-stream", "generation")
     assert find_metric("recompiles").check == "compilation"
