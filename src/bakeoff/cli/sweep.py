@@ -209,12 +209,12 @@ def coverage_command(
         from bakeoff.sweep.expect import read_expectations
 
         expected = read_expectations(expect)
+    found = api.coverage(sweep_id, db=db)
     if against is not None:
         from bakeoff.sweep.expect import grades_of
 
         earlier = api.coverage(against, db=db)
-        expected, expect = grades_of(earlier), _since(earlier, api.coverage(sweep_id, db=db))
-    found = api.coverage(sweep_id, db=db)
+        expected, expect = grades_of(earlier), _since(earlier, found)
     for path, render in ((html_path, "render_coverage_html"), (md_path, "coverage_markdown")):
         if path is not None:
             from bakeoff.report import coverage as pages

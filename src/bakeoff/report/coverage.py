@@ -133,9 +133,10 @@ def coverage_markdown(c: Coverage) -> str:
             + " | ".join(_md((row[t].grade or "none") if t in row else "-") for t in c.targets)
             + " |"
         )
-    if c.reasons:
+    reasons = c.reasons
+    if reasons:
         lines += ["", "| count | reason | stopped after | targets | which |", "|---:|---|---|---|---|"]
-        for r in c.reasons:
+        for r in reasons:
             lines.append(
                 f"| {r['count']} | {_md(r['reason'])} | {_md(', '.join(r['stopped_at']))} | "
                 f"{_md(', '.join(r['targets']))} | {_md(', '.join(r['workloads']))} |"
@@ -146,11 +147,11 @@ def coverage_markdown(c: Coverage) -> str:
 def _heatmap(c: Coverage) -> dict[str, Any]:
     from bakeoff.report.html import _t
 
-    workloads = list(c.grid())
+    grid = c.grid()
+    workloads = list(grid)
     levels = ["none", *GRADES]
     z, text = [], []
-    for workload in workloads:
-        row = c.grid()[workload]
+    for workload, row in grid.items():
         z.append(
             [
                 None if t not in row or row[t].grade == "skipped" else levels.index(row[t].grade or "none")
