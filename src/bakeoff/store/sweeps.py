@@ -7,7 +7,7 @@ ends with every workload stored exactly once, and a run stored for a cell is nev
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, insert, select
@@ -51,7 +51,6 @@ class CellRow:
     error: dict[str, Any] | None
     duration_s: float
     finished_at: str
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class SweepTables:
