@@ -6,6 +6,7 @@ on two eager CPU targets, through the CLI; the tests read what it stored.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -42,12 +43,18 @@ POPULATION = [
     spec("hangs"),
     spec("wrong"),
     spec("does_not_build"),
+    # the build itself ends or blocks the process that serves the cell: a fresh one goes on
+    spec("hangs_building"),
+    spec("crashes_building"),
+    spec("eats_memory_building"),
+    spec("fine", width="5"),
 ]
+CLEAN = [spec("fine"), spec("fine", label=CRAFTED), *(spec("fine", width=w) for w in "465")]
 
 
-def bakeoff(*args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+def bakeoff(*args: str, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "bakeoff", *args], capture_output=True, text=True, timeout=timeout, env=os.environ
+        [sys.executable, "-m", "bakeoff", *args], capture_output=True, text=True, timeout=timeout, env=env or os.environ
     )
 
 
@@ -57,14 +64,19 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> dict:
     population = here / "models.txt"
     population.write_text("# every way a cell can end\n" + "\n".join(POPULATION) + "\n", encoding="utf-8")
     db = here / "kb.db"
+    scratch = here / "tmp"  # the sweep's temporary files, and a mark on every process it starts
+    scratch.mkdir()
     done = bakeoff(
         "sweep", str(population), "--on", TARGETS, "--timing", "none", "--timeout", "8", "--db", str(db),
-        "--format", "json",
+        "--format", "json", env={**os.environ, "TMPDIR": str(scratch)},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads(done.stdout)
     cells = {(c["workload"], c["target"]): c for c in data["cells"]}
-    return {"data": data, "cells": cells, "db": db, "here": here, "stderr": done.stderr, "population": population}
+    return {
+        "data": data, "cells": cells, "db": db, "here": here, "stderr": done.stderr, "population": population,
+        "scratch": scratch,
+    }  # fmt: skip
 
 
 def grade(swept: dict, workload: str, target: str = "cpu") -> dict:
@@ -78,7 +90,7 @@ def test_every_cell_is_stored_once_with_its_grade(swept):
     assert data["pending"] == []
     assert len(data["cells"]) == 2 * len(POPULATION)
     for target in ("cpu", "cpu?threads=1"):
-        for clean in (spec("fine"), spec("fine", width="4"), spec("fine", label=CRAFTED), spec("fine", width="6")):
+        for clean in CLEAN:
             assert grade(swept, clean, target)["grade"] == "generates_same", grade(swept, clean, target)
 
 
@@ -92,6 +104,9 @@ def test_every_cell_is_stored_once_with_its_grade(swept):
         ("unsupported", "builds", "exception", "aten::_fused_thing"),
         ("wrong", "on_device", "", "correctness fail"),
         ("does_not_build", None, "", "config inconsistent"),
+        ("hangs_building", None, "timeout", "building the workload and its baseline took over 8 s"),
+        ("crashes_building", None, "crash", "died from signal SIGABRT while building the workload"),
+        ("eats_memory_building", None, "out_of_memory", "killed by SIGKILL"),
     ],
 )
 def test_each_fault_is_its_cells_failure(swept, function, grade_reached, category, words):
@@ -114,12 +129,12 @@ def test_failures_cluster_by_reason(swept):
 def test_coverage_figures_count_the_population(swept):
     figures = swept["data"]["figures"]["cpu"]["grades"]
     size = len(POPULATION)
-    # 4 clean; crashes, killed, hangs and 2 'unsupported' stop after builds, 'wrong' after
-    # on_device; the one that does not build reaches nothing
-    assert figures["builds"]["count"] == 10 and figures["runs"]["count"] == 5
-    assert figures["on_device"]["count"] == 5 and figures["correct"]["count"] == 4
-    assert figures["compiles_clean"]["count"] == figures["generates_same"]["count"] == 4
-    assert figures["generates_same"]["share"] == pytest.approx(4 / size)
+    # 5 clean; crashes, killed, hangs and 2 'unsupported' stop after builds, 'wrong' after
+    # on_device; the four that do not build (or end or block their builder) reach nothing
+    assert figures["builds"]["count"] == 11 and figures["runs"]["count"] == 6
+    assert figures["on_device"]["count"] == 6 and figures["correct"]["count"] == 5
+    assert figures["compiles_clean"]["count"] == figures["generates_same"]["count"] == 5
+    assert figures["generates_same"]["share"] == pytest.approx(5 / size)
 
 
 def test_warm_workers_serve_cells_and_a_crashed_one_is_replaced(swept):
@@ -137,7 +152,26 @@ def test_warm_workers_serve_cells_and_a_crashed_one_is_replaced(swept):
         assert pid(spec("fine", label=CRAFTED), target) == first
         assert pid(spec("fine", width="6"), target) != first  # after the crash: a new worker
     assert pid(spec("fine"), "cpu") != pid(spec("fine"), "cpu?threads=1")  # a worker per target
-    assert "RuntimeError: config inconsistent" in store.sweep_cells(sweep.id)[-1].error["message"]
+    cells = {c.workload_spec: c for c in store.sweep_cells(sweep.id)}
+    assert "RuntimeError: config inconsistent" in cells[spec("does_not_build")].error["message"]
+    # the hung build's stack, as faulthandler dumped it before the runner was stopped
+    assert "hangs_building" in cells[spec("hangs_building")].error["stack"]
+    # after the builds that ended their runner, a new runner (and new target workers) served on
+    assert pid(spec("fine", width="5"), "cpu") not in (pid(spec("fine"), "cpu"), pid(spec("fine", width="6"), "cpu"))
+
+
+def test_no_process_or_file_of_the_sweep_is_left(swept):
+    """Runners ended for a hung, crashed or killed build took their target workers and their
+    temporary files with them; the orderly end of the sweep took the rest."""
+    mark = str(swept["scratch"])
+    alive = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if process.environ().get("TMPDIR") == mark:
+                alive.append(process.cmdline())
+    assert alive == []
+    # (torch's own compile cache, torchinductor_<user>, is meant to stay)
+    assert [p.name for p in swept["scratch"].iterdir() if not p.name.startswith("torchinductor_")] == []
 
 
 def test_coverage_command_and_reports(swept, tmp_path):
@@ -146,7 +180,7 @@ def test_coverage_command_and_reports(swept, tmp_path):
     shown = bakeoff("coverage", sweep_id[:6], "--db", str(swept["db"]), "--html", str(html), "--markdown", str(md))
     assert shown.returncode == 0, shown.stderr
     assert "aten::_fused_thing not implemented" in shown.stdout
-    assert f"4/{len(POPULATION)}" in shown.stdout and "grade ladder" in shown.stdout
+    assert f"{len(CLEAN)}/{len(POPULATION)}" in shown.stdout and "grade ladder" in shown.stdout
     page = html.read_text(encoding="utf-8")
     # in the heat-map's data: entity-escaped for plotly, then JSON-escaped for the <script> block
     assert CRAFTED not in page and "\\u0026lt;img src=x onerror=alert(1)\\u0026gt;" in page

@@ -198,7 +198,7 @@ def test_every_cell_is_stored_once_and_only_by_the_driver(on_ray):
         assert store.baseline_file(info).is_file()
     # the scratch store of every task that finished is gone (the one whose worker died mid-build
     # could not remove its own), and no task left a database anywhere else
-    scratch = list(on_ray["tmp"].glob("bakeoff-ray-cell-*"))
+    scratch = list(on_ray["tmp"].glob("bakeoff-cell-*"))
     assert len(scratch) <= 1, scratch
     assert {db.parent for db in on_ray["tmp"].glob("**/*.db")} <= set(scratch)
 

@@ -96,10 +96,17 @@ def _fresh_state(capture_dir: str) -> None:
 
 
 def _worker(
-    conn: Any, crash_log: str, parent_pid: int, phase_file: str, capture_dir: str, preload: tuple[str, ...]
+    conn: Any,
+    crash_log: str,
+    parent_pid: int,
+    phase_file: str,
+    capture_dir: str,
+    preload: tuple[str, ...],
+    serve: Any = None,
 ) -> None:
-    """A worker's command loop: ``("session", job)`` starts a session, then its steps follow;
-    after ``finish`` the worker waits for the next session, or ``close``."""
+    """A worker's life: arm the parent-death signal, ignore Ctrl-C, let ``faulthandler`` write
+    to the crash log, import what it preloads, say ``ready``, then serve commands with ``serve``
+    (``serve(conn, phase_file, capture_dir)``; by default :func:`_serve_sessions`)."""
     import faulthandler
     import importlib
 
@@ -111,7 +118,6 @@ def _worker(
         faulthandler.enable(log)
         if _STACK_SIGNAL is not None:
             faulthandler.register(_STACK_SIGNAL, file=log, all_threads=True)
-        session_class = _reporting_session_class(phase_file)
         for name in preload:  # a warm worker pays its imports before its first session
             try:
                 importlib.import_module(name)
@@ -122,32 +128,39 @@ def _worker(
 
             gc.freeze()  # the imported modules are for life: later collections need not walk them
         conn.send("ready")  # start-up is over: from now on each step has the step timeout
-        session: Any = None
-        sessions = 0
-        while True:
-            command = conn.recv()
-            if command == "close":
-                conn.close()
-                _leave()
-            if isinstance(command, tuple) and command[0] == "session":
-                if sessions:
-                    _fresh_state(capture_dir)
-                sessions += 1
-                session = session_class(command[1], capture_dir=capture_dir)
-                conn.send(None)
-            elif isinstance(command, tuple):  # ("use", scenarios): run these instead of the job's own
-                session.job = replace(session.job, scenarios=command[1])
-                conn.send(None)
-            elif command == "start":
-                conn.send(session.start())
-            elif command == "round":
-                conn.send(session.round())
-            elif command == "scenarios":
-                session.run_scenarios()
-                conn.send(None)
-            else:
-                conn.send(session.finish().to_dict())
-                session = None
+        (serve or _serve_sessions)(conn, phase_file, capture_dir)
+
+
+def _serve_sessions(conn: Any, phase_file: str, capture_dir: str) -> None:
+    """A target worker's command loop: ``("session", job)`` starts a session, then its steps
+    follow; after ``finish`` the worker waits for the next session, or ``close``."""
+    session_class = _reporting_session_class(phase_file)
+    session: Any = None
+    sessions = 0
+    while True:
+        command = conn.recv()
+        if command == "close":
+            conn.close()
+            _leave()
+        if isinstance(command, tuple) and command[0] == "session":
+            if sessions:
+                _fresh_state(capture_dir)
+            sessions += 1
+            session = session_class(command[1], capture_dir=capture_dir)
+            conn.send(None)
+        elif isinstance(command, tuple):  # ("use", scenarios): run these instead of the job's own
+            session.job = replace(session.job, scenarios=command[1])
+            conn.send(None)
+        elif command == "start":
+            conn.send(session.start())
+        elif command == "round":
+            conn.send(session.round())
+        elif command == "scenarios":
+            session.run_scenarios()
+            conn.send(None)
+        else:
+            conn.send(session.finish().to_dict())
+            session = None
 
 
 def _leave() -> None:
@@ -198,12 +211,18 @@ def _death(exitcode: int | None) -> tuple[str, str, str]:
 class Worker:
     """A spawned worker process and the files it leaves for the parent (crash log, phase, output).
 
-    A worker serves one session after another (see :func:`_worker`); :class:`WorkerPool` keeps
-    idle ones warm between trials. ``preload`` names modules it imports before its first
-    session, while the parent does other work.
+    A worker serves one session after another (see :func:`_serve_sessions`); :class:`WorkerPool`
+    keeps idle ones warm between trials. ``preload`` names modules it imports before its first
+    session, while the parent does other work. ``serve`` replaces the session loop with another
+    command loop (a top-level function: it is pickled by name); ``name`` is the process's
+    ``multiprocessing`` name, which tells the worker (and a workload's code) what it serves.
+    A worker that starts workers of its own must not be a ``daemon`` (multiprocessing refuses);
+    its owner then ends it explicitly, as every owner does anyway.
     """
 
-    def __init__(self, preload: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, preload: tuple[str, ...] = (), serve: Any = None, name: str = "bakeoff-target-worker", daemon: bool = True
+    ) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="bakeoff-worker-")
         self.crash_log = Path(self._tmp.name) / "crash.log"
         self.phase_file = Path(self._tmp.name) / "phase"
@@ -217,8 +236,9 @@ class Worker:
         self.conn, child = ctx.Pipe(duplex=True)
         self.process = ctx.Process(
             target=_worker,
-            args=(child, str(self.crash_log), os.getpid(), str(self.phase_file), str(self.capture_dir), preload),
-            daemon=True,
+            args=(child, str(self.crash_log), os.getpid(), str(self.phase_file), str(self.capture_dir), preload, serve),
+            name=name,
+            daemon=daemon,
         )
         with _interrupts_held():
             self.process.start()

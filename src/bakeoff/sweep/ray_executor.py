@@ -40,13 +40,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from bakeoff.errors import SpecError
@@ -54,6 +51,7 @@ from bakeoff.results.values import RunResult
 from bakeoff.settings import TrialSettings
 from bakeoff.store.db import Store
 from bakeoff.store.sweeps import SweepRecord
+from bakeoff.sweep.cell import CELL_TIMEOUT_FACTOR, cell_timeout, run_cell, store_baseline
 from bakeoff.target.spec import Target
 
 __all__ = [
@@ -68,8 +66,6 @@ __all__ = [
     "target_resources",
 ]
 
-#: How many per-step timeouts a cell may take per target session (see the module docstring).
-CELL_TIMEOUT_FACTOR = 2.0
 #: Ray's own names for the accelerators it knows; any other device is a custom resource.
 _RAY_RESOURCE = {"cuda": "GPU", "neuron": "neuron_cores"}
 _NO_RAY = "the ray executor needs ray: pip install 'bakeoff[ray]'"
@@ -168,11 +164,6 @@ def cell_cpus(targets: Sequence[Target], nodes: Sequence[Mapping[str, float]]) -
     return max(1, min(workers, largest))
 
 
-def cell_timeout(timeout_s: float, sessions: int) -> float:
-    """How long a running cell may take before its task is cancelled (see the module docstring)."""
-    return CELL_TIMEOUT_FACTOR * timeout_s * (sessions + 1)
-
-
 def local_resources() -> tuple[int, dict[str, float]]:
     """The GPUs and custom resources of a local cluster: the accelerators available here."""
     from bakeoff.target.detect import list_devices
@@ -203,84 +194,6 @@ def preflight(targets: Sequence[Target], address: str | None) -> None:
         refusal = missing_resource(targets, [node], "the local Ray cluster")
         if refusal is not None:
             raise refusal
-
-
-# -- the task (runs in a Ray worker) ------------------------------------------------------------
-
-_POOLS: dict[tuple[str, ...], Any] = {}
-
-
-def _warm_pool(preload: tuple[str, ...], workers: int) -> Any:
-    """This Ray worker's pool of target workers, kept between the cells it runs."""
-    from bakeoff.runner.isolation import WorkerPool
-
-    pool = _POOLS.get(preload)
-    if pool is None:
-        if not _POOLS:  # a worker Ray ends in an orderly way removes its target workers' files
-            import atexit
-
-            atexit.register(_close_pools)
-        pool = _POOLS[preload] = WorkerPool(preload=preload)
-        pool.prestart(workers)
-    return pool
-
-
-def _close_pools() -> None:
-    for pool in _POOLS.values():
-        pool.close()
-    _POOLS.clear()
-
-
-def run_cell(
-    spec: str,
-    target_specs: Sequence[str],
-    options: Mapping[str, Any],
-    requirements: Sequence[str],
-    driver: Mapping[str, Any],
-    preload: tuple[str, ...] = ("torch",),
-) -> Iterator[dict[str, Any]]:
-    """The body of a cell's task: first what it runs on (the driver's clock starts then),
-    then the cell as plain data. Nothing here writes outside its scratch directory."""
-    import socket
-
-    from bakeoff.runner.trial import run_trial
-    from bakeoff.sweep.run import _now, cell_error
-    from bakeoff.target.detect import extra_devices
-    from bakeoff.target.spec import parse_target
-
-    yield {"node": socket.gethostname(), "pid": os.getpid()}
-    for name, value in driver["env"].items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-    if Path(driver["cwd"]).is_dir():  # relative py: paths mean what they meant to the driver
-        os.chdir(driver["cwd"])
-    targets = [parse_target(s, extra_devices=extra_devices()) for s in target_specs]
-    settings = TrialSettings.from_options(**options)
-    pool = _warm_pool(tuple(preload), len({*target_specs, "cpu"})) if settings.isolate else None
-    scratch = tempfile.mkdtemp(prefix="bakeoff-ray-cell-")
-    out: dict[str, Any] = {"scratch": scratch, "run": None, "error": None}
-    try:
-        store = Store.open(Path(scratch) / "cell.db", artifacts_dir=Path(scratch) / "artifacts")
-        try:
-            if requirements:  # the requirements kept for this workload in the driver's store
-                store.save_requirements(spec, list(requirements), _now())
-            try:
-                run = run_trial(store, spec, targets, settings, pool=pool, save=False)
-            except Exception as exc:
-                out["error"] = cell_error(exc)
-            else:
-                ((info, env),) = [(i, e) for i, e in store.baselines([spec]) if i.id == run.baseline_id]
-                out["run"] = run.to_dict()
-                out["baseline"] = info.to_dict()
-                out["baseline_environment"] = env.to_dict()
-                out["tensors"] = store.baseline_file(info).read_bytes()
-        finally:
-            store.engine.dispose()
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    yield out
 
 
 # -- the driver ---------------------------------------------------------------------------------
@@ -319,30 +232,6 @@ def _task_error(exc: BaseException, where: str) -> dict[str, Any]:
     else:
         category, message = "crash", f"the cell's task{on} failed: {first}"
     return {"type": type(exc).__name__, "category": category, "message": message}
-
-
-def _store_baseline(store: Store, out: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Write the task's baseline tensors where this store keeps baselines, then its record;
-    the cell's error instead if the bytes that came back are not the ones the task hashed."""
-    from bakeoff.env import Environment
-    from bakeoff.hashing import file_sha256
-    from bakeoff.results.values import BaselineInfo
-
-    info = BaselineInfo.from_dict(out["baseline"])
-    path = store.baseline_file(info)  # refuses an id or fingerprint that would leave the store
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".part")
-    partial.write_bytes(out["tensors"])
-    if info.sha256 and file_sha256(partial) != info.sha256:
-        partial.unlink()
-        return {
-            "type": "BaselineTransferError",
-            "category": "exception",
-            "message": "baseline bytes changed in transit",
-        }
-    partial.replace(path)
-    store.save_baseline(replace(info, path=str(path)), Environment.from_dict(out["baseline_environment"]))
-    return None
 
 
 @contextlib.contextmanager
@@ -444,7 +333,7 @@ def ray_cells(
                     error = item["error"]
                     run = None
                     if error is None:
-                        error = _store_baseline(store, item)
+                        error = store_baseline(store, item)
                         run = RunResult.from_dict(item["run"]) if error is None else None
                     yield cell.position, cell.spec, seconds, run, error
                 now = time.monotonic()

@@ -1,28 +1,29 @@
 """Running a sweep: every pending workload of a stored sweep, one cell at a time, each stored
 as it finishes.
 
-The local executor runs each workload as a trial in this process (the workload is built and
-its baseline computed here) with every target in a warm worker from one
-:class:`~bakeoff.runner.isolation.WorkerPool`: a worker per target imports torch and
-transformers once and serves that target for the whole sweep, and one that crashed, hung
-(``timeout_s``) or was killed for memory is replaced, the failure becoming that cell's result
-with its category. A workload that does not build is a cell with the reason and no run.
+The local executor (:mod:`bakeoff.sweep.local_executor`) runs each workload as a trial in a
+warm *cell runner* process, where the workload is built and its baseline computed, with every
+target in a warm worker of the runner's :class:`~bakeoff.runner.isolation.WorkerPool`: a worker
+per target imports torch and transformers once and serves that target for the whole sweep, and
+one that crashed, hung (``timeout_s``) or was killed for memory is replaced, the failure becoming
+that cell's result with its category. A workload that does not build is a cell with the reason
+and no run; one whose build crashes, hangs or runs out of memory ends the runner, is that
+cell's failure, and a fresh runner goes on.
 
 A sweep is created (:func:`create_sweep`) before anything runs, with its population, targets
 and trial keywords, so :func:`run_sweep` can resume it after an interruption with the same
 settings: only workloads without a stored cell run, and a cell goes in with its run in one
 transaction, only if no other process stored that workload first.
 
-The ``ray`` executor (:mod:`bakeoff.sweep.ray_executor`) runs the same cells as Ray tasks
-instead, and hands each finished one back here to be stored the same way: how a sweep runs is
-a property of the invocation, not of the sweep, so one started locally may be resumed on Ray.
+The ``ray`` executor (:mod:`bakeoff.sweep.ray_executor`) runs the same cells
+(:func:`~bakeoff.sweep.cell.run_cell`) as Ray tasks instead. Either hands each finished cell back
+here to be stored the same way: how a sweep runs is a property of the invocation, not of the
+sweep, so one started locally may be resumed on Ray.
 """
 
 from __future__ import annotations
 
 import datetime
-import gc
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,7 +32,6 @@ from typing import Any
 from bakeoff.env import capture_environment
 from bakeoff.errors import BakeoffError, SpecError
 from bakeoff.results.values import RunResult
-from bakeoff.runner.trial import run_trial
 from bakeoff.settings import TrialSettings
 from bakeoff.store.db import Store
 from bakeoff.store.sweeps import SweepRecord
@@ -158,45 +158,17 @@ def run_sweep(
         if progress is not None:
             progress(CellDone(spec, done, total, failures, went_in, grades, seconds))
 
-    if executor == "ray":
-        from contextlib import closing
+    from contextlib import closing
 
+    if executor == "ray":
         from bakeoff.sweep.ray_executor import ray_cells
 
-        with closing(ray_cells(store, record, pending, targets, settings, ray_address, status)) as cells:
-            for cell in cells:
-                finish(*cell)
-        return store.get_sweep(sweep_id)
-    _run_local(store, record, pending, targets, settings, status, finish)
+        cells = ray_cells(store, record, pending, targets, settings, ray_address, status)
+    else:
+        from bakeoff.sweep.local_executor import local_cells
+
+        cells = local_cells(store, record, pending, targets, settings, status)
+    with closing(cells):
+        for cell in cells:
+            finish(*cell)
     return store.get_sweep(sweep_id)
-
-
-def _run_local(
-    store: Store,
-    record: SweepRecord,
-    pending: Sequence[tuple[int, str]],
-    targets: Sequence[Target],
-    settings: TrialSettings,
-    status: Callable[[str], None] | None,
-    finish: Callable[[int, str, float, RunResult | None, dict | None], None],
-) -> None:
-    """Each pending workload as a trial here, its targets in warm workers of one pool."""
-    from bakeoff.runner.isolation import WorkerPool
-
-    frozen = False
-    with WorkerPool(preload=preload_for(record.specs)) as pool:
-        if settings.isolate:
-            pool.prestart(len({t.spec for t in targets} | {"cpu"}))
-        for position, spec in pending:
-            if status is not None:
-                status(spec)
-            started = time.monotonic()
-            run, error = None, None
-            try:
-                run = run_trial(store, spec, targets, settings, pool=pool, save=False)
-            except Exception as exc:  # the workload did not build, or its baseline failed
-                error = cell_error(exc)
-            finish(position, spec, time.monotonic() - started, run, error)
-            if not frozen:  # torch and transformers are loaded now, for the rest of the sweep: later
-                gc.freeze()  # collections need not walk them (a full one costs 0.2-0.4 s with them)
-                frozen = True

@@ -1,0 +1,160 @@
+"""The ``local`` executor of a sweep: each pending cell in a warm cell runner, stored here.
+
+The cell runner is a worker process (:class:`~bakeoff.runner.isolation.Worker`, named
+``bakeoff-cell-runner``) that has imported torch (and transformers, for a population of Hugging
+Face workloads) once and serves cell after cell with the same body a Ray task runs
+(:func:`~bakeoff.sweep.cell.run_cell`): it builds the workload, computes the baseline and runs
+the trial, its targets in warm workers of its own pool. This process only sends the cells and
+stores what comes back (the baseline, then the cell with its run, in one transaction).
+
+So a workload whose build crashes the interpreter, never returns, or is killed for memory costs
+its own cell and nothing else: the runner is ended (its target workers die with it: they are
+armed to), the cell is stored with the failure and its category (``crash``, ``timeout``,
+``out_of_memory``) and the tail of what ``faulthandler`` wrote (for a hang, the stack it was
+stuck in), and a fresh runner takes the next cell.
+
+Timeouts: building the workload and its baseline is one step, with the sweep's ``timeout_s``
+counted from when the cell reaches the runner. Once the first target session starts, the
+targets' workers enforce their own step timeouts, and the whole cell has the backstop of
+:func:`~bakeoff.sweep.cell.cell_timeout`.
+
+Everything the runner and its target workers keep in temporary files lies under the runner's
+own directory, which goes with it however it ends (Ctrl-C here kills it at once).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from bakeoff.results.values import RunResult
+from bakeoff.runner.isolation import STARTUP_TIMEOUT_S, Worker, _death, _leave
+from bakeoff.settings import TrialSettings
+from bakeoff.store.db import Store
+from bakeoff.store.sweeps import SweepRecord
+from bakeoff.sweep.cell import cell_timeout, run_cell, store_baseline
+from bakeoff.target.spec import Target
+
+__all__ = ["RUNNER_NAME", "local_cells"]
+
+#: The ``multiprocessing`` name of the process that serves a local sweep's cells.
+RUNNER_NAME = "bakeoff-cell-runner"
+#: How much of the runner's crash log (faulthandler's stacks) a failed cell keeps.
+_STACK_CHARS = 3000
+
+Cell = tuple[int, str, float, RunResult | None, dict[str, Any] | None]
+
+
+def _serve_cells(conn: Any, phase_file: str, capture_dir: str) -> None:
+    """The cell runner's command loop: a cell's arguments in, ``("targets", None)`` when its
+    first target session starts, then ``("done", cell)``; ``close`` ends the runner."""
+    import gc
+    import tempfile
+    from pathlib import Path
+
+    tempfile.tempdir = str(Path(phase_file).parent)  # target workers' files go with the runner
+    frozen = False
+    while True:
+        command = conn.recv()
+        if command == "close":
+            conn.close()
+            _leave()  # its pools close on the way out (atexit)
+        cell = run_cell(*command, on_targets=lambda: conn.send(("targets", None)))
+        next(cell)  # where it runs: this process
+        conn.send(("done", next(cell)))
+        if not frozen:  # the first cell's imports (the library's model code) are for life too
+            gc.freeze()
+            frozen = True
+
+
+def _failure(runner: Worker, category: str, kind: str, message: str) -> dict[str, Any]:
+    text = runner.crash_log.read_text(encoding="utf-8", errors="replace") if runner.crash_log.exists() else ""
+    error = {"type": kind, "category": category, "message": message}
+    if text.strip():
+        error["stack"] = text[-_STACK_CHARS:]
+    return error
+
+
+def _serve_one(runner: Worker, command: tuple, timeout_s: float, limit: float) -> tuple[dict | None, dict | None]:
+    """Send one cell to ``runner`` and wait for it: ``(cell, None)``, or ``(None, error)`` when
+    the runner did not start, died, or ran past its time (the runner must be ended then)."""
+    if not runner.wait_ready(max(timeout_s, STARTUP_TIMEOUT_S)):
+        if runner.process.is_alive():
+            return None, _failure(runner, "timeout", "Timeout", "the cell runner did not start in time")
+        kind, category, message = _death(runner.process.exitcode)
+        return None, _failure(runner, category, kind, f"the cell runner {message.removeprefix('worker ')} at start-up")
+    conn = runner.conn
+    started = time.monotonic()
+    step_end, backstop, targets = started + timeout_s, started + limit, False
+    try:
+        conn.send(command)
+        while True:
+            deadline = backstop if targets else min(step_end, backstop)
+            if not conn.poll(max(0.0, deadline - time.monotonic())):
+                runner.dump_stack()
+                runner.process.kill()
+                if targets:
+                    message = f"the cell ran past {limit:g} s (the cell timeout); its runner was stopped"
+                else:
+                    message = f"building the workload and its baseline took over {timeout_s:g} s; runner stopped"
+                return None, _failure(runner, "timeout", "Timeout", message)
+            kind, value = conn.recv()
+            if kind == "targets":
+                targets = True
+                continue
+            return value, None
+    except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
+        runner.process.join(10)
+        kind, category, message = _death(runner.process.exitcode)
+        stage = "running the targets" if targets else "building the workload or its baseline"
+        what = message.removeprefix("worker ")
+        return None, _failure(runner, category, kind, f"the cell runner {what} while {stage}")
+
+
+def local_cells(
+    store: Store,
+    record: SweepRecord,
+    pending: Sequence[tuple[int, str]],
+    targets: Sequence[Target],
+    settings: TrialSettings,
+    status: Callable[[str], None] | None = None,
+) -> Iterator[Cell]:
+    """Run ``pending`` cells in a cell runner; yield each as ``(position, spec, seconds, run,
+    error)`` as it ends, its baseline already stored (the caller stores the cell with its run)."""
+    from bakeoff.sweep.run import preload_for
+
+    preload = preload_for(record.specs)
+    sessions = len({t.spec for t in targets} | {"cpu"}) * settings.replicates
+    limit = cell_timeout(settings.timeout_s, sessions)
+    driver = {"cwd": os.getcwd(), "env": {}}  # the runner inherited this process's environment
+    runner: Worker | None = None
+    try:
+        for position, spec in pending:
+            if runner is None:
+                runner = Worker(preload, serve=_serve_cells, name=RUNNER_NAME, daemon=False)
+            if status is not None:
+                status(spec)
+            started = time.monotonic()
+            command = (spec, record.targets, record.settings, store.requirements(spec), driver, preload)
+            out, error = _serve_one(runner, command, settings.timeout_s, limit)
+            seconds = time.monotonic() - started
+            run = None
+            if error is not None:  # the runner is finished: a fresh one takes the next cell
+                runner.close(kill=True)
+                runner = None
+            elif out["error"] is not None:
+                error = out["error"]
+            else:
+                error = store_baseline(store, out)
+                run = RunResult.from_dict(out["run"]) if error is None else None
+            yield position, spec, seconds, run, error
+    except BaseException:
+        if runner is not None:  # interrupted: end it now (its target workers die with it)
+            runner.close(kill=True)
+            runner = None
+        raise
+    finally:
+        if runner is not None:
+            runner.close()
