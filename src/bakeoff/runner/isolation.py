@@ -128,7 +128,10 @@ def _worker(
 
             gc.freeze()  # the imported modules are for life: later collections need not walk them
         conn.send("ready")  # start-up is over: from now on each step has the step timeout
-        (serve or _serve_sessions)(conn, phase_file, capture_dir)
+        try:
+            (serve or _serve_sessions)(conn, phase_file, capture_dir)
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            os._exit(1)  # the parent is gone (killed: its death signal may not have landed yet): quietly
 
 
 def _serve_sessions(conn: Any, phase_file: str, capture_dir: str) -> None:
