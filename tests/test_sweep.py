@@ -268,29 +268,70 @@ def test_bad_input_is_one_line_and_stores_nothing(tmp_path):
     assert not db.exists()
 
 
+EVOLVING = """
+import torch
+
+def make():
+    torch.manual_seed(0)
+    return torch.nn.Linear(4, 4), (torch.randn(2, 4),)
+"""
+
+
 def test_two_sweeps_of_one_population_show_what_started_and_stopped_working(tmp_path):
+    model = tmp_path / "evolving.py"
+    model.write_text(EVOLVING, encoding="utf-8")
+    evolving = f"py:{model}:make"
     population = tmp_path / "pair.txt"
-    population.write_text(f"{spec('fine')}\n{spec('switchable')}\n", encoding="utf-8")
+    population.write_text(f"{spec('fine')}\n{spec('switchable')}\n{evolving}\n", encoding="utf-8")
     db = str(tmp_path / "kb.db")
     ids = []
-    # the second "release" breaks one workload (switches reach the targets, never the reference)
-    for extra in ((), ("--env", "BAKEOFF_FIXTURE_WRONG=1")):
+    # the second "release" breaks one workload on the target (not in the baseline: the fixture
+    # reads the variable in target workers only; not an adjustment either, so the two runs of
+    # the cell stay comparable) and another no longer builds at all
+    for release in ({}, {"BAKEOFF_FIXTURE_WRONG": "1"}):
         args = ["sweep", str(population), "--on", "cpu?threads=1", "--timing", "none", "--format", "json"]
-        done = bakeoff(*args, "--db", db, *extra)
+        done = bakeoff(*args, "--db", db, env={**os.environ, **release})
         assert done.returncode == 0, done.stderr[-2000:]
         ids.append(json.loads(done.stdout)["sweep_id"])
+        model.write_text(EVOLVING.replace("torch.manual_seed(0)", "raise ValueError('width 4 is gone')"))
     later = bakeoff("coverage", ids[1], "--against", ids[0], "--db", db, "--format", "json")
     assert later.returncode == 1, later.stderr  # a cell stopped working
     found = {e["workload"]: (e["status"], e["expected"], e["actual"]) for e in json.loads(later.stdout)["expectations"]}
     assert found == {
         spec("fine"): ("pass", "generates_same", "generates_same"),
         spec("switchable"): ("regressed", "generates_same", "on_device"),
+        evolving: ("regressed", "generates_same", "none"),
     }
     shown = bakeoff("coverage", ids[1], "--against", ids[0], "--db", db)
-    assert f"against sweep {ids[0]} (same library versions)" in shown.stdout and "1 regressed" in shown.stdout
+    assert f"against sweep {ids[0]} (same library versions)" in shown.stdout and "2 regressed" in shown.stdout
     back = bakeoff("coverage", ids[0], "--against", ids[1], "--db", db, "--format", "json")
     assert back.returncode == 0
     assert {e["status"] for e in json.loads(back.stdout)["expectations"]} == {"pass", "improved"}
+
+    # the same two sweeps through `bakeoff regressions`: grades first, then each cell's two runs
+    changes = bakeoff("regressions", "--sweep", ids[1], "--db", db, "--format", "json", "--strict")
+    assert changes.returncode == 1, changes.stderr  # the earlier sweep of the population was found
+    data = json.loads(changes.stdout)
+    assert data["against"] == ids[0] and data["regressed"] is True
+    assert {c["workload"]: c["status"] for c in data["cells"]} == {
+        spec("fine"): "pass", spec("switchable"): "regressed", evolving: "regressed",
+    }  # fmt: skip
+    metrics = {m["workload"]: m for m in data["metrics"]}
+    assert set(metrics) == {spec("fine"), spec("switchable")}  # no run of the one that no longer builds
+    assert metrics[spec("fine")]["outcome"] not in ("regressed", "failed"), metrics[spec("fine")]
+    broken = metrics[spec("switchable")]
+    assert broken["outcome"] == "regressed", broken
+    assert any(m["metric"] == "correctness" and m["outcome"] == "regressed" for m in broken["metrics"]), broken
+    text = bakeoff("regressions", "--sweep", ids[1], "--db", db)
+    assert text.returncode == 0  # not --strict
+    assert f"sweep {ids[0]} (same library versions)" in text.stdout and "2 regressed" in text.stdout
+    # the clean direction is the control: nothing regressed, --strict passes
+    clean = bakeoff("regressions", "--sweep", ids[0], "--against", ids[1], "--db", db, "--format", "json", "--strict")
+    assert clean.returncode == 0, clean.stdout[-2000:]
+    assert json.loads(clean.stdout)["regressed"] is False
+    # the first sweep has nothing before it: one line, no traceback
+    first = bakeoff("regressions", "--sweep", ids[0], "--db", db)
+    assert first.returncode == 2 and "no sweep of" in first.stderr and "Traceback" not in first.stderr
 
 
 def test_ctrl_c_stops_a_sweep_keeping_every_finished_cell(tmp_path):

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from bakeoff.store.annotations import Note
     from bakeoff.store.sweeps import SweepRecord
     from bakeoff.store.transfer import ExportSummary, ImportSummary
+    from bakeoff.sweep.changes import SweepChanges
     from bakeoff.sweep.run import CellDone
     from bakeoff.verdicts.coverage import Coverage
     from bakeoff.verdicts.decision import Decision
@@ -51,6 +52,7 @@ __all__ = [
     "rerun",
     "show",
     "sweep",
+    "sweep_regressions",
     "sweeps",
     "tag",
     "targets",
@@ -603,6 +605,22 @@ def regressions(
         compare_pair(run(a), run(a).result(spec, variant), run(b), run(b).result(spec, variant), thresholds)
         for (_, spec, variant), a, b in pairs
     ]
+
+
+def sweep_regressions(
+    sweep_id: str, *, against: str | None = None, db: PathLike | None = None, thresholds: Thresholds | None = None
+) -> SweepChanges:
+    """A sweep against an earlier one (``against``, else the one before it of the same
+    population): which cells started or stopped working, and each cell's two runs compared
+    metric by metric (see :mod:`bakeoff.sweep.changes`).
+
+    Raises:
+        StoreError: an unknown or ambiguous sweep id.
+        SpecError: no earlier sweep to compare with, or no target in common.
+    """
+    from bakeoff.sweep.changes import sweep_changes
+
+    return sweep_changes(Store.open(db, create=False), sweep_id, against, thresholds)
 
 
 def _run_and_target(store: Store, ref: str) -> tuple[RunResult, str | None]:

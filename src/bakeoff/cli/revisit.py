@@ -6,7 +6,7 @@ Thin commands over :mod:`bakeoff.api`; they register themselves on the command g
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -39,24 +39,42 @@ def _thresholds(latency: float) -> Thresholds:
     return Thresholds(latency=latency, cost=latency)
 
 
-@cli.command(epilog="\b\nExample:\n  bakeoff regressions --workload arch:llama --strict")
+@cli.command(
+    epilog="\b\nExamples:\n  bakeoff regressions --workload arch:llama --strict\n"
+    "  bakeoff regressions --sweep 9c1e            # against the sweep before it\n"
+    "  bakeoff regressions --sweep 9c1e --against 3f2a --strict"
+)
 @click.option("--workload", default=None, help="Only this workload spec.")
 @click.option("--target", default=None, help="Only this target spec.")
+@click.option("--sweep", "sweep_id", default=None, metavar="SWEEP_ID",
+              help="Compare this sweep with an earlier one: cells that started or stopped working, "
+              "and each cell's runs metric by metric.")  # fmt: skip
+@click.option("--against", default=None, metavar="SWEEP_ID",
+              help="With --sweep: the earlier sweep (default: the one before it of the same population).")  # fmt: skip
 @_latency_option
 @click.option("--strict", is_flag=True, help="Exit 1 if anything regressed or now fails.")
 @_db_option
 @_format_option
 def regressions(
-    workload: str | None, target: str | None, latency_threshold: float, strict: bool, db: str | None, fmt: str
-) -> None:
+    workload: str | None, target: str | None, sweep_id: str | None, against: str | None, latency_threshold: float,
+    strict: bool, db: str | None, fmt: str,
+) -> None:  # fmt: skip
     """What changed since the previous environment, for each workload and target.
 
     Compares each workload + target's latest result with the newest earlier one from a
     different environment and classifies every metric: improved, regressed, unchanged, not
-    comparable (the workload or adjustments differ) or failed.
+    comparable (the workload or adjustments differ) or failed. With --sweep, compares two
+    sweeps of one population instead: each cell's grade (a workload that no longer builds
+    has no run to compare, only its grade), then each cell's two runs.
     """
     from bakeoff import api
+    from bakeoff.errors import SpecError
 
+    if against is not None and sweep_id is None:
+        raise SpecError("--against needs --sweep", hint="e.g. bakeoff regressions --sweep NEW --against OLD")
+    if sweep_id is not None:
+        _sweep_regressions(sweep_id, against, workload, target, latency_threshold, strict, db, fmt)
+        return
     found = api.regressions(db=db, workload=workload, target=target, thresholds=_thresholds(latency_threshold))
     if fmt == "json":
         _emit_json([c.to_dict() for c in found])
@@ -67,6 +85,46 @@ def regressions(
 
         _console().print(regressions_table(found))
     if strict and any(c.outcome in ("regressed", "failed") for c in found):
+        raise SystemExit(EXIT_FAILED)
+
+
+def _sweep_regressions(
+    sweep_id: str, against: str | None, workload: str | None, target: str | None, latency: float, strict: bool,
+    db: str | None, fmt: str,
+) -> None:  # fmt: skip
+    from dataclasses import replace
+
+    from bakeoff import api
+
+    found = api.sweep_regressions(sweep_id, against=against, db=db, thresholds=_thresholds(latency))
+
+    def kept(c: Any) -> bool:
+        return (workload is None or c.workload == workload) and (target is None or c.target == target)
+
+    found = replace(
+        found, cells=tuple(c for c in found.cells if kept(c)), metrics=tuple(m for m in found.metrics if kept(m))
+    )
+    if fmt == "json":
+        _emit_json(found.to_dict())
+    else:
+        from rich.console import Group
+
+        from bakeoff.report.changes import regressions_table
+        from bakeoff.report.coverage import expectations_view
+
+        changed = ", ".join(f"{k} {a or '-'} -> {b or '-'}" for k, (a, b) in found.changed_packages.items())
+        label = f"sweep {found.against.sweep_id} ({changed or 'same library versions'})"
+        moved = [m for m in found.metrics if m.outcome != "unchanged"]
+        paired = f"the same cell's run in sweep {found.against.sweep_id}"
+        parts = [
+            f"sweep {found.sweep.sweep_id} of {found.sweep.population.get('name')}",
+            expectations_view(list(found.cells), label, before="was"),
+            regressions_table(moved, paired)
+            if moved
+            else f"{len(found.metrics)} cell(s) ran in both sweeps: every metric unchanged",
+        ]
+        _console().print(Group(*parts))
+    if strict and found.regressed:
         raise SystemExit(EXIT_FAILED)
 
 

@@ -44,8 +44,11 @@ def _changed(comparison: Comparison) -> str:
     return "; ".join(parts) or "-"
 
 
-def regressions_table(comparisons: Sequence[Comparison]) -> Group:
-    """One row per workload + target: the outcome, what changed and the environment change."""
+def regressions_table(
+    comparisons: Sequence[Comparison], paired: str = "the newest earlier run in another environment"
+) -> Group:
+    """One row per workload + target: the outcome, what changed and the environment change;
+    ``paired`` says what each result was compared with."""
     table = Table(header_style="bold")
     for column in ("workload", "target", "outcome", "what changed", "environment change", "runs"):
         table.add_column(column, overflow="fold", no_wrap=column in ("outcome",))
@@ -74,8 +77,8 @@ def regressions_table(comparisons: Sequence[Comparison]) -> Group:
             Text(
                 f"latency counts when it changes by more than {thresholds.latency:.0%} and its "
                 f"{thresholds.confidence:.0%} bootstrap interval excludes no change; first call beyond "
-                f"{thresholds.first_call:.0%} and {thresholds.first_call_floor_ms:g} ms; {cost}compared with the "
-                "newest earlier run in another environment",
+                f"{thresholds.first_call:.0%} and {thresholds.first_call_floor_ms:g} ms; {cost}compared with "
+                f"{paired}",
                 style="dim",
             )
         )

@@ -215,11 +215,13 @@ def render_coverage_html(c: Coverage) -> str:
     )
 
 
-def expectations_view(checked: list[Any], path: str) -> Any:
-    """The cells that differ from the expectations file, and a count per status."""
+def expectations_view(checked: list[Any], path: str, before: str = "expected") -> Any:
+    """The cells that differ from the expectations file (or, ``before="was"``, from an earlier
+    sweep's grades), and a count per status."""
     from collections import Counter
 
     from rich.console import Group
+    from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
@@ -231,9 +233,10 @@ def expectations_view(checked: list[Any], path: str) -> Any:
     changed = [e for e in checked if e.status in ("regressed", "improved", "new", "missing")]
     if changed:
         table = Table(title_justify="left")
-        for column in ("status", "workload", "target", "expected", "now", "why"):
+        for column in ("status", "workload", "target", before, "now", "why"):
             table.add_column(column)
         for e in sorted(changed, key=lambda e: (order.index(e.status), e.workload, e.target)):
-            table.add_row(e.status, e.workload, e.target, e.expected or "-", e.actual or "-", e.reason[:120])
+            why = escape(e.reason[:120])
+            table.add_row(e.status, escape(e.workload), escape(e.target), e.expected or "-", e.actual or "-", why)
         parts.append(table)
     return Group(*parts)
