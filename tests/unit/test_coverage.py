@@ -188,3 +188,12 @@ def test_a_bad_expectations_file_is_refused(tmp_path, text, words):
     path.write_text(text, encoding="utf-8")
     with pytest.raises(SpecError, match=words):
         read_expectations(path)
+
+
+def test_a_sweeps_warm_imports_are_what_any_of_its_workloads_needs_but_one_architectures_own():
+    from bakeoff.sweep.run import preload_for
+
+    assert preload_for(["py:model.py:make"]) == ("torch",)
+    mixed = preload_for(["py:model.py:make", "arch:llama", "arch:gpt2"])
+    assert mixed == ("torch", "transformers", "transformers.models.auto.modeling_auto")
+    assert preload_for(["hf:./local-model"]) == mixed

@@ -296,14 +296,15 @@ def _aligned(specs: Sequence[ScenarioSpec], reference: TargetResult | None) -> t
     return tuple(scenario_named(spec.name).aligned(spec, reference) for spec in specs)
 
 
-def preload_for(spec: WorkloadSpec) -> tuple[str, ...]:
+def preload_for(spec: WorkloadSpec, model_module: bool = True) -> tuple[str, ...]:
     """What a worker for ``spec`` will import to build it: torch, and for a Hugging Face
-    workload transformers with (``arch:``) the architecture's modeling module. A name that does
-    not import is only a hint missed: the session that needs it reports the failure."""
+    workload transformers with (``arch:``, and ``model_module``) the architecture's modeling
+    module. A name that does not import is only a hint missed: the session that needs it
+    reports the failure."""
     if spec.kind not in ("arch", "hf"):
         return ("torch",)
     modules = ["torch", "transformers", "transformers.models.auto.modeling_auto"]
-    if spec.kind == "arch":
+    if spec.kind == "arch" and model_module:
         module = spec.name.replace("-", "_")
         modules.append(f"transformers.models.{module}.modeling_{module}")
     return tuple(modules)

@@ -112,8 +112,16 @@ def cell_error(exc: Exception) -> dict[str, Any]:
 
 
 def preload_for(specs: Sequence[str]) -> tuple[str, ...]:
-    """What a warm worker imports before its first session, for a sweep of these workloads."""
-    return ("torch", "transformers") if any(s.startswith(("arch:", "hf:")) for s in specs) else ("torch",)
+    """What a warm worker imports before its first session, for a sweep of these workloads:
+    what any of them needs (:func:`bakeoff.runner.trial.preload_for`) except one architecture's
+    own modeling module, which a worker imports when it first serves that architecture."""
+    from bakeoff.runner.trial import preload_for as for_one
+    from bakeoff.workload.base import parse_workload
+
+    modules: dict[str, None] = {}
+    for spec in specs:
+        modules.update(dict.fromkeys(for_one(parse_workload(spec), model_module=False)))
+    return tuple(modules) or ("torch",)
 
 
 def run_sweep(
