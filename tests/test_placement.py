@@ -429,3 +429,22 @@ def test_one_op_fewer_unsupported_is_seen_by_regressions(tmp_path):
     change = next(m for m in found.metrics if m.metric == "host_op_calls")
     assert (change.outcome, change.before - change.after) == ("improved", 1)  # one SiLU per MLP
     assert change.detail == "aten::silu.out 1 -> 0"
+
+
+@pytest.mark.emu
+def test_a_build_baton_left_by_a_killed_builder_does_not_block_the_next_load():
+    """torch marks an extension build with a ``lock`` file and makes every later load wait for
+    it to go; a builder killed mid-build (a sweep cell's runner, Ctrl-C) leaves it for ever."""
+    script = textwrap.dedent(
+        """
+        import json, sys
+        import bakeoff.emu as emu
+        stale = emu._cache_dir() / "lock"
+        stale.touch()  # what a killed builder leaves
+        emu._load_extension()
+        print(json.dumps({"loaded": True, "stale_left": stale.exists()}))
+        """
+    )
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert json.loads(ran.stdout.splitlines()[-1]) == {"loaded": True, "stale_left": False}

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -76,17 +77,37 @@ def _cache_dir() -> Path:
     return path
 
 
+@contextmanager
+def _builder_lock(cache: Path) -> Iterator[None]:
+    """Be the only process here loading (and maybe building) the extension, and clear a baton
+    left by one that was killed mid-build. torch marks a build with a ``lock`` file and makes
+    every later load wait until the file is gone, for ever if its builder died; every loader
+    here takes this ``flock`` first, and the kernel releases it when its holder dies, so a
+    ``lock`` file seen while holding it belongs to nobody alive."""
+    try:
+        import fcntl
+    except ImportError:  # no flock here: torch's own baton only
+        yield
+        return
+    with open(cache / "bakeoff-build.lock", "w", encoding="utf-8") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        (cache / "lock").unlink(missing_ok=True)
+        yield
+
+
 def _load_extension() -> Any:
     from torch.utils.cpp_extension import load
 
+    cache = _cache_dir()
     try:
-        return load(
-            name="bakeoff_emu",
-            sources=[str(_SOURCE)],
-            build_directory=str(_cache_dir()),
-            extra_cflags=["-O1"],
-            verbose=False,
-        )
+        with _builder_lock(cache):
+            return load(
+                name="bakeoff_emu",
+                sources=[str(_SOURCE)],
+                build_directory=str(cache),
+                extra_cflags=["-O1"],
+                verbose=False,
+            )
     except Exception as exc:  # no compiler, no ninja, headers missing
         raise BakeoffError(
             f"could not build the emu test device: {type(exc).__name__}: {str(exc)[:300]}",
