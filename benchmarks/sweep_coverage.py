@@ -1,11 +1,13 @@
 """A coverage sweep's own figures: wall time, cells per minute, coverage at each grade, the top
 failure reasons, and what the orchestration costs per cell against the model work it wraps.
 
-The sweep runs through the API as a user's would (warm workers per target, every cell stored).
-The orchestration overhead is measured against the same trials run without workers
+The sweep runs through the API as a user's would (a warm cell runner builds each workload and
+its baseline, warm workers per target run it, the sweep's process stores every cell). The
+orchestration overhead is measured against the same trials run without any worker
 (``isolate=False``) on the first few workloads, in a fresh process that has imported torch and
-transformers but no model's module: the difference per cell is what worker processes (each
-model's module imported in the worker too), their messages and the sweep's bookkeeping add.
+transformers but no model's module: the difference per cell is what the processes (each
+model's module imported in the runner and in the target's worker), their messages, the cell's
+scratch store and the transfer of its baseline, and the sweep's bookkeeping add.
 
 Usage: .venv/bin/python benchmarks/sweep_coverage.py [--population arch:causal_lm]
        [--on cpu,cpu+aot_eager] [--overhead-cells 20] [--quick]
