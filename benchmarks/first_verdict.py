@@ -23,9 +23,14 @@ Figures on the shared 2-core machine, median of 3 in alternation (load 1.3-2.5):
 the reference's worker started early (the trial's imports 7.6 s, then the worker's, 9.0 s,
 inside the session's first step; 2.3 s of interpreter teardown at exit), 10.8 s after (the
 trial's imports 7.8 s with the worker's running at once; waiting for it 0.01 s; exit 0.1 s).
-The floor is one chain of imports (torch, transformers, the Llama modules: 7-8 s here with free
-cores) plus about 1.5 s of work. The gain needs a free core: at load 3 from other work, 22.0 s
-before and 19.5 s after; at load 4-5, 26.9 s before and 29.2 s after.
+The floor is one chain of imports (torch, transformers, the Llama modules: 6.5-8 s here with free
+cores) plus about 1.5 s of work. On a quiet machine (load 1.5): 8.37 s (8.32-8.89), of which
+torch 2.23 s and transformers with the Llama modules 4.25 s (77% together), the target's session
+1.0 s, the build, eager run and baseline 0.17 s; the worker's own start (7.3 s) overlapped the
+trial's by 6.7 s. 5 s is below that import chain: only a process that outlives the command
+(imports paid once, a fresh child forked per trial) could get there. The early worker's gain
+needs a free core: at load 3 from other work, 22.0 s before and 19.5 s after; at load 4-5,
+26.9 s before and 29.2 s after.
 
 Usage: .venv/bin/python benchmarks/first_verdict.py [--runs 3] [--workload arch:llama]
        [--scenario generation] [--quick]
