@@ -111,14 +111,13 @@ def _sweep_regressions(
 
         from bakeoff.report.changes import regressions_table
         from bakeoff.report.coverage import expectations_view
+        from bakeoff.sweep.changes import since
 
-        changed = ", ".join(f"{k} {a or '-'} -> {b or '-'}" for k, (a, b) in found.changed_packages.items())
-        label = f"sweep {found.against.sweep_id} ({changed or 'same library versions'})"
         moved = [m for m in found.metrics if m.outcome != "unchanged"]
         paired = f"the same cell's run in sweep {found.against.sweep_id}"
         parts = [
             f"sweep {found.sweep.sweep_id} of {found.sweep.population.get('name')}",
-            expectations_view(list(found.cells), label, before="was"),
+            expectations_view(list(found.cells), since(found.against, found.sweep), before="was"),
             regressions_table(moved, paired)
             if moved
             else f"{len(found.metrics)} cell(s) ran in both sweeps: every metric unchanged",

@@ -144,16 +144,6 @@ def sweep_command(
     _print_coverage(found, fmt, no_matrix, expect, expected, write_expect)
 
 
-def _since(earlier: Any, later: Any) -> str:
-    """``sweep ID (what changed: torch a -> b, ...)``, the label of a comparison between sweeps."""
-    changed = [
-        f"{name} {earlier.packages.get(name, '-')} -> {later.packages.get(name, '-')}"
-        for name in sorted(set(earlier.packages) | set(later.packages))
-        if earlier.packages.get(name) != later.packages.get(name)
-    ]
-    return f"sweep {earlier.sweep_id} ({', '.join(changed) or 'same library versions'})"
-
-
 def _print_coverage(
     found: Any, fmt: str, no_matrix: bool, expect: str | None, expected: Any, write_expect: bool
 ) -> None:
@@ -211,10 +201,11 @@ def coverage_command(
         expected = read_expectations(expect)
     found = api.coverage(sweep_id, db=db)
     if against is not None:
+        from bakeoff.sweep.changes import since
         from bakeoff.sweep.expect import grades_of
 
         earlier = api.coverage(against, db=db)
-        expected, expect = grades_of(earlier), _since(earlier, found)
+        expected, expect = grades_of(earlier), since(earlier, found)
     for path, render in ((html_path, "render_coverage_html"), (md_path, "coverage_markdown")):
         if path is not None:
             from bakeoff.report import coverage as pages

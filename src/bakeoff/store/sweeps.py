@@ -148,8 +148,14 @@ class SweepTables:
         return [CellRow(r.workload_spec, r.position, r.run_id, r.error, r.duration_s, r.finished_at) for r in rows]
 
     @guarded
-    def list_sweeps(self, limit: int = 20) -> list[SweepRecord]:
+    def sweep_ids(self, limit: int | None = None, before: str | None = None) -> list[str]:
+        """Sweep ids, newest first; only those started before ``before`` (a ``created_at``)."""
         table = schema.sweeps
+        query = select(table.c.id).order_by(table.c.created_at.desc()).limit(limit)
+        if before is not None:
+            query = query.where(table.c.created_at < before)
         with self.engine.connect() as conn:
-            ids = conn.execute(select(table.c.id).order_by(table.c.created_at.desc()).limit(limit)).scalars().all()
-        return [self.get_sweep(i) for i in ids]
+            return list(conn.execute(query).scalars().all())
+
+    def list_sweeps(self, limit: int = 20) -> list[SweepRecord]:
+        return [self.get_sweep(i) for i in self.sweep_ids(limit)]

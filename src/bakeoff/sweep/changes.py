@@ -16,10 +16,13 @@ sweep started before this one with the same population name and a target in comm
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bakeoff.errors import SpecError
+from bakeoff.results.values import RunResult
 from bakeoff.store.db import Store
 from bakeoff.store.sweeps import SweepRecord
 from bakeoff.sweep.expect import Expectation, classify, grades_of
@@ -29,10 +32,22 @@ from bakeoff.verdicts.coverage import Coverage
 if TYPE_CHECKING:
     from bakeoff.verdicts.regressions import Comparison, Thresholds
 
-__all__ = ["SweepChanges", "previous_sweep", "sweep_changes"]
+__all__ = ["SweepChanges", "changed_packages", "previous_sweep", "since", "sweep_changes"]
 
-#: How many stored sweeps are looked through for the earlier one.
-_SEARCHED = 1000
+
+def changed_packages(before: Coverage, after: Coverage) -> dict[str, tuple[str | None, str | None]]:
+    """Library versions that differ between two sweeps: name -> (before, after)."""
+    return {
+        name: (before.packages.get(name), after.packages.get(name))
+        for name in sorted(set(before.packages) | set(after.packages))
+        if before.packages.get(name) != after.packages.get(name)
+    }
+
+
+def since(before: Coverage, after: Coverage) -> str:
+    """``sweep ID (what changed: torch a -> b, ...)``, the label of a comparison of two sweeps."""
+    changed = ", ".join(f"{k} {a or '-'} -> {b or '-'}" for k, (a, b) in changed_packages(before, after).items())
+    return f"sweep {before.sweep_id} ({changed or 'same library versions'})"
 
 
 @dataclass(frozen=True)
@@ -48,12 +63,7 @@ class SweepChanges:
     @property
     def changed_packages(self) -> dict[str, tuple[str | None, str | None]]:
         """Library versions that differ between the two sweeps: name -> (before, after)."""
-        before, after = self.against.packages, self.sweep.packages
-        return {
-            name: (before.get(name), after.get(name))
-            for name in sorted(set(before) | set(after))
-            if before.get(name) != after.get(name)
-        }
+        return changed_packages(self.against, self.sweep)
 
     @property
     def regressed(self) -> bool:
@@ -76,17 +86,19 @@ class SweepChanges:
 
 
 def previous_sweep(store: Store, record: SweepRecord) -> SweepRecord | None:
-    """The newest sweep started before ``record`` with its population name and a shared target."""
+    """The newest sweep started before ``record`` with its population name and a shared target
+    (each earlier sweep is read only until one matches)."""
     name = record.population.get("name")
-    for earlier in store.list_sweeps(_SEARCHED):
-        if earlier.id == record.id or earlier.created_at >= record.created_at:
-            continue
+    for sweep_id in store.sweep_ids(before=record.created_at):
+        earlier = store.get_sweep(sweep_id)
         if earlier.population.get("name") == name and set(earlier.targets) & set(record.targets):
             return earlier
     return None
 
 
-def _metric_changes(store: Store, before: SweepRecord, after: SweepRecord, t: Thresholds | None) -> list[Comparison]:
+def _metric_changes(
+    store: Store, before: SweepRecord, after: SweepRecord, t: Thresholds | None, get_run: Callable[[str], RunResult]
+) -> list[Comparison]:
     from bakeoff.verdicts.regressions import compare_pair
 
     runs_before = {c.workload_spec: c.run_id for c in store.sweep_cells(before.id) if c.run_id}
@@ -96,7 +108,7 @@ def _metric_changes(store: Store, before: SweepRecord, after: SweepRecord, t: Th
         earlier_id = runs_before.get(cell.workload_spec)
         if cell.run_id is None or earlier_id is None:
             continue
-        earlier, later = store.get_run(earlier_id), store.get_run(cell.run_id)
+        earlier, later = get_run(earlier_id), get_run(cell.run_id)
         for target in targets:
             try:
                 a, b = earlier.result(target), later.result(target)
@@ -133,8 +145,10 @@ def sweep_changes(
                 f"sweeps {earlier.id} and {record.id} have no target in common",
                 hint="compare sweeps run on the same targets",
             )
-    now, before = load_coverage(store, record.id), load_coverage(store, earlier.id)
+    get_run = functools.cache(store.get_run)  # every run is read once, for its grade and its metrics
+    now, before = load_coverage(store, record.id, get_run), load_coverage(store, earlier.id, get_run)
     shared = set(now.targets) & set(before.targets)
     grades = {target: table for target, table in grades_of(before).items() if target in shared}
     cells = [c for c in classify(now, grades) if c.target in shared]
-    return SweepChanges(now, before, tuple(cells), tuple(_metric_changes(store, earlier, record, thresholds)))
+    metrics = _metric_changes(store, earlier, record, thresholds, get_run)
+    return SweepChanges(now, before, tuple(cells), tuple(metrics))

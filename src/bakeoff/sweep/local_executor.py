@@ -77,14 +77,19 @@ def _failure(runner: Worker, category: str, kind: str, message: str) -> dict[str
     return error
 
 
+def _died(runner: Worker, when: str) -> dict[str, Any]:
+    """The cell's error for a runner that ended without a result ``when`` (how, from its exit code)."""
+    kind, category, message = _death(runner.process.exitcode)
+    return _failure(runner, category, kind, f"the cell runner {message.removeprefix('worker ')} {when}")
+
+
 def _serve_one(runner: Worker, command: tuple, timeout_s: float, limit: float) -> tuple[dict | None, dict | None]:
     """Send one cell to ``runner`` and wait for it: ``(cell, None)``, or ``(None, error)`` when
     the runner did not start, died, or ran past its time (the runner must be ended then)."""
     if not runner.wait_ready(max(timeout_s, STARTUP_TIMEOUT_S)):
         if runner.process.is_alive():
             return None, _failure(runner, "timeout", "Timeout", "the cell runner did not start in time")
-        kind, category, message = _death(runner.process.exitcode)
-        return None, _failure(runner, category, kind, f"the cell runner {message.removeprefix('worker ')} at start-up")
+        return None, _died(runner, "at start-up")
     conn = runner.conn
     started = time.monotonic()
     step_end, backstop, targets = started + timeout_s, started + limit, False
@@ -107,10 +112,8 @@ def _serve_one(runner: Worker, command: tuple, timeout_s: float, limit: float) -
             return value, None
     except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
         runner.process.join(10)
-        kind, category, message = _death(runner.process.exitcode)
         stage = "running the targets" if targets else "building the workload or its baseline"
-        what = message.removeprefix("worker ")
-        return None, _failure(runner, category, kind, f"the cell runner {what} while {stage}")
+        return None, _died(runner, f"while {stage}")
 
 
 def local_cells(
