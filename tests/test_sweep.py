@@ -223,13 +223,20 @@ def test_expectations_classify_and_fail_on_a_regression(swept, tmp_path):
     assert {e["status"] for e in json.loads(better.stdout)["expectations"]} == {"pass", "expected_failure", "improved"}
 
 
-def test_a_sweep_killed_with_sigkill_resumes_to_every_cell_exactly_once(tmp_path):
+def slow_sweep(tmp_path: Path, count: int, slow: str) -> tuple[list[str], Path, list[str]]:
+    """A population of ``count`` clean workloads that each take ``slow`` seconds to build (long
+    enough to stop the sweep mid-way): its specs, the database, and the command that sweeps it."""
     population = tmp_path / "slow.txt"
-    specs = [spec("fine", width=str(w), slow="0.7") for w in range(2, 10)]
+    specs = [spec("fine", width=str(w), slow=slow) for w in range(2, 2 + count)]
     population.write_text("\n".join(specs) + "\n", encoding="utf-8")
     db = tmp_path / "kb.db"
     command = [sys.executable, "-m", "bakeoff", "sweep", str(population), "--on", "cpu", "--timing", "none"]
-    process = sweep_until_stored([*command, "--db", str(db)], db, 2)
+    return specs, db, [*command, "--db", str(db)]
+
+
+def test_a_sweep_killed_with_sigkill_resumes_to_every_cell_exactly_once(tmp_path):
+    specs, db, command = slow_sweep(tmp_path, 8, "0.7")
+    process = sweep_until_stored(command, db, 2)
     workers = psutil.Process(process.pid).children(recursive=True)
     assert workers, "no worker processes to outlive the sweep"
     os.kill(process.pid, signal.SIGKILL)
@@ -335,12 +342,8 @@ def test_two_sweeps_of_one_population_show_what_started_and_stopped_working(tmp_
 
 
 def test_ctrl_c_stops_a_sweep_keeping_every_finished_cell(tmp_path):
-    population = tmp_path / "slow.txt"
-    specs = [spec("fine", width=str(w), slow="1") for w in range(2, 7)]
-    population.write_text("\n".join(specs) + "\n", encoding="utf-8")
-    db = tmp_path / "kb.db"
-    command = [sys.executable, "-m", "bakeoff", "sweep", str(population), "--on", "cpu", "--timing", "none"]
-    process = sweep_until_stored([*command, "--db", str(db)], db, 1, text=True)
+    specs, db, command = slow_sweep(tmp_path, 5, "1")
+    process = sweep_until_stored(command, db, 1, text=True)
     workers = psutil.Process(process.pid).children(recursive=True)
     process.send_signal(signal.SIGINT)  # what Ctrl-C in a terminal sends
     _, err = process.communicate(timeout=60)
