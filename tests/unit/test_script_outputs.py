@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from bakeoff.runner.script import ScriptRun, compare_captures, remove_stale_workdirs
+from bakeoff.runner.script import ScriptRun, compare_captures
 from bakeoff.script.outputs import PICKLE, Outputs, read_output, read_outputs, stamp, written
 
 
@@ -162,35 +160,6 @@ def test_files_are_compared_per_file_and_tensor_and_a_missing_or_unreadable_one_
     # nothing to compare
     nothing = compare_captures(_run(skipped=pickles), _run(skipped=pickles), "ref")
     assert nothing.verdict == "not_comparable" and "wrote no file it reads" in nothing.reason
-
-
-def _dead_pid() -> int:
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
-    child.wait()
-    return child.pid
-
-
-def test_a_killed_runs_temporary_directory_is_removed_and_a_live_ones_kept(tmp_path: Path) -> None:
-    dead, mine = _dead_pid(), os.getpid()
-    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        stale = tmp_path / f"bakeoff-exec-{dead}-ab_cd123"
-        kept = [
-            tmp_path / f"bakeoff-exec-{mine}-ab_cd123",  # this process's
-            tmp_path / f"bakeoff-exec-{live.pid}-xyz78901",  # another live process's
-            tmp_path / "bakeoff-exec-ab_cd123",  # no pid in the name
-            tmp_path / f"bakeoff-exec-{dead}-ab_cd123-mine",  # not the exact pattern
-            tmp_path / f"other-{dead}-ab_cd123",
-        ]
-        for directory in [stale, *kept]:
-            (directory / "work").mkdir(parents=True)
-        (tmp_path / f"bakeoff-exec-{dead}-file0000").write_text("a file, not a run's directory")
-        assert remove_stale_workdirs(tmp_path) == [stale]
-        assert not stale.exists() and all(d.is_dir() for d in kept)
-        assert (tmp_path / f"bakeoff-exec-{dead}-file0000").is_file()
-    finally:
-        live.kill()
-        live.wait()
 
 
 def test_no_output_files_are_counted_when_the_run_wrote_none(tmp_path: Path) -> None:

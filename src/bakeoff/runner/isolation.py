@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -36,6 +36,7 @@ from bakeoff.results.librarylog import LibraryLog
 from bakeoff.results.values import ErrorInfo, TargetResult
 from bakeoff.runner.capture import read_output
 from bakeoff.runner.job import TargetJob, adjustments_for, error_checks
+from bakeoff.runner.tempdirs import owned_tempdir
 
 __all__ = ["IsolatedSession", "Worker", "WorkerPool", "die_with_parent"]
 
@@ -226,10 +227,10 @@ class Worker:
     def __init__(
         self, preload: tuple[str, ...] = (), serve: Any = None, name: str = "bakeoff-target-worker", daemon: bool = True
     ) -> None:
-        self._tmp = tempfile.TemporaryDirectory(prefix="bakeoff-worker-")
-        self.crash_log = Path(self._tmp.name) / "crash.log"
-        self.phase_file = Path(self._tmp.name) / "phase"
-        self.capture_dir = Path(self._tmp.name) / "capture"
+        self._tmp = owned_tempdir("worker")  # a later process removes it if this one is killed
+        self.crash_log = self._tmp / "crash.log"
+        self.phase_file = self._tmp / "phase"
+        self.capture_dir = self._tmp / "capture"
         self.key: Any = None
         self.sessions = 0
         self.broken = False
@@ -311,7 +312,7 @@ class Worker:
             self.process.kill()
         self.process.join(10)
         self.conn.close()
-        self._tmp.cleanup()
+        shutil.rmtree(self._tmp, ignore_errors=True)
 
 
 class WorkerPool:

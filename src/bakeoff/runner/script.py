@@ -51,12 +51,10 @@ import datetime
 import hashlib
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,6 +67,7 @@ from bakeoff.errors import SpecError
 from bakeoff.results.librarylog import LibraryLog
 from bakeoff.results.values import ErrorInfo, Latency, RunResult, TargetResult
 from bakeoff.runner.script_timing import span_samples, speedups, timed
+from bakeoff.runner.tempdirs import owned_tempdir
 from bakeoff.script.children import ENV as CHILDREN_ENV
 from bakeoff.script.children import child_notes, with_children
 from bakeoff.script.modules import MAX_CALLS_PER_MODULE, MAX_MODULE_BYTES
@@ -85,7 +84,6 @@ __all__ = [
     "flatten_captures",
     "flatten_files",
     "input_digests",
-    "remove_stale_workdirs",
     "run_script",
     "script_workload",
 ]
@@ -94,10 +92,6 @@ __all__ = [
 _SKIP_DIRS = frozenset({".git", ".hg", ".venv", "venv", "__pycache__", "node_modules", ".mypy_cache", ".ruff_cache"})
 #: The largest working directory a run copies (bytes); a larger one needs --workdir.
 MAX_WORKDIR_BYTES = 512 * 2**20
-#: A run's temporary directory: ``bakeoff-exec-PID-XXXXXXXX`` in the temporary directory, PID
-#: the process that made it (and removes it when the run ends), the rest :func:`tempfile.mkdtemp`'s.
-_TEMP_PREFIX = "bakeoff-exec-"
-_TEMP_NAME = re.compile(r"bakeoff-exec-([1-9][0-9]*)-[a-z0-9_]{8}")
 
 
 @dataclass(frozen=True)
@@ -189,45 +183,6 @@ def copy_workdir(source: Path, into: Path, skip: Sequence[Path] = ()) -> Path:
     return into
 
 
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (signal 0; a process of another user is alive too)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # PermissionError: it exists, owned by someone else
-        return True
-    return True
-
-
-def remove_stale_workdirs(tmp: Path | None = None) -> list[Path]:
-    """Remove the temporary directories of runs whose process is gone (a ``kill -9`` of
-    ``bakeoff exec`` leaves its run's): only directories of this user named exactly
-    ``bakeoff-exec-PID-XXXXXXXX`` whose PID is not a live process. Returns those removed.
-
-    A PID reused by another process keeps its directory until that process ends too.
-    """
-    removed = []
-    where = Path(tmp if tmp is not None else tempfile.gettempdir())
-    try:
-        entries = list(os.scandir(where))
-    except OSError:
-        return removed
-    for entry in entries:
-        found = _TEMP_NAME.fullmatch(entry.name)
-        if found is None or int(found.group(1)) == os.getpid():
-            continue
-        try:
-            if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.getuid():
-                continue
-        except OSError:
-            continue
-        if not _alive(int(found.group(1))):
-            shutil.rmtree(entry.path, ignore_errors=True)
-            removed.append(Path(entry.path))
-    return removed
-
-
 def _death(code: int) -> tuple[str, str, str]:
     """(type, category, message) of a launcher that died from a signal."""
     name = signal.Signals(-code).name
@@ -299,12 +254,11 @@ def run_script(
     (:mod:`bakeoff.script.compiled`).
 
     The run's temporary directory is named after this process, so that a later run removes it
-    when this process was killed before it could (:func:`remove_stale_workdirs`)."""
+    when this process was killed before it could (:mod:`bakeoff.runner.tempdirs`)."""
     from bakeoff.runner.script_worker import PARENT_ENV, read_audit
     from bakeoff.script.capture import Captures
 
-    remove_stale_workdirs()
-    base = Path(tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{os.getpid()}-"))
+    base = owned_tempdir("exec")
     try:
         work = copy_workdir(workdir, base / "work", skip)
         before = stamp(work, _SKIP_DIRS) if files else {}

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 
 from bakeoff.runner.isolation import WorkerPool
 from bakeoff.runner.job import TargetJob
+from bakeoff.runner.tempdirs import owned_tempdir
 from bakeoff.settings import TrialSettings
 from bakeoff.store.db import Store
 
@@ -110,8 +110,8 @@ def run_cell(
     pool = _warm_pool(tuple(preload), len({*target_specs, "cpu"})) if settings.isolate else None
     if pool is not None:
         pool.announce = on_targets
-    scratch = tempfile.mkdtemp(prefix="bakeoff-cell-")
-    out: dict[str, Any] = {"scratch": scratch, "run": None, "error": None}
+    scratch = owned_tempdir("cell")  # a later process removes it if this one is killed
+    out: dict[str, Any] = {"scratch": str(scratch), "run": None, "error": None}
     try:
         store = Store.open(Path(scratch) / "cell.db", artifacts_dir=Path(scratch) / "artifacts")
         try:

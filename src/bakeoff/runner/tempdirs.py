@@ -1,0 +1,72 @@
+"""Temporary directories that name the process that made them, so that one left behind by a
+process killed before it could remove it (``kill -9``) is removed by a later bakeoff process.
+
+Such a directory is ``bakeoff-KIND-PID-XXXXXXXX`` in the temporary directory: KIND what it
+holds (``exec``: a script run's copy of its working directory; ``worker``: a worker process's
+crash log, phase and captured output, a cell runner's target workers' directories included;
+``cell``: a sweep cell's scratch store), PID the process that made it and removes it when done,
+the rest :func:`tempfile.mkdtemp`'s. The processes using a directory never outlive its maker
+(workers die with their parent), so once that PID is gone nobody is using it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+__all__ = ["KINDS", "owned_tempdir", "remove_stale_tempdirs"]
+
+#: What a directory may hold, as its name says.
+KINDS = ("exec", "worker", "cell")
+_NAME = re.compile(r"bakeoff-(?:" + "|".join(KINDS) + r")-([1-9][0-9]*)-[a-z0-9_]{8}")
+
+
+def owned_tempdir(kind: str) -> Path:
+    """A new temporary directory named after this process, made after removing the stale ones
+    (:func:`remove_stale_tempdirs`: one look at the temporary directory, each time, because a
+    long-lived process such as a Ray worker outlives the processes whose directories it finds)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown temporary directory kind {kind!r}")
+    remove_stale_tempdirs()
+    return Path(tempfile.mkdtemp(prefix=f"bakeoff-{kind}-{os.getpid()}-"))
+
+
+def remove_stale_tempdirs(tmp: Path | None = None) -> list[Path]:
+    """Remove the temporary directories whose maker is gone: only directories of this user named
+    exactly ``bakeoff-KIND-PID-XXXXXXXX`` whose PID is not a live process. Returns those removed.
+
+    A PID reused by another process keeps its directory until that process ends too.
+    """
+    removed: list[Path] = []
+    where = Path(tmp if tmp is not None else tempfile.gettempdir())
+    try:
+        entries = list(os.scandir(where))
+    except OSError:
+        return removed
+    for entry in entries:
+        found = _NAME.fullmatch(entry.name)
+        if found is None or int(found.group(1)) == os.getpid():
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        if not _alive(int(found.group(1))):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(Path(entry.path))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (signal 0; a process of another user is alive too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: it exists, owned by someone else
+        return True
+    return True
