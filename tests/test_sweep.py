@@ -236,19 +236,25 @@ def slow_sweep(tmp_path: Path, count: int, slow: str) -> tuple[list[str], Path, 
 
 def test_a_sweep_killed_with_sigkill_resumes_to_every_cell_exactly_once(tmp_path):
     specs, db, command = slow_sweep(tmp_path, 8, "0.7")
-    process = sweep_until_stored(command, db, 2)
+    scratch = tmp_path / "tmp"  # the sweep's temporary directories
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    process = sweep_until_stored(command, db, 2, env=env)
     workers = psutil.Process(process.pid).children(recursive=True)
     assert workers, "no worker processes to outlive the sweep"
     os.kill(process.pid, signal.SIGKILL)
     process.wait(30)
     _, alive = psutil.wait_procs(workers, timeout=20)
     assert not alive, f"workers outlived the killed sweep: {alive}"
+    left = [p.name for p in scratch.iterdir()]
+    assert any(name.startswith(f"bakeoff-worker-{process.pid}-") for name in left), left  # the runner's, orphaned
     stored = stored_cells(db)
     assert 2 <= stored < len(specs)
     store = Store.open(db, create=False)
     (sweep,) = store.list_sweeps()
-    resumed = bakeoff("sweep", "--resume", sweep.id, "--db", str(db), "--format", "json")
+    resumed = bakeoff("sweep", "--resume", sweep.id, "--db", str(db), "--format", "json", env=env)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert [p.name for p in scratch.iterdir() if not p.name.startswith("torchinductor_")] == []  # removed by the resume
     cells = store.sweep_cells(sweep.id)
     assert sorted(c.workload_spec for c in cells) == sorted(specs)  # every cell, exactly once
     with sqlite3.connect(db) as conn:
@@ -354,6 +360,7 @@ def test_ctrl_c_stops_a_sweep_keeping_every_finished_cell(tmp_path):
     stored = stored_cells(db)
     assert 1 <= stored < len(specs)
     (sweep,) = Store.open(db, create=False).list_sweeps()
+    assert f"resume it with bakeoff sweep --resume {sweep.id}" in err  # printed before the first cell
     resumed = bakeoff("sweep", "--resume", sweep.id, "--db", str(db), "--format", "json")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert sorted(c.workload_spec for c in Store.open(db, create=False).sweep_cells(sweep.id)) == sorted(specs)

@@ -491,7 +491,8 @@ def sweep(
         checks: options for checks (``training?steps=5`` turns on an on-request check).
         env: ``KEY=VALUE`` switches set while each target runs.
         limit: run at most this many pending workloads now (the rest stay pending).
-        progress: called after each cell; ``status`` with each workload as it starts.
+        progress: called before the first cell (with the sweep's id) and after each;
+            ``status`` with each workload as it starts (and, on Ray, the cluster's state).
         executor: ``local`` (worker processes here) or ``ray`` (one Ray task per cell): how this
             invocation runs, not part of the sweep (one started locally may resume on Ray).
         ray_address: the Ray cluster to use (``auto``, ``ray://host:port``); None starts a
@@ -531,8 +532,6 @@ def sweep(
             preflight(targets, ray_address)
         store = Store.open(db)
         sweep_id = create_sweep(store, found, targets, options).id
-    if status is not None:
-        status(f"sweep {sweep_id}")
     run_sweep(
         store, sweep_id, progress=progress, status=status, limit=limit, executor=executor, ray_address=ray_address
     )

@@ -38,20 +38,27 @@ class _Bar:
             transient=False,
         )
         self.task: Any = None
+        self.current = ""
 
     def status(self, message: str) -> None:
-        if message.startswith("sweep "):
-            console(stderr=True).print(f"[dim]· {message} (resume it with bakeoff sweep --resume {message[6:]})[/dim]")
-            return
+        """The workload the sweep runs now (or what the Ray cluster is doing)."""
+        self.current = message
         if self.task is not None:
             self.progress.update(self.task, current=message)
             self.progress.refresh()
 
     def cell(self, done: Any) -> None:
+        """Before the first cell: the sweep's id, and the bar; after each: the counts. The
+        workload shown stays the one ``status`` named last: the runner may be on the next
+        cell before this one is stored."""
         if self.task is None:
+            sweep_id = done.sweep_id
+            console(stderr=True).print(
+                f"[dim]· sweep {sweep_id} (resume it with bakeoff sweep --resume {sweep_id})[/dim]"
+            )
             self.progress.start()
             self.task = self.progress.add_task("sweep", total=done.total, completed=done.done, failures=0, current="")
-        self.progress.update(self.task, completed=done.done, failures=done.failures, current="")
+        self.progress.update(self.task, completed=done.done, failures=done.failures, current=self.current)
         self.progress.refresh()
 
     def stop(self) -> None:

@@ -5,7 +5,9 @@ The cell runner is a worker process (:class:`~bakeoff.runner.isolation.Worker`, 
 Face workloads) once and serves cell after cell with the same body a Ray task runs
 (:func:`~bakeoff.sweep.cell.run_cell`): it builds the workload, computes the baseline and runs
 the trial, its targets in warm workers of its own pool. This process only sends the cells and
-stores what comes back (the baseline, then the cell with its run, in one transaction).
+stores what comes back (the baseline, then the cell with its run, in one transaction). It hands
+the runner the next cell before it stores the last one, so the runner never waits for the
+knowledge base; a cell handed over but not stored when the sweep is stopped runs again on resume.
 
 So a workload whose build crashes the interpreter, never returns, or is killed for memory costs
 its own cell and nothing else: the runner is ended (its target workers die with it: they are
@@ -19,7 +21,9 @@ targets' workers enforce their own step timeouts, and the whole cell has the bac
 :func:`~bakeoff.sweep.cell.cell_timeout`.
 
 Everything the runner and its target workers keep in temporary files lies under the runner's
-own directory, which goes with it however it ends (Ctrl-C here kills it at once).
+own directory, which this process removes however the runner ends (Ctrl-C here kills it at
+once); if this process is killed itself, the next bakeoff process removes it
+(:mod:`bakeoff.runner.tempdirs`).
 """
 
 from __future__ import annotations
@@ -83,18 +87,27 @@ def _died(runner: Worker, when: str) -> dict[str, Any]:
     return _failure(runner, category, kind, f"the cell runner {message.removeprefix('worker ')} {when}")
 
 
-def _serve_one(runner: Worker, command: tuple, timeout_s: float, limit: float) -> tuple[dict | None, dict | None]:
-    """Send one cell to ``runner`` and wait for it: ``(cell, None)``, or ``(None, error)`` when
-    the runner did not start, died, or ran past its time (the runner must be ended then)."""
+def _send(runner: Worker, command: tuple, timeout_s: float) -> dict | None:
+    """Hand one cell to ``runner`` once it is ready: None, or the cell's error when the runner
+    did not start (it must be ended then)."""
     if not runner.wait_ready(max(timeout_s, STARTUP_TIMEOUT_S)):
         if runner.process.is_alive():
-            return None, _failure(runner, "timeout", "Timeout", "the cell runner did not start in time")
-        return None, _died(runner, "at start-up")
+            return _failure(runner, "timeout", "Timeout", "the cell runner did not start in time")
+        return _died(runner, "at start-up")
+    try:
+        runner.conn.send(command)
+    except (BrokenPipeError, ConnectionResetError, OSError):
+        runner.process.join(10)
+        return _died(runner, "before the cell reached it")
+    return None
+
+
+def _receive(runner: Worker, started: float, timeout_s: float, limit: float) -> tuple[dict | None, dict | None]:
+    """Wait for the cell sent to ``runner`` at ``started``: ``(cell, None)``, or ``(None,
+    error)`` when the runner died or ran past its time (the runner must be ended then)."""
     conn = runner.conn
-    started = time.monotonic()
     step_end, backstop, targets = started + timeout_s, started + limit, False
     try:
-        conn.send(command)
         while True:
             deadline = backstop if targets else min(step_end, backstop)
             if not conn.poll(max(0.0, deadline - time.monotonic())):
@@ -133,26 +146,48 @@ def local_cells(
     limit = cell_timeout(settings.timeout_s, sessions)
     driver = {"cwd": os.getcwd(), "env": {}}  # the runner inherited this process's environment
     runner: Worker | None = None
+    queue = iter(pending)
+
+    def launch() -> tuple[int, str, float, float, dict | None] | None:
+        """Hand the next pending cell to the runner (a fresh one if there is none): ``(position,
+        spec, when this began, when the runner had it, error or None)``, or None when no cell is
+        left. A fresh runner's start-up counts in the cell's time, not in its timeout."""
+        nonlocal runner
+        position, spec = next(queue, (None, ""))
+        if position is None:
+            return None
+        if runner is None:
+            runner = Worker(preload, serve=_serve_cells, name=RUNNER_NAME, daemon=False)
+        if status is not None:
+            status(spec)
+        began = time.monotonic()
+        command = (spec, record.targets, record.settings, store.requirements(spec), driver, preload)
+        error = _send(runner, command, settings.timeout_s)
+        return position, spec, began, time.monotonic(), error
+
     try:
-        for position, spec in pending:
-            if runner is None:
-                runner = Worker(preload, serve=_serve_cells, name=RUNNER_NAME, daemon=False)
-            if status is not None:
-                status(spec)
-            started = time.monotonic()
-            command = (spec, record.targets, record.settings, store.requirements(spec), driver, preload)
-            out, error = _serve_one(runner, command, settings.timeout_s, limit)
-            seconds = time.monotonic() - started
-            run = None
+        flight = launch()
+        while flight is not None:
+            position, spec, began, started, error = flight
+            out = None
+            if error is None:
+                out, error = _receive(runner, started, settings.timeout_s, limit)
+            seconds = time.monotonic() - began
             if error is not None:  # the runner is finished: a fresh one takes the next cell
                 runner.close(kill=True)
                 runner = None
-            elif out["error"] is not None:
+                flight = None
+            else:  # the runner goes on with the next cell while this one is stored
+                flight = launch()
+            run = None
+            if out is not None and out["error"] is not None:
                 error = out["error"]
-            else:
+            elif out is not None:
                 error = store_baseline(store, out)
                 run = RunResult.from_dict(out["run"]) if error is None else None
             yield position, spec, seconds, run, error
+            if flight is None:
+                flight = launch()
     except BaseException:
         if runner is not None:  # interrupted: end it now (its target workers die with it)
             runner.close(kill=True)

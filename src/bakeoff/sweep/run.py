@@ -51,6 +51,7 @@ EXECUTORS = ("local", "ray")
 class CellDone:
     """What the progress display hears before the first cell (``spec`` empty) and after each."""
 
+    sweep_id: str
     spec: str
     done: int
     total: int
@@ -155,7 +156,7 @@ def run_sweep(
         pending = pending[:limit]
     total, done, failures = len(record.specs), len(stored), 0
     if progress is not None:  # where the sweep stands before its first cell (a resume: part done)
-        progress(CellDone("", done, total, 0, False, {}, 0.0))
+        progress(CellDone(sweep_id, "", done, total, 0, False, {}, 0.0))
 
     def finish(position: int, spec: str, seconds: float, run: RunResult | None, error: dict | None) -> None:
         nonlocal done, failures
@@ -164,7 +165,7 @@ def run_sweep(
         failed, grades = _failed(run, error, spec)
         failures += failed
         if progress is not None:
-            progress(CellDone(spec, done, total, failures, went_in, grades, seconds))
+            progress(CellDone(sweep_id, spec, done, total, failures, went_in, grades, seconds))
 
     from contextlib import closing
 
