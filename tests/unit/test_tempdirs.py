@@ -22,24 +22,27 @@ def _dead_pid() -> int:
 
 @pytest.mark.parametrize("kind", ["exec", "worker", "cell"])
 def test_a_killed_process_s_directory_is_removed_and_a_live_one_s_kept(tmp_path: Path, kind: str) -> None:
-    dead, mine = _dead_pid(), os.getpid()
+    dead, mine, host = _dead_pid(), os.getpid(), tempdirs.host_tag()
+    other_host = "0123abcd" if host != "0123abcd" else "fedc9876"
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        stale = tmp_path / f"bakeoff-{kind}-{dead}-ab_cd123"
+        stale = tmp_path / f"bakeoff-{kind}-{dead}-{host}-ab_cd123"
         kept = [
-            tmp_path / f"bakeoff-{kind}-{mine}-ab_cd123",  # this process's
-            tmp_path / f"bakeoff-{kind}-{live.pid}-xyz78901",  # another live process's
-            tmp_path / f"bakeoff-{kind}-ab_cd123",  # no pid in the name
-            tmp_path / f"bakeoff-{kind}-{dead}-ab_cd123-mine",  # not the exact pattern
-            tmp_path / f"bakeoff-capture-{dead}-ab_cd123",  # not a kind that names its maker
-            tmp_path / f"other-{dead}-ab_cd123",
+            tmp_path / f"bakeoff-{kind}-{mine}-{host}-ab_cd123",  # this process's
+            tmp_path / f"bakeoff-{kind}-{live.pid}-{host}-xyz78901",  # another live process's
+            tmp_path / f"bakeoff-{kind}-{dead}-{other_host}-ab_cd123",  # made under another host's name
+            tmp_path / f"bakeoff-{kind}-{host}-ab_cd123",  # no pid in the name
+            tmp_path / f"bakeoff-{kind}-{dead}-ab_cd123",  # no host in the name
+            tmp_path / f"bakeoff-{kind}-{dead}-{host}-ab_cd123-mine",  # not the exact pattern
+            tmp_path / f"bakeoff-capture-{dead}-{host}-ab_cd123",  # not a kind that names its maker
+            tmp_path / f"other-{dead}-{host}-ab_cd123",
         ]
         for directory in [stale, *kept]:
             (directory / "work").mkdir(parents=True)
-        (tmp_path / f"bakeoff-{kind}-{dead}-file0000").write_text("a file, not a directory")
+        (tmp_path / f"bakeoff-{kind}-{dead}-{host}-file0000").write_text("a file, not a directory")
         assert remove_stale_tempdirs(tmp_path) == [stale]
         assert not stale.exists() and all(d.is_dir() for d in kept)
-        assert (tmp_path / f"bakeoff-{kind}-{dead}-file0000").is_file()
+        assert (tmp_path / f"bakeoff-{kind}-{dead}-{host}-file0000").is_file()
     finally:
         live.kill()
         live.wait()
@@ -47,10 +50,11 @@ def test_a_killed_process_s_directory_is_removed_and_a_live_one_s_kept(tmp_path:
 
 def test_a_new_directory_names_this_process_and_first_removes_the_stale_ones(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    stale = tmp_path / f"bakeoff-worker-{_dead_pid()}-ab_cd123"
+    stale = tmp_path / f"bakeoff-worker-{_dead_pid()}-{tempdirs.host_tag()}-ab_cd123"
     stale.mkdir()
     made = owned_tempdir("cell")
-    assert made.parent == tmp_path and made.is_dir() and made.name.startswith(f"bakeoff-cell-{os.getpid()}-")
+    assert made.parent == tmp_path and made.is_dir()
+    assert made.name.startswith(f"bakeoff-cell-{os.getpid()}-{tempdirs.host_tag()}-")
     assert not stale.exists()
     assert remove_stale_tempdirs(tmp_path) == [] and made.is_dir()  # this process's own is kept
     with pytest.raises(ValueError):

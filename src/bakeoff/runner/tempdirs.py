@@ -1,27 +1,36 @@
 """Temporary directories that name the process that made them, so that one left behind by a
 process killed before it could remove it (``kill -9``) is removed by a later bakeoff process.
 
-Such a directory is ``bakeoff-KIND-PID-XXXXXXXX`` in the temporary directory: KIND what it
-holds (``exec``: a script run's copy of its working directory; ``worker``: a worker process's
+Such a directory is ``bakeoff-KIND-PID-HOST-XXXXXXXX`` in the temporary directory: KIND what
+it holds (``exec``: a script run's copy of its working directory; ``worker``: a worker process's
 crash log, phase and captured output, a cell runner's target workers' directories included;
 ``cell``: a sweep cell's scratch store), PID the process that made it and removes it when done,
-the rest :func:`tempfile.mkdtemp`'s. The processes using a directory never outlive its maker
-(workers die with their parent), so once that PID is gone nobody is using it.
+HOST eight hex digits of its host's name, the rest :func:`tempfile.mkdtemp`'s. The processes
+using a directory never outlive its maker (workers die with their parent), so once that PID is
+gone nobody is using it. Only directories made under this host's name are judged: containers
+that share a temporary directory but not their process ids keep each other's.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 
-__all__ = ["KINDS", "owned_tempdir", "remove_stale_tempdirs"]
+__all__ = ["KINDS", "host_tag", "owned_tempdir", "remove_stale_tempdirs"]
 
 #: What a directory may hold, as its name says.
 KINDS = ("exec", "worker", "cell")
-_NAME = re.compile(r"bakeoff-(?:" + "|".join(KINDS) + r")-([1-9][0-9]*)-[a-z0-9_]{8}")
+_NAME = re.compile(r"bakeoff-(?:" + "|".join(KINDS) + r")-([1-9][0-9]*)-([0-9a-f]{8})-[a-z0-9_]{8}")
+
+
+def host_tag() -> str:
+    """Eight hex digits of this host's name, in every directory name made here."""
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
 
 
 def owned_tempdir(kind: str) -> Path:
@@ -31,12 +40,13 @@ def owned_tempdir(kind: str) -> Path:
     if kind not in KINDS:
         raise ValueError(f"unknown temporary directory kind {kind!r}")
     remove_stale_tempdirs()
-    return Path(tempfile.mkdtemp(prefix=f"bakeoff-{kind}-{os.getpid()}-"))
+    return Path(tempfile.mkdtemp(prefix=f"bakeoff-{kind}-{os.getpid()}-{host_tag()}-"))
 
 
 def remove_stale_tempdirs(tmp: Path | None = None) -> list[Path]:
     """Remove the temporary directories whose maker is gone: only directories of this user named
-    exactly ``bakeoff-KIND-PID-XXXXXXXX`` whose PID is not a live process. Returns those removed.
+    exactly ``bakeoff-KIND-PID-HOST-XXXXXXXX``, HOST this host's, whose PID is not a live
+    process. Returns those removed.
 
     A PID reused by another process keeps its directory until that process ends too.
     """
@@ -46,9 +56,10 @@ def remove_stale_tempdirs(tmp: Path | None = None) -> list[Path]:
         entries = list(os.scandir(where))
     except OSError:
         return removed
+    here = host_tag()
     for entry in entries:
         found = _NAME.fullmatch(entry.name)
-        if found is None or int(found.group(1)) == os.getpid():
+        if found is None or found.group(2) != here or int(found.group(1)) == os.getpid():
             continue
         try:
             if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.getuid():
