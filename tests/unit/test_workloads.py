@@ -462,3 +462,39 @@ def test_hf_dir_with_corrupt_weights(saved_llama: tuple[Path, BuiltWorkload], tm
 def test_py_unicode_digit_seed_is_a_spec_error(factory: Path) -> None:
     with pytest.raises(SpecError, match="seed"):
         build_workload(f"py:{factory}:as_tensor?seed=²")
+
+
+@pytest.mark.parametrize("kind", ["arch", "py"])
+def test_a_build_is_the_same_whatever_thread_count_the_caller_runs(kind: str, tmp_path: Path) -> None:
+    """A cpu target's worker runs with one thread, the baseline's process with the machine's
+    count: the same spec must build the same weights under both. arch:rwkv's initialisation
+    rounds differently when its work is split over two threads; the py: factory makes its
+    weights from the thread count outright (a seeded fault no build may let through)."""
+    if kind == "py":
+        factory = tmp_path / "threads.py"
+        factory.write_text(
+            textwrap.dedent(
+                """
+                import torch
+
+                def make():
+                    model = torch.nn.Linear(2, 2)
+                    with torch.no_grad():
+                        model.weight.fill_(float(torch.get_num_threads()))
+                    return model, torch.ones(1, 2)
+                """
+            )
+        )
+        spec = f"py:{factory}:make"
+    else:
+        spec = "arch:rwkv"
+    before = torch.get_num_threads()
+    try:
+        fingerprints = set()
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            fingerprints.add(build_workload(spec).fingerprint)
+            assert torch.get_num_threads() == threads  # the caller's own count is given back
+    finally:
+        torch.set_num_threads(before)
+    assert len(fingerprints) == 1
