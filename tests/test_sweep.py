@@ -187,6 +187,10 @@ def test_coverage_command_and_reports(swept, tmp_path):
     assert "| aten::_fused_thing not implemented (NotImplementedError) |" in md.read_text(encoding="utf-8")
     listed = bakeoff("sweeps", "--db", str(swept["db"]), "--format", "json")
     assert json.loads(listed.stdout)[0]["stored"] == len(POPULATION)
+    for option in ("--html", "--markdown"):  # a page that cannot be written: one line, exit 2
+        nowhere = bakeoff("coverage", sweep_id, "--db", str(swept["db"]), option, str(tmp_path / "no" / "c.page"))
+        assert nowhere.returncode == 2 and "does not exist" in nowhere.stderr, nowhere.stderr
+        assert len(nowhere.stderr.strip().splitlines()) == 1, nowhere.stderr
 
 
 def test_expectations_classify_and_fail_on_a_regression(swept, tmp_path):
@@ -194,6 +198,9 @@ def test_expectations_classify_and_fail_on_a_regression(swept, tmp_path):
     expected = tmp_path / "expected.toml"
     written = bakeoff("sweep", "--resume", sweep_id, "--db", db, "--expect", str(expected), "--write-expect")
     assert written.returncode == 0, written.stderr  # nothing pending: the resume only reports
+    for args, words in ((["--on", "cpu+aot_eager"], "targets"), (["--timing", "full"], "timing")):
+        changed = bakeoff("sweep", "--resume", sweep_id, "--db", db, *args)  # would be silently ignored
+        assert changed.returncode == 2 and f"a resumed sweep keeps its {words}" in changed.stderr, changed.stderr
     same = bakeoff("coverage", sweep_id, "--db", db, "--expect", str(expected), "--format", "json")
     assert same.returncode == 0, same.stderr
     statuses = {e["status"] for e in json.loads(same.stdout)["expectations"]}
@@ -267,18 +274,27 @@ def test_bad_input_is_one_line_and_stores_nothing(tmp_path):
     db = tmp_path / "kb.db"
     listing = tmp_path / "bad.txt"
     listing.write_text(f"{spec('fine')}\nnot a spec\n", encoding="utf-8")
+    good = tmp_path / "good.txt"
+    good.write_text(f"{spec('fine')}\n", encoding="utf-8")
+    sizes = tmp_path / "sizes.txt"
+    sizes.write_text("arch:llama\narch:gpt2?layers=abc\n", encoding="utf-8")
     for args, words in (
         ([str(listing)], f"{listing}:2: malformed workload"),
+        ([str(sizes)], f"{sizes}:2: option layers='abc' in arch:gpt2?layers=abc is not an integer"),
         ([str(tmp_path / "missing.txt")], "no workload list"),
         (["arch:everything"], "unknown population"),
         ([str(listing), "--on", "cpu+nosuchbackend"], "nosuchbackend"),
         (["--resume", "abc123"], "no database"),
         ([str(listing), "--write-expect"], "--write-expect needs --expect"),
+        ([str(good), "--check", "nosuchcheck"], "unknown check 'nosuchcheck'"),
+        ([str(good), "--check", "correctness?rtol=abc"], "rtol"),
+        ([str(good), "--env", "NOEQUALS"], "'NOEQUALS' is not KEY=VALUE"),
+        ([str(good), "--expect", str(tmp_path / "no" / "e.toml"), "--write-expect"], "does not exist"),
     ):
         done = bakeoff("sweep", *args, "--db", str(db))
         assert done.returncode == 2, (args, done.stderr)
         assert words in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert not db.exists()
+    assert not db.exists()  # refused before a database was made
 
 
 EVOLVING = """
@@ -354,7 +370,9 @@ def test_ctrl_c_stops_a_sweep_keeping_every_finished_cell(tmp_path):
     process.send_signal(signal.SIGINT)  # what Ctrl-C in a terminal sends
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130, err[-2000:]
-    assert "sweep interrupted: every finished cell is stored" in err and "Traceback" not in err, err[-2000:]
+    assert "bakeoff: interrupted: every finished cell is stored; bakeoff sweep --resume" in err, err[-2000:]
+    assert "Traceback" not in err and "\n\n" not in err, err[-2000:]
+    assert err.strip().splitlines()[-1].startswith("bakeoff: interrupted"), err[-2000:]  # said once, last
     _, alive = psutil.wait_procs(workers, timeout=20)
     assert not alive, f"workers outlived the interrupted sweep: {alive}"
     stored = stored_cells(db)

@@ -465,12 +465,12 @@ SWEEP_TIMING = {
 
 def sweep(
     population: str | None = None,
-    on: str | Iterable[str] = "cpu",
+    on: str | Iterable[str] | None = None,
     *,
     db: PathLike | None = None,
     resume: str | None = None,
-    timing: str = "quick",
-    timeout_s: float = 600.0,
+    timing: str | None = None,
+    timeout_s: float | None = None,
     checks: str | Iterable[str] = (),
     env: Iterable[str] = (),
     limit: int | None = None,
@@ -481,13 +481,15 @@ def sweep(
 ) -> Coverage:
     """Run every workload of ``population`` on the targets ``on``, storing each cell as it
     finishes, and return the coverage; ``resume`` (a sweep id) finishes an interrupted sweep
-    with its own population, targets and settings instead.
+    with its own population, targets and settings instead (giving any of them then is refused:
+    a resume must not look as if it had changed them).
 
     Args:
         population: ``arch:all``, ``arch:causal_lm``, ``arch:base`` or a file of workload specs.
-        on: target specs, as a list or one comma-separated string.
-        timing: ``none``, ``quick`` or ``full`` (see :data:`SWEEP_TIMING`).
-        timeout_s: the most a target's step may take; longer is that cell's timeout.
+        on: target specs, as a list or one comma-separated string (default ``cpu``).
+        timing: ``none``, ``quick`` (the default) or ``full`` (see :data:`SWEEP_TIMING`).
+        timeout_s: the most a target's step may take (default 600 s); longer is that cell's
+            timeout.
         checks: options for checks (``training?steps=5`` turns on an on-request check).
         env: ``KEY=VALUE`` switches set while each target runs.
         limit: run at most this many pending workloads now (the rest stay pending).
@@ -505,15 +507,21 @@ def sweep(
     """
     from bakeoff.errors import SpecError
     from bakeoff.sweep.results import load_coverage
-    from bakeoff.sweep.run import EXECUTORS, create_sweep, run_sweep
+    from bakeoff.sweep.run import EXECUTORS, create_sweep, run_sweep, sweep_options
 
     if executor not in EXECUTORS:
         raise SpecError(f"unknown executor {executor!r}", hint="use " + " or ".join(EXECUTORS))
     if ray_address is not None and executor != "ray":
         raise SpecError("a Ray address needs the ray executor", hint="add --executor ray")
     if resume is not None:
-        if population is not None:
-            raise SpecError("a resumed sweep keeps its population", hint="give --resume SWEEP_ID alone")
+        given = {"population": population, "targets": on, "timing": timing, "timeout": timeout_s}
+        given |= {"checks": checks or None, "switches": env or None}
+        changed = [name for name, value in given.items() if value is not None]
+        if changed:
+            raise SpecError(
+                f"a resumed sweep keeps its {', '.join(changed)}",
+                hint="give --resume SWEEP_ID alone (with --db, --limit or --executor)",
+            )
         store = Store.open(db, create=False)
         sweep_id = store.resolve_sweep_id(resume)
     else:
@@ -521,11 +529,14 @@ def sweep(
 
         if population is None:
             raise SpecError("no population to sweep", hint="give arch:all, arch:causal_lm, arch:base or a file")
+        timing = "quick" if timing is None else timing
         if timing not in SWEEP_TIMING:
             raise SpecError(f"unknown timing {timing!r}", hint="use " + ", ".join(SWEEP_TIMING))
-        targets = _targets(on)
+        targets = _targets("cpu" if on is None else on)
         found = resolve_population(population)
-        options = {**SWEEP_TIMING[timing], "timeout_s": timeout_s, "checks": checks, "env": env}
+        checks = [checks] if isinstance(checks, str) else list(checks)
+        timeout = 600.0 if timeout_s is None else timeout_s
+        options = sweep_options({**SWEEP_TIMING[timing], "timeout_s": timeout, "checks": checks, "env": list(env)})
         if executor == "ray":  # what can be refused before the sweep exists is refused now
             from bakeoff.sweep.ray_executor import preflight
 
@@ -825,6 +836,7 @@ def report(
     """
     from bakeoff.analysis.cost import parse_prices
     from bakeoff.errors import SpecError
+    from bakeoff.outfiles import check_writable, write_text
     from bakeoff.report.evidence import build_evidence
 
     outputs = {"html": html, "markdown": markdown, "json": json}
@@ -832,7 +844,7 @@ def report(
         raise SpecError("no report format chosen", hint="add --html out.html, --markdown out.md or --json out.json")
     for path in outputs.values():
         if path is not None:
-            _check_writable(path)  # before minutes of rendering, not after
+            check_writable(path)  # before minutes of rendering, not after
     store = Store.open(db, create=False)
     runs = select_runs(store, run_ids, workload=workload, tag=tag)
     selection = ", ".join(run_ids) or (f"workload {workload}" if workload else f"tag {tag}" if tag else "all runs")
@@ -854,31 +866,8 @@ def report(
             from bakeoff.report.markdown import render_markdown as render
         else:
             from bakeoff.report.evidence import render_json as render
-        text = render(evidence)
-        try:
-            with open(path, "w", encoding="utf-8") as handle:
-                handle.write(text)
-        except OSError as exc:
-            raise SpecError(f"cannot write {os.fspath(path)}: {exc.strerror}", hint="choose another path") from exc
+        write_text(path, render(evidence))
     return evidence
-
-
-def _check_writable(path: PathLike) -> None:
-    from pathlib import Path
-
-    from bakeoff.errors import SpecError
-
-    target = Path(path).expanduser()
-    parent = target.parent if str(target.parent) else Path(".")
-    why = None
-    if target.is_dir():
-        why = "it is a directory"
-    elif not parent.is_dir():
-        why = f"directory {parent} does not exist"
-    elif not os.access(parent, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        why = "permission denied"
-    if why:
-        raise SpecError(f"cannot write {os.fspath(path)}: {why}", hint="choose another path")
 
 
 # -- sharing a knowledge base ---------------------------------------------------------------

@@ -39,6 +39,8 @@ class _Bar:
         )
         self.task: Any = None
         self.current = ""
+        self.sweep_id: str | None = None
+        self.stopped = False
 
     def status(self, message: str) -> None:
         """The workload the sweep runs now (or what the Ray cluster is doing)."""
@@ -52,7 +54,7 @@ class _Bar:
         workload shown stays the one ``status`` named last: the runner may be on the next
         cell before this one is stored."""
         if self.task is None:
-            sweep_id = done.sweep_id
+            sweep_id = self.sweep_id = done.sweep_id
             console(stderr=True).print(
                 f"[dim]· sweep {sweep_id} (resume it with bakeoff sweep --resume {sweep_id})[/dim]"
             )
@@ -62,7 +64,9 @@ class _Bar:
         self.progress.refresh()
 
     def stop(self) -> None:
-        if self.task is not None:
+        """End the live display (once: each stop would print another line)."""
+        if self.task is not None and not self.stopped:
+            self.stopped = True
             self.progress.stop()
 
 
@@ -76,14 +80,14 @@ class _Bar:
     "  bakeoff sweep arch:causal_lm --on cpu,cuda --executor ray --ray-address auto",
 )
 @click.argument("population", required=False)
-@click.option("--on", "on", multiple=True, default=("cpu",), show_default=True, metavar="TARGETS",
-              help="Targets, comma-separated or repeated (as for bakeoff trial).")  # fmt: skip
+@click.option("--on", "on", multiple=True, metavar="TARGETS",
+              help="Targets, comma-separated or repeated (as for bakeoff trial).  [default: cpu]")  # fmt: skip
 @click.option("--resume", default=None, metavar="SWEEP_ID",
               help="Finish an interrupted sweep with its own targets and settings.")  # fmt: skip
-@click.option("--timing", type=click.Choice(["none", "quick", "full"]), default="quick", show_default=True,
-              help="Timing per target: none (one call), quick (10 calls, 0.1 s), full (a trial's).")  # fmt: skip
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
-              help="Seconds a target's step may take; longer is that cell's timeout (the sweep goes on).")  # fmt: skip
+@click.option("--timing", type=click.Choice(["none", "quick", "full"]), default=None,
+              help="Per target: none (one call), quick (10 calls, 0.1 s; the default), full (a trial's).")  # fmt: skip
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True),
+              help="Seconds a target's step may take (600); longer is that cell's timeout.")  # fmt: skip
 @click.option("--check", "checks", multiple=True, metavar="NAME[?options]",
               help="Check options, or an on-request check to run on every cell (repeatable).")  # fmt: skip
 @click.option("--env", "env", multiple=True, metavar="KEY=VALUE", help="A switch set while each target runs.")
@@ -104,8 +108,8 @@ def sweep_command(
     population: str | None,
     on: Sequence[str],
     resume: str | None,
-    timing: str,
-    timeout_s: float,
+    timing: str | None,
+    timeout_s: float | None,
     checks: Sequence[str],
     env: Sequence[str],
     limit: int | None,
@@ -129,6 +133,10 @@ def sweep_command(
 
     if write_expect and expect is None:
         raise SpecError("--write-expect needs --expect FILE", hint="e.g. --expect expected.toml --write-expect")
+    if write_expect and expect is not None:
+        from bakeoff.outfiles import check_writable
+
+        check_writable(expect)  # refused now, not after the sweep
     expected = None
     if expect is not None and not write_expect:
         from bakeoff.sweep.expect import read_expectations
@@ -138,14 +146,17 @@ def sweep_command(
     try:
         with workload_output_to_stderr():
             found = api.sweep(
-                population, on, db=db, resume=resume, timing=timing, timeout_s=timeout_s, checks=checks,
+                population, on or None, db=db, resume=resume, timing=timing, timeout_s=timeout_s, checks=checks,
                 env=env, limit=limit, progress=bar.cell, status=bar.status, executor=executor,
                 ray_address=ray_address,
             )  # fmt: skip
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # one line, instead of the generic "interrupted"
         bar.stop()
-        console(stderr=True).print("[yellow]sweep interrupted: every finished cell is stored; --resume finishes it")
-        raise
+        if type(exc) is not KeyboardInterrupt:
+            raise  # SIGTERM, which unwinds like Ctrl-C: its own line and exit code
+        where = f"bakeoff sweep --resume {bar.sweep_id} finishes it" if bar.sweep_id else "nothing ran yet"
+        click.echo(f"bakeoff: interrupted: every finished cell is stored; {where}", err=True)
+        raise SystemExit(130) from None
     finally:
         bar.stop()
     _print_coverage(found, fmt, no_matrix, expect, expected, write_expect)
@@ -194,13 +205,15 @@ def coverage_command(
     no_matrix: bool, db: str | None, fmt: str,
 ) -> None:  # fmt: skip
     """Print a stored sweep's matrix, its coverage at every grade and why cells stopped."""
-    from pathlib import Path
-
     from bakeoff import api
     from bakeoff.errors import SpecError
+    from bakeoff.outfiles import check_writable, write_text
 
     if expect is not None and against is not None:
         raise SpecError("--expect with --against", hint="compare with one of them at a time")
+    for path in (html_path, md_path):
+        if path is not None:
+            check_writable(path)
     expected = None
     if expect is not None:
         from bakeoff.sweep.expect import read_expectations
@@ -217,7 +230,7 @@ def coverage_command(
         if path is not None:
             from bakeoff.report import coverage as pages
 
-            Path(path).write_text(getattr(pages, render)(found), encoding="utf-8")
+            write_text(path, getattr(pages, render)(found))
             console(stderr=True).print(f"wrote {path}")
     _print_coverage(found, fmt, no_matrix, expect, expected, False)
 

@@ -28,6 +28,7 @@ from typing import Any
 import tomllib
 
 from bakeoff.errors import SpecError
+from bakeoff.outfiles import write_text
 from bakeoff.verdicts.coverage import GRADES, Coverage
 
 __all__ = ["STATUSES", "Expectation", "classify", "grades_of", "read_expectations", "write_expectations"]
@@ -146,5 +147,5 @@ def write_expectations(path: str | Path, coverage: Coverage) -> int:
             reason = " ".join(cell.reason.split())[:150]
             lines.append(f"{_quoted(workload)} = {_quoted(cell.grade or 'none')}" + (f"  # {reason}" if reason else ""))
             count += 1
-    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_text(path, "\n".join(lines) + "\n")
     return count

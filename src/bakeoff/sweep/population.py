@@ -89,15 +89,19 @@ def _from_file(path: Path) -> list[str]:
 
 
 def _check_architecture(spec: str, where: str) -> None:
-    from bakeoff.workload.hf import list_architectures
+    from bakeoff.workload.hf import check_arch_options, list_architectures
 
-    name = parse_workload(spec).name
+    parsed = parse_workload(spec)
     try:
         known = list_architectures()
     except ImportError:
         raise SpecError(f"{where}: {spec} needs transformers", hint="pip install 'bakeoff[hf]'") from None
-    if name not in known:
-        raise SpecError(f"{where}: unknown architecture {name!r}", hint="`bakeoff workloads` lists the names")
+    if parsed.name not in known:
+        raise SpecError(f"{where}: unknown architecture {parsed.name!r}", hint="`bakeoff workloads` lists the names")
+    try:
+        check_arch_options(parsed)
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc.message}", hint=exc.hint) from None
 
 
 def resolve_population(text: str) -> Population:

@@ -39,7 +39,7 @@ from bakeoff.sweep.population import Population
 from bakeoff.target.spec import Target, parse_target
 from bakeoff.verdicts.coverage import GRADES, grade_cell
 
-__all__ = ["EXECUTORS", "SWEEP_KEYWORDS", "CellDone", "cell_error", "create_sweep", "run_sweep"]
+__all__ = ["EXECUTORS", "SWEEP_KEYWORDS", "CellDone", "cell_error", "create_sweep", "run_sweep", "sweep_options"]
 
 #: The trial keywords a sweep takes (stored with it, so a resume runs the same trial).
 SWEEP_KEYWORDS = ("min_samples", "min_seconds", "timeout_s", "checks", "env", "scenarios")
@@ -65,13 +65,11 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
 
 
-def create_sweep(
-    store: Store, population: Population, targets: Sequence[Target], options: Mapping[str, Any]
-) -> SweepRecord:
-    """Check the settings and store a new sweep (nothing runs yet).
+def sweep_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """A sweep's trial keywords, checked, with the greedy check every cell needs added.
 
     Raises:
-        SpecError: a keyword a sweep does not take, or a bad value (nothing is stored then).
+        SpecError: a keyword a sweep does not take, or a bad value (a check, an option, a switch).
     """
     unknown = sorted(set(options) - set(SWEEP_KEYWORDS))
     if unknown:
@@ -81,6 +79,18 @@ def create_sweep(
         checks.insert(0, "greedy")  # the top of the grade ladder needs it on every cell
     options = {**options, "checks": checks}
     TrialSettings.from_options(**options)  # every value checked before the sweep exists
+    return options
+
+
+def create_sweep(
+    store: Store, population: Population, targets: Sequence[Target], options: Mapping[str, Any]
+) -> SweepRecord:
+    """Check the settings and store a new sweep (nothing runs yet).
+
+    Raises:
+        SpecError: a keyword a sweep does not take, or a bad value (nothing is stored then).
+    """
+    options = sweep_options(options)
     sweep_id = uuid.uuid4().hex[:12]
     stored = {k: list(v) if isinstance(v, tuple | list) else v for k, v in options.items()}
     store.create_sweep(sweep_id, _now(), population.to_dict(), [t.spec for t in targets], stored, capture_environment())

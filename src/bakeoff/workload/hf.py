@@ -17,7 +17,7 @@ from bakeoff.specsyntax import parse_bool
 from bakeoff.workload.base import BuiltWorkload, WorkloadSpec
 from bakeoff.workload.tiny import extra_inputs, known_failure, tree_config, uses_tree
 
-__all__ = ["ARCH_DEFAULTS", "build_arch", "build_hf_dir", "list_architectures"]
+__all__ = ["ARCH_DEFAULTS", "build_arch", "build_hf_dir", "check_arch_options", "list_architectures"]
 
 #: Short option names -> (config attribute, default). Defaults make a model of ~100k
 #: parameters that runs a forward pass in about a millisecond on one CPU core.
@@ -150,6 +150,35 @@ def _shrink_config(config: Any, sizes: dict[str, int], explicit: set[str]) -> No
         _shrink_config(sub, sizes, set())
 
 
+def _sizes(spec: WorkloadSpec) -> dict[str, int]:
+    """The size options of ``arch:<name>``, each checked, with the defaults for the rest."""
+    sizes = {key: default for key, (_, default) in ARCH_DEFAULTS.items()}
+    for key in ARCH_DEFAULTS:
+        if key in spec.options:
+            sizes[key] = _int_option(spec, key, spec.options[key])
+    if sizes["hidden"] % sizes["heads"]:
+        raise SpecError(
+            f"hidden={sizes['hidden']} is not divisible by heads={sizes['heads']} in {spec}",
+            hint="pick hidden as a multiple of heads",
+        )
+    return sizes
+
+
+def check_arch_options(spec: WorkloadSpec) -> None:
+    """Check what can be checked of an ``arch:`` spec's options without building it: the sizes,
+    the input shape, the seed and ``max_params`` (an option naming a config attribute needs
+    the config, and is checked when the workload is built).
+
+    Raises:
+        SpecError: a value that is not a positive integer (a seed: not negative), or sizes that
+            do not fit together.
+    """
+    _sizes(spec)
+    _input_options(spec, set())
+    if "max_params" in spec.options:
+        _int_option(spec, "max_params", spec.options["max_params"])
+
+
 def _tiny_config(spec: WorkloadSpec, used: set[str]) -> Any:
     """The config of ``arch:<name>`` with small sizes, from the standard names or the whole tree.
 
@@ -158,16 +187,9 @@ def _tiny_config(spec: WorkloadSpec, used: set[str]) -> Any:
     """
     from transformers import AutoConfig
 
-    sizes = {key: default for key, (_, default) in ARCH_DEFAULTS.items()}
+    sizes = _sizes(spec)
     explicit = {key for key in ARCH_DEFAULTS if key in spec.options}
-    for key in explicit:
-        sizes[key] = _int_option(spec, key, spec.options[key])
-        used.add(key)
-    if sizes["hidden"] % sizes["heads"]:
-        raise SpecError(
-            f"hidden={sizes['hidden']} is not divisible by heads={sizes['heads']} in {spec}",
-            hint="pick hidden as a multiple of heads",
-        )
+    used.update(explicit)
     if sizes["heads"] % sizes["kv_heads"]:
         if "kv_heads" in explicit:
             raise SpecError(
