@@ -13,8 +13,9 @@ holds whatever the sweep's own process did between them that the runner did not 
 first cell is left out of both (it pays the workers' start).
 
 Figures (quiet 2-core machine, transformers 5.24, timing none, 176 architectures):
-``--on cpu``: 92.4-113.2 s over five runs, median cell 0.15 s; overhead per cell 0.02-0.05 s
-against an in-process trial of 0.12-0.16 s (cells 2-40), the gap-based figure 0-8 ms above the
+``--on cpu``: 92.4-113.6 s over six runs, median cell 0.15-0.20 s, every grade 167/176 (95%)
+once workloads built with one thread (arch:rwkv had been not_comparable); overhead per cell 0.01-0.05 s
+against an in-process trial of 0.12-0.18 s (cells 2-40), the gap-based figure 0-8 ms above the
 runner's one. The sum over those cells is within +-12% of the in-process sum, either way: the
 bigger architectures' cells vary more than the overhead. ``--on cpu+aot_eager``: 1,600.7 s,
 6.6 cells per minute, median cell 4.61 s, longest 137 s; the in-process trials (median 5.0 s)
