@@ -177,10 +177,31 @@ def test_unknown_arch_option() -> None:
     assert "layers" in (info.value.hint or "")
 
 
-@pytest.mark.parametrize("options", ["layers=two", "seq=0", "batch=0", "hidden=-4", "hidden=30&heads=4", "seed=x"])
+BAD_ARCH_OPTIONS = ["layers=two", "seq=0", "batch=0", "hidden=-4", "hidden=30&heads=4", "heads=4&kv_heads=3", "seed=x"]
+
+
+@pytest.mark.parametrize("options", BAD_ARCH_OPTIONS)
 def test_bad_arch_option_values(options: str) -> None:
     with pytest.raises(SpecError, match=r"is not an integer|must be at least 1|is not divisible by"):
         build_workload(f"arch:llama?{options}")
+
+
+@pytest.mark.parametrize("options", BAD_ARCH_OPTIONS)
+def test_bad_arch_option_values_are_refused_without_a_build(options: str) -> None:
+    """What a sweep checks in a population file before anything runs: the same refusals."""
+    from bakeoff.workload.hf import check_arch_options
+
+    with pytest.raises(SpecError, match=r"is not an integer|must be at least 1|is not divisible by"):
+        check_arch_options(parse_workload(f"arch:llama?{options}"))
+
+
+@pytest.mark.parametrize("options", ["", "heads=3&hidden=48", "heads=2&kv_heads=1&seed=0", "max_params=5", "bogus=1"])
+def test_fitting_arch_options_pass_the_check_without_a_build(options: str) -> None:
+    """The controls: sizes that fit (a default kv_heads that does not divide the heads becomes
+    full attention), and an option naming a config attribute, which only a build can judge."""
+    from bakeoff.workload.hf import check_arch_options
+
+    check_arch_options(parse_workload(f"arch:llama?{options}" if options else "arch:llama"))
 
 
 def test_arch_config_attribute_option() -> None:

@@ -151,7 +151,8 @@ def _shrink_config(config: Any, sizes: dict[str, int], explicit: set[str]) -> No
 
 
 def _sizes(spec: WorkloadSpec) -> dict[str, int]:
-    """The size options of ``arch:<name>``, each checked, with the defaults for the rest."""
+    """The size options of ``arch:<name>``, each checked, with the defaults for the rest (the
+    default kv_heads becomes heads where it does not divide them)."""
     sizes = {key: default for key, (_, default) in ARCH_DEFAULTS.items()}
     for key in ARCH_DEFAULTS:
         if key in spec.options:
@@ -161,6 +162,13 @@ def _sizes(spec: WorkloadSpec) -> dict[str, int]:
             f"hidden={sizes['hidden']} is not divisible by heads={sizes['heads']} in {spec}",
             hint="pick hidden as a multiple of heads",
         )
+    if sizes["heads"] % sizes["kv_heads"]:
+        if "kv_heads" in spec.options:
+            raise SpecError(
+                f"heads={sizes['heads']} is not divisible by kv_heads={sizes['kv_heads']} in {spec}",
+                hint="pick kv_heads as a divisor of heads",
+            )
+        sizes["kv_heads"] = sizes["heads"]  # the default does not fit the heads chosen: use full attention
     return sizes
 
 
@@ -190,13 +198,6 @@ def _tiny_config(spec: WorkloadSpec, used: set[str]) -> Any:
     sizes = _sizes(spec)
     explicit = {key for key in ARCH_DEFAULTS if key in spec.options}
     used.update(explicit)
-    if sizes["heads"] % sizes["kv_heads"]:
-        if "kv_heads" in explicit:
-            raise SpecError(
-                f"heads={sizes['heads']} is not divisible by kv_heads={sizes['kv_heads']} in {spec}",
-                hint="pick kv_heads as a divisor of heads",
-            )
-        sizes["kv_heads"] = sizes["heads"]  # the default does not fit the heads chosen: use full attention
     if uses_tree(spec.name):
         try:
             config = tree_config(spec.name, sizes, explicit)
