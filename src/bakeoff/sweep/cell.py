@@ -111,9 +111,9 @@ def run_cell(
     if pool is not None:
         pool.announce = on_targets
     scratch = owned_tempdir("cell")  # a later process removes it if this one is killed
-    out: dict[str, Any] = {"scratch": str(scratch), "run": None, "error": None}
+    out: dict[str, Any] = {"run": None, "error": None}
     try:
-        store = Store.open(Path(scratch) / "cell.db", artifacts_dir=Path(scratch) / "artifacts")
+        store = Store.open(scratch / "cell.db", artifacts_dir=scratch / "artifacts")
         try:
             if requirements:  # the requirements kept for this workload in the driver's store
                 store.save_requirements(spec, list(requirements), _now())
