@@ -51,6 +51,15 @@ SCRIPTS: dict[str, tuple[list[str], list[str], list]] = {
         ],
         [pytest.mark.isolated],
     ),
+    "false_alarms.py": (
+        ["--quick"],  # a 1-layer llama: eager bf16 and aot_eager over a profile, then the seeded backends in-process
+        [
+            r"false alarms \(fail on an honest target\): 0 of \d+",
+            r"seeded faults caught: 2 of 2",
+            r"stated sensitivity held \(2x caught, 0.25x passed\): 4 of 4",
+        ],
+        [pytest.mark.isolated, pytest.mark.compile],
+    ),
     "first_verdict.py": (
         ["--quick", "--workload", py_workload("mlp")],  # one trial from a fresh process, timed by phase
         [

@@ -42,13 +42,37 @@ def _biased_backend(bias: float | None) -> Any:
     return backend
 
 
+def _within_ulps_backend(ulps: float) -> Any:
+    """A backend whose every arithmetic op errs by up to ``ulps`` units of roundoff (seeded): an
+    honest engine by construction, as inaccurate per op as a fast-math kernel library."""
+    from bakeoff.checks.rounding import RoundingNoise
+
+    def backend(gm: Any, example_inputs: Any) -> Any:
+        def run(*args: Any) -> Any:
+            with RoundingNoise(seed=7, ulps=ulps):
+                return gm(*args)
+
+        return run
+
+    return backend
+
+
+HONEST = {"reordered_TESTING": None, "six_ulps_TESTING": 6.0}
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _register_biased_backends() -> None:
     import torch._dynamo
 
-    for name, bias in [*BIASES.items(), (ADJUSTABLE, None)]:
+    from bakeoff.checks.rounding import reordered_backend
+
+    backends = {name: _biased_backend(bias) for name, bias in [*BIASES.items(), (ADJUSTABLE, None)]}
+    backends.update(
+        {name: reordered_backend if ulps is None else _within_ulps_backend(ulps) for name, ulps in HONEST.items()}
+    )
+    for name, backend in backends.items():
         if name not in torch._dynamo.list_backends(exclude_tags=()):
-            torch._dynamo.register_backend(compiler_fn=_biased_backend(bias), name=name)
+            torch._dynamo.register_backend(compiler_fn=backend, name=name)
 
 
 @pytest.fixture(scope="module")
@@ -146,3 +170,20 @@ def test_an_inner_layer_fault_below_the_bf16_floor_is_caught_by_the_fp32_compani
     assert logits.floor < logits.golden_err < 2 * logits.floor  # worse than eager, within the limit
     assert abs(logits.bias) < bf16.sensitivity
     assert bf16.verdict == "pass"
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_honest_engines_that_are_not_bit_identical_pass(tmp_path: Any, seed: int) -> None:
+    # the honest controls of the rule: another blocking and other exp/softmax/SiLU kernels (float32
+    # and bfloat16), and an engine 6 units of roundoff off per op (float32), which the rule
+    # before the honest spread called wrong: its error is beyond twice eager's
+    on = "cpu+reordered_TESTING,cpu+reordered_TESTING?dtype=bf16,cpu+six_ulps_TESTING"
+    run = bakeoff.trial(f"{LLAMA}?seed={seed}", on=on, db=tmp_path / "b.db", isolate=False, **FAST)
+    for spec in ("cpu+reordered_TESTING", "cpu+reordered_TESTING?dtype=bfloat16", "cpu+six_ulps_TESTING"):
+        c = run.result(spec).correctness
+        assert c.verdict == "pass", (spec, c.reason)
+        (logits,) = c.outputs
+        assert c.max_abs_err > 0 and logits.rule == "golden"  # really another computation
+        assert logits.honest is not None and logits.golden_err <= logits.honest
+    sloppy = run.result("cpu+six_ulps_TESTING").correctness.outputs[0]
+    assert sloppy.golden_err > 2 * sloppy.floor  # the false alarm of the eager-only rule

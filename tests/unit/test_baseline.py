@@ -67,13 +67,29 @@ def test_reference_names_and_dtypes() -> None:
     w = _workload(Affine())
     refs, notes = compute_references(w)
     assert notes == []
-    assert list(refs) == ["eager:float32", "repeat:float32", "golden"]
+    assert list(refs) == ["eager:float32", "repeat:float32", "golden", "honest:float32"]
     names = ["output.y", "output.pair.0", "output.pair.1"]
     for ref in refs.values():
         assert list(ref) == names
     assert all(t.dtype == torch.float64 for t in refs["golden"].values())
     assert all(t.dtype == torch.float32 for t in refs["eager:float32"].values())
     assert all(t.dtype == torch.float32 for t in refs["repeat:float32"].values())
+    assert all(t.dtype == torch.float32 for t in refs["honest:float32"].values())
+
+
+def test_the_honest_run_differs_from_eager_by_a_few_units_of_roundoff_and_is_reproducible() -> None:
+    w = _workload(Affine())
+    refs, _ = compute_references(w, dtypes=["bfloat16"])
+    again, _ = compute_references(w, dtypes=["bfloat16"])
+    for dtype, unit in (("float32", 2.0**-24), ("bfloat16", 2.0**-8)):
+        changed = []
+        for name, eager in refs[f"eager:{dtype}"].items():
+            honest = refs[f"honest:{dtype}"][name]
+            assert torch.equal(honest, again[f"honest:{dtype}"][name])  # seeded: a baseline is reproducible
+            relative = ((honest.double() - eager.double()).abs() / eager.double().abs().clamp_min(1e-6)).max()
+            assert float(relative) < 64 * unit, (dtype, name)  # a few units per op
+            changed.append(float(relative) > 0)
+        assert any(changed), dtype  # but not nothing (bfloat16 rounds many perturbations away)
 
 
 def test_references_are_the_model_outputs() -> None:
@@ -106,7 +122,14 @@ def test_extra_dtypes() -> None:
     w = _workload(Affine(), ids=torch.tensor([1, 2]))
     refs, notes = compute_references(w, ["bfloat16", "float32"])
     assert notes == []
-    assert list(refs) == ["eager:float32", "repeat:float32", "golden", "eager:bfloat16"]
+    assert set(refs) == {
+        "eager:float32",
+        "repeat:float32",
+        "golden",
+        "eager:bfloat16",
+        "honest:float32",
+        "honest:bfloat16",
+    }
     bf16 = refs["eager:bfloat16"]
     assert bf16["output.y"].dtype == torch.bfloat16
     # integer inputs are not cast: the integer output stays integral and exact
@@ -289,7 +312,14 @@ def test_autocast_references_run_the_native_dtype_under_cpu_autocast() -> None:
     w = _workload(Affine())
     refs, notes = compute_references(w, amp_dtypes=["bfloat16"])
     assert notes == []
-    assert list(refs) == ["eager:float32", "repeat:float32", "golden", "amp:bfloat16"]
+    assert list(refs) == [
+        "eager:float32",
+        "repeat:float32",
+        "golden",
+        "amp:bfloat16",
+        "honest:float32",
+        "honest-amp:bfloat16",
+    ]
     amp = refs["amp:bfloat16"]
     assert amp["output.y"].dtype == torch.bfloat16  # the linear layer ran in bf16
     assert amp["output.pair.1"].dtype == torch.float32  # x.mean() is not cast: the input stays float32
@@ -330,3 +360,36 @@ def test_an_autocast_reference_the_cpu_cannot_compute_is_a_note_and_not_comparab
     plain = parse_target("cpu")
     job = TargetJob(workload_spec="py:test:model", target=plain, fingerprint="f", baseline_path=str(path))
     assert judge(CheckContext(job, plain, None, outputs, None, "float32", "float32", "f")).verdict == "pass"
+
+
+@pytest.mark.parametrize("golden", [True, False])
+def test_a_baseline_without_honest_runs_is_extended_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, golden: bool
+) -> None:
+    # a baseline stored before the honest spread existed (or, without a golden, one that cannot
+    # have it): the first is extended once and then reused; the second is reused as it is
+    from tests.conftest import py_workload
+
+    import bakeoff.runner.trial as trial
+    from bakeoff.env import capture_environment
+    from bakeoff.store.db import Store
+
+    real = trial.compute_references
+
+    def older(*args: object, **kwargs: object) -> tuple[dict, list]:
+        refs, notes = real(*args, **kwargs)
+        dropped = ("honest",) if golden else ("honest", "golden")
+        return {k: v for k, v in refs.items() if not k.startswith(dropped)}, notes
+
+    store, workload, env = Store.open(tmp_path / "b.db"), build_workload(py_workload("mlp")), capture_environment()
+    monkeypatch.setattr(trial, "compute_references", older)
+    first, _ = trial.ensure_baseline(store, workload, env, ["float32"])
+    monkeypatch.setattr(trial, "compute_references", real)
+    second, notes = trial.ensure_baseline(store, workload, env, ["float32"])
+    if not golden:
+        assert (second.id, notes) == (first.id, [])
+        return
+    assert notes == ["baseline extended with the honest-spread runs the correctness rule needs"]
+    assert "honest:float32" in second.references and second.id != first.id
+    third, notes = trial.ensure_baseline(store, workload, env, ["float32"])
+    assert (third.id, notes) == (second.id, [])

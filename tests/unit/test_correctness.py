@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ import torch
 from bakeoff.analysis.tolerance import (
     BIAS_MULTIPLIER,
     FP64_MULTIPLIER,
+    HONEST_MULTIPLIER,
     TOLERANCE,
     GoldenFigures,
     judge_against_golden,
@@ -519,3 +521,56 @@ def test_flatten_then_compare_catches_wrong_second_head() -> None:
     result = compare_outputs(out, ref, None, "float32", "eager:float32")
     assert result.verdict == "fail"
     assert "output.aux" in result.reason
+
+
+# -- the honest spread ------------------------------------------------------------------
+
+
+def test_the_honest_spread_allows_an_engine_a_few_times_eager_error() -> None:
+    # ONNX Runtime in float32 was called wrong at 2.6x eager's floor (6.7e-7 against 2.56e-7);
+    # the emulated honest implementation erred by 5x the floor on that kind of workload
+    onnx_like = _figures(golden_rms=1.0, floor=2.56e-7, error=6.7e-7, rows=16, honest=1.3e-6)
+    judged = judge_against_golden(onnx_like, "float32")
+    assert judged.passed and judged.honest_limit == pytest.approx(HONEST_MULTIPLIER * 1.3e-6)
+    # the seeded control: the same error without the honest run is the old false alarm
+    assert not judge_against_golden(replace(onnx_like, honest=None), "float32").passed
+
+
+def test_beyond_the_honest_spread_fails_and_says_how_far() -> None:
+    assert HONEST_MULTIPLIER == 1.5
+    failed = judge_against_golden(_figures(floor=2.5e-7, error=1.8e-5, rows=16, honest=1.2e-6), "float32")
+    assert not failed.passed
+    assert failed.problem == (
+        "rms error vs float64 golden 1.8e-05 of rms(golden): 10x the honest spread 1.8e-06 (an implementation "
+        "within 8 units of roundoff per op), 72x the eager float32 run's 2.5e-07"
+    )
+    assert failed.sensitivity == pytest.approx(2 * 2.5e-7 / 4)  # the bias limit, untouched by the spread
+
+
+@pytest.mark.parametrize(("dtype", "bias"), [("float32", 1e-3), ("bfloat16", 1e-2)])
+def test_a_generous_honest_spread_still_catches_the_seeded_biases(dtype: str, bias: float) -> None:
+    # floors as measured on the demo llama; an honest run 10x the floor (far above any seen)
+    floor = {"float32": 2.3e-7, "bfloat16": 5.7e-3}[dtype]
+    figures = _figures(floor=floor, error=math.hypot(floor, bias), bias=bias, rows=16, honest=10 * floor)
+    judged = judge_against_golden(figures, dtype)
+    assert not judged.passed, judged
+    assert judged.sensitivity < bias
+
+
+def test_the_honest_runs_own_bias_widens_the_bias_limit() -> None:
+    judged = judge_against_golden(_figures(bias=0.008, honest=0.015, honest_bias=-0.005), "bfloat16")
+    assert judged.passed and judged.bias_limit == pytest.approx(0.01)
+    assert not judge_against_golden(_figures(bias=0.008, honest=0.015, honest_bias=0.001), "bfloat16").passed
+
+
+def test_compare_tensor_reports_the_honest_spread_it_applied() -> None:
+    gen = torch.Generator().manual_seed(0)
+    golden = torch.randn(16, 64, generator=gen, dtype=torch.float64)
+    reference = (golden * (1 + 1e-7 * torch.randn(16, 64, generator=gen, dtype=torch.float64))).float()
+    honest = (golden * (1 + 6e-7 * torch.randn(16, 64, generator=gen, dtype=torch.float64))).float()
+    engine = (golden * (1 + 4e-7 * torch.randn(16, 64, generator=gen, dtype=torch.float64))).float()
+    c = compare_tensor("o", engine, reference, golden, "float32", honest)
+    assert c.passed and c.rule == "golden"
+    assert c.honest == pytest.approx(HONEST_MULTIPLIER * 6e-7, rel=0.1) and c.golden_err > 2 * c.floor
+    assert not compare_tensor("o", engine, reference, golden, "float32").passed  # without it: a false alarm
+    assert compare_tensor("o", engine, reference, golden, "float32", honest[:3]).honest is None  # another shape

@@ -3,7 +3,10 @@
 References are named ``golden`` (float64 eager on the CPU), ``eager:<dtype>`` (eager on the CPU
 in a working dtype), ``amp:<dtype>`` (eager on the CPU in the workload's own dtype under
 ``torch.autocast("cpu", dtype=<dtype>)``: what a mixed-precision target is judged against) and
-``repeat:<dtype>`` (a second eager run, to detect nondeterminism).
+``repeat:<dtype>`` (a second eager run, to detect nondeterminism). Each ``eager:<dtype>`` and
+``amp:<dtype>`` reference has an ``honest:<dtype>`` / ``honest-amp:<dtype>`` twin: the same run
+under :class:`bakeoff.checks.rounding.RoundingNoise`, an emulated honest other implementation
+whose error sets the honest spread a correct engine may reach on this workload.
 Files are safetensors, never pickles: loading a baseline cannot execute code.
 """
 
@@ -19,7 +22,15 @@ from bakeoff.checks.outputs import flatten_outputs, max_abs_difference
 from bakeoff.errors import WorkloadError
 from bakeoff.workload.base import BuiltWorkload
 
-__all__ = ["compute_references", "load_references", "repeat_error", "run_eagerly", "save_references", "shape_tag"]
+__all__ = [
+    "compute_references",
+    "honest_reference",
+    "load_references",
+    "repeat_error",
+    "run_eagerly",
+    "save_references",
+    "shape_tag",
+]
 
 _SEP = "::"
 
@@ -41,14 +52,29 @@ def shape_tag(batch: int, seq: int) -> str:
     return f"@{batch}x{seq}"
 
 
+def honest_reference(name: str) -> str:
+    """The emulated honest twin of a reference: ``eager:float32`` -> ``honest:float32``,
+    ``amp:bfloat16`` -> ``honest-amp:bfloat16``."""
+    kind, _, dtype = name.partition(":")
+    return f"honest:{dtype}" if kind == "eager" else f"honest-{kind}:{dtype}"
+
+
 def _run_in(
-    workload: BuiltWorkload, dtype_name: str, args: tuple, kwargs: dict, amp: str | None = None
+    workload: BuiltWorkload,
+    dtype_name: str,
+    args: tuple,
+    kwargs: dict,
+    amp: str | None = None,
+    honest: bool = False,
 ) -> dict[str, Any]:
     """One eager CPU call in ``dtype_name``; under CPU autocast in ``amp`` if given (its weight
-    cache off, as on an amp target)."""
+    cache off, as on an amp target); ``honest``: under :class:`RoundingNoise` (seeded by the
+    workload's seed, so a baseline is reproducible)."""
     import contextlib
 
     import torch
+
+    from bakeoff.checks.rounding import RoundingNoise
 
     dtype = getattr(torch, dtype_name)
     model = copy.deepcopy(workload.model).to(dtype)
@@ -57,7 +83,8 @@ def _run_in(
         if amp is not None
         else contextlib.nullcontext()
     )
-    with torch.no_grad(), autocast:
+    noise = RoundingNoise(workload.seed) if honest else contextlib.nullcontext()
+    with torch.no_grad(), autocast, noise:
         out = workload(model, _cast(args, dtype), _cast(kwargs, dtype))
     return flatten_outputs(out)
 
@@ -89,7 +116,8 @@ def compute_references(
     amp_dtypes: Iterable[str] = (),
 ) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """Run the workload eagerly on the CPU: float64 golden, native dtype twice, other dtypes once,
-    and the native dtype under CPU autocast once per ``amp_dtypes`` entry (``amp:bfloat16``).
+    and the native dtype under CPU autocast once per ``amp_dtypes`` entry (``amp:bfloat16``);
+    and each but the golden once more under rounding noise (``honest:float32``).
 
     For each ``(batch, seq)`` in ``shapes`` (an input profile), the golden, eager and autocast
     references of that shape are added too, named with :func:`shape_tag` (``eager:float32@1x16``).
@@ -106,13 +134,15 @@ def compute_references(
     inputs = [("", workload.args, workload.kwargs)]
     inputs += [(shape_tag(b, s), *workload.inputs_for(b, s)) for b, s in dict.fromkeys(shapes)]
     for tag, args, kwargs in inputs:
-        runs = [("golden", "float64", None), *((f"eager:{d}", d, None) for d in {native, *dtypes})]
-        runs += [(f"amp:{d}", native, d) for d in sorted(set(amp_dtypes))]
-        for name, dtype, amp in runs:
-            if name + tag in refs:
+        runs = [("golden", "float64", None, ""), *((f"eager:{d}", d, None, "") for d in {native, *dtypes})]
+        runs += [(f"amp:{d}", native, d, "") for d in sorted(set(amp_dtypes))]
+        runs += [(honest_reference(name), dtype, amp, name) for name, dtype, amp, _ in runs if name != "golden"]
+        for name, dtype, amp, twin_of in runs:
+            # an honest twin needs its reference and a golden to spread around
+            if name + tag in refs or (twin_of and not {"golden" + tag, twin_of + tag} <= set(refs)):
                 continue
             try:
-                refs[name + tag] = _run_in(workload, dtype, args, kwargs, amp)
+                refs[name + tag] = _run_in(workload, dtype, args, kwargs, amp, honest=bool(twin_of))
             except (Exception, SystemExit) as exc:  # e.g. an op without a float64 or float16 CPU kernel
                 if name == f"eager:{native}":  # the shape itself does not work: refuse it now
                     raise WorkloadError(

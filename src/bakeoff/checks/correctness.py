@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from bakeoff.analysis.tolerance import GoldenFigures, judge_against_golden, tolerance_for
 from bakeoff.checks.base import Check, CheckContext, Metric
+from bakeoff.checks.baseline import honest_reference
 from bakeoff.checks.outputs import max_abs_difference
 from bakeoff.codec import Value
 
@@ -48,7 +49,9 @@ class TensorComparison(Value):
     The golden rule's figures, all relative to rms(golden) and None without a golden:
     ``golden_err`` the target's RMS error, ``floor`` the eager reference's (the dtype's noise
     floor on this workload), ``bias`` the target's relative bias, and ``sensitivity`` the
-    smallest uniform relative bias of this output the rule flags.
+    smallest uniform relative bias of this output the rule flags, ``honest`` the honest spread:
+    the RMS error of the baseline's emulated honest implementation (every op within a few units
+    of roundoff, :mod:`bakeoff.checks.rounding`), the error limit when it exceeds twice the floor.
     """
 
     name: str
@@ -64,6 +67,7 @@ class TensorComparison(Value):
     floor: float | None = None
     bias: float | None = None
     sensitivity: float | None = None
+    honest: float | None = None
 
 
 @dataclass(frozen=True)
@@ -130,14 +134,19 @@ def _bias(value: Any, golden: Any) -> float:
     return float(((value - golden) * golden).sum()) / norm if norm > 0 else 0.0
 
 
-def golden_figures(result: Any, reference: Any, golden: Any) -> GoldenFigures:
-    """The golden rule's inputs for one output, over the elements finite in all three."""
+def golden_figures(result: Any, reference: Any, golden: Any, honest: Any | None = None) -> GoldenFigures:
+    """The golden rule's inputs for one output, over the elements finite in all three (four,
+    with the emulated honest implementation's output of the same shape)."""
     import torch
 
-    res, ref, gold = (t.detach().cpu().double() for t in (result, reference, golden))
-    keep = torch.isfinite(res) & torch.isfinite(ref) & torch.isfinite(gold)
+    if honest is not None and tuple(honest.shape) != tuple(golden.shape):
+        honest = None
+    given = (result, reference, golden) if honest is None else (result, reference, golden, honest)
+    tensors = [t.detach().cpu().double() for t in given]
+    keep = torch.stack([torch.isfinite(t) for t in tensors]).all(dim=0)
+    gold = tensors[2]
     rows = max(gold.numel() // gold.shape[-1], 1) if gold.dim() >= 2 and gold.shape[-1] else 1
-    res, ref, gold = res[keep], ref[keep], gold[keep]
+    res, ref, gold, *rest = (t[keep] for t in tensors)
     return GoldenFigures(
         golden_rms=_rms(gold),
         floor=_rms(ref - gold),
@@ -145,14 +154,19 @@ def golden_figures(result: Any, reference: Any, golden: Any) -> GoldenFigures:
         ref_bias=_bias(ref, gold),
         bias=_bias(res, gold),
         rows=rows,
+        honest=_rms(rest[0] - gold) if rest else None,
+        honest_bias=_bias(rest[0], gold) if rest else None,
     )
 
 
-def compare_tensor(name: str, result: Any, reference: Any, golden: Any | None, dtype: str) -> TensorComparison:
-    """Compare one output tensor; ``reference`` is same-dtype eager, ``golden`` float64 eager.
+def compare_tensor(
+    name: str, result: Any, reference: Any, golden: Any | None, dtype: str, honest: Any | None = None
+) -> TensorComparison:
+    """Compare one output tensor; ``reference`` is same-dtype eager, ``golden`` float64 eager,
+    ``honest`` the same-dtype eager run under :class:`bakeoff.checks.rounding.RoundingNoise`.
 
-    With a golden of the same shape the golden rule decides; allclose to the reference is the
-    fallback only without one.
+    With a golden of the same shape the golden rule decides (with the honest run's error as
+    the honest spread where given); allclose to the reference is the fallback only without one.
     """
     import torch
 
@@ -183,7 +197,7 @@ def compare_tensor(name: str, result: Any, reference: Any, golden: Any | None, d
     both_finite = torch.isfinite(res) & torch.isfinite(ref)
     finite = bool((both_finite | (res == ref) | (torch.isnan(res) & torch.isnan(ref))).all())
     if golden is not None and tuple(golden.shape) == tuple(result.shape):
-        figures = golden_figures(res, ref, golden)
+        figures = golden_figures(res, ref, golden, honest)
         judged = judge_against_golden(figures, dtype)
         relative = figures.golden_rms if figures.golden_rms > 0 else None
         extra = {
@@ -191,6 +205,7 @@ def compare_tensor(name: str, result: Any, reference: Any, golden: Any | None, d
             "floor": figures.floor / relative if relative else None,
             "bias": figures.bias if relative else None,
             "sensitivity": judged.sensitivity,
+            "honest": judged.honest_limit / relative if relative and judged.honest_limit is not None else None,
         }
         if not finite:
             return TensorComparison(*common, False, problem="non-finite values differ", **extra)
@@ -215,9 +230,11 @@ def compare_outputs(
     dtype: str,
     reference_name: str,
     dtypes: Mapping[str, str] | None = None,
+    honest: Mapping[str, Any] | None = None,
 ) -> Correctness:
-    """Compare flattened outputs with the flattened same-dtype reference (and golden); each
-    output is judged in ``dtype``, or in its own from ``dtypes`` (by name) where given."""
+    """Compare flattened outputs with the flattened same-dtype reference (and golden, and the
+    emulated honest run); each output is judged in ``dtype``, or in its own from ``dtypes`` (by
+    name) where given."""
     tol = tolerance_for(dtype)
     comparisons = []
     missing = [name for name in reference if name not in outputs]
@@ -225,7 +242,9 @@ def compare_outputs(
     for name, ref in reference.items():
         if name in outputs:
             gold = golden.get(name) if golden is not None else None
-            comparisons.append(compare_tensor(name, outputs[name], ref, gold, (dtypes or {}).get(name, dtype)))
+            fair = honest.get(name) if honest is not None else None
+            judged_in = (dtypes or {}).get(name, dtype)
+            comparisons.append(compare_tensor(name, outputs[name], ref, gold, judged_in, fair))
     failed = [c for c in comparisons if not c.passed]
     fallback = [c.name for c in comparisons if c.rule == "allclose"]
     note = (
@@ -285,13 +304,15 @@ def judge(context: CheckContext) -> Correctness:
         )
     native_name = f"eager:{native}"
     checks = list(context.outputs.items())
-    wanted = [n + tag for tag, _ in checks for n in (name, "golden", native_name)]
+    honest_name = honest_reference(name)
+    wanted = [n + tag for tag, _ in checks for n in (name, "golden", native_name, honest_name)]
     refs = load_references(Path(job.baseline_path), wanted)
     verdicts, reasons, outputs = [], [], []
     for tag, flat in checks:
         if name + tag not in refs:
             return Correctness("not_comparable", f"the baseline has no {name + tag} reference", name, tol)
-        result = compare_outputs(flat, refs[name + tag], refs.get("golden" + tag), dtype, name + tag)
+        honest = refs.get(honest_name + tag)
+        result = compare_outputs(flat, refs[name + tag], refs.get("golden" + tag), dtype, name + tag, honest=honest)
         verdicts.append(result.verdict)
         label = tag.removeprefix("@")
         if result.reason:

@@ -28,7 +28,14 @@ from bakeoff.analysis.compare import (
     with_process_spread,
 )
 from bakeoff.analysis.requirements import Requirement
-from bakeoff.checks.baseline import compute_references, repeat_error, run_eagerly, save_references, shape_tag
+from bakeoff.checks.baseline import (
+    compute_references,
+    honest_reference,
+    repeat_error,
+    run_eagerly,
+    save_references,
+    shape_tag,
+)
 from bakeoff.env import Environment, capture_environment
 from bakeoff.errors import SpecError
 from bakeoff.hashing import file_sha256
@@ -136,6 +143,13 @@ def ensure_baseline(
     wanted = {f"eager:{d}" for d in dtypes}
     wanted |= {f"eager:{d}{shape_tag(*shape)}" for d in {*dtypes, workload.dtype} for shape in shapes}
     wanted |= {f"amp:{d}{tag}" for d in amp_dtypes for tag in ("", *(shape_tag(*shape) for shape in shapes))}
+    if existing is not None:  # each reference's honest twin, where the stored baseline could make one
+        stored = set(existing.references)
+        wanted |= {
+            honest_reference(head) + at + shape
+            for head, at, shape in (name.partition("@") for name in wanted | {f"eager:{workload.dtype}"})
+            if {"golden" + at + shape, head + at + shape} <= stored
+        }
     reason = None
     if refresh:
         reason = "baseline recomputed on request"
@@ -151,10 +165,12 @@ def ensure_baseline(
         missing_dtypes = sorted({dtype for kind, dtype, shape in parsed if kind == "eager" and shape is None})
         missing_amp = sorted({dtype for kind, dtype, shape in parsed if kind == "amp" and shape is None})
         missing_shapes = {shape for _, _, shape in parsed if shape is not None}
+        honest = any(kind.startswith("honest") for kind, _, _ in parsed)
         parts = (
             (["eager references for " + ", ".join(missing_dtypes)] if missing_dtypes else [])
             + (["autocast references for " + ", ".join(missing_amp)] if missing_amp else [])
             + ([f"references for {len(missing_shapes)} profile shape(s)"] if missing_shapes else [])
+            + (["the honest-spread runs the correctness rule needs"] if honest else [])
         )
         reason = "baseline extended with " + (" and ".join(parts) or "missing files")
     if existing is not None and reason is None:

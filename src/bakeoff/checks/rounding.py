@@ -1,0 +1,174 @@
+"""An honest other implementation, emulated: the workload with every arithmetic op's result
+perturbed by a few units of roundoff.
+
+Another engine (a compiler, ONNX Runtime, OpenVINO, a device's kernels, a padded batch) computes
+the same function in another order: its reductions are blocked differently, its transcendental
+functions are approximations good to a few units in the last place, its fusions skip or add
+roundings. Its outputs therefore differ from eager's by more than eager differs from the float64
+golden, although nothing is wrong. How much more depends on the workload: how many ops there
+are, how much each layer amplifies an error, where values cancel.
+
+:class:`RoundingNoise` measures that on the workload itself. Under it, the result of every
+arithmetic op (every op ATen tags ``pointwise``, and the contractions, reductions and
+normalisations in :data:`ARITHMETIC`) is multiplied element by element by ``1 + d`` with ``d``
+uniform in ``[-a, a]``, computed in float32 or wider and rounded back to the op's dtype, where
+``a = HONEST_ULPS[dtype] * u(dtype)`` (:mod:`bakeoff.analysis.tolerance`). Ops that only move
+or select data (copies, views, indexing, concatenation, embeddings) are left exact, as every
+engine leaves them. The eager run
+under this mode is an implementation whose every op is within ``a`` of eager's result: its
+error against the golden (:func:`bakeoff.analysis.tolerance.judge_against_golden`) is the
+honest spread a correct engine may reach on this workload.
+
+What this cannot emulate: an engine that is *less* accurate per op than ``HONEST_ULPS`` allows
+(a fast-math approximation, a lower internal precision such as OpenVINO's default bfloat16 on a
+float32 model), which is then judged by its measured error as before; and errors that grow with
+reduction length faster than the relative model does (catastrophic cancellation inside one
+reduction), which the float64 golden's floor term still covers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from bakeoff.analysis.tolerance import honest_ulps, roundoff_for
+
+__all__ = ["ARITHMETIC", "RoundingNoise", "honest_amplitude"]
+
+
+#: ATen ops (by overload packet name) that compute rather than move data, beyond those tagged
+#: ``pointwise``: contractions, reductions, normalisations, attention, convolution.
+ARITHMETIC = frozenset(
+    {
+        "mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "dot", "mv", "addmv", "linear",
+        "sum", "mean", "prod", "cumsum", "cumprod", "var", "var_mean", "std", "std_mean",
+        "linalg_vector_norm", "norm", "logsumexp",
+        "_softmax", "_log_softmax", "softmax", "log_softmax",
+        "native_layer_norm", "native_group_norm", "native_batch_norm", "_native_batch_norm_legit",
+        "_native_batch_norm_legit_no_training", "rms_norm", "_fused_rms_norm",
+        "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_attention_math",
+        "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+        "convolution", "_convolution", "conv1d", "conv2d", "einsum",
+    }
+)  # fmt: skip
+
+
+def honest_amplitude(dtype: str) -> float:
+    """The largest relative error one honest op in ``dtype`` may make (``a`` above)."""
+    return honest_ulps(dtype) * roundoff_for(dtype)
+
+
+def _perturbs(func: Any) -> bool:
+    """Whether ``func``'s floating results are perturbed: an arithmetic op that returns new
+    tensors (an op returning an alias, a view or an in-place result keeps its exact value)."""
+    import torch
+
+    schema = func._schema
+    if schema.is_mutable or any(r.alias_info is not None for r in schema.returns):
+        return False
+    return torch.Tag.pointwise in func.tags or func.overloadpacket.__name__ in ARITHMETIC
+
+
+def _make_mode() -> type:
+    """The dispatch mode class (built late: importing torch is deferred to the first use)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_map
+
+    class _RoundingNoise(TorchDispatchMode):
+        def __init__(self, dtype_amplitude: Callable[[Any], float], seed: int) -> None:
+            super().__init__()
+            self._amplitude = dtype_amplitude
+            self._generator = torch.Generator().manual_seed(seed)
+            self.perturbed = 0
+
+        def _perturb(self, value: Any) -> Any:
+            if not isinstance(value, torch.Tensor) or not value.is_floating_point() or value.device.type != "cpu":
+                return value
+            amplitude = self._amplitude(value.dtype)
+            if not amplitude or not value.numel():
+                return value
+            wide = torch.float64 if value.dtype == torch.float64 else torch.float32
+            noise = torch.rand(value.shape, generator=self._generator, dtype=wide).mul_(2).sub_(1).mul_(amplitude)
+            self.perturbed += 1
+            return (value.to(wide) * (1 + noise)).to(value.dtype)
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            return tree_map(self._perturb, out) if _perturbs(func) else out
+
+    return _RoundingNoise
+
+
+_MODE: type | None = None
+
+
+def RoundingNoise(seed: int = 0, ulps: float | None = None) -> Any:
+    """A dispatch mode perturbing every arithmetic op's floating result by up to
+    :func:`honest_amplitude` of its dtype (see the module docstring), or by ``ulps`` units of
+    roundoff of its dtype where given; ``seed`` fixes the draws, so a baseline's honest run is
+    reproducible. Its ``perturbed`` counts the results changed."""
+    global _MODE
+    if _MODE is None:
+        _MODE = _make_mode()
+
+    def amplitude(dtype: Any) -> float:
+        name = str(dtype).removeprefix("torch.")
+        return honest_amplitude(name) if ulps is None else ulps * roundoff_for(name)
+
+    return _MODE(amplitude, seed)
+
+
+def _make_reordered() -> type:
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    aten = torch.ops.aten
+    log2e = 1.4426950408889634
+
+    def split_k(a: Any, b: Any) -> Any:
+        half = a.shape[-1] // 2
+        return torch.matmul(a[..., :half], b[..., :half, :]) + torch.matmul(a[..., half:], b[..., half:, :])
+
+    def fast_exp(x: Any) -> Any:  # (e^(x/4))^4: a few units of roundoff, as vectorised kernels
+        quarter = torch.exp2(x * (log2e / 4))
+        return (quarter * quarter) * (quarter * quarter)
+
+    class _Reordered(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            floating = all(not isinstance(a, torch.Tensor) or a.is_floating_point() for a in args)
+            if not floating:
+                return func(*args, **kwargs)
+            if func in (aten.mm.default, aten.bmm.default) and args[0].shape[-1] >= 2:
+                return split_k(*args)
+            if func is aten.addmm.default and args[1].shape[-1] >= 2 and not kwargs:
+                return args[0] + split_k(args[1], args[2])
+            if func is aten.exp.default:
+                return fast_exp(args[0])
+            if func is aten._softmax.default and args[1] == -1 and args[0].dtype == torch.float32:
+                shifted = fast_exp(args[0] - args[0].amax(-1, keepdim=True))
+                return shifted / shifted.sum(-1, keepdim=True)
+            if func is aten.silu.default and args[0].dtype == torch.float32:
+                return args[0] / (1 + fast_exp(-args[0]))
+            if func is aten.rsqrt.default:
+                return 1 / torch.sqrt(args[0])
+            return func(*args, **kwargs)
+
+    return _Reordered
+
+
+def reordered_backend(gm: Any, example_inputs: Any) -> Any:
+    """A ``torch.compile`` backend that is an honest other implementation, run for real: every
+    matrix product summed in two halves of its inner dimension (another blocking); ``exp`` as
+    ``exp2(x log2(e) / 4)`` raised to the 4th power, a few units of roundoff off as vectorised
+    kernels are, and softmax and SiLU in float32 decomposed over it, as exporters decompose
+    them; ``rsqrt`` as ``1 / sqrt``. Nothing in it is wrong, yet no output is bit-identical to eager's: the correctness
+    rule must pass it (the tests and ``benchmarks/false_alarms.py`` register it)."""
+    mode = _make_reordered()
+
+    def run(*args: Any) -> Any:
+        with mode():
+            return gm(*args)
+
+    return run
