@@ -129,6 +129,8 @@ def test_effective_threads_defaults() -> None:
     assert parse_target("cpu").effective_threads == 1
     assert parse_target("cpu+inductor").effective_threads == 1
     assert parse_target("cuda").effective_threads is None
+    # the test device computes with the host's CPU kernels: one thread, as the CPU targets
+    assert parse_target("emu", extra_devices=("emu",)).effective_threads == 1
     assert parse_target("cuda?threads=2").effective_threads == 2
 
 
