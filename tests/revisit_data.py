@@ -47,14 +47,20 @@ REQUIREMENTS = (
 XSS = '<script>document.title="pwned"</script><img src=x onerror="document.title=\'pwned\'">'
 
 
-def environment(torch: str = "2.13.0", **env_vars: str) -> Environment:
+def environment(
+    torch: str = "2.13.0", packages: dict[str, str] | None = None, cores: int | None = None, **env_vars: str
+) -> Environment:
+    """A captured environment; ``packages`` beside torch and numpy, ``cores`` the machine's CPU count
+    (left out by default, so fingerprints in golden files stay as they are)."""
+    machine = {} if cores is None else {"cpu_count": cores}
     return Environment(
         {
             "python": "3.11.7",
             "torch": torch,
             "cpu": "Test CPU",
+            **machine,
             "os": "Linux 6.1",
-            "packages": {"torch": torch, "numpy": "2.1.0"},
+            "packages": {"torch": torch, "numpy": "2.1.0", **(packages or {})},
             "env": dict(env_vars),
             "threads": {"intra_op": 1, "inter_op": 1},
             "captured_at": "2025-01-01T00:00:00+00:00",

@@ -596,14 +596,30 @@ def regressions(
     workload: str | None = None,
     target: str | None = None,
     thresholds: Thresholds | None = None,
+    against: str | None = None,
 ) -> list[Comparison]:
     """Each workload + target's latest result against the newest earlier one from a different
-    environment, metric by metric (see :mod:`bakeoff.verdicts.regressions`)."""
+    environment, or with ``against`` (a tag) the newest earlier run carrying that tag, whatever
+    its environment; metric by metric (see :mod:`bakeoff.verdicts.regressions`).
+
+    Raises:
+        StoreError: ``against`` names no run.
+    """
     from bakeoff.store.selection import run_headers
     from bakeoff.verdicts.regressions import compare_pair, pair_runs
 
     store = Store.open(db, create=False)
-    pairs = pair_runs(h.as_tuple() for h in run_headers(store, workload=workload, target=target))
+    baseline = None
+    if against is not None:
+        baseline = set(store.run_ids_with_tag(against))
+        if not baseline:
+            from bakeoff.errors import StoreError
+
+            raise StoreError(
+                f"no runs tagged {against!r} to compare against",
+                hint="tag the baseline runs with `bakeoff tag RUN_ID NAME`; `bakeoff history` lists runs",
+            )
+    pairs = pair_runs((h.as_tuple() for h in run_headers(store, workload=workload, target=target)), baseline)
     loaded: dict[str, RunResult] = {}
 
     def run(run_id: str) -> RunResult:
@@ -734,9 +750,10 @@ def rerun(
     progress: Callable[[str], None] | None = None,
 ) -> list[RunResult]:
     """Repeat stored trials in the current environment: one run, the latest run of a workload,
-    or every run with a tag (identical trials once). ``isolate`` overrides the stored choice of
-    worker processes. A stored script run (``bakeoff exec``) is repeated by :func:`exec_script`
-    with its stored keywords (:func:`exec_keywords`).
+    or (``tag`` alone) every run with a tag (identical trials once). The new runs carry ``tag``
+    when one is given, so a series repeated by its tag stays one series. ``isolate`` overrides
+    the stored choice of worker processes. A stored script run (``bakeoff exec``) is repeated
+    by :func:`exec_script` with its stored keywords (:func:`exec_keywords`).
 
     The stored environment switches are applied again and announced through ``progress``.
     Switches that load code (``LD_PRELOAD``, ``PYTHONPATH``, ...; see
@@ -744,14 +761,18 @@ def rerun(
     someone else's export must not run code of their choosing here.
 
     Raises:
-        SpecError: not exactly one of run_id, workload and tag; a code-loading switch without
-            ``allow_code_env``.
+        SpecError: neither or both of run_id and workload, and no tag; a tag that cannot be one;
+            a code-loading switch without ``allow_code_env``.
         StoreError: nothing matches.
     """
     from bakeoff.errors import SpecError, StoreError
+    from bakeoff.store.annotations import check_tag
 
-    if sum(x is not None for x in (run_id, workload, tag)) != 1:
+    chosen = sum(x is not None for x in (run_id, workload))
+    if chosen > 1 or (chosen == 0 and tag is None):
         raise SpecError("rerun needs one of RUN_ID, --workload or --tag", hint="e.g. bakeoff rerun 3f2a")
+    if tag is not None:
+        check_tag(tag)  # before minutes of trials, not after
     store = Store.open(db, create=False)
     if run_id is not None:
         ids = [store.resolve_run_id(run_id)]
@@ -784,12 +805,14 @@ def rerun(
     for plan in plans:
         if "exec" in plan:  # a script run: the same script, again, from the directory it ran in
             runs.append(exec_script(**plan["exec"], db=db, progress=progress))
-            continue
-        if isolate is not None:
-            plan["isolate"] = isolate
-        if not plan["isolate"]:
-            plan["cold_compile_cache"] = False
-        runs.append(trial(**plan, db=db, refresh_baseline=refresh_baseline, progress=progress))
+        else:
+            if isolate is not None:
+                plan["isolate"] = isolate
+            if not plan["isolate"]:
+                plan["cold_compile_cache"] = False
+            runs.append(trial(**plan, db=db, refresh_baseline=refresh_baseline, progress=progress))
+        if tag is not None:
+            store.add_tag(runs[-1].run_id, tag)
     return runs
 
 

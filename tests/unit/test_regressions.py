@@ -18,6 +18,7 @@ from bakeoff.verdicts.regressions import (
     environment_diff,
     find_regressions,
     pair_runs,
+    timing_noise,
 )
 
 OLD = Environment({"torch": "2.13.0", "packages": {"torch": "2.13.0", "numpy": "2.1.0"}, "env": {}})
@@ -82,22 +83,27 @@ BIMODAL = (0.5,) * 10 + (1.5,) * 10  # medians of resamples jump between the mod
 
 
 @pytest.mark.parametrize(
-    ("before", "after", "expected"),
+    ("before", "after", "expected", "overall"),
     [
-        (samples(1.0, seed=4), samples(1.30, seed=3), "regressed"),  # 30% slower, tight samples
-        (samples(1.0, seed=4), samples(0.70, seed=3), "improved"),
-        (samples(1.0, seed=4), samples(1.05, seed=3), "unchanged"),  # significant, but within 10%
-        ((*BIMODAL, 1.0), (*BIMODAL, 1.25), "unchanged"),  # 25% slower medians, the interval contains 1
+        (samples(1.0, seed=4), samples(1.30, seed=3), "regressed", "regressed"),  # 30% slower, tight samples
+        (samples(1.0, seed=4), samples(0.70, seed=3), "improved", "improved"),
+        (samples(1.0, seed=4), samples(1.05, seed=3), "unchanged", "unchanged"),  # significant, but within 10%
+        # 25% slower medians, but the interval contains 1: not conclusive, and no change overall
+        ((*BIMODAL, 1.0), (*BIMODAL, 1.25), "not_comparable", "unchanged"),
     ],
 )
-def test_latency_needs_both_size_and_significance(before, after, expected):
-    outcome, _, metrics = classify(result(latency=Latency(before)), result(latency=Latency(after)))
+def test_latency_needs_both_size_and_significance(before, after, expected, overall):
+    outcome, reason, metrics = classify(result(latency=Latency(before)), result(latency=Latency(after)))
     change = next(m for m in metrics if m.metric == "p50_ms")
     assert change.outcome == expected
-    assert outcome == expected
+    assert outcome == overall
     assert change.low <= change.change <= change.high
     if before[0] == 0.5:
-        assert change.change == 1.25 and change.low < 1 < change.high and "not significant" in change.detail
+        assert change.change == 1.25 and change.low < 1 < change.high
+        assert change.detail.startswith("not conclusive (its 95% interval contains 1); x1.25 (")
+        assert change.inconclusive and reason == "p50_ms not conclusive"
+    else:
+        assert not change.inconclusive
 
 
 def test_latency_threshold_is_a_parameter():
@@ -374,13 +380,14 @@ def test_cost_is_the_figure_the_run_decision_ranks_by():
     assert (standing.cost.value, standing.cost.low, standing.cost.high) == pytest.approx((0.5, 1 / 2.1, 1 / 1.9))
 
 
-def test_cost_change_within_overlapping_intervals_is_unchanged():
+def test_cost_change_within_overlapping_intervals_is_not_conclusive():
     """18% dearer, but the speed-up's intervals overlap: the data cannot tell."""
     before = _priced("r1", "1", OLD, _fast((2.0, 1.5, 2.5)), "cpu=$3.6/h")
     after = _priced("r2", "2", NEW, _fast((1.7, 1.3, 2.1), seed=1), "cpu=$3.6/h")
-    _, cost = _cost_change(before, after)
-    assert cost is not None and cost.outcome == "unchanged" and cost.change == pytest.approx(2.0 / 1.7)
-    assert cost.detail.endswith("; the intervals overlap: not significant")
+    comparison, cost = _cost_change(before, after)
+    assert cost is not None and cost.outcome == "not_comparable" and cost.change == pytest.approx(2.0 / 1.7)
+    assert cost.inconclusive and cost.detail.startswith("not conclusive (the intervals overlap); $0.5 -> $0.588")
+    assert cost not in comparison.regressed and "cost not conclusive" in comparison.reason
     # a threshold above the change: unchanged for its size alone
     _, cost = _cost_change(before, after, cost=0.5)
     assert cost is not None and cost.outcome == "unchanged" and cost.detail.endswith("; within 50%")
@@ -416,8 +423,8 @@ def test_reference_cost_is_judged_by_its_latency_interval():
     # control: 25% dearer by medians that jump between modes: the interval contains 1
     bimodal = run("r1", "1", OLD, (*BIMODAL, 1.0), "cpu=3.6/h")
     _, cost = _cost_change(bimodal, run("r2", "2", NEW, (*BIMODAL, 1.25), "cpu=3.6/h"), "cpu")
-    assert cost is not None and cost.outcome == "unchanged" and cost.change == pytest.approx(1.25)
-    assert cost.detail.endswith("; the interval contains 1: not significant")
+    assert cost is not None and cost.outcome == "not_comparable" and cost.change == pytest.approx(1.25)
+    assert cost.detail.startswith("not conclusive (its 95% interval contains 1); ")
 
 
 def test_no_cost_metric_unless_both_runs_price_the_target():
@@ -441,3 +448,257 @@ def test_costs_in_two_currencies_are_not_comparable():
     assert cost is not None and cost.outcome == "not_comparable"
     assert cost.detail == "prices in different currencies ('$' -> '€')"
     assert comparison.outcome == "unchanged"  # a metric that cannot be compared is no change
+
+
+# -- noise: a change inside a noisy measurement is not a regression --------------------------
+
+BUSY = "machine busy: load average up to 9.20 on 2 core(s)"
+
+
+def test_a_slowdown_on_quiet_timings_regresses_and_inside_noise_is_not_conclusive():
+    """The seeded fault: 50x slower, quiet timings, the same settings: regressed (it counts for
+    --strict). The control: the same figures with the newer side flagged noisy."""
+    before, slow = result(), result(latency=Latency(samples(49.9, seed=3)))
+    outcome, reason, metrics = classify(before, slow)
+    assert (outcome, reason, by_metric(metrics)["p50_ms"]) == ("regressed", "p50_ms regressed", "regressed")
+    outcome, reason, metrics = classify(before, replace(slow, noise=(BUSY,)))
+    change = next(m for m in metrics if m.metric == "p50_ms")
+    assert (outcome, reason) == ("unchanged", "p50_ms not conclusive")
+    assert change.outcome == "not_comparable" and change.inconclusive and change.change > 40
+    assert change.detail.startswith(f"not conclusive (noisy: after: {BUSY}); x")
+    # noise on the earlier side counts the same
+    spread = "noisy timings: IQR is 35% of the median (over 10%)"
+    _, _, metrics = classify(replace(before, noise=(spread, BUSY, "CPU frequency changed")), slow)
+    detail = next(m for m in metrics if m.metric == "p50_ms").detail
+    assert detail.startswith(f"not conclusive (noisy: before: {spread}; {BUSY} and 1 more); x")
+    # a move within the threshold stays unchanged, said to be noisy
+    _, _, metrics = classify(before, replace(result(seed=1), noise=(BUSY,)))
+    quiet = next(m for m in metrics if m.metric == "p50_ms")
+    assert quiet.outcome == "unchanged" and quiet.detail.endswith(f"; timings flagged noisy (after: {BUSY})")
+
+
+def test_machine_load_and_oversubscription_are_read_from_the_result_and_its_environment():
+    two = Environment({**NEW.data, "cpu_count": 2})
+    busy = replace(result(), load_average=(3.1, 9.2))
+    assert timing_noise(busy, two) == (BUSY,)
+    rounds = replace(result(), conditions={"rounds": [{"load_1m": 0.4}, {"load_1m": 2.5}]})
+    assert timing_noise(rounds, two) == ("machine busy: load average up to 2.50 on 2 core(s)",)
+    flagged = replace(busy, noise=("replicate 1: machine busy: load average up to 9.00 on 2 core(s)",))
+    assert timing_noise(flagged, two) == flagged.noise  # said once
+    assert timing_noise(replace(result(), threads=8), two) == ("oversubscribed: 8 intra-op threads on 2 core(s)",)
+    script = Environment({**two.data, "threads": {"intra_op": 16, "inter_op": 16}})  # a script's own threads
+    assert timing_noise(result(), script) == ("oversubscribed: 16 intra-op threads on 2 core(s)",)
+    # controls: a quiet machine, as many threads as cores, no core count known
+    assert timing_noise(replace(result(), load_average=(0.3, 1.9), threads=2), script) == ()
+    assert timing_noise(busy) == () and timing_noise(busy, NEW) == ()
+
+
+def test_find_regressions_judges_each_side_with_its_machine():
+    two_old, two_new = (Environment({**env.data, "cpu_count": 2}) for env in (OLD, NEW))
+    slow = result(latency=Latency(samples(49.9, seed=3)))
+    runs = [_run("r1", "1", two_old, result()), _run("r2", "2", two_new, replace(slow, load_average=(7.5, 9.2)))]
+    (found,) = find_regressions(runs)
+    assert found.outcome == "unchanged" and found.regressed == ()
+    assert [m.metric for m in found.inconclusive] == ["p50_ms"] and BUSY in found.metric("p50_ms").detail
+    # the seeded fault: the same slowdown on a quiet machine
+    runs[1] = _run("r2", "2", two_new, replace(slow, load_average=(0.2, 0.4)))
+    (found,) = find_regressions(runs)
+    assert found.outcome == "regressed" and [m.metric for m in found.regressed] == ["p50_ms"]
+    assert found.inconclusive == ()
+
+
+def test_every_timing_figure_is_not_conclusive_inside_noise():
+    from bakeoff.results.values import ScenarioResult
+
+    def timed(first_call: float, ttft: float, items_per_s: float) -> TargetResult:
+        series = {"ttft": samples(ttft, seed=1), "tpot": samples(1.0, seed=2)}
+        return result(
+            first_call_ms=first_call,
+            scenarios=(
+                ScenarioResult("generation", "ok", series=series),
+                ScenarioResult("offline", "ok", facts={"batches": [{"batch": 8, "items_per_s": items_per_s}]}),
+            ),
+        )
+
+    before, after = timed(20.0, 10.0, 1000.0), timed(60.0, 20.0, 500.0)
+    figures = ("first_call_ms", "ttft_p50_ms", "offline_items_per_s")
+    quiet = by_metric(classify(before, after)[2])
+    assert [quiet[name] for name in figures] == ["regressed"] * 3
+    outcome, _, metrics = classify(before, replace(after, noise=(BUSY,)))
+    moved = {m.metric: m for m in metrics if m.metric in figures}
+    assert all(
+        m.inconclusive and m.detail.startswith(f"not conclusive (noisy: after: {BUSY}); ") for m in moved.values()
+    )
+    assert moved["offline_items_per_s"].detail.endswith("best batch size's items/s; x2.00 per item")
+    assert by_metric(metrics)["tpot_p50_ms"] == "unchanged" and outcome == "unchanged"
+
+
+def test_cost_timed_inside_noise_is_not_conclusive():
+    before = _priced("r1", "1", OLD, _fast((2.0, 1.9, 2.1)), "cpu=$3.6/h")
+    noisy = replace(_fast((1.6, 1.5, 1.7), seed=1), noise=(BUSY,))
+    comparison, cost = _cost_change(before, _priced("r2", "2", NEW, noisy, "cpu=$3.6/h"))
+    assert cost is not None and cost.outcome == "not_comparable"
+    assert cost.detail.startswith(f"not conclusive (noisy: after: {BUSY}); $0.5 -> $0.625 per million requests")
+    assert comparison.outcome == "unchanged" and comparison.reason == "p50_ms not conclusive, cost not conclusive"
+
+
+# -- settings: runs measured differently are not compared ------------------------------------
+
+PROFILE_20 = {"source": "seq=uniform(8,128)&n=20", "requests": [[1, 8 + i] for i in range(20)]}
+PROFILE_50 = {"source": "seq=uniform(8,128)&n=50", "requests": [[1, 8 + i] for i in range(50)]}
+
+
+def _slowdown(before: dict[str, Any], after: dict[str, Any], variant: str = "as-is"):
+    """A 50% slowdown of cpu+inductor between two runs stored with these settings."""
+    runs = [
+        replace(_run("r1", "1", OLD, result(variant=variant)), settings={"reference": "cpu", **before}),
+        replace(
+            _run("r2", "2", NEW, result(variant=variant, latency=Latency(samples(1.5, seed=3)))),
+            settings={"reference": "cpu", **after},
+        ),
+    ]
+    (found,) = find_regressions(runs)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "differs"),
+    [
+        (
+            {"profile": PROFILE_20},
+            {"profile": PROFILE_50},
+            "input profile seq=uniform(8,128)&n=20 (20 requests) -> seq=uniform(8,128)&n=50 (50 requests)",
+        ),
+        ({}, {"profile": PROFILE_20}, "input profile none -> seq=uniform(8,128)&n=20 (20 requests)"),
+        (
+            {"profile": PROFILE_20},
+            {"profile": {**PROFILE_20, "requests": PROFILE_20["requests"][::-1]}},
+            "input profile seq=uniform(8,128)&n=20 (20 requests), with other values",
+        ),
+        (
+            {"isolate": True, "interleaved": True},
+            {"isolate": False, "interleaved": False},
+            "timing mode worker processes -> one process",
+        ),
+        ({}, {"cold_cache": True}, "cold compile cache off -> on"),
+        (
+            {"scenarios": ["single-stream", "server?rate=20"]},
+            {"scenarios": ["single-stream", "server?rate=50"]},
+            "scenario server rate=20 -> rate=50",
+        ),
+        ({}, {"checks": ["determinism?repeats=5"]}, "check determinism defaults -> repeats=5"),
+        (
+            {"profile": PROFILE_20, "cold_cache": True},
+            {"profile": PROFILE_50},
+            "input profile seq=uniform(8,128)&n=20 (20 requests) -> seq=uniform(8,128)&n=50 (50 requests); "
+            "cold compile cache on -> off",
+        ),
+    ],
+)
+def test_runs_measured_with_other_settings_are_not_comparable(before, after, differs):
+    found = _slowdown(before, after)
+    assert found.outcome == "not_comparable" and found.reason == f"settings differ: {differs}"
+    assert found.regressed == () and set(by_metric(found.metrics).values()) == {"not_comparable"}
+    assert found.metric("p50_ms").change > 1.4  # the values stay for information
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ({}, {}),
+        ({"profile": PROFILE_20}, {"profile": {**PROFILE_20, "source": "lengths.csv"}}),  # the same requests
+        ({"scenarios": ["single-stream"]}, {"scenarios": ["single-stream", "offline"]}),  # one side only
+        (
+            {"scenarios": ["single-stream", "server?rate=20&requests=200"]},
+            {"scenarios": ["single-stream", "server?requests=200&rate=20"]},
+        ),
+        ({"checks": ["determinism"]}, {}),  # named without options: its defaults
+        ({"timing": {"min_samples": 30}}, {"timing": {"min_samples": 100}}),  # an interval's width
+        ({"prices": ["cpu=1/h"], "timeout_s": 60.0}, {"replicates": 3}),
+        ({"interleaved": True}, {"interleaved": False}),  # in turns or one after another: the same thing
+    ],
+)
+def test_settings_that_measure_the_same_thing_still_compare(before, after):
+    """The control: the seeded 50% slowdown is still found when nothing measured differs."""
+    found = _slowdown(before, after)
+    assert found.outcome == "regressed" and [m.metric for m in found.regressed] == ["p50_ms"]
+
+
+SCRIPT = {"argv": [], "map": ["cuda"], "captures": [], "repeats": 0, "seed": 0, "workdir": "/w", "timeout_s": 900.0}
+
+
+@pytest.mark.parametrize(
+    ("change", "differs"),
+    [
+        ({"map": ["cuda", "mps"]}, "device map cuda -> cuda,mps"),
+        ({"repeats": 5}, "timing mode the first run's wall time, audited -> timing runs without the audit"),
+        ({"audit": False}, "timing mode the first run's wall time, audited -> the first run's wall time"),
+        ({"captures": ["infer:post"]}, "captures none -> infer:post"),
+        ({"seed": 1}, "seed 0 -> 1"),
+        ({"as_written": True}, "reference cpu, remapped -> cpu as written"),
+        ({"files": False}, "file comparison on -> off"),
+    ],
+)
+def test_script_runs_measured_otherwise_are_not_comparable(change, differs):
+    found = _slowdown({"exec": SCRIPT}, {"exec": {**SCRIPT, **change}})
+    assert found.outcome == "not_comparable" and found.reason == f"settings differ: {differs}"
+
+
+def test_script_runs_from_another_directory_or_with_more_timing_runs_still_compare():
+    found = _slowdown({"exec": SCRIPT}, {"exec": {**SCRIPT, "workdir": "/elsewhere", "timeout_s": 60.0}})
+    assert found.outcome == "regressed"
+    found = _slowdown({"exec": {**SCRIPT, "repeats": 3}}, {"exec": {**SCRIPT, "repeats": 10, "audit": False}})
+    assert found.outcome == "regressed"
+
+
+def test_padded_variants_compare_only_under_the_same_buckets():
+    found = _slowdown({"buckets": {"chosen": [16, 32]}}, {"buckets": {"chosen": [16, 64]}}, variant="bucketed")
+    assert found.outcome == "not_comparable" and found.reason == "settings differ: padding buckets [16, 32] -> [16, 64]"
+    # controls: the same buckets; and the unpadded results of those two runs
+    assert _slowdown({"buckets": {"chosen": [16, 32]}}, {"buckets": {"chosen": [16, 32]}}, "bucketed").outcome == (
+        "regressed"
+    )
+    assert _slowdown({"buckets": {"chosen": [16, 32]}}, {"buckets": {"chosen": [16, 64]}}).outcome == "regressed"
+
+
+# -- a long adjustments ledger stays one line -------------------------------------------------
+
+
+def test_a_long_ledger_is_summarised_with_where_to_read_it():
+    """A script's ledger runs to hundreds of rewrites: the reason counts them, names the first
+    that differ and says where every entry is."""
+    ledger = tuple({"name": f"torch.cuda.api_{i}", "value": f"{i}x, first at train.py:{i}"} for i in range(209))
+    autocast = {"name": "torch.autocast", "value": "1x, first at train.py:7: autocast the target cannot honour here"}
+    after = (*ledger[:100], autocast, *ledger[101:], {"name": "torch.cuda.synchronize", "value": "3x"})
+    runs = [_run("r1", "1", OLD, result(adjustments=ledger)), _run("r2", "2", NEW, result(adjustments=after))]
+    (found,) = find_regressions(runs)
+    assert found.outcome == "not_comparable"
+    assert found.reason == (
+        "adjustments differ (209 -> 210 entries; 2 only after: torch.autocast=1x, first at train.py:7: autocast the "
+        "targ..., torch.cuda.synchronize=3x; 1 only before: torch.cuda.api_100=100x, first at train.py:100; all of "
+        "them: `bakeoff show r1 --verbose` and `bakeoff show r2 --verbose`)"
+    )
+    many = (*ledger[:50], *({"name": f"new_{i}", "value": "1x"} for i in range(40)))
+    runs[1] = _run("r2", "2", NEW, result(adjustments=many))
+    (found,) = find_regressions(runs)
+    assert "40 only after: new_0=1x, new_1=1x, new_2=1x and 37 more; 159 only before: " in found.reason
+    assert len(found.reason) < 400 and "\n" not in found.reason
+
+
+# -- the baseline chosen by a tag ------------------------------------------------------------
+
+
+def test_pair_runs_against_tagged_runs_takes_them_whatever_their_environment():
+    headers = [
+        ("r1", "1", "w", "envA", [("cpu", "as-is")]),
+        ("r2", "2", "w", "envB", [("cpu", "as-is")]),
+        ("r3", "3", "w", "envC", [("cpu", "as-is"), ("cuda", "as-is")]),
+        ("r4", "4", "w", "envC", [("cuda", "as-is")]),
+    ]
+    assert pair_runs(headers) == [(("w", "cpu", "as-is"), "r2", "r3")]  # the newest in another environment
+    assert pair_runs(headers, {"r1"}) == [(("w", "cpu", "as-is"), "r1", "r3")]  # cuda: no tagged run before
+    assert pair_runs(headers, {"r1", "r3"}) == [
+        (("w", "cpu", "as-is"), "r1", "r3"),  # the latest is tagged too: the tagged run before it
+        (("w", "cuda", "as-is"), "r3", "r4"),  # in the same environment, as asked
+    ]
+    assert pair_runs(headers, {"r4"}) == [] and pair_runs(headers, set()) == []

@@ -39,8 +39,14 @@ def _thresholds(latency: float) -> Thresholds:
     return Thresholds(latency=latency, cost=latency)
 
 
+def _paired(tag: str | None) -> tuple[str, ...]:
+    """What each result was compared with, for the table's footer (none: its default)."""
+    return (f"the newest earlier run tagged {tag}",) if tag is not None else ()
+
+
 @cli.command(
     epilog="\b\nExamples:\n  bakeoff regressions --workload arch:llama --strict\n"
+    "  bakeoff regressions --against nightly       # against the runs tagged nightly\n"
     "  bakeoff regressions --sweep 9c1e            # against the sweep before it\n"
     "  bakeoff regressions --sweep 9c1e --against 3f2a --strict"
 )
@@ -49,8 +55,10 @@ def _thresholds(latency: float) -> Thresholds:
 @click.option("--sweep", "sweep_id", default=None, metavar="SWEEP_ID",
               help="Compare this sweep with an earlier one: cells that started or stopped working, "
               "and each cell's runs metric by metric.")  # fmt: skip
-@click.option("--against", default=None, metavar="SWEEP_ID",
-              help="With --sweep: the earlier sweep (default: the one before it of the same population).")  # fmt: skip
+@click.option("--against", default=None, metavar="TAG|SWEEP_ID",
+              help="The baseline: the newest earlier run with this tag (`bakeoff tag RUN NAME`), whatever "
+              "its environment; with --sweep, the earlier sweep (default: the one before it of the same "
+              "population).")  # fmt: skip
 @_latency_option
 @click.option("--strict", is_flag=True, help="Exit 1 if anything regressed or now fails.")
 @_db_option
@@ -62,28 +70,33 @@ def regressions(
     """What changed since the previous environment, for each workload and target.
 
     Compares each workload + target's latest result with the newest earlier one from a
-    different environment and classifies every metric: improved, regressed, unchanged, not
-    comparable (the workload or adjustments differ) or failed. With --sweep, compares two
-    sweeps of one population instead: each cell's grade (a workload that no longer builds
-    has no run to compare, only its grade), then each cell's two runs.
+    different environment (or, with --against TAG, the newest earlier run with that tag) and
+    classifies every metric: improved, regressed, unchanged, not comparable (the workload,
+    the settings that decide what is measured or the adjustments differ) or failed. A timing
+    change on a side flagged noisy is not conclusive, and never counts for --strict. With
+    --sweep, compares two sweeps of one population instead: each cell's grade (a workload that
+    no longer builds has no run to compare, only its grade), then each cell's two runs.
     """
     from bakeoff import api
-    from bakeoff.errors import SpecError
 
-    if against is not None and sweep_id is None:
-        raise SpecError("--against needs --sweep", hint="e.g. bakeoff regressions --sweep NEW --against OLD")
     if sweep_id is not None:
         _sweep_regressions(sweep_id, against, workload, target, latency_threshold, strict, db, fmt)
         return
-    found = api.regressions(db=db, workload=workload, target=target, thresholds=_thresholds(latency_threshold))
+    found = api.regressions(
+        db=db, workload=workload, target=target, thresholds=_thresholds(latency_threshold), against=against
+    )
     if fmt == "json":
         _emit_json([c.to_dict() for c in found])
     elif not found:
-        _console().print("nothing to compare: no workload and target has runs in two environments yet")
+        _console().print(
+            f"nothing to compare: no workload and target has a run tagged {against} before its latest"
+            if against is not None
+            else "nothing to compare: no workload and target has runs in two environments yet"
+        )
     else:
         from bakeoff.report.changes import regressions_table
 
-        _console().print(regressions_table(found))
+        _console().print(regressions_table(found, *_paired(against)))
     if strict and any(c.outcome in ("regressed", "failed") for c in found):
         raise SystemExit(EXIT_FAILED)
 
@@ -168,10 +181,15 @@ def localize(run: str, timeout_s: float, db: str | None, fmt: str) -> None:
             _console().print(f"{spec}: {line}", markup=False)
 
 
-@cli.command(epilog="\b\nExamples:\n  bakeoff rerun --tag nightly\n  bakeoff rerun 3f2a")
+@cli.command(
+    epilog="\b\nExamples:\n  bakeoff rerun --tag nightly\n  bakeoff rerun 3f2a\n"
+    "  bakeoff rerun 3f2a --tag driver-560       # the new run is tagged driver-560"
+)
 @click.argument("run_id", required=False)
 @click.option("--workload", default=None, help="Repeat the latest run of this workload spec.")
-@click.option("--tag", default=None, help="Repeat every run with this tag.")
+@click.option("--tag", default=None, metavar="NAME",
+              help="Tag the new runs. Alone: repeat every run with this tag, and show what changed against "
+              "the newest earlier run with it.")  # fmt: skip
 @click.option("--in-process", is_flag=True, help="Run targets in this process, whatever the stored run did.")
 @click.option("--refresh-baseline", is_flag=True, help="Recompute the baseline first.")
 @click.option(
@@ -197,7 +215,8 @@ def rerun(
 ) -> None:
     """Repeat stored trials in this environment (same workload, targets, profile, switches,
     timing), or a stored `bakeoff exec` run (same script, arguments, targets, from the directory
-    it ran in), then show what changed since the previous environment."""
+    it ran in), then show what changed since the previous environment (with --tag alone: since
+    the newest earlier run with the tag)."""
     from bakeoff import api
 
     with workload_output_to_stderr():
@@ -212,10 +231,11 @@ def rerun(
             progress=_progress(),
         )
     new_ids = {r.run_id for r in runs}
+    against = tag if run_id is None and workload is None else None  # the tag chose the runs repeated
     found = [
         c
         for spec in dict.fromkeys(r.workload["spec"] for r in runs)
-        for c in api.regressions(db=db, workload=spec)
+        for c in api.regressions(db=db, workload=spec, against=against)
         if c.after_run in new_ids
     ]
     if fmt == "json":
@@ -227,7 +247,13 @@ def rerun(
         console = _console()
         for run in runs:
             console.print(run_view(run, width=console.width, verbose=verbose))
-        console.print(regressions_table(found) if found else "no earlier run in another environment to compare with")
+        console.print(
+            regressions_table(found, *_paired(against))
+            if found
+            else "no earlier run "
+            + (f"tagged {against}" if against is not None else "in another environment")
+            + " to compare with"
+        )
     if strict and any(c.outcome in ("regressed", "failed") for c in found):
         raise SystemExit(EXIT_FAILED)
 

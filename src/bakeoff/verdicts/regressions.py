@@ -3,10 +3,29 @@
 Pure functions over stored values. The vocabulary is small and fixed (after airspeed velocity):
 
 * ``improved`` / ``regressed``: the metric moved beyond its threshold, in the good or bad direction;
-* ``unchanged``: it did not (or the data cannot tell: a latency change whose interval contains 1);
+* ``unchanged``: it did not move beyond its threshold;
 * ``not_comparable``: the two results do not measure the same thing (the workload's fingerprint
-  differs, the adjustments ledger differs, one side was skipped or lacks the metric);
+  differs, a setting that decides what is measured differs, the adjustments ledger differs, one
+  side was skipped or lacks the metric), or a timing figure moved but the data cannot say so:
+  such a metric's detail starts with :data:`INCONCLUSIVE` ("not conclusive (noisy: ...)");
 * ``failed``: the later result is an error.
+
+**A change inside a noisy measurement is not a regression.** A timing figure (median latency,
+first call, scenario series and rates, cost) that moved beyond its threshold is *not conclusive*
+instead of better or worse when either side's timings were flagged noisy
+(:func:`timing_noise`: the noise flags stored with the result, a load average above the
+machine's cores, more intra-op threads than cores) or when the data cannot tell the two apart
+(the ratio's interval contains 1, the cost intervals overlap). What this cannot see: a real
+change measured on a busy machine is reported not conclusive, never worse; repeat it on a quiet
+machine. A not conclusive metric never makes the comparison regressed.
+
+**Runs measured differently are not compared** (:func:`settings_difference`): another input
+profile, another timing mode (worker processes or one process), a cold compile cache, other
+options for a scenario both ran or for a check, other padding buckets for a padded variant;
+for a script run its device map, reference, captures, seed, strict mode, file comparison and
+how it was timed. The target's dtype and options are in its spec (pairs are made by spec) and
+the workload's dtype in its fingerprint. Sample counts, minimum times, replicates and timing in
+turns are not: they change how sure a figure is, not what it measures.
 
 Cost per million requests is compared only where both runs priced the target (a run without
 prices has no cost metric): it is the figure each run's decision ranks the target by
@@ -15,17 +34,20 @@ both move it, and the detail says which.
 
 A result's *outcome* is the worst of its metrics, in the order failed, not_comparable (when the
 pair as a whole is not comparable), regressed, improved, unchanged. Thresholds are explicit
-parameters (:class:`Thresholds`), never hidden constants.
+parameters (:class:`Thresholds`), never hidden constants. What differs between the two
+environments is kept with each pair (:class:`EnvironmentDiff`) as a difference, never tested
+as the cause of what changed.
 
 :func:`find_regressions` chooses the pairs: for each workload + target + variant, the latest
 result against the newest earlier one *from a different environment* (reruns in the same
-environment measure noise, not an update).
+environment measure noise, not an update), or against the newest earlier run among the runs
+given as the baseline (``against``: the runs a tag names).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -41,6 +63,7 @@ from bakeoff.units import figure
 from bakeoff.verdicts.decision import cost_in_run, price_in_run
 
 __all__ = [
+    "INCONCLUSIVE",
     "OUTCOMES",
     "Comparison",
     "EnvironmentChange",
@@ -52,12 +75,18 @@ __all__ = [
     "environment_diff",
     "find_regressions",
     "pair_runs",
+    "settings_difference",
+    "timing_noise",
 ]
 
 OUTCOMES = ("improved", "regressed", "unchanged", "not_comparable", "failed")
 #: Worst first: a result's outcome is the first of these that any metric has.
 _SEVERITY = ("failed", "regressed", "improved", "unchanged", "not_comparable")
 _REQUIREMENT_RANK = {"met": 1, "not_met": 0}
+#: How the detail of a timing metric that moved, but cannot be called better or worse, begins.
+INCONCLUSIVE = "not conclusive"
+#: Entries of a long adjustments ledger named in a reason (the rest are counted).
+LEDGER_SHOWN = 3
 
 
 @dataclass(frozen=True)
@@ -116,6 +145,11 @@ class MetricChange:
     low: float | None = None
     high: float | None = None
     detail: str = ""
+
+    @property
+    def inconclusive(self) -> bool:
+        """A timing figure that moved beyond its threshold inside noise or overlapping intervals."""
+        return self.outcome == "not_comparable" and self.detail.startswith(INCONCLUSIVE)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -224,6 +258,12 @@ class Comparison:
     def improved(self) -> tuple[MetricChange, ...]:
         return tuple(m for m in self.metrics if m.outcome == "improved")
 
+    @property
+    def inconclusive(self) -> tuple[MetricChange, ...]:
+        """Timing figures that moved, but inside noise or overlapping intervals (see the module
+        docstring); none when the pair as a whole is not comparable."""
+        return () if self.outcome == "not_comparable" else tuple(m for m in self.metrics if m.inconclusive)
+
     def metric(self, name: str) -> MetricChange:
         return next(m for m in self.metrics if m.metric == name)
 
@@ -260,18 +300,33 @@ def _ranked(metric: str, before: Any, after: Any, rank: dict[str, int]) -> Metri
     return MetricChange(metric, "not_comparable", before, after, detail="verdicts of different kinds")
 
 
+def _inconclusive(why: str, detail: str) -> str:
+    """The detail of a timing figure that moved but cannot be called better or worse."""
+    return f"{INCONCLUSIVE} ({why}); {detail}"
+
+
 def _relative(
-    metric: str, before: float | None, after: float | None, threshold: float, floor: float, unit: str = ""
+    metric: str,
+    before: float | None,
+    after: float | None,
+    threshold: float,
+    floor: float,
+    unit: str = "",
+    noise: str = "",
 ) -> MetricChange:
     """Lower is better; a single observation each, so only the size of the change counts: more
-    than ``threshold`` relative and more than ``floor`` absolute."""
+    than ``threshold`` relative and more than ``floor`` absolute. A change that counts is not
+    conclusive when either side's timing was noisy (``noise`` says how)."""
     if before is None or after is None or before <= 0:
         return MetricChange(metric, "not_comparable", before, after, detail="not measured on both sides")
     ratio = after / before
-    outcome = "unchanged"
-    if abs(ratio - 1) > threshold and abs(after - before) > floor:
-        outcome = "regressed" if ratio > 1 else "improved"
     detail = f"x{ratio:.2f} (counts beyond {threshold:.0%} and {floor:g}{unit})"
+    moved = abs(ratio - 1) > threshold and abs(after - before) > floor
+    if moved and noise:
+        return MetricChange(
+            metric, "not_comparable", before, after, change=ratio, detail=_inconclusive(f"noisy: {noise}", detail)
+        )
+    outcome = ("regressed" if ratio > 1 else "improved") if moved else "unchanged"
     return MetricChange(metric, outcome, before, after, change=ratio, detail=detail)
 
 
@@ -335,10 +390,11 @@ def _checks(before: TargetResult, after: TargetResult, t: Thresholds) -> list[Me
 
 
 def _samples_change(
-    metric: str, a: tuple[float, ...], b: tuple[float, ...], t: Thresholds, noisy: bool = False
+    metric: str, a: tuple[float, ...], b: tuple[float, ...], t: Thresholds, noise: str = ""
 ) -> MetricChange:
-    """Lower is better: the ratio of medians with its bootstrap interval; a change counts only
-    when larger than ``t.latency`` and significant."""
+    """Lower is better: the ratio of medians with its bootstrap interval. A change counts only
+    when larger than ``t.latency`` and significant; a larger one is not conclusive when the
+    interval contains 1 or when either side's timing was noisy (``noise`` says how)."""
 
     p50_a = percentile(a, 50) if a else None
     p50_b = percentile(b, 50) if b else None
@@ -354,34 +410,37 @@ def _samples_change(
             detail=f"fewer than {t.min_samples} samples ({len(a)} before, {len(b)} after)",
         )
     est = ratio_of_medians(b, a, confidence=t.confidence, resamples=t.resamples)
-    outcome = "unchanged"
     big = abs(est.value - 1) > t.latency
-    if big and est.significant:
-        outcome = "regressed" if est.value > 1 else "improved"
     detail = f"x{est.value:.2f} ({est.low:.2f}-{est.high:.2f}, {t.confidence:.0%} CI)"
-    if noisy:
-        detail += "; timings flagged noisy (see each run's notes)"
-    if big and not est.significant:
-        detail += "; the interval contains 1: not significant"
-    elif est.significant and not big:
+    figures = {"change": est.value, "low": est.low, "high": est.high}
+    if big and (noise or not est.significant):
+        why = f"noisy: {noise}" if noise else f"its {t.confidence:.0%} interval contains 1"
+        return MetricChange(metric, "not_comparable", p50_a, p50_b, **figures, detail=_inconclusive(why, detail))
+    outcome = ("regressed" if est.value > 1 else "improved") if big else "unchanged"
+    if est.significant and not big:
         detail += f"; significant but within {t.latency:.0%}"
-    return MetricChange(metric, outcome, p50_a, p50_b, change=est.value, low=est.low, high=est.high, detail=detail)
+    if noise:
+        detail += f"; timings flagged noisy ({noise})"
+    return MetricChange(metric, outcome, p50_a, p50_b, **figures, detail=detail)
 
 
-def _latency(before: TargetResult, after: TargetResult, t: Thresholds) -> MetricChange:
+def _latency(before: TargetResult, after: TargetResult, t: Thresholds, noise: str = "") -> MetricChange:
     a = before.latency.samples_ms if before.latency else ()
     b = after.latency.samples_ms if after.latency else ()
-    return _samples_change("p50_ms", a, b, t, bool(before.noise or after.noise))
+    return _samples_change("p50_ms", a, b, t, noise)
 
 
-def _rate_change(metric: str, rb: float | None, ra: float | None, t: Thresholds) -> MetricChange:
+def _rate_change(metric: str, rb: float | None, ra: float | None, t: Thresholds, noise: str = "") -> MetricChange:
     """A higher-is-better figure (items/s), compared as the time per item (its inverse)."""
-    change = _relative(metric, 1 / rb if rb else None, 1 / ra if ra else None, t.latency, 0.0)
-    detail = "best batch size's items/s; " + change.detail.split(" (")[0] + " per item"
+    change = _relative(metric, 1 / rb if rb else None, 1 / ra if ra else None, t.latency, 0.0, noise=noise)
+    moved = f"x{change.change:.2f} per item" if change.change is not None else change.detail
+    detail = f"best batch size's items/s; {moved}"
+    if change.inconclusive:
+        detail = _inconclusive(f"noisy: {noise}", detail)
     return MetricChange(metric, change.outcome, rb, ra, ra / rb if rb and ra else None, detail=detail)
 
 
-def _scenarios(before: TargetResult, after: TargetResult, t: Thresholds) -> list[MetricChange]:
+def _scenarios(before: TargetResult, after: TargetResult, t: Thresholds, noise: str = "") -> list[MetricChange]:
     """What each scenario measured on both sides: the series it compares (lower is better) and
     its rates (higher is better), as the scenario declares them."""
     changes = []
@@ -390,9 +449,9 @@ def _scenarios(before: TargetResult, after: TargetResult, t: Thresholds) -> list
         if sb is None or sa is None or sb.status != "ok" or sa.status != "ok":
             continue
         for metric, series in scenario.compared.items():
-            changes.append(_samples_change(metric, sb.series.get(series, ()), sa.series.get(series, ()), t))
+            changes.append(_samples_change(metric, sb.series.get(series, ()), sa.series.get(series, ()), t, noise))
         rb, ra = scenario.rates(sb), scenario.rates(sa)
-        changes += [_rate_change(metric, rb[metric], ra.get(metric), t) for metric in rb]
+        changes += [_rate_change(metric, rb[metric], ra.get(metric), t, noise) for metric in rb]
     return changes
 
 
@@ -402,13 +461,17 @@ def _point(cost: Cost) -> bool:
     return not cost.has_interval or cost.low == cost.high
 
 
-def _cost(before: Cost | None, after: Cost | None, latency: MetricChange, t: Thresholds) -> MetricChange:
+def _cost(
+    before: Cost | None, after: Cost | None, latency: MetricChange, t: Thresholds, noise: str = ""
+) -> MetricChange:
     """Lower is better: cost per million requests, from each run's own price and speed.
 
     The data can tell two single-stream costs apart when their intervals do not overlap; when
     neither has one of its own (the reference both times, whose cost is its price times its
     median latency) the cost ratio's interval is the latency ratio's, scaled by the price ratio.
     Costs at a sustained server rate are single observations: only the size of the change counts.
+    A change beyond the threshold that the data cannot tell, or whose speed was timed under
+    noise (``noise``), is not conclusive.
     """
     if before is None or after is None:
         b, a = (c.value if c is not None else None for c in (before, after))
@@ -436,14 +499,15 @@ def _cost(before: Cost | None, after: Cost | None, latency: MetricChange, t: Thr
         b_low, b_high = (before.value, before.value) if _point(before) else (before.low, before.high)
         a_low, a_high = (after.value, after.value) if _point(after) else (after.low, after.high)
         tells = a_low > b_high or b_low > a_high  # type: ignore[operator]
-        why = "the intervals overlap: not significant"
+        why = "the intervals overlap"
     elif latency.low is not None and latency.high is not None and latency.change:
         low, high = ratio * latency.low / latency.change, ratio * latency.high / latency.change
         tells = not low <= 1 <= high
-        why = "the interval contains 1: not significant"
+        why = f"its {t.confidence:.0%} interval contains 1"
     else:
-        tells, why = False, f"the speed cannot be compared ({latency.detail or 'not timed'})"
-    outcome = ("regressed" if ratio > 1 else "improved") if big and tells else "unchanged"
+        tells, why = False, f"the speed cannot be compared: {latency.detail or 'not timed'}"
+    if noise:
+        tells, why = False, f"noisy: {noise}"
     pb, pa = before.price.per_hour, after.price.per_hour
     price = (
         f"same price {unit}{pb:.3g}/h"
@@ -455,9 +519,12 @@ def _cost(before: Cost | None, after: Cost | None, latency: MetricChange, t: Thr
         f"{before.basis} rate {figure(before.rate, '/s')} -> {figure(after.rate, '/s')}"
     )
     if big and not tells:
-        detail += f"; {why}"
-    elif not big and ratio != 1:
+        return MetricChange(
+            "cost", "not_comparable", before.value, after.value, ratio, low, high, _inconclusive(why, detail)
+        )
+    if not big and ratio != 1:
         detail += f"; within {t.cost:.0%}"
+    outcome = ("regressed" if ratio > 1 else "improved") if big else "unchanged"
     return MetricChange("cost", outcome, before.value, after.value, change=ratio, low=low, high=high, detail=detail)
 
 
@@ -485,15 +552,170 @@ def _requirements(before: TargetResult, after: TargetResult) -> list[MetricChang
     return changes
 
 
-def _incomparable(before: TargetResult, after: TargetResult, fp_before: str, fp_after: str, same_target: bool) -> str:
+# -- what makes a pair not comparable, or its timings not conclusive --------------------------
+
+
+def timing_noise(result: TargetResult, environment: Environment | None = None) -> tuple[str, ...]:
+    """Why ``result``'s timings should not be trusted as they stand, one flag each.
+
+    The noise flags the trial stored with it (:mod:`bakeoff.analysis.noise`: a wide spread, a
+    load average above the cores during timing, the CPU frequency or the thread count moving),
+    and, where ``environment`` gives the machine's core count: a load average above it when the
+    stored flags do not say so already (from the result's own load readings), and more intra-op
+    threads than cores (the result's own count, else the environment's: a script's threads),
+    where threads take turns on the cores and a timing says more about the scheduler than
+    about the code.
+    """
+    flags = list(result.noise)
+    data = environment.data if environment is not None else {}
+    cores = data.get("cpu_count")
+    if not isinstance(cores, int) or isinstance(cores, bool) or cores < 1:
+        return tuple(flags)
+    rounds = (result.conditions or {}).get("rounds") or ()
+    readings = [*(result.load_average or ()), *(r.get("load_1m") for r in rounds if isinstance(r, Mapping))]
+    loads = [x for x in readings if isinstance(x, int | float) and not isinstance(x, bool)]
+    if loads and max(loads) > cores and not any("machine busy" in flag for flag in flags):
+        flags.append(f"machine busy: load average up to {max(loads):.2f} on {cores} core(s)")
+    threads = result.threads
+    if threads is None and isinstance(data.get("threads"), Mapping):
+        threads = data["threads"].get("intra_op")
+    if isinstance(threads, int) and not isinstance(threads, bool) and threads > cores:
+        flags.append(f"oversubscribed: {threads} intra-op threads on {cores} core(s)")
+    return tuple(flags)
+
+
+def _noise_text(before: Sequence[str], after: Sequence[str], shown: int = 2) -> str:
+    """``after: machine busy: ...``: each noisy side's first flags, the rest counted."""
+    parts = []
+    for side, flags in (("before", before), ("after", after)):
+        if flags:
+            more = f" and {len(flags) - shown} more" if len(flags) > shown else ""
+            parts.append(f"{side}: " + "; ".join(flags[:shown]) + more)
+    return ", ".join(parts)
+
+
+def _spec_key(text: str) -> str:
+    """A check or scenario spec with its options in a fixed order (``a?y=2&x=1`` -> ``a?x=1&y=2``)."""
+    head, _, options = str(text).partition("?")
+    return head + ("?" + "&".join(sorted(options.split("&"))) if options else "")
+
+
+def _on(value: Any) -> str:
+    return "on" if value else "off"
+
+
+def _measured(run: RunResult, variant: str) -> dict[str, tuple[Any, str]]:
+    """The stored settings that decide what ``run`` measured: name -> (the value compared, how
+    it reads). A key a document lacks takes the value its version used."""
+    stored = run.settings or {}
+    found: dict[str, tuple[Any, str]] = {}
+    script = stored.get("exec")
+    if isinstance(script, Mapping):  # a script run (bakeoff exec): see bakeoff.api.exec_keywords
+        devices = list(script.get("map") or ("cuda",))
+        found["device map"] = (devices, ",".join(map(str, devices)))
+        as_written = bool(script.get("as_written", False))
+        reference = stored.get("reference")
+        found["reference"] = ((reference, as_written), f"{reference}" + (" as written" if as_written else ", remapped"))
+        for key, name in (("captures", "captures"), ("capture_modules", "module captures")):
+            names = sorted(map(str, script.get(key) or ()))
+            found[name] = (names, ", ".join(names) or "none")
+        found["seed"] = (script.get("seed", 0), str(script.get("seed", 0)))
+        found["strict mode"] = (bool(script.get("strict", False)), _on(script.get("strict", False)))
+        found["file comparison"] = (bool(script.get("files", True)), _on(script.get("files", True)))
+        if script.get("repeats"):
+            timing = "timing runs without the audit"
+        else:
+            timing = "the first run's wall time" + (", audited" if script.get("audit", True) else "")
+        found["timing mode"] = (timing, timing)
+        return found
+    profile = stored.get("profile")
+    if isinstance(profile, Mapping):
+        requests = [list(r) for r in profile.get("requests") or ()]
+        found["input profile"] = (requests, f"{profile.get('source')} ({len(requests)} requests)")
+    else:
+        found["input profile"] = (None, "none")
+    mode = "worker processes" if stored.get("isolate", True) else "one process"
+    found["timing mode"] = (mode, mode)
+    found["cold compile cache"] = (bool(stored.get("cold_cache", False)), _on(stored.get("cold_cache", False)))
+    for kind in ("scenario", "check"):
+        for text in stored.get(f"{kind}s") or ():
+            name, _, options = str(text).partition("?")
+            found[f"{kind} {name}"] = (_spec_key(text), options or "defaults")
+    if variant != "as-is":
+        plan = stored.get("buckets") if isinstance(stored.get("buckets"), Mapping) else {}
+        sizes = list(plan.get("chosen") or ()) or stored.get("pad_to_buckets")
+        found["padding buckets"] = (sizes, str(sizes))
+    return found
+
+
+def settings_difference(before: RunResult, after: RunResult, variant: str = "as-is") -> str:
+    """The settings that decide what was measured and differ between two runs, in a line
+    (``input profile seq=... (20 requests) -> seq=... (50 requests)``); "" when none does.
+
+    Compared: the input profile's requests (not how they were written), the timing mode
+    (worker processes or one process: a target timed beside the others, in their process, is
+    timed under other conditions), a cold compile cache, the options of each scenario both runs
+    ran (one that ran on one side only is simply not compared), each check's options (one not
+    set is its defaults), and for a padded ``variant`` the buckets; for a script run its device
+    map, reference, captures, seed, strict mode, file comparison and how it was timed. Left out
+    on purpose, as they change how sure a figure is but not what it measures: sample counts,
+    minimum times, replicates, timing in turns or one after another (version 1 runs were timed
+    one after another), the between-process spread; and timeouts, prices and requirements
+    (each compared on its own).
+    """
+    b, a = _measured(before, variant), _measured(after, variant)
+    parts = []
+    for name in dict.fromkeys([*b, *a]):
+        if name.startswith("scenario ") and (name not in b or name not in a):
+            continue
+        default = (name.removeprefix("check "), "defaults") if name.startswith("check ") else (None, "none")
+        (kb, tb), (ka, ta) = b.get(name, default), a.get(name, default)
+        if kb != ka:
+            parts.append(f"{name} {tb} -> {ta}" if tb != ta else f"{name} {tb}, with other values")
+    return "; ".join(parts)
+
+
+def _shown(entries: Sequence[str], width: int = 60) -> str:
+    """The first :data:`LEDGER_SHOWN` entries, each cut to ``width`` characters, the rest counted."""
+    cut = [e if len(e) <= width else e[: width - 3] + "..." for e in entries[:LEDGER_SHOWN]]
+    more = len(entries) - len(cut)
+    return ", ".join(cut) + (f" and {more} more" if more else "")
+
+
+def _ledger_change(before: TargetResult, after: TargetResult, runs: tuple[str, str]) -> str:
+    """How two adjustments ledgers differ, in a line: a short ledger in full, a long one (a
+    script's rewrites run to hundreds) as counts with the first entries that differ, and where
+    to read every entry."""
+
+    def entries(result: TargetResult) -> list[str]:
+        return [f"{a.get('name')}={a.get('value')}" for a in result.adjustments]
+
+    b, a = entries(before), entries(after)
+    if len(b) + len(a) <= 2 * LEDGER_SHOWN and all(len(e) <= 60 for e in (*b, *a)):
+        return f"adjustments differ ({', '.join(b) or 'none'} -> {', '.join(a) or 'none'})"
+    kept_b, kept_a = set(b), set(a)
+    only = [(side, [e for e in mine if e not in theirs]) for side, mine, theirs in
+            (("after", a, kept_b), ("before", b, kept_a))]  # fmt: skip
+    parts = [f"{len(x)} only {side}: {_shown(x)}" for side, x in only if x] or ["the same entries, in another order"]
+    where = " and ".join(f"`bakeoff show {run} --verbose`" for run in runs if run) or "`bakeoff show RUN --verbose`"
+    return f"adjustments differ ({len(b)} -> {len(a)} entries; {'; '.join(parts)}; all of them: {where})"
+
+
+def _incomparable(
+    before: TargetResult,
+    after: TargetResult,
+    fp_before: str,
+    fp_after: str,
+    same_target: bool,
+    settings: str = "",
+    runs: tuple[str, str] = ("", ""),
+) -> str:
     if fp_before != fp_after:
         return f"workload fingerprint changed ({fp_before} -> {fp_after}): a different model or inputs"
+    if settings:
+        return f"settings differ: {settings}"
     if same_target and list(before.adjustments) != list(after.adjustments):
-
-        def ledger(r: TargetResult) -> str:
-            return ", ".join(f"{a['name']}={a['value']}" for a in r.adjustments) or "none"
-
-        return f"adjustments differ ({ledger(before)} -> {ledger(after)})"
+        return _ledger_change(before, after, runs)
     for side, result in (("before", before), ("after", after)):
         if result.status == "skipped":
             return f"skipped {side}: {result.reason}"
@@ -508,18 +730,25 @@ def compare_results(
     after_fingerprint: str,
     thresholds: Thresholds | None = None,
     costs: tuple[Cost | None, Cost | None] | None = None,
+    noise: tuple[Sequence[str], Sequence[str]] | None = None,
+    settings: str = "",
+    runs: tuple[str, str] = ("", ""),
 ) -> tuple[str, str, tuple[MetricChange, ...]]:
     """Classify every metric of ``after`` against ``before``.
 
     ``costs`` are each side's cost per million requests where both runs priced the target
     (None: not priced on both sides, so no cost metric; a side priced but without a rate to be
-    costed at is None in the pair).
+    costed at is None in the pair). ``noise`` holds each side's noise flags (None: the flags
+    stored with each result, :func:`timing_noise`); ``settings`` says which settings that
+    decide what was measured differ (:func:`settings_difference`); ``runs`` are the two run ids,
+    for the reason's pointers.
 
     Returns:
         ``(outcome, reason, metrics)``. When the pair is not comparable (different workload
-        fingerprints, a different adjustments ledger for the same target, a skipped side) every
-        metric keeps its values for information but is marked ``not_comparable``. An error after
-        is ``failed`` whatever came before.
+        fingerprints, settings that differ in what they measure, a different adjustments
+        ledger for the same target, a skipped side) every metric keeps its values for
+        information but is marked ``not_comparable``. An error after is ``failed`` whatever
+        came before. The reason names the metrics that moved, and those not conclusive.
     """
     t = thresholds or Thresholds()
     if after.status == "error":
@@ -530,32 +759,45 @@ def compare_results(
         was = "was already failing" if before.status == "error" else f"was {before.status}"
         metric = MetricChange("status", "failed", before.status, after.status, detail=f"{what} ({was})")
         return "failed", what or "error", (metric,)
+    noisy = _noise_text(*(noise if noise is not None else (timing_noise(before), timing_noise(after))))
     metrics: list[MetricChange] = []
     if before.status == "error":
         metrics.append(MetricChange("status", "improved", before.status, after.status, detail="ran; it failed before"))
     else:
         metrics.append(MetricChange("status", "unchanged", before.status, after.status))
     metrics.extend(_checks(before, after, t))
-    latency = _latency(before, after, t)
+    latency = _latency(before, after, t, noisy)
     metrics.append(latency)
     metrics.append(
         _relative(
-            "first_call_ms", before.first_call_ms, after.first_call_ms, t.first_call, t.first_call_floor_ms, " ms"
+            "first_call_ms",
+            before.first_call_ms,
+            after.first_call_ms,
+            t.first_call,
+            t.first_call_floor_ms,
+            " ms",
+            noisy,
         )
     )
-    metrics.extend(_scenarios(before, after, t))
+    metrics.extend(_scenarios(before, after, t, noisy))
     if costs is not None and any(c is not None for c in costs):
-        metrics.append(_cost(costs[0], costs[1], latency, t))
+        metrics.append(_cost(costs[0], costs[1], latency, t, noisy))
     metrics.extend(_requirements(before, after))
     if before.status == "error":  # nothing to compare the measurements with
         metrics = [metrics[0], *(_void(m, "no measurement before: it failed") for m in metrics[1:])]
-    reason = _incomparable(before, after, before_fingerprint, after_fingerprint, before.target == after.target)
+    reason = _incomparable(
+        before, after, before_fingerprint, after_fingerprint, before.target == after.target, settings, runs
+    )
     if reason:
         return "not_comparable", reason, tuple(_void(m, m.detail) for m in metrics)
     outcome = next((o for o in _SEVERITY if any(m.outcome == o for m in metrics)), "unchanged")
     if outcome == "not_comparable":
         outcome = "unchanged"
-    changed = [f"{m.metric} {m.outcome}" for m in metrics if m.outcome in ("regressed", "improved")]
+    changed = [
+        f"{m.metric} {INCONCLUSIVE if m.inconclusive else m.outcome}"
+        for m in metrics
+        if m.outcome in ("regressed", "improved") or m.inconclusive
+    ]
     return outcome, ", ".join(changed), tuple(metrics)
 
 
@@ -573,9 +815,11 @@ def compare_pair(
     thresholds: Thresholds | None = None,
 ) -> Comparison:
     """:func:`compare_results` with the identity of both runs and their environment difference,
-    and each side's cost within its run where both runs priced the target."""
+    each side's noise judged with its machine's core count, the settings both runs measured
+    with, and each side's cost within its run where both runs priced the target."""
     t = thresholds or Thresholds()
     priced = price_in_run(before_run, before) is not None and price_in_run(after_run, after) is not None
+    variant = after.variant if before.variant == after.variant else "as-is"
     outcome, reason, metrics = compare_results(
         before,
         after,
@@ -583,6 +827,9 @@ def compare_pair(
         after_fingerprint=after_run.fingerprint,
         thresholds=t,
         costs=(cost_in_run(before_run, before), cost_in_run(after_run, after)) if priced else None,
+        noise=(timing_noise(before, before_run.environment), timing_noise(after, after_run.environment)),
+        settings=settings_difference(before_run, after_run, variant),
+        runs=(before_run.run_id, after_run.run_id),
     )
     return Comparison(
         workload=after_run.workload["spec"],
@@ -603,16 +850,20 @@ def compare_pair(
 
 def pair_runs(
     runs: Iterable[tuple[str, str, str, str, Iterable[tuple[str, str]]]],
+    against: Collection[str] | None = None,
 ) -> list[tuple[tuple[str, str, str], str, str]]:
     """Which runs to compare, from run headers alone.
 
     Args:
         runs: ``(run_id, created_at, workload_spec, environment_fingerprint, [(target, variant), ...])``.
+        against: the run ids to take the baseline from (the runs a tag names), whatever their
+            environment; None: any run from another environment.
 
     Returns:
         ``((workload, target, variant), before_run_id, after_run_id)`` for each key whose latest
-        run has an earlier run in a different environment: the newest such run is ``before``.
-        Keys without one are left out. Sorted by key.
+        run has an earlier run to compare with: the newest earlier run in ``against``, or
+        without it the newest earlier run in a different environment, is ``before``. Keys
+        without one are left out. Sorted by key.
     """
     by_key: dict[tuple[str, str, str], list[tuple[str, str, str]]] = {}
     for run_id, created_at, workload, env_fp, keys in runs:
@@ -622,15 +873,25 @@ def pair_runs(
     for key in sorted(by_key):
         ordered = sorted(by_key[key])
         _, latest_id, latest_env = ordered[-1]
-        earlier = next((run_id for _, run_id, env in reversed(ordered[:-1]) if env != latest_env), None)
+        earlier = next(
+            (
+                run_id
+                for _, run_id, env in reversed(ordered[:-1])
+                if (run_id in against if against is not None else env != latest_env)
+            ),
+            None,
+        )
         if earlier is not None:
             pairs.append((key, earlier, latest_id))
     return pairs
 
 
-def find_regressions(runs: Sequence[RunResult], thresholds: Thresholds | None = None) -> list[Comparison]:
+def find_regressions(
+    runs: Sequence[RunResult], thresholds: Thresholds | None = None, against: Collection[str] | None = None
+) -> list[Comparison]:
     """For each workload + target + variant in ``runs``: its latest result against the newest
-    earlier result from a different environment (see :func:`pair_runs`)."""
+    earlier result from a different environment, or from the runs ``against`` names (see
+    :func:`pair_runs`)."""
     by_id = {run.run_id: run for run in runs}
     headers = [
         (
@@ -643,7 +904,7 @@ def find_regressions(runs: Sequence[RunResult], thresholds: Thresholds | None = 
         for run in runs
     ]
     comparisons = []
-    for (_, target, variant), before_id, after_id in pair_runs(headers):
+    for (_, target, variant), before_id, after_id in pair_runs(headers, against):
         before_run, after_run = by_id[before_id], by_id[after_id]
         comparisons.append(
             compare_pair(
