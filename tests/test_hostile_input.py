@@ -168,6 +168,11 @@ def test_a_report_path_that_is_a_directory_is_one_line(tmp_path):
             "bakeoff: error: price 'cpu=1' is not NAME=AMOUNT/UNIT "
             "(e.g. --price cpu=0.34/h or --price 'neuron=$1.34/h')",
         ),
+        (
+            ["--price", "cpu=0.34/h@0cores"],
+            "bakeoff: error: price 'cpu=0.34/h@0cores': @0cores is not a positive whole number of cores "
+            "(e.g. --price 'cpu=0.34/h@4cores' or --price 'neuron=$1.34/h@1device')",
+        ),
     ],
 )
 def test_bad_plan_input_is_one_line_and_stores_nothing(args, line, tmp_path):

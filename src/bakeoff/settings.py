@@ -542,11 +542,13 @@ OPTIONS: dict[str, Option] = {
             "prices",
             "--price",
             TrialSettings.prices,
-            "What an hour of a target costs, by target or device: 'cpu=0.34/h', 'neuron=$1.34/h' "
-            "(repeatable): the decision then ranks qualifying targets by cost per million requests.",
+            "What an hour of a target costs, by target or device, and what it buys: 'cpu=0.34/h@4cores', "
+            "'neuron=$1.34/h@1device' (repeatable): the decision then ranks qualifying targets by cost per "
+            "million requests, one stream's rate times the streams the instance holds (assumed to scale); "
+            "without @, one stream per price.",
             _check_prices,
             keyword_note="A list of such texts, or one.",
-            metavar="TARGET=PRICE/h",
+            metavar="TARGET=PRICE/h[@Ncores]",
         ),
         Option(
             "requirements",

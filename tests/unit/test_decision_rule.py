@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 
@@ -232,3 +233,238 @@ def test_a_device_target_whose_placement_was_not_audited_is_undecided():
     cpu = target_result("cpu")
     cpu = replace(cpu, checks={k: v for k, v in cpu.checks.items() if k != "placement"})
     assert standing_of(cpu).qualifies  # the control: on the CPU there is nowhere else the work could run
+
+
+# -- what a price buys, the cost's basis, the test device's rehearsal ----------------------------
+# The reference takes exactly 1 ms (1000 requests/s per stream), and 3.6/h is 1000 per second of
+# the instance per million requests: a target at speed-up S on one stream costs 1 / S per million.
+
+
+def _priced_run(*results, prices: tuple[str, ...] = (), reference_ms: float = 1.0):
+    from tests.revisit_data import environment, make_run, target_result
+
+    from bakeoff.results.values import Latency
+
+    reference = replace(target_result("cpu"), latency=Latency((reference_ms,) * 60))
+    settings = {"reference": "cpu", "prices": list(prices)}
+    return make_run("r", "2025-01-01T00:00:00+00:00", environment(), (reference, *results), settings=settings)
+
+
+def _on(spec: str, speed: tuple[float, float, float], device: str | None = None, **extra):
+    """A correct result of ``spec`` (or, with ``device``, of a target on that device) at ``speed``."""
+    from tests.revisit_data import target_result
+
+    from bakeoff.checks.placement import Placement
+    from bakeoff.results.values import Latency
+    from bakeoff.target.spec import Target
+
+    result = target_result(spec, **extra)
+    placed = Placement("on_device", "") if not spec.startswith("cpu") else result.placement
+    result = replace(
+        result,
+        latency=Latency((1.0 / speed[0],) * 60),
+        speedup_ci={"value": speed[0], "low": speed[1], "high": speed[2]},
+        checks={**result.checks, "placement": placed},
+    )
+    return replace(result, target=Target(device)) if device else result
+
+
+def test_a_price_says_what_it_buys_and_an_instance_serves_its_streams():
+    from bakeoff.analysis.cost import ONE_STREAM, streams_of
+
+    four = parse_prices(["cpu=3.6/h@4cores"])[0]
+    assert (four.per_hour, four.count, four.unit, four.buys) == (pytest.approx(3.6), 4, "cores", "4 cores")
+    assert streams_of(four, "cpu", 1) == (4, "4 cores, 1 thread each")
+    assert streams_of(four, "cpu", 2) == (2, "4 cores, 2 threads each")
+    assert streams_of(four, "cpu", 8)[0] == 0  # a stream needs more threads than the instance has cores
+    assert streams_of(four, "neuron", None) == (4, "4 cores, one stream on each")  # an accelerator's cores
+    assert streams_of(parse_prices(["neuron=1/h@1device"])[0], "neuron", None) == (1, "1 device, one stream on each")
+    bare = parse_prices(["cpu=3.6/h"])[0]
+    assert (bare.count, streams_of(bare, "cpu", 1)) == (None, (1, ONE_STREAM))
+
+    # the seeded fault: one stream costed for a 4-core instance (4x too dear); the control: no @
+    cost = cost_of(four, 1000.0, "single-stream", (900.0, 1100.0), streams=4, streams_from="4 cores, 1 thread each")
+    assert (cost.value, cost.low, cost.high) == pytest.approx((0.25, 1 / 4.4, 1 / 3.6))
+    assert (cost.rate, cost.stream_rate, cost.basis_brief) == (pytest.approx(4000.0), pytest.approx(1000.0),
+                                                               "single stream x 4")  # fmt: skip
+    assert cost.basis_text == "single stream x 4 (4 cores, 1 thread each), assumed to scale"
+    single = cost_of(bare, 1000.0, "single-stream", (900.0, 1100.0))
+    assert (single.value, single.streams) == (pytest.approx(1.0), 1)  # today's meaning, unchanged
+    assert single.basis_text == f"single stream x 1: {ONE_STREAM}"
+    served = cost_of(four, 250.0, "server", streams=4, streams_from="4 cores, 1 thread each")
+    assert served.basis_text == "measured server rate x 4 (4 cores, 1 thread each), assumed to scale"
+    assert served.value == pytest.approx(1.0) and not served.has_interval
+    with pytest.raises(ValueError):
+        cost_of(four, 1000.0, "single-stream", streams=0)
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("cpu=0.34/h@0cores", "price 'cpu=0.34/h@0cores': @0cores is not a positive whole number of cores"),
+        ("cpu=0.34/h@-1cores", "price 'cpu=0.34/h@-1cores': @-1cores is not a positive whole number of cores"),
+        ("cpu=0.34/h@abccores", "price 'cpu=0.34/h@abccores': @abccores is not a positive whole number of cores"),
+        ("cpu=0.34/h@1.5cores", "price 'cpu=0.34/h@1.5cores': @1.5cores is not a positive whole number of cores"),
+        ("cpu=0.34/h@nancores", "price 'cpu=0.34/h@nancores': @nancores is not a positive whole number of cores"),
+        ("cpu=1/h@infdevices", "price 'cpu=1/h@infdevices': @infdevices is not a positive whole number of devices"),
+        ("cpu=0.34/h@4gpus", "price 'cpu=0.34/h@4gpus': @4gpus is not @N cores or @N devices"),
+        ("cpu=0.34/h@", "price 'cpu=0.34/h@': @ is not @N cores or @N devices"),
+    ],
+)
+def test_a_bad_count_of_what_a_price_buys_is_one_line(text, line):
+    with pytest.raises(SpecError) as said:
+        parse_prices([text])
+    assert said.value.one_line() == line + " (e.g. --price 'cpu=0.34/h@4cores' or --price 'neuron=$1.34/h@1device')"
+
+
+@pytest.mark.parametrize("text", ["cpu=nan/h", "cpu=inf/h", "cpu=$-inf/min", "cpu=1e999/h"])
+def test_a_price_that_is_not_finite_is_one_line(text):
+    with pytest.raises(SpecError) as said:
+        parse_prices([text])
+    assert said.value.one_line() == f"price {text!r} must be a positive amount (e.g. --price cpu=0.34/h)"
+
+
+def test_stored_price_texts_of_every_form_still_read():
+    from bakeoff.verdicts.decision import stored_prices
+
+    old = _priced_run(prices=("cpu=0.34/h", "neuron=$1.34/h"))  # written before a price could say what it buys
+    read = stored_prices(replace(old, settings={**old.settings, "prices": ["cpu=$0.34/h", "neuron=$1.34/h"]}))
+    assert [(p.name, p.count, p.unit) for p in read] == [("cpu", None, ""), ("neuron", None, "")]
+    assert [p.count for p in stored_prices(_priced_run(prices=("cpu=0.34/h@4cores",)))] == [4]
+    # a Price and a Cost written before the count existed read with one stream
+    price = Price.from_dict({"name": "cpu", "per_hour": 0.34, "currency": "", "text": "cpu=0.34/h"})
+    assert (price.count, price.unit) == (None, "")
+    cost = cost_of(price, 100.0, "single-stream")
+    written = {k: v for k, v in cost.to_dict().items() if k not in ("streams", "streams_from", "rehearsal")}
+    again = type(cost).from_dict({**written, "price": price.to_dict()})
+    assert (again.streams, again.rehearsal, again.value) == (1, False, pytest.approx(cost.value))
+
+
+def test_the_decision_says_its_cost_basis_and_its_figures_agree():
+    from bakeoff.verdicts.decision import decide_run
+
+    fast = _on("cpu+inductor", (2.0, 1.9, 2.1))
+    scaled = decide_run(_priced_run(fast, prices=("cpu=3.6/h@4cores",)))
+    assert (scaled.outcome, scaled.target, scaled.basis) == ("recommended", "cpu+inductor", "cost")
+    assert scaled.cost_basis == "single stream x 4 (4 cores, 1 thread each), assumed to scale"
+    best = next(s for s in scaled.standings if s.target == "cpu+inductor")
+    assert best.cost.value == pytest.approx(1 / 2.0 / 4)  # 4 streams at twice the reference's rate
+    assert scaled.lines[0] == (
+        "cpu+inductor: 0.125 per million requests (0.119-0.132), 0.50x the reference's cost at 8,000.0/s "
+        "(single stream x 4)"
+    )
+    # the control: a price without @ keeps its meaning, and says what it assumes
+    plain = decide_run(_priced_run(fast, prices=("cpu=3.6/h",)))
+    assert plain.cost_basis.startswith("single stream x 1: one stream per price unit assumed")
+    assert next(s for s in plain.standings if s.target == "cpu+inductor").cost.value == pytest.approx(0.5)
+    assert plain.lines[0].endswith("at 2,000.0/s (single stream x 1)")
+    # a target whose stream needs more threads than its price buys has no cost, and says why
+    wide = _on("cpu?threads=8", (1.5, 1.4, 1.6))
+    decision = decide_run(_priced_run(fast, wide, prices=("cpu=3.6/h@4cores",)))
+    standing = next(s for s in decision.standings if s.target == "cpu?threads=8")
+    assert (standing.cost, standing.cost_note) == (None, "needs 8 threads, its price buys 4 cores")
+    assert decision.basis == "speed" and decision.lines[-1] == (
+        "ranked by speed, not cost: no cost to rank for cpu?threads=8 (needs 8 threads, its price buys 4 cores)"
+    )
+    assert "cpu?threads=8 qualifies too: 1.50x the reference (1.40-1.60x) (no cost: needs 8 threads" in " | ".join(
+        decision.lines
+    )
+
+
+def test_a_measured_server_rate_is_the_basis_where_it_was_measured():
+    from bakeoff.results.values import ScenarioResult
+    from bakeoff.verdicts.decision import decide_run
+
+    served = ScenarioResult("server", "ok", options={"rate": 500.0}, facts={"rate": 500.0, "achieved_rate": 500.0})
+    fast = _on("cpu+inductor", (2.0, 1.9, 2.1), scenarios=(served,))
+    decision = decide_run(_priced_run(fast, prices=("cpu=3.6/h@2cores",)))
+    cost = next(s for s in decision.standings if s.target == "cpu+inductor").cost
+    assert (cost.basis, cost.rate, cost.value) == ("server", pytest.approx(1000.0), pytest.approx(1.0))
+    assert "cpu+inductor: measured server rate x 2 (2 cores, 1 thread each), assumed to scale" in decision.cost_basis
+    assert "cpu: single stream x 2 (2 cores, 1 thread each), assumed to scale" in decision.cost_basis  # the control
+
+
+def test_the_test_device_gets_a_rehearsal_cost_never_a_recommendation_on_cost():
+    from bakeoff.report.terminal import run_view
+    from bakeoff.verdicts.decision import REHEARSAL, cost_in_run, decide_run
+
+    assert REHEARSAL == (
+        "rehearsal: emu emulates a device on the CPU; its speed and so its cost say nothing of a real device"
+    )
+    # the seeded fault: the emulation's timings make it ten times cheaper than the CPU
+    emu = _on("neuron", (10.0, 9.5, 10.5), device="emu")
+    prices = ("cpu=3.6/h", "emu=3.6/h@1device")
+    decision = decide_run(_priced_run(emu, prices=prices))
+    rehearsed = next(s for s in decision.standings if s.target == "emu")
+    assert rehearsed.speed is None and rehearsed.cost.rehearsal  # its speed is still never ranked
+    assert rehearsed.cost.value == pytest.approx(0.1)  # computed the same way: price / (reference rate x 10)
+    assert (decision.outcome, decision.basis, decision.target) == ("recommended", "cost", "cpu")  # never emu
+    assert decision.lines[1] == (  # shown with its figure, neither a tie nor a loss
+        "emu (not ranked): rehearsal cost 0.1 per million requests (0.0952-0.105), 0.10x the reference's cost "
+        f"at 10,000.0/s (single stream x 1) ({REHEARSAL})"
+    )
+    # the control: a real device with the same figures is recommended on cost
+    real = _on("neuron", (10.0, 9.5, 10.5))
+    priced_real = _priced_run(real, prices=("cpu=3.6/h", "neuron=3.6/h@1device"))
+    control = decide_run(priced_real)
+    assert (control.outcome, control.target, control.basis) == ("recommended", "neuron", "cost")
+    # a rehearsal is not a cost to compare between runs either (regressions read cost_in_run)
+    assert cost_in_run(_priced_run(emu, prices=prices), emu) is None
+    assert cost_in_run(priced_real, real) == next(s.cost for s in control.standings if s.target == "neuron")
+    # with only a rehearsal to rank by cost, the decision ranks by speed and says why
+    planned = {"prices": ["emu=3.6/h"], "reference_added": True}  # a trial on emu alone: cpu is no candidate
+    alone = decide_run(replace(_priced_run(emu), settings=planned))
+    assert (alone.target, alone.basis) == ("emu", "speed")
+    assert alone.lines[0].startswith("emu: rehearsal cost 0.1 per million requests") and REHEARSAL in alone.lines[0]
+    assert "ranked by speed, not cost: no cost to rank for emu (a rehearsal)" in alone.lines
+    # the table marks it too, and says it under the table
+    shown = " ".join(_plain(run_view(_priced_run(emu, prices=prices), width=200)).split())
+    assert "0.1 (0.0952-0.105) (rehearsal)" in shown and REHEARSAL in shown
+
+
+def test_a_target_without_a_cost_says_why_beside_it():
+    from tests.revisit_data import failed_result
+
+    from bakeoff.report.terminal import run_view
+    from bakeoff.verdicts.decision import decide_run
+
+    fast = _on("cpu+inductor", (2.0, 1.9, 2.1))
+    run = _priced_run(fast, failed_result("cpu+openvino"), prices=("cpu+inductor=3.6/h",))
+    decision = decide_run(run)
+    notes = {s.target: (s.cost is not None, s.cost_note) for s in decision.standings}
+    assert notes == {"cpu": (False, "not priced"), "cpu+inductor": (True, ""), "cpu+openvino": (False, "not priced")}
+    assert "cpu qualifies too: the reference (1.00x) (no cost: not priced)" in decision.lines
+    priced_all = decide_run(replace(run, settings={"prices": ["cpu=3.6/h"]}))
+    assert {s.target: s.cost_note for s in priced_all.standings}["cpu+openvino"] == "did not run (error)"
+    shown = " ".join(_plain(run_view(run, width=200)).split())
+    assert "- (not priced)" in shown
+    # the control: without prices nothing is said of costs
+    unpriced = decide_run(replace(run, settings={}))
+    assert all(s.cost_note == "" for s in unpriced.standings) and unpriced.cost_basis == ""
+    assert not any("cost" in line for line in unpriced.lines)
+
+
+def _plain(renderable) -> str:
+    import io
+
+    from rich.console import Console
+
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(renderable)
+    return console.export_text()
+
+
+def test_every_report_says_the_cost_basis():
+    from bakeoff.report.evidence import build_evidence, render_json
+    from bakeoff.report.html import render_html
+    from bakeoff.report.markdown import render_markdown
+
+    run = _priced_run(_on("cpu+inductor", (2.0, 1.9, 2.1)), prices=("cpu=3.6/h@4cores",))
+    evidence = build_evidence([run], generated_at="2025-01-03T00:00:00+00:00")
+    said = "single stream x 4 (4 cores, 1 thread each), assumed to scale"
+    assert f"- cost basis: {said}" in render_markdown(evidence)
+    assert f"<li>cost basis: {said}</li>" in render_html(evidence)
+    assert json.loads(render_json(evidence))["runs"][0]["decision"]["cost_basis"] == said
+    # the control: without prices no report speaks of a cost basis
+    bare = build_evidence([replace(run, settings={})], generated_at="2025-01-03T00:00:00+00:00")
+    assert "cost basis" not in render_markdown(bare) and "cost basis" not in render_html(bare)

@@ -200,3 +200,106 @@ def test_a_plans_stage_runs_get_one_decision_in_every_report():
     listed = build_evidence([replace(first, settings={"reference": "cpu"})], tags={first.run_id: (tag,)})
     assert not any("not a candidate" in line for line in listed.plans[tag][1].lines)
     assert build_evidence([first, second]).plans == {}
+
+
+def _large_run(run_id: str = "bbbb00000002", targets: int = 60, created: str = "2025-01-02T10:00:00+00:00"):
+    """One run as a big exec or sweep leaves it: many targets, long ledgers, long failure reasons."""
+    from bakeoff.checks.correctness import TensorComparison
+    from bakeoff.results.values import Correctness
+
+    ledger = tuple(
+        {
+            "name": f"torch.cuda.api_{i} (asked by a library)",
+            "value": f"{i + 1}x, first at /srv/app/m{i}.py:{i}: -> xpu",
+        }
+        for i in range(40)
+    )
+    wrong = (TensorComparison("output.logits", (1, 8, 128), "float32", 0.5, 0.01, 0.99, False),)
+    results = [target_result("cpu", 2.0, seed=1)]
+    for i in range(targets):
+        extra: dict = {"adjustments": ledger} if i % 3 == 0 else {}
+        if i % 5 == 0:
+            reason = "output.logits: rms error " + "much too large " * 30
+            extra["correctness"] = Correctness("fail", reason, "eager:float32", 1e-4, outputs=wrong)
+        spec = ("cpu+inductor" if i % 2 else "cpu+aot_eager") + f"?threads={i + 1}"
+        results.append(target_result(spec, 1.0 + i / 100, seed=i + 2, **extra))
+    results.append(failed_result("cuda", "device lost | " + "at frame " * 40))
+    return make_run(run_id, created, environment(), tuple(results))
+
+
+def _summary(text: str, run_id: str) -> str:
+    """A run's summary table and decision, as rendered."""
+    start = text.index(f"run {run_id}\n")
+    start = text.index("| target | status |", start)
+    return text[start : text.index("_\n", text.index("_Rule: ", start)) + 2]
+
+
+def test_a_markdown_report_too_long_for_a_comment_fits_it_and_says_what_it_left_out():
+    from bakeoff.report.markdown import GITHUB_LIMIT, MIN_LINE, github_length
+
+    run = _large_run()
+    note = "the nightly machine was rebooted " * 150
+    evidence = build_evidence(
+        [run], notes={run.run_id: [note, "driver 560 installed"]}, selection="all runs", database="kb.db",
+        generated_at="2025-01-03T00:00:00+00:00",
+    )  # fmt: skip
+    whole = render_markdown(evidence, limit=10**9)
+    assert len(whole) > GITHUB_LIMIT  # the seeded fault: as rendered before, 117 KB
+    text = render_markdown(evidence)
+    assert len(text) < GITHUB_LIMIT and github_length(text) <= GITHUB_LIMIT
+    assert text.startswith(whole[: whole.index("> the nightly")])  # the head, whole
+    assert _summary(whole, run.run_id) in text  # every target's row and the decision, whole
+    closing = text.splitlines()[-1]
+    assert closing.startswith("_Left out to fit GitHub's 65,536-character limit for a comment: ")
+    assert "long line(s) shortened to " in closing and "bakeoff show bbbb00000002 --verbose" in closing
+    assert "`bakeoff report --html FILE` with the same selection" in closing
+    # the longest lines are shortened first, and no further than they must be: the short ones stay
+    shortened = [line for line in text.splitlines() if line.endswith(" … (shortened)")]
+    cap = int(closing.split("shortened to ")[1].split()[0])
+    assert MIN_LINE <= cap and all(len(line) <= cap for line in shortened)
+    assert f"{len(shortened)} long line(s) shortened to {cap} characters" in closing
+    assert any(line.startswith("> the nightly machine") for line in shortened)
+    assert any(line.startswith("- adjustments: torch.cuda.api\\_0") for line in shortened)
+    kept = [line for line in whole.splitlines() if len(line) <= cap]
+    assert all(line in text for line in kept)
+    assert "driver 560 installed" in text and "**cpu+inductor?threads=60**" in text
+
+
+def test_when_shortening_is_not_enough_the_largest_details_then_older_runs_go_first():
+    from bakeoff.report.markdown import GITHUB_LIMIT, github_length
+
+    older = _large_run("aaaa00000001", 100, "2025-01-01T10:00:00+00:00")
+    newest = _large_run("bbbb00000002", 150)
+    evidence = build_evidence([older, newest], selection="all runs", generated_at="2025-01-03T00:00:00+00:00")
+    whole = render_markdown(evidence, limit=10**9)
+    text = render_markdown(evidence)
+    assert github_length(text) <= GITHUB_LIMIT < github_length(whole)
+    assert _summary(whole, "bbbb00000002") in text  # the newest run's summary and decision stay whole
+    assert "run aaaa00000001" not in text
+    closing = text.splitlines()[-1]
+    assert "; 1 older run(s): aaaa00000001" in closing
+    # the details that went are the largest: every one kept is smaller than every one left out
+    section = whole[: whole.index("## arch:llama: run aaaa00000001")]
+    blocks = {m[1]: len(m[0]) for m in re.finditer(r"^\*\*([^*\n]+)\*\*\n\n(?:- .*\n)+", section, re.M)}
+    kept = {label: size for label, size in blocks.items() if f"\n**{label}**\n" in text}
+    gone = {label: size for label, size in blocks.items() if label not in kept}
+    assert kept and gone and max(kept.values()) <= min(gone.values())
+    assert f"the details of {len(gone)} target(s): " in closing
+
+
+def test_a_summary_longer_than_the_limit_is_cut_at_a_line_and_says_so():
+    from bakeoff.report.markdown import github_length
+
+    run = _large_run(targets=40)
+    text = render_markdown(build_evidence([run], generated_at="2025-01-03T00:00:00+00:00"), limit=4_000)
+    assert github_length(text) <= 4_000
+    assert text.startswith("# bakeoff evidence report\n")
+    closing = text.splitlines()[-1]
+    assert closing.startswith("_Left out to fit 4,000 characters: the details of 42 target(s): ")
+    assert "(the summary alone is longer than the limit)" in closing
+
+
+def test_a_report_within_the_limit_is_left_as_it_is():
+    text = render_markdown(_evidence())
+    assert text == render_markdown(_evidence(), limit=len(text) + text.count("\n"))
+    assert "Left out" not in text and "(shortened)" not in text

@@ -64,8 +64,29 @@ def test_the_requirements_table_calls_one_reading_a_single_observation_and_only_
     lines = console.export_text().splitlines()
     first = next(line for line in lines if "first_result" in line)
     assert "single observation" in first and "straddles" not in first  # one reading has no interval to straddle
+    assert " met " in first
     p50 = next(line for line in lines if "p50<=5ms" in line)
-    assert "4.5 ms-5.5 ms" in p50 and "the interval straddles the threshold: not conclusive" in p50
+    # one word per fact: the verdict column says what the decision says, not "met" beside a doubt
+    assert "4.5 ms-5.5 ms" in p50 and "not conclusive" in p50 and " met " not in p50.replace("estimate: met", "")
+    assert "the interval straddles the threshold (the estimate: met)" in p50
+
+
+def test_the_requirements_answer_counts_only_conclusive_mets():
+    from dataclasses import replace
+
+    from bakeoff.analysis.requirements import check_requirements
+    from bakeoff.metrics import parse_requirement
+    from bakeoff.report.evidence import answers_for
+    from bakeoff.stats import Estimate
+
+    reqs = [parse_requirement("p50<=5ms")]
+    straddling = tuple(c.to_dict() for c in check_requirements(reqs, {"p50": Estimate(4.9, 4.5, 5.5, 200)}))
+    clear = tuple(c.to_dict() for c in check_requirements(reqs, {"p50": Estimate(4.0, 3.8, 4.2, 200)}))
+    assert straddling[0]["verdict"] == "met"  # the point estimate: the stored verdict keeps it
+    answer = answers_for(replace(RUN.results[0], requirements=straddling)).requirements
+    assert (answer.state, answer.word) == ("unknown", "0 of 1 met") and "1 not conclusive" in answer.text
+    answer = answers_for(replace(RUN.results[0], requirements=clear)).requirements
+    assert (answer.state, answer.word) == ("yes", "1 of 1 met")
 
 
 def test_the_notes_give_the_correctness_sensitivity_beside_the_verdict():

@@ -1,19 +1,26 @@
 """What running a target costs: prices per hour, and cost per million requests.
 
-A price is what one hour of the machine (or the share of it a target uses) costs, written
-``cpu=0.34/h``, ``neuron=$1.34/h`` or ``cpu+inductor=5.6/min``; the currency is whatever the user
-writes before the number and is only repeated, never converted. A price named by a target's
-full spec applies to that target; one named by a device (``cpu``, ``neuron``) applies to every
-target on that device that has no price of its own (the instance costs the same whatever runs
-on it).
+A price is what one hour of an instance costs, written ``cpu=0.34/h``, ``neuron=$1.34/h`` or
+``cpu+inductor=5.6/min``, and it may say what the hour buys: ``cpu=0.34/h@4cores`` (an instance
+of 4 cores) or ``neuron=$1.34/h@2devices``. The currency is whatever the user writes before the
+number and is only repeated, never converted. A price named by a target's full spec applies to
+that target; one named by a device (``cpu``, ``neuron``) applies to every target on that device
+that has no price of its own (the instance costs the same whatever runs on it).
 
-Cost per million requests is ``price per second / rate * 1e6``, where the rate is the one the
-target *sustained*: the server scenario's highest rate within the bound when it ran (a single
-observation), else the single-stream rate ``1 / median latency`` (one request at a time). A
-machine that serves several streams at once is costed at the rate it sustained, never at
-1 / latency when a server scenario measured more. The interval of a single-stream cost is the
-speed-up's interval against the reference (so it includes the spread between worker
-processes); a sustained rate has none. All functions here are pure.
+An instance serves several streams at once: one of N cores running a target whose workers use T
+intra-op threads holds ``N // T`` streams (none when T > N), one of N devices (or of N cores of
+an accelerator) holds N streams, one on each. A price without ``@`` keeps its older meaning, one
+stream per price unit, and a cost says it assumed so. The trial measures one stream, so the rate
+an instance serves is that stream's rate times its streams, **assumed to scale** (contention for
+memory bandwidth or caches would make it lower): the cost says which basis it used.
+
+Cost per million requests is ``price per second / (rate * streams) * 1e6``, where the rate is
+the one a stream *sustained*: the server scenario's highest rate within the bound when it ran
+(one server, a single observation unless the scenario gave an interval), else the single-stream
+rate ``1 / median latency`` (one request at a time). A machine is costed at the rate its server
+sustained, never at 1 / latency when a server scenario measured it. The interval of a
+single-stream cost is the speed-up's interval against the reference (so it includes the spread
+between worker processes); a sustained rate read once has none. All functions here are pure.
 """
 
 from __future__ import annotations
@@ -26,31 +33,50 @@ from dataclasses import dataclass
 from bakeoff.codec import Value
 from bakeoff.errors import SpecError
 
-__all__ = ["Cost", "Price", "cost_of", "parse_prices", "price_for"]
+__all__ = ["ONE_STREAM", "Cost", "Price", "cost_of", "parse_prices", "price_for", "streams_of"]
 
 _PER = {"h": 3600.0, "hour": 3600.0, "min": 60.0, "s": 1.0}
 _PRICE = re.compile(r"^\s*([^\d\s.=]{0,3})\s*((?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*/\s*([a-z]+)\s*$")
+_NOT_FINITE = re.compile(r"^\s*[^\d\s.=]{0,3}?\s*[-+]?(nan|inf|infinity)\s*/", re.IGNORECASE)
+_BUYS = re.compile(r"^\s*(.*?)\s*(cores?|devices?)\s*$")
+_EXAMPLE = "e.g. --price cpu=0.34/h or --price 'neuron=$1.34/h'"
+_BUYS_EXAMPLE = "e.g. --price 'cpu=0.34/h@4cores' or --price 'neuron=$1.34/h@1device'"
+#: Said of a cost whose price names no ``@``: what it then assumes.
+ONE_STREAM = "one stream per price unit assumed (the price names no @cores or @devices)"
 
 
 @dataclass(frozen=True)
 class Price(Value):
     """``per_hour`` of ``currency`` (as written, possibly empty) for targets named ``name`` (a
-    target spec or a device); ``text`` as the user wrote it."""
+    target spec or a device); ``count`` ``unit`` (``cores`` or ``devices``) is what an hour
+    buys, None where the price names no ``@`` (one stream per price unit); ``text`` as the user
+    wrote it."""
 
     name: str
     per_hour: float
     currency: str = ""
     text: str = ""
+    count: int | None = None
+    unit: str = ""
+
+    @property
+    def buys(self) -> str:
+        """What an hour buys, in words ("4 cores"); "" where the price does not say."""
+        if self.count is None:
+            return ""
+        return f"{self.count} {self.unit if self.count != 1 else self.unit[:-1]}"
 
 
 @dataclass(frozen=True)
 class Cost(Value):
     """Cost per million requests (``value`` with its interval ``low``-``high``, None for a
-    single observation), at ``rate`` requests per second, read from ``basis``
-    (``single-stream`` or ``server``); ``price`` what it was computed from;
-    ``tokens_per_request`` the mean input tokens of a language model's request. The reference's
-    single-stream cost has a zero-width interval: its speed is the unit the others' intervals
-    are measured in."""
+    single observation), at ``rate`` requests per second: one stream's rate, read from
+    ``basis`` (``single-stream`` or ``server``), times the ``streams`` the price's instance
+    holds (``streams_from`` says why, in words; more than one is assumed to scale). ``price``
+    is what it was computed from; ``tokens_per_request`` the mean input tokens of a language
+    model's request. A ``rehearsal`` is a cost computed the same way for the bundled test device:
+    it exercises the cost path and says nothing of a real device. The reference's single-stream
+    cost has a zero-width interval: its speed is the unit the others' intervals are measured in."""
 
     value: float
     low: float | None
@@ -59,6 +85,9 @@ class Cost(Value):
     basis: str
     price: Price
     tokens_per_request: float | None = None
+    streams: int = 1
+    streams_from: str = ""
+    rehearsal: bool = False
 
     @property
     def has_interval(self) -> bool:
@@ -69,31 +98,69 @@ class Cost(Value):
         """Cost per million input tokens, for a language model (None for other workloads)."""
         return self.value / self.tokens_per_request if self.tokens_per_request else None
 
+    @property
+    def stream_rate(self) -> float:
+        """One stream's rate (requests per second), the measured figure."""
+        return self.rate / self.streams
 
-def parse_prices(texts: Iterable[str]) -> tuple[Price, ...]:
-    """``["cpu=0.34/h", "neuron=$1.34/h"]`` -> prices.
+    @property
+    def basis_brief(self) -> str:
+        """The basis in a few words: "single stream x 4" or "server rate x 1"."""
+        return f"{'single stream' if self.basis == 'single-stream' else 'server rate'} x {self.streams}"
+
+    @property
+    def basis_text(self) -> str:
+        """The basis in words: which rate, how many streams and why, and whether more than one
+        is assumed to scale: "single stream x 4 (4 cores, 1 thread each), assumed to scale"."""
+        what = "single stream" if self.basis == "single-stream" else "measured server rate"
+        if self.price.count is None:
+            return f"{what} x 1: {ONE_STREAM}"
+        return f"{what} x {self.streams} ({self.streams_from})" + (", assumed to scale" if self.streams > 1 else "")
+
+
+def _buys(text: str, capacity: str) -> tuple[int, str]:
+    """``4cores`` -> (4, "cores").
 
     Raises:
-        SpecError: a text that is not ``NAME=AMOUNT/UNIT``, a price that is not positive and
-            finite, a name priced twice, or prices in different currencies (costs in two
-            currencies cannot be compared).
+        SpecError: not a positive whole number of cores or devices.
+    """
+    found = _BUYS.match(capacity)
+    if found is None:
+        raise SpecError(f"price {text!r}: @{capacity.strip()} is not @N cores or @N devices", hint=_BUYS_EXAMPLE)
+    number, unit = found.group(1), found.group(2).rstrip("s") + "s"
+    if not number.isascii() or not number.isdigit() or int(number) < 1:
+        said = f"price {text!r}: @{capacity.strip()} is not a positive whole number of {unit}"
+        raise SpecError(said, hint=_BUYS_EXAMPLE)
+    return int(number), unit
+
+
+def parse_prices(texts: Iterable[str]) -> tuple[Price, ...]:
+    """``["cpu=0.34/h@4cores", "neuron=$1.34/h"]`` -> prices.
+
+    Raises:
+        SpecError: a text that is not ``NAME=AMOUNT/UNIT[@N cores|devices]``, a price that is not
+            positive and finite, a count that is not a positive whole number, a name priced
+            twice, or prices in different currencies (costs in two currencies cannot be
+            compared).
     """
     prices: dict[str, Price] = {}
     for text in texts:
-        name, eq, amount = text.partition("=")
+        name, eq, written = text.partition("=")
+        amount, at, capacity = written.partition("@")
         found = _PRICE.match(amount) if eq and name.strip() else None
+        if found is None and _NOT_FINITE.match(amount):
+            raise SpecError(f"price {text!r} must be a positive amount", hint="e.g. --price cpu=0.34/h")
         if found is None or found.group(3) not in _PER:
-            raise SpecError(
-                f"price {text!r} is not NAME=AMOUNT/UNIT", hint="e.g. --price cpu=0.34/h or --price 'neuron=$1.34/h'"
-            )
+            raise SpecError(f"price {text!r} is not NAME=AMOUNT/UNIT", hint=_EXAMPLE)
         currency, unit = found.group(1), found.group(3)
         number = float(found.group(2))
         if not math.isfinite(number) or number <= 0:
             raise SpecError(f"price {text!r} must be a positive amount", hint="e.g. --price cpu=0.34/h")
+        count, buys = _buys(text, capacity) if at else (None, "")
         name = name.strip()
         if name in prices:
             raise SpecError(f"{name!r} priced twice", hint="give each target or device one price")
-        prices[name] = Price(name, number * _PER["h"] / _PER[unit], currency, text.strip())
+        prices[name] = Price(name, number * _PER["h"] / _PER[unit], currency, text.strip(), count, buys)
     currencies = {p.currency for p in prices.values()}
     if len(currencies) > 1:
         shown = ", ".join(repr(c) if c else "none" for c in sorted(currencies))
@@ -107,25 +174,48 @@ def price_for(spec: str, device: str, prices: Iterable[Price]) -> Price | None:
     return by_name.get(spec) or by_name.get(device)
 
 
+def streams_of(price: Price, device: str, threads: int | None) -> tuple[int, str]:
+    """How many streams of a target on ``device`` whose workers run ``threads`` intra-op
+    threads (None: the device's own) the instance ``price`` buys holds, and why in words.
+
+    N cores of the CPU hold ``N // threads`` streams (0 when the target needs more threads than
+    the instance has cores); N devices, or N cores of an accelerator, hold one stream on each. A
+    price that does not say what it buys holds one stream.
+    """
+    if price.count is None:
+        return 1, ONE_STREAM
+    if price.unit == "cores" and device == "cpu":
+        each = max(threads or 1, 1)
+        return price.count // each, f"{price.buys}, {each} thread{'s' if each != 1 else ''} each"
+    return price.count, f"{price.buys}, one stream on each"
+
+
 def cost_of(
     price: Price,
     rate: float,
     basis: str,
     interval: tuple[float, float] | None = None,
     tokens_per_request: float | None = None,
+    streams: int = 1,
+    streams_from: str = "",
+    rehearsal: bool = False,
 ) -> Cost:
-    """Cost per million requests at ``rate`` requests per second; ``interval`` is the rate's
-    (low, high), None for a single observation; ``tokens_per_request`` gives the cost per
-    million tokens too.
+    """Cost per million requests of an instance holding ``streams`` streams, each at ``rate``
+    requests per second; ``interval`` is the rate's (low, high), None for a single observation;
+    ``tokens_per_request`` gives the cost per million tokens too.
 
     Raises:
-        ValueError: a rate that is not positive and finite.
+        ValueError: a rate that is not positive and finite, or fewer than one stream.
     """
     if not math.isfinite(rate) or rate <= 0:
         raise ValueError(f"rate {rate} is not a positive number of requests per second")
+    if streams < 1:
+        raise ValueError(f"{streams} streams: an instance must hold at least one")
     per_million = price.per_hour / 3600.0 * 1e6
+    served = rate * streams
+    said = (tokens_per_request, streams, streams_from or (ONE_STREAM if price.count is None else ""), rehearsal)
     if interval is None:
-        return Cost(per_million / rate, None, None, rate, basis, price, tokens_per_request)
-    low_rate, high_rate = interval
+        return Cost(per_million / served, None, None, served, basis, price, *said)
+    low_rate, high_rate = (bound * streams for bound in interval)
     high = per_million / low_rate if low_rate > 0 else math.inf
-    return Cost(per_million / rate, per_million / high_rate, high, rate, basis, price, tokens_per_request)
+    return Cost(per_million / served, per_million / high_rate, high, served, basis, price, *said)

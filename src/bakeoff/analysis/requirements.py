@@ -26,6 +26,7 @@ __all__ = [
     "check_requirements",
     "parse_requirement_with",
     "percentile_of",
+    "requirement_state",
 ]
 
 _TIME = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1e3, "min": 60e3}
@@ -154,6 +155,29 @@ class RequirementCheck:
             "reason": self.reason,
             "judged_at": self.judged_at,
         }
+
+
+#: The states of a stored requirement verdict (:func:`requirement_state`), one word each.
+STATES = ("met", "not met", "not conclusive", "too few samples", "not measured", "not applicable")
+
+
+def requirement_state(item: Mapping[str, object]) -> str:
+    """The one word every report and the decision use for a stored requirement verdict (a
+    :meth:`RequirementCheck.to_dict`): ``met`` / ``not met`` only when conclusive (the whole
+    interval on one side, or a single observation, which has none), else ``not conclusive``
+    (the interval straddles the threshold); ``too few samples``, ``not measured`` and ``not
+    applicable`` as stored. "Met" beside an undecided decision would be two answers to one
+    question."""
+    verdict = item.get("verdict")
+    if verdict == "not_applicable":
+        return "not applicable"
+    if verdict not in ("met", "not_met"):
+        return "not measured"
+    if not item.get("enough", True):
+        return "too few samples"
+    if item.get("confident") or SINGLE_OBSERVATION in str(item.get("reason") or ""):
+        return "met" if verdict == "met" else "not met"
+    return "not conclusive"
 
 
 def check_requirements(

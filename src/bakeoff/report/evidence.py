@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bakeoff.analysis.cost import Price
+from bakeoff.analysis.requirements import STATES, requirement_state
 from bakeoff.checks.placement import engine_notes
 from bakeoff.checks.registry import guarded, registered_checks
 from bakeoff.env import Environment
@@ -121,17 +122,18 @@ def _requirements(result: TargetResult) -> Answer:
     items = getattr(result, "requirements", None) or ()
     if not items:
         return Answer("none", "no requirements declared", "none set")
-    verdicts = [r.get("verdict") for r in items]
-    met, moot = verdicts.count("met"), verdicts.count("not_applicable")
+    states = [requirement_state(r) for r in items]  # the decision's words: "met" only when conclusive
+    met, moot = states.count("met"), states.count("not applicable")
     word = f"{met} of {len(items) - moot} met"
     text = word + (f" ({moot} not applicable)" if moot else "")
     if moot == len(items):
         return Answer("none", text, "not applicable")
-    if "not_met" in verdicts:
-        failed = [r.get("text", "?") for r in items if r.get("verdict") == "not_met"]
+    if "not met" in states:
+        failed = [r.get("text", "?") for r, state in zip(items, states, strict=True) if state == "not met"]
         return Answer("no", text + "; not met: " + "; ".join(failed), word)
-    if "not_measured" in verdicts:
-        return Answer("unknown", text + f"; {verdicts.count('not_measured')} not measured", word)
+    open_ = [state for state in STATES if state in states and state not in ("met", "not applicable")]
+    if open_:
+        return Answer("unknown", text + "; " + ", ".join(f"{states.count(s)} {s}" for s in open_), word)
     return Answer("yes", text, word)
 
 

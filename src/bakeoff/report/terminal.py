@@ -10,7 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from bakeoff.analysis.cost import Cost, Price
+from bakeoff.analysis.cost import Price
+from bakeoff.analysis.requirements import requirement_state
 from bakeoff.checks.registry import guarded, registered_checks
 from bakeoff.report.evidence import answers_for
 from bakeoff.report.figures import human_bytes as _bytes
@@ -25,7 +26,7 @@ from bakeoff.report.figures import (
 from bakeoff.results.summary import RunSummary
 from bakeoff.results.values import BaselineInfo, Placement, RunResult, TargetResult
 from bakeoff.units import duration, figure, significant
-from bakeoff.verdicts.decision import RULE_BRIEF, Decision, decide_run, label_of
+from bakeoff.verdicts.decision import REHEARSAL, RULE_BRIEF, Decision, Standing, decide_run, label_of
 from bakeoff.verdicts.plan import Plan
 from bakeoff.verdicts.remedies import Remedy, what_it_takes
 
@@ -231,13 +232,17 @@ def requirements_view(run: RunResult) -> Table:
     for result in run.results:
         for check in result.requirements:
             measured, interval = requirement_figures(check)
+            state = requirement_state(check)  # one word, the decision's
             note = check["reason"]
-            if check["verdict"] in ("met", "not_met") and not check["confident"] and check.get("low") is not None:
-                note = "; ".join(filter(None, [note, "the interval straddles the threshold: not conclusive"]))
+            if state == "not conclusive":
+                leaning = "met" if check["verdict"] == "met" else "not met"
+                note = "; ".join(
+                    filter(None, [note, f"the interval straddles the threshold (the estimate: {leaning})"])
+                )
             table.add_row(
                 escape(_label(result)),
                 escape(check["text"]),
-                Text(check["verdict"].replace("_", " "), style=_REQUIREMENT_STYLE.get(check["verdict"], "")),
+                Text(state, style=_REQUIREMENT_STYLE.get(state.replace(" ", "_"), "yellow")),
                 measured,
                 interval,
                 escape(note),
@@ -290,6 +295,8 @@ def decision_view(decision: Decision, verbose: bool = True) -> Group:
     said, style = _OUTCOME[decision.outcome]
     head = Text.assemble(("decision ", "bold"), f"(by {decision.basis}) ", (said, style), decision.target or "-")
     lines = [Text(f"  {line}") for line in (decision.lines if verbose else decision.brief_lines())]
+    if decision.cost_basis:
+        lines.insert(0, Text(f"  cost basis: {decision.cost_basis}"))
     if decision.unmeasured:
         lines.append(Text(f"  not measured here: {'; '.join(decision.unmeasured)}", style="dim"))
     rule = decision.rule if verbose else f"{RULE_BRIEF} (the full rule: --verbose)"
@@ -297,24 +304,38 @@ def decision_view(decision: Decision, verbose: bool = True) -> Group:
 
 
 def plan_view(plan: Plan) -> Group:
-    """A plan: what each stage tried and where its evidence is, the decision over all of them,
-    and what the recommended variant changed."""
+    """A plan: what each stage tried and where its evidence is (or why it has none), what the
+    budget left untried, the decision over all of them, and what the recommended variant
+    changed."""
+    over = plan.seconds - plan.budget_s
     lines = [
         Text.assemble(
             ("plan ", "bold"),
-            f"{plan.workload}: {duration(plan.seconds * 1e3)} of a {duration(plan.budget_s * 1e3)} budget",
+            f"{plan.workload}: {duration(plan.seconds * 1e3)} of a {duration(plan.budget_s * 1e3)} budget"
+            + (f" (over by {duration(over * 1e3)}, ending a stage stopped at its end)" if over >= 1 else ""),
         )
     ]
     for stage in plan.stages:
         tried = ", ".join(stage.targets) + (f" (buckets {stage.buckets})" if stage.buckets else "")
-        where = f"skipped: {stage.skipped}" if stage.skipped else f"run {stage.run_id}, {duration(stage.seconds * 1e3)}"
+        if stage.untried:  # why, under "left untried"
+            where = "skipped" if stage.skipped else f"stopped after {duration(stage.seconds * 1e3)}"
+        else:
+            where = f"run {stage.run_id}, {duration(stage.seconds * 1e3)}"
+            if stage.estimate_s is not None:
+                floor = "at least " if stage is plan.stages[0] else ""  # the first's: its timing alone
+                where += f" (estimated {floor}{duration(stage.estimate_s * 1e3)})"
         lines.append(Text(f"  {stage.name}: {tried} [{where}]"))
+    lines += [Text(f"  left untried: {line}", style="bold yellow") for line in plan.untried]
+    lines += [Text(f"  {note}", style="dim") for note in plan.notes]
     parts: list[Any] = [*lines, decision_view(plan.decision)]
     if plan.decision.outcome in ("recommended", "tie") and plan.decision.target:
         changed = ", ".join(f"{a['name']}={a['value']}" for a in plan.ledger) or "nothing"
         parts.append(Text(f"{plan.decision.target} changes: {changed}"))
-    shown = f"`bakeoff report --tag {plan.tag} --html plan.html`" if plan.tag else "`bakeoff show RUN_ID`"
-    parts.append(Text(f"every stage's evidence is stored: {shown}", style="dim"))
+    if not any(stage.run_id for stage in plan.stages):
+        parts.append(Text("no stage finished: nothing of this plan is stored", style="dim"))
+    else:
+        shown = f"`bakeoff report --tag {plan.tag} --html plan.html`" if plan.tag else "`bakeoff show RUN_ID`"
+        parts.append(Text(f"every finished stage's evidence is stored: {shown}", style="dim"))
     return Group(*parts)
 
 
@@ -353,17 +374,22 @@ def _header(run: RunResult) -> Text:
     return header
 
 
-def _cost_cell(cost: Cost | None) -> str:
+def _cost_cell(standing: Standing | None) -> str:
+    """A target's cost with its interval, marked when it is a rehearsal; "-" with the reason
+    when it has none."""
+    cost = standing.cost if standing is not None else None
     if cost is None:
-        return "-"
+        return f"- ({standing.cost_note})" if standing is not None and standing.cost_note else "-"
     unit = cost.price.currency
     text = f"{unit}{significant(cost.value)}"
     if cost.has_interval and cost.low != cost.high:
         text += f" ({significant(cost.low)}-{significant(cost.high)})"  # type: ignore[arg-type]
-    return text
+    return text + (" (rehearsal)" if cost.rehearsal else "")
 
 
-def _row(result: TargetResult, cost: Cost | None, verbose: bool, priced: bool, required: bool) -> dict[str, Any]:
+def _row(
+    result: TargetResult, standing: Standing | None, verbose: bool, priced: bool, required: bool
+) -> dict[str, Any]:
     """One target's row: every column with ``verbose``, else the summary's."""
     latency = result.latency
     placement = result.placement
@@ -387,7 +413,7 @@ def _row(result: TargetResult, cost: Cost | None, verbose: bool, priced: bool, r
         row["p90"] = duration(latency.p(90) if latency and latency.count else None)
     row["speed vs cpu"] = _speed(result)
     if priced:
-        row[_COST] = _cost_cell(cost)
+        row[_COST] = _cost_cell(standing)
     if verbose:
         row["first call"] = duration(result.first_call_ms)
         row["graphs"] = _graphs(result)
@@ -451,10 +477,10 @@ def run_view(
     and a line says so: every figure stays in ``--format json``.
     """
     decision = decide_run(run, prices)
-    costs = {s.target: s.cost for s in decision.standings}
-    priced = any(cost is not None for cost in costs.values())
+    standings = {s.target: s for s in decision.standings}
+    priced = any(s.cost is not None or s.cost_note for s in standings.values())
     required = any(r.requirements for r in run.results)
-    rows = [_row(r, costs.get(label_of(r)), verbose, priced, required) for r in run.results]
+    rows = [_row(r, standings.get(label_of(r)), verbose, priced, required) for r in run.results]
     columns = _fitting_columns(rows, width)
     table = Table(show_lines=False, header_style="bold")
     for name in columns:
@@ -482,6 +508,8 @@ def run_view(
                 parts.append(Text.assemble((f"{_label(result)}: ", "bold"), said))
     else:
         parts += _summary_facts(run)
+    if any(s.cost is not None and s.cost.rehearsal for s in standings.values()):
+        parts.append(Text(REHEARSAL))
     if width is not None and rows and len(columns) < len(rows[0]):
         hidden = ", ".join(name for name in rows[0] if name not in columns)
         parts.append(Text(f"narrow terminal: {hidden} not shown (widen it, or use --format json)", style="dim"))

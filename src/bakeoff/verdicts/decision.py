@@ -5,8 +5,14 @@ what leaves it undecided (``doubts``), with its speed against the reference and,
 its cost. :func:`decide` applies :data:`RULE` to the standings; it is pure, so every outcome is
 tested on cases with known answers.
 
+A cost states its basis (:attr:`~bakeoff.analysis.cost.Cost.basis_text`): one stream's rate,
+single-stream or the server scenario's, times the streams the price's instance holds, assumed to
+scale. A target with no cost where prices were given says why (:attr:`Standing.cost_note`).
+
 The bundled test device's (``emu``) speed is never ranked: it emulates an accelerator on the
-host, so its timings say nothing about a real one.
+host, so its timings say nothing about a real one. Priced, it gets a *rehearsal* cost, computed
+the same way from its measured rate, so that a team can rehearse the accelerator's cost path;
+it is marked as such wherever it is shown and is never recommended on cost.
 
 What the decision cannot see: anything the checks and requirements did not measure (a target's
 behaviour on inputs outside the trial's, at a load no scenario ran, or over longer than the
@@ -19,7 +25,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from bakeoff.analysis.cost import Cost, Price, cost_of, parse_prices, price_for
+from bakeoff.analysis.cost import Cost, Price, cost_of, parse_prices, price_for, streams_of
 from bakeoff.analysis.requirements import SINGLE_OBSERVATION
 from bakeoff.checks.registry import guarded, registered_checks
 from bakeoff.codec import Value
@@ -30,6 +36,7 @@ from bakeoff.results.values import RunResult, TargetResult
 from bakeoff.units import figure
 
 __all__ = [
+    "REHEARSAL",
     "RULE",
     "RULE_BRIEF",
     "Decision",
@@ -63,16 +70,23 @@ RULE_BRIEF = (
     "requirement with its whole interval; overlapping intervals are no win; inconclusive evidence never qualifies"
 )
 
+#: Said beside every rehearsal cost (the bundled test device's).
+REHEARSAL = (
+    f"rehearsal: {TEST_DEVICE} emulates a device on the CPU; its speed and so its cost say nothing of a real device"
+)
+
 _PLACED = ("on_device", "not_applicable")
 _ALSO = " qualifies too: "
+_NOT_RANKED = " (not ranked): "
 
 
 @dataclass(frozen=True)
 class Standing(Value):
     """One target's case: ``misses`` rule it out, ``doubts`` leave it undecided; ``speed`` is its
     speed-up against the reference with its interval ``(value, low, high)``, None when it was not
-    timed; ``cost`` per million requests where it has a price. A target that is not a
-    ``candidate`` (the eager reference of a plan that did not list it) is shown, never chosen."""
+    timed; ``cost`` per million requests where it has a price, and where prices were given but
+    it has no cost, ``cost_note`` says why. A target that is not a ``candidate`` (the eager
+    reference of a plan that did not list it) is shown, never chosen."""
 
     target: str
     is_reference: bool = False
@@ -81,6 +95,7 @@ class Standing(Value):
     speed: tuple[float, float, float] | None = None
     cost: Cost | None = None
     candidate: bool = True
+    cost_note: str = ""
 
     @property
     def qualifies(self) -> bool:
@@ -96,7 +111,8 @@ class Decision(Value):
     apart), ``inconclusive`` (none qualifies for sure; ``target`` is the best of those whose
     evidence cannot decide) or ``none`` (every target misses something; ``target`` is the
     closest). ``basis`` is ``cost`` or ``speed``; ``lines`` say why, each with its figure;
-    ``unmeasured`` names the targets that could not run here.
+    ``unmeasured`` names the targets that could not run here; ``cost_basis`` says what the
+    costs shown assume (every distinct basis among them, "" without costs).
     """
 
     outcome: str
@@ -107,6 +123,7 @@ class Decision(Value):
     standings: tuple[Standing, ...] = ()
     unmeasured: tuple[str, ...] = ()
     rule: str = RULE
+    cost_basis: str = ""
 
     def brief_lines(self) -> tuple[str, ...]:
         """:attr:`lines` with the targets that qualify too but lost (their figures are in the
@@ -160,11 +177,16 @@ def _requirement(item: dict) -> tuple[str | None, str | None]:
 
 
 def standing_of(
-    r: TargetResult, price: Price | None = None, reference_rate: float | None = None, tokens: float | None = None
+    r: TargetResult,
+    price: Price | None = None,
+    reference_rate: float | None = None,
+    tokens: float | None = None,
+    priced: bool = False,
 ) -> Standing:
     """The case of a measured (not skipped) target's result; ``reference_rate`` is the
     reference's single-stream rate (requests per second) and ``tokens`` a language model's
-    mean input tokens per request, for costs."""
+    mean input tokens per request, for costs. ``priced``: prices were given (to some target),
+    so a target without a cost says why."""
     misses: list[str] = []
     doubts: list[str] = []
     if r.status != "ok":
@@ -194,9 +216,11 @@ def standing_of(
         misses += [miss] if miss else []
         doubts += [doubt] if doubt else []
     speed = _speed(r)
+    cost, why = _cost(r, price, speed, reference_rate, tokens)
     return Standing(
-        label_of(r), r.is_reference, tuple(misses), tuple(doubts), speed, _cost(r, price, speed, reference_rate, tokens)
-    )
+        label_of(r), r.is_reference, tuple(misses), tuple(doubts), speed, cost,
+        cost_note=why if priced or price is not None else "",
+    )  # fmt: skip
 
 
 def _speed(r: TargetResult) -> tuple[float, float, float] | None:
@@ -213,19 +237,35 @@ def _speed(r: TargetResult) -> tuple[float, float, float] | None:
 
 def _cost(
     r: TargetResult, price: Price | None, speed: tuple | None, reference_rate: float | None, tokens: float | None
-) -> Cost | None:
-    """The target's cost per million requests: at the rate its server scenario sustained, else
-    at its single-stream rate (with the speed-up's interval)."""
-    if price is None or r.status != "ok":
-        return None
+) -> tuple[Cost | None, str]:
+    """The target's cost per million requests, or None and why it has none: one stream's rate
+    (the rate its server scenario sustained, else its single-stream rate with the speed-up's
+    interval) times the streams its price's instance holds. The bundled test device gets a
+    rehearsal cost from its own measured speed-up (its ``speed`` is never ranked)."""
+    if price is None:
+        return None, "not priced"
+    if r.status != "ok":
+        return None, f"did not run ({r.status})"
+    streams, streams_from = streams_of(price, r.target.device, r.target.effective_threads)
+    if streams < 1:
+        return None, f"needs {r.target.effective_threads} threads, its price buys {price.buys}"
+    rehearsal = r.target.device == TEST_DEVICE
+    said = {"streams": streams, "streams_from": streams_from, "rehearsal": rehearsal}
     sustained = metric_estimate(r, "server.rate")  # None when no server scenario ran
     if sustained is not None and sustained.value:
-        return cost_of(price, sustained.value, "server", tokens_per_request=tokens)
-    if speed is None or not reference_rate:
-        return None
+        measured = sustained.samples > 1 and sustained.low < sustained.high
+        interval = (sustained.low, sustained.high) if measured else None
+        return cost_of(price, sustained.value, "server", interval, tokens, **said), ""
+    if rehearsal:  # its measured speed, for the rehearsal only
+        ci = r.speedup_ci
+        speed = (ci["value"], ci["low"], ci["high"]) if ci else None
+    if speed is None:
+        return None, "not timed"
+    if not reference_rate:
+        return None, "the reference was not timed"
     value, low, high = speed
     interval = (reference_rate * low, reference_rate * high)
-    return cost_of(price, reference_rate * value, "single-stream", interval, tokens)
+    return cost_of(price, reference_rate * value, "single-stream", interval, tokens, **said), ""
 
 
 def reference_rate_of(run: RunResult) -> float | None:
@@ -244,12 +284,14 @@ def price_in_run(run: RunResult, r: TargetResult) -> Price | None:
 def cost_in_run(run: RunResult, r: TargetResult) -> Cost | None:
     """The cost per million requests of ``r`` within its ``run``, priced by the prices the run
     was given: the figure the run's decision ranks it by. None when the run did not price it,
-    or it has no rate to be costed at (it did not run, was not timed, or ran on the bundled
-    test device)."""
+    or it has no rate to be costed at (it did not run or was not timed, or its price's cores
+    hold none of its streams), or its cost is the bundled test device's rehearsal (never ranked,
+    so never compared as a cost)."""
     price = price_in_run(run, r)
     if price is None:
         return None
-    return _cost(r, price, _speed(r), reference_rate_of(run), tokens_per_request(run))
+    cost = _cost(r, price, _speed(r), reference_rate_of(run), tokens_per_request(run))[0]
+    return None if cost is not None and cost.rehearsal else cost
 
 
 def tokens_per_request(run: RunResult) -> float | None:
@@ -269,10 +311,21 @@ def tokens_per_request(run: RunResult) -> float | None:
 # -- the rule --------------------------------------------------------------------------------
 
 
+def _rehearsed(s: Standing) -> bool:
+    """Whether ``s`` carries a rehearsal cost (the bundled test device's, priced)."""
+    return s.cost is not None and s.cost.rehearsal
+
+
+def _ranked_cost(s: Standing) -> Cost | None:
+    """The cost ``s`` may be ranked by: none for a rehearsal."""
+    return None if _rehearsed(s) else s.cost
+
+
 def _key(s: Standing, basis: str) -> float:
     """Lower is better."""
     if basis == "cost":
-        return s.cost.value if s.cost is not None else math.inf
+        cost = _ranked_cost(s)
+        return cost.value if cost is not None else math.inf
     return -s.speed[0] if s.speed is not None else math.inf
 
 
@@ -288,23 +341,58 @@ def _overlap(a: Standing, b: Standing, basis: str) -> bool:
     return a.speed[1] <= b.speed[2] and b.speed[1] <= a.speed[2]
 
 
+def _cost_figure(s: Standing, reference: Standing | None = None) -> str:
+    """``s``'s cost with its interval, per million tokens, against the reference's, at what rate
+    on what basis; a rehearsal says so."""
+    c = s.cost
+    assert c is not None
+    unit = c.price.currency
+    span = " (one reading)" if not c.has_interval else ""
+    if c.has_interval and c.low != c.high:
+        span = f" ({unit}{c.low:.3g}-{unit}{c.high:.3g})"
+    tokens = f", {unit}{c.per_million_tokens:.3g} per million tokens" if c.per_million_tokens else ""
+    versus = ""
+    if reference is not None and reference is not s and reference.cost is not None:
+        versus = f", {c.value / reference.cost.value:.2f}x the reference's cost"
+    said = f"{unit}{c.value:.3g} per million requests{span}{tokens}{versus} at {figure(c.rate, '/s')} ({c.basis_brief})"
+    return f"rehearsal cost {said} ({REHEARSAL})" if c.rehearsal else said
+
+
 def _figure_of(s: Standing, basis: str, reference: Standing | None = None) -> str:
-    if basis == "cost" and s.cost is not None:
-        c, unit = s.cost, s.cost.price.currency
-        span = " (one reading)" if not c.has_interval else ""
-        if c.has_interval and c.low != c.high:
-            span = f" ({unit}{c.low:.3g}-{unit}{c.high:.3g})"
-        tokens = f", {unit}{c.per_million_tokens:.3g} per million tokens" if c.per_million_tokens else ""
-        versus = ""
-        if reference is not None and reference is not s and reference.cost is not None:
-            versus = f", {c.value / reference.cost.value:.2f}x the reference's cost"
-        return f"{unit}{c.value:.3g} per million requests{span}{tokens}{versus} at {figure(c.rate, '/s')} {c.basis}"
+    if (basis == "cost" and _ranked_cost(s) is not None) or _rehearsed(s):
+        return _cost_figure(s, reference)  # a rehearsal says what its speed cannot
     if s.speed is not None:
         value, low, high = s.speed
-        return "the reference (1.00x)" if s.is_reference else f"{value:.2f}x the reference ({low:.2f}-{high:.2f}x)"
-    if s.target.split("?")[0].split("+")[0] == TEST_DEVICE:
-        return "speed not transferable (the bundled test device emulates a device on the CPU)"
-    return "not timed"
+        said = "the reference (1.00x)" if s.is_reference else f"{value:.2f}x the reference ({low:.2f}-{high:.2f}x)"
+    elif s.target.split("?")[0].split("+")[0] == TEST_DEVICE:
+        said = "speed not transferable (the bundled test device emulates a device on the CPU)"
+    else:
+        said = "not timed"
+    if s.cost is not None:  # shown beside the speed it was not ranked by
+        return f"{said}; {_cost_figure(s, reference)}"
+    return f"{said} (no cost: {s.cost_note})" if s.cost_note else said
+
+
+def _not_by_cost(pool: Sequence[Standing], standings: Sequence[Standing], basis: str) -> list[str]:
+    """Why a decision with prices ranks ``pool`` by speed: who has no cost to rank by."""
+    if basis == "cost" or not any(s.cost is not None or s.cost_note for s in standings):
+        return []  # by cost, or no prices: nothing to explain
+    missing = [f"{s.target} ({s.cost_note})" for s in pool if s.cost is None]
+    if not missing:  # every cost in the running is a rehearsal
+        missing = [f"{s.target} (a rehearsal)" for s in pool]
+    return [f"ranked by speed, not cost: no cost to rank for {', '.join(missing)}"] if missing else []
+
+
+def _cost_basis(standings: Sequence[Standing]) -> str:
+    """What the costs among ``standings`` assume, each distinct basis once (with its targets
+    when they differ)."""
+    bases: dict[str, list[str]] = {}
+    for s in standings:
+        if s.cost is not None:
+            bases.setdefault(s.cost.basis_text, []).append(s.target)
+    if len(bases) < 2:
+        return next(iter(bases), "")
+    return "; ".join(f"{', '.join(targets)}: {text}" for text, targets in bases.items())
 
 
 def _ruled_out(standings: Iterable[Standing]) -> list[str]:
@@ -314,7 +402,7 @@ def _ruled_out(standings: Iterable[Standing]) -> list[str]:
 def decide(standings: Sequence[Standing], unmeasured: Iterable[str] = ()) -> Decision:
     """The decision over ``standings`` by :data:`RULE` (see :class:`Decision` for outcomes);
     targets that are not candidates are listed after the rest, for comparison."""
-    decision = _decide(standings, unmeasured)
+    decision = replace(_decide(standings, unmeasured), cost_basis=_cost_basis(standings))
     basis = decision.basis
     extra = tuple(
         f"{s.target} (for comparison, not a candidate): {_figure_of(s, basis)}" for s in standings if not s.candidate
@@ -325,33 +413,37 @@ def decide(standings: Sequence[Standing], unmeasured: Iterable[str] = ()) -> Dec
 def _decide(standings: Sequence[Standing], unmeasured: Iterable[str] = ()) -> Decision:
     unmeasured = tuple(unmeasured)
     ref = next((s for s in standings if s.is_reference), None)
+    shown = standings
     standings = [s for s in standings if s.candidate]
     qualified = [s for s in standings if s.qualifies]
     undecided = [s for s in standings if not s.misses and s.doubts]
     pool = qualified or undecided
-    basis = "cost" if pool and all(s.cost is not None for s in pool) else "speed"
+    # a rehearsal cost is shown in its place, never ranked: a pool with only rehearsals ranks by speed
+    costed = pool and all(s.cost is not None for s in pool) and any(_ranked_cost(s) is not None for s in pool)
+    basis = "cost" if costed else "speed"
     lines: list[str] = []
     if qualified:
         ranked = sorted(qualified, key=lambda s: _key(s, basis))
         best = ranked[0]
-        tied = tuple(s.target for s in ranked[1:] if _overlap(best, s, basis))
+        # a rehearsal is shown with its figure, never compared: neither a tie nor a loss
+        tied = tuple(s.target for s in ranked[1:] if not _rehearsed(s) and _overlap(best, s, basis))
         lines.append(f"{best.target}: {_figure_of(best, basis, ref)}")
         for s in ranked[1:]:
-            how = " indistinguishable: " if s.target in tied else _ALSO
+            how = _NOT_RANKED if _rehearsed(s) else " indistinguishable: " if s.target in tied else _ALSO
             lines.append(f"{s.target}{how}{_figure_of(s, basis, ref)}")
         for s in sorted(undecided, key=lambda s: _key(s, basis)):
             if _key(s, basis) < _key(best, basis):
                 lines.append(f"{s.target} might do better, but its evidence is inconclusive: {'; '.join(s.doubts)}")
             else:
                 lines.append(f"{s.target} ({_figure_of(s, basis, ref)}) is undecided: {'; '.join(s.doubts)}")
-        lines += _ruled_out(standings)
+        lines += _not_by_cost(pool, shown, basis) + _ruled_out(standings)
         return Decision("tie" if tied else "recommended", best.target, basis, tuple(lines), tied,
                         tuple(standings), unmeasured)  # fmt: skip
     if undecided:
         best = sorted(undecided, key=lambda s: _key(s, basis))[0]
         for s in sorted(undecided, key=lambda s: _key(s, basis)):
             lines.append(f"{s.target} ({_figure_of(s, basis, ref)}) is undecided: {'; '.join(s.doubts)}")
-        lines += _ruled_out(standings)
+        lines += _not_by_cost(pool, shown, basis) + _ruled_out(standings)
         return Decision("inconclusive", best.target, basis, tuple(lines), (), tuple(standings), unmeasured)
     if not standings:
         return Decision("none", None, basis, ("no target was measured",), (), (), unmeasured)
@@ -398,7 +490,8 @@ def decide_runs(
             if r.status == "skipped":
                 unmeasured.append(f"{label_of(r)} ({r.reason})")
                 continue
-            standing = standing_of(r, price_for(r.target.spec, r.target.device, prices), rate, tokens)
+            price = price_for(r.target.spec, r.target.device, prices)
+            standing = standing_of(r, price, rate, tokens, priced=bool(prices))
             standings.append(
                 standing if reference_candidate or not r.is_reference else replace(standing, candidate=False)
             )

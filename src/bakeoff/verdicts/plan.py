@@ -18,7 +18,11 @@ PLAN_TAG = "plan-"
 @dataclass(frozen=True)
 class Stage(Value):
     """One stage: what it tried (target specs, and the bucket plan), the run that holds its
-    evidence (empty when it was skipped, ``skipped`` says why) and its wall time."""
+    evidence and its wall time. ``estimate_s`` is what the plan expected it to take before it
+    started (from what earlier stages measured; for the first, what its timing alone needs) and
+    ``left_s`` what was left of the budget then. A stage that did not fit is ``skipped`` (no
+    run); one the budget ran out in is ``stopped`` (no run either: its trial never returned).
+    Both say why."""
 
     name: str
     targets: tuple[str, ...]
@@ -26,14 +30,24 @@ class Stage(Value):
     run_id: str = ""
     seconds: float = 0.0
     skipped: str = ""
+    estimate_s: float | None = None
+    left_s: float | None = None
+    stopped: str = ""
+
+    @property
+    def untried(self) -> str:
+        """Why this stage's targets were left untried ("" when it ran)."""
+        return self.skipped or self.stopped
 
 
 @dataclass(frozen=True)
 class Plan(Value):
     """What a plan tried and what it recommends: ``ledger`` lists the recommended variant's
-    adjustments (what it changed), ``budget_s`` the budget and ``seconds`` the time taken;
-    ``tag`` is the tag every stage's run carries (``bakeoff report --tag TAG`` shows them
-    together)."""
+    adjustments (what it changed), ``budget_s`` the budget and ``seconds`` the time taken, which
+    exceeds the budget by at most ``tolerance_s`` (the time to end a stage stopped at the
+    budget's end, and to decide); ``untried`` says what the budget left untried, and why;
+    ``notes`` what the budget's enforcement could not do here. ``tag`` is the tag every stage's
+    run carries (``bakeoff report --tag TAG`` shows them together)."""
 
     workload: str
     stages: tuple[Stage, ...]
@@ -42,6 +56,9 @@ class Plan(Value):
     budget_s: float = 0.0
     seconds: float = 0.0
     tag: str = ""
+    untried: tuple[str, ...] = ()
+    tolerance_s: float = 0.0
+    notes: tuple[str, ...] = ()
 
 
 def plan_decision(runs: Sequence[RunResult]) -> Decision:
