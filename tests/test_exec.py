@@ -500,3 +500,25 @@ def test_a_timing_run_that_fails_is_a_note_and_no_speed_up_comes_from_one_run(tm
     assert any(n.startswith("timing run 1 of 2 failed") and "sometimes does" in n for n in emu["notes"])
     assert "wall time from 1 run without the audit: a single observation, no speed-up claimed" in emu["notes"]
     assert emu["speedup"] is None and len(reference["latency"]["samples_ms"]) == 2
+
+
+def test_memory_queries_on_the_test_device_answer_from_its_allocator_as_the_host_answers_0(tmp_path):
+    # the seeded fault: torch.accelerator's memory functions assert on a device without a
+    # caching DeviceAllocator (emu's), which failed the script; the CPU reference answers 0
+    ran = _exec(tmp_path, "memory_cuda.py", "--on", "emu", "--format", "json")
+    assert ran.returncode == 0, ran.stderr
+    reference, emu = json.loads(ran.stdout)["results"]
+    assert reference["status"] == "ok" and emu["status"] == "ok", emu.get("error")
+    assert emu["correctness"]["verdict"] == "pass", emu["correctness"]
+    said = {source: {e["text"] for e in r["log"]} for source, r in (("cpu", reference), ("emu", emu))}
+    assert "peak covers the tensors: True" in said["emu"], said  # emu's own allocator: the truth
+    assert "peak covers the tensors: False" in said["cpu"] and "consistent: True" in said["cpu"], said
+    assert "consistent: True" in said["emu"], said
+    ledger = {a["name"]: a["value"] for a in emu["adjustments"]}
+    for name in ("max_memory_allocated", "memory_reserved", "reset_peak_memory_stats", "empty_cache", "mem_get_info"):
+        (entry,) = [v for k, v in ledger.items() if k.startswith(f"torch.cuda.{name}")]
+        assert f"-> torch.emu.{name}" in entry, ledger
+    assert not any("answered by bakeoff" in k for k in ledger), ledger
+    host = {a["name"]: a["value"] for a in reference["adjustments"]}
+    peak = next(v for k, v in host.items() if k.startswith("torch.cuda.max_memory_allocated"))
+    assert "the host keeps no allocator statistics: answered 0" in peak, host

@@ -171,3 +171,41 @@ def test_nothing_is_localised_for_a_target_that_passed(tmp_path):
     )
     unknown = _bakeoff(tmp_path, "localize", f"{run['run_id']}:cuda", env=EMU_ENV)
     assert unknown.returncode == 2 and "has no measured target 'cuda' (its targets: emu)" in unknown.stderr
+
+
+EXPORT_FAULTY = f"py:{FIXTURES / 'localize_models.py'}:mlp_export_faulty"
+
+
+@pytest.mark.compile
+@pytest.mark.isolated
+def test_bakeoff_localize_of_an_export_engine_target_compiles_as_the_trial_did(tmp_path):
+    """``onnxrt`` is an export engine, no ``torch.compile`` backend: the localisation that
+    ``bakeoff localize RUN:cpu+onnxrt`` starts must prepare it through its engine."""
+    from tests.revisit_data import environment, make_run, target_result
+
+    from bakeoff.results.values import Correctness
+    from bakeoff.runner.localize import localize_stored
+    from bakeoff.store import Store
+    from bakeoff.workload.registry import build_workload
+
+    pytest.importorskip("onnxruntime")
+    store = Store.open(tmp_path / "b.db")
+    found = {}
+    for run_id, scale in (("fa0100000001", "0.01"), ("c1ea00000002", "0")):
+        spec = f"{EXPORT_FAULTY}?scale={scale}"
+        failed = target_result("cpu+onnxrt", 1.0, correctness=Correctness("fail", "output: rms error too large"))
+        results = (target_result("cpu", 2.0), failed)
+        store.save_run(make_run(run_id, "2025-01-01T10:00:00+00:00", environment(), results, spec=spec,
+                                fingerprint=build_workload(spec).fingerprint))  # fmt: skip
+        _run, ((spec_localised, value),) = localize_stored(store, run_id, "cpu+onnxrt", timeout_s=300)
+        assert spec_localised == "cpu+onnxrt"
+        found[scale] = value
+    fault, clean = found["0.01"], found["0"]
+    assert (fault.verdict, fault.rung) == ("localized", "backend compiler"), fault.reason
+    (origin,) = fault.origins  # the activation traced by torch.export, not its linear neighbours
+    assert (origin.module, origin.cls, origin.replay) == ("1", "ExportedScale", "confirmed")
+    assert origin.target_err == pytest.approx(0.01, rel=0.05)
+    assert "compiled alone with onnxrt" in fault.method
+    assert clean.verdict == "not_found", clean.reason  # the honest export engine is not flagged
+    stored = store.get_run("fa0100000001").results[1].checks["localization"]
+    assert stored.origins[0].module == "1"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-__all__ = ["ENV_PREFIXES", "Environment", "capture_environment"]
+__all__ = ["ENV_PREFIXES", "Environment", "capture_environment", "host_memory"]
 
 #: Environment variables whose names start with these change how PyTorch and backends behave.
 ENV_PREFIXES = (
@@ -97,6 +97,25 @@ class Environment:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Environment:
         return cls({k: v for k, v in data.items() if k != "fingerprint"})
+
+
+def host_memory() -> tuple[int, int] | None:
+    """``(available, total)`` bytes of this host's memory, or None where the system does not say.
+
+    Available is the kernel's estimate of what can be allocated without swapping (Linux's
+    ``MemAvailable``, which counts reclaimable page cache), else the free pages.
+    """
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as handle:
+            fields = {k: v.split() for k, _, v in (line.partition(":") for line in handle)}
+        return int(fields["MemAvailable"][0]) * 1024, int(fields["MemTotal"][0]) * 1024
+    except (OSError, KeyError, ValueError, IndexError):
+        pass
+    try:
+        page = os.sysconf("SC_PAGE_SIZE")
+        return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def _cpu_model() -> str:

@@ -106,6 +106,57 @@ def test_the_cuda_namespace_answers_for_the_host() -> None:
     assert torch.cuda.is_available() is False  # the truth again
 
 
+class _PlainAllocatorDevice:
+    """A device module whose allocator counts what it holds but is no caching ``DeviceAllocator``:
+    the statistics PyTorch would read for it through ``torch.accelerator`` assert instead."""
+
+    @staticmethod
+    def memory_allocated(device: object = None) -> int:
+        return 4096
+
+    @staticmethod
+    def max_memory_allocated(device: object = None) -> int:
+        raise RuntimeError(
+            'device_allocator INTERNAL ASSERT FAILED at "CachingDeviceAllocator.h":261, please report a bug to '
+            "PyTorch. Allocator for plain is not a DeviceAllocator."
+        )
+
+
+def test_memory_queries_a_device_cannot_answer_get_the_hosts_answer_and_the_ledger_says_whose(monkeypatch) -> None:
+    from bakeoff.script.cuda_namespace import CudaNamespace
+    from bakeoff.script.ledger import Recorder
+
+    found = torch.get_device_module
+    monkeypatch.setattr(
+        torch, "get_device_module", lambda kind=None: _PlainAllocatorDevice if kind == "plain" else found(kind)
+    )
+    recorder = Recorder()
+    cuda = CudaNamespace(torch.cuda, DeviceMap({"cuda": "plain"}), recorder)
+    assert cuda.memory_allocated() == 4096  # the control: the device's own answer, the truth
+    assert cuda.max_memory_allocated() == 0  # the seeded fault: its statistics assert
+    assert cuda.memory_reserved() == 0 and cuda.reset_peak_memory_stats() is None  # it has none
+    with pytest.raises(UnmappedAttribute):
+        cuda.mem_get_info()  # the host's free memory is no device's: no stand-in
+    ledger = recorder.ledger()
+    assert ledger.get("torch.cuda.memory_allocated").reason == "-> torch.plain.memory_allocated"
+    assert ledger.get("torch.cuda.max_memory_allocated") is None
+    assert ledger.get("torch.cuda.max_memory_allocated (answered by bakeoff)").reason == (
+        "plain cannot answer (torch.plain.max_memory_allocated: RuntimeError: Allocator for plain is not a "
+        "DeviceAllocator): answered 0, as on cpu"
+    )
+    assert ledger.get("torch.cuda.memory_reserved (answered by bakeoff)").reason == (
+        "plain cannot answer (torch.plain has no memory_reserved): answered 0, as on cpu"
+    )
+    assert ledger.numerics == ()
+
+
+def test_the_host_answers_its_free_memory_for_the_reference() -> None:
+    with Remapper({"cuda": "cpu"}) as remap:
+        free, total = torch.cuda.mem_get_info()
+    assert 0 < free <= total
+    assert remap.ledger.get("torch.cuda.mem_get_info").reason == "on cpu: the host's available and total memory"
+
+
 def test_an_unmappable_cuda_attribute_is_a_clear_error_naming_it_and_the_target() -> None:
     with Remapper({"cuda": "cpu"}):
         with pytest.raises(UnmappedAttribute) as caught:

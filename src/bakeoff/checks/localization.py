@@ -10,9 +10,10 @@ Methods, said with the result:
     ladder        a compiled target (hooks would break its graphs and change its fusion): first
                   the same recording *eager on the target's device* (the device's kernels);
                   when that agrees, the model is replayed on the reference's inputs compiled
-                  with ``aot_eager`` (decomposition) and then with the target's backend (the
-                  backend compiler), and the first rung that fails is descended module by
-                  module, each module compiled alone on the reference's inputs
+                  with ``aot_eager`` (decomposition) and then by the target's engine as a trial
+                  prepares it (the backend compiler: a ``torch.compile`` backend or an export
+                  engine such as ``onnxrt``), and the first rung that fails is descended module
+                  by module, each module compiled alone on the reference's inputs
 Each origin is **confirmed by replay**: the module alone on the target with the reference's
 inputs. Still wrong: a local fault (``confirmed``). Right: the error accumulated; the parent
 call is replayed in turn and, if it fails, named instead (``walked_up``).
@@ -435,7 +436,7 @@ class _Run:
         worst: dict,
         ref_by: dict,
         gold_by: dict,
-        backend: Any,
+        compiled_as: Any,
     ) -> Origin:
         """The origin replayed alone on the reference's inputs; if it is right alone, its parent."""
         import torch
@@ -459,12 +460,12 @@ class _Run:
 
         def wrong_alone(key: tuple[str, int]) -> bool:
             ref_call, gold_call = ref_by[key], gold_by[key]
-            out = replay(model.get_submodule(key[0]), ref_call, cast, device, backend)
+            out = replay(model.get_submodule(key[0]), ref_call, cast, device, compiled_as)
             rule = self.plan.tolerances.rule(gold_call.name, gold_call.cls)
             return not _judge_values(out, ref_call.output, gold_call.output, "out", context.dtype, rule)[0]
 
         if wrong_alone(origin.key):
-            if backend is not None:
+            if compiled_as is not None:
                 return Origin(**common, replay="confirmed", ops="not compared inside a compiled module")
             suspect, said = _op_suspect(model.get_submodule(name), ref_by[origin.key], gold_by[origin.key], context)
             return Origin(**common, replay="confirmed", op_suspect=suspect, ops=said)
@@ -474,7 +475,9 @@ class _Run:
         return Origin(**common, replay="accumulated")
 
     def ladder(self, context: CheckContext, golden: list[RecordedCall], gold_by: Calls, ref_by: Calls) -> Localization:
-        """A compiled target: eager on its device, then aot_eager, then its backend (see the docstring)."""
+        """A compiled target: eager on its device, then aot_eager, then its engine (see the docstring)."""
+        from dataclasses import replace
+
         import torch
 
         from bakeoff.workload.registry import build_workload
@@ -491,13 +494,17 @@ class _Run:
         model = model.to(getattr(torch, context.dtype)).eval()
         root = golden[-1].key  # the root call completes last
         device, cast = torch.device(target.torch_device), getattr(torch, context.dtype)
-        rungs = [("decomposition", "aot_eager")] if target.backend not in ("aot_eager", "eager") else []
-        rungs.append(("backend compiler", target.backend))
-        for rung, backend in rungs:
-            compare = self._compiled_comparer(model, ref_by, gold_by, cast, device, backend, context.dtype)
+        # each rung compiles as a trial prepares a target (the engine adapter, the target's options):
+        # a backend name handed to torch.compile alone misses an engine that is no torch.compile
+        # backend (onnxrt, openvino_export) and what an adapter adds (openvino's precision hint)
+        decomposition = replace(target, backend="aot_eager", mode=None, precision=None)
+        rungs = [("decomposition", decomposition)] if target.backend not in ("aot_eager", "eager") else []
+        rungs.append(("backend compiler", target))
+        for rung, compiled_as in rungs:
+            compare = self._compiled_comparer(model, ref_by, gold_by, cast, device, compiled_as, context.dtype)
             failed, _ratio, _figures = compare(root)
             if failed:
-                return self._descend(context, model, golden, root, compare, rung, backend, ref_by, gold_by)
+                return self._descend(context, model, golden, root, compare, rung, compiled_as.backend, ref_by, gold_by)
         return Localization(
             "not_found",
             "ladder: each module compiled alone on the reference's inputs",
@@ -506,11 +513,11 @@ class _Run:
         )
 
     def _compiled_comparer(
-        self, model: Any, ref_by: dict, gold_by: dict, cast: Any, device: Any, backend: str, dtype: str
+        self, model: Any, ref_by: dict, gold_by: dict, cast: Any, device: Any, compiled_as: Any, dtype: str
     ) -> Any:
         def compare(key: tuple[str, int]) -> tuple[bool, float, Any]:
             ref_call, gold_call = ref_by[key], gold_by[key]
-            out = replay(model.get_submodule(key[0]), ref_call, cast, device, backend)
+            out = replay(model.get_submodule(key[0]), ref_call, cast, device, compiled_as)
             rule = self.plan.tolerances.rule(gold_call.name, gold_call.cls)
             passed, ratio, figures = _judge_values(out, ref_call.output, gold_call.output, "out", dtype, rule)
             return not passed, ratio, figures

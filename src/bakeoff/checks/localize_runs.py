@@ -3,8 +3,8 @@
 :func:`record_calls` runs a model once with a pre- and a post-forward hook on every module and
 keeps each call's inputs and outputs (as given: args and kwargs with their structure, tensors
 copied to the host) in completion order. :func:`replay` runs one module alone on the target
-with the *reference's* inputs for that call, eagerly or compiled with a backend: what the
-module does when nothing before it went wrong.
+with the *reference's* inputs for that call, eagerly or compiled by the target's engine: what
+the module does when nothing before it went wrong.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bakeoff.target.execute import move_tensors
+from bakeoff.target.spec import Target
 
 __all__ = ["RecordedCall", "flat_tensors", "record_calls", "record_ops", "replay"]
 
@@ -122,17 +123,31 @@ def record_calls(
     return done
 
 
-def replay(module: Any, call: RecordedCall, dtype: Any, device: Any, backend: Any = None) -> Any:
-    """``module`` alone on the target with ``call``'s inputs (cast, moved), compiled with
-    ``backend`` when given; its output on the host."""
+def replay(module: Any, call: RecordedCall, dtype: Any, device: Any, compiled_as: Target | None = None) -> Any:
+    """``module`` alone on the target with ``call``'s inputs (cast, moved); its output on the host.
+
+    With ``compiled_as`` (a compiled target), the module is compiled by that target's engine
+    adapter with the target's options, as a trial prepares the target
+    (:func:`bakeoff.target.execute.prepare`): a ``torch.compile`` backend that its library
+    registers on import (``openvino``), or an engine that is no ``torch.compile`` backend at
+    all (``onnxrt``, ``openvino_export``) runs here as it ran in the trial. What the engine
+    changed in the process (log handlers, patches) is undone after the call.
+    """
     import torch
 
-    fn = module
-    if backend is not None:
+    from bakeoff.target.engines import engine_for
+
+    fn, compiled = module, None
+    if compiled_as is not None and compiled_as.backend is not None:
         torch._dynamo.reset()  # a module compiled alone: no graph or guard of another run applies
-        fn = torch.compile(module, backend=backend, dynamic=False)
-    with torch.no_grad():
-        return _to_host(fn(*move_tensors(call.args, device, dtype), **move_tensors(call.kwargs, device, dtype)))
+        compiled = engine_for(compiled_as.backend).compile(module, compiled_as)
+        fn = compiled.model
+    try:
+        with torch.no_grad():
+            return _to_host(fn(*move_tensors(call.args, device, dtype), **move_tensors(call.kwargs, device, dtype)))
+    finally:
+        if compiled is not None:
+            compiled.close()
 
 
 def record_ops(module: Any, call: RecordedCall, dtype: Any, device: Any) -> list[tuple[str, Any]]:

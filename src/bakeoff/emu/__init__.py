@@ -176,6 +176,32 @@ class _EmuModule:
     def reset_peak_memory_stats(device: Any = None) -> None:
         _ext.reset_peak_memory_stats()
 
+    # The allocator caches nothing (a freed block goes back to the host at once), so what it
+    # holds is what tensors occupy: reserved is allocated, and there is no cache to empty.
+    # PyTorch's ``torch.accelerator`` memory functions cannot read it (they need a caching
+    # ``DeviceAllocator`` and assert otherwise); these answer from its own counts.
+    @staticmethod
+    def memory_reserved(device: Any = None) -> int:
+        return int(_ext.memory_allocated())
+
+    @staticmethod
+    def max_memory_reserved(device: Any = None) -> int:
+        return int(_ext.max_memory_allocated())
+
+    @staticmethod
+    def empty_cache() -> None:
+        return None
+
+    @staticmethod
+    def mem_get_info(device: Any = None) -> tuple[int, int]:
+        """``(free, total)`` bytes: emu memory is host memory."""
+        from bakeoff.env import host_memory
+
+        found = host_memory()
+        if found is None:
+            raise RuntimeError("this host does not say how much memory it has free")
+        return found
+
     # ``get_amp_supported_dtype`` is set by :func:`enable` only when the device has autocast
     # (``BAKEOFF_EMU_AUTOCAST``): without it, PyTorch refuses ``torch.autocast("emu")``.
 

@@ -7,6 +7,16 @@ makes, each sent to the target's device module (``torch.get_device_module``), Py
 ``torch.accelerator`` where the target is the current accelerator, or a host answer for
 ``cpu``. Every call is recorded in the ledger.
 
+Memory queries (``memory_allocated``, ``max_memory_allocated``, ``memory_reserved``,
+``max_memory_reserved``, ``reset_peak_memory_stats``, ``empty_cache``, ``mem_get_info``) ask the
+device's own module first, then ``torch.accelerator``. A device that cannot answer one (PyTorch
+asserts when a device's allocator is not its caching ``DeviceAllocator``, as for a PrivateUse1
+device with a plain allocator) gets the answer the ``cpu`` reference gets (0, or nothing done),
+recorded as ``torch.cuda.NAME (answered by bakeoff)`` with why the device could not: a script
+that prints its peak memory runs on as it does on the host, and the ledger says the figure is not
+the device's. ``mem_get_info`` has no such stand-in (the host's free memory is no device's): a
+device that cannot say is a :class:`~bakeoff.errors.RemapError` naming it.
+
 Who asks decides the answer. PyTorch's own code gets the real ``torch.cuda`` (it would
 otherwise take CUDA-only paths the target has not got). An installed library asking
 ``is_available()`` also gets the truth, as Huawei's NPU shim learned to do (libraries that see
@@ -34,11 +44,12 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from bakeoff.env import host_memory
 from bakeoff.errors import RemapError
 from bakeoff.script.devices import DeviceMap
 from bakeoff.script.ledger import Recorder, caller_kind
 
-__all__ = ["MAPPED", "CudaNamespace", "UnmappedAttribute"]
+__all__ = ["ALLOCATOR", "MAPPED", "CudaNamespace", "UnmappedAttribute"]
 
 #: Public names passed to the real module whoever asks (``torch.cuda.amp``'s classes are
 #: remapped where they are defined).
@@ -107,6 +118,7 @@ def _host(name: str) -> tuple[Callable[..., Any], str] | None:
         "memory_reserved": (zero, no_stats),
         "max_memory_reserved": (zero, no_stats),
         "reset_peak_memory_stats": (nothing, no_stats),
+        "mem_get_info": (lambda device=None: _host_memory(), "the host's available and total memory"),
         "get_device_name": (lambda device=None: platform.processor() or "cpu", "the host processor's name"),
         "is_bf16_supported": (lambda including_emulation=True: True, "answered True"),
         "Event": (HostEvent, "a host time stamp"),
@@ -115,7 +127,16 @@ def _host(name: str) -> tuple[Callable[..., Any], str] | None:
         "stream": (torch.cpu.stream, "torch.cpu.stream"),
         "device": (lambda device: contextlib.nullcontext(), "the host has one device"),
     }
+    if name == "mem_get_info" and host_memory() is None:
+        return None
     return table.get(name)
+
+
+def _host_memory() -> tuple[int, int]:
+    found = host_memory()
+    if found is None:
+        raise RemapError("torch.cuda.mem_get_info: this host does not say how much memory it has free")
+    return found
 
 
 #: The ``torch.cuda`` names the remap answers (where the target has a counterpart).
@@ -137,6 +158,7 @@ MAPPED = (
     "memory_reserved",
     "max_memory_reserved",
     "reset_peak_memory_stats",
+    "mem_get_info",
     "get_device_name",
     "is_bf16_supported",
     "Event",
@@ -147,16 +169,52 @@ MAPPED = (
 )
 
 #: Names ``torch.accelerator`` answers when the target is the current accelerator.
-_ACCELERATOR = {
-    "device_count",
-    "synchronize",
-    "empty_cache",
-    "memory_allocated",
-    "max_memory_allocated",
-    "memory_reserved",
-    "max_memory_reserved",
-    "reset_peak_memory_stats",
+_ACCELERATOR = {"device_count", "synchronize"}
+
+#: The memory queries, with what a device that cannot answer gets instead: the ``cpu``
+#: reference's answer and how the ledger says it (see the module's docstring). None: no stand-in.
+ALLOCATOR: dict[str, tuple[Any, str] | None] = {
+    "empty_cache": (None, "nothing emptied"),
+    "memory_allocated": (0, "answered 0"),
+    "max_memory_allocated": (0, "answered 0"),
+    "memory_reserved": (0, "answered 0"),
+    "max_memory_reserved": (0, "answered 0"),
+    "reset_peak_memory_stats": (None, "nothing reset"),
+    "mem_get_info": None,
 }
+#: ``torch.accelerator``'s names for them, where they differ.
+_ACCELERATOR_NAMES = {"mem_get_info": "get_memory_info"}
+
+
+def _device_memory(name: str, kind: str) -> list[tuple[Callable[..., Any], str]]:
+    """Who can answer the memory query ``name`` on a device target, in the order they are asked:
+    the device's own module, then ``torch.accelerator`` (which takes the device positionally)."""
+    import torch
+
+    found = []
+    try:
+        module = torch.get_device_module(kind)
+    except (RuntimeError, AttributeError):
+        module = None
+    if module is not None and hasattr(module, name):
+        found.append((getattr(module, name), f"torch.{kind}.{name}"))
+    accelerator = torch.accelerator.current_accelerator()
+    own = _ACCELERATOR_NAMES.get(name, name)
+    if accelerator is not None and accelerator.type == kind and hasattr(torch.accelerator, own):
+        function = getattr(torch.accelerator, own)
+
+        def positional(device: Any = None, function: Callable[..., Any] = function) -> Any:
+            return function() if device is None else function(device)
+
+        found.append((positional, f"torch.accelerator.{own}"))
+    return found
+
+
+def _last_sentence(exc: BaseException) -> str:
+    """What an exception says, short: the last sentence of its first line (PyTorch's internal
+    asserts end in the sentence that names the cause)."""
+    line = (str(exc).strip().splitlines() or [""])[0].rstrip(".")
+    return f"{type(exc).__name__}: {line.rsplit('. ', 1)[-1][:160]}"
 
 
 def _device_side(name: str, kind: str) -> tuple[Callable[..., Any], str] | None:
@@ -196,6 +254,11 @@ class CudaNamespace(types.ModuleType):
         self.__dict__["_bakeoff_recorder"] = recorder
         self.is_available = self._is_available(real, kind, recorder)
         for name in MAPPED[1:]:
+            if kind != "cpu" and name in ALLOCATOR:
+                answers = _device_memory(name, kind)
+                if answers or ALLOCATOR[name] is not None:
+                    setattr(self, name, self._memory(name, answers, getattr(real, name, None), kind, recorder))
+                continue
             found = (_host(name) if kind == "cpu" else None) or _device_side(name, kind)
             if found is not None:
                 setattr(self, name, self._redirect(name, *found, getattr(real, name, None), kind, recorder))
@@ -257,6 +320,45 @@ class CudaNamespace(types.ModuleType):
         Redirected.__name__ = Redirected.__qualname__ = name
         Redirected.__doc__ = redirected.__doc__
         return Redirected
+
+    @staticmethod
+    def _memory(
+        name: str,
+        answers: list[tuple[Callable[..., Any], str]],
+        real: Callable[..., Any] | None,
+        kind: str,
+        recorder: Recorder,
+    ) -> Callable[..., Any]:
+        """A memory query: the first of ``answers`` that can answer, else the ``cpu``
+        reference's answer, recorded as bakeoff's (see the module's docstring)."""
+        api = f"torch.cuda.{name}"
+        stand_in = ALLOCATOR[name]
+
+        def query(*args: Any, **kwargs: Any) -> Any:
+            if real is not None and caller_kind(1)[0] == "torch":
+                return real(*args, **kwargs)
+            failed = []
+            for function, how in answers:
+                try:
+                    answer = function(*args, **kwargs)
+                except RuntimeError as exc:  # e.g. torch.accelerator on a device without a DeviceAllocator
+                    failed.append(f"{how}: {_last_sentence(exc)}")
+                    continue
+                recorder.record(api, reason=f"-> {how}")
+                return answer
+            why = "; ".join(failed) or f"torch.{kind} has no {name}"
+            if stand_in is None:
+                raise RemapError(
+                    f"{api}: {kind} cannot say how much memory it has ({why})",
+                    hint="size the work without asking the device's free memory, or run on a device that says it",
+                )
+            value, said = stand_in
+            recorder.record(f"{api} (answered by bakeoff)", reason=f"{kind} cannot answer ({why}): {said}, as on cpu")
+            return value
+
+        query.__name__ = query.__qualname__ = name
+        query.__doc__ = f"``{api}`` remapped to {kind}: its answer, else the cpu reference's."
+        return query
 
     def __getattr__(self, name: str) -> Any:
         real = self.__dict__["_bakeoff_real"]
