@@ -9,8 +9,9 @@ from dataclasses import replace
 import pytest
 
 from bakeoff.analysis.cost import Price, cost_of, parse_prices, price_for
+from bakeoff.checks.correctness import Correctness
 from bakeoff.errors import SpecError
-from bakeoff.verdicts.decision import Standing, decide, standing_of
+from bakeoff.verdicts.decision import Standing, decide, decide_run, standing_of
 
 PRICE_HINT = "(e.g. --price cpu=0.34/h or --price 'neuron=$1.34/h')"
 REF = Standing("cpu", is_reference=True, speed=(1.0, 1.0, 1.0))
@@ -158,9 +159,35 @@ def test_a_standing_reads_every_reason_from_a_result():
 
     judged = standing_of(replace(clean, requirements=(missed, straddled)))
     assert judged.misses == ("p90<=5ms not met: 7.2 ms (6.8 ms-7.6 ms)",)
-    assert judged.doubts == ("p50<=5ms: 4.9 ms, its interval (4.5 ms-5.3 ms) straddles the limit",)
+    assert judged.doubts == ("p50<=5ms not conclusive: 4.9 ms, its interval (4.5 ms-5.3 ms) straddles the limit",)
     placed = replace(clean, checks={**clean.checks, "placement": Placement("fallbacks", "2 ops on the host")})
     assert standing_of(placed).misses == ("work left the device: placement fallbacks",)
+
+
+def test_a_wrong_target_is_ruled_out_by_its_failing_output_with_its_relative_figure():
+    from tests.revisit_data import target_result
+
+    from bakeoff.checks.correctness import Correctness, TensorComparison
+
+    # a GradScaler-scaled loss passes with a large absolute error (11.9, relative 2.2e-5): it is
+    # no reason; the failing output is named, with its own relative figure
+    scaled = TensorComparison("loss[0]", (), "float32", 11.9, 2.2e-5, 1.0, True, rule="honest")
+    wrong = TensorComparison(
+        "file:out/w.safetensors:w", (4,), "float32", 0.01, 3e-3, 1.0, False,
+        problem="rms error vs the reference 0.00906 of rms(reference): 7,600x the honest spread 1.19e-06",
+    )  # fmt: skip
+    clean = target_result("cpu+inductor")
+    failed = Correctness("fail", "...", "eager:float32", 1e-4, (scaled, wrong))
+    (miss,) = standing_of(replace(clean, checks={**clean.checks, "correctness": failed})).misses
+    assert miss == (
+        "correctness fail: file:out/w.safetensors:w: rms error vs the reference 0.00906 of rms(reference): "
+        "7,600x the honest spread 1.19e-06"
+    )
+    assert "11.9" not in miss
+    # a failure without any output compared (a file the target did not write) says its reason
+    missing = Correctness("fail", "missing output file out/preds.npy", "the script on cpu")
+    (miss,) = standing_of(replace(clean, checks={**clean.checks, "correctness": missing})).misses
+    assert miss == "correctness fail: missing output file out/preds.npy"
 
 
 def test_a_dtype_that_overflows_is_ruled_out_and_a_finite_dtype_cost_is_not():
@@ -468,3 +495,47 @@ def test_every_report_says_the_cost_basis():
     # the control: without prices no report speaks of a cost basis
     bare = build_evidence([replace(run, settings={})], generated_at="2025-01-03T00:00:00+00:00")
     assert "cost basis" not in render_markdown(bare) and "cost basis" not in render_html(bare)
+
+
+BUSY = "machine busy: load average up to 3.41 on 2 core(s)"
+
+
+def _two_fast_targets(**settings):
+    from tests.revisit_data import make_run, target_result
+
+    from bakeoff.env import Environment
+
+    env = Environment({"cpu_count": 2, "threads": {"intra_op": 1}})
+    fast_one = target_result("cpu+inductor", 0.5)  # 4x the reference, far from the other: a clear win
+    slow_one = target_result("cpu+aot_eager", 1.5)
+    return make_run("r1", "2026-12-01T00:00:00+00:00", env, (target_result("cpu", 2.0), fast_one, slow_one),
+                    settings={"reference": "cpu", **settings})  # fmt: skip
+
+
+def test_a_ranking_timed_on_a_busy_machine_is_inconclusive_and_says_why():
+    quiet = _two_fast_targets()
+    assert decide_run(quiet).outcome == "recommended"  # the clean control: the same figures, quiet
+    busy = replace(quiet, results=tuple(replace(r, noise=(BUSY,)) for r in quiet.results))
+    decision = decide_run(busy)
+    assert (decision.outcome, decision.target) == ("inconclusive", "cpu+inductor")  # its best estimate, named
+    assert decision.lines[0].startswith(f"inconclusive: the machine was busy while timing ({BUSY})")
+    assert "--replicates 3" in decision.lines[0]
+    # oversubscription, found from the threads beside the environment's cores, is the machine too
+    crowded = replace(quiet, results=tuple(replace(r, threads=8) for r in quiet.results))
+    assert "oversubscribed: 8 intra-op threads on 2 core(s)" in decide_run(crowded).lines[0]
+    # replicates measured the spread between processes: their intervals include it, the ranking stands
+    replicated = replace(busy, settings={**busy.settings, "replicates": 3})
+    assert decide_run(replicated).outcome == "recommended"
+    # noise that is not the machine's (a wide spread) is in the intervals already
+    spread = replace(
+        quiet, results=tuple(replace(r, noise=("noisy timings: IQR is 30% of the median",)) for r in quiet.results)
+    )
+    assert decide_run(spread).outcome == "recommended"
+
+
+def test_a_single_qualifying_target_needs_no_ranking_on_a_busy_machine():
+    run = _two_fast_targets(reference_added=True)  # the reference shown for comparison, not a candidate
+    slow_wrong = replace(run.results[2], checks={**run.results[2].checks, "correctness": Correctness("fail", "x")})
+    busy = replace(run, results=tuple(replace(r, noise=(BUSY,)) for r in (run.results[0], run.results[1], slow_wrong)))
+    decision = decide_run(busy)
+    assert (decision.outcome, decision.target) == ("recommended", "cpu+inductor")

@@ -22,11 +22,13 @@ trial), and targets that could not run on this machine (they are named, not judg
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from bakeoff.analysis.cost import Cost, Price, cost_of, parse_prices, price_for, streams_of
-from bakeoff.analysis.requirements import SINGLE_OBSERVATION
+from bakeoff.analysis.requirements import requirement_state
+from bakeoff.checks.correctness import Correctness
 from bakeoff.checks.registry import guarded, registered_checks
 from bakeoff.codec import Value
 from bakeoff.emu import NAME as TEST_DEVICE
@@ -34,6 +36,7 @@ from bakeoff.errors import SpecError
 from bakeoff.metrics import metric_estimate
 from bakeoff.results.values import RunResult, TargetResult
 from bakeoff.units import figure
+from bakeoff.verdicts.timing import busy_flags
 
 __all__ = [
     "REHEARSAL",
@@ -61,7 +64,9 @@ RULE = (
     "side. Of those, the cheapest (when every one has a price) or else the fastest is recommended; when "
     "its interval overlaps the next one's, no winner is claimed. Evidence that cannot decide (an "
     "interval straddling a requirement, too few samples, a requirement not measured, outputs not "
-    "comparable) never qualifies a target and never counts as a win."
+    "comparable) never qualifies a target and never counts as a win. A ranking timed while the machine was busy "
+    "(a load above its cores, more threads than cores), without replicates whose intervals include the spread "
+    "between processes, is inconclusive."
 )
 
 #: The rule in one line, for the terminal's summary (the full rule is printed with ``--verbose``).
@@ -156,24 +161,34 @@ def _figure(value: float | None, unit: str) -> str:
 
 
 def _requirement(item: dict) -> tuple[str | None, str | None]:
-    """(miss, doubt) for one requirement's stored verdict."""
-    text, verdict, unit = item["text"], item["verdict"], item.get("unit") or ""
+    """(miss, doubt) for one requirement's stored verdict, by the one word every report uses
+    for it (:func:`~bakeoff.analysis.requirements.requirement_state`)."""
+    text, unit = item["text"], item.get("unit") or ""
     value = _figure(item.get("value"), unit)
     interval = ""
     if item.get("low") is not None and item.get("high") is not None:
         interval = f" ({_figure(item['low'], unit)}-{_figure(item['high'], unit)})"
-    single = SINGLE_OBSERVATION in (item.get("reason") or "")
-    if verdict == "not_applicable":
+    state = requirement_state(item)
+    if state in ("met", "not applicable"):
         return None, None
-    if verdict == "not_measured":
+    if state == "not measured":
         return None, f"{text} not measured: {item.get('reason') or 'no figure'}"
-    if not item.get("enough", True):
+    if state == "too few samples":
         return None, f"{text}: {value} from too few samples ({item.get('samples')})"
-    if verdict == "not_met" and (item.get("confident") or single):
+    if state == "not met":
         return f"{text} not met: {value}{interval}", None
-    if verdict == "met" and (item.get("confident") or single):
-        return None, None
-    return None, f"{text}: {value}, its interval{interval} straddles the limit"
+    return None, f"{text} not conclusive: {value}, its interval{interval} straddles the limit"
+
+
+def _wrong(c: Correctness) -> str:
+    """Why a correctness verdict rules a target out, naming the outputs that failed with their
+    own (relative) figures: a passing output's large absolute error is no reason."""
+    failed = [o for o in c.outputs if not o.passed]
+    if not failed:
+        return f"correctness {c.verdict}: {c.reason[:160] or 'no output compared'}"
+    first = failed[0]
+    more = f" (and {len(failed) - 1} more output(s))" if len(failed) > 1 else ""
+    return f"correctness {c.verdict}: {first.name}: {(first.problem or 'differs')[:200]}{more}"
 
 
 def standing_of(
@@ -197,7 +212,7 @@ def standing_of(
     elif r.correctness.verdict == "not_comparable":
         doubts.append(f"outputs not comparable: {r.correctness.reason[:160]}")
     elif r.correctness.verdict != "pass":
-        misses.append(f"correctness {r.correctness.verdict}: max abs err {r.correctness.max_abs_err:.3g}")
+        misses.append(_wrong(r.correctness))
     if r.correctness is not None and r.correctness.overflowed:
         native = (r.correctness.drift or {}).get("reference")
         misses.append(f"outputs not finite in {r.target.dtype} where {native} is finite (the dtype overflows)")
@@ -399,10 +414,23 @@ def _ruled_out(standings: Iterable[Standing]) -> list[str]:
     return [f"{s.target} ruled out by {'; '.join(s.misses)}" for s in standings if s.misses]
 
 
-def decide(standings: Sequence[Standing], unmeasured: Iterable[str] = ()) -> Decision:
+def decide(standings: Sequence[Standing], unmeasured: Iterable[str] = (), busy: str = "") -> Decision:
     """The decision over ``standings`` by :data:`RULE` (see :class:`Decision` for outcomes);
-    targets that are not candidates are listed after the rest, for comparison."""
+    targets that are not candidates are listed after the rest, for comparison.
+
+    ``busy`` says the machine moved the timings (a load above the cores, more threads than
+    cores: :func:`~bakeoff.verdicts.timing.busy_flags`) where the intervals do not include the
+    spread between processes: a ranking of two or more qualifying targets is then
+    ``inconclusive`` (the best estimate named), since a second run may rank them otherwise.
+    A single qualifying target needs no ranking and is still recommended."""
     decision = replace(_decide(standings, unmeasured), cost_basis=_cost_basis(standings))
+    if busy and decision.outcome in ("recommended", "tie") and sum(s.qualifies for s in standings) > 1:
+        why = (
+            f"inconclusive: the machine was busy while timing ({busy}), so a second run may rank them "
+            "otherwise; rerun on a quiet machine, or with --replicates 3 (its intervals include the spread "
+            "between processes)"
+        )
+        decision = replace(decision, outcome="inconclusive", lines=(why, *decision.lines), tied=())
     basis = decision.basis
     extra = tuple(
         f"{s.target} (for comparison, not a candidate): {_figure_of(s, basis)}" for s in standings if not s.candidate
@@ -479,6 +507,7 @@ def decide_runs(
     prices = stored_prices(runs[0]) if prices is None and runs else tuple(prices or ())
     standings: list[Standing] = []
     unmeasured: list[str] = []
+    busy: list[str] = []
     seen: set[str] = set()
     for index, run in enumerate(runs):
         rate = reference_rate_of(run)
@@ -495,4 +524,13 @@ def decide_runs(
             standings.append(
                 standing if reference_candidate or not r.is_reference else replace(standing, candidate=False)
             )
-    return decide(standings, unmeasured)
+            replicated = isinstance(run.settings.get("replicates"), int) and run.settings["replicates"] > 1
+            if r.status == "ok" and r.latency is not None and not replicated:
+                busy.extend(busy_flags(r, run.environment))
+    return decide(standings, unmeasured, busy=max(busy, key=_load, default=""))
+
+
+def _load(flag: str) -> float:
+    """The figure a busy flag names first (the load, or the threads), to show the worst one."""
+    numbers = re.findall(r"\d+(?:\.\d+)?", flag)
+    return float(numbers[0]) if numbers else 0.0
