@@ -42,21 +42,6 @@ def _biased_backend(bias: float | None) -> Any:
     return backend
 
 
-def _within_ulps_backend(ulps: float) -> Any:
-    """A backend whose every arithmetic op errs by up to ``ulps`` units of roundoff (seeded): an
-    honest engine by construction, as inaccurate per op as a fast-math kernel library."""
-    from bakeoff.checks.rounding import RoundingNoise
-
-    def backend(gm: Any, example_inputs: Any) -> Any:
-        def run(*args: Any) -> Any:
-            with RoundingNoise(seed=7, ulps=ulps):
-                return gm(*args)
-
-        return run
-
-    return backend
-
-
 HONEST = {"reordered_TESTING": None, "six_ulps_TESTING": 6.0}
 
 
@@ -64,11 +49,11 @@ HONEST = {"reordered_TESTING": None, "six_ulps_TESTING": 6.0}
 def _register_biased_backends() -> None:
     import torch._dynamo
 
-    from bakeoff.checks.rounding import reordered_backend
+    from bakeoff.checks.rounding import reordered_backend, within_ulps_backend
 
     backends = {name: _biased_backend(bias) for name, bias in [*BIASES.items(), (ADJUSTABLE, None)]}
     backends.update(
-        {name: reordered_backend if ulps is None else _within_ulps_backend(ulps) for name, ulps in HONEST.items()}
+        {name: reordered_backend if ulps is None else within_ulps_backend(ulps) for name, ulps in HONEST.items()}
     )
     for name, backend in backends.items():
         if name not in torch._dynamo.list_backends(exclude_tags=()):

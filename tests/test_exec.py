@@ -55,10 +55,19 @@ def test_a_cuda_training_script_runs_on_the_test_device_with_its_ledger_and_the_
     assert any("Generator" in name for name in ledger), ledger
     sync = next(v for k, v in ledger.items() if k.startswith("torch.cuda.synchronize"))
     assert sync.startswith("3x, first at ") and "train_cuda.py:" in sync
-    # the seeded fault: bf16 autocast the test device cannot honour is flagged, and its losses differ
+    # the seeded fault: bf16 autocast the test device cannot honour is flagged; its float32 losses
+    # differ from the bf16 reference's by no more than bf16 rounding does (the honest reference, the
+    # script again with every op a unit of roundoff off, spreads as far): judged in the script's own
+    # precision, they pass, and the note is the finding
     assert any("numerics may change" in n and "autocast" in n for n in emu["notes"]), emu["notes"]
     correctness = emu["correctness"]
-    assert correctness["verdict"] == "fail" and "loss[0]" in json.dumps(correctness["outputs"])
+    assert correctness["verdict"] == "pass", correctness["reason"]
+    losses = correctness["outputs"]
+    assert [o["name"] for o in losses] == ["loss[0]", "loss[1]", "loss[2]"] and {o["rule"] for o in losses} == {
+        "honest"
+    }
+    assert any(o["max_rel_err"] > 1e-5 for o in losses)  # not float32 rounding: bf16's
+    assert all(o["max_rel_err"] <= o["honest"] for o in losses)
     # the control: on the CPU, bf16 autocast is honoured and nothing is flagged
     assert not any("numerics may change" in n for n in reference["notes"]), reference["notes"]
     assert any("single observation" in n for n in emu["notes"])
@@ -94,7 +103,8 @@ def test_a_cuda_training_script_runs_on_the_test_device_with_its_ledger_and_the_
     assert again["run_id"] != doc["run_id"] and again["workload"]["spec"] == doc["workload"]["spec"]
     assert [r["target"] for r in again["results"]] == ["cpu", "emu"]
     repeated = again["results"][1]
-    assert repeated["status"] == "ok" and repeated["correctness"]["verdict"] == "fail"  # the autocast, again
+    assert repeated["status"] == "ok" and repeated["correctness"]["verdict"] == "pass"
+    assert any("autocast" in n for n in repeated["notes"])  # the autocast, again
     assert {a["name"]: a["value"] for a in repeated["adjustments"]} == ledger
 
 
@@ -400,7 +410,14 @@ def test_a_wrong_value_in_one_written_file_fails_the_target_with_the_file_and_te
     assert correctness["verdict"] == "fail"
     failed = [o["name"] for o in correctness["outputs"] if not o["passed"]]
     assert failed == [name], correctness
-    assert f"{name}: max abs error 0.01" in correctness["reason"]
+    (wrong,) = (o for o in correctness["outputs"] if not o["passed"])
+    assert wrong["max_abs_err"] == pytest.approx(0.01, rel=0.05)  # the seeded 0.01, and the words agree
+    assert (
+        f"{name}: rms error vs the reference" in correctness["reason"] and "the honest spread" in correctness["reason"]
+    )
+    # the clean files beside it passed within their honest spread (the reference again under rounding noise)
+    rules = {o["rule"] for o in correctness["outputs"] if o["passed"]}
+    assert "honest" in rules and rules <= {"honest", "exact"}  # integers exactly
 
 
 def test_a_file_the_target_did_not_write_fails_it_and_no_files_ignores_the_files(tmp_path):

@@ -20,7 +20,7 @@ from bakeoff.analysis.tolerance import (
     judge_against_golden,
     tolerance_for,
 )
-from bakeoff.checks.correctness import compare_outputs, compare_tensor, golden_figures
+from bakeoff.checks.correctness import compare_outputs, compare_tensor, golden_figures, pooled_spreads
 from bakeoff.checks.outputs import flatten_outputs
 
 GOLDEN = torch.tensor([1.0, 2.0, -3.0, 0.5, 4.0, -0.25], dtype=torch.float64)
@@ -574,3 +574,52 @@ def test_compare_tensor_reports_the_honest_spread_it_applied() -> None:
     assert c.honest == pytest.approx(HONEST_MULTIPLIER * 6e-7, rel=0.1) and c.golden_err > 2 * c.floor
     assert not compare_tensor("o", engine, reference, golden, "float32").passed  # without it: a false alarm
     assert compare_tensor("o", engine, reference, golden, "float32", honest[:3]).honest is None  # another shape
+
+
+# -- the honest-spread rule of a script's captures (no golden) ---------------------------
+
+
+def test_a_capture_within_the_honest_spread_passes_and_beyond_it_fails_saying_how_far() -> None:
+    reference = torch.tensor([1.0, -2.0, 3.0, 0.5])
+    honest = reference * (1 + 2e-3)  # the reference again under rounding noise: bf16-like spread
+    drifted = reference * (1 - 2.5e-3)  # another honest run's drift, beyond allclose's 1e-4
+    c = compare_tensor("weights", drifted, reference, None, "float32", honest)
+    assert c.passed and c.rule == "honest"
+    assert c.honest == pytest.approx(HONEST_MULTIPLIER * 2e-3, rel=1e-3) and c.sensitivity == c.honest
+    assert not compare_tensor("weights", drifted, reference, None, "float32").passed  # the allclose false alarm
+    wrong = compare_tensor("weights", reference * 1.01, reference, None, "float32", honest)  # a 1% fault
+    assert not wrong.passed
+    assert wrong.problem == (
+        "rms error vs the reference 0.01 of rms(reference): 3.33x the honest spread 0.003 "
+        "(the reference run again with every op a few units of roundoff off)"
+    )
+
+
+def test_an_identical_honest_run_leaves_two_units_of_roundoff() -> None:
+    reference = torch.tensor([1.0, -2.0, 3.0, 0.5])
+    assert compare_tensor("x", reference.clone(), reference, None, "float32", reference.clone()).passed
+    assert not compare_tensor("x", reference * (1 + 1e-6), reference, None, "float32", reference.clone()).passed
+
+
+def test_a_scalar_capture_uses_the_spread_pooled_over_its_calls() -> None:
+    # one scalar's single honest draw can land near zero by chance: loss[1]'s did
+    reference = {f"loss[{i}]": torch.tensor(v) for i, v in enumerate([2.0, 1.5, 1.0])}
+    honest = {
+        "loss[0]": torch.tensor(2.0 * (1 + 4e-4)),
+        "loss[1]": torch.tensor(1.5),
+        "loss[2]": torch.tensor(1.0 - 4e-4),
+    }
+    pooled = pooled_spreads(reference, honest)
+    assert pooled["loss[1]"] == pytest.approx(math.sqrt((2 * (4e-4) ** 2) / 3), rel=1e-3)
+    result = {"loss[0]": torch.tensor(2.0), "loss[1]": torch.tensor(1.5 * (1 + 3e-4)), "loss[2]": torch.tensor(1.0)}
+    judged = compare_outputs(result, reference, None, "float32", "the script on cpu", honest=honest, pooled=pooled)
+    assert judged.verdict == "pass", judged.reason
+    unpooled = compare_outputs(result, reference, None, "float32", "the script on cpu", honest=honest)
+    assert unpooled.verdict == "fail" and "loss[1]" in unpooled.reason  # the chance draw's false alarm
+
+
+def test_a_capture_that_rounding_alone_moves_by_over_a_percent_is_named() -> None:
+    reference = {"loss[0]": torch.tensor([1.0, 2.0])}
+    honest = {"loss[0]": torch.tensor([1.05, 1.9])}  # chaotic: rounding moves it by 5%
+    judged = compare_outputs(dict(reference), reference, None, "float32", "ref", honest=honest)
+    assert judged.verdict == "pass" and "rounding alone moves loss[0] by over 1%" in judged.reason

@@ -58,6 +58,7 @@ __all__ = [
     "GoldenJudgement",
     "honest_ulps",
     "judge_against_golden",
+    "judge_against_spread",
     "roundoff_for",
     "tolerance_for",
 ]
@@ -134,7 +135,34 @@ class GoldenJudgement:
 
 
 def _times(error: float, limit: float) -> str:
-    return f"{error / limit:.3g}x" if limit > 0 else "infinitely beyond"
+    """``error`` as a multiple of ``limit``: ``2.6x``, ``23,300x``."""
+    if not limit > 0:
+        return "infinitely beyond"
+    ratio = error / limit
+    return f"{ratio:,.0f}x" if ratio >= 1000 else f"{ratio:.3g}x"
+
+
+def judge_against_spread(error: float, spread: float, scale: float, dtype: str, pooled: float = 0.0) -> GoldenJudgement:
+    """The honest-spread rule without a golden (a script's captures): an output passes when its
+    RMS error against the reference, ``error``, is at most ``HONEST_MULTIPLIER`` times its honest
+    spread, and never less than two units of roundoff of ``scale`` (rms(reference)). The honest
+    spread is the RMS distance of the honest reference (the reference run again under rounding
+    noise) from the reference, ``spread``, or ``pooled`` (relative to ``scale``: the spread of
+    every call of the same capture, pooled) times ``scale`` where that is larger: one scalar's
+    single draw can land near zero by chance. ``sensitivity`` is the limit relative to
+    ``scale``: the smallest uniform relative error flagged. ``bias_limit`` is None: without a
+    golden there is no bias test."""
+    honest = max(spread, pooled * scale)
+    limit = max(HONEST_MULTIPLIER * honest, FP64_MULTIPLIER * roundoff_for(dtype) * scale)
+    problem = ""
+    if not error <= limit:  # also catches NaN
+        relative = scale if scale > 0 else 1.0
+        unit_name = "of rms(reference)" if scale > 0 else "absolute"
+        problem = (
+            f"rms error vs the reference {error / relative:.3g} {unit_name}: {_times(error, limit)} the honest "
+            f"spread {limit / relative:.3g} (the reference run again with every op a few units of roundoff off)"
+        )
+    return GoldenJudgement(not problem, limit, None, limit / scale if scale > 0 else None, problem, limit)
 
 
 def judge_against_golden(figures: GoldenFigures, dtype: str) -> GoldenJudgement:

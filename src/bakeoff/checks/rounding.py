@@ -9,15 +9,15 @@ golden, although nothing is wrong. How much more depends on the workload: how ma
 are, how much each layer amplifies an error, where values cancel.
 
 :class:`RoundingNoise` measures that on the workload itself. Under it, the result of every
-arithmetic op (every op ATen tags ``pointwise``, and the contractions, reductions and
-normalisations in :data:`ARITHMETIC`) is multiplied element by element by ``1 + d`` with ``d``
-uniform in ``[-a, a]``, computed in float32 or wider and rounded back to the op's dtype, where
-``a = HONEST_ULPS[dtype] * u(dtype)`` (:mod:`bakeoff.analysis.tolerance`). Ops that only move
-or select data (copies, views, indexing, concatenation, embeddings) are left exact, as every
-engine leaves them. The eager run
-under this mode is an implementation whose every op is within ``a`` of eager's result: its
-error against the golden (:func:`bakeoff.analysis.tolerance.judge_against_golden`) is the
-honest spread a correct engine may reach on this workload.
+arithmetic op (every op ATen tags ``pointwise`` but the exact ones in :data:`EXACT`, and the
+contractions, reductions and normalisations in :data:`ARITHMETIC`) is multiplied element by
+element by ``1 + d`` with ``d`` uniform in ``[-a, a]``, computed in float32 or wider and
+rounded back to the op's dtype, where ``a = HONEST_ULPS[dtype] * u(dtype)``
+(:mod:`bakeoff.analysis.tolerance`). Ops that only move or select data (copies, views,
+indexing, concatenation, embeddings, clamps) are left exact, as every engine leaves them. The
+eager run under this mode is an implementation whose every op is within ``a`` of eager's
+result: its error against the golden (:func:`bakeoff.analysis.tolerance.judge_against_golden`)
+is the honest spread a correct engine may reach on this workload.
 
 What this cannot emulate: an engine that is *less* accurate per op than ``HONEST_ULPS`` allows
 (a fast-math approximation, a lower internal precision such as OpenVINO's default bfloat16 on a
@@ -33,7 +33,7 @@ from typing import Any
 
 from bakeoff.analysis.tolerance import honest_ulps, roundoff_for
 
-__all__ = ["ARITHMETIC", "RoundingNoise", "honest_amplitude"]
+__all__ = ["ARITHMETIC", "EXACT", "RoundingNoise", "honest_amplitude", "reordered_backend", "within_ulps_backend"]
 
 
 #: ATen ops (by overload packet name) that compute rather than move data, beyond those tagged
@@ -58,6 +58,17 @@ def honest_amplitude(dtype: str) -> float:
     return honest_ulps(dtype) * roundoff_for(dtype)
 
 
+#: Ops ATen tags ``pointwise`` whose results are exact in every engine: copies, selections,
+#: signs and clamps (a perturbation there would be an error no honest engine makes).
+EXACT = frozenset(
+    {
+        "clone", "where", "masked_fill", "abs", "neg", "maximum", "minimum", "fmax", "fmin", "clamp",
+        "clamp_min", "clamp_max", "relu", "hardtanh", "threshold", "sign", "sgn", "ceil", "floor", "round",
+        "trunc", "copysign", "positive", "nan_to_num", "fill", "zero", "lerp_",
+    }
+)  # fmt: skip
+
+
 def _perturbs(func: Any) -> bool:
     """Whether ``func``'s floating results are perturbed: an arithmetic op that returns new
     tensors (an op returning an alias, a view or an in-place result keeps its exact value)."""
@@ -66,7 +77,8 @@ def _perturbs(func: Any) -> bool:
     schema = func._schema
     if schema.is_mutable or any(r.alias_info is not None for r in schema.returns):
         return False
-    return torch.Tag.pointwise in func.tags or func.overloadpacket.__name__ in ARITHMETIC
+    name = func.overloadpacket.__name__
+    return name not in EXACT and (torch.Tag.pointwise in func.tags or name in ARITHMETIC)
 
 
 def _make_mode() -> type:
@@ -83,13 +95,14 @@ def _make_mode() -> type:
             self.perturbed = 0
 
         def _perturb(self, value: Any) -> Any:
-            if not isinstance(value, torch.Tensor) or not value.is_floating_point() or value.device.type != "cpu":
-                return value
+            if type(value) not in (torch.Tensor, torch.nn.Parameter) or not value.is_floating_point():
+                return value  # a subclass (fake, functional, a device's wrapper) is left as it is
             amplitude = self._amplitude(value.dtype)
             if not amplitude or not value.numel():
                 return value
             wide = torch.float64 if value.dtype == torch.float64 else torch.float32
             noise = torch.rand(value.shape, generator=self._generator, dtype=wide).mul_(2).sub_(1).mul_(amplitude)
+            noise = noise if value.device.type == "cpu" else noise.to(value.device)
             self.perturbed += 1
             return (value.to(wide) * (1 + noise)).to(value.dtype)
 
@@ -172,3 +185,18 @@ def reordered_backend(gm: Any, example_inputs: Any) -> Any:
             return gm(*args)
 
     return run
+
+
+def within_ulps_backend(ulps: float, seed: int = 7) -> Any:
+    """A ``torch.compile`` backend whose every arithmetic op errs by up to ``ulps`` units of
+    roundoff of its dtype (seeded): an honest engine by construction, as inaccurate per op as a
+    fast-math kernel library (the tests and ``benchmarks/false_alarms.py`` register it)."""
+
+    def backend(gm: Any, example_inputs: Any) -> Any:
+        def run(*args: Any) -> Any:
+            with RoundingNoise(seed=seed, ulps=ulps):
+                return gm(*args)
+
+        return run
+
+    return backend

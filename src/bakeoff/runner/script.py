@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bakeoff.checks.correctness import Correctness, compare_outputs
+from bakeoff.checks.correctness import Correctness, compare_outputs, pooled_spreads
 from bakeoff.env import capture_environment
 from bakeoff.errors import SpecError
 from bakeoff.results.librarylog import LibraryLog
@@ -245,13 +245,15 @@ def run_script(
     files: bool = True,
     capture_modules: Sequence[str] = (),
     compile: str = "",
+    rounding_noise: bool = False,
 ) -> ScriptRun:
     """Run ``script`` once in a copy of ``workdir`` under ``mapping`` (empty: as written);
     with ``audit`` (the target's device), audit where its work ran
     (:mod:`bakeoff.runner.script_worker`); with ``files``, read the files it wrote
     (:mod:`bakeoff.script.outputs`; ``skip``, bakeoff's own files, never count); with
     ``compile`` (``BACKEND[?OPTIONS]``), compile its root module calls
-    (:mod:`bakeoff.script.compiled`).
+    (:mod:`bakeoff.script.compiled`); with ``rounding_noise``, perturb every arithmetic op's
+    result by a few units of roundoff (:mod:`bakeoff.checks.rounding`, seeded by ``seed``).
 
     The run's temporary directory is named after this process, so that a later run removes it
     when this process was killed before it could (:mod:`bakeoff.runner.tempdirs`)."""
@@ -272,6 +274,7 @@ def run_script(
         path = str(relative) if relative is not None else str(script.resolve())  # call sites read train.py:19
         command = [sys.executable, "-m", "bakeoff.runner.script_worker", "--out", str(out), "--seed", str(seed)]
         command += ["--audit", audit] if audit else []
+        command += ["--rounding-noise", str(seed)] if rounding_noise else []
         command += [arg for src, dst in mapping.items() for arg in ("--map", f"{src}={dst}")]
         command += ["--strict"] if strict else []
         command += [arg for name in captures for arg in ("--capture", name)]
@@ -380,9 +383,12 @@ def _listed(paths: Sequence[str], most: int = 5) -> str:
     return ", ".join(paths[:most]) + more
 
 
-def compare_captures(run: ScriptRun, reference: ScriptRun, reference_name: str) -> Correctness:
+def compare_captures(
+    run: ScriptRun, reference: ScriptRun, reference_name: str, honest: ScriptRun | None = None
+) -> Correctness:
     """The target's captures and files against the reference's, by the correctness check's rules
-    (each tensor in its own dtype's tolerance; strings exactly).
+    (each tensor in its own dtype's tolerance, or within the honest spread: how far ``honest``,
+    the reference run again under rounding noise, is from the reference; strings exactly).
 
     A file the reference wrote is compared where both runs read it, per tensor; one the target
     did not write is missing, and one it wrote but could not read (where the reference's was
@@ -404,7 +410,14 @@ def compare_captures(run: ScriptRun, reference: ScriptRun, reference_name: str) 
     tensors, others = _flatten(run.captures, {path: files.values[path] for path in both})
     ref_tensors, ref_others = _flatten(reference.captures, {path: ref_files.values[path] for path in both})
     dtypes = {key: str(value.dtype).removeprefix("torch.") for key, value in ref_tensors.items()}
-    judged = compare_outputs(tensors, ref_tensors, None, "float32", reference_name, dtypes=dtypes)
+    spread = None
+    if honest is not None and honest.status == "ok":
+        honest_files = honest.outputs or Outputs()
+        spread, _ = _flatten(honest.captures, {p: honest_files.values[p] for p in both if p in honest_files.values})
+    pooled = pooled_spreads(ref_tensors, spread) if spread is not None else None
+    judged = compare_outputs(
+        tensors, ref_tensors, None, "float32", reference_name, dtypes=dtypes, honest=spread, pooled=pooled
+    )
     differ = [key for key, value in ref_others.items() if others.get(key, object()) != value]
     if differ:
         problems.append("captured values differ: " + ", ".join(differ[:5]))
@@ -590,7 +603,22 @@ def exec_script(
     read = input_digests(workdir, ref_run.result.get("inputs_read") or ())  # as the reference read them
     workload = script_workload(located, argv, shown=script, inputs=read)
     reference_name = "the script as written" if as_written else f"the script on {reference.spec}"
-    results = [_result(reference, ref_run, True, None, timed=repeats > 0)]
+    honest, honest_notes = None, []
+    if ref_run.status == "ok":
+        say(f"running {script.name} again as the honest reference (every op within a few units of roundoff)")
+        honest = run_script(
+            located, argv, workdir, {} if as_written else {src: reference.torch_device for src in source_devices},
+            captures=captures, seed=seed, timeout_s=timeout_s, skip=db_files, files=files,
+            capture_modules=capture_modules, rounding_noise=True,
+        )  # fmt: skip
+        if honest.status != "ok":
+            why = honest.error.message[:200] if honest.error else "it failed"
+            honest_notes.append(
+                f"the honest reference (the script again under rounding noise) did not finish: {why}; "
+                "captures are judged by allclose to the reference alone, blind to the spread rounding makes"
+            )
+            honest = None
+    results = [_result(reference, ref_run, True, None, honest_notes, timed=repeats > 0)]
     evidence: list[ScriptRun | None] = [ref_run]
     for target in targets:
         if target == reference:
@@ -608,7 +636,9 @@ def exec_script(
         run = once(target, True, audit)
         compared, uncompared = _compiled_view(ref_run, run) if target.is_compiled else (ref_run, [])
         correctness = (
-            compare_captures(run, compared, reference_name) if run.status == "ok" and ref_run.status == "ok" else None
+            compare_captures(run, compared, reference_name, honest)
+            if run.status == "ok" and ref_run.status == "ok"
+            else None
         )
         notes = _file_notes(run, ref_run) if correctness is not None else []
         if uncompared:

@@ -498,7 +498,9 @@ def _dict(value: Any) -> dict[str, Any] | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command line: ``[--audit DEVICE]`` then the launcher's own arguments."""
+    """The command line: ``[--audit DEVICE | --rounding-noise SEED]`` then the launcher's own
+    arguments; ``--rounding-noise`` runs the script under
+    :class:`bakeoff.checks.rounding.RoundingNoise` (the honest reference of ``bakeoff exec``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     device = None
     split = argv.index("--") if "--" in argv else len(argv)
@@ -510,6 +512,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         device = argv[at + 1]
         del argv[at : at + 2]
     around = (lambda out: ScriptAudit(device, out)) if device is not None else None
+    if "--rounding-noise" in argv[:split]:  # the honest reference: every op within a few roundoffs
+        at = argv.index("--rounding-noise")
+        seed = argv[at + 1] if at + 1 < split else ""
+        if not seed.isdigit() or device is not None:
+            print(f"{launcher.PROG}: --rounding-noise needs a seed (and no --audit)", file=sys.stderr)
+            return 2
+        del argv[at : at + 2]
+        from bakeoff.checks.rounding import RoundingNoise
+
+        around = lambda _out: RoundingNoise(int(seed))  # noqa: E731
     parent = os.environ.pop(PARENT_ENV, "")
     if parent.isdigit():  # a kill -9 of bakeoff takes the script with it
         from bakeoff.runner.isolation import die_with_parent
