@@ -83,8 +83,9 @@ class Correctness(Value):
     (``amp:bfloat16``), with the drift from the workload's own dtype likewise.
 
     ``sensitivity`` (derived from the outputs, stored with them) is the largest of the outputs'
-    sensitivities: the smallest uniform relative bias of every output that this check flags,
-    i.e. what a ``pass`` rules out. None when no output was judged against a float64 golden
+    sensitivities: a uniform relative bias of any one output above it is flagged, whichever
+    output it is in, i.e. what a ``pass`` rules out (a bias of every output at once is flagged
+    from the smallest output's sensitivity up). None when no output was judged against a float64 golden
     (the allclose fallback has no such figure).
     """
 
