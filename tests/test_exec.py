@@ -539,3 +539,22 @@ def test_memory_queries_on_the_test_device_answer_from_its_allocator_as_the_host
     host = {a["name"]: a["value"] for a in reference["adjustments"]}
     peak = next(v for k, v in host.items() if k.startswith("torch.cuda.max_memory_allocated"))
     assert "the host keeps no allocator statistics: answered 0" in peak, host
+
+
+@pytest.mark.parametrize("shift", [True, False])
+def test_host_state_copied_after_the_audits_window_is_still_found(tmp_path, shift):
+    # the evaluation pass fills the window of ops recorded in full; the training steps' copies of
+    # host state come after it (the seeded fault), and copies are watched over the whole run
+    ran = _exec(
+        tmp_path, "long_eval_then_train.py", *(["--host-shift"] if shift else []), "--on", "emu", "--format", "json"
+    )
+    assert ran.returncode == 0, ran.stderr
+    placement = json.loads(ran.stdout)["results"][1]["placement"]
+    assert "after them, over the whole run, every copy between the host and the device" in placement["scope"]
+    if shift:
+        assert placement["verdict"] != "on_device", placement["explanation"]
+        (site,) = placement["host_state_copies"]
+        assert site["count"] == 2 and site["module"] == _line("shift.to(", "long_eval_then_train.py"), site
+    else:  # the clean control: the same long run, nothing left on the host
+        assert placement["verdict"] == "on_device", placement["explanation"]
+        assert not placement["host_state_copies"]

@@ -45,7 +45,10 @@ HOST_SYNC_OPS = frozenset(
 )
 _COPY_OPS = frozenset({"aten::_to_copy", "aten::copy_", "aten::to", "aten::_copy_from", "aten::_copy_from_and_resize"})
 _DIRECTIONS = ("host_to_device", "device_to_host")
-_IGNORED = frozenset({"aten::detach", "aten::lift_fresh", "aten::alias"})
+#: Ops that compute nothing on the data: aliases, and the metadata query ``Module.to`` makes for
+#: each parameter (whether the device tensor can take the host tensor's place: tied weights stay
+#: tied), which reads a host tensor without touching its data.
+_IGNORED = frozenset({"aten::detach", "aten::lift_fresh", "aten::alias", "aten::_has_compatible_shallow_copy_type"})
 
 
 def _tensors(value: Any) -> list[Any]:

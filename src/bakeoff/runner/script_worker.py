@@ -45,8 +45,10 @@ are read, without graph-break lines). A round trip (device to host and back) is 
 judged: in a whole script it is often the script's intent (a sampling loop).
 
 Its cost: every ATen op passes through a Python call. After :data:`MAX_AUDITED_OPS` op calls
-the audit stops recording (the scope says so, the op calls past it are only counted) and the
-remaining overhead is that call alone; ``signals["script"]["audit_s"]`` is the time spent
+the audit records only copies between the host and the device and host syncs, over the whole
+run (a host tensor sent to the device every training step after an evaluation pass that filled
+the window is still found), and counts the other op calls (the scope says so); past the window
+the overhead is that call and a name lookup; ``signals["script"]["audit_s"]`` is the time spent
 recording. The reference runs without it, so a target's wall time includes it: a note says so
 (``bakeoff exec --repeats`` times both sides over more runs without it).
 """
@@ -77,7 +79,13 @@ __all__ = ["AUDIT", "MAX_AUDITED_OPS", "PARENT_ENV", "ScriptAudit", "main", "rea
 PARENT_ENV = "BAKEOFF_EXEC_PARENT"
 
 AUDIT = "audit.json"
-#: Op calls the audit records in full; past this it only counts them (see the module docstring).
+#: The ops recorded over the whole run, past the window: copies between host and device (host
+#: state sent again every step is the finding a window over the first steps misses) and syncs.
+_WATCHED = frozenset({"aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize"}) | (
+    HOST_SYNC_OPS
+)
+#: Op calls the audit records in full; past this it records only :data:`_WATCHED` ones and counts
+#: the rest (see the module docstring).
 MAX_AUDITED_OPS = 20_000
 _READS_HOST = " (reads a host tensor)"
 _COPY_DIRECTIONS = ("host_to_device", "device_to_host")
@@ -125,6 +133,7 @@ class ScriptAudit:
         self._device_maps: dict[str, Any] = {}
         self._off_map: list[str] = []
         self._seen_ops = 0
+        self._past_window = 0
         self._mode: Any = None
         self._mode_on = False
         self._modules_seen = 0
@@ -259,8 +268,6 @@ class ScriptAudit:
         if threading.get_ident() != self._thread:
             self._check_module(module, None)
             return
-        if self._mode_on and self.recorder is not None and self.recorder.ops_total >= self._max_ops:
-            self._stop_mode()  # the sample is complete: from here on the ops cost nothing
         parent = self._stack[-1] if self._stack else None
         self._stack.append(module)
         self._check_module(module, parent)
@@ -327,12 +334,13 @@ class ScriptAudit:
         # with the dispatch modes of the thread that called backward()
         if self._paused or recorder is None:
             return
-        if recorder.ops_total >= self._max_ops:
-            return
-        started = time.perf_counter()
         name = self._names.get(func)
         if name is None:
             name = self._names[func] = f"aten::{func._schema.name.split('::')[-1]}"
+        if recorder.ops_total >= self._max_ops and name not in _WATCHED:
+            self._past_window += 1  # past the window, only copies and syncs are recorded
+            return
+        started = time.perf_counter()
         transfers = recorder.transfers
         h2d, d2h = transfers["host_to_device"]["count"], transfers["device_to_host"]["count"]
         syncs = recorder.host_syncs.get(name, 0)
@@ -444,12 +452,13 @@ class ScriptAudit:
                 + (f"; {copies} op call(s) copied data between the host and the device" if copies > 0 else "")
                 + "; nothing left on the host"
             )
-        audited = recorder.ops_total
         scope = "every ATen op of the whole script run (its main thread and autograd's)"
-        if audited >= self._max_ops:
+        if self._past_window:
             scope = (
-                f"the first {audited} ATen op calls of the script run, then the audit stopped recording ops "
-                "(a sample); parameters, the device's own fallback counter and compilations over the whole run"
+                f"every ATen op of the first {self._max_ops} op calls of the script run; after them, over the whole "
+                f"run, every copy between the host and the device and every host sync (the other "
+                f"{self._past_window} op calls counted, not recorded); parameters, the device's own fallback "
+                "counter and compilations over the whole run"
             )
         signals["script"] = {
             "ops_seen": self._seen_ops,
