@@ -16,6 +16,13 @@ The device has no autocast unless ``BAKEOFF_EMU_AUTOCAST=bf16`` (a comma-separat
 CUDA and XPU use): without it, it is a device whose autocast a script cannot have; with
 ``bf16`` only, one that has bfloat16 autocast but no float16 (PyTorch silently disables it).
 
+``torch.emu`` is the device module PyTorch's generic code looks up by the device's name (as it
+does ``torch.cuda`` or ``torch.xpu``): ``torch.load(..., map_location="emu")`` enters
+``torch.emu.device``, ``torch.manual_seed`` calls ``manual_seed_all``, ``torch.utils.checkpoint``
+and ``torch.random.fork_rng`` save and restore ``get_rng_state``. Its answers are the truth about
+emu, not a GPU's: emu's ops run CPU kernels, which draw from the host's default generator, so the
+device's generator *is* that one; bfloat16 computes (``is_bf16_supported()``); one device.
+
 For seeded numerical faults, ops can be made to return *wrong results*: with
 ``BAKEOFF_EMU_WRONG=aten::silu=1.01,aten::addcdiv_`` every floating output of those ops on the
 device is multiplied by the factor (1.01 when none is given), and the calls are counted
@@ -115,10 +122,62 @@ def _load_extension() -> Any:
         ) from exc
 
 
+def _device_index(device: Any) -> int:
+    """emu's index for ``device`` (None, an int, ``"emu"``, ``"emu:0"`` or a ``torch.device``),
+    checked the way ``torch.cuda`` checks one: emu has a single device, ``emu:0``; -1 (CUDA's
+    "no device", a no-op) is taken as it.
+
+    Raises:
+        ValueError: a device of another type.
+        RuntimeError: an index past the one device.
+    """
+    import torch
+
+    if device is None:
+        return 0
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != NAME:
+            raise ValueError(f"Expected an {NAME} device, but got: {device}")
+        index = 0 if device.index is None else device.index
+    else:
+        index = int(device)
+    if index not in (0, -1):
+        raise RuntimeError(f"{NAME} has a single device ({NAME}:0), got device index {index}")
+    return 0
+
+
+class _EmuDevice:
+    """``torch.emu.device(d)``: the context manager that makes ``d`` the current device, as
+    ``torch.cuda.device`` does. PyTorch enters it to move storages (``torch.load`` with
+    ``map_location="emu"``). emu has one device, always current: the index is checked on
+    creation and nothing changes."""
+
+    def __init__(self, device: Any) -> None:
+        self.idx = _device_index(device)
+        self.prev_idx = -1
+
+    def __enter__(self) -> _EmuDevice:
+        self.prev_idx = 0
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        return False
+
+
 class _EmuModule:
-    """``torch.emu``: the device module PyTorch looks up for a PrivateUse1 backend."""
+    """``torch.emu``: the device module PyTorch looks up for a PrivateUse1 backend.
+
+    It has what PyTorch's generic code paths call on ``torch.cuda``/``torch.xpu`` (serialization,
+    autocast, ``torch.random``, ``torch.utils.checkpoint``, backend registration), each answering
+    for emu: see the package's docstring. Not here: streams and events (emu's work is synchronous;
+    ``torch.Stream``/``torch.Event`` on ``emu`` are what PyTorch gives), device properties and
+    capabilities (no hardware to describe).
+    """
 
     TEST_DEVICE = True
+    device = _EmuDevice
 
     @staticmethod
     def is_available() -> bool:
@@ -134,7 +193,7 @@ class _EmuModule:
 
     @staticmethod
     def set_device(device: Any) -> None:
-        return None
+        _device_index(device)  # emu:0 is always current; another index is an error, as on CUDA
 
     @staticmethod
     def synchronize(device: Any = None) -> None:
@@ -156,13 +215,64 @@ class _EmuModule:
     def get_device_name(device: Any = None) -> str:
         return "bakeoff emu (test device, host memory)"
 
+    # emu's ops run CPU kernels through the fallback, and those draw from the host's default
+    # generator: that generator is the device's. Seeding or restoring the device's generator is
+    # therefore seeding or restoring it (what the ``cpu`` reference does for ``torch.cuda.*``),
+    # so a script that seeds ``torch.cuda`` draws the same numbers on emu as on the host.
     @staticmethod
     def manual_seed(seed: int) -> None:
-        return None
+        import torch
+
+        torch.default_generator.manual_seed(int(seed))
 
     @staticmethod
     def manual_seed_all(seed: int) -> None:
-        return None
+        _EmuModule.manual_seed(seed)
+
+    @staticmethod
+    def seed() -> None:
+        import torch
+
+        torch.default_generator.seed()
+
+    @staticmethod
+    def seed_all() -> None:
+        _EmuModule.seed()
+
+    @staticmethod
+    def initial_seed() -> int:
+        import torch
+
+        return int(torch.default_generator.initial_seed())
+
+    @staticmethod
+    def get_rng_state(device: Any = NAME) -> Any:
+        import torch
+
+        _device_index(device)
+        return torch.default_generator.get_state()
+
+    @staticmethod
+    def set_rng_state(new_state: Any, device: Any = NAME) -> None:
+        import torch
+
+        _device_index(device)
+        torch.default_generator.set_state(new_state)
+
+    @staticmethod
+    def get_rng_state_all() -> list[Any]:
+        return [_EmuModule.get_rng_state()]
+
+    @staticmethod
+    def set_rng_state_all(new_states: Iterable[Any]) -> None:
+        for state in new_states:
+            _EmuModule.set_rng_state(state)
+
+    @staticmethod
+    def is_bf16_supported(including_emulation: bool = True) -> bool:
+        """True: bfloat16 tensors compute on emu (its kernels are the host's, which have bfloat16
+        for the ops). Whether *autocast* has bfloat16 is ``get_amp_supported_dtype``'s answer."""
+        return True
 
     @staticmethod
     def memory_allocated(device: Any = None) -> int:
@@ -174,6 +284,10 @@ class _EmuModule:
 
     @staticmethod
     def reset_peak_memory_stats(device: Any = None) -> None:
+        _ext.reset_peak_memory_stats()
+
+    @staticmethod
+    def reset_max_memory_allocated(device: Any = None) -> None:
         _ext.reset_peak_memory_stats()
 
     # The allocator caches nothing (a freed block goes back to the host at once), so what it
@@ -191,6 +305,17 @@ class _EmuModule:
     @staticmethod
     def empty_cache() -> None:
         return None
+
+    @staticmethod
+    def memory_stats(device: Any = None) -> dict[str, int]:
+        """The counts ``torch.cuda.memory_stats`` names that emu's allocator keeps (bytes, all
+        pools). Without a cache, active and reserved memory are the allocated memory."""
+        current, peak = int(_ext.memory_allocated()), int(_ext.max_memory_allocated())
+        stats = {}
+        for kind in ("allocated", "active", "reserved"):
+            stats[f"{kind}_bytes.all.current"] = current
+            stats[f"{kind}_bytes.all.peak"] = peak
+        return stats
 
     @staticmethod
     def mem_get_info(device: Any = None) -> tuple[int, int]:

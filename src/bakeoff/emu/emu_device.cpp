@@ -195,6 +195,25 @@ at::Scalar emu_local_scalar_dense(const at::Tensor& self) {
   return at::_local_scalar_dense(host_alias(self));
 }
 
+// Whether `self.data = from` may swap `from`'s storage into `self` in place. PyTorch's own answer
+// (TensorImpl::has_compatible_shallow_copy_type) counts only its in-tree backends as dense, so a
+// CPU tensor and a PrivateUse1 one were "incompatible": Module._apply then made a new Parameter
+// per module instead of assigning `param.data`, and `.to("emu")` untied tied weights (an embedding
+// and its output head became two parameters) where `.to("cuda")` keeps them tied. emu is a dense
+// backend like CUDA: the same rule, with PrivateUse1 among the dense backends.
+bool emu_has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto is_dense = [](c10::DispatchKeySet keys) {
+    using c10::BackendComponent;
+    constexpr auto dense_backends = c10::DispatchKeySet(
+        {BackendComponent::CPUBit, BackendComponent::CUDABit, BackendComponent::MPSBit, BackendComponent::HIPBit,
+         BackendComponent::XPUBit, BackendComponent::HPUBit, BackendComponent::MTIABit,
+         BackendComponent::PrivateUse1Bit});
+    return keys.has_any(c10::DispatchKeySet(c10::DispatchKey::Dense)) && keys.has_any(dense_backends);
+  };
+  return (is_dense(self.key_set()) && is_dense(from.key_set())) ||
+         self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set());
+}
+
 void emu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& name = op.schema().operator_name();
   std::string full = name.name + (name.overload_name.empty() ? "" : "." + name.overload_name);
@@ -250,6 +269,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_reshape_alias", at::native::_reshape_alias);
   m.impl("unfold", at::native::unfold);
   m.impl("alias", at::native::alias);
+  m.impl("_has_compatible_shallow_copy_type", &emu_has_compatible_shallow_copy_type);
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
