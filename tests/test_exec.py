@@ -28,12 +28,23 @@ SCRIPTS = Path(__file__).parent / "fixtures" / "scripts"
 pytestmark = pytest.mark.isolated
 
 
+#: bakeoff exec's options: in ``_exec``'s arguments, ``--on`` (else the first of them) starts bakeoff's.
+_OURS = frozenset(
+    "--on --reference --map --strict --capture --capture-modules --timeout --seed --no-audit --no-files --repeats "
+    "--format --db -v --verbose".split()
+)
+
+
 def _exec(tmp_path: Path, script: str, *args: str, env: dict[str, str] | None = None, timeout: float = 300):
+    """``bakeoff exec`` of the fixture ``script``: ``args`` are the script's arguments, then, from
+    ``--on`` (else the first of bakeoff's options) on, bakeoff's, which go before the script."""
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
     (work / script).write_text((SCRIPTS / script).read_text())
+    split = args.index("--on") if "--on" in args else next((i for i, a in enumerate(args) if a in _OURS), len(args))
+    ours, theirs = args[split:], args[:split]
     return subprocess.run(
-        [sys.executable, "-m", "bakeoff", "exec", script, *args, "--db", str(tmp_path / "b.db")],
+        [sys.executable, "-m", "bakeoff", "exec", *ours, "--db", str(tmp_path / "b.db"), script, *theirs],
         capture_output=True,
         text=True,
         cwd=work,
@@ -266,7 +277,7 @@ def test_bad_input_is_one_line_and_stores_nothing(tmp_path):
         (["misbehaves.py", "--on", "emu", "--map", "cuda=xpu"], "--map cuda=xpu: the targets run on emu"),
     ):
         ran = _exec(tmp_path, "misbehaves.py", *args[1:]) if args[0] != "missing.py" else subprocess.run(
-            [sys.executable, "-m", "bakeoff", "exec", "missing.py", "--db", str(tmp_path / "b.db")],
+            [sys.executable, "-m", "bakeoff", "exec", "--db", str(tmp_path / "b.db"), "missing.py"],
             capture_output=True, text=True, cwd=tmp_path,
         )  # fmt: skip
         assert ran.returncode == 2 and line in ran.stderr and len(ran.stderr.strip().splitlines()) == 1, ran.stderr
@@ -285,8 +296,8 @@ def test_kill_9_of_bakeoff_takes_the_hung_script_with_it_and_the_next_run_remove
     stderr = tmp_path / "stderr.txt"
     with open(stderr, "w") as err:
         process = subprocess.Popen(
-            [sys.executable, "-m", "bakeoff", "exec", "misbehaves.py", "hang", "--on", "emu", "--no-audit",
-             "--db", str(tmp_path / "b.db")],
+            [sys.executable, "-m", "bakeoff", "exec", "--on", "emu", "--no-audit", "--db", str(tmp_path / "b.db"),
+             "misbehaves.py", "hang"],
             cwd=work, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, **EMU_ENV, "TMPDIR": str(temp)},
         )  # fmt: skip
         deadline = time.monotonic() + 240
@@ -558,3 +569,85 @@ def test_host_state_copied_after_the_audits_window_is_still_found(tmp_path, shif
     else:  # the clean control: the same long run, nothing left on the host
         assert placement["verdict"] == "on_device", placement["explanation"]
         assert not placement["host_state_copies"]
+
+
+@pytest.mark.parametrize("wrong", [False, True])
+def test_a_run_that_fails_late_keeps_what_it_captured_before(tmp_path, wrong):
+    # the seeded fault: step 2's loss 1% off before the failure; the control: the same failure
+    # after values that agree, which is said in words, never as a pass beside a failed run
+    ran = _exec(tmp_path, "crashes_late.py", *(["--wrong"] if wrong else []), "--on", "emu", "--format", "json")
+    assert ran.returncode == 0, ran.stderr
+    emu = json.loads(ran.stdout)["results"][1]
+    assert emu["status"] == "error" and "gave up at step 6" in emu["error"]["message"]
+    said = next(n for n in emu["notes"] if n.startswith("before it stopped it captured loss 7 of 10 call(s)"))
+    if wrong:
+        assert emu["correctness"]["verdict"] == "fail" and "loss[2]" in said, said
+        assert [o["name"] for o in emu["correctness"]["outputs"] if not o["passed"]] == ["loss[2]"]
+    else:
+        assert said.endswith("those agree with the reference (the failure came after them)"), said
+        assert emu.get("correctness") is None
+
+
+def test_a_script_that_picks_its_device_through_torch_accelerator_runs_its_reference_on_the_cpu(tmp_path):
+    # the seeded fault: the process has emu registered, so torch.accelerator unremapped says emu and the
+    # row labelled cpu ran on emu; bakeoff's --seed goes before the script, the script's own after it
+    ran = _exec(tmp_path, "accelerator_pick.py", "--seed", "3", "--on", "emu", "--seed", "7", "--no-audit",
+                "--format", "json")  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    doc = json.loads(ran.stdout)
+    assert doc["settings"]["exec"]["seed"] == 7 and doc["workload"]["spec"] == "script:accelerator_pick.py --seed 3"
+    reference, emu = doc["results"]
+    assert reference["target"] == "cpu" and reference["status"] == "ok", reference.get("error")
+    said = [[entry["text"] for entry in r["log"]] for r in (reference, emu)]
+    assert said == [["script seed 3 on cpu: 0 accelerator(s), current None"],
+                    ["script seed 3 on emu: 1 accelerator(s), current 0"]]  # fmt: skip
+    host = {a["name"]: a["value"] for a in reference["adjustments"]}
+    assert host["torch.accelerator.is_available"].startswith("5x, first at accelerator_pick.py:18: answered False")
+    # the clean control: the same script on emu as a target runs on emu, every call listed, and passes
+    ledger = {a["name"]: a["value"] for a in emu["adjustments"]}
+    for name, count, line in (("current_accelerator", 1, 18), ("set_device_index", 1, 20), ("device_count", 1, 21),
+                              ("current_device_index", 1, 22), ("synchronize", 3, 37)):  # fmt: skip
+        expected = f"{count}x, first at accelerator_pick.py:{line}: -> emu, the current accelerator"
+        assert ledger[f"torch.accelerator.{name}"] == expected, ledger
+    assert emu["status"] == "ok" and emu["correctness"]["verdict"] == "pass", emu["correctness"]
+
+
+def test_a_reference_whose_work_ran_on_another_device_is_not_passed_off_as_the_cpus(tmp_path):
+    # the seeded fault: the script names emu outright (no remap sees it): the reference labelled cpu
+    # captured emu tensors, so it is an error and nothing is compared with it
+    ran = _exec(tmp_path, "accelerator_pick.py", "--device", "emu", "--on", "emu", "--no-audit", "--format", "json")
+    assert ran.returncode == 0, ran.stderr
+    reference, emu = json.loads(ran.stdout)["results"]
+    assert reference["status"] == "error" and reference["error"]["type"] == "ReferenceDevice", reference
+    said = reference["error"]["message"]
+    assert said.startswith("the reference, labelled cpu, ran elsewhere (4 on emu of 4 captured tensors)"), said
+    assert emu["status"] == "ok" and emu["correctness"]["verdict"] == "not_comparable"
+    assert emu["correctness"]["reason"] == said
+
+
+def test_bakeoffs_options_go_before_the_script_and_everything_after_it_is_the_scripts(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "accelerator_pick.py").write_text((SCRIPTS / "accelerator_pick.py").read_text())
+
+    def bakeoff_exec(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "bakeoff", "exec", *args], capture_output=True, text=True,
+                              cwd=work, env={**os.environ, **EMU_ENV}, timeout=300)  # fmt: skip
+
+    db = str(tmp_path / "b.db")
+    for args, first in ((["accelerator_pick.py", "--seed", "3", "--on", "emu", "--db", db], "--on"),
+                        (["--db", db, "accelerator_pick.py", "--strict"], "--strict")):  # fmt: skip
+        ran = bakeoff_exec(*args)
+        assert ran.returncode == 2 and ran.stderr.strip() == (
+            f"bakeoff: error: {first} must come before the script: options after accelerator_pick.py are the "
+            "script's (see `bakeoff exec --help`)"
+        ), ran.stderr
+    assert not (tmp_path / "b.db").exists()
+    # with --on before it, an option spelled like bakeoff's after the script is the script's, and said so
+    ran = bakeoff_exec("--on", "cpu", "--db", db, "--format", "json", "accelerator_pick.py", "--seed", "3")
+    assert ran.returncode == 0, ran.stderr
+    assert "bakeoff: --seed after accelerator_pick.py goes to the script (bakeoff's own options go before it)" in (
+        ran.stderr
+    )
+    doc = json.loads(ran.stdout)
+    assert doc["settings"]["exec"]["seed"] == 0 and doc["results"][0]["log"][0]["text"].startswith("script seed 3 on")

@@ -263,6 +263,47 @@ def test_autocast_the_target_cannot_honour_is_flagged_and_refused_when_strict() 
     assert strict.ledger.get('torch.autocast("cuda") (not honoured)').count == 1  # the refusal is on record
 
 
+@pytest.mark.filterwarnings("ignore:In CPU autocast")  # PyTorch's word that cpu has no float32 autocast
+def test_a_float32_autocast_changes_no_precision_and_is_not_flagged_even_when_strict() -> None:
+    model = torch.nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    for target in ("cpu", "meta"):  # cpu: no float32 autocast; meta: no autocast at all
+        with Remapper({"cuda": target}, strict=True) as remap:  # strict: a flagged rewrite would raise
+            with torch.autocast("cuda", dtype=torch.float32):
+                assert model.to(target)(x.to(target)).dtype == torch.float32
+        (listed,) = [r for r in remap.ledger.rewrites if r.api.startswith("torch.autocast")]
+        assert listed.api == 'torch.autocast("cuda") (float32, not applied)' and not listed.numerics, listed
+        assert "changes no precision" in listed.reason and remap.ledger.numerics == ()
+    # the seeded fault beside it: bfloat16 on a device that cannot honour it is still flagged and refused
+    with Remapper({"cuda": "meta"}, strict=True) as strict:
+        with pytest.raises(RemapError, match=r"not honoured.*would change numerics"):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                pass
+    assert [r.api for r in strict.ledger.numerics] == ['torch.autocast("cuda") (not honoured)']
+
+
+def test_torch_accelerator_answers_for_the_cpu_side_as_on_a_cpu_only_machine() -> None:
+    real = {name: getattr(torch.accelerator, name) for name in torch.accelerator.__all__}
+    with Remapper({"cuda": "cpu"}) as remap:
+        site = _next_line()
+        chosen = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else torch.device("cpu")
+        assert chosen == torch.device("cpu") and torch.accelerator.current_accelerator() is None
+        assert torch.accelerator.device_count() == 0
+        with pytest.raises(RuntimeError, match="Cannot access accelerator device when none is available"):
+            torch.accelerator.synchronize()
+        with torch.accelerator.device_index(None):
+            pass
+    ledger = remap.ledger
+    available = ledger.get("torch.accelerator.is_available")
+    assert (available.count, available.site) == (1, site) and not available.numerics
+    assert available.reason == "answered False: cpu has no accelerator, as on a CPU-only machine"
+    assert ledger.get("torch.accelerator.current_accelerator").count == 1  # only asked on the second line
+    assert ledger.get("torch.accelerator.synchronize").count == 1
+    assert {name: getattr(torch.accelerator, name) is function for name, function in real.items()} == dict.fromkeys(
+        real, True
+    )
+
+
 def test_a_dtype_downgrade_is_flagged_and_a_plain_float64_is_not() -> None:
     with Remapper({"cuda": "cpu"}) as control:
         assert torch.zeros(2, dtype=torch.float64, device="cuda").dtype == torch.float64
@@ -378,6 +419,13 @@ EMU_SCRIPT = textwrap.dedent("""
         facts["generator"] = [generator.device.type, str(drawn.device)]
         facts["same_draws"] = torch.equal(drawn.cpu(), torch.randn(3, generator=torch._C.Generator().manual_seed(7)))
     facts["ledger"] = remap.ledger.to_dict()
+    facts["truth"] = str(torch.accelerator.current_accelerator())
+    for side in ("cpu", "emu"):
+        with Remapper({"cuda": side}) as picked:
+            available = torch.accelerator.is_available()
+            device = torch.accelerator.current_accelerator() if available else torch.device("cpu")
+            facts[side] = [str(torch.ones(1, device=device).device), torch.accelerator.device_count()]
+        facts[side].append(picked.ledger.get("torch.accelerator.is_available").reason)
     print(json.dumps(facts))
 """)
 
@@ -398,3 +446,7 @@ def test_a_cuda_style_snippet_runs_on_the_emu_test_device() -> None:
     assert [r["api"] for r in facts["ledger"]["rewrites"] if r["numerics"]] == ['torch.autocast("cuda") (not honoured)']
     assert "a host generator (emu has none)" in rewrites["torch.Generator"]["reason"]
     assert rewrites["torch.randn (generator)"]["reason"] == "drawn on the host, copied to emu"
+    # torch.accelerator answers for the side, not for the process (which has emu registered)
+    assert facts["truth"] == "emu"
+    assert facts["cpu"] == ["cpu", 0, "answered False: cpu has no accelerator, as on a CPU-only machine"]
+    assert facts["emu"] == ["emu:0", 1, "-> emu, the current accelerator"]

@@ -18,13 +18,13 @@ __all__ = ["exec_command"]
 
 @cli.command(
     "exec",
-    context_settings={"ignore_unknown_options": True},
-    epilog="\b\nExamples:\n  bakeoff exec train.py --epochs 1 --on emu\n"
-    "  bakeoff exec infer.py --on emu --capture infer:postprocess --strict\n"
-    "  bakeoff exec infer.py --on emu --capture-modules '*.mlp'\n"
-    "  bakeoff exec infer.py --on cpu+inductor,emu+aot_eager\n"
-    "  bakeoff exec train.py --on emu --repeats 5   # timed over 5 clean runs a side\n"
-    "  bakeoff exec train.py --on emu -- --on cpu   # the script's own --on",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+    epilog="\b\nExamples:\n  bakeoff exec --on emu train.py --epochs 1\n"
+    "  bakeoff exec --on emu --capture infer:postprocess --strict infer.py\n"
+    "  bakeoff exec --on emu --capture-modules '*.mlp' infer.py\n"
+    "  bakeoff exec --on cpu+inductor,emu+aot_eager infer.py\n"
+    "  bakeoff exec --on emu --repeats 5 train.py   # timed over 5 clean runs a side\n"
+    "  bakeoff exec --on emu --seed 1 train.py --seed 3 --on cpu   # the script's own --seed and --on",
 )
 @click.argument("script", type=click.Path(dir_okay=False))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
@@ -75,9 +75,9 @@ def exec_command(
 ) -> None:
     """Run SCRIPT unchanged: as the reference, then on each target with its devices remapped.
 
-    Options bakeoff knows are read anywhere on the line; every other argument goes to the
-    script, in order (put the script's own arguments after `--` where a name clashes). Each
-    run is a fresh process in a copy of the working directory. The losses the script calls
+    bakeoff's options go before SCRIPT; everything after SCRIPT is the script's, in order, as
+    `python SCRIPT ARGS` would give it (an option of bakeoff's name after SCRIPT is the script's
+    too). Each run is a fresh process in a copy of the working directory. The losses the script calls
     backward() on, the --capture'd return values, bakeoff.capture(name, value) calls and the
     files it writes (safetensors, npy, npz, JSON; pickles are never loaded) are compared with
     the reference's; every rewrite is listed with its count and call site.
@@ -88,6 +88,7 @@ def exec_command(
     from bakeoff import api
     from bakeoff.cli.main import _finish_run
 
+    _check_order(click.get_current_context(), script, args)
     with workload_output_to_stderr():
         run = api.exec_script(
             script,
@@ -107,3 +108,31 @@ def exec_command(
             progress=progress(),
         )
     _finish_run(run, fmt, db, strict, verbose=verbose)
+
+
+def _check_order(ctx: click.Context, script: str, args: Sequence[str]) -> None:
+    """Everything after SCRIPT is the script's (click stops reading options at SCRIPT). An
+    argument there spelled like one of bakeoff's options is refused when no ``--on`` came before
+    SCRIPT (the command would run the reference alone, and the user most likely meant it for
+    bakeoff), and otherwise said once on stderr and left to the script. Arguments after a ``--``
+    are the script's without a word.
+
+    Raises:
+        click.UsageError: no ``--on`` before SCRIPT and one of bakeoff's options after it.
+    """
+    ours = {opt for param in ctx.command.params for opt in (*param.opts, *param.secondary_opts) if opt.startswith("-")}
+    given = list(args[: args.index("--")] if "--" in args else args)
+    looks = list(dict.fromkeys(a.partition("=")[0] for a in given if a.partition("=")[0] in ours))
+    if not looks:
+        return
+    if ctx.get_parameter_source("on") is click.core.ParameterSource.DEFAULT:
+        first = "--on" if "--on" in looks else looks[0]
+        raise click.UsageError(
+            f"{first} must come before the script: options after {script} are the script's",
+            ctx=ctx,
+        )
+    click.echo(
+        f"bakeoff: {', '.join(looks)} after {script} {'goes' if len(looks) == 1 else 'go'} to the script "
+        "(bakeoff's own options go before it)",
+        err=True,
+    )

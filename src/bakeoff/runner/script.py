@@ -79,6 +79,7 @@ from bakeoff.target.spec import Target
 
 __all__ = [
     "ScriptRun",
+    "before_failure",
     "compare_captures",
     "copy_workdir",
     "flatten_captures",
@@ -427,6 +428,35 @@ def compare_captures(
     return judged
 
 
+def before_failure(
+    run: ScriptRun, reference: ScriptRun, reference_name: str, honest: ScriptRun | None = None
+) -> tuple[Correctness | None, str]:
+    """What a run that failed captured before it stopped, against the reference's same calls:
+    ``(correctness, note)``. The correctness is kept only when those values already differ (a
+    wrong value before the failure is a finding of its own); values that agree are said in the
+    note, never as a ``pass`` beside a failed run. Files are left out: a failed run's are partial."""
+    counts = {name: len(calls) for name, calls in run.captures.items()}
+
+    def trimmed(other: ScriptRun | None) -> ScriptRun | None:
+        if other is None:
+            return None
+        kept = {name: calls[: counts[name]] for name, calls in other.captures.items() if name in counts}
+        return dataclasses.replace(other, captures=kept, outputs=None)
+
+    judged = compare_captures(
+        dataclasses.replace(run, outputs=None), trimmed(reference), reference_name, trimmed(honest)
+    )
+    stopped = ", ".join(
+        f"{name} {counts[name]} of {len(reference.captures.get(name, ()))} call(s)" for name in sorted(counts)
+    )
+    where = f"before it stopped it captured {stopped}"
+    if judged.verdict == "fail":
+        return judged, f"{where}; those already differ from the reference: {judged.reason[:300]}"
+    if judged.verdict == "pass":
+        return None, f"{where}; those agree with the reference (the failure came after them)"
+    return None, f"{where}; they could not be compared: {judged.reason[:200]}"
+
+
 def _file_notes(run: ScriptRun, reference: ScriptRun) -> list[str]:
     """What a target's comparison left out of its files: those only it wrote, and those the
     reference wrote but did not read while the target did (its own unread files are in
@@ -441,6 +471,27 @@ def _file_notes(run: ScriptRun, reference: ScriptRun) -> list[str]:
     if unread:
         notes.append(f"output file(s) {_listed(unread)} not compared: the reference's were not read")
     return notes
+
+
+def _misplaced(run: ScriptRun, label: str, device: str) -> ScriptRun:
+    """``run`` (the reference, whose row says ``label``, run on ``device``) as an error when the
+    evidence says its work was done elsewhere: captured tensors on a device type that is neither
+    ``device``'s nor the host's (any script may compute some values on the host). A script that
+    picks its own device (``torch.accelerator``, a device named outright) would otherwise pass
+    another device's results off as the reference's. What it cannot see: work whose values were
+    never captured (a run that captured no tensor is not judged here: nothing is compared)."""
+    kind = device.partition(":")[0]
+    seen = run.result.get("devices") or {}
+    elsewhere = {k: n for k, n in seen.items() if k not in (kind, "cpu")}
+    if run.status != "ok" or not elsewhere:
+        return run
+    where = ", ".join(f"{n} on {k}" for k, n in sorted(elsewhere.items()))
+    message = (
+        f"the reference, labelled {label}, ran elsewhere ({where} of {sum(seen.values())} captured tensors): "
+        f"not a {label} reference; the script chose its device itself (by name, or an API the remap does not cover)"
+    )
+    error = ErrorInfo("ReferenceDevice", message, "exception", "reference")
+    return dataclasses.replace(run, status="error", error=error)
 
 
 def _compile_refusal(target: Target) -> str | None:
@@ -600,6 +651,7 @@ def exec_script(
 
     say(f"running {script.name} as the reference on {'its own device' if as_written else reference.spec}")
     ref_run = once(reference, not as_written, False)
+    ref_run = _misplaced(ref_run, reference.spec, source_devices[0] if as_written else reference.torch_device)
     read = input_digests(workdir, ref_run.result.get("inputs_read") or ())  # as the reference read them
     workload = script_workload(located, argv, shown=script, inputs=read)
     reference_name = "the script as written" if as_written else f"the script on {reference.spec}"
@@ -640,7 +692,12 @@ def exec_script(
             if run.status == "ok" and ref_run.status == "ok"
             else None
         )
+        if run.status == "ok" and ref_run.error is not None and ref_run.error.type == "ReferenceDevice":
+            correctness = Correctness("not_comparable", ref_run.error.message, reference_name)
         notes = _file_notes(run, ref_run) if correctness is not None else []
+        if run.status != "ok" and ref_run.status == "ok" and run.captures:
+            correctness, said = before_failure(run, compared, reference_name, honest)
+            notes.append(said)
         if uncompared:
             names = ", ".join(uncompared[:5])
             notes.append(f"not compared: {len(uncompared)} module capture(s) inside compiled graphs ({names})")

@@ -59,8 +59,9 @@ def capture(name: str, value: Any) -> Any:
     return value
 
 
-def _snapshot(value: Any, where: str) -> Any:
-    """``value`` with its tensors detached and copied to the host; checks what it holds."""
+def _snapshot(value: Any, where: str, devices: dict[str, int] | None = None) -> Any:
+    """``value`` with its tensors detached and copied to the host; checks what it holds. Each
+    tensor's device type, as it was captured, is counted in ``devices``."""
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, numbers.Integral):
@@ -68,15 +69,18 @@ def _snapshot(value: Any, where: str) -> Any:
     if isinstance(value, numbers.Real):
         return float(value)
     if isinstance(value, list):
-        return [_snapshot(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return [_snapshot(v, f"{where}[{i}]", devices) for i, v in enumerate(value)]
     if isinstance(value, tuple):  # a named tuple or torch.Size is kept as a plain tuple
-        return tuple(_snapshot(v, f"{where}[{i}]") for i, v in enumerate(value))
+        return tuple(_snapshot(v, f"{where}[{i}]", devices) for i, v in enumerate(value))
     if isinstance(value, dict):
         for key in value:
             if not isinstance(key, (str, int)) or isinstance(key, bool):
                 raise TypeError(f"cannot capture {where}: key {key!r} is not a string or an integer")
-        return {k: _snapshot(v, f"{where}[{k!r}]") for k, v in value.items()}
+        return {k: _snapshot(v, f"{where}[{k!r}]", devices) for k, v in value.items()}
     if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
+        if devices is not None and hasattr(value, "device"):
+            kind = value.device.type
+            devices[kind] = devices.get(kind, 0) + 1
         return value.detach().to("cpu", copy=True).contiguous()
     raise TypeError(
         f"cannot capture {where}: a {type(value).__name__} (tensors, numbers, strings, None, "
@@ -91,14 +95,18 @@ class Captures:
         self._lock = threading.Lock()
         self._values: dict[str, list[Any]] = {k: list(v) for k, v in (values or {}).items()}
         self._times: dict[str, list[float]] = {}
+        self._devices: dict[str, int] = {}
 
     def add(self, name: str, value: Any) -> None:
         """Append a snapshot of ``value`` to ``name``'s calls (see :func:`capture`)."""
         if not isinstance(name, str) or not name:
             raise TypeError(f"a capture's name is a non-empty string, not {name!r}")
-        snapshot = _snapshot(value, name)
+        devices: dict[str, int] = {}
+        snapshot = _snapshot(value, name, devices)
         kept = time.perf_counter()  # after the copy: a device's queued work is done
         with self._lock:
+            for kind, count in devices.items():
+                self._devices[kind] = self._devices.get(kind, 0) + count
             self._values.setdefault(name, []).append(snapshot)
             self._times.setdefault(name, []).append(kept)
 
@@ -107,6 +115,13 @@ class Captures:
         order (values read from a file have none)."""
         with self._lock:
             return {name: list(times) for name, times in self._times.items()}
+
+    def devices(self) -> dict[str, int]:
+        """How many captured tensors were on each device type when :meth:`add` kept them
+        (before their copy to the host): evidence of where the run's work was done (values read
+        from a file have none)."""
+        with self._lock:
+            return dict(self._devices)
 
     def names(self) -> tuple[str, ...]:
         return tuple(self._values)

@@ -135,7 +135,9 @@ class LaunchResult(Value):
     module matched, ``module_calls_capped`` the matching calls past the cap, not recorded;
     ``capture_times`` the seconds from the script's start to each captured call, per name;
     ``inputs_read`` the files under the working directory the script opened for reading
-    (:mod:`bakeoff.script.inputs`), ``inputs_truncated`` whether there were more."""
+    (:mod:`bakeoff.script.inputs`), ``inputs_truncated`` whether there were more; ``devices``
+    how many captured tensors were on each device type as they were captured (before their copy
+    to the host): where the run's work was really done, whatever its side is called."""
 
     format: int
     exit_code: int
@@ -159,6 +161,7 @@ class LaunchResult(Value):
     capture_times: dict[str, tuple[float, ...]] = field(default_factory=dict)
     inputs_read: tuple[str, ...] = ()
     inputs_truncated: bool = False
+    devices: dict[str, int] = field(default_factory=dict)
 
 
 def read_result(out: str | Path) -> LaunchResult:
@@ -488,6 +491,7 @@ def launch(
         },
         inputs_read=inputs.paths(),
         inputs_truncated=inputs.truncated,
+        devices=captures.devices(),
     )
     _write_atomically(out / RESULT, lambda tmp: tmp.write_text(json.dumps(result.to_dict(), indent=1) + "\n"))
     return result

@@ -9,6 +9,8 @@ and :meth:`~Remapper.uninstall`, which restores every object it replaced):
   (it parses its arguments through a torch function), and ``Tensor.cuda()`` and with it
   ``Module.cuda()``, as ``.to(target)``;
 * a stand-in for the ``torch.cuda`` namespace (:mod:`bakeoff.script.cuda_namespace`);
+* ``torch.accelerator``'s functions, answering for the target's device (``cpu``: no
+  accelerator, as on a CPU-only machine; :mod:`bakeoff.script.accelerator`);
 * ``torch.Generator(device=...)``, which a function mode does not see;
 * autocast's and ``GradScaler``'s device type, in their classes, so ``torch.autocast``,
   ``torch.amp.autocast``, ``torch.cuda.amp.autocast`` and the decorator forms all follow;
@@ -20,7 +22,9 @@ and :meth:`~Remapper.uninstall`, which restores every object it replaced):
 *same* dtype ``D`` (the CUDA default, float16, when none is given: the target's own default may
 differ, CPU's is bfloat16). When the target cannot honour it (no autocast, or not that dtype), the
 region runs without autocast, as PyTorch itself would do, and the rewrite is flagged: the script
-then computes in float32 where it asked for ``D``. A dtype is never substituted silently.
+then computes in float32 where it asked for ``D``. A dtype is never substituted silently. A
+float32 autocast (``autocast("cuda", dtype=torch.float32)``, no lower precision asked) the target
+cannot honour is not flagged: the region runs in float32 either way (it is listed, unflagged).
 
 **Dtype downgrades** (``dtypes={torch.float64: torch.float32}``, by default for targets known to
 lack a dtype, see :data:`DTYPE_DOWNGRADES`) apply to calls whose device was rewritten and, on a
@@ -50,6 +54,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from bakeoff.errors import RemapError
+from bakeoff.script.accelerator import accelerator_functions
 from bakeoff.script.cuda_namespace import CudaNamespace
 from bakeoff.script.devices import DeviceMap, map_backend
 from bakeoff.script.ledger import Ledger, Recorder
@@ -254,6 +259,9 @@ class Remapper:
             namespace = CudaNamespace(torch.cuda, self.devices, self.recorder)
             self._patch(sys.modules, "torch.cuda", namespace)
             self._patch(torch, "cuda", namespace)
+        # after the namespace, which asks the real torch.accelerator what the process has
+        for name, function in accelerator_functions(torch.accelerator, self.devices, self.recorder).items():
+            self._patch(torch.accelerator, name, function)
         self._patch(torch, "Generator", self._generator_class())
         autocast = torch.amp.autocast_mode.autocast
         self._patch(autocast, "__init__", self._autocast_init(autocast.__dict__["__init__"]))
@@ -372,7 +380,12 @@ class Remapper:
             elif not problem and enabled and ac.fast_dtype != asked:
                 problem = f"{kind} autocast chose {ac.fast_dtype}"
             api = f'torch.autocast("{device_type}")'
-            if problem:
+            if problem and asked == torch.float32:  # float32 asked, float32 run: no precision changes
+                remap.recorder.record(
+                    f"{api} (float32, not applied)",
+                    reason=f"{problem}: float32 autocast changes no precision, the region runs in float32 as asked",
+                )
+            elif problem:
                 remap.recorder.record(
                     f"{api} (not honoured)",
                     reason=f"{problem}: the region runs in float32, not {asked}",
