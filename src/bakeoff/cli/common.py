@@ -38,8 +38,11 @@ price_option = click.option(
     "--price",
     "prices",
     multiple=True,
-    metavar="TARGET=PRICE/h",
-    help="Decide with these prices instead of the ones the run was given: 'cpu=0.34/h' (repeatable).",
+    metavar="TARGET=PRICE/h[@Ncores]",
+    help=(
+        "Decide with these prices instead of the ones the run was given: 'cpu=0.34/h@4cores', "
+        "'neuron=$1.34/h@1device' (repeatable; without @, one stream per price)."
+    ),
 )
 verbose_option = click.option(
     "--verbose",
