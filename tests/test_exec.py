@@ -366,11 +366,12 @@ def test_a_hugging_face_model_placed_by_device_map_auto_is_reported_left_on_the_
     assert emu["correctness"]["verdict"] == "pass", emu["correctness"]
 
 
-def _outputs(tmp_path: Path, *args: str):
-    """``bakeoff exec writes_outputs.py ARGS --on emu`` with an input file beside it: (reference, emu)."""
+def _outputs(tmp_path: Path, *args: str, ours: tuple[str, ...] = ()):
+    """``bakeoff exec --on emu [OURS] writes_outputs.py ARGS`` with an input file beside it:
+    (document, reference, emu)."""
     (tmp_path / "work").mkdir(exist_ok=True)
     (tmp_path / "work" / "inputs.json").write_text('{"scale": 2.0}')
-    ran = _exec(tmp_path, "writes_outputs.py", *args, "--on", "emu", "--no-audit", "--format", "json")
+    ran = _exec(tmp_path, "writes_outputs.py", *args, "--on", "emu", "--no-audit", "--format", "json", *ours)
     assert ran.returncode == 0, ran.stderr
     doc = json.loads(ran.stdout)
     reference, emu = doc["results"]
@@ -438,7 +439,7 @@ def test_a_file_the_target_did_not_write_fails_it_and_no_files_ignores_the_files
     assert all(o["passed"] for o in correctness["outputs"]), correctness  # the other files agree
     assert "output file(s) only this run wrote, not compared: out/preds_device.npy" in emu["notes"]
     # --no-files: the wrong weights are not looked at, the captured logits still are
-    doc, _, emu = _outputs(tmp_path, "--fault", "weights", "--no-files")
+    doc, _, emu = _outputs(tmp_path, "--fault", "weights", ours=("--no-files",))
     assert emu["correctness"]["verdict"] == "pass"
     assert [o["name"] for o in emu["correctness"]["outputs"]] == ["logits[0]"]
     assert not any("output file" in note for note in emu["notes"]) and doc["settings"]["exec"]["files"] is False
