@@ -72,3 +72,20 @@ def test_a_plugin_distribution_enters_the_packages_and_the_fingerprint(
     assert [(c.key, c.before, c.after) for c in environment_diff(installed, upgraded).changes] == [
         ("packages.tiny-bakeoff-plugin", "1.0", "1.1")
     ]
+
+
+def test_the_test_devices_build_directory_is_one_per_checkout(tmp_path, monkeypatch):
+    # torch rebuilds an extension whose source path or include paths differ from its last build's:
+    # two checkouts sharing one build directory rebuilt it in turns
+    import shutil
+
+    from bakeoff import emu
+
+    monkeypatch.setenv("BAKEOFF_CACHE", str(tmp_path / "cache"))
+    here = emu._cache_dir()
+    assert here == emu._cache_dir()  # the same checkout finds its build again
+    other = tmp_path / "checkout" / "emu_device.cpp"
+    other.parent.mkdir()
+    shutil.copy(emu._SOURCE, other)
+    monkeypatch.setattr(emu, "_SOURCE", other)
+    assert emu._cache_dir() != here  # the same source elsewhere builds apart

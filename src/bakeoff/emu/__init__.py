@@ -73,12 +73,17 @@ _ext: Any = None
 
 
 def _cache_dir() -> Path:
+    """The extension's build directory: one per source, torch build *and checkout*. torch's
+    loader rebuilds whenever the source's path or the include paths (torch's location) differ
+    from the last build's, so two checkouts sharing one directory rebuilt it in turns (an exec
+    of three targets took minutes instead of seconds while another checkout's tests ran)."""
     import torch
 
     base = Path(
         os.environ.get("BAKEOFF_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "bakeoff"
     )
-    digest = hashlib.sha256(_SOURCE.read_bytes() + torch.__version__.encode()).hexdigest()[:12]
+    where = f"{_SOURCE.resolve()}\0{Path(torch.__file__).resolve()}".encode()
+    digest = hashlib.sha256(_SOURCE.read_bytes() + torch.__version__.encode() + b"\0" + where).hexdigest()[:12]
     path = base / f"emu-{digest}"
     path.mkdir(parents=True, exist_ok=True)
     return path
