@@ -17,7 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bakeoff.analysis.tolerance import GoldenFigures, judge_against_golden, judge_against_spread, tolerance_for
+from bakeoff.analysis.tolerance import (
+    HONEST_MULTIPLIER,
+    GoldenFigures,
+    judge_against_golden,
+    judge_against_spread,
+    tolerance_for,
+)
 from bakeoff.checks.base import Check, CheckContext, Metric
 from bakeoff.checks.baseline import honest_reference
 from bakeoff.checks.outputs import max_abs_difference
@@ -237,12 +243,21 @@ def compare_tensor(
     return TensorComparison(*common, False, problem=problem)
 
 
+#: An honest spread (relative) above which a capture is said to tell little from rounding.
+LOOSE_SPREAD = 0.01
+
+
+def _capture_of(name: str) -> str:
+    """The capture a flattened name's call belongs to: ``loss[3]`` -> ``loss[]``."""
+    import re
+
+    return re.sub(r"\[\d+\]", "[]", name)
+
+
 def pooled_spreads(reference: Mapping[str, Any], honest: Mapping[str, Any]) -> dict[str, float]:
     """Each floating capture's honest spread relative to its scale, pooled (RMS) over every call
     of the same capture: ``loss[0]``..``loss[99]`` share one figure, keyed back by each name.
     The capture is the name without its call indices (``loss[3]`` -> ``loss``)."""
-    import re
-
     import torch
 
     groups: dict[str, list[float]] = {}
@@ -254,9 +269,9 @@ def pooled_spreads(reference: Mapping[str, Any], honest: Mapping[str, Any]) -> d
         keep = torch.isfinite(r) & torch.isfinite(h)
         scale = _rms(r[keep])
         if scale > 0:
-            groups.setdefault(re.sub(r"\[\d+\]", "[]", name), []).append(_rms((h - r)[keep]) / scale)
+            groups.setdefault(_capture_of(name), []).append(_rms((h - r)[keep]) / scale)
     pooled = {group: (sum(x * x for x in xs) / len(xs)) ** 0.5 for group, xs in groups.items()}
-    return {name: pooled[group] for name in reference if (group := re.sub(r"\[\d+\]", "[]", name)) in pooled}
+    return {name: pooled[group] for name in reference if (group := _capture_of(name)) in pooled}
 
 
 def _some(names: list[str], most: int = 3) -> str:
@@ -297,7 +312,10 @@ def compare_outputs(
         if fallback
         else ""
     )
-    loose = [c.name for c in comparisons if c.golden_err is None and (c.honest or 0.0) > LOOSE_SPREAD]
+    # ``honest`` is the limit, HONEST_MULTIPLIER times the spread: the words speak of the spread
+    loose = [
+        c.name for c in comparisons if c.golden_err is None and (c.honest or 0.0) > HONEST_MULTIPLIER * LOOSE_SPREAD
+    ]
     if loose:  # rounding alone moves these by over 1%: a fault below that cannot be told from it
         note = "; ".join(filter(None, [note, f"rounding alone moves {_some(loose)} by over 1% (chaotic or random)"]))
     if missing or extra or failed:
@@ -313,9 +331,6 @@ def compare_outputs(
         return Correctness("not_comparable", "the workload returned no tensors", reference_name, tol)
     return Correctness("pass", note, reference_name, tol, tuple(comparisons))
 
-
-#: An honest spread (relative) above which a capture is said to tell little from rounding.
-LOOSE_SPREAD = 0.01
 
 #: Correctness verdicts for regressions, better higher.
 RANK = {"pass": 1, "fail": 0, "error": 0}

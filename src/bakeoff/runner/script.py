@@ -639,14 +639,15 @@ def exec_script(
     db_files = [Path(f"{path}{suffix}") for path in keep_out for suffix in ("", "-wal", "-shm", "-journal")]
     env = capture_environment()
 
-    def once(target: Target, remap: bool, audited: bool, timing: bool = False) -> ScriptRun:
-        """One run; a ``timing`` run is the script alone: no audit, captures, modules or files."""
+    def once(target: Target, remap: bool, audited: bool, timing: bool = False, honest: bool = False) -> ScriptRun:
+        """One run; a ``timing`` run is the script alone: no audit, captures, modules or files;
+        an ``honest`` one runs under rounding noise (the honest reference)."""
         mapping = {src: target.torch_device for src in source_devices} if remap else {}
         return run_script(
             located, argv, workdir, mapping, strict=strict, captures=() if timing else captures, seed=seed,
             timeout_s=timeout_s, skip=db_files, audit=target.torch_device if audited and not timing else None,
             files=files and not timing, capture_modules=() if timing else capture_modules,
-            compile=target.spec.partition("+")[2] if remap and target.is_compiled else "",
+            compile=target.spec.partition("+")[2] if remap and target.is_compiled else "", rounding_noise=honest,
         )  # fmt: skip
 
     say(f"running {script.name} as the reference on {'its own device' if as_written else reference.spec}")
@@ -658,11 +659,7 @@ def exec_script(
     honest, honest_notes = None, []
     if ref_run.status == "ok":
         say(f"running {script.name} again as the honest reference (every op within a few units of roundoff)")
-        honest = run_script(
-            located, argv, workdir, {} if as_written else {src: reference.torch_device for src in source_devices},
-            captures=captures, seed=seed, timeout_s=timeout_s, skip=db_files, files=files,
-            capture_modules=capture_modules, rounding_noise=True,
-        )  # fmt: skip
+        honest = once(reference, not as_written, False, honest=True)
         if honest.status != "ok":
             why = honest.error.message[:200] if honest.error else "it failed"
             honest_notes.append(
