@@ -512,6 +512,8 @@ def decide_runs(
     for index, run in enumerate(runs):
         rate = reference_rate_of(run)
         tokens = tokens_per_request(run)
+        # replicates measured the spread between processes: their intervals include the machine's
+        replicated = isinstance(run.settings.get("replicates"), int) and run.settings["replicates"] > 1
         for r in run.results:
             if label_of(r) in seen or (index and r.is_reference):
                 continue
@@ -524,7 +526,6 @@ def decide_runs(
             standings.append(
                 standing if reference_candidate or not r.is_reference else replace(standing, candidate=False)
             )
-            replicated = isinstance(run.settings.get("replicates"), int) and run.settings["replicates"] > 1
             if r.status == "ok" and r.latency is not None and not replicated:
                 busy.extend(busy_flags(r, run.environment))
     return decide(standings, unmeasured, busy=max(busy, key=_load, default=""))
