@@ -80,13 +80,15 @@ def test_every_scenario_on_a_tiny_language_model_gives_the_known_figures():
     assert [b["items_per_s"] for b in offline.facts["batches"]] == pytest.approx([1000, 2000, 4000])
 
     server = by_name["server"]
-    assert len(server.series["latency"]) == len(server.series["wait"]) == 20
+    # three rounds by default, pooled: each round's part is kept apart
+    assert len(server.series["latency"]) == len(server.series["wait"]) == 3 * 20
+    assert server.facts["rounds"] == 3 and server.facts["round_sizes"]["latency"] == [20, 20, 20]
     assert min(server.series["latency"]) >= 1.0  # service alone is one clock step
     assert server.facts["rate"] == 100 and server.facts["sweep"] == [] and server.facts["max_rate"] is None
 
     generation = by_name["generation"]
-    assert generation.series["ttft"] == pytest.approx((1.0, 1.0))
-    assert generation.series["tpot"] == pytest.approx((1.0,) * 4)  # 2 runs x 2 tokens after the first
+    assert generation.series["ttft"] == pytest.approx((1.0, 1.0) * 3)  # 2 runs in each of 3 rounds
+    assert generation.series["tpot"] == pytest.approx((1.0,) * 4 * 3)  # 2 runs x 2 tokens after the first
 
     training = by_name["training"]
     assert training.series["step"] == pytest.approx((1.0,) * 3) and training.facts["batch"] == 1
@@ -140,7 +142,7 @@ def _stepping_server_p99_ms(rate: float, requests: int) -> float:
 def test_server_sweep_finds_the_highest_rate_within_the_bound():
     # single-stream calls take 1 ms: capacity 1000/s, so the sweep tries 100, 250, 500/s...;
     # p99 is 7.5, 10.3 and 32.0 ms there, so within 20 ms the answer is 250/s
-    result = _run(LLAMA, "server?rate=sweep&requests=30&bound=p99<=20ms")
+    result = _run(LLAMA, "server?rate=sweep&requests=30&bound=p99<=20ms&rounds=1")
     server = result.scenario("server")
     assert server.status == "ok", server.reason
     sweep = server.facts["sweep"]
@@ -154,7 +156,7 @@ def test_server_sweep_finds_the_highest_rate_within_the_bound():
 
 
 def test_a_sweep_where_no_rate_meets_the_bound_says_so():
-    result = _run(LLAMA, "server?rate=sweep&requests=10&bound=p99<=0.5ms")  # one call alone takes 1 ms
+    result = _run(LLAMA, "server?rate=sweep&requests=10&bound=p99<=0.5ms&rounds=1")  # one call alone takes 1 ms
     server = result.scenario("server")
     assert server.facts["max_rate"] is None and len(server.facts["sweep"]) == 1  # stops at the first miss
     reference = replace(result, is_reference=True)
@@ -227,7 +229,7 @@ LLAMA_10 = "arch:llama?layers=1&hidden=32&seq=10"
 def test_generation_and_offline_follow_the_profile_and_say_so():
     # every request is long: neither the 16-token default prompt nor the example input may run
     result, lengths = _prompt_lengths(
-        LLAMA_10, "generation?tokens=2&runs=3", "offline?max_batch=2", profile="seq=96,128,128"
+        LLAMA_10, "generation?tokens=2&runs=3&rounds=1", "offline?max_batch=2&rounds=1", profile="seq=96,128,128"
     )
     assert lengths == {10, 96, 128}
     generation, offline = result.scenario("generation"), result.scenario("offline")
@@ -301,7 +303,7 @@ def test_generation_runs_take_the_profiles_length_quantiles_with_its_batches():
         ("--scenario=server?rate=-1", "bakeoff: error: server rate -1 must be positive (e.g. server?rate=20)"),
         (
             "--scenario=offline?batch=2",
-            "bakeoff: error: scenario 'offline' has no option 'batch' (options: max_batch, seq)",
+            "bakeoff: error: scenario 'offline' has no option 'batch' (options: max_batch, seq, rounds)",
         ),
         (
             "--require=p90<=50",

@@ -15,7 +15,7 @@ from typing import Any
 from bakeoff.analysis.requirements import Requirement, parse_requirement_with
 from bakeoff.checks.registry import guarded, is_builtin, registered_checks
 from bakeoff.errors import SpecError
-from bakeoff.scenarios.base import MetricSpec, point
+from bakeoff.scenarios.base import MetricSpec, point, pooled_estimate
 from bakeoff.scenarios.registry import BUILTIN as BUILTIN_SCENARIOS
 from bakeoff.scenarios.registry import find_scenario_metric, scenario_metric_help, scenario_named
 from bakeoff.stats import Estimate, percentile_estimate
@@ -128,7 +128,9 @@ def metric_estimate(result: Any, metric: str) -> Estimate | None:
     if ran is None and name and not scenario_named(name).always:
         return None
     if found.percentile is not None:
-        samples = spec.samples(result, ran) if spec.samples is not None else ran.series.get(spec.series, ())
+        if spec.samples is None:  # a series of the scenario's: pooled over its rounds
+            return pooled_estimate(ran, spec.series, found.percentile) if ran is not None else None
+        samples = spec.samples(result, ran)
         return percentile_estimate(samples, found.percentile) if samples else None
     assert spec.estimate is not None
     return spec.estimate(result, ran)

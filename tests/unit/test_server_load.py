@@ -15,10 +15,10 @@ import pytest
 from bakeoff.analysis.queueing import fifo_queue, poisson_arrivals
 from bakeoff.metrics import parse_requirement
 from bakeoff.results.values import ScenarioResult, TargetResult
-from bakeoff.runner.trial import _aligned as common_load
 from bakeoff.runner.trial import _scenarios_for
 from bakeoff.scenarios.base import ScenarioContext
 from bakeoff.scenarios.registry import parse_scenario
+from bakeoff.scenarios.rounds import aligned_specs as common_load
 from bakeoff.scenarios.server import SWEEP_FRACTIONS, Server
 from bakeoff.stats import percentile
 from bakeoff.target.spec import Target
@@ -257,15 +257,14 @@ def test_a_fixed_rate_is_the_load_every_target_is_judged_at():
 
 
 class _Session:
-    """A stand-in for a target's session that logs its steps; the reference's server swept 10 and 20/s."""
+    """A stand-in for a target's session that logs its steps; the reference's server sweeps 10
+    and 20/s in its first round."""
 
-    def __init__(self, job, log: list, isolated: bool) -> None:
+    def __init__(self, job, log: list) -> None:
         self.job, self.log, self.timing_done = job, log, False
-        if isolated:  # like a worker's handle: told the scenarios, it passes them on
-            self.use_scenarios = self._use
 
-    def _use(self, specs: tuple) -> None:
-        self.log.append(("use", self.job.target.spec, specs))
+    def use_scenarios(self, specs: tuple) -> None:
+        self.log.append(("use", self.job.target.spec, None, specs))
         self.job = replace(self.job, scenarios=specs)
 
     def start(self) -> bool:
@@ -275,18 +274,20 @@ class _Session:
         self.timing_done = True
         return True
 
-    def run_scenarios(self) -> None:
-        self.log.append(("scenarios", self.job.target.spec, self.job.scenarios))
+    def run_scenarios(self, index: int = 0) -> list:
+        self.log.append(("scenarios", self.job.target.spec, index, self.job.scenarios))
+        facts = {"ladder": [10.0, 20.0], "bound": "p99<=5ms", "max_rate": 10.0}
+        return [ScenarioResult("server", "ok", facts=facts)]
 
     def finish(self) -> TargetResult:
-        self.log.append(("finish", self.job.target.spec, None))
+        self.log.append(("finish", self.job.target.spec, None, None))
         facts = {"ladder": [10.0, 20.0], "bound": "p99<=5ms", "max_rate": 10.0}
         server = ScenarioResult("server", "ok", facts=facts)
         return TargetResult(self.job.target, "ok", is_reference=self.job.is_reference, scenarios=(server,))
 
 
-@pytest.mark.parametrize(("interleave", "isolated"), [(True, True), (True, False), (False, False)])
-def test_the_reference_runs_first_and_its_server_load_becomes_every_targets(interleave, isolated):
+@pytest.mark.parametrize("interleave", [True, False])
+def test_the_reference_sets_the_server_load_in_its_first_round_for_every_target_and_round(interleave):
     from bakeoff.runner.job import TargetJob
     from bakeoff.runner.trial import _drive
 
@@ -296,15 +297,40 @@ def test_the_reference_runs_first_and_its_server_load_becomes_every_targets(inte
         TargetJob("w", Target("cpu"), "", None, is_reference=True, scenarios=sweep),
     ]
     log: list = []
-    results = _drive([(j.target.spec, j) for j in jobs], lambda job: _Session(job, log, isolated), interleave, print)
+    results = _drive(
+        [(j.target.spec, j) for j in jobs],
+        lambda job: _Session(
+            job,
+            log,
+        ),
+        interleave,
+        print,
+    )
     assert [r.target.spec for r in results] == ["cpu?threads=1", "cpu"]  # in the order given
-    steps = [(step, spec) for step, spec, _ in log]
-    assert steps.index(("finish", "cpu")) < steps.index(("scenarios", "cpu?threads=1"))
-    ran = next(specs for step, spec, specs in log if step == "scenarios" and spec == "cpu?threads=1")
-    assert ran[0].options == {**sweep[0].options, "bound": "p99<=5ms", "ladder": [10.0, 20.0], "judge_at": 10.0}
-    assert (("use", "cpu?threads=1", ran) in log) == isolated  # a worker is told; a local session's job is replaced
-    reference_ran = next(specs for step, spec, specs in log if step == "scenarios" and spec == "cpu")
-    assert reference_ran == sweep  # the reference sweeps its own capacity
+    rounds = [(spec, index) for step, spec, index, _ in log if step == "scenarios"]
+    if interleave:  # round k on every target before k + 1 on any; the reference first, then in turns
+        assert rounds == [
+            ("cpu", 0),
+            ("cpu?threads=1", 0),
+            ("cpu?threads=1", 1),
+            ("cpu", 1),
+            ("cpu", 2),
+            ("cpu?threads=1", 2),
+        ]
+    else:  # one target after another, the reference first
+        assert rounds == [
+            ("cpu", 0),
+            ("cpu", 1),
+            ("cpu", 2),
+            ("cpu?threads=1", 0),
+            ("cpu?threads=1", 1),
+            ("cpu?threads=1", 2),
+        ]
+    ran = {(spec, index): specs for step, spec, index, specs in log if step == "scenarios"}
+    assert ran[("cpu", 0)] == sweep  # the reference's first round sweeps its own capacity
+    aligned = {**sweep[0].options, "bound": "p99<=5ms", "ladder": [10.0, 20.0], "judge_at": 10.0}
+    later = [key for key in ran if key != ("cpu", 0)]
+    assert all(ran[key][0].options == aligned for key in later), {k: ran[k][0].options for k in later}
 
 
 def test_the_server_figures_state_the_load_they_were_measured_at():

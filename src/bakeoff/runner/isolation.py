@@ -37,6 +37,7 @@ from bakeoff.results.values import ErrorInfo, TargetResult
 from bakeoff.runner.capture import read_output
 from bakeoff.runner.job import TargetJob, adjustments_for, error_checks
 from bakeoff.runner.tempdirs import owned_tempdir
+from bakeoff.scenarios.base import ScenarioResult
 
 __all__ = ["IsolatedSession", "Worker", "WorkerPool", "die_with_parent"]
 
@@ -152,16 +153,16 @@ def _serve_sessions(conn: Any, phase_file: str, capture_dir: str) -> None:
             sessions += 1
             session = session_class(command[1], capture_dir=capture_dir)
             conn.send(None)
+        elif isinstance(command, tuple) and command[0] == "scenarios":  # ("scenarios", round)
+            ran = session.run_scenarios(command[1])
+            conn.send(None if ran is None else [r.to_dict() for r in ran])
         elif isinstance(command, tuple):  # ("use", scenarios): run these instead of the job's own
-            session.job = replace(session.job, scenarios=command[1])
+            session.use_scenarios(command[1])
             conn.send(None)
         elif command == "start":
             conn.send(session.start())
         elif command == "round":
             conn.send(session.round())
-        elif command == "scenarios":
-            session.run_scenarios()
-            conn.send(None)
         else:
             conn.send(session.finish().to_dict())
             session = None
@@ -508,8 +509,10 @@ class IsolatedSession:
         self.job = replace(self.job, scenarios=scenarios)
         self._call(("use", scenarios))
 
-    def run_scenarios(self) -> None:
-        self._call("scenarios")
+    def run_scenarios(self, index: int = 0) -> list[ScenarioResult] | None:
+        """Round ``index`` of the scenarios in the worker: its results, None once it failed."""
+        ran = self._call(("scenarios", index))
+        return None if ran is None else [ScenarioResult.from_dict(r) for r in ran]
 
     def finish(self) -> TargetResult:
         data = self._call("finish")

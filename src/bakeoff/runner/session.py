@@ -40,6 +40,7 @@ from bakeoff.runner.job import TargetJob, adjustments_for, error_checks
 from bakeoff.runner.traffic import traffic_for
 from bakeoff.scenarios.base import ScenarioContext, ScenarioResult
 from bakeoff.scenarios.registry import run_scenario, scenario_named
+from bakeoff.scenarios.rounds import FirstRound, aligned_specs, in_round, merge_rounds, scenario_rounds
 from bakeoff.scenarios.single_stream import SingleStream
 from bakeoff.target.execute import device_peak_memory, prepare, reset_device_peak_memory, synchronizer
 from bakeoff.workload.registry import build_workload
@@ -288,12 +289,19 @@ class TargetSession:
                 self.compile_snapshot = summary() if summary is not None else None
         return self.timing_done
 
-    def run_scenarios(self) -> None:
-        """Every requested scenario but those that change the model (training), which run last,
-        in :meth:`finish`."""
+    def use_scenarios(self, scenarios: tuple[Any, ...]) -> None:
+        """Run ``scenarios`` instead of the job's own (a trial sets the reference's server load)."""
+        self.job = replace(self.job, scenarios=scenarios)
+
+    def run_scenarios(self, index: int = 0) -> list[ScenarioResult] | None:
+        """Round ``index`` of every requested scenario but those that change the model
+        (training), which run once, last, in :meth:`finish`. Returns this round's results
+        (None once the session has failed); :meth:`finish` merges the rounds."""
+        ran = len(self.scenario_results)
         for spec in self.job.scenarios:
-            if not scenario_named(spec.name).runs_last:
+            if in_round(spec, index):
                 self._scenario(spec)
+        return None if self.failed is not None else self.scenario_results[ran:]
 
     def _scenario(self, spec: Any) -> None:
         if self.failed is not None:
@@ -327,6 +335,7 @@ class TargetSession:
             return self.failed
         with self._step():
             self.phase = "checks"
+            self.scenario_results = merge_rounds(self.scenario_results)
             context, profile_info = self._check_context()
             for check in [c for c in self.checks if not c.last]:
                 self.phase = check.phase or check.name
@@ -460,11 +469,16 @@ class TargetSession:
 
 
 def run_steps(session: Any) -> TargetResult:
-    """Every step of one session (local or in a worker), one after another."""
+    """Every step of one session (local or in a worker), one after another: its scenarios'
+    rounds too, a reference's later rounds at the load its first set."""
     done = session.start()
     while not done:
         done = session.round()
-    session.run_scenarios()
+    for index in range(scenario_rounds(session.job.scenarios)):
+        ran = session.run_scenarios(index)
+        own = aligned_specs(session.job.scenarios, FirstRound(ran)) if index == 0 and session.job.is_reference else None
+        if own is not None and own != session.job.scenarios:  # its later rounds at the load its first set
+            session.use_scenarios(own)
     return session.finish()
 
 

@@ -46,6 +46,7 @@ from bakeoff.runner.capture import Capture
 from bakeoff.runner.job import TargetJob
 from bakeoff.scenarios.base import ScenarioSpec
 from bakeoff.scenarios.registry import parse_scenario, scenario_named
+from bakeoff.scenarios.rounds import FirstRound, aligned_specs, scenario_rounds
 from bakeoff.settings import TrialSettings
 from bakeoff.target.detect import unavailable_reason
 from bakeoff.target.spec import Target
@@ -306,12 +307,6 @@ def _scenarios_for(given: Sequence[ScenarioSpec], requirements: Sequence[Require
     return [scenario_named(spec.name).for_requirements(spec, requirements) for spec in chosen]
 
 
-def _aligned(specs: Sequence[ScenarioSpec], reference: TargetResult | None) -> tuple[ScenarioSpec, ...]:
-    """The scenarios a non-reference target runs, each aligned to the reference's result (the
-    server load it swept), so that no two targets are compared under different conditions."""
-    return tuple(scenario_named(spec.name).aligned(spec, reference) for spec in specs)
-
-
 def preload_for(spec: WorkloadSpec, model_module: bool = True) -> tuple[str, ...]:
     """What a worker for ``spec`` will import to build it: torch, and for a Hugging Face
     workload transformers with (``arch:``, and ``model_module``) the architecture's modeling
@@ -389,14 +384,6 @@ def _session_factory(settings: TrialSettings, pool: Any = None) -> Callable[[Tar
     return TargetSession
 
 
-def _use_scenarios(session: Any, scenarios: tuple[ScenarioSpec, ...]) -> None:
-    """Give a started session (local, or in its worker) the scenarios it runs instead of its own."""
-    if hasattr(session, "use_scenarios"):
-        session.use_scenarios(scenarios)
-    else:
-        session.job = replace(session.job, scenarios=scenarios)
-
-
 def _with_requirements(result: TargetResult, requirements: Sequence[Requirement]) -> TargetResult:
     if not requirements or result.status == "skipped":
         return result
@@ -410,9 +397,11 @@ def _drive(
 ) -> list[TargetResult]:
     """Run every session's steps: round by round across sessions, or one session at a time.
 
-    Without interleaving only one worker lives at a time. Either way the reference runs its
-    scenarios and finishes first, so that its server load (the rates it swept, its bound and
-    the highest rate within it) is every other target's: see
+    Without interleaving only one worker lives at a time, and the reference runs first, all its
+    scenario rounds included. In turns, the scenarios run in rounds too: round ``k`` on every
+    target before round ``k + 1`` on any, in a rotating order, the reference first in the first.
+    Either way the server load the reference's first round sets (the rates it swept, its bound
+    and the highest rate within it) is every other target's, and its own later rounds': see
     :meth:`~bakeoff.scenarios.server.Server.aligned`. Results come back in the order given.
     """
 
@@ -425,7 +414,7 @@ def _drive(
         for i in order:
             label, job = sessions[i]
             if not job.is_reference:
-                job = replace(job, scenarios=_aligned(job.scenarios, reference))
+                job = replace(job, scenarios=aligned_specs(job.scenarios, reference))
             say(f"running {label}")
             results[i] = run_steps(make(job))
             if job.is_reference and job.scenarios:
@@ -448,19 +437,26 @@ def _drive(
         finished = {id(s) for s in order_now if s.round()}
         active = [s for s in active if id(s) not in finished]
         turn += 1
-    for i in order:
-        (label, job), session = sessions[i], live[i]
-        if job.scenarios and not job.is_reference:
-            common = _aligned(job.scenarios, reference)
-            if common != job.scenarios:
-                _use_scenarios(session, common)
-        if job.scenarios:
-            say(f"scenarios on {label}")
-        session.run_scenarios()
-        if job.is_reference:  # finished now: its server load is the others' load
-            results[i] = session.finish()
-            reference = results[i] if job.scenarios else reference
-    return [results[i] if i in results else live[i].finish() for i in range(len(sessions))]
+    rounds = max((scenario_rounds(job.scenarios) for _, job in sessions), default=0)
+    first: FirstRound | None = None  # the reference's first round, once it ran
+    for index in range(rounds):
+        shift = index % len(order)
+        for i in order[shift:] + order[:shift]:  # the reference first in the first round
+            (label, job), session = sessions[i], live[i]
+            if not job.scenarios:
+                continue
+            if index == 0 and not job.is_reference:
+                common = aligned_specs(job.scenarios, first)
+                if common != job.scenarios:
+                    session.use_scenarios(common)
+            say(f"scenarios on {label}" + (f", round {index + 1} of {rounds}" if rounds > 1 else ""))
+            ran = session.run_scenarios(index)
+            if index == 0 and job.is_reference:  # its load is every later round's and target's
+                first = FirstRound(ran)
+                own = aligned_specs(job.scenarios, first)
+                if own != job.scenarios:
+                    session.use_scenarios(own)
+    return [live[i].finish() for i in range(len(sessions))]
 
 
 def run_trial(

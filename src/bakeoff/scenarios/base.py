@@ -11,16 +11,17 @@ requirement verdicts, the regressions and the reports iterate
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from bakeoff.codec import Value
 from bakeoff.measure.clock import Clock
 from bakeoff.specsyntax import Option
-from bakeoff.stats import Estimate
+from bakeoff.stats import Estimate, percentile, percentile_estimate
 from bakeoff.workload.profile import InputProfile
 
 __all__ = [
+    "ROUNDS",
     "MetricSpec",
     "Option",
     "Scenario",
@@ -29,8 +30,21 @@ __all__ = [
     "ScenarioSpec",
     "lengths_text",
     "point",
+    "pooled_estimate",
+    "round_series",
+    "rounds_text",
     "tensor_leaves",
 ]
+
+#: How many times a scenario runs, each time in turns with the trial's other targets (A B C,
+#: then B C A...), so that drift on a busy machine falls on every target alike. Its figures
+#: pool the rounds, and their intervals also cover how far the rounds' own figures differ.
+ROUNDS = Option(
+    int,
+    3,
+    minimum=1,
+    help="times it runs, in turns with the other targets; intervals cover how far the rounds differ",
+)
 
 
 def point(value: float | None) -> Estimate | None:
@@ -44,6 +58,40 @@ def lengths_text(values: Sequence[int]) -> str:
     if len(distinct) == 1:
         return str(distinct[0])
     return f"{distinct[0]}-{distinct[-1]} ({len(distinct)} distinct)"
+
+
+def round_series(scenario: ScenarioResult, name: str) -> list[tuple[float, ...]]:
+    """A pooled series cut back into its rounds (one part when it ran once)."""
+    samples = tuple(scenario.series.get(name, ()))
+    sizes = (scenario.facts.get("round_sizes") or {}).get(name)
+    if not sizes or sum(sizes) != len(samples):
+        return [samples]
+    parts, start = [], 0
+    for size in sizes:
+        parts.append(samples[start : start + size])
+        start += size
+    return parts
+
+
+def pooled_estimate(scenario: ScenarioResult, name: str, pct: float) -> Estimate | None:
+    """The ``pct``-th percentile of series ``name`` over every round, with an interval that
+    covers both the bootstrap over the pooled samples and each round's own percentile: rounds
+    that disagree more than their samples suggest (the machine's load changed between them)
+    widen it, so a verdict or a ranking never rests on one round's luck."""
+    samples = scenario.series.get(name, ())
+    if not samples:
+        return None
+    pooled = percentile_estimate(samples, pct)
+    per_round = [percentile(part, pct) for part in round_series(scenario, name) if part]
+    if len(per_round) < 2:
+        return pooled
+    return replace(pooled, low=min(pooled.low, *per_round), high=max(pooled.high, *per_round))
+
+
+def rounds_text(scenario: ScenarioResult) -> str | None:
+    """The words for a scenario that ran more than once (``3 rounds in turns, pooled``), else None."""
+    rounds = scenario.facts.get("rounds") or 1
+    return f"{rounds} rounds in turns, pooled" if rounds > 1 else None
 
 
 def tensor_leaves(args: tuple, kwargs: dict) -> list[Any]:
@@ -178,6 +226,40 @@ class Scenario:
     def run(self, context: ScenarioContext, options: dict[str, Any]) -> tuple[dict, dict]:
         """``(series, facts)``: raw samples in milliseconds by name, and the measured scalars."""
         raise NotImplementedError
+
+    def merge(self, rounds: Sequence[ScenarioResult]) -> ScenarioResult:
+        """One result from this scenario's rounds, in the order they ran.
+
+        Every series is pooled (``round_sizes`` says where each round's part ends, for
+        :func:`round_series`); the facts are the first round's (the load it set is every later
+        round's), with ``rounds`` and ``each_round`` (every round's facts) added and the graphs
+        the rounds compiled summed. A round that did not end ok is the result, named by round:
+        a scenario that failed once is not reported as measured.
+        """
+        first = rounds[0]
+        if len(rounds) == 1 or first.status != "ok":
+            return first
+        seconds = sum(r.run_seconds for r in rounds)
+        failed = next((i for i, r in enumerate(rounds) if r.status != "ok"), None)
+        if failed is not None:
+            bad = rounds[failed]
+            why = f"round {failed + 1} of {len(rounds)}: {bad.reason}"
+            return replace(bad, reason=why, run_seconds=seconds)
+        names = list(dict.fromkeys(name for r in rounds for name in r.series))
+        facts = {**first.facts, "rounds": len(rounds), "each_round": [r.facts for r in rounds]}
+        facts["round_sizes"] = {name: [len(r.series.get(name, ())) for r in rounds] for name in names}
+        if all("graphs" in r.facts for r in rounds):
+            facts["graphs"] = sum(r.facts["graphs"] for r in rounds)
+        peaks = [r.peak_host_rss_bytes for r in rounds if r.peak_host_rss_bytes is not None]
+        device = [r.device_peak_bytes for r in rounds if r.device_peak_bytes is not None]
+        return replace(
+            first,
+            series={name: tuple(x for r in rounds for x in r.series.get(name, ())) for name in names},
+            facts=facts,
+            run_seconds=seconds,
+            peak_host_rss_bytes=max(peaks) if peaks else None,
+            device_peak_bytes=max(device) if device else None,
+        )
 
     def figures(self, result: Any, scenario: ScenarioResult, estimate: Callable[..., str | None]) -> list[str]:
         """Headline figures of this scenario's result; ``estimate(metric, label, unit)`` renders

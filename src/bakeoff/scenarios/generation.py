@@ -20,7 +20,16 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from bakeoff.measure.loops import generate
-from bakeoff.scenarios.base import MetricSpec, Option, Scenario, ScenarioContext, ScenarioResult, lengths_text
+from bakeoff.scenarios.base import (
+    ROUNDS,
+    MetricSpec,
+    Option,
+    Scenario,
+    ScenarioContext,
+    ScenarioResult,
+    lengths_text,
+    rounds_text,
+)
 from bakeoff.target.engines import engine_for
 from bakeoff.target.execute import place_inputs
 from bakeoff.workload.profile import InputProfile, Request
@@ -71,6 +80,7 @@ class Generation(Scenario):
         ),
         "tokens": Option(int, 16, minimum=1),
         "runs": Option(int, 5, 1),
+        "rounds": ROUNDS,
     }
     metrics = (
         MetricSpec("ttft", "time", "time to first token", series="ttft", bare=True),
@@ -124,12 +134,13 @@ class Generation(Scenario):
 
     def figures(self, result: Any, scenario: ScenarioResult, estimate: Any) -> list[str]:
         facts = scenario.facts
-        return [
+        figures = [
             estimate("ttft", "TTFT p50"),
             estimate("tpot", "TPOT p50"),
             estimate("tpot.p90", "TPOT p90"),
             f"{facts['runs']}x{facts['tokens']} tokens",
         ]
+        return [*figures, rounds_text(scenario)] if rounds_text(scenario) else figures
 
 
 def _fixed_signature(target: Any) -> str | None:

@@ -17,15 +17,18 @@ from typing import Any, ClassVar
 
 from bakeoff.measure.loops import batch_sweep
 from bakeoff.scenarios.base import (
+    ROUNDS,
     MetricSpec,
     Option,
     Scenario,
     ScenarioContext,
     ScenarioResult,
     lengths_text,
+    pooled_estimate,
+    rounds_text,
     tensor_leaves,
 )
-from bakeoff.stats import Estimate, percentile, percentile_estimate
+from bakeoff.stats import Estimate, percentile
 from bakeoff.target.execute import place_inputs
 from bakeoff.workload.profile import InputProfile
 
@@ -74,7 +77,8 @@ def _rate(per_item: Callable[[ScenarioResult], float | None]) -> Callable[[Any, 
         best, items = offline.facts["best_batch"], per_item(offline)
         if not items:
             return None
-        return percentile_estimate(offline.series[f"batch={best}"], 50).inverted(best * items * 1e3)
+        median = pooled_estimate(offline, f"batch={best}", 50)
+        return median.inverted(best * items * 1e3) if median is not None else None
 
     return estimate
 
@@ -86,6 +90,7 @@ class Offline(Scenario):
     options: ClassVar[Mapping[str, Option]] = {
         "max_batch": Option(int, 64, minimum=1),
         "seq": Option(int, None, minimum=1, help="item length (default: the profile's median, else the example input)"),
+        "rounds": ROUNDS,
     }
     metrics = (
         MetricSpec("throughput", "rate", "items per second at the best batch size", estimate=_rate(lambda s: 1)),
@@ -149,7 +154,7 @@ class Offline(Scenario):
         stopped = next((b for b in facts["batches"] if b["error"]), None)
         if stopped:
             figures.append(f"stopped at {stopped['batch']}: {stopped['error'][:80]}")
-        return figures
+        return [*figures, rounds_text(scenario)] if rounds_text(scenario) else figures
 
     def rates(self, scenario: ScenarioResult) -> Mapping[str, float | None]:
         best = max((b.get("items_per_s") or 0 for b in scenario.facts.get("batches", ())), default=None)

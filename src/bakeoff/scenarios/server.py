@@ -10,6 +10,7 @@ different loads.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -18,8 +19,18 @@ from bakeoff.analysis.queueing import poisson_arrivals
 from bakeoff.analysis.requirements import SINGLE_OBSERVATION, RequirementCheck
 from bakeoff.errors import SpecError
 from bakeoff.measure.loops import serve
-from bakeoff.scenarios.base import MetricSpec, Option, Scenario, ScenarioContext, ScenarioResult, ScenarioSpec, point
-from bakeoff.stats import percentile
+from bakeoff.scenarios.base import (
+    ROUNDS,
+    MetricSpec,
+    Option,
+    Scenario,
+    ScenarioContext,
+    ScenarioResult,
+    ScenarioSpec,
+    point,
+    rounds_text,
+)
+from bakeoff.stats import Estimate, percentile
 
 __all__ = ["SWEEP_FRACTIONS", "Server"]
 
@@ -28,19 +39,43 @@ __all__ = ["SWEEP_FRACTIONS", "Server"]
 SWEEP_FRACTIONS = (0.1, 0.25, 0.5, 0.7, 0.85, 0.95, 1.2, 1.5, 2.0, 3.0, 5.0, 10.0)
 
 
-def _sustained(result: Any, server: ScenarioResult | None) -> Any:
-    if server is None:
-        return None
-    if server.facts.get("sweep"):  # no rate within the bound: the service sustains none, not 0/s
-        return point(server.facts["max_rate"])
-    return point(server.facts["achieved_rate"])
-
-
-def _sweep_bracket(facts: dict[str, Any]) -> tuple[float, float]:
-    """Where a sweep puts the highest sustainable rate: at least the highest rate below the
+def _round_bracket(facts: dict[str, Any]) -> tuple[float, float]:
+    """Where one sweep puts the highest sustainable rate: at least the highest rate below the
     first miss (0 when none met), below the first miss (infinite when none missed)."""
     first_miss = next((s["rate"] for s in facts["sweep"] if not s["met"]), math.inf)
     return facts["max_rate"] or 0.0, first_miss
+
+
+def _sustained(result: Any, server: ScenarioResult | None) -> Estimate | None:
+    """The rate sustained: a sweep's highest rate within the bound (none, not 0/s, when no rate
+    was), else the rate a fixed load achieved. One round's is a point. Over rounds run in
+    turns: the median round's, within an interval from the lowest round's to the highest
+    round's; for a sweep, from the lowest round's rate within the bound to the highest round's
+    first miss (or the highest rate it tried, when none missed), the range its coarse steps
+    leave the true rate in."""
+    if server is None:
+        return None
+    each = server.facts.get("each_round") or [server.facts]
+    if not server.facts.get("sweep"):
+        rates = sorted(facts["achieved_rate"] for facts in each)
+        return (
+            point(rates[0]) if len(rates) == 1 else Estimate(statistics.median(rates), rates[0], rates[-1], len(rates))
+        )
+    if len(each) == 1 or all(facts["max_rate"] is None for facts in each):
+        return point(server.facts["max_rate"])
+    floors = sorted(facts["max_rate"] or 0.0 for facts in each)
+    tops = [
+        miss if math.isfinite(miss) else max(s["rate"] for s in facts["sweep"])
+        for facts, (_, miss) in zip(each, map(_round_bracket, each), strict=True)
+    ]
+    return Estimate(statistics.median(floors), floors[0], max(tops), len(each))
+
+
+def _sweep_bracket(facts: dict[str, Any]) -> tuple[float, float]:
+    """:func:`_round_bracket` over every round, at its widest: the lowest round's floor and the
+    highest round's first miss, so that a verdict on it holds in every round."""
+    brackets = [_round_bracket(each) for each in facts.get("each_round") or [facts]]
+    return min(low for low, _ in brackets), max(high for _, high in brackets)
 
 
 def _rate_verdict(req: Any, low: float, high: float) -> str | None:
@@ -61,6 +96,7 @@ class Server(Scenario):
         "requests": Option(int, 100, minimum=1),
         "bound": Option(str, None),
         "seed": Option(int, 0),
+        "rounds": ROUNDS,
     }
     metrics = (
         MetricSpec("server", "time", "request latency including queueing", series="latency"),
@@ -181,6 +217,12 @@ class Server(Scenario):
                     "swept at the reference's rates; "
                     + (f"latency at its highest within the bound, {judged:.1f}/s" if judged else "it sustained none")
                 )
+        if rounds_text(scenario):
+            sustained = _sustained(result, scenario)
+            rate = (
+                f"; sustained {sustained.value:.1f}/s ({sustained.low:.1f}-{sustained.high:.1f}/s)" if sustained else ""
+            )
+            figures.append(f"{rounds_text(scenario)}{rate}")
         return figures
 
     def for_requirements(self, spec: ScenarioSpec, requirements: Sequence[Any]) -> ScenarioSpec:
@@ -235,16 +277,23 @@ class Server(Scenario):
             return replace(check, reason="; ".join(filter(None, [check.reason, at])), judged_at=judged)
         low, high = _sweep_bracket(facts)
         verdict = _rate_verdict(req, low, high)
-        if facts["max_rate"] is None:
+        rounds = facts.get("rounds") or 1
+        if rounds > 1:
+            held = f"{low:.1f}/s" if low else "no rate"
+            held += f" kept latency within {bound} in every round"
+            missed = "" if math.isinf(high) else f", {high:.1f}/s missed it in at least one"
+            found = f"over {rounds} rounds in turns: {held}{missed}"
+        elif facts["max_rate"] is None:
             found = f"no rate tried kept latency within {bound}: none sustained (the lowest, {high:.1f}/s, missed)"
         elif math.isinf(high):
             found = f"every rate tried, up to {low:.1f}/s, kept latency within {bound}"
         else:
             found = f"{low:.1f}/s kept latency within {bound}, {high:.1f}/s did not"
         common = "" if result.is_reference else ", at the reference's rates"
+        sustained = _sustained(result, server)
+        value = sustained.value if sustained is not None else None
         if verdict is None:
             why = f"{found}{common}: the sweep cannot tell whether {req.text} holds; give server?rate={req.threshold:g}"
-            return RequirementCheck(req, "not_measured", facts["max_rate"], samples=1, reason=why)
-        return replace(
-            check, verdict=verdict, value=facts["max_rate"], samples=1, reason=f"{SINGLE_OBSERVATION}: {found}{common}"
-        )
+            return RequirementCheck(req, "not_measured", value, samples=rounds, reason=why)
+        said = found if rounds > 1 else f"{SINGLE_OBSERVATION}: {found}"
+        return replace(check, verdict=verdict, value=value, samples=rounds, reason=f"{said}{common}")
