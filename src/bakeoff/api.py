@@ -448,10 +448,13 @@ def localize(
         StoreError: no such run.
     """
     from bakeoff.runner.localize import localize_stored
+    from bakeoff.store.transfer import check_rerunnable
 
     if target is None and ":" in run:
         run, target = run.split(":", 1)
-    return localize_stored(Store.open(db, create=False), run, target, timeout_s, progress)[1]
+    store = Store.open(db, create=False)
+    check_rerunnable(store, store.get_run(store.resolve_run_id(run)))  # an import's code never runs
+    return localize_stored(store, run, target, timeout_s, progress)[1]
 
 
 #: ``timing=`` of a sweep: the trial's timing minimums. A sweep grades coverage, not speed:
@@ -785,9 +788,14 @@ def rerun(
         ids = list(store.run_ids_with_tag(tag))
         if not ids:
             raise StoreError(f"no runs tagged {tag!r} to repeat", hint="tag runs with `bakeoff tag RUN_ID TAG`")
+    from bakeoff.store.transfer import check_rerunnable
+
+    repeated = [store.get_run(i) for i in ids]
+    for stored in repeated:  # before anything runs: an import's code never runs
+        check_rerunnable(store, stored)
     plans: list[dict[str, Any]] = []
-    for i in ids:  # several tagged runs of one trial are repeated once
-        plan = rerun_keywords(store.get_run(i))
+    for stored in repeated:  # several tagged runs of one trial are repeated once
+        plan = rerun_keywords(stored)
         if plan not in plans:
             plans.append(plan)
     from bakeoff.runner.switches import loads_code

@@ -144,14 +144,18 @@ def import_command(file: str, db: str | None, fmt: str) -> None:
     """Add the runs of a `bakeoff export` JSON-lines FILE that the database lacks.
 
     Importing the same file twice adds nothing; runs already present keep their results and
-    gain any notes and tags the file has for them. A file from a newer bakeoff is refused.
+    gain any notes and tags the file has for them. The file is checked whole first, and nothing
+    is imported from one that is not a regular file, is past a size cap, is from a newer
+    bakeoff, is malformed, or gives a run id to other content than the database has for it.
+    An imported run whose workload names code (a script, a py: module, a model directory) is
+    listed, and `bakeoff rerun` refuses it: run it yourself once you have read it.
     """
     from bakeoff import api
     from bakeoff.store.connection import display_db_url, resolve_db_url
 
     done = api.import_runs(file, db=db)
-    if fmt == "json":
-        _json(done.to_dict())
+    if fmt == "json":  # not_rerunnable only when some are: a plain import reads as before
+        _json({k: v for k, v in done.to_dict().items() if k != "not_rerunnable" or v})
         return
     _say(
         f"imported {_plural(done.runs, 'run')} ({done.runs_present} already present), "
@@ -159,6 +163,11 @@ def import_command(file: str, db: str | None, fmt: str) -> None:
         f"{_plural(done.requirements, 'requirements update')}, {_plural(done.notes, 'note')}, "
         f"{_plural(done.tags, 'tag')} into {display_db_url(resolve_db_url(db))}"
     )
+    if done.not_rerunnable:
+        _say(
+            "not for `bakeoff rerun` (imported runs that name code to run, a script or a module): "
+            + ", ".join(done.not_rerunnable)
+        )
 
 
 @click.command(epilog='\b\nExample:\n  bakeoff note 3f2a "OOM at batch 8 with driver 560; fine with 555"')

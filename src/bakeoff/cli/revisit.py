@@ -216,7 +216,11 @@ def rerun(
     """Repeat stored trials in this environment (same workload, targets, profile, switches,
     timing), or a stored `bakeoff exec` run (same script, arguments, targets, from the directory
     it ran in), then show what changed since the previous environment (with --tag alone: since
-    the newest earlier run with the tag)."""
+    the newest earlier run with the tag).
+
+    A run that `bakeoff import` brought is repeated only if its workload is one bakeoff builds
+    itself (arch:): a script, a py: module or a model directory named by someone else's export
+    is refused, before anything runs."""
     from bakeoff import api
 
     with workload_output_to_stderr():
