@@ -171,6 +171,16 @@ def test_huge_note_is_refused(tmp_path, capsys):
     )
 
 
+def test_bakeoff_note_refuses_a_note_an_import_would_refuse(tmp_path, capsys):
+    db = _team(tmp_path)
+    (run_id,) = [r.run_id for r in Store.open(db, create=False).list_runs()]
+    before = _dump(db)
+    code, _, err = _cli(capsys, "note", run_id, "x" * (transfer.MAX_NOTE_CHARS + 1), "--db", str(db))
+    assert code == 2 and f"more than {transfer.MAX_NOTE_CHARS}" in err and _dump(db) == before
+    code, _, _ = _cli(capsys, "note", run_id, "x" * transfer.MAX_NOTE_CHARS, "--db", str(db))  # at the cap: kept
+    assert code == 0 and len(_dump(db)) == len(before)
+
+
 def test_huge_text_anywhere_in_a_record_is_refused(tmp_path, capsys):
     records = _records(tmp_path)
     line = _run_line(records, recorded_run(1).run_id)

@@ -23,6 +23,7 @@ from bakeoff.store import schema
 from bakeoff.store.connection import insert_unless_exists
 
 __all__ = [
+    "MAX_NOTE_CHARS",
     "MAX_TAG_LENGTH",
     "Note",
     "check_note_text",
@@ -86,11 +87,21 @@ def check_tag(name: str) -> str:
     return name
 
 
+#: The longest note: notes are printed with their run in every view and report.
+MAX_NOTE_CHARS = 10_000
+
+
 def check_note_text(text: str) -> str:
-    """``text`` without surrounding blank space; refuses a note with nothing in it."""
+    """``text`` without surrounding blank space; refuses a note with nothing in it, or longer
+    than :data:`MAX_NOTE_CHARS` (an import refuses the same)."""
     stripped = text.strip()
     if not stripped:
         raise SpecError("a note needs some text", hint='e.g. bakeoff note 3f2a "OOM at batch 8 on driver 560"')
+    if len(stripped) > MAX_NOTE_CHARS:
+        raise SpecError(
+            f"a note of {len(stripped)} characters, more than {MAX_NOTE_CHARS}",
+            hint="keep the text elsewhere and note where",
+        )
     return stripped
 
 

@@ -53,7 +53,7 @@ from bakeoff.errors import BakeoffError, SpecError, StoreError
 from bakeoff.results import strictjson
 from bakeoff.results.values import BaselineInfo, RunResult
 from bakeoff.store import schema
-from bakeoff.store.annotations import check_note_text, check_tag
+from bakeoff.store.annotations import MAX_NOTE_CHARS, check_note_text, check_tag
 from bakeoff.store.artifacts import baseline_name
 from bakeoff.store.db import Store
 from bakeoff.store.schema import utc_now
@@ -92,8 +92,6 @@ MAX_LINE_BYTES = 64 * 2**20
 #: The longest text anywhere in a record (a key or a value): bakeoff's own are error tails and
 #: library logs of a few KiB.
 MAX_TEXT_CHARS = 2**20
-#: The longest note: notes are printed with their run in every view and report.
-MAX_NOTE_CHARS = 10_000
 #: Integers a database column holds: a larger one would fail the write, or read back changed.
 _INT_RANGE = range(-(2**63), 2**63)
 #: What a run id may be (bakeoff's are 12 hex digits): it is printed, matched as a prefix and
@@ -486,7 +484,7 @@ def _run_record(
         )
     notes = []
     for note in record.get("notes", []):
-        text = check_note_text(note["text"])
+        text = str(note["text"]).strip()
         if len(text) > MAX_NOTE_CHARS:
             raise _refused(
                 path,
@@ -494,6 +492,7 @@ def _run_record(
                 f"a note of {len(text)} characters, more than {MAX_NOTE_CHARS}",
                 hint="shorten the note in the file, or keep the text elsewhere and note where",
             )
+        text = check_note_text(text)
         notes.append({"created_at": note["created_at"], "text": text, "author": note.get("author")})
     tags = [check_tag(t) for t in record.get("tags", [])]
     return run, str(record.get("bakeoff_version") or "unknown"), notes, tags
