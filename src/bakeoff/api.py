@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from bakeoff.store.transfer import ExportSummary, ImportSummary
     from bakeoff.sweep.changes import SweepChanges
     from bakeoff.sweep.run import CellDone
+    from bakeoff.verdicts.bisect import Bisection
     from bakeoff.verdicts.coverage import Coverage
     from bakeoff.verdicts.decision import Decision
     from bakeoff.verdicts.plan import Plan
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "baseline",
+    "bisect",
     "compare",
     "coverage",
     "db_status",
@@ -689,6 +691,61 @@ def compare(a: str, b: str, *, db: PathLike | None = None, thresholds: Threshold
             hint="compare two results instead, e.g. RUN_A:cpu+inductor RUN_B:cuda",
         )
     return [compare_pair(run_a, r, run_b, run_b.result(r.target.spec, r.variant), thresholds) for r in common]
+
+
+def bisect(
+    *,
+    db: PathLike | None = None,
+    workload: str | None = None,
+    target: str | None = None,
+    thresholds: Thresholds | None = None,
+    against: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[list[Comparison], list[Bisection]]:
+    """:func:`regressions`, then a bisection of each trial whose target's median latency moved
+    beyond the threshold in the bad direction (regressed, or not conclusive on noisy timings):
+    which environment change, put back alone, moves it back (see :mod:`bakeoff.verdicts.bisect`).
+    Script runs are not bisected. The bisection's trials are stored apart and removed.
+
+    Raises:
+        StoreError: ``against`` names no run.
+        SpecError: a regressed run's settings can no longer be repeated.
+        WorkloadError: the trial as it is fails here.
+    """
+    from bakeoff.env import capture_environment
+    from bakeoff.runner.bisect import bisect_trial
+    from bakeoff.verdicts.regressions import Thresholds, flattened
+
+    t = thresholds or Thresholds()
+    found = regressions(db=db, workload=workload, target=target, thresholds=t, against=against)
+    store = Store.open(db, create=False)
+    here = flattened(capture_environment())
+    bisections = []
+    for comparison in found:
+        latency = next((m for m in comparison.metrics if m.metric == "p50_ms"), None)
+        if latency is None or latency.change is None or latency.change <= 1 + t.latency:
+            continue
+        before, after = store.get_run(comparison.before_run), store.get_run(comparison.after_run)
+        if after.workload.get("kind") == "script":
+            continue
+        was = before.result(comparison.target, comparison.variant)
+        now = after.result(comparison.after_target or comparison.target, comparison.variant)
+        if was is None or now is None or was.latency is None or now.latency is None:
+            continue
+        bisections.append(
+            bisect_trial(
+                rerun_keywords(after),
+                now.target.spec,
+                (before.run_id, was.latency.samples_ms),
+                (after.run_id, now.latency.samples_ms),
+                comparison.environment.changes,
+                here,
+                t.latency,
+                comparison.workload,
+                progress,
+            )
+        )
+    return found, bisections
 
 
 def rerun_keywords(run: RunResult) -> dict[str, Any]:

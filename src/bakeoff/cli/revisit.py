@@ -60,12 +60,16 @@ def _paired(tag: str | None) -> tuple[str, ...]:
               "its environment; with --sweep, the earlier sweep (default: the one before it of the same "
               "population).")  # fmt: skip
 @_latency_option
+@click.option("--bisect", is_flag=True,
+              help="For each target whose median latency got slower, find which environment change causes "
+              "it: repeat the trial here as it is and with each change put back alone (a package at its "
+              "earlier version, installed apart; an environment variable) and say which moves it back.")  # fmt: skip
 @click.option("--strict", is_flag=True, help="Exit 1 if anything regressed or now fails.")
 @_db_option
 @_format_option
 def regressions(
     workload: str | None, target: str | None, sweep_id: str | None, against: str | None, latency_threshold: float,
-    strict: bool, db: str | None, fmt: str,
+    bisect: bool, strict: bool, db: str | None, fmt: str,
 ) -> None:  # fmt: skip
     """What changed since the previous environment, for each workload and target.
 
@@ -80,13 +84,20 @@ def regressions(
     from bakeoff import api
 
     if sweep_id is not None:
+        if bisect:
+            raise click.UsageError("--bisect repeats single trials: leave out --sweep, or give --workload")
         _sweep_regressions(sweep_id, against, workload, target, latency_threshold, strict, db, fmt)
         return
-    found = api.regressions(
-        db=db, workload=workload, target=target, thresholds=_thresholds(latency_threshold), against=against
-    )
+    chosen = {"db": db, "workload": workload, "target": target, "against": against}
+    bisections: list[Any] = []
+    if bisect:
+        found, bisections = api.bisect(**chosen, thresholds=_thresholds(latency_threshold), progress=_progress())
+    else:
+        found = api.regressions(**chosen, thresholds=_thresholds(latency_threshold))
     if fmt == "json":
-        _emit_json([c.to_dict() for c in found])
+        comparisons = [c.to_dict() for c in found]
+        bisected = {"comparisons": comparisons, "bisections": [b.to_dict() for b in bisections]}
+        _emit_json(bisected if bisect else comparisons)
     elif not found:
         _console().print(
             f"nothing to compare: no workload and target has a run tagged {against} before its latest"
@@ -97,6 +108,14 @@ def regressions(
         from bakeoff.report.changes import regressions_table
 
         _console().print(regressions_table(found, *_paired(against)))
+    if bisect and fmt != "json":
+        from bakeoff.report.bisect import bisection_view
+
+        _console().print(
+            bisection_view(bisections)
+            if bisections
+            else "nothing to bisect: no trial's median latency got slower beyond the threshold"
+        )
     if strict and any(c.outcome in ("regressed", "failed") for c in found):
         raise SystemExit(EXIT_FAILED)
 

@@ -75,6 +75,7 @@ __all__ = [
     "compare_results",
     "environment_diff",
     "find_regressions",
+    "flattened",
     "pair_runs",
     "settings_difference",
     "timing_noise",
@@ -219,6 +220,11 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[name] = value
     return flat
+
+
+def flattened(environment: Environment) -> dict[str, Any]:
+    """Every key of ``environment``, nested ones dotted (``packages.torch``), as diffs name them."""
+    return _flatten(environment.data)
 
 
 def environment_diff(before: Environment, after: Environment) -> EnvironmentDiff:
