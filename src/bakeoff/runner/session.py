@@ -110,6 +110,7 @@ class TargetSession:
         self.prepared: Any = None
         self.autocast: Any = None
         self.saved_env: dict[str, str | None] = {}
+        self.saved_threads: int | None = None
         self.cold_cache_dir: str | None = None
         self.samples: list[float] = []
         self.traffic: Any = None
@@ -198,6 +199,11 @@ class TargetSession:
             else:
                 os.environ[key] = value
         self.saved_env = {}
+        if self.saved_threads is not None:  # nor the target's thread count to the caller
+            import torch
+
+            torch.set_num_threads(self.saved_threads)
+            self.saved_threads = None
         if self.cold_cache_dir is not None:  # an empty cache for one target's compiles: not kept
             shutil.rmtree(self.cold_cache_dir, ignore_errors=True)
             self.cold_cache_dir = None
@@ -222,6 +228,7 @@ class TargetSession:
             _quiet_third_party()
             load_plugins()
             if target.effective_threads is not None:
+                self.saved_threads = torch.get_num_threads()
                 torch.set_num_threads(target.effective_threads)
             self.saved_env = {key: os.environ.get(key) for key, _ in job.env}
             os.environ.update(dict(job.env))
