@@ -438,12 +438,13 @@ def test_the_test_device_gets_a_rehearsal_cost_never_a_recommendation_on_cost():
     # a rehearsal is not a cost to compare between runs either (regressions read cost_in_run)
     assert cost_in_run(_priced_run(emu, prices=prices), emu) is None
     assert cost_in_run(priced_real, real) == next(s.cost for s in control.standings if s.target == "neuron")
-    # with only a rehearsal to rank by cost, the decision ranks by speed and says why
+    # with only a rehearsal to rank by cost, and a speed that says nothing of a real device, nothing
+    # ranks it: it is recommended on qualifying alone, and the decision says why
     planned = {"prices": ["emu=3.6/h"], "reference_added": True}  # a trial on emu alone: cpu is no candidate
     alone = decide_run(replace(_priced_run(emu), settings=planned))
-    assert (alone.target, alone.basis) == ("emu", "speed")
+    assert (alone.target, alone.basis) == ("emu", "qualification")
     assert alone.lines[0].startswith("emu: rehearsal cost 0.1 per million requests") and REHEARSAL in alone.lines[0]
-    assert "ranked by speed, not cost: no cost to rank for emu (a rehearsal)" in alone.lines
+    assert "not ranked: no speed to rank by, and no cost for emu (a rehearsal)" in alone.lines
     # the table marks it too, and says it under the table
     shown = " ".join(_plain(run_view(_priced_run(emu, prices=prices), width=200)).split())
     assert "0.1 (0.0952-0.105) (rehearsal)" in shown and REHEARSAL in shown
@@ -539,3 +540,13 @@ def test_a_single_qualifying_target_needs_no_ranking_on_a_busy_machine():
     busy = replace(run, results=tuple(replace(r, noise=(BUSY,)) for r in (run.results[0], run.results[1], slow_wrong)))
     decision = decide_run(busy)
     assert (decision.outcome, decision.target) == ("recommended", "cpu+inductor")
+
+
+def test_targets_never_timed_are_recommended_on_qualifying_alone_and_say_so():
+    untimed = Standing("emu")  # the test device: its speed is never ranked
+    alone = decide([replace(REF, speed=None, candidate=False), untimed])
+    assert (alone.outcome, alone.target, alone.basis) == ("recommended", "emu", "qualification")
+    two = decide([untimed, Standing("cpu+aot_eager")])
+    assert (two.outcome, two.basis, two.tied) == ("tie", "qualification", ("cpu+aot_eager",))
+    timed = decide([REF, fast("cpu+inductor", 2.0, 1.8, 2.2)])  # control: a measured speed ranks as before
+    assert (timed.outcome, timed.target, timed.basis) == ("recommended", "cpu+inductor", "speed")

@@ -115,7 +115,10 @@ class Decision(Value):
     ``tie`` (``target`` is the best estimate, but ``tied`` qualify too and cannot be told
     apart), ``inconclusive`` (none qualifies for sure; ``target`` is the best of those whose
     evidence cannot decide) or ``none`` (every target misses something; ``target`` is the
-    closest). ``basis`` is ``cost`` or ``speed``; ``lines`` say why, each with its figure;
+    closest). ``basis`` is ``cost``, ``speed``, or ``qualification`` when nothing in the running
+    has a cost or a speed to rank by (never timed, or only the test device's speed, which says
+    nothing of a real device): qualifying is then all a recommendation rests on, and two that
+    qualify are a tie. ``lines`` say why, each with its figure;
     ``unmeasured`` names the targets that could not run here; ``cost_basis`` says what the
     costs shown assume (every distinct basis among them, "" without costs).
     """
@@ -389,13 +392,15 @@ def _figure_of(s: Standing, basis: str, reference: Standing | None = None) -> st
 
 
 def _not_by_cost(pool: Sequence[Standing], standings: Sequence[Standing], basis: str) -> list[str]:
-    """Why a decision with prices ranks ``pool`` by speed: who has no cost to rank by."""
+    """Why a decision with prices ranks ``pool`` by speed, or not at all: who has no cost to rank by."""
     if basis == "cost" or not any(s.cost is not None or s.cost_note for s in standings):
         return []  # by cost, or no prices: nothing to explain
     missing = [f"{s.target} ({s.cost_note})" for s in pool if s.cost is None]
     if not missing:  # every cost in the running is a rehearsal
         missing = [f"{s.target} (a rehearsal)" for s in pool]
-    return [f"ranked by speed, not cost: no cost to rank for {', '.join(missing)}"] if missing else []
+    if basis != "speed":
+        return [f"not ranked: no speed to rank by, and no cost for {', '.join(missing)}"]
+    return [f"ranked by speed, not cost: no cost to rank for {', '.join(missing)}"]
 
 
 def _cost_basis(standings: Sequence[Standing]) -> str:
@@ -448,7 +453,10 @@ def _decide(standings: Sequence[Standing], unmeasured: Iterable[str] = ()) -> De
     pool = qualified or undecided
     # a rehearsal cost is shown in its place, never ranked: a pool with only rehearsals ranks by speed
     costed = pool and all(s.cost is not None for s in pool) and any(_ranked_cost(s) is not None for s in pool)
-    basis = "cost" if costed else "speed"
+    # with no cost and no speed in the running (never timed, or speeds that say nothing of a real
+    # device), nothing ranks them: a recommendation then rests on qualifying alone, and says so
+    timed = any(s.speed is not None for s in pool)
+    basis = "cost" if costed else "speed" if timed or not pool else "qualification"
     lines: list[str] = []
     if qualified:
         ranked = sorted(qualified, key=lambda s: _key(s, basis))
