@@ -50,7 +50,11 @@ def test_recompiles_with_the_padded_variant_measured():
     assert item.measured.endswith("padding waste 18.0%, correctness pass")
     # without the padded variant the same finding is a suggestion, marked as not measured
     (alone,) = remedies_for(_run(target_result("cpu"), as_is), as_is)
-    assert alone.measured == ""
+    assert alone.measured == "" and "--pad-to-buckets auto" in alone.change
+    # a script's inputs are its own: exec has no --pad-to-buckets to suggest
+    script = replace(_run(target_result("cpu"), as_is), workload={"kind": "script", "spec": "script:train.py"})
+    (scripted,) = remedies_for(script, as_is)
+    assert scripted.change == "pad the script's inputs to a few fixed lengths, or compile with dynamic shapes"
 
 
 def test_host_ops_host_state_and_stray_parameters_each_name_their_figure():

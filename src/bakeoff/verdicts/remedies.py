@@ -200,14 +200,13 @@ def _compilation(run: RunResult, r: TargetResult) -> list[Remedy]:
                 + (f", padding waste {waste:.1%}" if isinstance(waste, int | float) else "")
                 + f", correctness {padded.verdict}"
             )
-        out.append(
-            Remedy(
-                "recompiles",
-                finding,
-                "pad requests to a few fixed lengths (--pad-to-buckets auto), or compile with dynamic shapes",
-                measured,
-            )
+        # a script's inputs are its own: bakeoff cannot pad them (exec has no --pad-to-buckets)
+        pad = (
+            "pad the script's inputs to a few fixed lengths"
+            if run.workload.get("kind") == "script"
+            else "pad requests to a few fixed lengths (--pad-to-buckets auto)"
         )
+        out.append(Remedy("recompiles", finding, f"{pad}, or compile with dynamic shapes", measured))
     if c.graph_breaks:
         where = [f"{b.get('reason', '?')[:80]} at {b.get('location') or '?'}" for b in c.graph_break_reasons[:3]]
         out.append(
