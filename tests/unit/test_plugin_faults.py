@@ -149,10 +149,19 @@ class WrongType(Check):
         return {"verdict": "deterministic"}
 
 
+class Exits(Check):
+    name = "exits"
+    title = "exits"
+    value_type = Determinism
+
+    def run(self, context):
+        raise SystemExit(5)
+
+
 def test_a_failing_plugin_check_fails_alone() -> None:
     job = TargetJob(py_workload("mlp"), Target("cpu"), "0", None)
     session = TargetSession(job)
-    session.checks = [*session.checks, Raises(), WrongType()]
+    session.checks = [*session.checks, Raises(), WrongType(), Exits()]
     result = run_steps(session)
     assert result.status == "ok" and result.latency is not None and result.latency.count
     assert result.correctness is not None and result.correctness.verdict == "not_comparable"  # no baseline given
@@ -160,6 +169,7 @@ def test_a_failing_plugin_check_fails_alone() -> None:
     assert "raises" not in result.checks and "wrong_type" not in result.checks
     assert "the raises check failed: RuntimeError: boom" in result.notes
     assert any(n.startswith("the wrong_type check failed: TypeError: returned dict") for n in result.notes)
+    assert "the exits check called sys.exit(5)" in result.notes  # the plugin's failure, not the target's
 
 
 def test_a_kept_requirement_on_an_absent_plugins_metric_is_noted_not_fatal(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from bakeoff.checks.greedy import GreedyCheck
 from bakeoff.checks.localization import LocalizationCheck
 from bakeoff.checks.placement import PlacementCheck
 from bakeoff.checks.training import TrainingCheck
-from bakeoff.entrypoints import load_plugins
+from bakeoff.entrypoints import PLUGIN_FAILURES, load_plugins, said_by
 from bakeoff.errors import SpecError
 from bakeoff.specsyntax import split_options, typed_options
 
@@ -80,16 +80,17 @@ def is_builtin(check: Check) -> bool:
 
 
 def guarded(check: Check, method: str, *args: Any, fallback: Any = None) -> Any:
-    """``check.method(*args)``; for a plugin check, an exception becomes ``fallback`` (and, for
-    its facts and notes, one line saying it failed) so that one broken plugin cannot break a
-    report, a comparison or another check's result. bakeoff's own checks are called directly:
-    an exception there is a fault to see, not to hide."""
+    """``check.method(*args)``; for a plugin check, an exception or a ``sys.exit`` becomes
+    ``fallback`` (and, for its facts and notes, one line saying it failed) so that one broken
+    plugin cannot break a report, a comparison or another check's result, nor end the command
+    with an exit code of its own. Ctrl-C still interrupts. bakeoff's own checks are called
+    directly: an exception there is a fault to see, not to hide."""
     if is_builtin(check):
         return getattr(check, method)(*args)
     try:
         return getattr(check, method)(*args)
-    except Exception as exc:
-        said = f"the {check.name} check's {method} failed: {type(exc).__name__}: {str(exc)[:200]}"
+    except PLUGIN_FAILURES as exc:
+        said = f"the {check.name} check's {method} {said_by(exc)}"
         return [said] if method in ("facts", "details", "notes") else fallback
 
 
@@ -113,11 +114,12 @@ def parse_check(text: str) -> CheckSpec:
         check.validate(options, text)
     except SpecError:
         raise
-    except Exception as exc:
+    except PLUGIN_FAILURES as exc:
         if is_builtin(check):
             raise
+        why = f"it {said_by(exc)}" if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {str(exc)[:200]}"
         raise SpecError(
-            f"the {head} check could not read {text!r}: {type(exc).__name__}: {str(exc)[:200]}",
+            f"the {head} check could not read {text!r}: {why}",
             hint="see the plugin's documentation for its options",
         ) from None
     return CheckSpec(head, options)

@@ -29,6 +29,7 @@ from typing import Any
 from bakeoff.analysis.noise import noise_flags
 from bakeoff.checks.base import CheckContext
 from bakeoff.checks.registry import guarded, is_builtin, registered_checks
+from bakeoff.entrypoints import PLUGIN_FAILURES, said_by
 from bakeoff.measure.clock import Clock, PerfClock
 from bakeoff.measure.memory import lifetime_peak_rss_bytes, peak_rss_bytes, reset_peak_rss
 from bakeoff.measure.timing import enough_samples, warm_calls
@@ -381,10 +382,10 @@ class TargetSession:
             if not isinstance(value, check.value_type):
                 raise TypeError(f"returned {type(value).__name__}, not its value type {check.value_type.__name__}")
             return check.decode(strictjson.loads(strictjson.dumps(check.encode(value))))
-        except Exception as exc:
+        except PLUGIN_FAILURES as exc:  # sys.exit in a plugin is its failure, never the target's
             if is_builtin(check):
                 raise
-            self.check_failures.append(f"the {check.name} check failed: {type(exc).__name__}: {str(exc)[:300]}")
+            self.check_failures.append(f"the {check.name} check {said_by(exc)}")
             return None
 
     # -- assembling the result ---------------------------------------------------------------
