@@ -20,6 +20,7 @@ need more steps or other batches than were run, and anything only distributed tr
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -142,7 +143,7 @@ def judge(
     }
     band = f"{m:g}x the {dtype} reference's own error against float64"
     if judged.verdict == "not_comparable":
-        return TrainingParity("not_comparable", "the float64 run itself diverged (a figure not finite)", **common)
+        return TrainingParity("not_comparable", _golden_diverged(curve), **common)
     wrong = next(((n, found) for n, step in enumerate(local, 1) if (found := local_failure(step, dtype))), None)
     if wrong is not None:
         number, (figure, error, allowed) = wrong
@@ -188,6 +189,22 @@ def judge(
         "backward passes disagree on becomes a whole optimiser step), not a fault"
     )
     return TrainingParity("drift", reason, **common)
+
+
+def _golden_diverged(curve: tuple[StepFigures, ...]) -> str:
+    """Why the float64 run leaves nothing to judge against: its first figure that is not finite."""
+    found = next(
+        ((number, figure, value) for number, step in enumerate(curve, 1) for figure in FIGURES[:3]
+         if not math.isfinite(value := getattr(step, figure)[0])),
+        None,
+    )  # fmt: skip
+    if found is None:
+        return "the float64 run itself diverged (a figure not finite)"
+    number, figure, value = found
+    return (
+        f"the float64 run itself diverged: its {_SAID[figure]} is non-finite ({value}) at step {number}, "
+        "so there is no float64 trajectory to judge the reference and the target against"
+    )
 
 
 def _optimizer(name: str, lr: float) -> Any:

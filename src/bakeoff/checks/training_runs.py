@@ -148,10 +148,18 @@ def _rms(t: Any) -> float:
     return float(t.pow(2).mean().sqrt()) if t.numel() else 0.0
 
 
+def _identical(a: Any, b: Any) -> bool:
+    """Equal element by element, NaN equal to NaN (``torch.equal`` says a NaN differs from itself)."""
+    import torch
+
+    return a.shape == b.shape and bool(torch.all((a == b) | (torch.isnan(a) & torch.isnan(b))))
+
+
 def stochastic_reason(model: Any, recipe: Any, seed: int) -> str | None:
     """Why the training is not comparable across runs, or None: one step of a copy of ``model``
     under two seeds. Different losses or gradients mean it draws random numbers (dropout, say):
-    a float64 golden and another device cannot share those draws."""
+    a float64 golden and another device cannot share those draws. NaN under both seeds at the
+    same places is no difference (the training diverges; the float64 run shows it)."""
     import torch
 
     results = []
@@ -165,8 +173,9 @@ def stochastic_reason(model: Any, recipe: Any, seed: int) -> str | None:
         grads = [p.grad.detach().clone() for p in twin.parameters() if p.grad is not None]
         results.append((float(loss.detach()), grads))
     (loss_a, grads_a), (loss_b, grads_b) = results
-    if loss_a == loss_b and all(torch.equal(a, b) for a, b in zip(grads_a, grads_b, strict=True)):
-        return None
+    same_loss = loss_a == loss_b or (math.isnan(loss_a) and math.isnan(loss_b))
+    if same_loss and all(_identical(a, b) for a, b in zip(grads_a, grads_b, strict=True)):
+        return None  # NaN where the other seed has NaN too is the same result: a diverging run, not a random one
     dropouts = sorted(
         {type(m).__name__ for m in model.modules() if "Dropout" in type(m).__name__ and getattr(m, "p", 0)}
     )
