@@ -135,8 +135,9 @@ def sweep_command(
         raise SpecError("--write-expect needs --expect FILE", hint="e.g. --expect expected.toml --write-expect")
     if write_expect and expect is not None:
         from bakeoff.outfiles import check_writable
+        from bakeoff.store.connection import resolve_db_url
 
-        check_writable(expect)  # refused now, not after the sweep
+        check_writable(expect, db=resolve_db_url(db))  # refused now, not after the sweep
     expected = None
     if expect is not None and not write_expect:
         from bakeoff.sweep.expect import read_expectations
@@ -208,12 +209,14 @@ def coverage_command(
     from bakeoff import api
     from bakeoff.errors import SpecError
     from bakeoff.outfiles import check_writable, write_text
+    from bakeoff.store.connection import resolve_db_url
 
     if expect is not None and against is not None:
         raise SpecError("--expect with --against", hint="compare with one of them at a time")
+    database = resolve_db_url(db)
     for path in (html_path, md_path):
         if path is not None:
-            check_writable(path)
+            check_writable(path, db=database)
     expected = None
     if expect is not None:
         from bakeoff.sweep.expect import read_expectations
@@ -230,7 +233,7 @@ def coverage_command(
         if path is not None:
             from bakeoff.report import coverage as pages
 
-            write_text(path, getattr(pages, render)(found))
+            write_text(path, getattr(pages, render)(found), db=database)
             console(stderr=True).print(f"wrote {path}")
     _print_coverage(found, fmt, no_matrix, expect, expected, False)
 
