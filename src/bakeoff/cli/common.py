@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -62,12 +63,38 @@ format_option = click.option(
 
 
 def console(stderr: bool = False) -> Any:
-    from rich.console import Console
-
-    found = Console(stderr=stderr, highlight=False)
+    """The console every command prints through: stored text on it shows its control characters
+    (:func:`~bakeoff.report.printable.visible`) instead of driving the terminal."""
+    shown = _shown_console()
+    found = shown(stderr=stderr, highlight=False)
     if not found.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
-        found = Console(stderr=stderr, highlight=False, width=160)
+        found = shown(stderr=stderr, highlight=False, width=160)
     return found
+
+
+@functools.cache
+def _shown_console() -> Any:
+    """rich's ``Console`` whose every string and every segment of text it renders shows its control
+    characters: strings before they are laid out (so tables keep their widths), and the text of
+    any other renderable (a ``Text`` built from stored strings) as it is written. Segments that
+    are rich's own control codes (cursor moves of a live display) are left alone."""
+    from rich.console import Console
+    from rich.segment import Segment
+
+    from bakeoff.report.printable import visible
+
+    class ShownConsole(Console):
+        def render_str(self, text: str, **kwargs: Any) -> Any:
+            return super().render_str(visible(text), **kwargs)
+
+        def render(self, renderable: Any, options: Any = None) -> Any:
+            for segment in super().render(renderable, options):
+                if segment.control or segment.text.isprintable() or segment.text in ("\n", ""):
+                    yield segment
+                else:
+                    yield Segment(visible(segment.text), segment.style)
+
+    return ShownConsole
 
 
 def progress() -> Any:

@@ -127,9 +127,11 @@ def _finish_run(
     unless ``verbose``; with --strict exit 1 on a failed target or a requirement not met."""
     from bakeoff import api
     from bakeoff.analysis.cost import parse_prices
+    from bakeoff.report.evidence import readable
     from bakeoff.results.codec import run_to_json
     from bakeoff.store.connection import display_db_url, resolve_db_url
 
+    run = readable(run)
     parsed = None if not prices else parse_prices(prices)
     if fmt == "json":
         from bakeoff.verdicts.remedies import what_it_takes

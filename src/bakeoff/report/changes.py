@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Group
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from bakeoff.report.printable import escape
 from bakeoff.units import significant
 from bakeoff.verdicts.regressions import INCONCLUSIVE, Comparison, MetricChange
 

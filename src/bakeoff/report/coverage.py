@@ -35,12 +35,14 @@ def coverage_view(c: Coverage, matrix: bool = True, reasons: int = 15) -> Any:
     from rich.table import Table
     from rich.text import Text
 
+    from bakeoff.report.printable import escape, visible
+
     done = c.size - len(c.pending)
     parts: list[Any] = [
         Text.assemble(
             ("sweep ", "bold"), (c.sweep_id, "bold cyan"), f"  started {c.created_at[:19].replace('T', ' ')} UTC"
         ),
-        Text(f"population {_population(c)}"),
+        Text(visible(f"population {_population(c)}")),
         Text(
             f"{done} of {c.size} stored"
             + (
@@ -66,17 +68,17 @@ def coverage_view(c: Coverage, matrix: bool = True, reasons: int = 15) -> Any:
         figures.add_column(f">= {grade}", justify="right")
     figures.add_column("skipped", justify="right")
     for target, figure in c.figures.items():
-        figures.add_row(target, *(_share(figure, g, c.size) for g in GRADES), str(figure["skipped"]))
+        figures.add_row(escape(target), *(_share(figure, g, c.size) for g in GRADES), str(figure["skipped"]))
     parts.append(figures)
     if matrix:
         grid = Table(title="matrix: the grade each reached (none: not even built)", title_justify="left")
         grid.add_column(c.population.get("unit", "workload"))
         for target in c.targets:
-            grid.add_column(target)
+            grid.add_column(escape(target))
         for workload, row in c.grid().items():
             cells = [row.get(t) for t in c.targets]
             grid.add_row(
-                workload,
+                escape(workload),
                 *(
                     Text("-") if cell is None else Text(cell.grade or "none", style=_STYLE.get(cell.grade, "dim"))
                     for cell in cells
@@ -95,10 +97,10 @@ def coverage_view(c: Coverage, matrix: bool = True, reasons: int = 15) -> Any:
             more = f" +{r['count'] - 3}" if r["count"] > 3 else ""
             table.add_row(
                 str(r["count"]),
-                r["reason"],
-                ", ".join(r["stopped_at"]),
-                ", ".join(r["targets"]),
-                ", ".join(r["workloads"][:3]) + more,
+                escape(r["reason"]),
+                escape(", ".join(r["stopped_at"])),
+                escape(", ".join(r["targets"])),
+                escape(", ".join(r["workloads"][:3]) + more),
             )
         parts.append(table)
     return Group(*parts)
@@ -221,9 +223,10 @@ def expectations_view(checked: list[Any], path: str, before: str = "expected") -
     from collections import Counter
 
     from rich.console import Group
-    from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
+
+    from bakeoff.report.printable import escape
 
     counts = Counter(e.status for e in checked)
     order = ("regressed", "improved", "new", "missing", "expected_failure", "pass", "skipped")
@@ -237,6 +240,8 @@ def expectations_view(checked: list[Any], path: str, before: str = "expected") -
             table.add_column(column)
         for e in sorted(changed, key=lambda e: (order.index(e.status), e.workload, e.target)):
             why = escape(e.reason[:120])
-            table.add_row(e.status, escape(e.workload), escape(e.target), e.expected or "-", e.actual or "-", why)
+            table.add_row(
+                e.status, escape(e.workload), escape(e.target), escape(e.expected or "-"), escape(e.actual or "-"), why
+            )
         parts.append(table)
     return Group(*parts)

@@ -36,6 +36,7 @@ __all__ = [
     "Evidence",
     "answers_for",
     "build_evidence",
+    "readable",
     "render_json",
     "scenario_rows",
 ]
@@ -264,6 +265,20 @@ class Evidence:
         }
 
 
+def readable(run: RunResult) -> RunResult:
+    """``run`` as every renderer reads it: a latency stored without a single sample (its samples
+    lost, or a document written so) is no latency, since no figure can be derived from it. Any
+    other run is returned as it is."""
+    if all(r.latency is None or r.latency.count for r in run.results):
+        return run
+    return replace(
+        run,
+        results=tuple(
+            replace(r, latency=None) if r.latency is not None and not r.latency.count else r for r in run.results
+        ),
+    )
+
+
 def build_evidence(
     runs: Sequence[RunResult],
     *,
@@ -276,8 +291,9 @@ def build_evidence(
     prices: Sequence[Price] | None = None,
 ) -> Evidence:
     """Order the runs, attach notes and tags, find the regressions among them and decide each
-    run (priced by ``prices``; None: by the prices each run was given)."""
-    ordered = tuple(sorted(runs, key=lambda r: (r.created_at, r.run_id)))
+    run (priced by ``prices``; None: by the prices each run was given). Each run is read as
+    :func:`readable` gives it."""
+    ordered = tuple(sorted((readable(r) for r in runs), key=lambda r: (r.created_at, r.run_id)))
     t = thresholds or Thresholds()
     return Evidence(
         generated_at=generated_at or datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

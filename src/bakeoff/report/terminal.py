@@ -6,9 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Group
-from rich.markup import escape
 from rich.table import Table
-from rich.text import Text
 
 from bakeoff.analysis.cost import Price
 from bakeoff.analysis.requirements import requirement_state
@@ -23,6 +21,8 @@ from bakeoff.report.figures import (
     spans_fact,
     speed_caveat,
 )
+from bakeoff.report.printable import Shown as Text  # every line shows the control characters of stored text
+from bakeoff.report.printable import escape
 from bakeoff.results.summary import RunSummary
 from bakeoff.results.values import BaselineInfo, Placement, RunResult, TargetResult
 from bakeoff.units import duration, figure, significant
@@ -105,8 +105,8 @@ def buckets_view(run: RunResult) -> Table:
         c, latency, profile = result.compilation, result.latency, result.profile or {}
         table.add_row(
             escape(result.target.spec),
-            result.variant,
-            result.verdict or "-",
+            escape(result.variant),
+            escape(result.verdict or "-"),
             str(c.graphs) if c else "-",
             str(c.recompiles) if c else "-",
             duration(c.compile_seconds_total * 1e3) if c else "-",
@@ -192,8 +192,8 @@ def log_view(run: RunResult) -> Group:
             table.add_row(
                 escape(_label(result)),
                 escape(line["phase"]),
-                line["source"],
-                str(line["count"]),
+                escape(line["source"]),
+                escape(str(line["count"])),
                 escape(line["text"]),
             )
     return Group(table)
@@ -212,7 +212,7 @@ def scenarios_view(run: RunResult) -> Table:
             figures = "; ".join(scenario_figures(result, scenario)) if ok else scenario.reason
             table.add_row(
                 escape(_label(result)),
-                scenario.name,
+                escape(scenario.name),
                 Text(scenario.status, style=_STATUS_STYLE.get(scenario.status, "yellow")),
                 escape(figures),
                 duration(scenario.run_seconds * 1e3),
@@ -262,7 +262,7 @@ _COST = "cost /1M req"
 def _fitting_columns(rows: Sequence[dict[str, Any]], width: int | None) -> list[str]:
     """The run table's columns that fit in ``width`` (all of them when it is None)."""
     columns = list(rows[0]) if rows else []
-    if width is None:
+    if width is None or not columns:
         return columns
 
     def needed(names: list[str]) -> int:
