@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.console import Group
-from rich.markup import escape
 from rich.table import Table
-from rich.text import Text
 
+from bakeoff.report.printable import Shown as Text  # stored strings: control characters shown
+from bakeoff.report.printable import escape
 from bakeoff.units import significant
 from bakeoff.verdicts.bisect import Bisection
 
