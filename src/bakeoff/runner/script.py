@@ -90,6 +90,9 @@ __all__ = [
 ]
 
 #: Directories never copied into a run's working directory.
+#: Environment variables a script's run does not get: they name bakeoff's own files (the
+#: knowledge base and its artifacts) and the directory bakeoff was started in.
+_KEPT_FROM_SCRIPTS = ("BAKEOFF_DB", "BAKEOFF_ARTIFACTS", "OLDPWD")
 _SKIP_DIRS = frozenset({".git", ".hg", ".venv", "venv", "__pycache__", "node_modules", ".mypy_cache", ".ruff_cache"})
 #: The largest working directory a run copies (bytes); a larger one needs --workdir.
 MAX_WORKDIR_BYTES = 512 * 2**20
@@ -182,6 +185,27 @@ def copy_workdir(source: Path, into: Path, skip: Sequence[Path] = ()) -> Path:
 
     shutil.copytree(source, into, ignore=ignore, symlinks=True)
     return into
+
+
+#: How long a stopped run's supervisor may take to end the script and what it started.
+STOP_GRACE_S = 5.0
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """End a script run that must stop (its timeout, Ctrl-C): SIGTERM to the worker, which ends
+    the script and then what the script started, a process detached with ``setsid`` included
+    (:mod:`bakeoff.runner.script_worker`); after :data:`STOP_GRACE_S`, or once it is done,
+    SIGKILL to the run's whole process group for anything left in it."""
+    try:
+        os.kill(process.pid, signal.SIGTERM)
+        process.wait(timeout=STOP_GRACE_S)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
 
 
 def _death(code: int) -> tuple[str, str, str]:
@@ -282,19 +306,19 @@ def run_script(
         command += [arg for pattern in capture_modules for arg in ("--capture-modules", pattern)]
         command += ["--compile", compile] if compile else []
         command += ["--", path, *argv]
-        env = {**os.environ, "PYTHONHASHSEED": str(seed), PARENT_ENV: str(os.getpid())}
+        env = {**os.environ, "PYTHONHASHSEED": str(seed), PARENT_ENV: str(os.getpid()), "PWD": str(work)}
         env.pop(CHILDREN_ENV, None)  # bakeoff exec inside a remapped script: the launcher starts clean
+        for name in _KEPT_FROM_SCRIPTS:  # where bakeoff keeps its own files is none of the script's business
+            env.pop(name, None)
         with open(out / "stdout.txt", "wb") as stdout, open(out / "stderr.txt", "wb") as stderr:
             process = subprocess.Popen(command, cwd=work, stdout=stdout, stderr=stderr, env=env, start_new_session=True)
             try:
                 code = process.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+                _stop(process)
                 code = None
             except BaseException:  # Ctrl-C or SIGTERM: the script's process group goes too
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+                _stop(process)
                 raise
         log = LibraryLog()
         _log_lines(out, log)

@@ -51,6 +51,24 @@ the window is still found), and counts the other op calls (the scope says so); p
 the overhead is that call and a name lookup; ``signals["script"]["audit_s"]`` is the time spent
 recording. The reference runs without it, so a target's wall time includes it: a note says so
 (``bakeoff exec --repeats`` times both sides over more runs without it).
+
+Every run of one ``bakeoff exec`` reads the same stdin (:func:`script_stdin`): bakeoff's own is
+shared by all its runs, so piped input would be consumed by the first run and a terminal would
+hold every run until its timeout. A terminal gives each run an empty stdin (``/dev/null``);
+anything else is read once (up to :data:`STDIN_CAP` bytes; a stdin left open without a byte for
+:data:`STDIN_IDLE_S` has said all it will), kept in a temporary directory named after the
+bakeoff process, and each run reads that copy. A note on each run says which it was.
+
+On POSIX the worker is two processes: this one forks the run and stays its supervisor, a child
+subreaper on Linux (``PR_SET_CHILD_SUBREAPER``: what the script starts and leaves behind, a
+process detached with ``setsid`` included, becomes its child when its own parent ends). When the
+run ends, it gives what the script started a moment to end by itself, kills what is still
+running, reaps it, and exits as the run did (its code, or the signal it died of). What it did
+(:data:`PROCESSES`) becomes the run's notes (:func:`bakeoff.script.children.child_notes`).
+What it cannot clean up: what left the process group when the whole group is killed (the
+runner's kill on a timeout takes the supervisor too, so a process detached with ``setsid`` stays;
+a SIGTERM to the supervisor ends the run and cleans up first), and, off Linux (no subreaper), a
+detached process whose own parent had already ended.
 """
 
 from __future__ import annotations
@@ -58,7 +76,10 @@ from __future__ import annotations
 import functools
 import json
 import os
+import signal
+import stat
 import sys
+import tempfile
 import threading
 import time
 import weakref
@@ -71,14 +92,35 @@ from bakeoff.checks.compilation import Compilation
 from bakeoff.checks.dispatch_audit import HOST_SYNC_OPS, PlacementRecorder, off_device_map_entries
 from bakeoff.checks.placement import Placement, judge, top_counts
 from bakeoff.script import launch as launcher
+from bakeoff.script.children import PROCESSES
 from bakeoff.script.ledger import call_site
 
-__all__ = ["AUDIT", "MAX_AUDITED_OPS", "PARENT_ENV", "ScriptAudit", "main", "read_audit"]
+__all__ = [
+    "AUDIT",
+    "MAX_AUDITED_OPS",
+    "PARENT_ENV",
+    "PROCESSES",
+    "STDIN_CAP",
+    "ScriptAudit",
+    "main",
+    "read_audit",
+    "script_stdin",
+]
 
 #: The bakeoff process that started the worker: the worker dies with it (a ``kill -9`` included).
 PARENT_ENV = "BAKEOFF_EXEC_PARENT"
 
 AUDIT = "audit.json"
+#: At most this much of bakeoff's stdin is given to the runs (the rest is not read; a note says so).
+STDIN_CAP = 16 << 20
+#: A stdin that stays open this long without a byte is taken to have said all it will (a pipe
+#: that nobody writes to, left open by whatever started bakeoff).
+STDIN_IDLE_S = 10.0
+#: How long what the script started may take to end by itself once the script has ended.
+_GRACE_S = 1.0
+#: How long the supervisor keeps killing and reaping before it gives up on a process.
+_REAP_S = 10.0
+_PR_SET_CHILD_SUBREAPER = 36
 #: The ops recorded over the whole run, past the window: copies between host and device (host
 #: state sent again every step is the finding a window over the first steps misses) and syncs.
 _WATCHED = frozenset({"aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize"}) | (
@@ -506,10 +548,187 @@ def _dict(value: Any) -> dict[str, Any] | None:
     return value.to_dict() if value is not None else None
 
 
+def _read_stdin() -> tuple[bytes, str]:
+    """Bakeoff's stdin up to :data:`STDIN_CAP` bytes, and how the reading ended: ``end``,
+    ``cap`` (more was there) or ``idle`` (open, and silent for :data:`STDIN_IDLE_S`)."""
+    import select
+
+    chunks, size = [], 0
+    while size <= STDIN_CAP:
+        ready, _, _ = select.select([0], [], [], STDIN_IDLE_S)
+        if not ready:
+            return b"".join(chunks), "idle"
+        chunk = os.read(0, min(1 << 16, STDIN_CAP + 1 - size))
+        if not chunk:
+            return b"".join(chunks), "end"
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)[:STDIN_CAP], "cap"
+
+
+def _shared_stdin(parent: str) -> tuple[bytes, str]:
+    """:func:`_read_stdin` once per bakeoff process ``parent``: the first run reads it and keeps
+    it for the others in a directory named after that process (removed once it has ended, as
+    :mod:`bakeoff.runner.tempdirs` removes the directories of a process killed before it could)."""
+    import fcntl
+
+    from bakeoff.runner.tempdirs import host_tag
+
+    if not parent.isdigit():
+        return _read_stdin()
+    folder = Path(tempfile.gettempdir()) / f"bakeoff-exec-{parent}-{host_tag()}-stdinbuf"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        found = folder.lstat()
+        if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid():
+            return _read_stdin()
+    except OSError:
+        return _read_stdin()
+    with open(folder / "lock", "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        kept, how = folder / "stdin", folder / "stdin.how"
+        if how.exists():
+            return kept.read_bytes(), how.read_text()
+        data, ended = _read_stdin()
+        kept.write_bytes(data)
+        how.write_text(ended)  # last: a run that finds it finds the bytes too
+        return data, ended
+
+
+def script_stdin(parent: str) -> str | None:
+    """Point this process's stdin (fd 0) at what every run of the ``bakeoff exec`` whose process
+    is ``parent`` reads (see the module docstring), and say what that was (None: bakeoff's stdin
+    is ``/dev/null`` or closed, left as it is)."""
+    try:
+        found = os.fstat(0)
+    except OSError:
+        return None
+    if os.isatty(0):
+        empty = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(empty, 0)
+        os.close(empty)
+        return (
+            "the script's stdin was empty (/dev/null): bakeoff's is a terminal, and every run must read "
+            "the same input (pipe it to bakeoff to give the script input)"
+        )
+    if stat.S_ISCHR(found.st_mode) and found.st_rdev == os.stat(os.devnull).st_rdev:
+        return None
+    data, ended = _shared_stdin(parent)
+    copy = tempfile.TemporaryFile()
+    copy.write(data)
+    copy.flush()
+    os.lseek(copy.fileno(), 0, os.SEEK_SET)
+    os.dup2(copy.fileno(), 0)
+    copy.close()
+    said = f"every run of the script read the same stdin: the {len(data)} bytes bakeoff was given"
+    if ended == "cap":
+        said = f"every run of the script read the same stdin: the first {len(data)} bytes bakeoff was given (no more)"
+    elif ended == "idle":
+        said += f" before its stdin stayed open and silent for {STDIN_IDLE_S:g} s"
+    return said
+
+
+def _subreaper() -> None:
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+
+
+def _reap() -> None:
+    """Collect every child that has ended (a subreaper's orphans too), without waiting."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _end_descendants() -> list[str]:
+    """Kill what the script started that is still running (after :data:`_GRACE_S` to end by
+    itself) and reap it: ``name (pid N)`` of each one killed."""
+    import psutil
+
+    me, killed, seen = psutil.Process(), [], set()
+    grace, deadline = time.monotonic() + _GRACE_S, time.monotonic() + _GRACE_S + _REAP_S
+    while time.monotonic() < deadline:
+        _reap()
+        running = [p for p in me.children(recursive=True) if _running(p)]
+        if not running:
+            break
+        if time.monotonic() >= grace:
+            for process in running:
+                try:
+                    label = f"{process.name()} (pid {process.pid})"
+                    process.kill()
+                except psutil.Error:
+                    continue
+                if process.pid not in seen:
+                    seen.add(process.pid)
+                    killed.append(label)
+        time.sleep(0.02)
+    _reap()
+    return killed
+
+
+def _running(process: Any) -> bool:
+    import psutil
+
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _out_dir(argv: Sequence[str]) -> Path | None:
+    split = argv.index("--") if "--" in argv else len(argv)
+    for at, arg in enumerate(argv[:split]):
+        if arg == "--out" and at + 1 < split:
+            return Path(argv[at + 1])
+        if arg.startswith("--out="):
+            return Path(arg.removeprefix("--out="))
+    return None
+
+
+def _supervise(run: int, out: Path | None, stdin_note: str | None) -> int:
+    """Wait for the run (process ``run``), end and reap what it left running, write
+    :data:`PROCESSES`, and return its exit code; a run that died of a signal is mirrored (this
+    process dies of the same signal, so the runner classifies the death as before)."""
+
+    def forward(signum: int, _frame: Any) -> None:  # the run ends first; the cleanup follows
+        try:
+            os.kill(run, signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(signum, forward)
+    _, status = os.waitpid(run, 0)
+    code = os.waitstatus_to_exitcode(status)
+    killed = _end_descendants()
+    if out is not None and out.is_dir():
+        try:
+            (out / PROCESSES).write_text(json.dumps({"stdin": stdin_note, "killed": killed}) + "\n")
+        except OSError:
+            pass
+    if code < 0:
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        code = 128 - code
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line: ``[--audit DEVICE | --rounding-noise SEED]`` then the launcher's own
     arguments; ``--rounding-noise`` runs the script under
-    :class:`bakeoff.checks.rounding.RoundingNoise` (the honest reference of ``bakeoff exec``)."""
+    :class:`bakeoff.checks.rounding.RoundingNoise` (the honest reference of ``bakeoff exec``).
+    On POSIX the script runs in a forked child of this process, which supervises it (see the
+    module docstring)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     device = None
     split = argv.index("--") if "--" in argv else len(argv)
@@ -532,9 +751,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         around = lambda _out: RoundingNoise(int(seed))  # noqa: E731
     parent = os.environ.pop(PARENT_ENV, "")
-    if parent.isdigit():  # a kill -9 of bakeoff takes the script with it
-        from bakeoff.runner.isolation import die_with_parent
+    from bakeoff.runner.isolation import die_with_parent
 
+    if os.name == "posix":
+        stdin_note = script_stdin(parent)
+        _subreaper()
+        supervisor = os.getpid()
+        run = os.fork()
+        if run:
+            if parent.isdigit():  # a kill -9 of bakeoff takes the supervisor, and so the run, with it
+                die_with_parent(int(parent))
+            return _supervise(run, _out_dir(argv), stdin_note)
+        die_with_parent(supervisor)
+    elif parent.isdigit():  # a kill -9 of bakeoff takes the script with it
         die_with_parent(int(parent))
     return launcher.main(argv, around=around)
 

@@ -26,7 +26,9 @@ API and then at most every quarter of a second while it makes more, and finally,
 ends: at interpreter exit (``atexit``) and in ``multiprocessing``'s own exit path (its forked
 children end in ``os._exit``, which skips ``atexit``). The runner merges the reports with
 :func:`with_children`: each rewrite summed per API and call site, the site marked with the child
-processes it came from; a note says how many child processes ran remapped.
+processes it came from; a note says how many child processes ran remapped. What the run's
+supervisor (:mod:`bakeoff.runner.script_worker`) writes to :data:`PROCESSES`, the processes it
+killed when the script ended and what the script's stdin was, joins the same summary and notes.
 
 Children are remapped, **not audited**: the placement audit and ``--capture`` (losses and
 ``bakeoff.capture`` included) see the launcher's process only.
@@ -64,12 +66,14 @@ from bakeoff.script.ledger import Rewrite
 __all__ = [
     "ENV",
     "LEDGERS",
+    "PROCESSES",
     "SITE",
     "ChildReport",
     "arm_from_env",
     "child_notes",
     "merge_ledgers",
     "read_children",
+    "read_processes",
     "remapped_children",
     "with_children",
 ]
@@ -79,6 +83,8 @@ ENV = "BAKEOFF_EXEC_CHILDREN"
 #: Under the launcher's output directory: the ``sitecustomize.py`` directory, and the ledgers.
 SITE = "child-site"
 LEDGERS = "children"
+#: What a run's supervisor writes under the output directory (:func:`read_processes`).
+PROCESSES = "processes.json"
 FORMAT = 1
 
 _SHIM = '''\
@@ -467,16 +473,36 @@ def merge_ledgers(rows: Sequence[Mapping[str, Any]], children: Sequence[ChildRep
     return [dict(r) for r in rows] + list(merged.values())
 
 
+def read_processes(out: str | Path) -> dict[str, Any]:
+    """What the run's supervisor wrote to :data:`PROCESSES` under ``out``: the note on the
+    script's stdin (``stdin``) and the processes it killed when the script ended (``killed``);
+    empty when it wrote nothing (a run without one, or a supervisor that was killed)."""
+    try:
+        found = json.loads((Path(out) / PROCESSES).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    killed = found.get("killed")
+    return {
+        "stdin": found["stdin"] if isinstance(found.get("stdin"), str) else None,
+        "killed": [str(k) for k in killed] if isinstance(killed, list) else [],
+    }
+
+
 def with_children(result: Mapping[str, Any], out: str | Path) -> dict[str, Any]:
     """A launch's ``result.json`` data with its children's rewrites merged into ``ledger`` and
-    ``children`` summarising them (absent when no child was remapped)."""
+    ``children`` summarising them and what the run's supervisor did (:func:`read_processes`);
+    absent when no child was remapped and the supervisor has nothing to say."""
     children = read_children(out)
-    if not children:
+    processes = {key: value for key, value in read_processes(out).items() if value}
+    if not children and not processes:
         return dict(result)
     summary = {
         "remapped": sum(1 for c in children if c.error is None),
         "not_ended": [c.label for c in children if not c.ended and c.error is None],
         "errors": [f"{c.label}: {c.error}" for c in children if c.error is not None],
+        **processes,
     }
     return {**result, "ledger": merge_ledgers(result.get("ledger") or (), children), "children": summary}
 
@@ -498,4 +524,13 @@ def child_notes(summary: Mapping[str, Any] | None) -> list[str]:
         )
     for error in (summary.get("errors") or [])[:3]:
         notes.append(f"a child process ran unmapped: {error}")
+    killed = summary.get("killed") or []
+    if killed:
+        many = len(killed) != 1
+        notes.append(
+            f"{len(killed)} process{'es' if many else ''} the script started {'were' if many else 'was'} still running "
+            f"when the script ended: killed {', '.join(killed[:5])}" + (", ..." if len(killed) > 5 else "")
+        )
+    if summary.get("stdin"):
+        notes.append(summary["stdin"])
     return notes

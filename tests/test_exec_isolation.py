@@ -1,0 +1,189 @@
+"""``bakeoff exec`` keeps its runs apart: every run of the script reads the same stdin, and nothing
+the script starts outlives its run.
+
+The seeded faults: a script that reads its stdin, given piped input (the reference run used to
+consume it, leaving the target nothing) and given a terminal (both runs used to wait on it until
+the timeout); a script whose children outlive it (a ``sleep`` in the background of a shell that
+ends, one detached with ``setsid``, a forked Python process). The clean controls: the children
+script reads no stdin and is given piped input anyway, and its child that ends by itself does
+its work as it would without bakeoff.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tests.conftest import EMU_ENV
+
+pytestmark = pytest.mark.isolated
+
+READS_STDIN = """
+import json
+import sys
+
+import torch
+
+data = sys.stdin.read()
+x = torch.tensor([len(data), sum(data.encode()) % 1000003], dtype=torch.float32, device="cuda")
+with open("stdin.json", "w") as out:
+    json.dump({"read": x.cpu().tolist()}, out)
+print(f"read {len(data)} characters")
+"""
+
+STARTS_CHILDREN = """
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+pids = {}
+shell = subprocess.run(["sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True)
+pids["background"] = int(shell.stdout)
+shell = subprocess.run(["sh", "-c", "setsid sleep 300 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True)
+pids["detached"] = int(shell.stdout)
+forked = os.fork()
+if forked == 0:
+    time.sleep(300)
+    os._exit(0)
+pids["forked"] = forked
+subprocess.run([sys.executable, "-c", "open('child.txt', 'w').write('the child did its work')"], check=True)
+print("pids", json.dumps(pids))
+print(open("child.txt").read())
+x = torch.ones(3, device="cuda")
+print(float(x.sum()))
+"""
+
+
+def _exec(tmp_path: Path, name: str, source: str, *ours: str, stdin=None, input: str | None = None):
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    (work / name).write_text(source)
+    return subprocess.run(
+        [sys.executable, "-m", "bakeoff", "exec", *ours, "--format", "json", "--db", str(tmp_path / "b.db"), name],
+        capture_output=True,
+        text=True,
+        cwd=work,
+        env={**os.environ, **EMU_ENV},
+        timeout=300,
+        stdin=stdin,
+        input=input,
+    )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+
+
+def test_piped_stdin_reaches_every_run_alike(tmp_path: Path) -> None:
+    ran = _exec(tmp_path, "reads_stdin.py", READS_STDIN, "--on", "emu", input="twelve bytes")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    reference, emu = json.loads(ran.stdout)["results"]
+    for result in (reference, emu):
+        assert result["status"] == "ok", result.get("error")
+        assert "read 12 characters" in {line["text"] for line in result["log"]}
+        assert "every run of the script read the same stdin: the 12 bytes bakeoff was given" in result["notes"]
+    assert emu["correctness"]["verdict"] == "pass", emu["correctness"]["reason"]  # the same file on both sides
+    assert any("stdin.json" in o["name"] for o in emu["correctness"]["outputs"]), emu["correctness"]["outputs"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a pseudo-terminal for stdin")
+def test_a_terminal_on_stdin_is_no_input_and_no_wait(tmp_path: Path) -> None:
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        started = time.monotonic()
+        ran = _exec(tmp_path, "reads_stdin.py", READS_STDIN, "--on", "emu", "--timeout", "60", stdin=follower)
+        took = time.monotonic() - started
+    finally:
+        os.close(leader)
+        os.close(follower)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    reference, emu = json.loads(ran.stdout)["results"]
+    for result in (reference, emu):
+        assert result["status"] == "ok", result.get("error")
+        assert "read 0 characters" in {line["text"] for line in result["log"]}
+        assert any(
+            n.startswith("the script's stdin was empty (/dev/null): bakeoff's is a terminal") for n in result["notes"]
+        )
+    assert took < 120  # neither run waited for its timeout
+
+
+def test_nothing_the_script_starts_outlives_its_run(tmp_path: Path) -> None:
+    ran = _exec(tmp_path, "starts_children.py", STARTS_CHILDREN, "--on", "cpu", input="never read")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    (reference,) = json.loads(ran.stdout)["results"]
+    assert reference["status"] == "ok", reference.get("error")  # the control: stdin it never reads changes nothing
+    said = {line["text"] for line in reference["log"]}
+    assert "the child did its work" in said  # the control: a child that ends by itself is left to do so
+    (line,) = [text for text in said if text.startswith("pids ")]
+    pids = json.loads(line.removeprefix("pids "))
+    assert set(pids) == {"background", "detached", "forked"}
+    deadline = time.monotonic() + 5
+    while any(_alive(pid) for pid in pids.values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert {name: _alive(pid) for name, pid in pids.items()} == dict.fromkeys(pids, False)
+    (note,) = [n for n in reference["notes"] if "still running when the script ended" in n]
+    assert note.startswith("3 processes the script started were still running when the script ended: killed")
+
+
+HANGS_WITH_A_DETACHED_CHILD = """
+import subprocess
+
+shell = subprocess.run(["sh", "-c", "setsid sleep 300 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True)
+open(PIDS, "w").write(shell.stdout)
+import time
+
+time.sleep(600)
+"""
+
+
+def test_a_run_stopped_at_its_timeout_takes_what_it_detached_with_it(tmp_path: Path) -> None:
+    pids = tmp_path / "pids.txt"
+    source = HANGS_WITH_A_DETACHED_CHILD.replace("PIDS", repr(str(pids)))
+    ran = _exec(tmp_path, "hangs.py", source, "--on", "cpu", "--timeout", "8")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    (reference,) = json.loads(ran.stdout)["results"]
+    assert reference["status"] == "error" and "8" in reference["error"]["message"]  # the timeout, as before
+    detached = int(pids.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(detached) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(detached)  # left its process group, yet ended with the run
+
+
+LOOKS_FOR_THE_DATABASE = """
+import json
+import os
+
+print("found", json.dumps({name: os.environ.get(name) for name in ("BAKEOFF_DB", "BAKEOFF_ARTIFACTS", "PWD")}))
+print("cwd", os.getcwd())
+"""
+
+
+def test_a_run_is_not_told_where_the_knowledge_base_is(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("BAKEOFF_DB", str(tmp_path / "b.db"))
+    monkeypatch.setenv("BAKEOFF_ARTIFACTS", str(tmp_path / "artifacts"))
+    monkeypatch.setenv("PWD", str(tmp_path / "work"))
+    ran = _exec(tmp_path, "looks.py", LOOKS_FOR_THE_DATABASE, "--on", "cpu")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    (reference,) = json.loads(ran.stdout)["results"]
+    said = {line["text"] for line in reference["log"]}
+    (found,) = [json.loads(t.removeprefix("found ")) for t in said if t.startswith("found ")]
+    (cwd,) = [t.removeprefix("cwd ") for t in said if t.startswith("cwd ")]
+    assert found["BAKEOFF_DB"] is None and found["BAKEOFF_ARTIFACTS"] is None
+    assert found["PWD"] == cwd != str(tmp_path / "work")  # its copy of the directory, not bakeoff's own
+    assert (tmp_path / "b.db").exists()  # the control: bakeoff itself stored the run where it was told
