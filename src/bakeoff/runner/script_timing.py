@@ -24,6 +24,7 @@ from bakeoff.analysis.compare import ratio_of_medians
 from bakeoff.analysis.noise import noise_flags
 from bakeoff.analysis.spans import compare_spans, spans
 from bakeoff.results.values import Latency, TargetResult
+from bakeoff.units import duration, significant
 
 __all__ = ["span_samples", "speedups", "timed"]
 
@@ -68,8 +69,8 @@ def timed(
     for row in compared["spans"]:
         if row["out_of_line"]:
             notes.append(
-                f"span {row['span']} took {row['ms']:.3g} ms, {row['ratio']:.3g}x the reference's "
-                f"(its spans' typical ratio {compared['typical_ratio']:.3g}x)"
+                f"span {row['span']} took {duration(row['ms'])}, {significant(row['ratio'])}x the reference's "
+                f"(its spans' typical ratio {significant(compared['typical_ratio'])}x)"
             )
     timing = {
         "runs": len(runs) if runs is not None else 0,

@@ -38,6 +38,7 @@ from typing import Any
 from bakeoff.analysis.compare import ratio_of_medians
 from bakeoff.codec import Value
 from bakeoff.stats import percentile
+from bakeoff.units import duration
 
 __all__ = [
     "PROCESS_FLOOR",
@@ -163,8 +164,8 @@ def conclude(
     """The bisection's answer in one sentence, from the verdicts beside it."""
     if still == "no":
         return (
-            f"the regression does not reproduce here now: the trial as it is runs at {control_ms:.3g} ms, "
-            f"against {before_ms:.3g} ms before and {after_ms:.3g} ms after, so no environment change "
+            f"the regression does not reproduce here now: the trial as it is runs at {duration(control_ms)}, "
+            f"against {duration(before_ms)} before and {duration(after_ms)} after, so no environment change "
             "measured here is its cause; the after run was measured in another state of the machine "
             "(load, other processes) or of something bisect cannot put back"
         )
@@ -172,7 +173,7 @@ def conclude(
     prefix = "" if still == "yes" else "the regression is not clearly reproduced here (not conclusive); "
     if causes:
         said = "; ".join(
-            f"putting back {_named(s)} alone gives {s.p50_ms:.3g} ms against {control_ms:.3g} ms as it is "
+            f"putting back {_named(s)} alone gives {duration(s.p50_ms)} against {duration(control_ms)} as it is "
             f"(x{s.speedup['value']:.2f} faster, {s.speedup['low']:.2f}-{s.speedup['high']:.2f})"
             for s in causes
         )
