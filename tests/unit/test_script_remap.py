@@ -18,15 +18,18 @@ import torch.distributed as dist
 
 from bakeoff.errors import RemapError
 from bakeoff.script import Ledger, Remapper
+from bakeoff.script import ledger as ledger_module
 from bakeoff.script.cuda_namespace import UnmappedAttribute
 from bakeoff.script.devices import DeviceMap, map_backend
+from bakeoff.script.ledger import relative_site
 
 HERE = __file__
 
 
 def _next_line() -> str:
-    """``file:line`` of the line after the caller's: where the next statement's call is made."""
-    return f"{HERE}:{sys._getframe(1).f_lineno + 1}"
+    """``file:line`` of the line after the caller's: where the next statement's call is made,
+    named as the ledger names it (relative to the directory the process started in)."""
+    return relative_site(f"{HERE}:{sys._getframe(1).f_lineno + 1}", ledger_module._STARTED_IN)
 
 
 def _replaced() -> dict[str, object]:
@@ -66,6 +69,7 @@ def test_a_cuda_style_snippet_computes_on_the_host_and_each_rewrite_is_counted_a
     assert isinstance(ledger, Ledger) and Ledger.from_dict(ledger.to_dict()) == ledger
     randn = ledger.get("torch.randn")
     assert (randn.count, randn.site, randn.reason) == (2, randn_site, "cuda -> cpu")
+    assert randn.site.startswith("tests/") or not HERE.startswith(ledger_module._STARTED_IN)  # relative
     cuda = ledger.get("Tensor.cuda")  # Module.cuda moves each parameter with Tensor.cuda
     assert (cuda.count, cuda.site) == (2, model_site)
     assert ledger.get("Tensor.to").count == 1
@@ -450,3 +454,13 @@ def test_a_cuda_style_snippet_runs_on_the_emu_test_device() -> None:
     assert facts["truth"] == "emu"
     assert facts["cpu"] == ["cpu", 0, "answered False: cpu has no accelerator, as on a CPU-only machine"]
     assert facts["emu"] == ["emu:0", 1, "-> emu, the current accelerator"]
+
+
+def test_call_sites_in_the_runs_copy_are_named_relative_to_it():
+    # each run works in its own temporary copy: an absolute path there would make a run and its
+    # rerun name the same line differently, and their ledgers "differ"
+    work = "/tmp/bakeoff-exec-123-abcd1234-xyz/work"
+    assert relative_site(f"{work}/model/layers.py:12", work) == "model/layers.py:12"
+    assert relative_site("/usr/lib/python3/site.py:3", work) == "/usr/lib/python3/site.py:3"  # outside: as it is
+    assert relative_site(f"{work}-other/train.py:1", work) == f"{work}-other/train.py:1"  # a sibling is outside
+    assert relative_site("?", work) == "?"

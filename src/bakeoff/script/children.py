@@ -61,7 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.codec import Value
-from bakeoff.script.ledger import Rewrite
+from bakeoff.script.ledger import Rewrite, relative_site
 
 __all__ = [
     "ENV",
@@ -376,13 +376,6 @@ def _label(state: _State) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _relative(site: str, cwd: str) -> str:
-    path, sep, line = site.rpartition(":")
-    if sep and os.path.isabs(path) and path.startswith(os.path.join(cwd, "")):
-        return f"{os.path.relpath(path, cwd)}:{line}"
-    return site
-
-
 def _write(ended: bool, wait: bool = True) -> None:
     """Write this child's report; without ``wait``, not at all while another write is under way
     (a rewrite made by a signal handler that interrupted a write must not wait for it)."""
@@ -419,7 +412,7 @@ def _write_locked(ended: bool) -> None:
         ended=ended,
         started=state.started,
         error=state.error,
-        ledger=tuple(replace(r, site=_relative(r.site, cwd)) for r in rows),
+        ledger=tuple(replace(r, site=relative_site(r.site, cwd)) for r in rows),
     )
     assert state.name is not None
     tmp = folder / f".{state.name}.tmp"

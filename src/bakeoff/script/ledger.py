@@ -27,7 +27,7 @@ from types import FrameType
 from bakeoff.codec import Value
 from bakeoff.errors import RemapError
 
-__all__ = ["Ledger", "Recorder", "Rewrite", "call_site", "caller_kind"]
+__all__ = ["Ledger", "Recorder", "Rewrite", "call_site", "caller_kind", "relative_site"]
 
 
 @dataclass(frozen=True)
@@ -103,16 +103,32 @@ def _outside(frame: FrameType | None) -> FrameType | None:
     return frame
 
 
+#: The directory the run started in: its copy of the working directory, a new temporary
+#: directory each run, so call sites inside it are written relative to it.
+_STARTED_IN = os.getcwd()
+
+
+def relative_site(site: str, cwd: str) -> str:
+    """``file:line`` with a file inside ``cwd`` written relative to it (``model.py:12`` rather
+    than ``/tmp/bakeoff-exec-.../work/model.py:12``): a run and its rerun, each in its own copy,
+    then name the same line alike."""
+    path, sep, line = site.rpartition(":")
+    if sep and os.path.isabs(path) and path.startswith(os.path.join(cwd, "")):
+        return f"{os.path.relpath(path, cwd)}:{line}"
+    return site
+
+
 def call_site(depth: int = 1) -> str:
     """``file:line`` of the first frame of the user's code (outside PyTorch, bakeoff, the standard
     library and installed packages), looking up from ``depth`` frames above the caller; else of
-    the first installed package's; ``?`` when there is none (an interactive prompt)."""
+    the first installed package's; ``?`` when there is none (an interactive prompt). A file in
+    the directory the run started in is named relative to it (:func:`relative_site`)."""
     frame = _outside(sys._getframe(depth + 1))
     user = frame
     while user is not None and (_is_skipped(user.f_code.co_filename) or _is_installed(user.f_code.co_filename)):
         user = user.f_back  # a library's call is placed at the user's line that led to it
     frame = user or frame
-    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "?"
+    return relative_site(f"{frame.f_code.co_filename}:{frame.f_lineno}", _STARTED_IN) if frame is not None else "?"
 
 
 def caller_kind(depth: int = 1) -> tuple[str, str]:
