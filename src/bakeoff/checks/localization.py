@@ -2,7 +2,9 @@
 
 It runs for a target whose outputs failed the correctness check (or whose training failed at
 step 1 in its forward pass): nothing to localise otherwise, and no value is stored. The rule
-that judges each tensor and finds the origins is :mod:`bakeoff.analysis.localize`.
+that judges each tensor and finds the origins is :mod:`bakeoff.analysis.localize`. A trial runs
+it after the target's session, in a worker of its own (:mod:`bakeoff.runner.localize`): a
+localisation that hangs or crashes is its own ``not_comparable`` value, never the target's error.
 
 Methods, said with the result:
     hooks         an eager target: every module call's inputs and outputs are recorded in the
@@ -39,7 +41,7 @@ from bakeoff.errors import SpecError
 from bakeoff.specsyntax import Option
 from bakeoff.target.execute import move_tensors
 
-__all__ = ["Localization", "LocalizationCheck", "Origin"]
+__all__ = ["Localization", "LocalizationCheck", "Origin", "kept_with"]
 
 #: Calls kept in the stored summary (the chart of error by depth uses them all first).
 KEPT_CALLS = 500
@@ -114,6 +116,12 @@ class Localization(Value):
     reason says what that leaves), ``not_comparable`` (the runs could not be compared).
     ``rung`` names the ladder's rung that failed first for a compiled target: ``device kernels``,
     ``decomposition`` or ``backend compiler``.
+
+    Each localisation is a record of its own, dated ``at`` (UTC, ISO 8601; empty when stored
+    by a bakeoff that did not date them): a later one never replaces an earlier, which stays in
+    ``earlier`` (latest first, each without earlier records of its own). A rerun that times out
+    or no longer finds the fault is the latest record, and the origin found before is still
+    there (see :func:`kept_with`).
     """
 
     verdict: str
@@ -125,10 +133,30 @@ class Localization(Value):
     calls_failed: int = 0
     calls: tuple[CallSummary, ...] = ()
     seconds: float = 0.0
+    at: str = ""
+    earlier: tuple[Localization, ...] = ()
 
     @property
     def first(self) -> Origin | None:
         return self.origins[0] if self.origins else None
+
+
+def kept_with(latest: Localization, stored: Localization | None, stored_at: str = "") -> Localization:
+    """``latest`` with the ``stored`` value and its earlier records behind it (latest first);
+    ``stored_at`` dates a stored record that has no date of its own."""
+    if stored is None:
+        return latest
+    from dataclasses import replace
+
+    before = replace(stored, earlier=(), at=stored.at or stored_at)
+    return replace(latest, earlier=(before, *stored.earlier, *latest.earlier))
+
+
+def _summary(value: Localization) -> str:
+    first = value.first
+    if value.verdict == "localized" and first is not None:
+        return f"localized, diverges first in {first.module} ({first.cls}, call {first.call})"
+    return f"{value.verdict}: {value.reason or 'no module call diverged'}"
 
 
 def _figures(target: Any, reference: Any, golden: Any, exact: bool = False) -> TensorFigures:
@@ -320,6 +348,15 @@ class LocalizationCheck(Check):
         return []
 
     def facts(self, value: Localization, result: Any) -> list[str]:
+        lines = self._latest_facts(value)
+        if value.earlier:
+            lines.append(
+                "earlier localisations (latest first): "
+                + "; ".join(f"{v.at or 'undated'}: {_summary(v)}" for v in value.earlier)
+            )
+        return lines
+
+    def _latest_facts(self, value: Localization) -> list[str]:
         if value.verdict != "localized" or value.first is None:
             return [f"localisation {value.verdict}: {value.reason or 'no module call diverged'} ({value.method})"]
         first = value.first

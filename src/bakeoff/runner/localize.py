@@ -1,22 +1,53 @@
-"""``bakeoff localize RUN_ID[:TARGET]``: localise a stored run's failed targets after the fact.
+"""Localisation in a worker of its own: during a trial (``--localize``), and after the fact
+(``bakeoff localize RUN_ID[:TARGET]``).
 
 Each target is localised in a fresh worker process (spawned, like a trial's targets): a crash,
 a hang past ``timeout_s`` or an out-of-memory kill there becomes a ``not_comparable`` value
-with the reason, and the command goes on with the next target. The value is stored with the
-run, under the target's result, as ``--localize`` would have stored it.
+with the reason, and the command goes on with the next target. Localisation is a diagnostic:
+its failure is its own value, and the target keeps its measured verdict, latency and every
+other check. During a trial it therefore runs after the target's session, never inside it
+(:func:`localize_measured`), bounded by the trial's timeout.
+
+Every localisation is a dated record of its own: one stored after the run goes in front of
+those stored before, which stay with it (:func:`bakeoff.checks.localization.kept_with`).
 """
 
 from __future__ import annotations
 
+import datetime
+import math
 import multiprocessing
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from bakeoff.errors import SpecError
 from bakeoff.results.values import RunResult, TargetResult
 
-__all__ = ["localize_stored", "needs_localizing"]
+__all__ = ["check_timeout", "localize_measured", "localize_stored", "needs_localizing", "split_off"]
+
+#: The check this module runs apart from the target's session.
+NAME = "localization"
+
+
+def check_timeout(timeout_s: Any) -> float:
+    """``timeout_s`` as seconds, or SpecError: a timeout of 0, a negative one, NaN or infinity
+    bounds nothing (a localisation would be stored as not finishing, or never end)."""
+    try:
+        seconds = float(timeout_s)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if isinstance(timeout_s, bool) or not (math.isfinite(seconds) and seconds > 0):
+        raise SpecError(
+            f"timeout {timeout_s!r} is not a positive, finite number of seconds",
+            hint="e.g. --timeout 900 (the default)",
+        )
+    return seconds
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
 
 
 def needs_localizing(result: TargetResult) -> bool:
@@ -28,30 +59,49 @@ def needs_localizing(result: TargetResult) -> bool:
     )
 
 
-def _work(job: Any, dtype: str, results: dict[str, Any], conn: Any, parent_pid: int) -> None:
+def _work(job: Any, dtype: str, results: dict[str, Any], options: dict[str, Any], conn: Any, parent_pid: int) -> None:
+    """In the worker: the target's environment switches and thread count, as its session had them;
+    what the libraries print goes to stderr (stdout is the command's own, JSON say)."""
     from bakeoff.checks.base import CheckContext
     from bakeoff.checks.localization import LocalizationCheck
     from bakeoff.runner.isolation import die_with_parent
     from bakeoff.target.plugins import load_plugins
 
     die_with_parent(parent_pid)
+    os.dup2(2, 1)
     try:
+        import torch
+
         load_plugins()
+        os.environ.update(dict(job.env))
+        if job.target.effective_threads is not None:
+            torch.set_num_threads(job.target.effective_threads)
         context = CheckContext(job, job.target, None, {}, lambda _tag: {}, dtype, dtype, job.fingerprint)
         context.results.update(results)
+        context.options = options
         value = LocalizationCheck().run(context)
         conn.send(("ok", None if value is None else value.to_dict()))
     except BaseException as exc:  # the parent records it
         conn.send(("error", f"{type(exc).__name__}: {str(exc)[:300]}"))
 
 
-def _in_worker(job: Any, dtype: str, results: dict[str, Any], timeout_s: float) -> dict[str, Any] | str:
+def _in_worker(
+    job: Any, dtype: str, results: dict[str, Any], timeout_s: float, options: dict[str, Any] | None = None
+) -> dict[str, Any] | str:
     """The value's document, or why there is none."""
+    from bakeoff.checks.localization import LocalizationCheck
+
+    options = {**{k: o.default for k, o in LocalizationCheck.options.items()}, **(options or {})}
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    process = ctx.Process(target=_work, args=(job, dtype, results, child, os.getpid()), daemon=True)
-    process.start()
-    child.close()
+    process = ctx.Process(target=_work, args=(job, dtype, results, options, child, os.getpid()), daemon=True)
+    try:
+        process.start()
+    except Exception as exc:  # a job that does not pickle, no process to spare: the localisation's failure
+        parent.close()
+        return f"the localisation worker did not start ({type(exc).__name__}: {str(exc)[:300]})"
+    finally:
+        child.close()
     try:
         if not parent.poll(timeout_s):
             return f"the localisation did not finish within {timeout_s:g} s"
@@ -61,25 +111,94 @@ def _in_worker(job: Any, dtype: str, results: dict[str, Any], timeout_s: float) 
         process.join(5)
         return f"the localisation worker died (exit code {process.exitcode})"
     finally:
+        parent.close()
         if process.is_alive():
             process.kill()
         process.join(5)
 
 
+def _localized(
+    job: Any, dtype: str, result: TargetResult, timeout_s: float, options: dict | None = None, said: str = ""
+) -> Any:
+    """One target's localisation, run in a worker and dated (``said`` added to the reason of one
+    that finished): its value, why there is none as a ``not_comparable`` value, or None when the
+    check found nothing to localise."""
+    from bakeoff.checks.localization import Localization
+
+    checks = {k: v for k, v in result.checks.items() if k in ("correctness", "training")}
+    outcome = _in_worker(job, dtype, checks, timeout_s, options)
+    if outcome is None:
+        return None
+    if isinstance(outcome, dict):
+        value = Localization.from_dict(outcome)
+        value = replace(value, reason=value.reason + said)
+    else:
+        value = Localization("not_comparable", reason=outcome)
+    return replace(value, at=_now(), earlier=())
+
+
+def split_off(checks: Sequence[Any]) -> tuple[tuple[Any, ...], Any]:
+    """The check specs a target's session runs, and the localisation's spec (None if not asked):
+    localisation runs after the session, in a worker of its own (:func:`localize_measured`)."""
+    return tuple(c for c in checks if c.name != NAME), next((c for c in checks if c.name == NAME), None)
+
+
+def localize_measured(
+    results: Sequence[TargetResult],
+    workload_spec: str,
+    fingerprint: str,
+    native_dtype: str,
+    spec: Any,
+    timeout_s: float,
+    env: Sequence[tuple[str, str]] = (),
+    progress: Callable[[str], None] | None = None,
+) -> list[TargetResult]:
+    """A trial's measured results, each failed one with its localisation (``spec``: the check's
+    options) among its checks; a localisation that crashes, hangs past ``timeout_s`` or runs out
+    of memory is that value's reason, and the result keeps everything it measured. ``env``: the
+    environment switches the targets (not the reference) ran with. The reference says why it
+    has none."""
+    from bakeoff.checks.localization import LocalizationCheck
+    from bakeoff.runner.job import TargetJob
+
+    check, done = LocalizationCheck(), []
+    for result in results:
+        if result.status != "ok":
+            done.append(result)
+            continue
+        why = check.not_applicable(result.target, result.is_reference)
+        if why is not None:
+            done.append(replace(result, skipped_checks={**result.skipped_checks, NAME: why}))
+            continue
+        if not needs_localizing(result):
+            done.append(result)
+            continue
+        if progress:
+            progress(f"localising {result.target.spec}")
+        job = TargetJob(workload_spec, result.target, fingerprint, None, env=tuple(env))
+        dtype = result.target.dtype or native_dtype
+        value = _localized(job, dtype, result, timeout_s, dict(spec.options))
+        done.append(result if value is None else replace(result, checks={**result.checks, NAME: value}))
+    return done
+
+
 def localize_stored(
     store: Any, run_id: str, target: str | None = None, timeout_s: float = 900.0, progress: Callable | None = None
 ) -> tuple[RunResult, list[tuple[str, Any]]]:
-    """Localise the failed targets of a stored run (or the one named) and store each value.
+    """Localise the failed targets of a stored run (or the one named) and store each value, in
+    front of the localisations stored before (kept as its ``earlier`` records).
 
     Returns:
         The run as stored before, and ``(target spec, Localization)`` per target localised.
 
     Raises:
-        SpecError: the target is not in the run, is its reference, or did not fail.
+        SpecError: the timeout is not a positive, finite number of seconds; the target is not
+            in the run, is its reference, or did not fail.
     """
-    from bakeoff.checks.localization import Localization
+    from bakeoff.checks.localization import Localization, kept_with
     from bakeoff.runner.job import TargetJob
 
+    timeout_s = check_timeout(timeout_s)
     run = store.get_run(run_id)
     candidates = [r for r in run.results if r.variant == "as-is" and not r.is_reference and r.status == "ok"]
     if target is not None:
@@ -106,13 +225,16 @@ def localize_stored(
             progress(f"localising {result.target.spec}")
         job = TargetJob(run.workload["spec"], result.target, run.fingerprint, None)
         dtype = result.target.dtype or run.workload.get("dtype") or "float32"
-        checks = {k: v for k, v in result.checks.items() if k in ("correctness", "training")}
-        outcome = _in_worker(job, dtype, checks, timeout_s)
-        if isinstance(outcome, dict):
-            value = Localization.from_dict(outcome)
-            value = Localization(**{**value.__dict__, "reason": f"{value.reason} (localised after the run, here)"})
-        else:
-            value = Localization("not_comparable", reason=outcome)
-        store.set_check_value(run.run_id, result.target.spec, "localization", value.to_dict())
-        found.append((result.target.spec, value))
+        value = _localized(job, dtype, result, timeout_s, said=" (localised after the run, here)")
+        if value is None:
+            continue
+
+        def behind(stored: dict[str, Any] | None, latest: Any = value) -> dict[str, Any]:
+            earlier = None if stored is None else Localization.from_dict(stored)
+            # one stored without a date was the trial's own (one stored after the run says so)
+            dated = "" if earlier is None or "after the run" in earlier.reason else run.created_at
+            return kept_with(latest, earlier, dated).to_dict()
+
+        stored = store.change_check_value(run.run_id, result.target.spec, NAME, behind)
+        found.append((result.target.spec, Localization.from_dict(stored)))
     return run, found

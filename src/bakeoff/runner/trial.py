@@ -44,6 +44,7 @@ from bakeoff.results.librarylog import LibraryLog, merge_logs
 from bakeoff.results.values import BaselineInfo, RunResult, TargetResult
 from bakeoff.runner.capture import Capture
 from bakeoff.runner.job import TargetJob
+from bakeoff.runner.localize import localize_measured, split_off
 from bakeoff.scenarios.base import ScenarioSpec
 from bakeoff.scenarios.registry import parse_scenario, scenario_named
 from bakeoff.scenarios.rounds import FirstRound, aligned_specs, scenario_rounds
@@ -562,6 +563,8 @@ def _run_trial(
             variants.append((target, tuple(bucket_plan["chosen"])))
     results: list[TargetResult | int] = []  # a result, or how many replicate sessions will give it
     sessions = []
+    # a diagnostic runs after the sessions, in a worker of its own: its hang is never the target's
+    session_checks, localization = split_off(settings.checks)
     for target, padding in variants:
         is_ref = target == reference and padding is None
         reason = unavailable_reason(target)
@@ -582,7 +585,7 @@ def _run_trial(
             cold_cache=settings.cold_cache,
             env=() if is_ref else settings.env,  # the reference stays what the baseline measured
             scenarios=tuple(s for s in scenarios if not scenario_named(s.name).always),
-            checks=settings.checks,
+            checks=session_checks,
         )
         label = target.spec + (" (reference)" if is_ref else "") + (" padded to buckets" if padding else "")
         for index in range(settings.replicates):  # scenarios describe the target: the first replicate runs them
@@ -596,6 +599,11 @@ def _run_trial(
 
     measured = iter(_drive(sessions, _session_factory(settings, pool), settings.interleaved, say))
     done = [r if isinstance(r, TargetResult) else merge_replicates([next(measured) for _ in range(r)]) for r in results]
+    if localization is not None:
+        done = localize_measured(
+            done, workload.spec.spec, workload.fingerprint, workload.dtype, localization, settings.timeout_s,
+            settings.env, say,
+        )  # fmt: skip
     done = [
         _with_requirements(r, requirements) for r in _speedups(done, reference, settings.interleaved, settings.spread)
     ]

@@ -16,7 +16,7 @@ Store's public methods.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -288,20 +288,25 @@ class Store(SweepTables):
             self._insert_run(conn, run, __version__, insert(schema.runs))
 
     @guarded
-    def set_check_value(self, run_id: str, target_spec: str, name: str, value: dict[str, Any]) -> None:
-        """Store a check's value under a stored run's target (its as-is result), replacing the
-        value of that check there: evidence gathered after the run (``bakeoff localize``)."""
+    def change_check_value(
+        self, run_id: str, target_spec: str, name: str, change: Callable[[dict[str, Any] | None], dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Store ``change(stored value)`` as a check's value under a stored run's target (its as-is
+        result), reading and writing in one transaction, and return it: evidence gathered after
+        the run that keeps what was there (``bakeoff localize`` keeps every earlier localisation)."""
         results = schema.target_results
         with self.engine.begin() as conn:
             rows = conn.execute(
-                select(results.c.id, results.c.data).where(
-                    results.c.run_id == run_id, results.c.target_spec == target_spec
-                )
+                select(results.c.id, results.c.data)
+                .where(results.c.run_id == run_id, results.c.target_spec == target_spec)
+                .with_for_update()
             ).all()
             for row_id, data in rows:
                 if (data or {}).get("variant", "as-is") == "as-is":
-                    conn.execute(update(results).where(results.c.id == row_id).values(data={**data, name: value}))
-                    return
+                    value = change((data or {}).get(name))
+                    data = {**(data or {}), name: value}
+                    conn.execute(update(results).where(results.c.id == row_id).values(data=data))
+                    return value
         raise StoreError(f"run {run_id} has no result for target {target_spec}", hint="see `bakeoff show RUN`")
 
     def insert_run_unless_exists(self, conn: Any, run: RunResult, bakeoff_version: str) -> bool:
