@@ -242,8 +242,10 @@ def exec_script(
         raise SpecError(f"no working directory at {folder}", hint="give the directory the script runs in")
     if not (folder / path).is_file():
         raise SpecError(f"no script at {path}", hint="give the path of a Python script")
-    if timeout_s <= 0:
-        raise SpecError(f"timeout {timeout_s:g} s", hint="give a positive number of seconds")
+    from bakeoff.settings import SEED, TIMEOUT
+
+    TIMEOUT.check(timeout_s, "timeout_s")  # nan would disable it; a negative seed is no seed
+    SEED.check(seed, "seed")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 0:
         raise SpecError(f"repeats {repeats!r}", hint="give a whole number of timing runs, 0 or more")
     given = [map_devices] if isinstance(map_devices, str) else list(map_devices)

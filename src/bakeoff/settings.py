@@ -45,7 +45,78 @@ from bakeoff.scenarios.base import ScenarioSpec
 from bakeoff.scenarios.registry import always_run, parse_scenario
 from bakeoff.workload.profile import InputProfile, parse_profile
 
-__all__ = ["OPTIONS", "Option", "TrialSettings", "describe_options"]
+__all__ = [
+    "COUNT",
+    "FRACTION",
+    "OPTIONS",
+    "SEED",
+    "TIMEOUT",
+    "Bounds",
+    "Option",
+    "TrialSettings",
+    "describe_options",
+]
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The numbers a numeric option accepts: finite values of ``kind`` (int or float) from
+    ``low`` to ``high`` (``low_open``, ``high_open``: that bound itself excluded). ``example``
+    is the value a refusal suggests; ``unit`` is said of the number ("of seconds").
+
+    Every numeric option of every command declares one, so that nan, infinities and values no
+    run can use (a negative seed, a timeout of 1e300 s) are refused in one line before anything
+    is opened, never stored as a run that fails or that checks nothing.
+    """
+
+    kind: type
+    low: float
+    high: float
+    example: float
+    low_open: bool = False
+    high_open: bool = False
+    unit: str = ""
+
+    def contains(self, value: float) -> bool:
+        """Whether ``value`` is a finite number within the bounds."""
+        if not math.isfinite(value):
+            return False
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below
+
+    @property
+    def words(self) -> str:
+        """What the bounds accept, in words: "a whole number from 0 to 4294967295"."""
+        unit = f" {self.unit}" if self.unit else ""
+        if self.kind is int:
+            return f"a whole number from {int(self.low)} to {int(self.high)}{unit}"
+        low = f"> {self.low:g}" if self.low_open else f">= {self.low:g}"
+        high = f" and {'<' if self.high_open else '<='} {self.high:g}" if math.isfinite(self.high) else ""
+        return f"a finite number{unit} {low}{high}"
+
+    def check(self, value: float, flag: str) -> float:
+        """``value``, if within the bounds.
+
+        Raises:
+            SpecError: nan, an infinity or a value outside the bounds, naming ``flag``.
+        """
+        if not self.contains(value):
+            shown = f"{value:g}" if isinstance(value, float) else str(value)
+            raise SpecError(f"{flag} must be {self.words}, got {shown}", hint=f"e.g. {flag} {self.example:g}")
+        return value
+
+
+#: One week: the longest a timeout or a minimum timing time may be.
+_WEEK_S = 7 * 24 * 3600.0
+#: A step's timeout, in seconds.
+TIMEOUT = Bounds(float, 0.0, _WEEK_S, 900.0, low_open=True, unit="of seconds")
+#: A seed of random, numpy and torch (numpy takes 32 bits).
+SEED = Bounds(int, 0, 2**32 - 1, 0)
+#: A count of runs, calls or rows: at least one, and what SQLite and C take.
+COUNT = Bounds(int, 1, 2**31 - 1, 20)
+#: A relative change (a threshold): 0.10 is ten percent.
+FRACTION = Bounds(float, 0.0, math.inf, 0.1)
 
 
 @dataclass(frozen=True)
@@ -265,30 +336,48 @@ class TrialSettings:
 
 # -- the checks: each turns a keyword's value into its field's, or raises SpecError ----------
 
+_SAMPLES = Bounds(int, 1, 10**9, 30)
+_MIN_SECONDS = Bounds(float, 0.0, _WEEK_S, 0.5, unit="of seconds")
+_REPLICATES = Bounds(int, 1, 1000, 3)
+_MAX_BUCKETS = Bounds(int, 1, 1024, 4)
+_PROCESS_SPREAD = Bounds(float, 0.0, 1.0, 0.02, high_open=True)
+
 Check = Callable[[Any, Mapping[str, Any]], Any]
+
+
+def _at_most(value: float, high: float, what: str, example: str) -> None:
+    """Refuse a finite ``value`` above ``high``."""
+    if value > high:
+        shown = f"{value:g}" if isinstance(value, float) else str(value)
+        most = f"{high:g}" if isinstance(value, float) else str(int(high))
+        raise SpecError(f"{what} must be at most {most}, got {shown}", hint=f"e.g. {example}")
 
 
 def _check_samples(value: int, given: Mapping[str, Any]) -> int:
     if value < 1:
         raise SpecError(f"samples must be at least 1, got {value}", hint="e.g. --samples 30")
+    _at_most(value, _SAMPLES.high, "samples", "--samples 30")
     return value
 
 
 def _check_min_seconds(value: float, given: Mapping[str, Any]) -> float:
     if not math.isfinite(value) or value < 0:
         raise SpecError(f"minimum timing seconds must be a finite number >= 0, got {value}", hint="e.g. --min-time 0.5")
+    _at_most(value, _MIN_SECONDS.high, "minimum timing seconds", "--min-time 0.5")
     return value
 
 
 def _check_timeout(value: float, given: Mapping[str, Any]) -> float:
     if not math.isfinite(value) or value <= 0:
         raise SpecError(f"timeout must be a positive number of seconds, got {value:g}", hint="e.g. --timeout 900")
+    _at_most(value, TIMEOUT.high, "timeout in seconds", "--timeout 900")
     return value
 
 
 def _check_replicates(value: int, given: Mapping[str, Any]) -> int:
     if value < 1:
         raise SpecError(f"replicates must be at least 1, got {value}", hint="e.g. --replicates 3")
+    _at_most(value, _REPLICATES.high, "replicates", "--replicates 3")
     if value > 1 and not given["isolate"]:
         raise SpecError(
             "replicates need worker processes (one process cannot show the spread between processes)",
@@ -298,7 +387,7 @@ def _check_replicates(value: int, given: Mapping[str, Any]) -> int:
 
 
 def _check_process_spread(value: float | None, given: Mapping[str, Any]) -> float | None:
-    if value is not None and not 0 <= value < 1:
+    if value is not None and not _PROCESS_SPREAD.contains(value):
         raise SpecError(f"process spread must be in [0, 1), got {value:g}", hint="e.g. --process-spread 0.02")
     return value
 
@@ -315,6 +404,7 @@ def _check_pad_to_buckets(value: str | int | Iterable[int] | None, given: Mappin
 def _check_max_buckets(value: int, given: Mapping[str, Any]) -> int:
     if value < 1:
         raise SpecError(f"max buckets must be at least 1, got {value}", hint="e.g. --max-buckets 4")
+    _at_most(value, _MAX_BUCKETS.high, "max buckets", "--max-buckets 4")
     return value
 
 
@@ -402,7 +492,8 @@ class Option:
     (for an on/off setting, the flag that turns it away from its default); ``help`` says what
     it does, for ``--help`` and the API docstring alike, except that ``flag_help`` describes a
     flag that turns a setting off, and ``keyword_note`` adds what only the keyword accepts.
-    ``check`` turns a value into the field's (None: taken as it is).
+    ``check`` turns a value into the field's (None: taken as it is); ``bounds`` are a numeric
+    setting's (the command line refuses a value outside them as it reads it).
     """
 
     keyword: str
@@ -413,6 +504,7 @@ class Option:
     flag_help: str = ""
     keyword_note: str = ""
     metavar: str | None = None
+    bounds: Bounds | None = None
 
 
 _TIMING = TimingSettings()
@@ -421,13 +513,21 @@ _TIMING = TimingSettings()
 OPTIONS: dict[str, Option] = {
     option.keyword: option
     for option in (
-        Option("min_samples", "--samples", _TIMING.min_samples, "Minimum timed calls per target.", _check_samples),
+        Option(
+            "min_samples",
+            "--samples",
+            _TIMING.min_samples,
+            "Minimum timed calls per target.",
+            _check_samples,
+            bounds=_SAMPLES,
+        ),
         Option(
             "min_seconds",
             "--min-time",
             _TIMING.min_seconds,
             "Minimum seconds of timed calls per target.",
             _check_min_seconds,
+            bounds=_MIN_SECONDS,
         ),
         Option(
             "isolate",
@@ -443,6 +543,7 @@ OPTIONS: dict[str, Option] = {
             "Seconds one step of a target (preparing, a timing round, its scenarios, its checks) may take "
             "before its worker is killed and the target recorded as timed out (worker processes only).",
             _check_timeout,
+            bounds=TIMEOUT,
         ),
         Option(
             "interleave",
@@ -458,6 +559,7 @@ OPTIONS: dict[str, Option] = {
             "Measure each target (the reference too) in this many worker processes and pool them: speed "
             "intervals then include the spread between processes (a few percent on CPUs).",
             _check_replicates,
+            bounds=_REPLICATES,
         ),
         Option(
             "process_spread",
@@ -467,6 +569,7 @@ OPTIONS: dict[str, Option] = {
             f"intervals include; default {PROCESS_SPREAD:g}, measured on a shared 2-core machine "
             "(benchmarks/aa_calibration.py measures yours).",
             _check_process_spread,
+            bounds=_PROCESS_SPREAD,
         ),
         Option(
             "refresh_baseline",
@@ -490,6 +593,7 @@ OPTIONS: dict[str, Option] = {
             TrialSettings.max_buckets,
             "How many buckets 'auto' may choose.",
             _check_max_buckets,
+            bounds=_MAX_BUCKETS,
         ),
         Option(
             "cold_compile_cache",

@@ -10,7 +10,10 @@ from typing import Any
 
 from bakeoff.errors import SpecError
 
-__all__ = ["Option", "parse_bool", "split_options", "typed_options"]
+__all__ = ["MOST_INT", "Option", "parse_bool", "split_options", "typed_options"]
+
+#: The largest whole number an option takes unless it declares its own maximum.
+MOST_INT = 2**31 - 1
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 
@@ -62,12 +65,22 @@ def parse_bool(value: str, key: str, spec: str) -> bool:
 @dataclass(frozen=True)
 class Option:
     """An option a scenario or a check declares: its type (int, float, str or bool), its
-    default, and (for numbers) the smallest value allowed; ``help`` says what it does."""
+    default, and (for numbers) the smallest and largest values allowed; ``help`` says what it
+    does. A whole number with no ``maximum`` declared stops at :data:`MOST_INT`, what C and
+    SQLite take."""
 
     kind: type
     default: Any
     minimum: int | None = None
     help: str = ""
+    maximum: float | None = None
+
+    @property
+    def most(self) -> float | None:
+        """The largest value allowed (None: any finite number)."""
+        if self.maximum is not None:
+            return self.maximum
+        return MOST_INT if self.kind is int else None
 
 
 def typed_options(head: str, given: Mapping[str, str], declared: Mapping[str, Option], what: str, text: str) -> dict:
@@ -81,7 +94,8 @@ def typed_options(head: str, given: Mapping[str, str], declared: Mapping[str, Op
         text: the spec as the user wrote it.
 
     Raises:
-        SpecError: an option it does not have, a value of the wrong type, or below its minimum.
+        SpecError: an option it does not have, a value of the wrong type, or outside its minimum
+            and maximum.
     """
     unknown = sorted(set(given) - set(declared))
     if unknown:
@@ -105,6 +119,12 @@ def typed_options(head: str, given: Mapping[str, str], declared: Mapping[str, Op
                 f"{what} option {key} in {text!r} must be at least {option.minimum}",
                 hint=f"e.g. {head}?{key}={max(option.minimum, option.default or 0)}",
             )
+        most = option.most
+        if most is not None and options[key] > most:
+            example = option.default if option.default is not None else option.minimum or 1
+            shown = int(most) if option.kind is int else f"{most:g}"
+            said = f"{what} option {key} in {text!r} must be at most {shown}"
+            raise SpecError(said, hint=f"e.g. {head}?{key}={example}")
     return options
 
 

@@ -33,11 +33,16 @@ from dataclasses import dataclass
 from bakeoff.codec import Value
 from bakeoff.errors import SpecError
 
-__all__ = ["ONE_STREAM", "Cost", "Price", "cost_of", "parse_prices", "price_for", "streams_of"]
+__all__ = ["MOST_PER_HOUR", "ONE_STREAM", "Cost", "Price", "cost_of", "parse_prices", "price_for", "streams_of"]
 
 _PER = {"h": 3600.0, "hour": 3600.0, "min": 60.0, "s": 1.0}
-_PRICE = re.compile(r"^\s*([^\d\s.=]{0,3})\s*((?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*/\s*([a-z]+)\s*$")
-_NOT_FINITE = re.compile(r"^\s*[^\d\s.=]{0,3}?\s*[-+]?(nan|inf|infinity)\s*/", re.IGNORECASE)
+_PRICE = re.compile(r"^\s*([^\d\s.=+-]{0,3})\s*((?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*/\s*([a-z]+)\s*$")
+#: An amount with a sign, or not finite: a currency is never a sign.
+_NOT_POSITIVE = re.compile(
+    r"^\s*[^\d\s.=+-]{0,3}\s*(?:(?P<sign>[-+])\s*[\d.]|[-+]?(?:nan|inf|infinity)\s*/)", re.IGNORECASE
+)
+#: The most an hour may cost, in any currency: costs per million requests stay finite numbers.
+MOST_PER_HOUR = 1e12
 _BUYS = re.compile(r"^\s*(.*?)\s*(cores?|devices?)\s*$")
 _EXAMPLE = "e.g. --price cpu=0.34/h or --price 'neuron=$1.34/h'"
 _BUYS_EXAMPLE = "e.g. --price 'cpu=0.34/h@4cores' or --price 'neuron=$1.34/h@1device'"
@@ -139,7 +144,8 @@ def parse_prices(texts: Iterable[str]) -> tuple[Price, ...]:
 
     Raises:
         SpecError: a text that is not ``NAME=AMOUNT/UNIT[@N cores|devices]``, a price that is not
-            positive and finite, a count that is not a positive whole number, a name priced
+            positive and finite (a sign is never a currency) or that is more than
+            :data:`MOST_PER_HOUR` an hour, a count that is not a positive whole number, a name priced
             twice, or prices in different currencies (costs in two currencies cannot be
             compared).
     """
@@ -148,19 +154,24 @@ def parse_prices(texts: Iterable[str]) -> tuple[Price, ...]:
         name, eq, written = text.partition("=")
         amount, at, capacity = written.partition("@")
         found = _PRICE.match(amount) if eq and name.strip() else None
-        if found is None and _NOT_FINITE.match(amount):
-            raise SpecError(f"price {text!r} must be a positive amount", hint="e.g. --price cpu=0.34/h")
+        refused = _NOT_POSITIVE.match(amount) if found is None else None
+        if refused is not None:
+            signed = ", written without a sign" if refused.group("sign") else ""
+            raise SpecError(f"price {text!r} must be a positive amount{signed}", hint="e.g. --price cpu=0.34/h")
         if found is None or found.group(3) not in _PER:
             raise SpecError(f"price {text!r} is not NAME=AMOUNT/UNIT", hint=_EXAMPLE)
         currency, unit = found.group(1), found.group(3)
         number = float(found.group(2))
         if not math.isfinite(number) or number <= 0:
             raise SpecError(f"price {text!r} must be a positive amount", hint="e.g. --price cpu=0.34/h")
+        per_hour = number * _PER["h"] / _PER[unit]
+        if not per_hour <= MOST_PER_HOUR:
+            raise SpecError(f"price {text!r} is more than {MOST_PER_HOUR:g} an hour", hint="e.g. --price cpu=0.34/h")
         count, buys = _buys(text, capacity) if at else (None, "")
         name = name.strip()
         if name in prices:
             raise SpecError(f"{name!r} priced twice", hint="give each target or device one price")
-        prices[name] = Price(name, number * _PER["h"] / _PER[unit], currency, text.strip(), count, buys)
+        prices[name] = Price(name, per_hour, currency, text.strip(), count, buys)
     currencies = {p.currency for p in prices.values()}
     if len(currencies) > 1:
         shown = ", ".join(repr(c) if c else "none" for c in sorted(currencies))

@@ -1,4 +1,5 @@
-"""What every command module shares: the ``--db`` and ``--format`` options and the output helpers."""
+"""What every command module shares: the ``--db`` and ``--format`` options, the type of every
+numeric option, and the output helpers."""
 
 from __future__ import annotations
 
@@ -6,27 +7,60 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import click
 
+from bakeoff.settings import Bounds
+
 __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_FAILED",
+    "Number",
     "console",
     "db_option",
     "emit_json",
     "format_option",
     "price_option",
     "progress",
+    "read_prices",
     "verbose_option",
     "workload_output_to_stderr",
 ]
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
+
+
+class Number(click.ParamType):
+    """The type of every numeric option: a whole or decimal number (as ``bounds.kind``) within
+    ``bounds``, read and checked while click parses the command line, before the command opens
+    anything. nan, an infinity or a value out of bounds is a
+    :class:`~bakeoff.errors.SpecError` naming the option, which the error boundary prints as one
+    line (exit code 2). ``check`` replaces the bounds' own check where a setting of
+    :data:`~bakeoff.settings.OPTIONS` words its refusals itself."""
+
+    def __init__(self, bounds: Bounds, check: Callable[[Any], Any] | None = None) -> None:
+        self.bounds = bounds
+        self.check = check
+        self.name = "integer" if bounds.kind is int else "float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, self.bounds.kind) and not isinstance(value, bool):
+            number = value
+        else:
+            try:
+                number = self.bounds.kind(str(value).strip())
+            except ValueError:
+                kind = "a whole number" if self.bounds.kind is int else "a number"
+                self.fail(f"{value!r} is not {kind}", param, ctx)
+        if self.check is not None:
+            return self.check(number)
+        flag = param.opts[0] if param is not None and param.opts else "the value"
+        return self.bounds.check(number, flag)
+
 
 db_option = click.option(
     "--db",
@@ -35,10 +69,22 @@ db_option = click.option(
     metavar="PATH|URL",
     help="Knowledge base: a SQLite file (default ./bakeoff.db) or a postgresql:// URL. Env: BAKEOFF_DB.",
 )
+
+
+def read_prices(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    """The prices as written, once they read as prices (refused as they are parsed, before the
+    command opens anything)."""
+    from bakeoff.analysis.cost import parse_prices
+
+    parse_prices(value)
+    return value
+
+
 price_option = click.option(
     "--price",
     "prices",
     multiple=True,
+    callback=read_prices,
     metavar="TARGET=PRICE/h[@Ncores]",
     help=(
         "Decide with these prices instead of the ones the run was given: 'cpu=0.34/h@4cores', "

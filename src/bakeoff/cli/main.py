@@ -17,7 +17,7 @@ from bakeoff.cli import revisit as _revisit  # noqa: F401  (registers regression
 from bakeoff.cli import script as _script  # noqa: F401  (registers exec)
 from bakeoff.cli import sweep as _sweep  # noqa: F401  (registers sweep, coverage, sweeps)
 from bakeoff.cli.app import cli
-from bakeoff.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, workload_output_to_stderr
+from bakeoff.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, Number, read_prices, workload_output_to_stderr
 from bakeoff.cli.common import console as _console
 from bakeoff.cli.common import db_option as _db_option
 from bakeoff.cli.common import emit_json as _emit_json
@@ -26,7 +26,7 @@ from bakeoff.cli.common import price_option as _price_option
 from bakeoff.cli.common import progress as _progress
 from bakeoff.cli.common import verbose_option as _verbose_option
 from bakeoff.errors import BakeoffError
-from bakeoff.settings import OPTIONS
+from bakeoff.settings import COUNT, OPTIONS
 
 __all__ = ["cli", "main"]
 
@@ -94,8 +94,11 @@ def baseline(workload: str, dtypes: Sequence[str], refresh: bool, db: str | None
 def _setting(keyword: str, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """The ``bakeoff trial`` option of a trial setting, named as the API keyword, with the flag,
     default and help of :data:`~bakeoff.settings.OPTIONS`. An on/off setting's flag turns
-    it away from its default (``--in-process``: ``isolate`` false). A ``default`` given here
-    stands for "not given" (the setting's own default still applies, and --help shows it)."""
+    it away from its default (``--in-process``: ``isolate`` false). A numeric setting is read
+    as a :class:`~bakeoff.cli.common.Number` within its bounds and checked by its own check
+    as it is parsed (with the other settings at their defaults; combinations are checked when
+    the trial starts). A ``default`` given here stands for "not given" (the setting's own default
+    still applies, and --help shows it)."""
     option = OPTIONS[keyword]
     if isinstance(option.default, bool):
         return click.option(
@@ -105,6 +108,10 @@ def _setting(keyword: str, **kwargs: Any) -> Callable[[Callable[..., Any]], Call
             default=option.default,
             help=option.flag_help or option.help,
         )
+    if option.bounds is not None:
+        defaults = {name: each.default for name, each in OPTIONS.items()}
+        check = option.check
+        kwargs["type"] = Number(option.bounds, None if check is None else lambda value: check(value, defaults))
     shown = ""
     if "default" in kwargs and kwargs["default"] != option.default:
         shown = f"  [default: {option.default:g}]"
@@ -169,14 +176,14 @@ def _finish_run(
     metavar="TARGETS",
     help="Targets, comma-separated or repeated: DEVICE[:INDEX][+BACKEND][?option=value&...].",
 )
-@_setting("min_samples", type=int)
-@_setting("min_seconds", type=float)
-@_setting("timeout_s", type=float, default=None)  # None: not given, which --in-process refuses
+@_setting("min_samples")
+@_setting("min_seconds")
+@_setting("timeout_s", default=None)  # None: not given, which --in-process refuses
 @_setting("isolate")
 @_setting("refresh_baseline")
 @_setting("profile")
 @_setting("pad_to_buckets")
-@_setting("max_buckets", type=int)
+@_setting("max_buckets")
 @_setting("cold_compile_cache")
 @_setting("env", multiple=True)
 @_setting("scenarios", multiple=True)
@@ -187,12 +194,12 @@ def _finish_run(
     help="For every target whose outputs fail, find the module call where the divergence starts "
     "(the localization check; checks=['localization'] in the API).",
 )
-@_setting("prices", multiple=True)
+@_setting("prices", multiple=True, callback=read_prices)
 @_setting("requirements", multiple=True)
 @click.option("--clear-requirements", is_flag=True, help="Forget the workload's kept requirements.")
 @_setting("interleave")
-@_setting("replicates", type=int)
-@_setting("process_spread", type=float)
+@_setting("replicates")
+@_setting("process_spread")
 @click.option("--strict", is_flag=True, help="Exit 1 if any target errors, fails correctness or misses a requirement.")
 @click.option(
     "--strict-placement",
@@ -292,9 +299,9 @@ def trial(
 @click.option("--budget", default="10min", show_default=True, help="Time for the whole plan: 10min, 90s, 1h.")
 @_setting("profile")
 @_setting("requirements", multiple=True)
-@_setting("prices", multiple=True)
-@_setting("min_samples", type=int)
-@_setting("min_seconds", type=float)
+@_setting("prices", multiple=True, callback=read_prices)
+@_setting("min_samples")
+@_setting("min_seconds")
 @_setting("isolate")
 @_db_option
 @_format_option
@@ -356,7 +363,7 @@ def demo(verbose: bool, db: str | None, fmt: str) -> None:
 
 
 @cli.command(epilog="Example: bakeoff history --workload arch:llama --limit 5")
-@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Runs to list.")
+@click.option("--limit", type=Number(COUNT), default=20, show_default=True, help="Runs to list.")
 @click.option("--workload", default=None, help="Only runs of this workload spec.")
 @click.option("--tag", default=None, help="Only runs with this tag (see `bakeoff tag`).")
 @_db_option

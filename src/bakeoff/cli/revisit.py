@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from bakeoff.cli.app import cli
-from bakeoff.cli.common import EXIT_FAILED, price_option, verbose_option, workload_output_to_stderr
+from bakeoff.cli.common import EXIT_FAILED, Number, price_option, verbose_option, workload_output_to_stderr
 from bakeoff.cli.common import console as _console
 from bakeoff.cli.common import db_option as _db_option
 from bakeoff.cli.common import emit_json as _emit_json
 from bakeoff.cli.common import format_option as _format_option
 from bakeoff.cli.common import progress as _progress
+from bakeoff.settings import FRACTION, TIMEOUT
 
 if TYPE_CHECKING:
     from bakeoff.verdicts.regressions import Thresholds
@@ -25,7 +26,7 @@ __all__ = ["compare", "regressions", "report", "rerun"]
 
 _latency_option = click.option(
     "--latency-threshold",
-    type=click.FloatRange(min=0),
+    type=Number(FRACTION),
     default=0.10,
     show_default=True,
     help="A latency (or, where both runs have prices, cost) change counts only beyond this fraction "
@@ -180,7 +181,9 @@ def compare(a: str, b: str, latency_threshold: float, db: str | None, fmt: str) 
 
 @cli.command(epilog="\b\nExamples:\n  bakeoff localize 3f2a\n  bakeoff localize 3f2a:emu")
 @click.argument("run")
-@click.option("--timeout", "timeout_s", type=float, default=900.0, show_default=True, help="Seconds per target.")
+@click.option(
+    "--timeout", "timeout_s", type=Number(TIMEOUT), default=900.0, show_default=True, help="Seconds per target."
+)
 @_db_option
 @_format_option
 def localize(run: str, timeout_s: float, db: str | None, fmt: str) -> None:

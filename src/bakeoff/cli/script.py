@@ -11,9 +11,30 @@ from collections.abc import Sequence
 import click
 
 from bakeoff.cli.app import cli
-from bakeoff.cli.common import db_option, format_option, progress, verbose_option, workload_output_to_stderr
+from bakeoff.cli.common import Number, db_option, format_option, progress, verbose_option, workload_output_to_stderr
+from bakeoff.settings import SEED, TIMEOUT, Bounds
 
 __all__ = ["exec_command"]
+
+#: Timed runs a side beyond the first.
+_REPEATS = Bounds(int, 0, 10_000, 5)
+
+
+def _read_captures(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    """The ``--capture`` names, once each is a module's dotted name and a function's qualified
+    name (the rule the script's process applies), refused before anything runs.
+
+    Raises:
+        SpecError: a name that is not MODULE:FUNCTION.
+    """
+    from bakeoff.errors import SpecError
+    from bakeoff.script.launch import _MODULE, _QUALNAME
+
+    for name in value:
+        module, sep, function = name.partition(":")
+        if not sep or not _MODULE.match(module) or not _QUALNAME.match(function):
+            raise SpecError(f"--capture {name!r} is not MODULE:FUNCTION", hint="e.g. --capture infer:postprocess")
+    return value
 
 
 @cli.command(
@@ -38,19 +59,19 @@ __all__ = ["exec_command"]
               help="The device types the script names that are remapped to each target's (cuda=emu: to emu, "
                    "the targets' device).")  # fmt: skip
 @click.option("--strict", is_flag=True, help="Fail a run on any rewrite that may change numerics.")
-@click.option("--capture", "captures", multiple=True, metavar="MODULE:FUNCTION",
+@click.option("--capture", "captures", multiple=True, metavar="MODULE:FUNCTION", callback=_read_captures,
               help="Compare this function's return values, call by call (repeatable).")  # fmt: skip
 @click.option("--capture-modules", "capture_modules", multiple=True, metavar="PATTERN",
               help="Compare the outputs of the module calls whose name or class matches this glob "
               "(e.g. '*.mlp', Linear; repeatable; at most 8 calls per module).")  # fmt: skip
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=600.0,
+@click.option("--timeout", "timeout_s", type=Number(TIMEOUT), default=600.0,
               show_default=True, help="Seconds a run may take before it is stopped (a timeout).")  # fmt: skip
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of random, numpy and torch.")
+@click.option("--seed", type=Number(SEED), default=0, show_default=True, help="Seed of random, numpy and torch.")
 @click.option("--no-audit", "no_audit", is_flag=True,
               help="Do not audit where each target's work ran (it costs time on tiny ops).")  # fmt: skip
 @click.option("--no-files", "no_files", is_flag=True,
               help="Do not compare the files the script writes (safetensors, npy, npz, JSON).")  # fmt: skip
-@click.option("--repeats", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
+@click.option("--repeats", type=Number(_REPEATS), default=0, show_default=True, metavar="N",
               help="Time each side over N more runs, without the audit or --capture tracing.")  # fmt: skip
 @verbose_option
 @db_option

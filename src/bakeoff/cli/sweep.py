@@ -13,7 +13,16 @@ from typing import Any
 import click
 
 from bakeoff.cli.app import cli
-from bakeoff.cli.common import EXIT_FAILED, console, db_option, emit_json, format_option, workload_output_to_stderr
+from bakeoff.cli.common import (
+    EXIT_FAILED,
+    Number,
+    console,
+    db_option,
+    emit_json,
+    format_option,
+    workload_output_to_stderr,
+)
+from bakeoff.settings import COUNT, TIMEOUT
 
 __all__ = ["coverage_command", "sweep_command", "sweeps_command"]
 
@@ -86,12 +95,12 @@ class _Bar:
               help="Finish an interrupted sweep with its own targets and settings.")  # fmt: skip
 @click.option("--timing", type=click.Choice(["none", "quick", "full"]), default=None,
               help="Per target: none (one call), quick (10 calls, 0.1 s; the default), full (a trial's).")  # fmt: skip
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True),
+@click.option("--timeout", "timeout_s", type=Number(TIMEOUT),
               help="Seconds a target's step may take (600); longer is that cell's timeout.")  # fmt: skip
 @click.option("--check", "checks", multiple=True, metavar="NAME[?options]",
               help="Check options, or an on-request check to run on every cell (repeatable).")  # fmt: skip
 @click.option("--env", "env", multiple=True, metavar="KEY=VALUE", help="A switch set while each target runs.")
-@click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N",
+@click.option("--limit", type=Number(COUNT), default=None, metavar="N",
               help="Run at most N pending workloads now (resume later for the rest).")  # fmt: skip
 @click.option("--expect", "expect", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Classify each cell against these expected grades; exit 1 on a regression.")  # fmt: skip
@@ -239,7 +248,7 @@ def coverage_command(
 
 
 @cli.command("sweeps", epilog="Example: bakeoff sweeps --limit 5")
-@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--limit", type=Number(COUNT), default=20, show_default=True)
 @db_option
 @format_option
 def sweeps_command(limit: int, db: str | None, fmt: str) -> None:
