@@ -102,3 +102,17 @@ def sweep_until_stored(
         time.sleep(0.1)
     assert process.poll() is None, "the sweep ended before it could be stopped"
     return process
+
+
+def cli_in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """``bakeoff ARGS`` through its error boundary, in this process: (exit code, stdout, stderr)."""
+    from bakeoff.cli.main import main
+
+    capsys.readouterr()
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err

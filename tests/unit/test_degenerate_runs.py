@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 from rich.console import Console
+from tests.conftest import cli_in_process
 from tests.revisit_data import environment, make_run, target_result
 
-from bakeoff.cli.main import main
 from bakeoff.report.evidence import build_evidence, render_json
 from bakeoff.report.html import render_html
 from bakeoff.report.markdown import render_markdown
@@ -155,14 +155,7 @@ def _store_documents(db: Path, names: list[str]) -> None:
                     )
 
 
-def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
+_cli = cli_in_process
 
 
 def test_show_and_report_read_a_knowledge_base_of_degenerate_runs(tmp_path, capsys):

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select
+from tests.conftest import cli_in_process
 from tests.kb.runs import environment, recorded_baseline, recorded_run, variant
 
-from bakeoff.cli.main import main
 from bakeoff.errors import SpecError
 from bakeoff.results.values import RunResult
 from bakeoff.store import Store, transfer
@@ -25,16 +25,7 @@ NATIVE = "c0ffee0000aa"  # a run the receiving database made itself
 SCRIPT_RUN = "5c71b7000001"
 
 
-def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """``bakeoff ARGS`` through its error boundary, in this process: (exit code, stdout, stderr)."""
-    capsys.readouterr()
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
+_cli = cli_in_process
 
 
 def _records(tmp_path: Path) -> list[dict[str, Any]]:

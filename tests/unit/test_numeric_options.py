@@ -12,8 +12,9 @@ from pathlib import Path
 
 import click
 import pytest
+from tests.conftest import cli_in_process
 
-from bakeoff.cli.main import cli, main
+from bakeoff.cli.main import cli
 
 NUMERIC = (click.types.IntParamType, click.types.FloatParamType)
 
@@ -67,16 +68,7 @@ def _cases() -> list[pytest.param]:
     return cases
 
 
-def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """``bakeoff ARGS`` through its error boundary, in this process: (exit code, stdout, stderr)."""
-    capsys.readouterr()
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
+_run = cli_in_process
 
 
 def _db_args(command: click.Command, db: Path) -> list[str]:

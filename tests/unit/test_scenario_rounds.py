@@ -10,6 +10,7 @@ hundredth of that, as timings on a quiet machine would.
 from __future__ import annotations
 
 import pytest
+from tests.unit.test_server_load import FakeClock
 
 from bakeoff.analysis.cost import cost_of, parse_prices
 from bakeoff.analysis.requirements import requirement_state
@@ -20,19 +21,6 @@ from bakeoff.scenarios.registry import parse_scenario, scenario_named
 from bakeoff.scenarios.rounds import merge_rounds, scenario_rounds
 from bakeoff.target.spec import Target
 from bakeoff.verdicts.metrics import check_target, metric_estimate
-
-
-class FakeClock:
-    """Time moves only when a request is served or the loop sleeps."""
-
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def now(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        self.t += seconds
 
 
 def _serve(service_s: float, spec: str) -> ScenarioResult:
