@@ -271,7 +271,7 @@ def test_a_script_that_hangs_exits_or_raises_is_a_recorded_failure(tmp_path, how
 def test_bad_input_is_one_line_and_stores_nothing(tmp_path):
     for args, line in (
         (["missing.py"], "no script at missing.py"),
-        (["misbehaves.py", "--capture", "nocolon"], "--capture nocolon"),
+        (["misbehaves.py", "--capture", "nocolon"], "--capture 'nocolon' is not MODULE:FUNCTION"),
         (["misbehaves.py", "--capture-modules", " "], "--capture-modules ' ' (an empty pattern matches no module"),
         (["misbehaves.py", "--on", "cdua"], "unknown device 'cdua'"),
         (["misbehaves.py", "--on", "emu", "--map", "cuda=xpu"], "--map cuda=xpu: the targets run on emu"),
