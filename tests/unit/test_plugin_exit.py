@@ -200,3 +200,25 @@ def test_a_plugin_validate_that_calls_sys_exit_is_one_line(monkeypatch: pytest.M
     with pytest.raises(SpecError) as said:
         registry.parse_check("quits")
     assert said.value.one_line().startswith("the quits check could not read 'quits': it called sys.exit(4)")
+
+
+def test_a_plugin_scenarios_sys_exit_is_its_own_error_and_a_builtin_one_is_left_to_the_session(monkeypatch):
+    from bakeoff.scenarios import registry as scenarios
+    from bakeoff.scenarios.base import Scenario, ScenarioContext, ScenarioSpec
+    from bakeoff.target.spec import Target
+
+    class Exits(Scenario):
+        name = "exits"
+
+        def run(self, context, options):
+            raise SystemExit(4)
+
+    plugin = Exits()
+    monkeypatch.setattr(scenarios, "scenario_named", lambda name: plugin)
+    ctx = ScenarioContext(None, None, Target("cpu"), lambda: None, None, [1e-3], [])
+    result = scenarios.run_scenario(ScenarioSpec("exits"), ctx)
+    assert (result.status, result.reason) == ("error", "called sys.exit(4)")
+    # the control: in bakeoff's own scenario a sys.exit comes from the workload, and goes on to the session
+    monkeypatch.setattr(scenarios, "BUILTIN", (*scenarios.BUILTIN, plugin))
+    with pytest.raises(SystemExit):
+        scenarios.run_scenario(ScenarioSpec("exits"), ctx)

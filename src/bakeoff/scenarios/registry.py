@@ -13,7 +13,7 @@ from functools import cache
 from typing import Any
 
 from bakeoff.analysis.requirements import Requirement, parse_requirement_with, percentile_of
-from bakeoff.entrypoints import load_plugins
+from bakeoff.entrypoints import PLUGIN_FAILURES, load_plugins, said_by
 from bakeoff.errors import SpecError
 from bakeoff.measure.memory import peak_rss_bytes, reset_peak_rss
 from bakeoff.scenarios.base import MetricSpec, Scenario, ScenarioContext, ScenarioResult, ScenarioSpec, point
@@ -134,17 +134,15 @@ def run_scenario(spec: ScenarioSpec, ctx: ScenarioContext) -> ScenarioResult:
     reset_peak_rss()
     reset_device_peak_memory(ctx.target)
     started = time.monotonic()
+    # a plugin scenario's sys.exit is its own failure, never the target's (bakeoff's own scenarios
+    # let it through: there it is the workload's, and the session says so)
+    failures = (Exception,) if scenario in BUILTIN else PLUGIN_FAILURES
     try:
         with torch.enable_grad() if scenario.needs_grad else torch.no_grad():
             series, facts = scenario.run(ctx, spec.options)
-    except Exception as exc:
-        return ScenarioResult(
-            spec.name,
-            "error",
-            f"{type(exc).__name__}: {str(exc).strip()[:500]}",
-            spec.options,
-            run_seconds=time.monotonic() - started,
-        )
+    except failures as exc:
+        said = f"{type(exc).__name__}: {str(exc).strip()[:500]}" if isinstance(exc, Exception) else said_by(exc)
+        return ScenarioResult(spec.name, "error", said, spec.options, run_seconds=time.monotonic() - started)
     return ScenarioResult(
         spec.name,
         "ok",
