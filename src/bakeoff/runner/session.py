@@ -41,7 +41,7 @@ from bakeoff.runner.job import TargetJob, adjustments_for, error_checks
 from bakeoff.runner.traffic import traffic_for
 from bakeoff.scenarios.base import ScenarioContext, ScenarioResult
 from bakeoff.scenarios.registry import run_scenario, scenario_named
-from bakeoff.scenarios.rounds import FirstRound, aligned_specs, in_round, merge_rounds, scenario_rounds
+from bakeoff.scenarios.rounds import FirstRound, align, in_round, merge_rounds, scenario_rounds
 from bakeoff.scenarios.single_stream import SingleStream
 from bakeoff.target.execute import device_peak_memory, prepare, reset_device_peak_memory, synchronizer
 from bakeoff.workload.registry import build_workload
@@ -484,9 +484,8 @@ def run_steps(session: Any) -> TargetResult:
         done = session.round()
     for index in range(scenario_rounds(session.job.scenarios)):
         ran = session.run_scenarios(index)
-        own = aligned_specs(session.job.scenarios, FirstRound(ran)) if index == 0 and session.job.is_reference else None
-        if own is not None and own != session.job.scenarios:  # its later rounds at the load its first set
-            session.use_scenarios(own)
+        if index == 0 and session.job.is_reference:  # its later rounds at the load its first set
+            align(session, FirstRound(ran))
     return session.finish()
 
 

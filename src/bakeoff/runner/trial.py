@@ -47,7 +47,7 @@ from bakeoff.runner.job import TargetJob
 from bakeoff.runner.localize import localize_measured, split_off
 from bakeoff.scenarios.base import ScenarioSpec
 from bakeoff.scenarios.registry import parse_scenario, scenario_named
-from bakeoff.scenarios.rounds import FirstRound, aligned_specs, scenario_rounds
+from bakeoff.scenarios.rounds import FirstRound, align, aligned_specs, scenario_rounds
 from bakeoff.settings import TrialSettings
 from bakeoff.target.detect import unavailable_reason
 from bakeoff.target.spec import Target
@@ -447,16 +447,12 @@ def _drive(
             if not job.scenarios:
                 continue
             if index == 0 and not job.is_reference:
-                common = aligned_specs(job.scenarios, first)
-                if common != job.scenarios:
-                    session.use_scenarios(common)
+                align(session, first)
             say(f"scenarios on {label}" + (f", round {index + 1} of {rounds}" if rounds > 1 else ""))
             ran = session.run_scenarios(index)
             if index == 0 and job.is_reference:  # its load is every later round's and target's
                 first = FirstRound(ran)
-                own = aligned_specs(job.scenarios, first)
-                if own != job.scenarios:
-                    session.use_scenarios(own)
+                align(session, first)
     return [live[i].finish() for i in range(len(sessions))]
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from bakeoff.scenarios.base import ScenarioResult, ScenarioSpec
 from bakeoff.scenarios.registry import scenario_named
 
-__all__ = ["FirstRound", "aligned_specs", "in_round", "merge_rounds", "scenario_rounds"]
+__all__ = ["FirstRound", "align", "aligned_specs", "in_round", "merge_rounds", "scenario_rounds"]
 
 
 def scenario_rounds(specs: Sequence[ScenarioSpec]) -> int:
@@ -48,6 +48,14 @@ def aligned_specs(specs: Sequence[ScenarioSpec], reference: Any) -> tuple[Scenar
     """The scenarios a target runs, each aligned to the reference's result (the server load it
     swept), so that no two targets, and no two rounds, run under different conditions."""
     return tuple(scenario_named(spec.name).aligned(spec, reference) for spec in specs)
+
+
+def align(session: Any, reference: Any) -> None:
+    """Give a started session (local, or in its worker) its scenarios aligned to ``reference``
+    (:func:`aligned_specs`), telling it only when they change."""
+    aligned = aligned_specs(session.job.scenarios, reference)
+    if aligned != session.job.scenarios:
+        session.use_scenarios(aligned)
 
 
 def merge_rounds(results: Sequence[ScenarioResult]) -> list[ScenarioResult]:
