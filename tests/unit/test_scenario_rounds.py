@@ -47,7 +47,7 @@ def _state(result: TargetResult, text: str) -> str:
 
 
 def _generation(ttft_ms: list[float]) -> ScenarioResult:
-    return ScenarioResult("generation", "ok", series={"ttft": tuple(ttft_ms), "tpot": (1.0,)}, facts={"runs": 20})
+    return ScenarioResult("generation", "ok", series={"ttft": tuple(ttft_ms), "tpot": (1.0,)}, facts={"runs": 20, "tokens": 2})
 
 
 def test_three_rounds_by_default_and_training_runs_once():
@@ -125,3 +125,17 @@ def test_server_costs_from_rounds_carry_an_interval_so_they_can_be_ranked():
     (price,) = parse_prices(["cpu=1.0/h"])
     cost = cost_of(price, rate.value, "server", (rate.low, rate.high), None)
     assert cost.has_interval and cost.low < cost.high  # one reading could only tie; rounds can rank
+
+
+def test_the_figures_say_a_scenario_ran_in_rounds_and_the_rate_it_sustained_over_them():
+    from bakeoff.report.figures import scenario_figures
+
+    spec = "server?rate=sweep&requests=100&bound=p99<=50ms"
+    (merged,) = merge_rounds([_serve(0.010, spec), _serve(0.016, spec), _serve(0.010, spec)])
+    shown = scenario_figures(_target(merged), merged)
+    assert "3 rounds in turns, pooled" in shown
+    assert any(f.startswith("sustained 50.0/s over the rounds (") for f in shown), shown
+    (once,) = merge_rounds([_serve(0.010, spec)])  # the control: one round says nothing of rounds
+    assert not any("rounds" in f for f in scenario_figures(_target(once), once))
+    (generation,) = merge_rounds([_generation([10.0] * 5)] * 2)  # every scenario, not only the server
+    assert "2 rounds in turns, pooled" in scenario_figures(_target(generation), generation)

@@ -12,6 +12,7 @@ from bakeoff.analysis.requirements import SINGLE_OBSERVATION
 from bakeoff.errors import BakeoffError
 from bakeoff.metrics import metric_percentile
 from bakeoff.results.values import TargetResult
+from bakeoff.scenarios.base import rounds_text
 from bakeoff.scenarios.registry import known_scenario
 from bakeoff.settings import TrialSettings
 from bakeoff.stats import samples_needed
@@ -83,6 +84,7 @@ def scenario_figures(result: TargetResult, scenario: Any) -> list[str]:
         figures.append(f"{facts['graphs']} more graph(s) compiled for its new shapes")
     elif facts.get("compilations"):  # documents written before graphs were counted per scenario
         figures.append(f"{facts['compilations']} compilation(s) for its new shapes")
+    figures.append(rounds_text(scenario))  # any scenario merged from rounds, a plugin's too
     return [f for f in figures if f]
 
 

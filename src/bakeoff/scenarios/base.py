@@ -89,8 +89,9 @@ def pooled_estimate(scenario: ScenarioResult, name: str, pct: float) -> Estimate
 
 
 def rounds_text(scenario: ScenarioResult) -> str | None:
-    """The words for a scenario that ran more than once (``3 rounds in turns, pooled``), else None."""
-    rounds = scenario.facts.get("rounds") or 1
+    """The words for a scenario merged from more than one round (``3 rounds in turns, pooled``),
+    else None (the single-stream scenario's ``rounds`` are its timing rounds, not these)."""
+    rounds = len(scenario.facts.get("each_round") or ())
     return f"{rounds} rounds in turns, pooled" if rounds > 1 else None
 
 

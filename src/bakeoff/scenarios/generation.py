@@ -28,7 +28,6 @@ from bakeoff.scenarios.base import (
     ScenarioContext,
     ScenarioResult,
     lengths_text,
-    rounds_text,
 )
 from bakeoff.target.engines import engine_for
 from bakeoff.target.execute import place_inputs
@@ -134,13 +133,12 @@ class Generation(Scenario):
 
     def figures(self, result: Any, scenario: ScenarioResult, estimate: Any) -> list[str]:
         facts = scenario.facts
-        figures = [
+        return [
             estimate("ttft", "TTFT p50"),
             estimate("tpot", "TPOT p50"),
             estimate("tpot.p90", "TPOT p90"),
             f"{facts['runs']}x{facts['tokens']} tokens",
         ]
-        return [*figures, rounds_text(scenario)] if rounds_text(scenario) else figures
 
 
 def _fixed_signature(target: Any) -> str | None:

@@ -25,7 +25,6 @@ from bakeoff.scenarios.base import (
     ScenarioResult,
     lengths_text,
     pooled_estimate,
-    rounds_text,
     tensor_leaves,
 )
 from bakeoff.stats import Estimate, percentile
@@ -154,7 +153,7 @@ class Offline(Scenario):
         stopped = next((b for b in facts["batches"] if b["error"]), None)
         if stopped:
             figures.append(f"stopped at {stopped['batch']}: {stopped['error'][:80]}")
-        return [*figures, rounds_text(scenario)] if rounds_text(scenario) else figures
+        return figures
 
     def rates(self, scenario: ScenarioResult) -> Mapping[str, float | None]:
         best = max((b.get("items_per_s") or 0 for b in scenario.facts.get("batches", ())), default=None)

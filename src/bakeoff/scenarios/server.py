@@ -217,12 +217,11 @@ class Server(Scenario):
                     "swept at the reference's rates; "
                     + (f"latency at its highest within the bound, {judged:.1f}/s" if judged else "it sustained none")
                 )
-        if rounds_text(scenario):
-            sustained = _sustained(result, scenario)
-            rate = (
-                f"; sustained {sustained.value:.1f}/s ({sustained.low:.1f}-{sustained.high:.1f}/s)" if sustained else ""
+        sustained = _sustained(result, scenario) if rounds_text(scenario) else None
+        if sustained is not None:  # over rounds: the median round's, within the rounds' range
+            figures.append(
+                f"sustained {sustained.value:.1f}/s over the rounds ({sustained.low:.1f}-{sustained.high:.1f}/s)"
             )
-            figures.append(f"{rounds_text(scenario)}{rate}")
         return figures
 
     def for_requirements(self, spec: ScenarioSpec, requirements: Sequence[Any]) -> ScenarioSpec:
