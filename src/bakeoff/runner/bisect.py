@@ -114,10 +114,10 @@ def bisect_trial(
     db = scratch / "bisect.db"
     plan = {**plan, "on": [target]}
 
-    def samples(run_id: str | None) -> tuple[float, ...]:
+    def samples(store: Store, run_id: str | None) -> tuple[float, ...]:
         if run_id is None:
             return ()
-        result = Store.open(db, create=False).get_run(run_id).result(target)
+        result = store.get_run(run_id).result(target)
         return tuple(result.latency.samples_ms) if result is not None and result.latency is not None else ()
 
     try:
@@ -156,12 +156,13 @@ def bisect_trial(
             tried.append((change, run_id, why, True))
         say(f"bisect {target}: the trial as it is, again")
         last, why = _trial(plan, db, scratch, os.environ)
-        controls = [c for c in (samples(first), samples(last)) if c]
+        store = Store.open(db, create=False)  # every trial has stored its run: read them once, here
+        controls = [c for c in (samples(store, first), samples(store, last)) if c]
         pooled = [x for c in controls for x in c]
         spread = control_spread(controls)
         steps = []
         for change, run_id, why, ran in tried:
-            taken = samples(run_id)
+            taken = samples(store, run_id)
             if not taken or not pooled:
                 verdict = "failed" if ran else "not tested"
                 why = why or ("the target was not timed" if pooled else "the trial as it is was not timed")
