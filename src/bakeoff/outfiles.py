@@ -14,11 +14,13 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 from bakeoff.errors import SpecError
 
-__all__ = ["SQLITE_SUFFIXES", "check_not_database", "check_writable", "write_text"]
+__all__ = ["SQLITE_SUFFIXES", "check_not_database", "check_writable", "replacing", "write_text"]
 
 #: The files SQLite keeps beside a database ``NAME``: ``NAME-wal``, ``NAME-shm``, ``NAME-journal``.
 SQLITE_SUFFIXES = ("-wal", "-shm", "-journal")
@@ -107,36 +109,50 @@ def check_writable(path: str | os.PathLike[str], db: str | os.PathLike[str] | No
         raise SpecError(f"cannot write {os.fspath(path)}: {why}", hint="choose another path")
 
 
+@contextlib.contextmanager
+def replacing(
+    path: str | os.PathLike[str], db: str | os.PathLike[str] | None = None, newline: str | None = None
+) -> Iterator[IO[str]]:
+    """A text file to write ``path`` through: a temporary file beside it, renamed over it when
+    the block ends without an error, removed when it does not. A symbolic link is written
+    through (its target is replaced); a new file gets the mode the umask gives, a replaced one
+    keeps its own.
+
+    Raises:
+        SpecError: ``path`` is the database (:func:`check_not_database`), before anything is made.
+        OSError: the file could not be written (the caller says it in its own words).
+    """
+    check_not_database(path, db)
+    target = Path(os.path.realpath(Path(path).expanduser()))
+    try:
+        mode = target.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline=newline) as out:
+            yield out
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temporary, mode)
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
 def write_text(path: str | os.PathLike[str], text: str, db: str | os.PathLike[str] | None = None) -> None:
-    """Write ``text`` to ``path`` whole: into a temporary file beside it, then renamed over it.
-    A symbolic link is written through (its target is replaced); a new file gets the mode the
-    umask gives, a replaced one keeps its own.
+    """Write ``text`` to ``path`` whole (:func:`replacing`).
 
     Raises:
         SpecError: ``path`` is the database (:func:`check_not_database`), or the file could not
             be written (one line, with the system's reason).
     """
-    check_not_database(path, db)
-    target = Path(os.path.realpath(Path(path).expanduser()))
-    temporary = None
     try:
-        try:
-            mode = target.stat().st_mode & 0o7777
-        except FileNotFoundError:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
+        with replacing(path, db) as out:
             out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(temporary, mode)
-        os.replace(temporary, target)
-        temporary = None
     except OSError as exc:
         raise SpecError(f"cannot write {os.fspath(path)}: {exc.strerror or exc}", hint="choose another path") from exc
-    finally:
-        if temporary is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)

@@ -37,7 +37,6 @@ import json
 import os
 import re
 import stat
-import tempfile
 from collections.abc import Callable, Generator, Iterator
 from contextlib import closing
 from dataclasses import dataclass
@@ -51,7 +50,7 @@ from bakeoff.checks.registry import guarded, registered_checks
 from bakeoff.codec import Value
 from bakeoff.env import Environment
 from bakeoff.errors import BakeoffError, SpecError, StoreError
-from bakeoff.outfiles import check_not_database
+from bakeoff.outfiles import replacing
 from bakeoff.results import strictjson
 from bakeoff.results.values import BaselineInfo, RunResult
 from bakeoff.store import schema
@@ -187,26 +186,17 @@ def export(
     """
     if fmt not in FORMATS:
         raise StoreError(f"unknown export format {fmt!r}", hint="use jsonl (for import) or csv (for spreadsheets)")
-    check_not_database(path, store.url)  # before anything is written: opening it would empty it
     index = _selected(store, workload, tag)
-    target = Path(os.path.realpath(Path(path).expanduser()))
-    temporary = None
-    try:  # into a file beside it, renamed over it once whole: an interrupted export leaves the old file
-        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
+    try:  # written whole or not at all, and never over the database (replacing refuses it first)
+        with replacing(path, store.url, newline="") as out:
             if fmt == "csv":
                 rows = _write_csv(store, index, out)
                 summary = ExportSummary(str(path), fmt, len(index), 0, 0, rows)
             else:
                 summary = _write_jsonl(store, index, out, workload, tag, str(path))
-        os.replace(temporary, target)
-        temporary = None
         return summary
     except OSError as exc:
         raise StoreError(f"cannot write {path}: {exc.strerror or exc}", hint="choose a writable path with -o") from exc
-    finally:
-        if temporary is not None:
-            Path(temporary).unlink(missing_ok=True)
 
 
 def _write_jsonl(
