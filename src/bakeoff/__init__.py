@@ -14,6 +14,7 @@ from bakeoff.version import __version__
 
 _API = (
     "baseline",
+    "bisect",
     "compare",
     "coverage",
     "db_status",
