@@ -64,3 +64,35 @@ def test_a_regression_that_no_longer_reproduces_names_no_cause(regressed, monkey
     assert bisection.conclusion.startswith("the regression does not reproduce here now")
     slow = next(s for s in bisection.steps if s.key == f"env.{SLOW}")
     assert slow.verdict == "not tested" and "not the after run's 1" in slow.why
+
+
+def test_a_bisection_killed_with_kill_9_leaves_no_trial_running(regressed):
+    import contextlib
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    bisecting = subprocess.Popen(
+        [sys.executable, "-m", "bakeoff", "regressions", "--bisect", "--db", str(regressed)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=dict(os.environ),
+    )
+    deadline, trials = time.monotonic() + 120, []
+    while not trials and time.monotonic() < deadline:  # wait for a trial of the bisection to start
+        time.sleep(0.2)
+        trials = [p for p in psutil.Process(bisecting.pid).children() if "bisect_trial" in " ".join(p.cmdline())]
+    assert trials, "no bisection trial started"
+    os.kill(bisecting.pid, signal.SIGKILL)
+    bisecting.wait()
+    _, alive = psutil.wait_procs(trials, timeout=2)  # a trial alone takes seconds more: it must not finish
+    running = []
+    for process in alive:  # a zombie has ended: only whoever adopted it has not reaped it yet
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if process.status() != psutil.STATUS_ZOMBIE:
+                running.append(process)
+    assert not running  # the trial dies with the bisection

@@ -10,7 +10,16 @@ from pathlib import Path
 
 
 def main(plan_file: str) -> None:
+    import os
+
     from bakeoff import api
+    from bakeoff.runner.bisect import PARENT_ENV
+
+    parent = os.environ.pop(PARENT_ENV, "")
+    if parent.isdigit():
+        from bakeoff.runner.isolation import die_with_parent
+
+        die_with_parent(int(parent))
 
     plan = json.loads(Path(plan_file).read_text())
     run = api.trial(**plan["keywords"], db=plan["db"])

@@ -34,10 +34,12 @@ from bakeoff.verdicts.bisect import (
     reproduced,
 )
 
-__all__ = ["bisect_trial"]
+__all__ = ["PARENT_ENV", "bisect_trial"]
 
 #: How long one trial of a bisection may take (its own step timeouts apply inside it).
 TRIAL_TIMEOUT_S = 1800.0
+#: Names the bisecting process to each trial's process, which dies with it (a ``kill -9`` included).
+PARENT_ENV = "BAKEOFF_BISECT_PARENT"
 #: How long pip may take to fetch and install one package.
 PIP_TIMEOUT_S = 900.0
 
@@ -81,8 +83,9 @@ def _trial(plan: dict[str, Any], db: Path, scratch: Path, env: Mapping[str, str]
     """One trial of ``plan`` in a fresh process: its run id, or None and why."""
     plan_file = scratch / f"plan-{len(list(scratch.glob('plan-*')))}.json"
     plan_file.write_text(json.dumps({"keywords": plan, "db": str(db)}))
-    try:
-        done = _run([sys.executable, "-m", "bakeoff.cli.bisect_trial", str(plan_file)], env, TRIAL_TIMEOUT_S)
+    command = [sys.executable, "-m", "bakeoff.cli.bisect_trial", str(plan_file)]
+    try:  # the trial dies with this process: a kill -9 of the bisection leaves nothing running
+        done = _run(command, {**env, PARENT_ENV: str(os.getpid())}, TRIAL_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return None, f"the trial did not finish within {TRIAL_TIMEOUT_S:.0f} s"
     lines = done.stdout.strip().splitlines()
