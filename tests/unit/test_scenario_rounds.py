@@ -47,7 +47,9 @@ def _state(result: TargetResult, text: str) -> str:
 
 
 def _generation(ttft_ms: list[float]) -> ScenarioResult:
-    return ScenarioResult("generation", "ok", series={"ttft": tuple(ttft_ms), "tpot": (1.0,)}, facts={"runs": 20, "tokens": 2})
+    return ScenarioResult(
+        "generation", "ok", series={"ttft": tuple(ttft_ms), "tpot": (1.0,)}, facts={"runs": 20, "tokens": 2}
+    )
 
 
 def test_three_rounds_by_default_and_training_runs_once():
