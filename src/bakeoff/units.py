@@ -1,10 +1,13 @@
-"""Figures as short strings in their unit: milliseconds, rates and bytes."""
+"""Figures as short strings in their unit: milliseconds, rates and bytes; and text cut to a width."""
 
 from __future__ import annotations
 
 import math
 
-__all__ = ["duration", "figure", "human_bytes", "significant"]
+__all__ = ["ELLIPSIS", "clip", "duration", "figure", "human_bytes", "significant"]
+
+#: What marks text that :func:`clip` cut.
+ELLIPSIS = "\u2026"
 
 
 def human_bytes(value: int | None) -> str:
@@ -54,3 +57,19 @@ def figure(value: float, unit: str) -> str:
     if unit == "/s":
         return f"{value:,.1f}/s"
     return duration(value)
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters: cut at the last word boundary that keeps at
+    least half of it (else mid-word, for one long word or path), ending in "…" only when it cut.
+
+    An error message cut mid-word ("CUDA out of mem") reads as a different message; cut at a
+    word ("CUDA out of…") it reads as what it is, the start of a longer one.
+    """
+    if len(text) <= width:
+        return text
+    keep = text[: max(width - len(ELLIPSIS), 0)]
+    space = keep.rfind(" ")
+    if space > 0 and space >= len(keep) // 2 and not text[len(keep)].isspace():
+        keep = keep[:space]
+    return keep.rstrip(" ,;:") + ELLIPSIS

@@ -675,7 +675,7 @@ def test_a_long_ledger_is_summarised_with_where_to_read_it():
     assert found.outcome == "not_comparable"
     assert found.reason == (
         "adjustments differ (209 -> 210 entries; 2 only after: torch.autocast=1x, first at train.py:7: autocast the "
-        "targ..., torch.cuda.synchronize=3x; 1 only before: torch.cuda.api_100=100x, first at train.py:100; all of "
+        "target…, torch.cuda.synchronize=3x; 1 only before: torch.cuda.api_100=100x, first at train.py:100; all of "
         "them: `bakeoff show r1 --verbose` and `bakeoff show r2 --verbose`)"
     )
     many = (*ledger[:50], *({"name": f"new_{i}", "value": "1x"} for i in range(40)))

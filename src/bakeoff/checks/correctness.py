@@ -28,6 +28,7 @@ from bakeoff.checks.base import Check, CheckContext, Metric
 from bakeoff.checks.baseline import honest_reference
 from bakeoff.checks.outputs import max_abs_difference
 from bakeoff.codec import Value
+from bakeoff.units import clip
 
 __all__ = [
     "Correctness",
@@ -425,14 +426,14 @@ class CorrectnessCheck(Check):
             return []
         failed = [f"{o.name}: {o.problem}" for o in value.outputs if not o.passed]
         if value.verdict == "not_comparable" or not failed:
-            return [value.reason[:200]]
+            return [clip(value.reason, 200)]
         more = f" (and {len(failed) - 3} more)" if len(failed) > 3 else ""
         return ["wrong outputs: " + "; ".join(failed[:3]) + more]
 
     def facts(self, value: Correctness, result: Any) -> list[str]:
         facts = []
         if value.reason and result.status != "error":
-            facts.append(value.reason[:200])
+            facts.append(clip(value.reason, 200))
         if value.sensitivity is not None and result.status == "ok":
             facts.append(f"correctness flags a relative bias above {value.sensitivity:.2g}")
         if value.drift:

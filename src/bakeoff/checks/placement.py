@@ -25,6 +25,8 @@ Verdicts:
                         the op calls given to it): what ran was mostly PyTorch
     not_applicable      a CPU target: there is no other place the work could have run (unless
                         a CPU compile backend reports that it handed work back: then fallbacks)
+    unknown             not measured: the target's run failed or was skipped, so whatever its
+                        audit saw covers only what ran before it stopped (:func:`unmeasured`)
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ __all__ = [
     "ENGINE_MOSTLY_HANDED_BACK",
     "HOST_SYNC_OPS",
     "RANK",
+    "UNMEASURED",
     "VERDICTS",
     "Placement",
     "PlacementCheck",
@@ -56,10 +59,14 @@ __all__ = [
     "audit_module",
     "audit_placement",
     "judge",
+    "unmeasured",
 ]
 
 #: Every placement verdict, best first for a device target.
 VERDICTS = ("on_device", "not_applicable", "fallbacks", "left_on_host", "engine_did_not_run")
+#: The verdict of an audit whose run did not finish: not measured. It is outside :data:`RANK`,
+#: so a regression check calls it not comparable, never better or worse.
+UNMEASURED = "unknown"
 #: Placement verdicts for regressions, better higher; verdicts of equal rank are of different kinds.
 RANK = {"on_device": 2, "not_applicable": 2, "fallbacks": 1, "left_on_host": 0, "engine_did_not_run": 0}
 #: An engine that ran less than this share of the op calls given to it "did not run".
@@ -101,6 +108,24 @@ class Placement(Value):
     signals: dict[str, Any] = field(default_factory=dict)
     host_state_copies: tuple[dict[str, Any], ...] = ()
     engine_work: dict[str, Any] | None = None
+
+
+def unmeasured(placement: Placement, status: str) -> Placement:
+    """``placement`` of a target whose run did not finish (``status`` error or skipped), as
+    not measured: an audit of a run that crashed saw only the ops before the crash, so its
+    "on_device" would be a verdict nobody measured. The figures stay, for whoever debugs the
+    failure, and the scope and explanation say they are partial."""
+    if placement.verdict == UNMEASURED:
+        return placement
+    return replace(
+        placement,
+        verdict=UNMEASURED,
+        explanation=(
+            f"not measured: the run did not finish (status {status}); the audit saw only what ran before it "
+            f"stopped, and judged that part {placement.verdict}: {placement.explanation}"
+        ),
+        scope="partial: " + placement.scope if placement.scope else "partial",
+    )
 
 
 def top_counts(names: Mapping[str, int], n: int = 3, more: bool = False) -> str:
@@ -360,7 +385,8 @@ class PlacementCheck(Check):
         ]
 
     def headline(self, value: Placement, result: Any) -> list[str]:
-        return [f"placement: {value.explanation}"] if value.verdict not in ("on_device", "not_applicable") else []
+        quiet = ("on_device", "not_applicable", UNMEASURED)  # an unmeasured one: the target's error says why
+        return [] if value.verdict in quiet else [f"placement: {value.explanation}"]
 
     def facts(self, value: Placement, result: Any) -> list[str]:
         facts = []

@@ -40,6 +40,7 @@ from bakeoff.checks.training_runs import GradientError, Lockstep, TrainingFailed
 from bakeoff.codec import Value
 from bakeoff.errors import SpecError
 from bakeoff.specsyntax import Option
+from bakeoff.units import clip
 
 __all__ = ["RANK", "TrainingCheck", "TrainingParity"]
 
@@ -319,9 +320,9 @@ class TrainingCheck(Check):
         if value.verdict == "fail":
             return [value.summary], []
         if value.verdict == "error":
-            return [f"training error: {value.reason[:160]}"], []
+            return [f"training error: {clip(value.reason, 160)}"], []
         if value.verdict == "not_comparable":
-            return [], [f"training not comparable: {value.reason[:160]}"]
+            return [], [f"training not comparable: {clip(value.reason, 160)}"]
         return [], []
 
     def figures(self, results: Any) -> list[tuple[str, dict[str, Any]]]:
@@ -388,7 +389,7 @@ class TrainingCheck(Check):
 
     def facts(self, value: TrainingParity, result: Any) -> list[str]:
         what = f"{value.steps} {value.optimizer} steps, lr {value.lr:g}, {value.loss}"
-        lines = [f"training {value.verdict}: {value.reason[:400]} ({what})"]
+        lines = [f"training {value.verdict}: {clip(value.reason, 400)} ({what})"]
         if value.seconds:
             lines.append(
                 "training check took {:.2f} s (target steps {:.2f} s, reference {:.2f} s, float64 {:.2f} s)".format(
@@ -412,7 +413,7 @@ class TrainingCheck(Check):
                     else ""
                 )
             ]
-        return [f"training {value.verdict}: {value.reason[:300]}"]
+        return [f"training {value.verdict}: {clip(value.reason, 300)}"]
 
     def details(self, value: TrainingParity, result: Any) -> list[str]:
         lines = self.facts(value, result)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+from bakeoff.units import clip
 from bakeoff.verdicts.coverage import GRADE_MEANING, GRADES, Coverage
 
 __all__ = ["coverage_markdown", "coverage_view", "expectations_view", "render_coverage_html"]
@@ -164,7 +165,7 @@ def _heatmap(c: Coverage) -> dict[str, Any]:
             [
                 _t(
                     f"{workload} on {t}: {row[t].grade or 'none'}"
-                    + (f" - {row[t].reason[:200]}" if row[t].reason else "")
+                    + (f" - {clip(row[t].reason, 200)}" if row[t].reason else "")
                 )
                 if t in row
                 else ""
@@ -239,7 +240,7 @@ def expectations_view(checked: list[Any], path: str, before: str = "expected") -
         for column in ("status", "workload", "target", before, "now", "why"):
             table.add_column(column)
         for e in sorted(changed, key=lambda e: (order.index(e.status), e.workload, e.target)):
-            why = escape(e.reason[:120])
+            why = escape(clip(e.reason, 120))
             table.add_row(
                 e.status, escape(e.workload), escape(e.target), escape(e.expected or "-"), escape(e.actual or "-"), why
             )

@@ -22,7 +22,7 @@ from bakeoff.report.figures import correct_word, placement_share, placement_word
 from bakeoff.results.codec import run_to_json
 from bakeoff.results.strictjson import for_display
 from bakeoff.results.values import RunResult, TargetResult
-from bakeoff.units import duration
+from bakeoff.units import clip, duration
 from bakeoff.verdicts.decision import Decision, decide_run
 from bakeoff.verdicts.plan import plan_decision, plans_among
 from bakeoff.verdicts.regressions import Comparison, Thresholds, find_regressions
@@ -69,7 +69,7 @@ class Answers:
 
 
 def _first_line(text: str, limit: int = 300) -> str:
-    return (text.splitlines() or [""])[0][:limit]
+    return clip((text.splitlines() or [""])[0], limit)
 
 
 def _correct(result: TargetResult) -> Answer:

@@ -16,7 +16,7 @@ from bakeoff.scenarios.base import rounds_text
 from bakeoff.scenarios.registry import known_scenario
 from bakeoff.settings import TrialSettings
 from bakeoff.stats import samples_needed
-from bakeoff.units import figure, human_bytes
+from bakeoff.units import clip, figure, human_bytes
 from bakeoff.verdicts.metrics import metric_estimate
 
 __all__ = [
@@ -35,7 +35,7 @@ __all__ = [
 
 
 def _short(text: str, width: int = 60) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."
+    return clip(text, width)
 
 
 def log_fact(result: TargetResult, run_id: str = "RUN") -> str | None:
@@ -113,6 +113,7 @@ PLACEMENT_WORDS = {
     "fallbacks": "fallbacks",
     "left_on_host": "left on host",
     "engine_did_not_run": "engine did not run",
+    "unknown": "unknown",
 }
 
 
@@ -147,7 +148,7 @@ def placement_share(result: TargetResult) -> str:
     it gets none; a device target gets the share of op calls (and FLOPs) on the device.
     """
     p = result.placement
-    if p is None:
+    if p is None or result.status != "ok":  # a run that did not finish measured no share
         return ""
     work = p.engine_work
     if work and work.get("share") is not None:

@@ -138,7 +138,11 @@ def figures_for_run(run: RunResult) -> list[tuple[str, dict[str, Any]]]:
             )
         )
     # a CPU target's dispatch audit does not say where work ran (the host is the device)
-    audited = [r for r in run.results if r.placement is not None and r.placement.ops_total and r.target.device != "cpu"]
+    audited = [
+        r
+        for r in run.results
+        if r.status == "ok" and r.placement is not None and r.placement.ops_total and r.target.device != "cpu"
+    ]
     if any(r.placement is not None and r.placement.verdict != "not_applicable" for r in audited):
         labels = [_t(_label(r)) for r in audited]
         device, fallback, host = [], [], []

@@ -25,7 +25,7 @@ from bakeoff.analysis.requirements import SINGLE_OBSERVATION
 from bakeoff.report.evidence import Answer, Evidence, answers_for, check_lines, scenario_rows
 from bakeoff.report.figures import requirement_figures, speed_caveat
 from bakeoff.results.values import TargetResult
-from bakeoff.units import duration
+from bakeoff.units import clip, duration
 from bakeoff.verdicts.decision import Decision
 
 __all__ = ["GITHUB_LIMIT", "MIN_LINE", "github_length", "md", "render_markdown"]
@@ -270,7 +270,7 @@ def _detail_lines(r: TargetResult) -> list[str]:
     if r.error is not None:
         lines.append(
             f"- **failure** ({md(r.error.category)}{', ' + md(r.error.phase) if r.error.phase else ''}): "
-            f"{md(r.error.type)}: {md((r.error.message.splitlines() or [''])[0][:300])}"
+            f"{md(r.error.type)}: {md(clip((r.error.message.splitlines() or [''])[0], 300))}"
         )
     return lines
 

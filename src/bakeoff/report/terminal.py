@@ -25,7 +25,7 @@ from bakeoff.report.printable import Shown as Text  # every line shows the contr
 from bakeoff.report.printable import escape
 from bakeoff.results.summary import RunSummary
 from bakeoff.results.values import BaselineInfo, Placement, RunResult, TargetResult
-from bakeoff.units import duration, figure, significant
+from bakeoff.units import clip, duration, figure, significant
 from bakeoff.verdicts.decision import REHEARSAL, RULE_BRIEF, Decision, Standing, decide_run, label_of
 from bakeoff.verdicts.plan import Plan
 from bakeoff.verdicts.remedies import Remedy, what_it_takes
@@ -135,7 +135,7 @@ def _failure(result: TargetResult) -> list[str]:
     if result.error is None:
         return []
     where = f" during {result.error.phase}" if result.error.phase else ""
-    message = (result.error.message.splitlines() or [""])[0][:160]
+    message = clip((result.error.message.splitlines() or [""])[0], 160)
     return [f"{result.error.category}{where}: {result.error.type}: {message}"]
 
 
@@ -405,7 +405,7 @@ def _row(
         row["max abs err"] = _err(result.correctness.max_abs_err if result.correctness else None)
     row["placement"] = where
     if verbose:
-        row["on device"] = _share(placement, cpu=result.target.device == "cpu")
+        row["on device"] = _share(placement if result.status == "ok" else None, cpu=result.target.device == "cpu")
     if required:
         row["requirements"] = Text(answers.requirements.word, style=_ANSWER_STYLE.get(answers.requirements.state, ""))
     row["p50"] = p50

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from bakeoff.checks.compilation import Compilation
 from bakeoff.checks.correctness import Correctness, TensorComparison
-from bakeoff.checks.placement import Placement
+from bakeoff.checks.placement import UNMEASURED, Placement, unmeasured
 from bakeoff.checks.registry import registered_checks
 from bakeoff.codec import Value, decode_fields, encode
 from bakeoff.env import Environment
@@ -156,6 +156,14 @@ class TargetResult:
     #: Fields that are not document keys of their own: the target (written as its spec and
     #: ``target_detail``), the checks (each under its name) and what was not understood.
     _SPREAD: ClassVar[frozenset[str]] = frozenset({"target", "checks", "unknown"})
+
+    def __post_init__(self) -> None:
+        # The one placement rule every format reads: a run that did not finish measured no
+        # placement. Its audit (a script's audit is written even when the script crashes) saw
+        # only what ran before the failure, so its verdict is stored and shown as not measured.
+        placement = self.checks.get("placement")
+        if self.status != "ok" and isinstance(placement, Placement) and placement.verdict != UNMEASURED:
+            object.__setattr__(self, "checks", {**self.checks, "placement": unmeasured(placement, self.status)})
 
     @property
     def correctness(self) -> Correctness | None:

@@ -24,7 +24,7 @@ from bakeoff.analysis.compare import ratio_of_medians
 from bakeoff.analysis.noise import noise_flags
 from bakeoff.analysis.spans import compare_spans, spans
 from bakeoff.results.values import Latency, TargetResult
-from bakeoff.units import duration, significant
+from bakeoff.units import clip, duration, significant
 
 __all__ = ["span_samples", "speedups", "timed"]
 
@@ -59,7 +59,9 @@ def timed(
         for i, r in enumerate(runs, 1):
             if r.status != "ok" or r.wall_s is None:
                 why = f"{r.error.category}: {r.error.type}: {r.error.message}" if r.error else "no wall time"
-                notes.append(f"timing run {i} of {len(runs)} failed, its time dropped ({why.splitlines()[0][:160]})")
+                notes.append(
+                    f"timing run {i} of {len(runs)} failed, its time dropped ({clip(why.splitlines()[0], 160)})"
+                )
         latency = Latency(tuple(kept)) if kept else None
         if len(kept) == 1:  # more runs: the settings line says how they were timed
             notes.append("wall time from 1 run without the audit: a single observation, no speed-up claimed")

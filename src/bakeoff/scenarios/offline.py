@@ -29,6 +29,7 @@ from bakeoff.scenarios.base import (
 )
 from bakeoff.stats import Estimate, percentile
 from bakeoff.target.execute import place_inputs
+from bakeoff.units import clip
 from bakeoff.workload.profile import InputProfile
 
 __all__ = ["Offline"]
@@ -152,7 +153,7 @@ class Offline(Scenario):
         ]
         stopped = next((b for b in facts["batches"] if b["error"]), None)
         if stopped:
-            figures.append(f"stopped at {stopped['batch']}: {stopped['error'][:80]}")
+            figures.append(f"stopped at {stopped['batch']}: {clip(stopped['error'], 80)}")
         return figures
 
     def rates(self, scenario: ScenarioResult) -> Mapping[str, float | None]:

@@ -26,6 +26,7 @@ from typing import Any
 
 from bakeoff.checks.greedy import SAME as SAME_TOKENS
 from bakeoff.results.values import TargetResult
+from bakeoff.units import clip
 
 __all__ = [
     "GRADES",
@@ -107,7 +108,7 @@ def reason_key(error_type: str, message: str) -> str:
         return f"{ops[0]} not implemented ({error_type})"
     for pattern, blank in _BLANKS:
         first = pattern.sub(blank, first)
-    return f"{error_type}: {first.strip()[:160]}" if first.strip() else error_type
+    return f"{error_type}: {clip(first.strip(), 160)}" if first.strip() else error_type
 
 
 def _pattern(text: str) -> str:

@@ -35,7 +35,7 @@ from bakeoff.emu import NAME as TEST_DEVICE
 from bakeoff.errors import SpecError
 from bakeoff.metrics import metric_estimate
 from bakeoff.results.values import RunResult, TargetResult
-from bakeoff.units import figure
+from bakeoff.units import clip, figure
 from bakeoff.verdicts.timing import busy_flags
 
 __all__ = [
@@ -188,10 +188,10 @@ def _wrong(c: Correctness) -> str:
     own (relative) figures: a passing output's large absolute error is no reason."""
     failed = [o for o in c.outputs if not o.passed]
     if not failed:
-        return f"correctness {c.verdict}: {c.reason[:160] or 'no output compared'}"
+        return f"correctness {c.verdict}: {clip(c.reason, 160) or 'no output compared'}"
     first = failed[0]
     more = f" (and {len(failed) - 1} more output(s))" if len(failed) > 1 else ""
-    return f"correctness {c.verdict}: {first.name}: {(first.problem or 'differs')[:200]}{more}"
+    return f"correctness {c.verdict}: {first.name}: {clip(first.problem or 'differs', 200)}{more}"
 
 
 def standing_of(
@@ -208,18 +208,18 @@ def standing_of(
     misses: list[str] = []
     doubts: list[str] = []
     if r.status != "ok":
-        what = f"{r.error.type} in {r.error.phase}: {r.error.message[:120]}" if r.error else r.reason
+        what = f"{r.error.type} in {r.error.phase}: {clip(r.error.message, 120)}" if r.error else r.reason
         misses.append(f"failed ({r.status}): {what}")
     elif r.correctness is None:
         doubts.append("correctness not checked")
     elif r.correctness.verdict == "not_comparable":
-        doubts.append(f"outputs not comparable: {r.correctness.reason[:160]}")
+        doubts.append(f"outputs not comparable: {clip(r.correctness.reason, 160)}")
     elif r.correctness.verdict != "pass":
         misses.append(_wrong(r.correctness))
     if r.correctness is not None and r.correctness.overflowed:
         native = (r.correctness.drift or {}).get("reference")
         misses.append(f"outputs not finite in {r.target.dtype} where {native} is finite (the dtype overflows)")
-    if r.placement is not None and r.placement.verdict not in _PLACED:
+    if r.status == "ok" and r.placement is not None and r.placement.verdict not in _PLACED:
         misses.append(f"work left the device: placement {r.placement.verdict}")
     elif r.placement is None and r.status == "ok" and r.target.device != "cpu":
         doubts.append("placement not audited: where the work ran is unknown")

@@ -59,7 +59,7 @@ from bakeoff.env import VOLATILE, VOLATILE_ENV, Environment
 from bakeoff.results.values import RunResult, TargetResult
 from bakeoff.scenarios.registry import registered_scenarios
 from bakeoff.stats import percentile
-from bakeoff.units import figure
+from bakeoff.units import clip, figure
 from bakeoff.verdicts.decision import cost_in_run, price_in_run
 from bakeoff.verdicts.timing import timing_noise
 
@@ -655,7 +655,7 @@ def settings_difference(before: RunResult, after: RunResult, variant: str = "as-
 
 def _shown(entries: Sequence[str], width: int = 60) -> str:
     """The first :data:`LEDGER_SHOWN` entries, each cut to ``width`` characters, the rest counted."""
-    cut = [e if len(e) <= width else e[: width - 3] + "..." for e in entries[:LEDGER_SHOWN]]
+    cut = [clip(e, width) for e in entries[:LEDGER_SHOWN]]
     more = len(entries) - len(cut)
     return ", ".join(cut) + (f" and {more} more" if more else "")
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from bakeoff.checks.placement import REDUCED_PRECISIONS, Placement, top_counts
+from bakeoff.checks.placement import REDUCED_PRECISIONS, UNMEASURED, Placement, top_counts
 from bakeoff.codec import Value
 from bakeoff.results.values import RunResult, TargetResult
-from bakeoff.units import figure, human_bytes
+from bakeoff.units import clip, figure, human_bytes
 
 __all__ = ["Remedy", "remedies_for", "what_it_takes"]
 
@@ -97,13 +97,15 @@ def _wrong(run: RunResult, r: TargetResult) -> list[Remedy]:
             out.append(
                 Remedy(
                     "precision",
-                    f"{reduced[0]} ran in {reduced[1]}: {c.reason[:160]}",
+                    f"{reduced[0]} ran in {reduced[1]}: {clip(c.reason, 160)}",
                     f"pass the engine's precision option ({r.target.spec.split('?')[0]}?precision=f32)",
                     measured,
                 )
             )
         else:
-            out.append(Remedy("wrong", f"outputs differ from the reference: {c.reason[:200]}", _report_wrong(run, r)))
+            out.append(
+                Remedy("wrong", f"outputs differ from the reference: {clip(c.reason, 200)}", _report_wrong(run, r))
+            )
     if c is not None and c.overflowed:
         native = next((x for x in run.results if x.is_reference), None)
         measured = f"{native.target.spec}: correctness {native.verdict}" if native is not None else ""
@@ -120,7 +122,7 @@ def _wrong(run: RunResult, r: TargetResult) -> list[Remedy]:
 
 def _placement(r: TargetResult) -> list[Remedy]:
     p = r.placement
-    if p is None or p.verdict in ("on_device", "not_applicable"):
+    if p is None or p.verdict in ("on_device", "not_applicable", UNMEASURED):
         return []
     per = "in the script run" if (p.signals or {}).get("script") else "per forward pass"  # bakeoff exec's audit
     out: list[Remedy] = []
@@ -152,7 +154,7 @@ def _placement(r: TargetResult) -> list[Remedy]:
             )
         )
     if not out:
-        out.append(Remedy("placement", f"work left the device: {p.explanation[:200]}", "see the placement report"))
+        out.append(Remedy("placement", f"work left the device: {clip(p.explanation, 200)}", "see the placement report"))
     return out
 
 
@@ -208,7 +210,7 @@ def _compilation(run: RunResult, r: TargetResult) -> list[Remedy]:
         )
         out.append(Remedy("recompiles", finding, f"{pad}, or compile with dynamic shapes", measured))
     if c.graph_breaks:
-        where = [f"{b.get('reason', '?')[:80]} at {b.get('location') or '?'}" for b in c.graph_break_reasons[:3]]
+        where = [f"{clip(b.get('reason', '?'), 80)} at {b.get('location') or '?'}" for b in c.graph_break_reasons[:3]]
         out.append(
             Remedy(
                 "graph breaks",
