@@ -652,3 +652,60 @@ def test_bakeoffs_options_go_before_the_script_and_everything_after_it_is_the_sc
     )
     doc = json.loads(ran.stdout)
     assert doc["settings"]["exec"]["seed"] == 0 and doc["results"][0]["log"][0]["text"].startswith("script seed 3 on")
+
+
+@pytest.mark.compile
+def test_a_compiled_graphs_own_random_draws_are_not_comparable_and_the_scripts_compile_gets_the_targets_backend(
+    tmp_path,
+):
+    """Dropout inside a compiled graph: aot_eager_decomp_partition draws it with its own
+    decomposition (other numbers than eager's), so its losses cannot match, named by capture and
+    by the user's line; aot_eager draws as eager does and passes (the honest control). The
+    script compiles its model itself with ``eager``: each row's ledger says whose compile ran,
+    and a compiled target's backend is the one that did. A device named inside the model and a
+    loss module called beside it add no graph break and no recompilation of bakeoff's."""
+    ran = _exec(tmp_path, "compiled_dropout.py", "--dropout", "0.2", "--own-compile", "eager", "--inner-device",
+                "--on", "cpu+aot_eager_decomp_partition,cpu+aot_eager", "--format", "json")  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    reference, decomp, aot = json.loads(ran.stdout)["results"]
+    own = "torch.compile (the script's)"
+    script_compile = _line("model = torch.compile(", "compiled_dropout.py")
+    assert {a["name"]: a["value"] for a in reference["adjustments"]}[own] == (
+        f"1x, first at {script_compile}: backend eager: the script's own compile ran"
+    )
+    for result, backend in ((decomp, "aot_eager_decomp_partition"), (aot, "aot_eager")):
+        assert result["status"] == "ok", result.get("error")
+        assert {a["name"]: a["value"] for a in result["adjustments"]}[own] == (
+            f"1x, first at {script_compile}: the script's backend eager -> the target's {backend}: "
+            "the target's compile ran"
+        )
+        compilation = result["compilation"]
+        assert set(compilation["signals"]["backends"]) == {backend}, compilation["signals"]
+        assert compilation["signals"]["random_ops"] == {"dropout": 1}, compilation["signals"]
+        assert compilation["signals"]["random_site"] == _line("self.fc2(self.drop(", "compiled_dropout.py")
+        assert compilation["graph_breaks"] == 0 and compilation["recompiles"] == 0, compilation
+    correctness = decomp["correctness"]
+    assert correctness["verdict"] == "not_comparable", correctness
+    assert "draw random numbers (dropout x1)" in correctness["reason"]
+    assert "they differ in loss[0], loss[1], loss[2]" in correctness["reason"]
+    assert aot["correctness"]["verdict"] == "pass", aot["correctness"]
+    # the loss module is a root call of bakeoff's compile beside the model: isolated, no recompilation
+    rooted = _exec(tmp_path, "compiled_dropout.py", "--on", "cpu+aot_eager", "--format", "json")
+    assert rooted.returncode == 0, rooted.stderr
+    compiled = json.loads(rooted.stdout)["results"][1]
+    assert {a["name"] for a in compiled["adjustments"]} >= {"torch.compile(Net)", "torch.compile(CrossEntropyLoss)"}
+    assert compiled["compilation"]["recompiles"] == 0, compiled["compilation"]
+    assert compiled["correctness"]["verdict"] == "pass", compiled["correctness"]
+
+
+@pytest.mark.compile
+def test_a_compiled_graphs_wrong_value_still_fails_where_it_draws_nothing(tmp_path):
+    """The seeded compiler bug (logits x1.001 inside the graph) without dropout: a fail, not
+    excused by random draws the graph does not make."""
+    ran = _exec(tmp_path, "compiled_dropout.py", "--fault", "--on", "cpu+aot_eager_decomp_partition", "--format",
+                "json")  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    compiled = json.loads(ran.stdout)["results"][1]
+    assert compiled["compilation"]["signals"]["random_ops"] == {}, compiled["compilation"]
+    assert compiled["correctness"]["verdict"] == "fail", compiled["correctness"]
+    assert "loss[0]" in compiled["correctness"]["reason"]

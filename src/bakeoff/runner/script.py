@@ -481,6 +481,34 @@ def before_failure(
     return None, f"{where}; they could not be compared: {judged.reason[:200]}"
 
 
+def drawn_in_graphs(correctness: Correctness | None, run: ScriptRun) -> Correctness | None:
+    """A ``fail`` of a run whose compiled graphs drew random numbers, as ``not_comparable``.
+
+    A compiled graph draws its random numbers with its backend's own generator (inductor's
+    Philox streams), not the eager reference's, so a dropout in training makes every value after
+    it differ from the reference's, whatever the seed: no honest engine could match it. The
+    failing captures are named, and what differs elsewhere (a missing file, a captured string)
+    still fails. What it cannot see: a real fault in those values (compare with the dropout off,
+    ``model.eval()`` or ``p=0``, to judge them)."""
+    if correctness is None or correctness.verdict != "fail":
+        return correctness
+    compilation = (run.audit or {}).get("compilation")
+    signals = getattr(compilation, "signals", None) or {}
+    drawn = signals.get("random_ops") or {}
+    failed = [o.name for o in correctness.outputs if not o.passed]
+    others = ("missing output file", "output file", "captured values differ")  # not numbers a draw moves
+    if not drawn or not failed or any(part.startswith(others) for part in correctness.reason.split("; ")):
+        return correctness
+    ops = ", ".join(f"{name} x{count}" for name, count in sorted(drawn.items()))
+    where = f" (first at {signals['random_site']})" if signals.get("random_site") else ""
+    reason = (
+        f"not comparable: the compiled graphs draw random numbers ({ops}){where} with the backend's own "
+        f"generator, so values after a draw cannot match the reference's; they differ in {_listed(failed)}. "
+        "Judge them with the draws off (model.eval(), dropout p=0)"
+    )
+    return dataclasses.replace(correctness, verdict="not_comparable", reason=reason)
+
+
 def _file_notes(run: ScriptRun, reference: ScriptRun) -> list[str]:
     """What a target's comparison left out of its files: those only it wrote, and those the
     reference wrote but did not read while the target did (its own unread files are in
@@ -719,6 +747,7 @@ def exec_script(
         if run.status != "ok" and ref_run.status == "ok" and run.captures:
             correctness, said = before_failure(run, compared, reference_name, honest)
             notes.append(said)
+        correctness = drawn_in_graphs(correctness, run)
         if uncompared:
             names = ", ".join(uncompared[:5])
             notes.append(f"not compared: {len(uncompared)} module capture(s) inside compiled graphs ({names})")

@@ -17,10 +17,18 @@ frame of PyTorch's own that dynamo does not trace, so a root that is one of PyTo
 (``nn.Sequential``, ``nn.Linear``) would run eagerly while the ledger said compiled. The compiled
 wrapper is kept for the life of the run (with the module it wraps).
 
-Not compiled: the functions the script calls outside modules (a sampling loop, a loss computed
-by ``torch.nn.functional`` at the top level), the modules inside a root call (they are traced
-into its graph), a module the script compiled itself (``torch.compile(model)``,
-``model.compile()``), and a module whose class defines its own ``__call__``. Under dynamo's
+Not compiled by it: the functions the script calls outside modules (a sampling loop, a loss
+computed by ``torch.nn.functional`` at the top level), the modules inside a root call (they are
+traced into its graph), a module the script compiled itself (``torch.compile(model)``,
+``model.compile()``), and a module whose class defines its own ``__call__``.
+
+The script's own compiles (:class:`ScriptCompiles`, in every run): each ``torch.compile`` the
+script makes (``torch.compile(model)``, ``@torch.compile``, ``model.compile()``) is counted in the
+ledger under ``torch.compile (the script's)`` with the backend it asked for, so every row says
+whose compile ran: an eager row or the reference whose script compiles is not eager for that
+code. On a compiled target it is given the target's backend and options instead (the script's
+``mode`` and ``options`` are kept only when it asked for the target's backend already), so a row
+labelled ``cpu+aot_eager`` never runs the script's inductor. Under dynamo's
 tracing the replacement steps aside (:func:`torch.compiler.is_compiling`), so it adds nothing to
 the graphs; graph breaks are the model's own.
 
@@ -40,7 +48,10 @@ from bakeoff.script.modules import ModuleCalls
 from bakeoff.target.engines.base import dynamo_options
 from bakeoff.target.spec import Target
 
-__all__ = ["RootCompiler"]
+__all__ = ["SCRIPT_COMPILE", "RootCompiler", "ScriptCompiles"]
+
+#: The ledger's name for the script's own ``torch.compile`` calls.
+SCRIPT_COMPILE = "torch.compile (the script's)"
 
 _HOOKS_WARNING = r"Using `torch.compile\(module\)` when there are global hooks"
 
@@ -59,6 +70,7 @@ class RootCompiler:
         self._compiled: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> compiled
         self._original: Any = None
         self._filter: Any = None
+        self._compile: Any = None
 
     def install(self) -> None:
         import warnings
@@ -66,6 +78,7 @@ class RootCompiler:
         import torch
         from torch._dynamo.eval_frame import OptimizedModule
 
+        self._compile = torch.compile  # before the script's compiles are rewritten: ours are not the script's
         original = self._original = torch.nn.Module.__call__
         local, root = self._local, self._root
         compiling = torch.compiler.is_compiling
@@ -100,7 +113,6 @@ class RootCompiler:
                 warnings.filters.remove(self._filter)
 
     def _root(self, module: Any, args: tuple, kwargs: dict) -> Any:
-        import torch
 
         try:
             compiled = self._compiled.get(module)
@@ -108,7 +120,9 @@ class RootCompiler:
             compiled = None
         else:
             if compiled is None and getattr(module, "_compiled_call_impl", None) is None:  # not the script's own
-                compiled = self._compiled[module] = torch.compile(module, **self.options)
+                # isolated: the model's and its loss's compiles share Module.__call__'s code, and
+                # would otherwise count each other's entries as recompilations
+                compiled = self._compiled[module] = self._compile(module, **self.options, isolate_recompiles=True)
         if compiled is not None:
             self.recorder.record(f"torch.compile({type(module).__name__})", self._reason)
         name = self._modules.enter(module) if self._modules is not None else ""
@@ -120,3 +134,53 @@ class RootCompiler:
         if name and self._modules is not None:
             self._modules.leave(module, output)
         return output
+
+
+def _backend_name(backend: Any) -> str:
+    if backend is None:
+        return "inductor"
+    if isinstance(backend, str):
+        return backend
+    return str(getattr(backend, "__name__", None) or type(backend).__name__)
+
+
+class ScriptCompiles:
+    """Counts the script's own ``torch.compile`` calls in :attr:`recorder` (see the module
+    docstring); with ``target`` (a compiled target), gives each the target's backend and options."""
+
+    def __init__(self, target: Target | None = None) -> None:
+        self.options = dynamo_options(target) if target is not None else None
+        self.recorder = Recorder()
+        self._original: Any = None
+
+    def install(self) -> None:
+        import functools
+
+        import torch
+
+        original = self._original = torch.compile
+        options, record = self.options, self.recorder.record
+
+        @functools.wraps(original)
+        def compile(model: Any = None, **kwargs: Any) -> Any:
+            asked = _backend_name(kwargs.get("backend"))
+            if options is None:
+                record(SCRIPT_COMPILE, f"backend {asked}: the script's own compile ran")
+                return original(model, **kwargs)
+            given = options["backend"]
+            if asked != given:  # mode and options are the script's backend's, not the target's
+                kwargs.pop("mode", None)
+                kwargs.pop("options", None)
+            kwargs.update(options, fullgraph=bool(options.get("fullgraph") or kwargs.get("fullgraph")))
+            change = f"the script's backend {asked} -> the target's {given}" if asked != given else f"backend {given}"
+            record(SCRIPT_COMPILE, f"{change}: the target's compile ran")
+            return original(model, **kwargs)
+
+        torch.compile = compile
+
+    def uninstall(self) -> None:
+        if self._original is not None:
+            import torch
+
+            torch.compile = self._original
+            self._original = None

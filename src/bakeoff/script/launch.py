@@ -377,6 +377,7 @@ def launch(
     returns: _Returns | None = None
     modules: ModuleCalls | None = None
     compiler: Any = None
+    own_compiles: Any = None
     compile_target: Any = None
     wall_s = 0.0
     startup_s = 0.0
@@ -406,10 +407,11 @@ def launch(
                 captures = recorded
                 returns = _Returns(capture, script, recorded) if capture else None
                 modules = ModuleCalls(capture_modules, recorded) if capture_modules else None
-                if compile_target is not None:
-                    from bakeoff.script.compiled import RootCompiler
+                from bakeoff.script.compiled import RootCompiler, ScriptCompiles
 
+                if compile_target is not None:
                     compiler = RootCompiler(compile_target, modules)
+                own_compiles = ScriptCompiles(compile_target)
                 if remapper is not None:
                     remapper.install()
                 try:
@@ -420,6 +422,7 @@ def launch(
                             modules.install()
                         if compiler is not None:
                             compiler.install()
+                        own_compiles.install()
                         started = time.perf_counter()
                         startup_s = started - started_at
                         inputs.install()
@@ -432,6 +435,7 @@ def launch(
                                 returns.uninstall()
                             if modules is not None:
                                 modules.uninstall()
+                            own_compiles.uninstall()
                             if compiler is not None:
                                 compiler.uninstall()
                 finally:
@@ -463,6 +467,7 @@ def launch(
             exit_code = exit_code or 1
     ledger = remapper.ledger.rewrites if remapper is not None else ()
     ledger += compiler.recorder.ledger().rewrites if compiler is not None else ()
+    ledger += own_compiles.recorder.ledger().rewrites if own_compiles is not None else ()
     counts = {name: len(captures[name]) for name in captures.names()}
     result = LaunchResult(
         format=FORMAT,

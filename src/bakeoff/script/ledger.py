@@ -147,12 +147,18 @@ def caller_kind(depth: int = 1) -> tuple[str, str]:
     return "user", "?"
 
 
+def _not_compiling() -> bool:
+    return False
+
+
 class Recorder:
     """Counts rewrites by API, keeps the first call site of each, and refuses numerics-changing
     ones when ``strict``. Safe to call from several threads."""
 
     def __init__(self, strict: bool = False) -> None:
         self.strict = strict
+        torch = sys.modules.get("torch")  # a recorder of a process without torch never sees a graph
+        self._compiling: Callable[[], bool] = torch.compiler.is_compiling if torch is not None else _not_compiling
         self._lock = threading.Lock()
         self._entries: dict[str, list] = {}  # api -> [count, site, numerics, reason]
         #: Called after each counted call with whether its API is new to the ledger (a child
@@ -172,7 +178,15 @@ class Recorder:
         Raises:
             RemapError: ``numerics`` is set and the recorder is strict (the call is still counted,
                 so the ledger shows what was refused).
+
+        While dynamo traces a compiled graph, a call is not counted: its lock and frame lookup
+        would break the graph at bakeoff's line (and dynamo offers no side effect that is neither
+        a graph break nor a guard). The ledger's counts are the calls made outside compiled
+        graphs, so a rewrite made only inside one is not listed; the same script's eager runs
+        (the reference) list it. One that changes numerics under ``strict`` is still refused.
         """
+        if self._compiling() and not (numerics and self.strict):
+            return
         with self._lock:
             entry = self._entries.get(api)
             if entry is None:

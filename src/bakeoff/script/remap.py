@@ -126,16 +126,17 @@ class _DeviceMode(TorchFunctionMode):
                         moved.append(f"{arg} -> {mapped}")
             if moved:
                 args = tuple(new_args)
-        if moved:
-            api = _api_name(func)
-            remap.recorder.record(api, reason=", ".join(dict.fromkeys(moved)))
+        compiling = torch.compiler.is_compiling()  # dynamo traces the model: the ledger's Python would break its graph
+        if moved and not compiling:
+            remap.recorder.record(_api_name(func), reason=", ".join(dict.fromkeys(moved)))
         if remap.dtypes and (moved or remap._on_downgraded_target(func, args)):
             args, kwargs = remap._downgrade(func, args, kwargs)
         generator = kwargs.get("generator")
         target = kwargs.get("device")
         if generator is not None and target is not None and generator in remap._host_generators:
             # the target has no generator: draw on the host, with the host generator, then copy
-            remap.recorder.record(f"{_api_name(func)} (generator)", reason=f"drawn on the host, copied to {target}")
+            if not compiling:
+                remap.recorder.record(f"{_api_name(func)} (generator)", reason=f"drawn on the host, copied to {target}")
             return func(*args, **{**kwargs, "device": "cpu"}).to(target)
         return func(*args, **kwargs)
 
@@ -366,6 +367,8 @@ class Remapper:
             ac: Any, device_type: str, dtype: torch.dtype | None = None, enabled: bool = True, cache_enabled: Any = None
         ) -> None:
             kind = remap.devices.target_type(device_type) if isinstance(device_type, str) else None
+            if kind is None and device_type in {k for k, _ in remap.devices.targets.values()} - {"cpu"}:
+                kind = device_type  # the target asked for by its own name (torch.accelerator): judged alike
             if kind is None or torch._jit_internal.is_scripting():
                 return original(ac, device_type, dtype, enabled, cache_enabled)
             asked = dtype if dtype is not None else torch.get_autocast_dtype(device_type)
@@ -380,7 +383,9 @@ class Remapper:
             elif not problem and enabled and ac.fast_dtype != asked:
                 problem = f"{kind} autocast chose {ac.fast_dtype}"
             api = f'torch.autocast("{device_type}")'
-            if problem and asked == torch.float32:  # float32 asked, float32 run: no precision changes
+            if problem and not enabled:  # a disabled region asks for nothing: nothing is left unhonoured
+                remap.recorder.record(f"{api} (disabled)", reason=f"{problem}: the region is disabled, as asked")
+            elif problem and asked == torch.float32:  # float32 asked, float32 run: no precision changes
                 remap.recorder.record(
                     f"{api} (float32, not applied)",
                     reason=f"{problem}: float32 autocast changes no precision, the region runs in float32 as asked",

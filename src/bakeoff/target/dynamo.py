@@ -7,6 +7,15 @@ inductor cache hits), and the ``recompiles`` / ``graph_breaks`` artifact loggers
 records are captured by a handler (and kept off the terminal). ``counters["recompiles"]``
 stays empty in torch 2.13, so recompilations are counted from the records.
 
+Each graph dynamo hands a backend is also read before it is compiled
+(``OutputGraph.call_user_compiler``, wrapped while the watch is open): which backend compiled it
+(``signals["backends"]``), and the ops in it that draw random numbers (dropout in training, the
+``rand`` family, ``bernoulli``, in-place ``uniform_``/``normal_``...) with the user's line of the
+first (``signals["random_ops"]``, ``signals["random_site"]``). A compiled graph draws them with
+its backend's own generator (inductor's Philox streams), so values after such a draw cannot match
+an eager run's, whatever the seed. Not seen: random draws in code that was not compiled (they are
+the eager run's own), and graphs compiled while no watch was open.
+
 Counters are process-global: the watch clears them when it starts, so one target's numbers
 never include another's.
 
@@ -17,6 +26,7 @@ It lives with the targets, beside the OpenVINO watch: compiling a target
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -31,6 +41,79 @@ _CONVERT = "torch._dynamo.convert_frame"
 _LOCATION = re.compile(r"in user code at (\S+:\d+)")
 _REASON = re.compile(r"Graph Break Reason: (.*)")
 _GUARD_FAILURE = re.compile(r"^\d+/\d+: ")
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+#: Functions and methods whose call in a graph draws random numbers (dropout only in training).
+_RANDOM = frozenset(
+    {
+        "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "bernoulli",
+        "multinomial", "normal", "poisson", "bernoulli_", "uniform_", "normal_", "exponential_",
+        "geometric_", "cauchy_", "log_normal_", "random_", "native_dropout",
+    }
+)  # fmt: skip
+_DROPOUT = frozenset({"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"})
+
+
+def _random_op(node: Any) -> str | None:
+    """The name of the random draw ``node`` (an FX node of a dynamo graph) makes, or None."""
+    if node.op not in ("call_function", "call_method", "call_module"):
+        return None
+    target = node.target
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    if node.op == "call_module":
+        return None  # dynamo inlines modules into functions; a kept module call is not a draw of ours to see
+    if name in _DROPOUT:
+        training = node.kwargs.get("training", node.args[2] if len(node.args) > 2 else True)
+        p = node.kwargs.get("p", node.args[1] if len(node.args) > 1 else 0.5)
+        drawn = training is not False and not (isinstance(p, (int, float)) and p == 0)
+        return name if drawn else None
+    if name == "rrelu" and node.kwargs.get("training", False):
+        return name
+    return name if name in _RANDOM else None
+
+
+#: The watch that reads the graphs now: the latest one opened (like the counters it clears).
+_reading: CompileWatch | None = None
+
+
+@functools.cache
+def _read_graphs() -> bool:
+    """Wrap dynamo's hand-over of a graph to its backend, once per process, so that the open watch
+    reads each graph first (see the module docstring); False where this torch has no such step."""
+    try:
+        from torch._dynamo.output_graph import OutputGraph
+
+        original = OutputGraph.call_user_compiler
+    except (ImportError, AttributeError):  # another torch: the graphs go unread, nothing else changes
+        return False
+
+    @functools.wraps(original)
+    def call_user_compiler(graph: Any, gm: Any, example_inputs: Any) -> Any:
+        watch = _reading
+        if watch is not None:
+            try:
+                watch.read(graph, gm)
+            except Exception:  # reading is ours; the compile goes on without it
+                pass
+        return original(graph, gm, example_inputs)
+
+    OutputGraph.call_user_compiler = call_user_compiler  # type: ignore[method-assign]
+    return True
+
+
+#: PyTorch's and bakeoff's directories: never the user's line (a remapped call is traced through bakeoff).
+_OWN = (os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ""),)
+
+
+def _user_line(node: Any) -> str:
+    """``file:line`` of the user's code that made ``node``: the innermost frame of its trace
+    outside PyTorch and bakeoff."""
+    import torch
+
+    own = (*_OWN, os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), ""))
+    frames = _FRAME.findall(node.meta.get("stack_trace") or "")
+    frames = [f for f in frames if not os.path.abspath(f[0]).startswith(own)]
+    return f"{frames[-1][0]}:{frames[-1][1]}" if frames else ""
 
 
 class _Capture(logging.Handler):
@@ -70,6 +153,11 @@ class CompileWatch:
         if self._set_logs:
             torch._logging.set_logs(recompiles=True, graph_breaks=True)
         self.capture = _Capture()
+        self.random_ops: Counter = Counter()
+        self.random_site = ""
+        self.backends: Counter = Counter()
+        global _reading
+        _reading = self if _read_graphs() else None
         self._saved: dict[str, tuple[int, bool]] = {}
         for name in (_RECOMPILES, _GRAPH_BREAKS, _CONVERT):
             log = logging.getLogger(name)
@@ -77,6 +165,16 @@ class CompileWatch:
             log.addHandler(self.capture)
             if name != _CONVERT:  # keep these records off the terminal
                 log.propagate = False
+
+    def read(self, graph: Any, gm: Any) -> None:
+        """Count ``gm``'s backend and random draws (a graph about to be handed to its backend)."""
+        backend = getattr(graph, "compiler_fn", None)
+        self.backends[str(getattr(backend, "compiler_name", None) or getattr(backend, "__name__", "?"))] += 1
+        for node in gm.graph.nodes:
+            name = _random_op(node)
+            if name is not None:
+                self.random_ops[name] += 1
+                self.random_site = self.random_site or _user_line(node)
 
     @staticmethod
     def _metrics() -> list:
@@ -148,11 +246,19 @@ class CompileWatch:
             "recompile_limit_hits": len(self.capture.limit_hits),
             "compile_seconds_total": round(sum(c["seconds"] or 0.0 for c in compilations), 6),
             "compilations": tuple(compilations),
+            "signals": {
+                "backends": dict(self.backends),
+                "random_ops": dict(self.random_ops),
+                **({"random_site": self.random_site} if self.random_site else {}),
+            },
         }
 
     def close(self) -> None:
         import torch
 
+        global _reading
+        if _reading is self:
+            _reading = None
         for name, (level, propagate) in self._saved.items():
             log = logging.getLogger(name)
             log.removeHandler(self.capture)

@@ -57,7 +57,7 @@ class Emu(DynamoBackend):
 
         def summary() -> dict[str, Any]:
             data = watch_summary()
-            data["signals"] = {"emu": {"compilations": len(COMPILATIONS) - start}}
+            data["signals"] = {**data.get("signals", {}), "emu": {"compilations": len(COMPILATIONS) - start}}
             return data
 
         compiled.compile_summary = summary
