@@ -430,6 +430,13 @@ EMU_SCRIPT = textwrap.dedent("""
             device = torch.accelerator.current_accelerator() if available else torch.device("cpu")
             facts[side] = [str(torch.ones(1, device=device).device), torch.accelerator.device_count()]
         facts[side].append(picked.ledger.get("torch.accelerator.is_available").reason)
+    with Remapper({"cuda": "emu"}) as named:  # autocast asked of the target by its own name
+        device = torch.accelerator.current_accelerator()
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            facts["named_dtype"] = str(model(x).dtype)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=False):
+            pass
+    facts["named"] = named.ledger.to_dict()
     print(json.dumps(facts))
 """)
 
@@ -454,6 +461,12 @@ def test_a_cuda_style_snippet_runs_on_the_emu_test_device() -> None:
     assert facts["truth"] == "emu"
     assert facts["cpu"] == ["cpu", 0, "answered False: cpu has no accelerator, as on a CPU-only machine"]
     assert facts["emu"] == ["emu:0", 1, "-> emu, the current accelerator"]
+    # torch.autocast("emu") where emu has none: flagged as the cuda one is (it crashed in PyTorch);
+    # a disabled region asks for nothing and is no numerics change
+    named = {r["api"]: r for r in facts["named"]["rewrites"]}
+    assert facts["named_dtype"] == "torch.float32"
+    assert named['torch.autocast("emu") (not honoured)']["numerics"]
+    assert not named['torch.autocast("emu") (disabled)']["numerics"]
 
 
 def test_call_sites_in_the_runs_copy_are_named_relative_to_it():
