@@ -618,6 +618,49 @@ def test_a_scalar_capture_uses_the_spread_pooled_over_its_calls() -> None:
     assert unpooled.verdict == "fail" and "loss[1]" in unpooled.reason  # the chance draw's false alarm
 
 
+def _losses(relative: torch.Tensor) -> dict[str, torch.Tensor]:
+    """20 scalar losses ``2 - 0.05 i``, each moved by its relative error."""
+    return {f"loss[{i}]": torch.tensor((2.0 - 0.05 * i) * (1.0 + float(e)), dtype=torch.float64) for i, e in
+            enumerate(relative)}  # fmt: skip
+
+
+def test_many_scalar_calls_as_honest_as_the_spread_pass_and_an_error_they_all_share_fails() -> None:
+    # an honest engine's 20 losses differ from the reference as much as the honest run does, each
+    # one a draw: some land beyond 1.5x the pooled spread by chance (the old limit's false alarm)
+    sigma = 1e-4
+    reference = _losses(torch.zeros(20))
+    honest = _losses(sigma * torch.randn(20, generator=torch.Generator().manual_seed(1)))
+    engine_draws = sigma * torch.randn(20, generator=torch.Generator().manual_seed(2))
+    pooled = pooled_spreads(reference, honest)
+    spread = pooled["loss[0]"]
+    assert any(abs(float(e)) > HONEST_MULTIPLIER * spread for e in engine_draws)  # beyond the old per-call limit
+    judged = compare_outputs(_losses(engine_draws), reference, None, "float64", "ref", honest=honest, pooled=pooled)
+    assert judged.verdict == "pass", judged.reason
+    # the seeded fault: every step 3x the spread off, each below its own limit, all together beyond theirs
+    shared = compare_outputs(
+        _losses(torch.full((20,), 3 * spread)), reference, None, "float64", "ref", honest=honest, pooled=pooled
+    )
+    assert shared.verdict == "fail", shared.reason
+    assert "the 20 calls of loss together: rms error" in shared.reason and "pooled honest spread" in shared.reason
+    # and one step far off alone fails on its own
+    alone = engine_draws.clone()
+    alone[7] = 20 * spread
+    single = compare_outputs(_losses(alone), reference, None, "float64", "ref", honest=honest, pooled=pooled)
+    assert single.verdict == "fail" and single.reason.startswith("loss[7]: rms error vs the reference"), single.reason
+
+
+def test_calls_judged_together_keep_two_units_of_roundoff_over_an_identical_honest_run() -> None:
+    reference = {f"loss[{i}]": torch.tensor(1.0 + i) for i in range(20)}
+    pooled = pooled_spreads(reference, dict(reference))  # rounding moved nothing: a spread of 0
+    one_unit = {name: value * (1 + 2.0**-24) for name, value in reference.items()}
+    judged = compare_outputs(one_unit, reference, None, "float32", "ref", honest=dict(reference), pooled=pooled)
+    assert judged.verdict == "pass", judged.reason
+    off = {name: value * (1 + 1e-5) for name, value in reference.items()}
+    assert compare_outputs(off, reference, None, "float32", "ref", honest=dict(reference), pooled=pooled).verdict == (
+        "fail"
+    )
+
+
 def test_a_capture_that_rounding_alone_moves_by_over_a_percent_is_named() -> None:
     reference = {"loss[0]": torch.tensor([1.0, 2.0])}
     honest = {"loss[0]": torch.tensor([1.05, 1.9])}  # chaotic: rounding moves it by 5%

@@ -56,6 +56,8 @@ __all__ = [
     "UNIT_ROUNDOFF",
     "GoldenFigures",
     "GoldenJudgement",
+    "draw_factor",
+    "group_factor",
     "honest_ulps",
     "judge_against_golden",
     "judge_against_spread",
@@ -142,18 +144,74 @@ def _times(error: float, limit: float) -> str:
     return f"{ratio:,.0f}x" if ratio >= 1000 else f"{ratio:.3g}x"
 
 
-def judge_against_spread(error: float, spread: float, scale: float, dtype: str, pooled: float = 0.0) -> GoldenJudgement:
+#: The chance an honest capture (one capture's calls, all of them) is called wrong by the
+#: pooled-spread limits below.
+FALSE_ALARM = 1e-3
+
+
+def _chi2_quantile(df: int, p: float) -> float:
+    """The ``p`` quantile of chi-squared with ``df`` degrees of freedom (Wilson-Hilferty: within
+    a few percent at ``df=1`` in the tails used here, closer above)."""
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf(p)
+    a = 2.0 / (9.0 * df)
+    return df * max(1.0 - a + z * math.sqrt(a), 1e-6) ** 3
+
+
+def _ratio_bound(elements: int, tail: float, measured: int) -> float:
+    """How many times a pooled spread measured from ``measured`` honest values an honest RMS
+    error over ``elements`` values may reach but with chance ``tail``: the RMS of that many
+    normal draws, widened by the spread's own uncertainty (``1 + 1/sqrt(measured)``)."""
+    elements, measured = max(int(elements), 1), max(int(measured), 1)
+    high = math.sqrt(_chi2_quantile(elements, 1.0 - tail) / elements)
+    return max(HONEST_MULTIPLIER, high * (1.0 + 1.0 / math.sqrt(measured)))
+
+
+def draw_factor(elements: int, draws: int, measured: int) -> float:
+    """The multiple of a capture's pooled spread (from ``measured`` honest values over its
+    ``draws`` calls) that one call's RMS error over ``elements`` values may reach when it is as
+    honest: every call stays under it but in :data:`FALSE_ALARM` of runs. At least
+    :data:`HONEST_MULTIPLIER` (a large tensor's RMS hardly varies). A scalar of 20 calls: 5.1x;
+    of 8: 5.4x; a 4,000-value tensor of 5 calls: 1.5x."""
+    return _ratio_bound(elements, FALSE_ALARM / max(int(draws), 1), measured)
+
+
+def group_factor(elements: int, measured: int) -> float:
+    """The multiple of a capture's pooled spread (from ``measured`` honest values) that the RMS
+    error over all of its calls (``elements`` values) may reach when it is as honest: what
+    catches an error every call shares below each call's own limit. 20 scalar calls: 1.8x."""
+    return _ratio_bound(elements, FALSE_ALARM, measured)
+
+
+def judge_against_spread(
+    error: float,
+    spread: float,
+    scale: float,
+    dtype: str,
+    pooled: float = 0.0,
+    elements: int = 1,
+    draws: int = 1,
+    measured: int = 1,
+) -> GoldenJudgement:
     """The honest-spread rule without a golden (a script's captures): an output passes when its
     RMS error against the reference, ``error``, is at most ``HONEST_MULTIPLIER`` times its honest
     spread, and never less than two units of roundoff of ``scale`` (rms(reference)). The honest
     spread is the RMS distance of the honest reference (the reference run again under rounding
     noise) from the reference, ``spread``, or ``pooled`` (relative to ``scale``: the spread of
     every call of the same capture, pooled) times ``scale`` where that is larger: one scalar's
-    single draw can land near zero by chance. ``sensitivity`` is the limit relative to
-    ``scale``: the smallest uniform relative error flagged. ``bias_limit`` is None: without a
-    golden there is no bias test."""
-    honest = max(spread, pooled * scale)
-    limit = max(HONEST_MULTIPLIER * honest, FP64_MULTIPLIER * roundoff_for(dtype) * scale)
+    single draw can land near zero by chance. The pooled spread's limit is :func:`draw_factor`
+    times it, for a call of ``elements`` values among the capture's ``draws`` calls, the spread
+    measured over ``measured`` values: one scalar's error is one draw, and the largest of 20
+    honest draws reaches 3-4 times their RMS (the whole capture's errors together are held to
+    :func:`group_factor` by the caller). ``sensitivity``
+    is the limit relative to ``scale``: the smallest uniform relative error flagged.
+    ``bias_limit`` is None: without a golden there is no bias test."""
+    limit = max(
+        HONEST_MULTIPLIER * spread,
+        (draw_factor(elements, draws, measured) if draws > 1 else HONEST_MULTIPLIER) * pooled * scale,
+        FP64_MULTIPLIER * roundoff_for(dtype) * scale,
+    )
     problem = ""
     if not error <= limit:  # also catches NaN
         relative = scale if scale > 0 else 1.0

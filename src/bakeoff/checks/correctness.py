@@ -12,16 +12,20 @@ one, exact equality for integer outputs. Verdicts:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 from bakeoff.analysis.tolerance import (
+    FP64_MULTIPLIER,
     HONEST_MULTIPLIER,
     GoldenFigures,
+    group_factor,
     judge_against_golden,
     judge_against_spread,
+    roundoff_for,
     tolerance_for,
 )
 from bakeoff.checks.base import Check, CheckContext, Metric
@@ -177,6 +181,8 @@ def compare_tensor(
     dtype: str,
     honest: Any | None = None,
     pooled: float = 0.0,
+    draws: int = 1,
+    measured: int = 1,
 ) -> TensorComparison:
     """Compare one output tensor; ``reference`` is same-dtype eager, ``golden`` float64 eager,
     ``honest`` the same-dtype eager run under :class:`bakeoff.checks.rounding.RoundingNoise`.
@@ -185,7 +191,8 @@ def compare_tensor(
     the honest spread where given); without one but with the honest run, the honest-spread rule
     (:func:`~bakeoff.analysis.tolerance.judge_against_spread`: a script's captures); allclose to
     the reference is the fallback only without either; ``pooled`` is that rule's relative spread
-    pooled over the calls of one capture (:func:`pooled_spreads`).
+    pooled over the calls of one capture (:func:`pooled_spreads`), ``draws`` how many calls and
+    ``measured`` how many honest values it pools.
     """
     import torch
 
@@ -232,7 +239,8 @@ def compare_tensor(
     if honest is not None and tuple(honest.shape) == tuple(result.shape):  # a script's capture
         keep = both_finite & torch.isfinite(hon := honest.detach().cpu().double())
         scale = _rms(ref[keep])
-        judged = judge_against_spread(_rms((res - ref)[keep]), _rms((hon - ref)[keep]), scale, dtype, pooled)
+        error, spread = _rms((res - ref)[keep]), _rms((hon - ref)[keep])
+        judged = judge_against_spread(error, spread, scale, dtype, pooled, int(keep.sum()), draws, measured)
         extra = {"sensitivity": judged.sensitivity, "honest": judged.error_limit / scale if scale > 0 else None}
         if not finite:
             return TensorComparison(*common, False, problem="non-finite values differ", **extra)
@@ -275,6 +283,57 @@ def pooled_spreads(reference: Mapping[str, Any], honest: Mapping[str, Any]) -> d
     return {name: pooled[group] for name in reference if (group := _capture_of(name)) in pooled}
 
 
+def _judged_together(
+    comparisons: list[TensorComparison],
+    outputs: Mapping[str, Any],
+    reference: Mapping[str, Any],
+    pooled: Mapping[str, float],
+    calls: Counter,
+    values: Counter,
+) -> list[TensorComparison]:
+    """The comparisons, with the calls of a capture called several times failed together where
+    their errors, pooled (RMS over every value), exceed :func:`group_factor` times the capture's
+    pooled honest spread: an error every call shares, below each call's own limit (each call of
+    a scalar may reach several times the spread by chance; all of them together may not). The
+    calls whose own error is beyond :data:`HONEST_MULTIPLIER` times the spread are the ones
+    failed, and each says it was judged with the others."""
+    import torch
+
+    relative: dict[str, tuple[float, int]] = {}  # name -> (rms error / rms reference, values)
+    floor: dict[str, float] = {}  # group -> two units of roundoff of its dtype, as each call's limit has
+    for c in comparisons:
+        if c.rule != "honest" or calls[_capture_of(c.name)] < 2 or c.name not in pooled:
+            continue
+        res, ref = outputs[c.name].detach().cpu().double(), reference[c.name].detach().cpu().double()
+        keep = torch.isfinite(res) & torch.isfinite(ref)
+        scale = _rms(ref[keep])
+        if scale > 0:
+            relative[c.name] = (_rms((res - ref)[keep]) / scale, int(keep.sum()))
+            unit = FP64_MULTIPLIER * roundoff_for(c.dtype)
+            floor[_capture_of(c.name)] = max(floor.get(_capture_of(c.name), 0.0), unit)
+    judged = list(comparisons)
+    for group in {_capture_of(name) for name in relative}:
+        found = {name: figures for name, figures in relative.items() if _capture_of(name) == group}
+        n = sum(count for _, count in found.values())
+        together = (sum(e * e * count for e, count in found.values()) / n) ** 0.5
+        spread = pooled[next(iter(found))]
+        limit = max(group_factor(n, values[group]) * spread, floor[group])
+        if not together > limit:
+            continue
+        problem = (
+            f"the {len(found)} calls of {group.replace('[]', '')} together: rms error {together:.3g} of "
+            f"rms(reference), {together / limit:.3g}x the limit {limit:.3g} (their pooled honest spread {spread:.3g}"
+            f"{f' x{limit / spread:.2g}' if spread > 0 else ''})"
+        )
+        judged = [
+            replace(c, passed=False, rule="", problem=problem)
+            if c.name in found and found[c.name][0] > max(HONEST_MULTIPLIER * spread, floor[group])
+            else c
+            for c in judged
+        ]
+    return judged
+
+
 def _some(names: list[str], most: int = 3) -> str:
     """The first ``most`` names, and how many more (a script's captures run to hundreds)."""
     shown = ", ".join(names[:most])
@@ -298,13 +357,24 @@ def compare_outputs(
     comparisons = []
     missing = [name for name in reference if name not in outputs]
     extra = [name for name in outputs if name not in reference]
+    calls = Counter(_capture_of(name) for name in pooled or {})
+    values = Counter()
+    for name in pooled or {}:
+        values[_capture_of(name)] += int(reference[name].numel())
     for name, ref in reference.items():
         if name in outputs:
             gold = golden.get(name) if golden is not None else None
             fair = honest.get(name) if honest is not None else None
             judged_in = (dtypes or {}).get(name, dtype)
             spread = (pooled or {}).get(name, 0.0)
-            comparisons.append(compare_tensor(name, outputs[name], ref, gold, judged_in, fair, spread))
+            group = _capture_of(name)
+            comparisons.append(
+                compare_tensor(
+                    name, outputs[name], ref, gold, judged_in, fair, spread, calls[group] or 1, values[group] or 1
+                )
+            )
+    if pooled:
+        comparisons = _judged_together(comparisons, outputs, reference, pooled, calls, values)
     failed = [c for c in comparisons if not c.passed]
     fallback = [c.name for c in comparisons if c.rule == "allclose"]
     note = (
