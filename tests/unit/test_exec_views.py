@@ -1,11 +1,13 @@
 """Issue 29 ("exec on real scripts"): what a stored run shows of a failed target and of a long
 error.
 
-Two seeded faults, each with an honest control:
+Three seeded faults, each with an honest control:
 
 * placement: a script that crashed after its audit saw only on-device ops must not read
   ``on_device`` anywhere (JSON document, report JSON, terminal table); a target that ran to the
   end keeps its verdict.
+* a script's output: a traceback whose frames repeat reads in its order, indented; a line said
+  many times in a row is one line; a long output keeps its beginning and its end.
 * cutting: a long error is cut at a word and marked "…"; a short one is left as it is.
 """
 
@@ -22,6 +24,7 @@ from bakeoff.checks.placement import Placement
 from bakeoff.report.evidence import answers_for, build_evidence, render_json
 from bakeoff.report.terminal import run_view
 from bakeoff.results.codec import run_from_json, run_to_json
+from bakeoff.results.librarylog import DROPPED, LibraryLog, OutputLog
 from bakeoff.results.values import ErrorInfo, Latency, TargetResult
 from bakeoff.target.spec import parse_target
 from bakeoff.units import clip
@@ -78,7 +81,57 @@ def test_a_target_that_ran_to_the_end_keeps_its_verdict():
     assert answers_for(run.results[1]).placement.word == "on device"
 
 
-# -- 2. cutting text at a word ---------------------------------------------------------------------
+# -- 2. a script's output, in order -----------------------------------------------------------
+
+WRAPPED = '  File "/venv/torch/nn/modules/module.py", line 1775, in _wrapped_call_impl'
+CALL = "    return self._call_impl(*args, **kwargs)"
+TRACEBACK = [
+    "step 0 loss 2.31",
+    "Traceback (most recent call last):",
+    '  File "/work/train.py", line 40, in <module>',
+    "    logits = model(x)",
+    WRAPPED,
+    CALL,
+    '  File "/work/train.py", line 21, in forward',
+    "    return self.head(self.block(x))",
+    WRAPPED,  # the same two lines again, for the next module down
+    CALL,
+    "RuntimeError: shape mismatch",
+]
+
+
+def test_a_scripts_traceback_reads_in_its_order_with_its_indentation():
+    log = OutputLog()
+    for line in TRACEBACK:
+        log.add("stderr", "script", line)
+    assert [line["text"] for line in log.entries()] == TRACEBACK
+    # the libraries' log counts each distinct line once, where it first came: no traceback
+    counted = LibraryLog()
+    for line in TRACEBACK:
+        counted.add("stderr", "script", line)
+    assert [line["text"] for line in counted.entries()] != TRACEBACK
+
+
+def test_a_line_said_many_times_in_a_row_is_one_line_and_a_long_output_keeps_both_ends():
+    log = OutputLog()
+    for _ in range(1000):
+        log.add("stderr", "script", "UserWarning: TypedStorage is deprecated")
+    log.add("stdout", "script", "done")
+    assert [(line["text"], line["count"]) for line in log.entries()] == [
+        ("UserWarning: TypedStorage is deprecated", 1000),
+        ("done", 1),
+    ]
+    long = OutputLog(max_lines=10)
+    for i in range(100):
+        long.add("stdout", "script", f"step {i}")
+    long.add("stderr", "script", "RuntimeError: the end")
+    texts = [line["text"] for line in long.entries()]
+    assert texts[:5] == [f"step {i}" for i in range(5)] and texts[-1] == "RuntimeError: the end"
+    assert texts[5] == DROPPED and long.entries()[5]["count"] == 91  # the 101 lines less 5 at each end
+    assert len(texts) == 11
+
+
+# -- 3. cutting text at a word ---------------------------------------------------------------------
 
 
 def test_a_long_error_is_cut_at_a_word_and_marked():

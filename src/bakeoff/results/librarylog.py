@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["DROPPED", "MAX_CHARS", "MAX_LINES", "LibraryLog", "merge_logs", "normalise"]
+__all__ = ["DROPPED", "MAX_CHARS", "MAX_LINES", "LibraryLog", "OutputLog", "merge_logs", "normalise"]
 
 MAX_LINES = 200
 MAX_CHARS = 500
@@ -76,6 +76,54 @@ class LibraryLog:
         if self.dropped:
             lines += ({"text": DROPPED, "count": self.dropped, "source": "bakeoff", "phase": ""},)
         return lines
+
+
+class OutputLog:
+    """A script's own output, in the order it came: what ``bakeoff show --log`` reads as the
+    script printed it, a traceback included (its repeated frames, such as PyTorch's
+    ``_call_impl`` lines, stay where they came, with their indentation). Only a line that comes
+    again right after itself is counted instead of repeated. Bounded like :class:`LibraryLog`,
+    but keeping both ends: the first and the last ``max_lines // 2`` lines, with how many between
+    were not kept (where an error is, at the end, is never the part dropped). Stored as
+    :class:`LibraryLog` lines are."""
+
+    def __init__(self, max_lines: int = MAX_LINES) -> None:
+        from collections import deque
+
+        self.max_lines = max_lines
+        self._head: list[list[Any]] = []
+        self._tail: deque[list[Any]] = deque()
+        self.dropped = 0
+
+    def add(self, source: str, phase: str, text: str, count: int = 1) -> None:
+        indent = len(text) - len(text.lstrip(" \t"))
+        text = normalise(text)
+        if not text or count <= 0:
+            return
+        key = (source, phase, " " * min(indent, 16) + text)
+        lines = self._tail if self._tail or len(self._head) >= self.max_lines // 2 else self._head
+        last = lines[-1] if lines else None
+        if last is not None and last[0] == key:
+            last[1] += count
+            return
+        lines.append([key, count])
+        if len(self._tail) > self.max_lines - self.max_lines // 2:
+            self.dropped += self._tail.popleft()[1]
+
+    def extend(self, lines: Iterable[dict[str, Any]]) -> None:
+        for line in lines:
+            self.add(line["source"], line["phase"], line["text"], line["count"])
+
+    def __len__(self) -> int:
+        return len(self.entries())
+
+    def entries(self) -> tuple[dict[str, Any], ...]:
+        def stored(line: list[Any]) -> dict[str, Any]:
+            (source, phase, text), count = line
+            return {"text": text, "count": count, "source": source, "phase": phase}
+
+        gap = ({"text": DROPPED, "count": self.dropped, "source": "bakeoff", "phase": ""},) if self.dropped else ()
+        return (*map(stored, self._head), *gap, *map(stored, self._tail))
 
 
 def merge_logs(*logs: Iterable[dict[str, Any]]) -> tuple[dict[str, Any], ...]:

@@ -64,7 +64,7 @@ from typing import Any
 from bakeoff.checks.correctness import Correctness, compare_outputs, pooled_spreads
 from bakeoff.env import capture_environment
 from bakeoff.errors import SpecError
-from bakeoff.results.librarylog import LibraryLog
+from bakeoff.results.librarylog import OutputLog
 from bakeoff.results.values import ErrorInfo, Latency, RunResult, TargetResult
 from bakeoff.runner.script_timing import span_samples, speedups, timed
 from bakeoff.runner.tempdirs import owned_tempdir
@@ -76,6 +76,7 @@ from bakeoff.script.outputs import Outputs, read_outputs, stamp, written
 from bakeoff.store.db import Store
 from bakeoff.target.detect import unavailable_reason
 from bakeoff.target.spec import Target
+from bakeoff.units import clip
 
 __all__ = [
     "ScriptRun",
@@ -216,7 +217,7 @@ def _death(code: int) -> tuple[str, str, str]:
     return name, "crash", f"died from signal {name}"
 
 
-def _log_lines(out: Path, log: LibraryLog) -> None:
+def _log_lines(out: Path, log: OutputLog) -> None:
     for source in ("stdout", "stderr"):
         path = out / f"{source}.txt"
         if path.exists():
@@ -320,7 +321,7 @@ def run_script(
             except BaseException:  # Ctrl-C or SIGTERM: the script's process group goes too
                 _stop(process)
                 raise
-        log = LibraryLog()
+        log = OutputLog()
         _log_lines(out, log)
         result_path = out / "result.json"
         result = json.loads(result_path.read_text()) if result_path.exists() else {}
@@ -475,10 +476,10 @@ def before_failure(
     )
     where = f"before it stopped it captured {stopped}"
     if judged.verdict == "fail":
-        return judged, f"{where}; those already differ from the reference: {judged.reason[:300]}"
+        return judged, f"{where}; those already differ from the reference: {clip(judged.reason, 300)}"
     if judged.verdict == "pass":
         return None, f"{where}; those agree with the reference (the failure came after them)"
-    return None, f"{where}; they could not be compared: {judged.reason[:200]}"
+    return None, f"{where}; they could not be compared: {clip(judged.reason, 200)}"
 
 
 def drawn_in_graphs(correctness: Correctness | None, run: ScriptRun) -> Correctness | None:
@@ -713,7 +714,7 @@ def exec_script(
         say(f"running {script.name} again as the honest reference (every op within a few units of roundoff)")
         honest = once(reference, not as_written, False, honest=True)
         if honest.status != "ok":
-            why = honest.error.message[:200] if honest.error else "it failed"
+            why = clip(honest.error.message, 200) if honest.error else "it failed"
             honest_notes.append(
                 f"the honest reference (the script again under rounding noise) did not finish: {why}; "
                 "captures are judged by allclose to the reference alone, blind to the spread rounding makes"
