@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from bakeoff.script.capture import Captures
-from bakeoff.script.compiled import RootCompiler
+from bakeoff.script.compiled import SCRIPT_COMPILE, RootCompiler, ScriptCompiles
 from bakeoff.script.modules import ModuleCalls
 from bakeoff.target.dynamo import CompileWatch
 from bakeoff.target.spec import parse_target
@@ -56,6 +56,36 @@ def test_root_calls_are_compiled_in_place_and_counted_nested_ones_are_not() -> N
     assert ledger["torch.compile(Net)"].reason == "backend=aot_eager, fullgraph=False, dynamic=False"
     assert ledger["torch.compile(Net)"].site.endswith(f"test_script_compiled.py:{_line('out = net(x)')}")
     assert summary["graphs"] >= 3 and summary["graph_breaks"] == 0, summary
+
+
+def test_the_scripts_own_compiles_get_the_targets_backend_once_each_and_their_graphs_are_not_compiled_again() -> None:
+    """A decorated function's graph runs as a GraphModule call outside any module: bakeoff's root
+    compile must not compile it again (it did: ``torch.compile(GraphModule)``), and a decorator
+    factory (``@torch.compile(backend=...)``) is one compile of the script's, not two."""
+    torch._dynamo.reset()
+    compiler = RootCompiler(parse_target("cpu+aot_eager"))
+    own = ScriptCompiles(parse_target("cpu+aot_eager"))
+    compiler.install()
+    own.install()
+    try:
+
+        @torch.compile(backend="eager", mode="max-autotune-no-cudagraphs")
+        def doubled(x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+        @torch.compile
+        def shifted(x: torch.Tensor) -> torch.Tensor:
+            return x + 1
+
+        out = shifted(doubled(torch.ones(3)))
+    finally:
+        own.uninstall()
+        compiler.uninstall()
+    torch.testing.assert_close(out, torch.full((3,), 3.0))
+    assert compiler.recorder.ledger().rewrites == ()  # no root module: nothing of bakeoff's compiled
+    (script,) = own.recorder.ledger().rewrites
+    assert script.api == SCRIPT_COMPILE and script.count == 2
+    assert script.reason == "the script's backend eager -> the target's aot_eager: the target's compile ran"
 
 
 def test_a_root_that_is_one_of_pytorchs_own_modules_is_compiled_too() -> None:

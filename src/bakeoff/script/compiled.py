@@ -77,6 +77,7 @@ class RootCompiler:
 
         import torch
         from torch._dynamo.eval_frame import OptimizedModule
+        from torch.fx import GraphModule
 
         self._compile = torch.compile  # before the script's compiles are rewritten: ours are not the script's
         original = self._original = torch.nn.Module.__call__
@@ -87,7 +88,7 @@ class RootCompiler:
             if compiling():  # dynamo traces the model: nothing of ours goes into its graph
                 return original(module, *args, **kwargs)
             depth = getattr(local, "depth", 0)
-            if depth or isinstance(module, OptimizedModule):
+            if depth or isinstance(module, (OptimizedModule, GraphModule)):  # a compiled graph runs as it is
                 local.depth = depth + 1
                 try:
                     return original(module, *args, **kwargs)
@@ -163,6 +164,8 @@ class ScriptCompiles:
 
         @functools.wraps(original)
         def compile(model: Any = None, **kwargs: Any) -> Any:
+            if model is None:  # @torch.compile(...): the decorator it returns calls this again, with the function
+                return original(model, **kwargs)
             asked = _backend_name(kwargs.get("backend"))
             if options is None:
                 record(SCRIPT_COMPILE, f"backend {asked}: the script's own compile ran")
