@@ -88,16 +88,29 @@ def _make_mode() -> type:
     from torch.utils._pytree import tree_map
 
     class _RoundingNoise(TorchDispatchMode):
-        def __init__(self, dtype_amplitude: Callable[[Any], float], seed: int) -> None:
+        def __init__(self, dtype_amplitude: Callable[[Any], float], seed: int, any_policy: bool = False) -> None:
             super().__init__()
             self._amplitude = dtype_amplitude
             self._generator = torch.Generator().manual_seed(seed)
+            self._any_policy = any_policy
             self.perturbed = 0
+
+        #: The autocast dtype of the torch call being run (set by :class:`_AutocastSeen`, which
+        #: sees the call before dispatch: inside it autocast reads as off), or None.
+        autocast_dtype: Any = None
+
+        def _autocast_amplitude(self, value: Any) -> float:
+            """The amplitude of the autocast dtype where the call ran under autocast: an op
+            another device's autocast runs in it (its lists differ from this one's)."""
+            dtype = self.autocast_dtype
+            return self._amplitude(dtype) if dtype is not None else 0.0
 
         def _perturb(self, value: Any) -> Any:
             if type(value) not in (torch.Tensor, torch.nn.Parameter) or not value.is_floating_point():
                 return value  # a subclass (fake, functional, a device's wrapper) is left as it is
             amplitude = self._amplitude(value.dtype)
+            if self._any_policy and value.dtype in (torch.float32, torch.float64):
+                amplitude = max(amplitude, self._autocast_amplitude(value))
             if not amplitude or not value.numel():
                 return value
             wide = torch.float64 if value.dtype == torch.float64 else torch.float32
@@ -110,17 +123,68 @@ def _make_mode() -> type:
             out = func(*args, **(kwargs or {}))
             return tree_map(self._perturb, out) if _perturbs(func) else out
 
+    from torch.overrides import TorchFunctionMode
+
+    class _AutocastSeen(TorchFunctionMode):
+        """Tells ``noise`` the autocast dtype each torch call runs under (on its arguments' device)."""
+
+        def __init__(self, noise: Any) -> None:
+            super().__init__()
+            self.noise = noise
+
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            found = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+            kind = found.device.type if found is not None else "cpu"
+            saved = self.noise.autocast_dtype
+            try:
+                enabled = torch.is_autocast_enabled(kind)
+            except RuntimeError:  # a device type without autocast
+                enabled = False
+            self.noise.autocast_dtype = torch.get_autocast_dtype(kind) if enabled else None
+            try:
+                return func(*args, **kwargs)
+            finally:
+                self.noise.autocast_dtype = saved
+
+    class _AnyPolicy:
+        """The noise mode entered under an :class:`_AutocastSeen` (``any_policy``)."""
+
+        def __init__(self, noise: Any) -> None:
+            self.noise, self.seen = noise, _AutocastSeen(noise)
+
+        @property
+        def perturbed(self) -> int:
+            return self.noise.perturbed
+
+        def __enter__(self) -> Any:
+            self.seen.__enter__()
+            self.noise.__enter__()
+            return self
+
+        def __exit__(self, *exc: Any) -> None:
+            self.noise.__exit__(*exc)
+            self.seen.__exit__(*exc)
+
+    _RoundingNoise.AnyPolicy = _AnyPolicy  # type: ignore[attr-defined]
     return _RoundingNoise
 
 
 _MODE: type | None = None
 
 
-def RoundingNoise(seed: int = 0, ulps: float | None = None) -> Any:
+def RoundingNoise(seed: int = 0, ulps: float | None = None, any_policy: bool = False) -> Any:
     """A dispatch mode perturbing every arithmetic op's floating result by up to
     :func:`honest_amplitude` of its dtype (see the module docstring), or by ``ulps`` units of
     roundoff of its dtype where given; ``seed`` fixes the draws, so a baseline's honest run is
-    reproducible. Its ``perturbed`` counts the results changed."""
+    reproducible. Its ``perturbed`` counts the results changed.
+
+    ``any_policy``: inside an autocast region, a float32 result is perturbed as a result in the
+    autocast dtype would be. Each device's autocast has its own op lists (the CPU's runs
+    ``cross_entropy`` in float32 and flash attention in bfloat16; CUDA's lists, which the test
+    device shares, run ``log_softmax`` from bfloat16 logits in bfloat16 and the math attention in
+    float32), so a script that asks for autocast accepts its dtype's rounding in any op of the
+    region: an honest other device is as far from the reference as that."""
     global _MODE
     if _MODE is None:
         _MODE = _make_mode()
@@ -129,7 +193,8 @@ def RoundingNoise(seed: int = 0, ulps: float | None = None) -> Any:
         name = str(dtype).removeprefix("torch.")
         return honest_amplitude(name) if ulps is None else ulps * roundoff_for(name)
 
-    return _MODE(amplitude, seed)
+    noise = _MODE(amplitude, seed, any_policy)
+    return _MODE.AnyPolicy(noise) if any_policy else noise  # type: ignore[attr-defined]
 
 
 def _make_reordered() -> type:
