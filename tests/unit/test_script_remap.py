@@ -437,6 +437,15 @@ EMU_SCRIPT = textwrap.dedent("""
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=False):
             pass
     facts["named"] = named.ledger.to_dict()
+    with Remapper({"cuda": "cpu"}) as host:  # checkpoint's recompute names emu, registered but not the run's
+        with torch.autocast("emu", dtype=torch.bfloat16, enabled=False):
+            facts["host_disabled"] = str(model.cpu()(x.cpu()).dtype)
+        try:
+            with torch.autocast("emu", dtype=torch.bfloat16):
+                pass
+        except (RuntimeError, AssertionError):
+            facts["host_enabled"] = "refused"
+    facts["host"] = host.ledger.to_dict()
     print(json.dumps(facts))
 """)
 
@@ -467,6 +476,10 @@ def test_a_cuda_style_snippet_runs_on_the_emu_test_device() -> None:
     assert facts["named_dtype"] == "torch.float32"
     assert named['torch.autocast("emu") (not honoured)']["numerics"]
     assert not named['torch.autocast("emu") (disabled)']["numerics"]
+    # on another side, a disabled region of the registered emu is a no-op; an enabled one is the script's error
+    host = {r["api"]: r for r in facts["host"]["rewrites"]}
+    assert facts["host_disabled"] == "torch.float32" and facts["host_enabled"] == "refused"
+    assert not host['torch.autocast("emu") (disabled)']["numerics"]
 
 
 def test_call_sites_in_the_runs_copy_are_named_relative_to_it():

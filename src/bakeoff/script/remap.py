@@ -370,7 +370,20 @@ class Remapper:
             if kind is None and device_type in {k for k, _ in remap.devices.targets.values()} - {"cpu"}:
                 kind = device_type  # the target asked for by its own name (torch.accelerator): judged alike
             if kind is None or torch._jit_internal.is_scripting():
-                return original(ac, device_type, dtype, enabled, cache_enabled)
+                try:
+                    return original(ac, device_type, dtype, enabled, cache_enabled)
+                except (RuntimeError, AssertionError) as exc:
+                    if enabled or not isinstance(device_type, str):
+                        raise
+                    # a disabled region of a device without autocast (torch.utils.checkpoint's
+                    # recompute names the process's PrivateUse1 device): nothing asked, nothing changes
+                    original(ac, "cpu", torch.bfloat16, False, cache_enabled)
+                    why = str(exc).strip().splitlines()[0][:120]
+                    remap.recorder.record(
+                        f'torch.autocast("{device_type}") (disabled)',
+                        reason=f"{device_type} has no autocast ({why}): the region is disabled, as asked",
+                    )
+                    return None
             asked = dtype if dtype is not None else torch.get_autocast_dtype(device_type)
             problem = ""
             try:
