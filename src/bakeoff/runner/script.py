@@ -70,6 +70,7 @@ from bakeoff.runner.script_timing import span_samples, speedups, timed
 from bakeoff.runner.tempdirs import owned_tempdir
 from bakeoff.script.children import ENV as CHILDREN_ENV
 from bakeoff.script.children import child_notes, with_children
+from bakeoff.script.compiled import SCRIPT_COMPILE
 from bakeoff.script.modules import MAX_CALLS_PER_MODULE, MAX_MODULE_BYTES
 from bakeoff.script.modules import PREFIX as MODULE_PREFIX
 from bakeoff.script.outputs import Outputs, read_outputs, stamp, written
@@ -494,6 +495,10 @@ def drawn_in_graphs(correctness: Correctness | None, run: ScriptRun) -> Correctn
     if correctness is None or correctness.verdict != "fail":
         return correctness
     compilation = (run.audit or {}).get("compilation")
+    compiled = run.result.get("compile") or any(r.get("api") == SCRIPT_COMPILE for r in run.result.get("ledger", ()))
+    if compilation is None and compiled:  # compiled, but the audit was off: unseen
+        unseen = "not looked for: random draws in the compiled graphs (the audit was off, --no-audit)"
+        return dataclasses.replace(correctness, reason=f"{correctness.reason}; {unseen}")
     signals = getattr(compilation, "signals", None) or {}
     drawn = signals.get("random_ops") or {}
     failed = [o.name for o in correctness.outputs if not o.passed]
