@@ -176,3 +176,23 @@ def test_inductor_compiles_a_root_call_with_the_targets_mode_and_computes_the_sa
     assert summary["graphs"] == 1, summary  # inductor's own compile events depend on its cache: not asserted
     (rewrite,) = compiler.recorder.ledger().rewrites
     assert rewrite.reason == "backend=inductor, fullgraph=False, dynamic=False, mode=default"
+
+
+def test_the_scripts_compile_keeps_its_options_only_where_they_cannot_clash_with_the_targets(monkeypatch) -> None:
+    """torch.compile takes a mode or options, not both: the target's mode wins over the script's
+    options; another backend drops the script's mode and options (they are its backend's)."""
+    given: list[dict] = []
+    monkeypatch.setattr(torch, "compile", lambda model=None, **kwargs: given.append(kwargs) or model)
+    for spec in ("cpu+inductor?mode=max-autotune", "cpu+aot_eager"):
+        own = ScriptCompiles(parse_target(spec))
+        own.install()
+        try:
+            torch.compile(Net(), backend="inductor", options={"trace.enabled": False})
+            torch.compile(Net(), mode="reduce-overhead")
+        finally:
+            own.uninstall()
+    tuned, tuned_mode, other, other_mode = given
+    assert tuned["mode"] == "max-autotune" and "options" not in tuned
+    assert tuned_mode["mode"] == "max-autotune"
+    assert other["backend"] == "aot_eager" and "options" not in other and "mode" not in other
+    assert other_mode["backend"] == "aot_eager" and "mode" not in other_mode

@@ -296,15 +296,15 @@ def _judged_together(
     pooled honest spread: an error every call shares, below each call's own limit (each call of
     a scalar may reach several times the spread by chance; all of them together may not). The
     calls whose own error is beyond :data:`HONEST_MULTIPLIER` times the spread are the ones
-    failed, and each says it was judged with the others (a call that failed on its own keeps its
-    own reason, and its error counts with the others')."""
+    failed, and each says it was judged with the others. A call that failed on its own keeps its
+    own reason and is left out (one far-off call would otherwise blame honest ones)."""
     import torch
 
     relative: dict[str, tuple[float, int]] = {}  # name -> (rms error / rms reference, values)
     floor: dict[str, float] = {}  # group -> two units of roundoff of its dtype, as each call's limit has
     for c in comparisons:
-        if calls[_capture_of(c.name)] < 2 or c.name not in pooled or (c.passed and c.rule != "honest"):
-            continue  # a call failed on its own still counts in its capture's errors
+        if calls[_capture_of(c.name)] < 2 or c.name not in pooled or c.rule != "honest":
+            continue  # a call that failed on its own is its own finding (and may not even compare)
         res, ref = outputs[c.name].detach().cpu().double(), reference[c.name].detach().cpu().double()
         keep = torch.isfinite(res) & torch.isfinite(ref)
         scale = _rms(ref[keep])
@@ -328,7 +328,7 @@ def _judged_together(
         )
         judged = [
             replace(c, passed=False, rule="", problem=problem)
-            if c.passed and c.name in found and found[c.name][0] > max(HONEST_MULTIPLIER * spread, floor[group])
+            if c.name in found and found[c.name][0] > max(HONEST_MULTIPLIER * spread, floor[group])
             else c
             for c in judged
         ]

@@ -33,7 +33,15 @@ from typing import Any
 
 from bakeoff.analysis.tolerance import honest_ulps, roundoff_for
 
-__all__ = ["ARITHMETIC", "EXACT", "RoundingNoise", "honest_amplitude", "reordered_backend", "within_ulps_backend"]
+__all__ = [
+    "ARITHMETIC",
+    "EXACT",
+    "POLICY_OPS",
+    "RoundingNoise",
+    "honest_amplitude",
+    "reordered_backend",
+    "within_ulps_backend",
+]
 
 
 #: ATen ops (by overload packet name) that compute rather than move data, beyond those tagged
@@ -65,6 +73,20 @@ EXACT = frozenset(
         "clone", "where", "masked_fill", "abs", "neg", "maximum", "minimum", "fmax", "fmin", "clamp",
         "clamp_min", "clamp_max", "relu", "hardtanh", "threshold", "sign", "sgn", "ceil", "floor", "round",
         "trunc", "copysign", "positive", "nan_to_num", "fill", "zero", "lerp_",
+    }
+)  # fmt: skip
+
+
+#: ATen ops some device's autocast runs in its lower dtype while another's runs them in float32
+#: (matmuls, convolutions, attention, softmax, norms, losses, the reductions autocast upcasts):
+#: those ``any_policy`` rounds at the autocast dtype. Elementwise ops are left to their own
+#: dtype: no autocast casts them (a rotary angle computed in float32 stays float32 everywhere).
+POLICY_OPS = ARITHMETIC | frozenset(
+    {
+        "addr", "chain_matmul", "linalg_multi_dot", "linalg_vecdot", "prelu", "_prelu_kernel",
+        "nll_loss_forward", "nll_loss2d_forward", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
+        "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "cross_entropy_loss",
+        "_safe_softmax", "cdist", "_cdist_forward", "cosine_similarity",
     }
 )  # fmt: skip
 
@@ -109,7 +131,7 @@ def _make_mode() -> type:
             if type(value) not in (torch.Tensor, torch.nn.Parameter) or not value.is_floating_point():
                 return value  # a subclass (fake, functional, a device's wrapper) is left as it is
             amplitude = self._amplitude(value.dtype)
-            if self._any_policy and value.dtype in (torch.float32, torch.float64):
+            if self._any_policy and value.dtype == torch.float32 and self.policy_op:
                 amplitude = max(amplitude, self._autocast_amplitude(value))
             if not amplitude or not value.numel():
                 return value
@@ -119,9 +141,15 @@ def _make_mode() -> type:
             self.perturbed += 1
             return (value.to(wide) * (1 + noise)).to(value.dtype)
 
+        #: Whether the op being perturbed is one of :data:`POLICY_OPS`.
+        policy_op = False
+
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             out = func(*args, **(kwargs or {}))
-            return tree_map(self._perturb, out) if _perturbs(func) else out
+            if not _perturbs(func):
+                return out
+            self.policy_op = func.overloadpacket.__name__ in POLICY_OPS
+            return tree_map(self._perturb, out)
 
     from torch.overrides import TorchFunctionMode
 
@@ -163,8 +191,10 @@ def _make_mode() -> type:
             return self
 
         def __exit__(self, *exc: Any) -> None:
-            self.noise.__exit__(*exc)
-            self.seen.__exit__(*exc)
+            try:
+                self.noise.__exit__(*exc)
+            finally:
+                self.seen.__exit__(*exc)
 
     _RoundingNoise.AnyPolicy = _AnyPolicy  # type: ignore[attr-defined]
     return _RoundingNoise
@@ -179,8 +209,9 @@ def RoundingNoise(seed: int = 0, ulps: float | None = None, any_policy: bool = F
     roundoff of its dtype where given; ``seed`` fixes the draws, so a baseline's honest run is
     reproducible. Its ``perturbed`` counts the results changed.
 
-    ``any_policy``: inside an autocast region, a float32 result is perturbed as a result in the
-    autocast dtype would be. Each device's autocast has its own op lists (the CPU's runs
+    ``any_policy``: inside an autocast region, a float32 result of one of :data:`POLICY_OPS` is
+    perturbed as a result in the autocast dtype would be (never an elementwise op's, nor float64).
+    Each device's autocast has its own op lists (the CPU's runs
     ``cross_entropy`` in float32 and flash attention in bfloat16; CUDA's lists, which the test
     device shares, run ``log_softmax`` from bfloat16 logits in bfloat16 and the math attention in
     float32), so a script that asks for autocast accepts its dtype's rounding in any op of the

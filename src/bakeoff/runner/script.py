@@ -483,6 +483,14 @@ def before_failure(
     return None, f"{where}; they could not be compared: {clip(judged.reason, 200)}"
 
 
+def _moved(problem: str) -> bool:
+    """Whether a capture's failure is finite values that moved (what another draw does), not a
+    non-finite value, a shape, an integer or a missing output."""
+    return problem.startswith(("rms error vs the reference", "max abs error")) or (
+        problem.startswith("the ") and " together: rms error " in problem
+    )
+
+
 def drawn_in_graphs(correctness: Correctness | None, run: ScriptRun) -> Correctness | None:
     """A ``fail`` of a run whose compiled graphs drew random numbers, as ``not_comparable``.
 
@@ -501,10 +509,17 @@ def drawn_in_graphs(correctness: Correctness | None, run: ScriptRun) -> Correctn
         return dataclasses.replace(correctness, reason=f"{correctness.reason}; {unseen}")
     signals = getattr(compilation, "signals", None) or {}
     drawn = signals.get("random_ops") or {}
-    failed = [o.name for o in correctness.outputs if not o.passed]
-    others = ("missing output file", "output file", "captured values differ")  # not numbers a draw moves
-    if not drawn or not failed or any(part.startswith(others) for part in correctness.reason.split("; ")):
-        return correctness
+    failing = [o for o in correctness.outputs if not o.passed]
+    failed = [o.name for o in failing]
+    said = {f"{o.name}: {o.problem}" for o in failing}
+    others = [part for part in correctness.reason.split("; ") if part and part not in said]
+    if (
+        not drawn
+        or not failed
+        or not all(_moved(o.problem) for o in failing)
+        or any(not part.startswith(("no float64 golden", "rounding alone")) for part in others)
+    ):
+        return correctness  # a non-finite value, a shape, a missing output or file: not a draw's doing
     ops = ", ".join(f"{name} x{count}" for name, count in sorted(drawn.items()))
     where = f" (first at {signals['random_site']})" if signals.get("random_site") else ""
     reason = (

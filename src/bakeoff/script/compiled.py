@@ -20,7 +20,9 @@ wrapper is kept for the life of the run (with the module it wraps).
 Not compiled by it: the functions the script calls outside modules (a sampling loop, a loss
 computed by ``torch.nn.functional`` at the top level), the modules inside a root call (they are
 traced into its graph), a module the script compiled itself (``torch.compile(model)``,
-``model.compile()``), and a module whose class defines its own ``__call__``.
+``model.compile()``), a module whose class defines its own ``__call__``, and a ``GraphModule``
+called as a root (a compiled function's graph, run by its backend outside any module, must not be
+compiled again; a model the script traced or exported itself is one too, and runs as it is).
 
 The script's own compiles (:class:`ScriptCompiles`, in every run): each ``torch.compile`` the
 script makes (``torch.compile(model)``, ``@torch.compile``, ``model.compile()``) is counted in the
@@ -71,6 +73,7 @@ class RootCompiler:
         self._original: Any = None
         self._filter: Any = None
         self._compile: Any = None
+        self._isolated: dict[str, Any] = {}
 
     def install(self) -> None:
         import warnings
@@ -80,6 +83,7 @@ class RootCompiler:
         from torch.fx import GraphModule
 
         self._compile = torch.compile  # before the script's compiles are rewritten: ours are not the script's
+        self._isolated = _isolated()
         original = self._original = torch.nn.Module.__call__
         local, root = self._local, self._root
         compiling = torch.compiler.is_compiling
@@ -88,7 +92,7 @@ class RootCompiler:
             if compiling():  # dynamo traces the model: nothing of ours goes into its graph
                 return original(module, *args, **kwargs)
             depth = getattr(local, "depth", 0)
-            if depth or isinstance(module, (OptimizedModule, GraphModule)):  # a compiled graph runs as it is
+            if depth or isinstance(module, (OptimizedModule, GraphModule)):  # a graph module runs as it is
                 local.depth = depth + 1
                 try:
                     return original(module, *args, **kwargs)
@@ -123,7 +127,7 @@ class RootCompiler:
             if compiled is None and getattr(module, "_compiled_call_impl", None) is None:  # not the script's own
                 # isolated: the model's and its loss's compiles share Module.__call__'s code, and
                 # would otherwise count each other's entries as recompilations
-                compiled = self._compiled[module] = self._compile(module, **self.options, isolate_recompiles=True)
+                compiled = self._compiled[module] = self._compile(module, **self.options, **self._isolated)
         if compiled is not None:
             self.recorder.record(f"torch.compile({type(module).__name__})", self._reason)
         name = self._modules.enter(module) if self._modules is not None else ""
@@ -135,6 +139,15 @@ class RootCompiler:
         if name and self._modules is not None:
             self._modules.leave(module, output)
         return output
+
+
+def _isolated() -> dict[str, Any]:
+    """``isolate_recompiles=True`` where this torch has it (2.13 does; older ones share entries)."""
+    import inspect
+
+    import torch
+
+    return {"isolate_recompiles": True} if "isolate_recompiles" in inspect.signature(torch.compile).parameters else {}
 
 
 def _backend_name(backend: Any) -> str:
@@ -173,6 +186,8 @@ class ScriptCompiles:
             given = options["backend"]
             if asked != given:  # mode and options are the script's backend's, not the target's
                 kwargs.pop("mode", None)
+                kwargs.pop("options", None)
+            elif "mode" in options:  # torch.compile takes a mode or options, not both: the target's mode
                 kwargs.pop("options", None)
             kwargs.update(options, fullgraph=bool(options.get("fullgraph") or kwargs.get("fullgraph")))
             change = f"the script's backend {asked} -> the target's {given}" if asked != given else f"backend {given}"

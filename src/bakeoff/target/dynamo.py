@@ -67,8 +67,11 @@ def _random_op(node: Any) -> str | None:
         p = node.kwargs.get("p", node.args[1] if len(node.args) > 1 else 0.5)
         drawn = training is not False and not (isinstance(p, (int, float)) and p == 0)
         return name if drawn else None
-    if name == "rrelu" and node.kwargs.get("training", False):
+    if name == "rrelu" and node.kwargs.get("training", node.args[3] if len(node.args) > 3 else False):
         return name
+    if name == "scaled_dot_product_attention":  # attention dropout
+        p = node.kwargs.get("dropout_p", node.args[4] if len(node.args) > 4 else 0.0)
+        return name if not (isinstance(p, (int, float)) and p == 0) else None
     return name if name in _RANDOM else None
 
 
@@ -88,14 +91,14 @@ def _read_graphs() -> bool:
         return False
 
     @functools.wraps(original)
-    def call_user_compiler(graph: Any, gm: Any, example_inputs: Any) -> Any:
+    def call_user_compiler(graph: Any, gm: Any, *args: Any, **kwargs: Any) -> Any:  # (gm) alone in older torch
         watch = _reading
         if watch is not None:
             try:
                 watch.read(graph, gm)
             except Exception:  # reading is ours; the compile goes on without it
                 pass
-        return original(graph, gm, example_inputs)
+        return original(graph, gm, *args, **kwargs)
 
     OutputGraph.call_user_compiler = call_user_compiler  # type: ignore[method-assign]
     return True
