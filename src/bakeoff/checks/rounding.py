@@ -106,55 +106,13 @@ def _perturbs(func: Any) -> bool:
 def _make_mode() -> type:
     """The dispatch mode class (built late: importing torch is deferred to the first use)."""
     import torch
+    from torch.overrides import TorchFunctionMode
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_map
 
-    class _RoundingNoise(TorchDispatchMode):
-        def __init__(self, dtype_amplitude: Callable[[Any], float], seed: int, any_policy: bool = False) -> None:
-            super().__init__()
-            self._amplitude = dtype_amplitude
-            self._generator = torch.Generator().manual_seed(seed)
-            self._any_policy = any_policy
-            self.perturbed = 0
-
-        #: The autocast dtype of the torch call being run (set by :class:`_AutocastSeen`, which
-        #: sees the call before dispatch: inside it autocast reads as off), or None.
-        autocast_dtype: Any = None
-
-        def _autocast_amplitude(self, value: Any) -> float:
-            """The amplitude of the autocast dtype where the call ran under autocast: an op
-            another device's autocast runs in it (its lists differ from this one's)."""
-            dtype = self.autocast_dtype
-            return self._amplitude(dtype) if dtype is not None else 0.0
-
-        def _perturb(self, value: Any) -> Any:
-            if type(value) not in (torch.Tensor, torch.nn.Parameter) or not value.is_floating_point():
-                return value  # a subclass (fake, functional, a device's wrapper) is left as it is
-            amplitude = self._amplitude(value.dtype)
-            if self._any_policy and value.dtype == torch.float32 and self.policy_op:
-                amplitude = max(amplitude, self._autocast_amplitude(value))
-            if not amplitude or not value.numel():
-                return value
-            wide = torch.float64 if value.dtype == torch.float64 else torch.float32
-            noise = torch.rand(value.shape, generator=self._generator, dtype=wide).mul_(2).sub_(1).mul_(amplitude)
-            noise = noise if value.device.type == "cpu" else noise.to(value.device)
-            self.perturbed += 1
-            return (value.to(wide) * (1 + noise)).to(value.dtype)
-
-        #: Whether the op being perturbed is one of :data:`POLICY_OPS`.
-        policy_op = False
-
-        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            out = func(*args, **(kwargs or {}))
-            if not _perturbs(func):
-                return out
-            self.policy_op = func.overloadpacket.__name__ in POLICY_OPS
-            return tree_map(self._perturb, out)
-
-    from torch.overrides import TorchFunctionMode
-
     class _AutocastSeen(TorchFunctionMode):
-        """Tells ``noise`` the autocast dtype each torch call runs under (on its arguments' device)."""
+        """Tells ``noise`` the autocast dtype each torch call runs under (on its arguments'
+        device): inside dispatch, where the noise is made, autocast reads as off."""
 
         def __init__(self, noise: Any) -> None:
             super().__init__()
@@ -175,28 +133,55 @@ def _make_mode() -> type:
             finally:
                 self.noise.autocast_dtype = saved
 
-    class _AnyPolicy:
-        """The noise mode entered under an :class:`_AutocastSeen` (``any_policy``)."""
+    class _RoundingNoise(TorchDispatchMode):
+        def __init__(self, dtype_amplitude: Callable[[Any], float], seed: int, any_policy: bool = False) -> None:
+            super().__init__()
+            self._amplitude = dtype_amplitude
+            self._generator = torch.Generator().manual_seed(seed)
+            self._seen = _AutocastSeen(self) if any_policy else None  # entered with this mode, around it
+            self.perturbed = 0
 
-        def __init__(self, noise: Any) -> None:
-            self.noise, self.seen = noise, _AutocastSeen(noise)
-
-        @property
-        def perturbed(self) -> int:
-            return self.noise.perturbed
+        #: The autocast dtype of the torch call being run (set by :class:`_AutocastSeen`), or None.
+        autocast_dtype: Any = None
 
         def __enter__(self) -> Any:
-            self.seen.__enter__()
-            self.noise.__enter__()
-            return self
+            if self._seen is not None:
+                self._seen.__enter__()
+            return super().__enter__()
 
         def __exit__(self, *exc: Any) -> None:
             try:
-                self.noise.__exit__(*exc)
+                super().__exit__(*exc)
             finally:
-                self.seen.__exit__(*exc)
+                if self._seen is not None:
+                    self._seen.__exit__(*exc)
 
-    _RoundingNoise.AnyPolicy = _AnyPolicy  # type: ignore[attr-defined]
+        def _perturb(self, value: Any, at_least: float = 0.0) -> Any:
+            """``value`` perturbed in its dtype; a float32 one by ``at_least`` where that is more."""
+            if type(value) not in (torch.Tensor, torch.nn.Parameter) or not value.is_floating_point():
+                return value  # a subclass (fake, functional, a device's wrapper) is left as it is
+            amplitude = self._amplitude(value.dtype)
+            if value.dtype == torch.float32:
+                amplitude = max(amplitude, at_least)
+            if not amplitude or not value.numel():
+                return value
+            wide = torch.float64 if value.dtype == torch.float64 else torch.float32
+            noise = torch.rand(value.shape, generator=self._generator, dtype=wide).mul_(2).sub_(1).mul_(amplitude)
+            noise = noise if value.device.type == "cpu" else noise.to(value.device)
+            self.perturbed += 1
+            return (value.to(wide) * (1 + noise)).to(value.dtype)
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            if not _perturbs(func):
+                return out
+            # any_policy (the only setter of autocast_dtype): an op another device's autocast runs
+            # in the region's dtype rounds as it would there
+            region = self.autocast_dtype
+            policy = region is not None and func.overloadpacket.__name__ in POLICY_OPS
+            at_least = self._amplitude(region) if policy else 0.0
+            return tree_map(lambda value: self._perturb(value, at_least), out)
+
     return _RoundingNoise
 
 
@@ -224,8 +209,7 @@ def RoundingNoise(seed: int = 0, ulps: float | None = None, any_policy: bool = F
         name = str(dtype).removeprefix("torch.")
         return honest_amplitude(name) if ulps is None else ulps * roundoff_for(name)
 
-    noise = _MODE(amplitude, seed, any_policy)
-    return _MODE.AnyPolicy(noise) if any_policy else noise  # type: ignore[attr-defined]
+    return _MODE(amplitude, seed, any_policy)
 
 
 def _make_reordered() -> type:
