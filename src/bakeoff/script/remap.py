@@ -141,6 +141,12 @@ class _DeviceMode(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+def _disabled(recorder: Recorder, api: str, problem: str) -> None:
+    """A disabled autocast region of a device without autocast: it asks for nothing, so nothing
+    is left unhonoured (no numerics change), and the ledger says why it was built on the host."""
+    recorder.record(f"{api} (disabled)", reason=f"{problem}: the region is disabled, as asked")
+
+
 class Remapper:
     """Makes a CUDA-style script run on another device; see the module's docstring.
 
@@ -363,6 +369,16 @@ class Remapper:
     def _autocast_init(self, original: Callable[..., None]) -> Callable[..., None]:
         remap = self
 
+        def attempt(ac: Any, kind: str, asked: Any, enabled: bool, cache_enabled: Any) -> str:
+            """Set ``ac`` up as autocast on ``kind``: "" when it took, else why not (``ac`` is then
+            a disabled region)."""
+            try:
+                original(ac, kind, asked, enabled, cache_enabled)
+            except (RuntimeError, AssertionError) as exc:
+                original(ac, "cpu", torch.bfloat16, False, cache_enabled)
+                return f"{kind} has no autocast ({str(exc).strip().splitlines()[0][:120]})"
+            return ""
+
         def __init__(
             ac: Any, device_type: str, dtype: torch.dtype | None = None, enabled: bool = True, cache_enabled: Any = None
         ) -> None:
@@ -370,34 +386,23 @@ class Remapper:
             if kind is None and device_type in {k for k, _ in remap.devices.targets.values()} - {"cpu"}:
                 kind = device_type  # the target asked for by its own name (torch.accelerator): judged alike
             if kind is None or torch._jit_internal.is_scripting():
-                try:
+                if enabled or not isinstance(device_type, str):
                     return original(ac, device_type, dtype, enabled, cache_enabled)
-                except (RuntimeError, AssertionError) as exc:
-                    if enabled or not isinstance(device_type, str):
-                        raise
-                    # a disabled region of a device without autocast (torch.utils.checkpoint's
-                    # recompute names the process's PrivateUse1 device): nothing asked, nothing changes
-                    original(ac, "cpu", torch.bfloat16, False, cache_enabled)
-                    why = str(exc).strip().splitlines()[0][:120]
-                    remap.recorder.record(
-                        f'torch.autocast("{device_type}") (disabled)',
-                        reason=f"{device_type} has no autocast ({why}): the region is disabled, as asked",
-                    )
-                    return None
+                # a disabled region of a device that may lack autocast (torch.utils.checkpoint's
+                # recompute names the process's PrivateUse1 device): nothing asked, nothing changes
+                problem = attempt(ac, device_type, dtype, enabled, cache_enabled)
+                if problem:
+                    _disabled(remap.recorder, f'torch.autocast("{device_type}")', problem)
+                return None
             asked = dtype if dtype is not None else torch.get_autocast_dtype(device_type)
-            problem = ""
-            try:
-                original(ac, kind, asked, enabled, cache_enabled)
-            except (RuntimeError, AssertionError) as exc:
-                problem = f"{kind} has no autocast ({str(exc).strip().splitlines()[0][:120]})"
-                original(ac, "cpu", torch.bfloat16, False, cache_enabled)
+            problem = attempt(ac, kind, asked, enabled, cache_enabled)
             if not problem and enabled and not ac._enabled:
                 problem = f"{kind} autocast does not support {asked}"
             elif not problem and enabled and ac.fast_dtype != asked:
                 problem = f"{kind} autocast chose {ac.fast_dtype}"
             api = f'torch.autocast("{device_type}")'
-            if problem and not enabled:  # a disabled region asks for nothing: nothing is left unhonoured
-                remap.recorder.record(f"{api} (disabled)", reason=f"{problem}: the region is disabled, as asked")
+            if problem and not enabled:
+                _disabled(remap.recorder, api, problem)
             elif problem and asked == torch.float32:  # float32 asked, float32 run: no precision changes
                 remap.recorder.record(
                     f"{api} (float32, not applied)",
