@@ -73,10 +73,13 @@ def test_a_cuda_training_script_runs_on_the_test_device_with_its_ledger_and_the_
     assert any("numerics may change" in n and "autocast" in n for n in emu["notes"]), emu["notes"]
     correctness = emu["correctness"]
     assert correctness["verdict"] == "pass", correctness["reason"]
-    losses = correctness["outputs"]
+    losses = [o for o in correctness["outputs"] if o["name"].startswith("loss[")]
     assert [o["name"] for o in losses] == ["loss[0]", "loss[1]", "loss[2]"] and {o["rule"] for o in losses} == {
         "honest"
     }
+    # the model's own outputs, compared by default (its root calls), pass under the same rules
+    modules = {o["name"]: o["rule"] for o in correctness["outputs"] if o not in losses}
+    assert modules == {f"module:Sequential[{i}]": "honest" for i in range(3)}, modules
     assert any(o["max_rel_err"] > 1e-5 for o in losses)  # not float32 rounding: bf16's
     assert all(o["max_rel_err"] <= o["honest"] for o in losses)
     # the control: on the CPU, bf16 autocast is honoured and nothing is flagged
@@ -210,6 +213,26 @@ def test_module_captures_fail_exactly_the_scaled_module_and_those_after_it(tmp_p
     }
 
 
+def test_the_models_outputs_are_compared_by_default_and_catch_a_fault_the_scripts_prints_hide(tmp_path):
+    """No --capture-modules: the root module calls (the model the script calls) are compared, at
+    most 4 of each. The script prints only a shape, so a 1% error in its model was invisible."""
+    clean = _exec(tmp_path, "modules_cuda.py", "--on", "emu", "--no-audit", "--format", "json")
+    assert clean.returncode == 0, clean.stderr
+    doc = json.loads(clean.stdout)
+    emu = doc["results"][1]
+    assert emu["correctness"]["verdict"] == "pass", emu["correctness"]
+    assert {o["name"] for o in emu["correctness"]["outputs"]} == {f"module:Net[{i}]" for i in range(3)}
+    assert doc["settings"]["exec"]["capture_modules"] == ["@roots"]
+    nudged = _exec(tmp_path, "modules_cuda.py", "--nudge-off-cpu", "--on", "emu", "--no-audit", "--format", "json")
+    emu = json.loads(nudged.stdout)["results"][1]
+    assert emu["correctness"]["verdict"] == "fail" and "module:Net[0]" in emu["correctness"]["reason"], emu
+    # none: nothing of the model compared, so nothing catches it
+    off = _exec(tmp_path, "modules_cuda.py", "--nudge-off-cpu", "--on", "emu", "--no-audit", "--capture-modules",
+                "none", "--format", "json")  # fmt: skip
+    emu = json.loads(off.stdout)["results"][1]
+    assert emu["correctness"]["verdict"] != "fail" and not emu["correctness"].get("outputs"), emu["correctness"]
+
+
 def test_a_compiled_target_compiles_the_root_module_calls_and_its_captures_compare(tmp_path):
     ran = _exec(tmp_path, "modules_cuda.py", "--on", "cpu+aot_eager,emu+aot_eager", "--capture-modules", "Net*",
                 "--format", "json")  # fmt: skip
@@ -245,6 +268,11 @@ def test_a_compiled_targets_graph_break_and_wrong_output_are_reported(tmp_path):
     assert {b["location"] for b in compilation["graph_break_reasons"]} == {
         _line('print("block ran")', "modules_cuda.py")
     }
+    # the frames of bakeoff's own wrappers and hooks that dynamo met after the break are not the
+    # script's compilations (5 of them were listed, with 0 ops): counted apart
+    functions = [c["function"] for c in compilation["compilations"]]
+    assert not {"__call__", "_entered", "_left", "__torch_function__"} & set(functions), functions
+    assert all(c["ops"] for c in compilation["compilations"]) and compilation["signals"]["bakeoff_frames"] >= 1
     assert emu["correctness"]["verdict"] == "fail" and "module:Net[0]" in emu["correctness"]["reason"]
     # a buffer left on the host inside the compiled model: its layers run no hooks, the wrapper's tree is checked
     assert emu["placement"]["verdict"] == "left_on_host", emu["placement"]
@@ -441,7 +469,7 @@ def test_a_file_the_target_did_not_write_fails_it_and_no_files_ignores_the_files
     # --no-files: the wrong weights are not looked at, the captured logits still are
     doc, _, emu = _outputs(tmp_path, "--fault", "weights", ours=("--no-files",))
     assert emu["correctness"]["verdict"] == "pass"
-    assert [o["name"] for o in emu["correctness"]["outputs"]] == ["logits[0]"]
+    assert [o["name"] for o in emu["correctness"]["outputs"] if not o["name"].startswith("module:")] == ["logits[0]"]
     assert not any("output file" in note for note in emu["notes"]) and doc["settings"]["exec"]["files"] is False
 
 
@@ -621,7 +649,8 @@ def test_a_reference_whose_work_ran_on_another_device_is_not_passed_off_as_the_c
     reference, emu = json.loads(ran.stdout)["results"]
     assert reference["status"] == "error" and reference["error"]["type"] == "ReferenceDevice", reference
     said = reference["error"]["message"]
-    assert said.startswith("the reference, labelled cpu, ran elsewhere (4 on emu of 4 captured tensors)"), said
+    # its 4 losses and the 4 root calls of its model, compared by default
+    assert said.startswith("the reference, labelled cpu, ran elsewhere (8 on emu of 8 captured tensors)"), said
     assert emu["status"] == "ok" and emu["correctness"]["verdict"] == "not_comparable"
     assert emu["correctness"]["reason"] == said
 
@@ -687,7 +716,9 @@ def test_a_compiled_graphs_own_random_draws_are_not_comparable_and_the_scripts_c
     correctness = decomp["correctness"]
     assert correctness["verdict"] == "not_comparable", correctness
     assert "draw random numbers (dropout x1)" in correctness["reason"]
-    assert "they differ in loss[0], loss[1], loss[2]" in correctness["reason"]
+    assert "they differ in module:Net[0]" in correctness["reason"]  # the model's outputs, then its losses
+    differ = {o["name"] for o in correctness["outputs"] if not o["passed"]}
+    assert {"loss[0]", "loss[1]", "loss[2]", "module:Net[0]"} <= differ, differ
     assert aot["correctness"]["verdict"] == "pass", aot["correctness"]
     # the loss module is a root call of bakeoff's compile beside the model: isolated, no recompilation
     rooted = _exec(tmp_path, "compiled_dropout.py", "--on", "cpu+aot_eager", "--format", "json")

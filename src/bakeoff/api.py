@@ -220,7 +220,9 @@ def exec_script(
             :mod:`bakeoff.script.outputs`) with the reference's; False ignores them.
         capture_modules: glob patterns (``*.mlp``, ``Linear``) of module qualified names or
             class names whose outputs are compared call by call, as ``module:QUALNAME``
-            captures (at most 8 calls per module; see :mod:`bakeoff.script.modules`).
+            captures (at most 8 calls per module; see :mod:`bakeoff.script.modules`);
+            ``@roots`` the root module calls (the model the script calls). None given: the
+            root calls at a small budget (4 calls of each, 32 MiB); ``none``: no module call.
         repeats: time the reference and each target over this many more runs, without the audit
             or ``capture``'s tracing (the first run stays the evidence): their latency, and a
             speed-up from two or more. 0: the first run's wall time, a single observation.
@@ -232,7 +234,7 @@ def exec_script(
 
     from bakeoff.errors import SpecError
     from bakeoff.runner.script import exec_script as run_exec
-    from bakeoff.script.modules import check_pattern
+    from bakeoff.script.modules import DEFAULT, check_patterns
     from bakeoff.target.detect import unavailable_reason
     from bakeoff.target.spec import parse_target
 
@@ -260,10 +262,10 @@ def exec_script(
         if not module or not function:
             raise SpecError(f"--capture {name}", hint="give module:function, e.g. infer:postprocess")
     patterns = [capture_modules] if isinstance(capture_modules, str) else list(capture_modules)
-    for pattern in patterns:
-        problem = check_pattern(pattern)
-        if problem is not None:
-            raise SpecError(f"--capture-modules {pattern!r}", hint=problem)
+    patterns = patterns or list(DEFAULT)
+    problem = check_patterns(patterns)
+    if problem is not None:
+        raise SpecError(f"--capture-modules {problem[0]!r}", hint=problem[1])
     parsed = _targets(on)
     as_written = reference is None and unavailable_reason(parse_target(sources[0])) is None
     ref = parse_target(reference or ("cpu" if not as_written else sources[0]))

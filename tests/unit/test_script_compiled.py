@@ -10,7 +10,7 @@ from torch import nn
 
 from bakeoff.script.capture import Captures
 from bakeoff.script.compiled import SCRIPT_COMPILE, RootCompiler, ScriptCompiles
-from bakeoff.script.modules import ModuleCalls
+from bakeoff.script.modules import DEFAULT, ModuleCalls
 from bakeoff.target.dynamo import CompileWatch
 from bakeoff.target.spec import parse_target
 
@@ -196,3 +196,47 @@ def test_the_scripts_compile_keeps_its_options_only_where_they_cannot_clash_with
     assert tuned_mode["mode"] == "max-autotune"
     assert other["backend"] == "aot_eager" and "options" not in other and "mode" not in other
     assert other_mode["backend"] == "aot_eager" and "mode" not in other_mode
+
+
+@pytest.mark.filterwarnings("ignore:Using `torch.compile")
+def test_the_scripts_own_compiled_model_is_the_same_root_capture_in_the_reference_and_on_a_compiled_target() -> None:
+    """The default module captures record root calls: the script's ``torch.compile(net)`` wrapper
+    is one in the eager reference (hooks) and on a compiled target (bakeoff's root wrapper, which
+    must not compile it again), once per call on both sides."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    net = Net()
+    compiled = torch.compile(net, backend="eager")
+    x = torch.randn(3, 4)
+    reference, target = Captures(), Captures()
+    hooks = ModuleCalls(DEFAULT, reference)
+    hooks.install()
+    try:
+        for _ in range(2):
+            compiled(x)
+    finally:
+        hooks.uninstall()
+    compiler = RootCompiler(parse_target("cpu+aot_eager"), ModuleCalls(DEFAULT, target))
+    compiler.install()
+    try:
+        for _ in range(2):
+            compiled(x)
+    finally:
+        compiler.uninstall()
+    assert reference.names() == target.names() == ("module:Net",)
+    assert len(reference["module:Net"]) == len(target["module:Net"]) == 2
+    torch.testing.assert_close(target["module:Net"][1], reference["module:Net"][1])
+    assert compiler.recorder.ledger().rewrites == ()  # the script's compile ran; bakeoff compiled nothing
+
+
+def test_only_bakeoffs_own_frames_without_ops_are_left_out_of_the_compilations() -> None:
+    from types import SimpleNamespace
+
+    import bakeoff.script.remap as remap
+    from bakeoff.target.dynamo import _own_frame
+
+    ours = SimpleNamespace(co_filename=remap.__file__, graph_op_count=0, fail_type=None)
+    assert _own_frame(ours)
+    assert not _own_frame(SimpleNamespace(co_filename=remap.__file__, graph_op_count=3, fail_type=None))
+    assert not _own_frame(SimpleNamespace(co_filename=remap.__file__, graph_op_count=0, fail_type="Unsupported"))
+    assert not _own_frame(SimpleNamespace(co_filename=__file__, graph_op_count=0, fail_type=None))  # the user's

@@ -1,5 +1,6 @@
 """Module captures of a script: qualified names from the first call's subtree, the same for two
-copies of a model; glob patterns on names and class names; the per-module and byte caps."""
+copies of a model; glob patterns on names and class names; the root calls recorded by default;
+the per-module and byte caps."""
 
 from __future__ import annotations
 
@@ -8,7 +9,16 @@ import torch
 from torch import nn
 
 from bakeoff.script.capture import Captures
-from bakeoff.script.modules import ModuleCalls, ModuleNames, check_pattern, matches
+from bakeoff.script.modules import (
+    DEFAULT,
+    NONE,
+    ROOT_CALLS,
+    ModuleCalls,
+    ModuleNames,
+    budget,
+    check_patterns,
+    matches,
+)
 
 
 class Block(nn.Module):
@@ -92,6 +102,40 @@ def test_the_caps_stop_recording_at_the_same_call_and_count_the_rest() -> None:
     assert [len(captures[n]) for n in captures.names()] == [1, 1] and recorder.capped == 4
 
 
+def test_the_root_calls_are_recorded_by_default_and_a_raise_leaves_the_next_call_a_root() -> None:
+    """The default records the model the script calls (a root call), never the layers inside
+    it; a call whose forward raised (its hooks still run) does not make later calls look nested."""
+    torch.manual_seed(0)
+    net = Net()
+    loss = nn.MSELoss()
+    captures = Captures()
+    recorder = ModuleCalls(DEFAULT, captures)
+    assert (recorder.max_calls, recorder.max_bytes) == budget(DEFAULT) and ROOT_CALLS == 4
+    recorder.install()
+    try:
+        x = torch.randn(3, 4)
+        out = net(x)
+        loss(out, torch.zeros(3, 2))
+        with pytest.raises(RuntimeError):
+            net(torch.randn(3, 5))  # a shape the first layer refuses, caught by the script
+        net.head(torch.randn(1, 4))  # a submodule called on its own is a root call too
+        for _ in range(6):
+            net(x)
+    finally:
+        recorder.uninstall()
+    assert captures.names() == ("module:Net", "module:MSELoss", "module:Net.head"), captures.names()
+    torch.testing.assert_close(captures["module:Net"][0], out.detach())
+    assert len(captures["module:Net"]) == ROOT_CALLS and recorder.capped == 7 - ROOT_CALLS
+    assert recorder.unmatched == () and not recorder.errors
+
+
+def test_none_records_no_module_call_and_the_roots_join_other_patterns() -> None:
+    captures, recorder = _run([NONE], calls=2)
+    assert captures.names() == () and recorder.patterns == ()
+    captures, recorder = _run(["@roots", "Net.head"], calls=2)
+    assert captures.names() == ("module:Net.head", "module:Net") and budget(recorder.patterns)[0] == 8
+
+
 def test_outputs_a_capture_cannot_hold_are_kept_as_their_type_name() -> None:
     class Odd(nn.Module):
         def forward(self, x: torch.Tensor) -> tuple:
@@ -109,7 +153,8 @@ def test_outputs_a_capture_cannot_hold_are_kept_as_their_type_name() -> None:
     assert not recorder.errors
 
 
-@pytest.mark.parametrize("pattern", ["", "  ", " Linear"])
-def test_a_malformed_pattern_is_refused_with_its_reason(pattern: str) -> None:
-    assert check_pattern(pattern) is not None
-    assert check_pattern("*.mlp") is None and matches(["Lin*"], "Net.head", "Linear") == ["Lin*"]
+@pytest.mark.parametrize("patterns", [[""], ["  "], [" Linear"], ["*.mlp", "none"]])
+def test_a_malformed_pattern_is_refused_with_its_reason(patterns: list[str]) -> None:
+    assert check_patterns(patterns) is not None
+    assert check_patterns(["*.mlp", "@roots"]) is None and check_patterns(["none"]) is None
+    assert matches(["Lin*"], "Net.head", "Linear") == ["Lin*"]

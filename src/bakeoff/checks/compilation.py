@@ -30,7 +30,8 @@ class Compilation(Value):
     guard failures that caused them in ``recompile_reasons``; ``graph_breaks`` the breaks, with
     reason and user-code location in ``graph_break_reasons``; ``recompile_limit_hits`` the
     times dynamo gave up and ran a frame eagerly; ``compilations`` one entry per compilation
-    (seconds, backend seconds, cache hit/miss, the shape that triggered it); ``steady`` whether
+    (seconds, backend seconds, cache hit/miss, the shape that triggered it; bakeoff's own hook
+    frames that put no op in a graph are counted in ``signals["bakeoff_frames"]`` instead); ``steady`` whether
     a pass over every profile shape under ``fail_on_recompile`` succeeded after warm-up, and
     ``still_recompiling`` the shapes that did not; ``per_shape`` the first-call and steady-state
     latency of each shape.

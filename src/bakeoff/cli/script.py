@@ -63,7 +63,9 @@ def _read_captures(ctx: click.Context, param: click.Parameter, value: tuple[str,
               help="Compare this function's return values, call by call (repeatable).")  # fmt: skip
 @click.option("--capture-modules", "capture_modules", multiple=True, metavar="PATTERN",
               help="Compare the outputs of the module calls whose name or class matches this glob "
-              "(e.g. '*.mlp', Linear; repeatable; at most 8 calls per module).")  # fmt: skip
+              "(e.g. '*.mlp', Linear; repeatable; at most 8 calls per module); @roots: the root calls "
+              "(the model the script calls); none: no module call [default: @roots, at most 4 calls "
+              "of each, 32 MiB].")  # fmt: skip
 @click.option("--timeout", "timeout_s", type=Number(TIMEOUT), default=600.0,
               show_default=True, help="Seconds a run may take before it is stopped (a timeout).")  # fmt: skip
 @click.option("--seed", type=Number(SEED), default=0, show_default=True, help="Seed of random, numpy and torch.")

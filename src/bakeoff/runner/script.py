@@ -71,8 +71,8 @@ from bakeoff.runner.tempdirs import owned_tempdir
 from bakeoff.script.children import ENV as CHILDREN_ENV
 from bakeoff.script.children import child_notes, with_children
 from bakeoff.script.compiled import SCRIPT_COMPILE
-from bakeoff.script.modules import MAX_CALLS_PER_MODULE, MAX_MODULE_BYTES
 from bakeoff.script.modules import PREFIX as MODULE_PREFIX
+from bakeoff.script.modules import budget
 from bakeoff.script.outputs import Outputs, read_outputs, stamp, written
 from bakeoff.store.db import Store
 from bakeoff.target.detect import unavailable_reason
@@ -617,9 +617,10 @@ def _notes(run: ScriptRun, timed: bool = False) -> list[str]:
         notes.append("no module call matched --capture-modules " + ", ".join(unmatched))
     capped = run.result.get("module_calls_capped") or 0
     if capped:
+        calls, size = budget(run.result.get("capture_modules") or ())
         notes.append(
-            f"{capped} module call(s) past the cap not captured (at most {MAX_CALLS_PER_MODULE} calls per "
-            f"module, {MAX_MODULE_BYTES >> 20} MiB in all)"
+            f"{capped} module call(s) past the cap not captured (at most {calls} calls per "
+            f"module, {size >> 20} MiB in all; --capture-modules names what to capture)"
         )
     if run.wall_s is not None and not timed:  # timed: its latency is from the clean runs (script_timing)
         notes.append(f"wall time {run.wall_s:.3g} s is a single observation (one run; time it with --repeats)")

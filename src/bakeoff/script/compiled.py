@@ -46,7 +46,7 @@ import weakref
 from typing import Any
 
 from bakeoff.script.ledger import Recorder
-from bakeoff.script.modules import ModuleCalls
+from bakeoff.script.modules import HOOKS_WARNING, ModuleCalls
 from bakeoff.target.engines.base import dynamo_options
 from bakeoff.target.spec import Target
 
@@ -54,8 +54,6 @@ __all__ = ["SCRIPT_COMPILE", "RootCompiler", "ScriptCompiles"]
 
 #: The ledger's name for the script's own ``torch.compile`` calls.
 SCRIPT_COMPILE = "torch.compile (the script's)"
-
-_HOOKS_WARNING = r"Using `torch.compile\(module\)` when there are global hooks"
 
 
 class RootCompiler:
@@ -92,18 +90,19 @@ class RootCompiler:
             if compiling():  # dynamo traces the model: nothing of ours goes into its graph
                 return original(module, *args, **kwargs)
             depth = getattr(local, "depth", 0)
-            if depth or isinstance(module, (OptimizedModule, GraphModule)):  # a graph module runs as it is
+            if depth or isinstance(module, GraphModule):  # a graph module runs as it is
                 local.depth = depth + 1
                 try:
                     return original(module, *args, **kwargs)
                 finally:
                     local.depth = depth
-            return root(module, args, kwargs)
+            # the script's own compiled module is a root too, recorded as the eager run records it
+            return root(module, args, kwargs, not isinstance(module, OptimizedModule))
 
         __call__.__wrapped__ = original  # type: ignore[attr-defined]
         torch.nn.Module.__call__ = __call__  # type: ignore[method-assign]
         # the audit's global hooks fire for the wrapper too, as they should: not the script's warning
-        warnings.filterwarnings("ignore", message=_HOOKS_WARNING)
+        warnings.filterwarnings("ignore", message=HOOKS_WARNING)
         self._filter = warnings.filters[0]
 
     def uninstall(self) -> None:
@@ -117,27 +116,27 @@ class RootCompiler:
             if self._filter in warnings.filters:
                 warnings.filters.remove(self._filter)
 
-    def _root(self, module: Any, args: tuple, kwargs: dict) -> Any:
-
+    def _root(self, module: Any, args: tuple, kwargs: dict, compile: bool) -> Any:
         try:
-            compiled = self._compiled.get(module)
+            compiled = self._compiled.get(module) if compile else None
         except TypeError:  # not weakly referenceable: it runs as written
             compiled = None
         else:
-            if compiled is None and getattr(module, "_compiled_call_impl", None) is None:  # not the script's own
+            # the script's own compiles (model.compile(), torch.compile(model)) stay theirs
+            if compile and compiled is None and getattr(module, "_compiled_call_impl", None) is None:
                 # isolated: the model's and its loss's compiles share Module.__call__'s code, and
                 # would otherwise count each other's entries as recompilations
                 compiled = self._compiled[module] = self._compile(module, **self.options, **self._isolated)
         if compiled is not None:
             self.recorder.record(f"torch.compile({type(module).__name__})", self._reason)
-        name = self._modules.enter(module) if self._modules is not None else ""
+        name = self._modules.enter(module, root=True) if self._modules is not None else ""
         self._local.depth = 1
         try:
             output = compiled(*args, **kwargs) if compiled is not None else self._original(module, *args, **kwargs)
         finally:
             self._local.depth = 0
         if name and self._modules is not None:
-            self._modules.leave(module, output)
+            self._modules.record(name, output)
         return output
 
 

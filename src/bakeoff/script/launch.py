@@ -89,7 +89,7 @@ from bakeoff.script.children import remapped_children
 from bakeoff.script.devices import DeviceMap
 from bakeoff.script.inputs import InputFiles
 from bakeoff.script.ledger import Rewrite
-from bakeoff.script.modules import ModuleCalls, check_pattern
+from bakeoff.script.modules import NONE, ModuleCalls, check_patterns
 
 _STARTED = time.perf_counter()
 
@@ -406,7 +406,7 @@ def launch(
             with recording(losses=losses) as recorded, remapped_children(mapping, strict=strict, out=out):
                 captures = recorded
                 returns = _Returns(capture, script, recorded) if capture else None
-                modules = ModuleCalls(capture_modules, recorded) if capture_modules else None
+                modules = ModuleCalls(capture_modules, recorded) if set(capture_modules) - {NONE} else None
                 from bakeoff.script.compiled import RootCompiler, ScriptCompiles
 
                 if compile_target is not None:
@@ -567,10 +567,9 @@ def _parse(argv: Sequence[str]) -> tuple[argparse.Namespace, str, list[str], dic
         module, sep, qualname = spec.partition(":")
         if not sep or not _MODULE.match(module) or not _QUALNAME.match(qualname):
             raise _UsageError(f"malformed --capture {spec!r}: expected MODULE:FUNCTION, e.g. infer:postprocess")
-    for pattern in options.capture_modules:
-        problem = check_pattern(pattern)
-        if problem is not None:
-            raise _UsageError(f"malformed --capture-modules {pattern!r}: {problem}")
+    problem = check_patterns(options.capture_modules)
+    if problem is not None:
+        raise _UsageError(f"malformed --capture-modules {problem[0]!r}: {problem[1]}")
     if options.compile:
         try:
             _compile_target(options.compile)

@@ -119,6 +119,19 @@ def _user_line(node: Any) -> str:
     return f"{frames[-1][0]}:{frames[-1][1]}" if frames else ""
 
 
+def _own_frame(metric: Any) -> bool:
+    """Whether a compilation is of one of bakeoff's own frames that put nothing in a graph (the
+    remap's and the audit's hooks, which dynamo meets as frames after a graph break in the
+    script): not the user's compilation, so not listed (counted as ``bakeoff_frames``)."""
+    filename = getattr(metric, "co_filename", None) or ""
+    return (
+        bool(filename)
+        and os.path.abspath(filename).startswith(_OWN)
+        and not getattr(metric, "graph_op_count", None)
+        and not getattr(metric, "fail_type", None)
+    )
+
+
 class _Capture(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
@@ -196,7 +209,11 @@ class CompileWatch:
         from torch._dynamo.utils import counters
 
         compilations = []
+        own_frames = 0
         for metric in self._metrics()[self._metrics_start :]:
+            if _own_frame(metric):
+                own_frames += 1
+                continue
             hits = getattr(metric, "inductor_fx_local_cache_hit_count", None) or 0
             misses = getattr(metric, "inductor_fx_local_cache_miss_count", None) or 0
             compilations.append(
@@ -252,6 +269,7 @@ class CompileWatch:
             "signals": {
                 "backends": dict(self.backends),
                 "random_ops": dict(self.random_ops),
+                **({"bakeoff_frames": own_frames} if own_frames else {}),
                 **({"random_site": self.random_site} if self.random_site else {}),
             },
         }
