@@ -1,4 +1,4 @@
-"""The keyword API as the README shows it."""
+"""The keyword API as README.md and docs/python-api.md show it."""
 
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ __all__ = [
     "stored_prices",
 ]
 
-#: The decision rule, printed with every decision and written in the README.
+#: The decision rule, printed with every decision and written in docs/performance.md.
 RULE = (
     "A target qualifies when it ran, its outputs passed the correctness check (and stay finite where "
     "the workload's own dtype does), its work stayed on its "

@@ -4,7 +4,7 @@ Three kinds, named in every result so a reader knows what was trained:
     causal_lm   a Hugging Face causal language model: the causal-LM loss with ``labels`` equal
                 to the input ids (transformers shifts them), on fresh token ids every step
     workload    a ``py:`` workload's own: its module's ``training_batch(step)`` and/or
-                ``training_loss(output, args, kwargs)`` (see the README's ``py:`` contract)
+                ``training_loss(output, args, kwargs)`` (see the ``py:`` contract in docs/workloads.md)
     synthetic   the fallback: the mean square of the floating outputs on the workload's own
                 input every step. It exercises forward, backward and the optimiser, but it is
                 not what the model learns: named as such wherever it is shown.

@@ -1,6 +1,6 @@
 """``py:<module or file.py>:<function>`` - the user's own model factory.
 
-The contract (documented in the README): bakeoff seeds ``torch.manual_seed(seed)``, then calls
+The contract (documented in docs/workloads.md): bakeoff seeds ``torch.manual_seed(seed)``, then calls
 ``function(**options)`` with the spec's options other than ``seed`` as strings. The function
 returns ``(model, inputs)`` where ``inputs`` is a tensor, a tuple of positional arguments, a
 dict of keyword arguments, or a ``(args_tuple, kwargs_dict)`` pair. To run over an input
