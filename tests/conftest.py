@@ -116,3 +116,35 @@ def cli_in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int,
         code = int(exc.code or 0)
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+#: Modules whose tests share module-scoped work (a compiled model, a sweep, a Ray cluster): run
+#: on one worker under pytest-xdist (``--dist loadgroup``), so that work is done once.
+_SHARED_WORK = {
+    "test_amp.py",
+    "test_correctness_faults.py",
+    "test_emu_device.py",
+    "test_layers.py",
+    "test_localization.py",
+    "test_localize_records.py",
+    "test_report_browser.py",
+    "test_signals.py",
+    "test_sweep.py",
+    "test_sweep_ray.py",
+    "test_training_parity.py",
+    "test_script_launch.py",
+    "test_workloads.py",
+}
+_UNIT = Path(__file__).parent / "unit"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test outside ``tests/unit`` ``slow`` (the fast tier is ``-m "not slow"``), and
+    keep the tests of a module that shares module-scoped work on one xdist worker."""
+    slow = pytest.mark.slow
+    for item in items:
+        path = Path(str(item.fspath))
+        if _UNIT not in path.parents:
+            item.add_marker(slow)
+        if path.name in _SHARED_WORK:
+            item.add_marker(pytest.mark.xdist_group(path.stem))
