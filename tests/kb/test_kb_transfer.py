@@ -254,7 +254,7 @@ def test_run_whose_baseline_is_nowhere_is_refused_and_nothing_imported(tmp_path:
 
 
 def test_csv_rows_carry_scenarios_and_requirement_verdicts() -> None:
-    from bakeoff.store.transfer import _csv_row
+    from bakeoff.store.transfer.exporting import _csv_row
 
     run = recorded_run(0)
     item = {

@@ -19,6 +19,7 @@ from bakeoff.errors import SpecError
 from bakeoff.results.values import RunResult
 from bakeoff.store import Store, transfer
 from bakeoff.store import schema as tables
+from bakeoff.store.transfer import reading
 
 FROM_EXPORT = "(pass a file written by `bakeoff export --format jsonl`)"
 NATIVE = "c0ffee0000aa"  # a run the receiving database made itself
@@ -129,7 +130,7 @@ def test_fifo_is_refused_in_one_line_without_waiting(tmp_path, capsys):
 
 def test_file_over_the_total_cap_is_refused_before_it_is_read(tmp_path, capsys, monkeypatch):
     path = _write(tmp_path / "big.jsonl", _records(tmp_path))
-    monkeypatch.setattr(transfer, "MAX_FILE_BYTES", 4096)
+    monkeypatch.setattr(reading, "MAX_FILE_BYTES", 4096)
     size = path.stat().st_size
     _refused(
         capsys,
@@ -143,7 +144,7 @@ def test_file_over_the_total_cap_is_refused_before_it_is_read(tmp_path, capsys, 
 def test_line_over_the_cap_is_refused(tmp_path, capsys, monkeypatch):
     records = _records(tmp_path)
     path = _write(tmp_path / "long-line.jsonl", records)
-    monkeypatch.setattr(transfer, "MAX_LINE_BYTES", 4096)
+    monkeypatch.setattr(reading, "MAX_LINE_BYTES", 4096)
     line = _run_line(records, recorded_run(0).run_id)
     _refused(capsys, path, _team(tmp_path), f"{path}, line {line}: longer than 4096 bytes {FROM_EXPORT}")
 

@@ -26,7 +26,8 @@ from bakeoff.runner.session import TargetSession, run_steps
 from bakeoff.scenarios.registry import registered_scenarios
 from bakeoff.specsyntax import Option, typed_options
 from bakeoff.target.spec import Target
-from bakeoff.verdicts.regressions import Thresholds, _check_metric
+from bakeoff.verdicts.regressions import Thresholds
+from bakeoff.verdicts.regressions.rules import _check_metric
 
 PLUGINS = """
 from bakeoff.checks.base import Check
