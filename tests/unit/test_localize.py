@@ -85,7 +85,7 @@ def test_bad_tolerances_are_refused_in_one_line(text, message):
 
 
 def test_tolerances_match_a_module_by_name_or_class_the_first_pattern_winning():
-    from bakeoff.checks.localization import Tolerances
+    from bakeoff.checks.localize_judge import Tolerances
 
     rules = Tolerances("*Router:exact, model.layers.0.*:4, *:2.5")
     assert rules.rule("model.layers.3.mlp.gate", "MixtralRouter") == "exact"
