@@ -1,0 +1,37 @@
+"""What the keyword API's modules share: the path type of their ``db`` arguments, the default
+trial settings their keywords' defaults are read from, and two questions every entry point that
+runs targets asks before anything runs: which targets the specs name (each backend known), and
+whether opening the database would create it (a new knowledge base is created only once the
+input has proved good).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from bakeoff.settings import TrialSettings
+
+PathLike = str | os.PathLike[str]
+_DEFAULT = TrialSettings()
+
+
+def _targets(on: str | Iterable[str]) -> list:
+    from bakeoff.target.detect import check_backend_name, extra_devices
+    from bakeoff.target.spec import parse_targets
+
+    parsed = parse_targets([on] if isinstance(on, str) else list(on), extra_devices())
+    for target in parsed:
+        if target.backend is not None:
+            check_backend_name(target.backend)
+    return parsed
+
+
+def _would_create(db: PathLike | None) -> bool:
+    """Whether opening ``db`` would create a new SQLite file."""
+    from pathlib import Path
+
+    from bakeoff.store.connection import resolve_db_url
+
+    url = resolve_db_url(db)
+    return url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists()
