@@ -114,3 +114,30 @@ def test_plugin_checks_are_listed_with_their_options_and_a_bad_option_is_one_lin
         "(e.g. finite_outputs?limit=16)"
     )
     assert not db.exists()
+
+
+def test_a_plugin_check_reports_on_a_script_run_by_exec(tmp_path):
+    """exec asks every registered check for its value over a target's script run: the plugin's
+    check sees the run's captured values (here the model's output, compared by default)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    script = work / "overflows_off_cpu.py"
+    script.write_text((ROOT / "tests" / "fixtures" / "scripts" / "overflows_off_cpu.py").read_text())
+    env = {
+        **os.environ,
+        "BAKEOFF_EMU": "1",
+        "PYTHONPATH": os.pathsep.join([str(PLUGIN_SITE), str(ROOT / "src"), str(ROOT)]),
+    }
+    ran = subprocess.run(
+        [sys.executable, "-m", "bakeoff", "exec", "--on", "emu,cpu?threads=1", "--db", str(tmp_path / "kb.db"),
+         "--format", "json", script.name],
+        capture_output=True, text=True, timeout=600, env=env, cwd=work,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    by_target = {r["target"]: r for r in json.loads(ran.stdout)["results"]}
+    # the seeded fault: the model's float16 output overflows off the CPU; the CPU target is the control
+    assert by_target["emu"]["finite_outputs"] == {"verdict": "nonfinite", "nonfinite": ["module:Net[0]"], "limit": None}
+    assert by_target["cpu?threads=1"]["finite_outputs"] == {"verdict": "finite", "nonfinite": [], "limit": None}
+    assert by_target["emu"]["correctness"]["verdict"] == "fail"  # bakeoff's own checks, through the same registry
+    assert by_target["cpu?threads=1"]["correctness"]["verdict"] == "pass"
+    assert by_target["cpu"]["finite_outputs"] is None  # the reference is not judged

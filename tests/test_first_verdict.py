@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 import bakeoff
-from bakeoff.runner.isolation import Worker
+from bakeoff.launch.process import Worker
 
 pytestmark = pytest.mark.isolated
 

@@ -55,6 +55,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("verdicts",),
     # the knowledge base and the rendering of values: neither knows the other
     ("store", "report"),
+    # one way to run work elsewhere: jobs, launchers (inline, fresh process, warm pool, command
+    # line), their outcomes, the one death classifier, owned temporary directories
+    ("launch",),
     # isolation and orchestration of a trial
     ("runner",),
     # coverage sweeps: many trials over a population of workloads, each cell stored as it ends

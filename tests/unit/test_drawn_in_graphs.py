@@ -8,7 +8,8 @@ import dataclasses
 
 from bakeoff.checks.compilation import Compilation
 from bakeoff.checks.correctness import Correctness, TensorComparison
-from bakeoff.runner.script import ScriptRun, drawn_in_graphs
+from bakeoff.checks.script_outputs import drawn_in_graphs
+from bakeoff.runner.script import ScriptRun
 from bakeoff.script.compiled import SCRIPT_COMPILE
 
 

@@ -204,7 +204,7 @@ def test_the_alarm_stops_the_work_inside_it_and_gives_back_the_signal():
 def test_a_stage_stopped_by_the_alarm_leaves_no_worker_behind():
     import time
 
-    from bakeoff.runner.isolation import Worker
+    from bakeoff.launch.process import Worker
 
     kept = Worker()  # the control: a worker started before the stage is not the stage's to end
     started: list[Worker] = []

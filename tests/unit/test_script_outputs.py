@@ -15,7 +15,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from bakeoff.runner.script import ScriptRun, compare_captures
+from bakeoff.checks.script_outputs import compare_captures
+from bakeoff.runner.script import ScriptRun
 from bakeoff.script.outputs import PICKLE, Outputs, read_output, read_outputs, stamp, written
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.runner import tempdirs
-from bakeoff.runner.tempdirs import owned_tempdir, remove_stale_tempdirs
+from bakeoff.launch import tempdirs
+from bakeoff.launch.tempdirs import owned_tempdir, remove_stale_tempdirs
 
 
 def _dead_pid() -> int:

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from bakeoff.codec import decode, encode
 from bakeoff.specsyntax import Option
 
-__all__ = ["Check", "CheckContext", "CheckSpec", "Metric", "Option"]
+__all__ = ["Check", "CheckContext", "CheckSpec", "Metric", "Option", "ScriptContext"]
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,32 @@ class CheckContext:
     options: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class ScriptContext:
+    """What a check sees of one target's run of a whole script (``bakeoff exec``), once the run
+    and the reference's are over.
+
+    ``run``, ``reference`` and ``honest`` (the reference again under rounding noise, None when it
+    did not finish) are the script runs (:class:`bakeoff.runner.script.ScriptRun`): ``status``,
+    ``error``, ``captures`` (name -> the values of each call: tensors, numbers, strings),
+    ``outputs`` (the files it wrote, read), ``audit`` (what the run's own process measured, by
+    check name: ``placement``, ``compilation``) and ``result`` (the launcher's record). A run that
+    failed is given too: what it captured before it stopped may already be wrong.
+    ``reference_name`` says what the reference is ("the script on cpu"). ``results`` holds the
+    values of the checks that ran before this one; ``notes`` takes what a check adds to the
+    target's notes; ``options`` are the check's own, defaulted.
+    """
+
+    target: Any
+    run: Any
+    reference: Any
+    honest: Any
+    reference_name: str
+    results: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    options: dict[str, Any] = field(default_factory=dict)
+
+
 class Check:
     """The base of every check; subclasses set the class attributes and override what they use.
 
@@ -140,6 +166,12 @@ class Check:
     def run(self, context: CheckContext) -> Any:
         """The check's value for the target; raising makes the target's result an error."""
         raise NotImplementedError
+
+    def run_script(self, context: ScriptContext) -> Any | None:
+        """The check's value for a target's run of a whole script (``bakeoff exec``), from what
+        the run recorded; None: the check has nothing to say of a script (the default). Raising
+        makes the target's result an error, as :meth:`run` does."""
+        return None
 
     def on_error(self, why: str) -> Any | None:
         """The value to record when the target failed before this check could run (None: none);

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from bakeoff.checks.base import Check, CheckContext, Metric
+from bakeoff.checks.base import Check, CheckContext, Metric, ScriptContext
 from bakeoff.codec import Value
 from bakeoff.units import duration
 
@@ -74,6 +74,11 @@ class CompilationCheck(Check):
         import torch
 
         torch._dynamo.reset()
+
+    def run_script(self, context: ScriptContext) -> Compilation | None:
+        """What ``torch.compile`` did in a script's run: recorded in the run's own process by its
+        audit (None: not audited, or nothing compiled)."""
+        return (context.run.audit or {}).get("compilation")
 
     def run(self, context: CheckContext) -> Compilation | None:
         summary = context.compile_snapshot

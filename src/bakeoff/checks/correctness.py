@@ -28,7 +28,7 @@ from bakeoff.analysis.tolerance import (
     roundoff_for,
     tolerance_for,
 )
-from bakeoff.checks.base import Check, CheckContext, Metric
+from bakeoff.checks.base import Check, CheckContext, Metric, ScriptContext
 from bakeoff.checks.baseline import honest_reference
 from bakeoff.checks.outputs import max_abs_difference
 from bakeoff.codec import Value
@@ -482,6 +482,12 @@ class CorrectnessCheck(Check):
     value_type = Correctness
     answers = "correct"
     phase = "correctness"
+
+    def run_script(self, context: ScriptContext) -> Correctness | None:
+        """A script's captures and files against the reference run's (:mod:`bakeoff.checks.script_outputs`)."""
+        from bakeoff.checks.script_outputs import script_correctness
+
+        return script_correctness(context)
 
     def run(self, context: CheckContext) -> Correctness:
         return judge(context)

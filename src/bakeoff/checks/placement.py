@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-from bakeoff.checks.base import Check, CheckContext, Metric
+from bakeoff.checks.base import Check, CheckContext, Metric, ScriptContext
 from bakeoff.checks.dispatch_audit import (
     HOST_SYNC_OPS,
     PlacementRecorder,
@@ -360,6 +360,11 @@ class PlacementCheck(Check):
         "host_op_calls": ("count", "op calls on the host per forward pass, the backend's fallbacks included"),
         "host_state_copies": ("count", "host-to-device copies of host state per forward pass"),
     }
+
+    def run_script(self, context: ScriptContext) -> Placement | None:
+        """Where a script's work ran: judged in the run's own process by its audit (None: the run
+        was not audited, ``--no-audit``, or the audit left nothing)."""
+        return (context.run.audit or {}).get("placement")
 
     def run(self, context: CheckContext) -> Placement:
 

@@ -17,7 +17,7 @@ def main(plan_file: str) -> None:
 
     parent = os.environ.pop(PARENT_ENV, "")
     if parent.isdigit():
-        from bakeoff.runner.isolation import die_with_parent
+        from bakeoff.launch.process import die_with_parent
 
         die_with_parent(int(parent))
 

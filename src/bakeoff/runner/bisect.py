@@ -14,15 +14,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from bakeoff.errors import WorkloadError
-from bakeoff.runner.tempdirs import owned_tempdir
+from bakeoff.launch.command import run_command
+from bakeoff.launch.tempdirs import owned_tempdir
 from bakeoff.stats import percentile
 from bakeoff.verdicts.bisect import (
     Bisection,
@@ -49,32 +48,13 @@ def _last_line(text: str) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
-def _run(command: list[str], env: Mapping[str, str], timeout_s: float) -> subprocess.CompletedProcess[str]:
-    """``command`` in its own session, killed with everything it started when it outlives
-    ``timeout_s`` or this process is interrupted."""
-    process = subprocess.Popen(
-        command, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
-    try:
-        out, err = process.communicate(timeout=timeout_s)
-    except BaseException:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        process.communicate()
-        raise
-    return subprocess.CompletedProcess(command, process.returncode, out, err)
-
-
 def _install(name: str, version: str, where: Path) -> str | None:
     """Install ``name==version`` alone into ``where``; None, or why it could not."""
     command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(where)]
-    try:
-        done = _run([*command, f"{name}=={version}"], os.environ, PIP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
+    done = run_command([*command, f"{name}=={version}"], os.environ, PIP_TIMEOUT_S)
+    if done.timed_out:
         return f"pip did not install {name}=={version} within {PIP_TIMEOUT_S:.0f} s"
-    if done.returncode != 0:
+    if done.code != 0:
         return f"pip could not install {name}=={version}: {_last_line(done.stderr or done.stdout)}"
     return None
 
@@ -84,13 +64,13 @@ def _trial(plan: dict[str, Any], db: Path, scratch: Path, env: Mapping[str, str]
     plan_file = scratch / f"plan-{len(list(scratch.glob('plan-*')))}.json"
     plan_file.write_text(json.dumps({"keywords": plan, "db": str(db)}))
     command = [sys.executable, "-m", "bakeoff.cli.bisect_trial", str(plan_file)]
-    try:  # the trial dies with this process: a kill -9 of the bisection leaves nothing running
-        done = _run(command, {**env, PARENT_ENV: str(os.getpid())}, TRIAL_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
+    # the trial dies with this process: a kill -9 of the bisection leaves nothing running
+    done = run_command(command, {**env, PARENT_ENV: str(os.getpid())}, TRIAL_TIMEOUT_S)
+    if done.timed_out:
         return None, f"the trial did not finish within {TRIAL_TIMEOUT_S:.0f} s"
     lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines or not lines[-1].startswith("run "):
-        return None, f"the trial failed (exit {done.returncode}): {_last_line(done.stderr or done.stdout)}"
+    if done.code != 0 or not lines or not lines[-1].startswith("run "):
+        return None, f"the trial failed (exit {done.code}): {_last_line(done.stderr or done.stdout)}"
     return lines[-1].split()[1], ""
 
 

@@ -1,7 +1,7 @@
 """Localisation in a worker of its own: during a trial (``--localize``), and after the fact
 (``bakeoff localize RUN_ID[:TARGET]``).
 
-Each target is localised in a fresh worker process (spawned, like a trial's targets): a crash,
+Each target is localised as a job in a fresh worker process (:class:`~bakeoff.launch.launchers.FreshProcess`): a crash,
 a hang past ``timeout_s`` or an out-of-memory kill there becomes a ``not_comparable`` value
 with the reason, and the command goes on with the next target. Localisation is a diagnostic:
 its failure is its own value, and the target keeps its measured verdict, latency and every
@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import datetime
 import math
-import multiprocessing
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bakeoff.errors import SpecError
+from bakeoff.launch.launchers import FreshProcess
 from bakeoff.results.values import RunResult, TargetResult
 
 __all__ = ["check_timeout", "localize_measured", "localize_stored", "needs_localizing", "split_off"]
@@ -59,62 +59,54 @@ def needs_localizing(result: TargetResult) -> bool:
     )
 
 
-def _work(job: Any, dtype: str, results: dict[str, Any], options: dict[str, Any], conn: Any, parent_pid: int) -> None:
-    """In the worker: the target's environment switches and thread count, as its session had them;
-    what the libraries print goes to stderr (stdout is the command's own, JSON say)."""
-    from bakeoff.checks.base import CheckContext
-    from bakeoff.checks.localization import LocalizationCheck
-    from bakeoff.runner.isolation import die_with_parent
-    from bakeoff.target.plugins import load_plugins
+@dataclass(frozen=True)
+class LocalizeJob:
+    """One target's localisation, as its session would run the check (a launcher's job): the
+    target's environment switches and thread count, what the libraries print on stderr (stdout
+    is the command's own, JSON say)."""
 
-    die_with_parent(parent_pid)
-    os.dup2(2, 1)
-    try:
+    job: Any
+    dtype: str
+    results: dict[str, Any]
+    options: dict[str, Any]
+    phase: str = NAME
+
+    def run(self) -> dict[str, Any] | None:
         import torch
 
+        from bakeoff.checks.base import CheckContext
+        from bakeoff.checks.localization import LocalizationCheck
+        from bakeoff.target.plugins import load_plugins
+
+        os.dup2(2, 1)
+        job = self.job
         load_plugins()
         os.environ.update(dict(job.env))
         if job.target.effective_threads is not None:
             torch.set_num_threads(job.target.effective_threads)
-        context = CheckContext(job, job.target, None, {}, lambda _tag: {}, dtype, dtype, job.fingerprint)
-        context.results.update(results)
-        context.options = options
+        context = CheckContext(job, job.target, None, {}, lambda _tag: {}, self.dtype, self.dtype, job.fingerprint)
+        context.results.update(self.results)
+        context.options = self.options
         value = LocalizationCheck().run(context)
-        conn.send(("ok", None if value is None else value.to_dict()))
-    except BaseException as exc:  # the parent records it
-        conn.send(("error", f"{type(exc).__name__}: {str(exc)[:300]}"))
+        return None if value is None else value.to_dict()
 
 
 def _in_worker(
     job: Any, dtype: str, results: dict[str, Any], timeout_s: float, options: dict[str, Any] | None = None
-) -> dict[str, Any] | str:
-    """The value's document, or why there is none."""
+) -> dict[str, Any] | str | None:
+    """The value's document (None: nothing to localise), or why there is none."""
     from bakeoff.checks.localization import LocalizationCheck
 
     options = {**{k: o.default for k, o in LocalizationCheck.options.items()}, **(options or {})}
-    ctx = multiprocessing.get_context("spawn")
-    parent, child = ctx.Pipe(duplex=False)
-    process = ctx.Process(target=_work, args=(job, dtype, results, options, child, os.getpid()), daemon=True)
-    try:
-        process.start()
-    except Exception as exc:  # a job that does not pickle, no process to spare: the localisation's failure
-        parent.close()
-        return f"the localisation worker did not start ({type(exc).__name__}: {str(exc)[:300]})"
-    finally:
-        child.close()
-    try:
-        if not parent.poll(timeout_s):
-            return f"the localisation did not finish within {timeout_s:g} s"
-        kind, payload = parent.recv()
-        return payload if kind == "ok" else f"the localisation raised {payload}"
-    except EOFError:
-        process.join(5)
-        return f"the localisation worker died (exit code {process.exitcode})"
-    finally:
-        parent.close()
-        if process.is_alive():
-            process.kill()
-        process.join(5)
+    outcome = FreshProcess(who="the localisation worker").run(LocalizeJob(job, dtype, results, options), timeout_s)
+    if outcome.ok:
+        return outcome.value
+    error = outcome.error
+    if error.category == "timeout":
+        return f"the localisation did not finish within {timeout_s:g} s"
+    if error.category == "exception":
+        return f"the localisation raised {error.type}: {error.message}"
+    return error.message
 
 
 def _localized(

@@ -52,8 +52,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -61,17 +59,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bakeoff.checks.correctness import Correctness, compare_outputs, pooled_spreads
+from bakeoff.checks.base import ScriptContext
+from bakeoff.checks.script_outputs import listed
 from bakeoff.env import capture_environment
 from bakeoff.errors import SpecError
+from bakeoff.launch.command import Ran, run_command
+from bakeoff.launch.tempdirs import owned_tempdir
 from bakeoff.results.librarylog import OutputLog
 from bakeoff.results.values import ErrorInfo, Latency, RunResult, TargetResult
+from bakeoff.runner.script_checks import script_checks
 from bakeoff.runner.script_timing import span_samples, speedups, timed
-from bakeoff.runner.tempdirs import owned_tempdir
 from bakeoff.script.children import ENV as CHILDREN_ENV
 from bakeoff.script.children import child_notes, with_children
-from bakeoff.script.compiled import SCRIPT_COMPILE
-from bakeoff.script.modules import PREFIX as MODULE_PREFIX
 from bakeoff.script.modules import budget
 from bakeoff.script.outputs import Outputs, read_outputs, stamp, written
 from bakeoff.store.db import Store
@@ -81,11 +80,7 @@ from bakeoff.units import clip
 
 __all__ = [
     "ScriptRun",
-    "before_failure",
-    "compare_captures",
     "copy_workdir",
-    "flatten_captures",
-    "flatten_files",
     "input_digests",
     "run_script",
     "script_workload",
@@ -193,31 +188,6 @@ def copy_workdir(source: Path, into: Path, skip: Sequence[Path] = ()) -> Path:
 STOP_GRACE_S = 5.0
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """End a script run that must stop (its timeout, Ctrl-C): SIGTERM to the worker, which ends
-    the script and then what the script started, a process detached with ``setsid`` included
-    (:mod:`bakeoff.runner.script_worker`); after :data:`STOP_GRACE_S`, or once it is done,
-    SIGKILL to the run's whole process group for anything left in it."""
-    try:
-        os.kill(process.pid, signal.SIGTERM)
-        process.wait(timeout=STOP_GRACE_S)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        pass
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait()
-
-
-def _death(code: int) -> tuple[str, str, str]:
-    """(type, category, message) of a launcher that died from a signal."""
-    name = signal.Signals(-code).name
-    if -code == signal.SIGKILL:
-        return name, "out_of_memory", f"killed by {name} (most likely the out-of-memory killer)"
-    return name, "crash", f"died from signal {name}"
-
-
 def _log_lines(out: Path, log: OutputLog) -> None:
     for source in ("stdout", "stderr"):
         path = out / f"{source}.txt"
@@ -238,8 +208,7 @@ def _failure(code: int | None, result: dict[str, Any], out: Path, timeout_s: flo
     if code is None:
         return ErrorInfo("Timeout", f"no end within {timeout_s:g} s", "timeout", "script", _tail(out))
     if code < 0:
-        kind, category, message = _death(code)
-        return ErrorInfo(kind, message, category, "script", _tail(out))
+        return Ran(code).death(phase="script", log=_tail(out))
     failed = result.get("error")
     if failed:
         return ErrorInfo(
@@ -283,7 +252,7 @@ def run_script(
     result by a few units of roundoff (:mod:`bakeoff.checks.rounding`, seeded by ``seed``).
 
     The run's temporary directory is named after this process, so that a later run removes it
-    when this process was killed before it could (:mod:`bakeoff.runner.tempdirs`)."""
+    when this process was killed before it could (:mod:`bakeoff.launch.tempdirs`)."""
     from bakeoff.runner.script_worker import PARENT_ENV, read_audit
     from bakeoff.script.capture import Captures
 
@@ -313,15 +282,11 @@ def run_script(
         for name in _KEPT_FROM_SCRIPTS:  # where bakeoff keeps its own files is none of the script's business
             env.pop(name, None)
         with open(out / "stdout.txt", "wb") as stdout, open(out / "stderr.txt", "wb") as stderr:
-            process = subprocess.Popen(command, cwd=work, stdout=stdout, stderr=stderr, env=env, start_new_session=True)
-            try:
-                code = process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                _stop(process)
-                code = None
-            except BaseException:  # Ctrl-C or SIGTERM: the script's process group goes too
-                _stop(process)
-                raise
+            # past its time, or on Ctrl-C: SIGTERM to the worker, which ends the script and then
+            # what the script started (a process detached with setsid included), then SIGKILL
+            # to the run's whole process group for anything left in it
+            ran = run_command(command, env, timeout_s, cwd=work, stdout=stdout, stderr=stderr, grace_s=STOP_GRACE_S)
+            code = ran.code
         log = OutputLog()
         _log_lines(out, log)
         result_path = out / "result.json"
@@ -346,204 +311,6 @@ def run_script(
 
 def _inside(path: Path, directory: Path) -> bool:
     return path.resolve().is_relative_to(directory.resolve())
-
-
-def _walker(tensors: dict[str, Any], others: dict[str, Any]) -> Callable[[str, Any], None]:
-    """A function that files a captured value's leaves under ``KEY.PATH``: tensors and numbers
-    (as tensors) in ``tensors``, strings and Nones in ``others``."""
-    import torch
-
-    def walk(key: str, value: Any) -> None:
-        if isinstance(value, torch.Tensor):
-            tensors[key] = value
-        elif isinstance(value, bool | int | float):
-            tensors[key] = torch.tensor(value, dtype=torch.float32 if isinstance(value, float) else torch.int64)
-        elif isinstance(value, dict):
-            for k, v in value.items():
-                walk(f"{key}.{k}", v)
-        elif isinstance(value, list | tuple):
-            for i, v in enumerate(value):
-                walk(f"{key}.{i}", v)
-        else:
-            others[key] = value
-
-    return walk
-
-
-def flatten_captures(captures: Mapping[str, list[Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(tensors, others)``: every captured tensor and number as a tensor keyed
-    ``NAME[CALL]PATH``, and the strings and Nones under the same keys (compared exactly)."""
-    tensors: dict[str, Any] = {}
-    others: dict[str, Any] = {}
-    walk = _walker(tensors, others)
-    for name, calls in captures.items():
-        for index, value in enumerate(calls):
-            walk(f"{name}[{index}]", value)
-    return tensors, others
-
-
-def flatten_files(files: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(tensors, others)`` of the files a run wrote (:class:`~bakeoff.script.outputs.Outputs`'s
-    values) like :func:`flatten_captures`'s: a file's value keyed ``file:PATH``, or for a dict or
-    list (a safetensors or npz file's tensors, a JSON document's members) ``file:PATH:NAME``."""
-    tensors: dict[str, Any] = {}
-    others: dict[str, Any] = {}
-    walk = _walker(tensors, others)
-    for path, value in files.items():
-        key = f"file:{path}"
-        members = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else None
-        if members is None:
-            walk(key, value)
-        for name, member in members or ():
-            walk(f"{key}:{name}", member)
-    return tensors, others
-
-
-def _flatten(captures: Mapping[str, list[Any]], files: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    tensors, others = flatten_captures(captures)
-    file_tensors, file_others = flatten_files(files)
-    return {**tensors, **file_tensors}, {**others, **file_others}
-
-
-def _listed(paths: Sequence[str], most: int = 5) -> str:
-    more = f" (and {len(paths) - most} more)" if len(paths) > most else ""
-    return ", ".join(paths[:most]) + more
-
-
-def compare_captures(
-    run: ScriptRun, reference: ScriptRun, reference_name: str, honest: ScriptRun | None = None
-) -> Correctness:
-    """The target's captures and files against the reference's, by the correctness check's rules
-    (each tensor in its own dtype's tolerance, or within the honest spread: how far ``honest``,
-    the reference run again under rounding noise, is from the reference; strings exactly).
-
-    A file the reference wrote is compared where both runs read it, per tensor; one the target
-    did not write is missing, and one it wrote but could not read (where the reference's was
-    read) is wrong: both fail. A file only the target wrote, or one either run did not read for
-    a reason other than a reader's error (a pickle, a format or size not read), is a note
-    (:func:`_file_notes`), not compared."""
-    ref_files = reference.outputs or Outputs()
-    files = run.outputs or Outputs()
-    problems = [f"missing output file {path}" for path in sorted(ref_files.paths() - files.paths())]
-    problems += [
-        f"output file {path} {files.skipped[path]} (the reference's was read)"
-        for path in ref_files.values
-        if files.skipped.get(path, "").startswith("unreadable")
-    ]
-    both = [path for path in ref_files.values if path in files.values]
-    if not reference.captures and not both and not problems:
-        said = "captured nothing" + (" and wrote no file it reads" if reference.outputs is not None else "")
-        return Correctness("not_comparable", f"the reference run {said} to compare", reference_name)
-    tensors, others = _flatten(run.captures, {path: files.values[path] for path in both})
-    ref_tensors, ref_others = _flatten(reference.captures, {path: ref_files.values[path] for path in both})
-    dtypes = {key: str(value.dtype).removeprefix("torch.") for key, value in ref_tensors.items()}
-    spread = None
-    if honest is not None and honest.status == "ok":
-        honest_files = honest.outputs or Outputs()
-        spread, _ = _flatten(honest.captures, {p: honest_files.values[p] for p in both if p in honest_files.values})
-    pooled = pooled_spreads(ref_tensors, spread) if spread is not None else None
-    judged = compare_outputs(
-        tensors, ref_tensors, None, "float32", reference_name, dtypes=dtypes, honest=spread, pooled=pooled
-    )
-    differ = [key for key, value in ref_others.items() if others.get(key, object()) != value]
-    if differ:
-        problems.append("captured values differ: " + ", ".join(differ[:5]))
-    if problems:
-        reason = "; ".join(filter(None, [*problems, judged.reason]))
-        return Correctness("fail", reason, reference_name, judged.tolerance, judged.outputs)
-    return judged
-
-
-def before_failure(
-    run: ScriptRun, reference: ScriptRun, reference_name: str, honest: ScriptRun | None = None
-) -> tuple[Correctness | None, str]:
-    """What a run that failed captured before it stopped, against the reference's same calls:
-    ``(correctness, note)``. The correctness is kept only when those values already differ (a
-    wrong value before the failure is a finding of its own); values that agree are said in the
-    note, never as a ``pass`` beside a failed run. Files are left out: a failed run's are partial."""
-    counts = {name: len(calls) for name, calls in run.captures.items()}
-
-    def trimmed(other: ScriptRun | None) -> ScriptRun | None:
-        if other is None:
-            return None
-        kept = {name: calls[: counts[name]] for name, calls in other.captures.items() if name in counts}
-        return dataclasses.replace(other, captures=kept, outputs=None)
-
-    judged = compare_captures(
-        dataclasses.replace(run, outputs=None), trimmed(reference), reference_name, trimmed(honest)
-    )
-    stopped = ", ".join(
-        f"{name} {counts[name]} of {len(reference.captures.get(name, ()))} call(s)" for name in sorted(counts)
-    )
-    where = f"before it stopped it captured {stopped}"
-    if judged.verdict == "fail":
-        return judged, f"{where}; those already differ from the reference: {clip(judged.reason, 300)}"
-    if judged.verdict == "pass":
-        return None, f"{where}; those agree with the reference (the failure came after them)"
-    return None, f"{where}; they could not be compared: {clip(judged.reason, 200)}"
-
-
-def _moved(problem: str) -> bool:
-    """Whether a capture's failure is finite values that moved (what another draw does), not a
-    non-finite value, a shape, an integer or a missing output."""
-    return problem.startswith(("rms error vs the reference", "max abs error")) or (
-        problem.startswith("the ") and " together: rms error " in problem
-    )
-
-
-def drawn_in_graphs(correctness: Correctness | None, run: ScriptRun) -> Correctness | None:
-    """A ``fail`` of a run whose compiled graphs drew random numbers, as ``not_comparable``.
-
-    A compiled graph draws its random numbers with its backend's own generator (inductor's
-    Philox streams), not the eager reference's, so a dropout in training makes every value after
-    it differ from the reference's, whatever the seed: no honest engine could match it. The
-    failing captures are named, and what differs elsewhere (a missing file, a captured string)
-    still fails. What it cannot see: a real fault in those values (compare with the dropout off,
-    ``model.eval()`` or ``p=0``, to judge them)."""
-    if correctness is None or correctness.verdict != "fail":
-        return correctness
-    compilation = (run.audit or {}).get("compilation")
-    compiled = run.result.get("compile") or any(r.get("api") == SCRIPT_COMPILE for r in run.result.get("ledger", ()))
-    if compilation is None and compiled:  # compiled, but the audit was off: unseen
-        unseen = "not looked for: random draws in the compiled graphs (the audit was off, --no-audit)"
-        return dataclasses.replace(correctness, reason=f"{correctness.reason}; {unseen}")
-    signals = getattr(compilation, "signals", None) or {}
-    drawn = signals.get("random_ops") or {}
-    failing = [o for o in correctness.outputs if not o.passed]
-    failed = [o.name for o in failing]
-    said = {f"{o.name}: {o.problem}" for o in failing}
-    others = [part for part in correctness.reason.split("; ") if part and part not in said]
-    if (
-        not drawn
-        or not failed
-        or not all(_moved(o.problem) for o in failing)
-        or any(not part.startswith(("no float64 golden", "rounding alone")) for part in others)
-    ):
-        return correctness  # a non-finite value, a shape, a missing output or file: not a draw's doing
-    ops = ", ".join(f"{name} x{count}" for name, count in sorted(drawn.items()))
-    where = f" (first at {signals['random_site']})" if signals.get("random_site") else ""
-    reason = (
-        f"not comparable: the compiled graphs draw random numbers ({ops}){where} with the backend's own "
-        f"generator, so values after a draw cannot match the reference's; they differ in {_listed(failed)}. "
-        "Judge them with the draws off (model.eval(), dropout p=0)"
-    )
-    return dataclasses.replace(correctness, verdict="not_comparable", reason=reason)
-
-
-def _file_notes(run: ScriptRun, reference: ScriptRun) -> list[str]:
-    """What a target's comparison left out of its files: those only it wrote, and those the
-    reference wrote but did not read while the target did (its own unread files are in
-    :func:`_notes`)."""
-    if run.outputs is None or reference.outputs is None:
-        return []
-    notes = []
-    only = sorted(run.outputs.paths() - reference.outputs.paths())
-    if only:
-        notes.append(f"output file(s) only this run wrote, not compared: {_listed(only)}")
-    unread = sorted(p for p in run.outputs.values if p in reference.outputs.skipped)
-    if unread:
-        notes.append(f"output file(s) {_listed(unread)} not compared: the reference's were not read")
-    return notes
 
 
 def _misplaced(run: ScriptRun, label: str, device: str) -> ScriptRun:
@@ -576,17 +343,6 @@ def _compile_refusal(target: Target) -> str | None:
     if target.precision is not None:
         return "precision= is an engine option bakeoff exec does not apply: drop it"
     return None
-
-
-def _compiled_view(reference: ScriptRun, run: ScriptRun) -> tuple[ScriptRun, list[str]]:
-    """The reference as a compiled target's run can be compared with it: without the module
-    captures the target could not record (modules inside a compiled graph run no Python; see
-    :mod:`bakeoff.script.compiled`), and the names left out."""
-    dropped = [n for n in reference.captures if n.startswith(MODULE_PREFIX) and n not in run.captures]
-    if not dropped:
-        return reference, []
-    kept = {n: v for n, v in reference.captures.items() if n not in dropped}
-    return dataclasses.replace(reference, captures=kept), dropped
 
 
 def _now() -> str:
@@ -637,7 +393,7 @@ def _notes(run: ScriptRun, timed: bool = False) -> list[str]:
     unread: dict[str, list[str]] = {}
     for path, why in (run.outputs.skipped if run.outputs is not None else {}).items():
         unread.setdefault(why, []).append(path)
-    notes.extend(f"output file(s) {_listed(paths)} not compared: {why}" for why, paths in unread.items())
+    notes.extend(f"output file(s) {listed(paths)} not compared: {why}" for why, paths in unread.items())
     return notes + child_notes(run.result.get("children"))
 
 
@@ -645,15 +401,13 @@ def _result(
     target: Target,
     run: ScriptRun,
     is_reference: bool,
-    correctness: Correctness | None,
+    context: ScriptContext | None,
     notes: Sequence[str] = (),
     timed: bool = False,
 ) -> TargetResult:
-    checks: dict[str, Any] = {"correctness": correctness} if correctness is not None else {}
-    for name in ("placement", "compilation"):
-        value = (run.audit or {}).get(name)
-        if value is not None:
-            checks[name] = value
+    """A run's row: the reference's has no checks; a target's has every check's value over its
+    run (:func:`~bakeoff.runner.script_checks.script_checks`) and their notes."""
+    checks = script_checks(context) if context is not None else {}
     latency = Latency((run.wall_s * 1e3,)) if run.status == "ok" and run.wall_s is not None else None
     return TargetResult(
         target=target,
@@ -661,7 +415,7 @@ def _result(
         is_reference=is_reference,
         latency=latency,
         adjustments=tuple(_adjustments(run)),
-        notes=(*_notes(run, timed), *notes),
+        notes=(*_notes(run, timed), *notes, *(context.notes if context is not None else ())),
         error=run.error,
         log=run.log,
         checks=checks,
@@ -757,23 +511,8 @@ def exec_script(
             continue
         say(f"running {script.name} on {target.spec}")
         run = once(target, True, audit)
-        compared, uncompared = _compiled_view(ref_run, run) if target.is_compiled else (ref_run, [])
-        correctness = (
-            compare_captures(run, compared, reference_name, honest)
-            if run.status == "ok" and ref_run.status == "ok"
-            else None
-        )
-        if run.status == "ok" and ref_run.error is not None and ref_run.error.type == "ReferenceDevice":
-            correctness = Correctness("not_comparable", ref_run.error.message, reference_name)
-        notes = _file_notes(run, ref_run) if correctness is not None else []
-        if run.status != "ok" and ref_run.status == "ok" and run.captures:
-            correctness, said = before_failure(run, compared, reference_name, honest)
-            notes.append(said)
-        correctness = drawn_in_graphs(correctness, run)
-        if uncompared:
-            names = ", ".join(uncompared[:5])
-            notes.append(f"not compared: {len(uncompared)} module capture(s) inside compiled graphs ({names})")
-        results.append(_result(target, run, False, correctness, notes, timed=repeats > 0))
+        context = ScriptContext(target, run, ref_run, honest, reference_name)
+        results.append(_result(target, run, False, context, timed=repeats > 0))
         evidence.append(run)
     # the timing runs, in turns (the reference, then each target, N times): drift hits all alike
     timing: list[list[ScriptRun] | None] = [[] if repeats and r.status == "ok" else None for r in results]

@@ -363,9 +363,9 @@ def start_workers(
     settings = settings or TrialSettings()
     if not settings.isolate:
         return None
-    from bakeoff.runner.isolation import WorkerPool
+    from bakeoff.runner.isolation import SessionPool
 
-    pool = WorkerPool(preload_for(spec), reuse=False)
+    pool = SessionPool(preload_for(spec), reuse=False)
     try:
         wanted = 1 if targets is None else _first_wave(_preloaded_sessions(targets, settings), settings)
         pool.prestart(wanted)
@@ -471,7 +471,7 @@ def run_trial(
     ``store`` may be a callable that opens (and so creates) the knowledge base: it is called
     only once the workload has been built and run eagerly, so a workload refused as bad input
     leaves no new, empty database behind. ``pool`` (a
-    :class:`~bakeoff.runner.isolation.WorkerPool`) gives isolated targets warm workers kept
+    :class:`~bakeoff.runner.isolation.SessionPool`) gives isolated targets warm workers kept
     between trials, as a sweep does. ``save=False`` leaves storing the run to the caller (a
     sweep stores it with its cell, in one transaction); the baseline is stored either way.
 

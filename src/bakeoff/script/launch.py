@@ -36,20 +36,7 @@ the device: ``aot_eager``, ``inductor?dynamic=true``) compiles every root module
 backend, each a rewrite in the ledger (:mod:`bakeoff.script.compiled`).
 
 ``--capture MODULE:FUNCTION`` records each return value of a function under that name, call by
-call. MODULE is a module's ``__name__`` or the script's file stem (``infer:postprocess`` for
-``infer.py``); FUNCTION is a qualified name (``Model.forward``, ``main.<locals>.step``). It watches
-*code objects* with :func:`sys.settrace` (and :func:`threading.settrace` for threads started by the
-script), so a call is seen however the function was reached: an alias, a decorator, a callback
-registered at import time, another thread. A call that raises records nothing.
-
-What ``--capture`` cannot see: calls in processes the script starts; a function that
-``torch.compile`` traced into a graph (its Python code does not run); yielded values (a
-generator's or coroutine's ``return`` value is recorded when it ends). While it is on, every
-Python call passes through a small Python check and the interpreter runs in its tracing mode,
-which slows Python-bound code (measured: a tiny model's training loop took 1.3 to 1.6 times as
-long on Python 3.11): compare timings only between runs with the same ``--capture``. A script
-that sets its own trace function (a debugger, coverage) replaces it, and the launcher's replaces
-one already set.
+call (:mod:`bakeoff.script.returns`: how it finds the calls, what it cannot see, what it costs).
 
 ``wall_s`` is the script's run time, from its first statement to its end; ``startup_s`` is the
 launcher's time before it (importing PyTorch, enabling a device, seeding, installing the remap),
@@ -66,197 +53,38 @@ copy of the working directory. ``PYTHONHASHSEED`` cannot be set from inside the 
 from __future__ import annotations
 
 import argparse
-import dis
 import json
 import os
 import re
 import runpy
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any
 
-from bakeoff.codec import Value
 from bakeoff.errors import BakeoffError, RemapError
 from bakeoff.script.capture import Captures, recording
 from bakeoff.script.children import remapped_children
 from bakeoff.script.devices import DeviceMap
 from bakeoff.script.inputs import InputFiles
-from bakeoff.script.ledger import Rewrite
+from bakeoff.script.launch_result import CAPTURES, FORMAT, RESULT, LaunchResult, ScriptError, read_result
 from bakeoff.script.modules import NONE, ModuleCalls, check_patterns
+from bakeoff.script.returns import Returns
 
 _STARTED = time.perf_counter()
 
 __all__ = ["CAPTURES", "FORMAT", "RESULT", "LaunchResult", "ScriptError", "launch", "main", "read_result"]
 
-#: The version of ``result.json``; :func:`read_result` refuses a newer one.
-FORMAT = 1
-RESULT = "result.json"
-CAPTURES = "captures.safetensors"
 PROG = "python -m bakeoff.script.launch"
 _USAGE = f"{PROG} --out OUTDIR [--map cuda=DEVICE]... [--strict] [--capture MODULE:FUNCTION]... -- SCRIPT [ARGS...]"
 _QUALNAME = re.compile(r"^(?:[A-Za-z_]\w*|<locals>)(?:\.(?:[A-Za-z_]\w*|<locals>))*$")
 _MODULE = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
-_RETURNS = frozenset(dis.opmap[name] for name in ("RETURN_VALUE", "RETURN_CONST") if name in dis.opmap)
 #: The files of the launcher's own frames above the script's (runpy's is ``<frozen runpy>`` when frozen).
 _LAUNCHER_FILES = frozenset({os.path.abspath(__file__), runpy.run_path.__code__.co_filename})
-
-
-@dataclass(frozen=True)
-class ScriptError(Value):
-    """The exception that ended a run, as data.
-
-    ``phase`` says whose it was: ``script`` (the script raised), ``remap`` (the remap could not
-    be set up, refused a numerics-changing rewrite under ``--strict``, or had no counterpart for
-    something the script asked: a :class:`~bakeoff.errors.RemapError`), or ``launch`` (bakeoff
-    itself failed before or after the script, e.g. writing the captures).
-    """
-
-    type: str
-    message: str
-    traceback: str
-    phase: str
-
-
-@dataclass(frozen=True)
-class LaunchResult(Value):
-    """What one launch did: ``result.json``. ``ledger`` holds the remap's rewrites (empty without
-    ``--map``), ``numerics`` the APIs of those flagged as changing numerics, ``captures`` the number
-    of calls captured per name (``loss`` included), ``captures_missing`` the ``--capture`` names
-    never called, ``capture_errors`` the first reason a ``--capture`` value could not be kept;
-    ``compile`` the ``--compile`` backend and options (empty: eager);
-    ``capture_modules`` the ``--capture-modules`` patterns, ``modules_unmatched`` those no called
-    module matched, ``module_calls_capped`` the matching calls past the cap, not recorded;
-    ``capture_times`` the seconds from the script's start to each captured call, per name;
-    ``inputs_read`` the files under the working directory the script opened for reading
-    (:mod:`bakeoff.script.inputs`), ``inputs_truncated`` whether there were more; ``devices``
-    how many captured tensors were on each device type as they were captured (before their copy
-    to the host): where the run's work was really done, whatever its side is called."""
-
-    format: int
-    exit_code: int
-    error: ScriptError | None
-    wall_s: float
-    startup_s: float
-    ledger: tuple[Rewrite, ...] = ()
-    numerics: tuple[str, ...] = ()
-    captures: dict[str, int] = field(default_factory=dict)
-    captures_missing: tuple[str, ...] = ()
-    capture_errors: dict[str, str] = field(default_factory=dict)
-    strict: bool = False
-    mapping: dict[str, str] = field(default_factory=dict)
-    seed: int = 0
-    losses: bool = True
-    argv: tuple[str, ...] = ()
-    capture_modules: tuple[str, ...] = ()
-    modules_unmatched: tuple[str, ...] = ()
-    module_calls_capped: int = 0
-    compile: str = ""
-    capture_times: dict[str, tuple[float, ...]] = field(default_factory=dict)
-    inputs_read: tuple[str, ...] = ()
-    inputs_truncated: bool = False
-    devices: dict[str, int] = field(default_factory=dict)
-
-
-def read_result(out: str | Path) -> LaunchResult:
-    """The :class:`LaunchResult` a launch wrote to the directory ``out``.
-
-    Raises:
-        BakeoffError: there is none (the process ended without unwinding: killed, crashed,
-            ``os._exit``), or it is in a newer format than this bakeoff reads.
-    """
-    path = Path(out) / RESULT
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise BakeoffError(
-            f"the script's run left no {path}",
-            hint="it ended without unwinding: killed (timeout, out of memory), crashed, or os._exit",
-        ) from None
-    if data.get("format", 0) > FORMAT:
-        raise BakeoffError(
-            f"{path} is in format {data['format']}; this bakeoff reads up to {FORMAT}", "upgrade bakeoff"
-        )
-    return LaunchResult.from_dict(data)
-
-
-class _Returns:
-    """Records the return values of the ``MODULE:FUNCTION`` functions in ``captures``, by watching
-    the calls of their code objects (see the module's docstring)."""
-
-    def __init__(self, specs: Sequence[str], script: str, captures: Captures) -> None:
-        self._wanted: dict[str, list[tuple[str, str, str]]] = {}  # co_name -> [(module, qualname, spec)]
-        for spec in specs:
-            module, _, qualname = spec.partition(":")
-            self._wanted.setdefault(qualname.rpartition(".")[2], []).append((module, qualname, spec))
-        self._stem = Path(script).stem
-        self._script = os.path.abspath(script)
-        self._captures = captures
-        self._lock = threading.Lock()
-        self.counts: dict[str, int] = {spec: 0 for spec in specs}
-        self.errors: dict[str, str] = {}
-        self._previous: tuple[Any, Any] = (None, None)
-
-    def install(self) -> None:
-        self._previous = (sys.gettrace(), threading.gettrace())
-        call = self._tracer()
-        threading.settrace(call)
-        sys.settrace(call)
-
-    def uninstall(self) -> None:
-        sys.settrace(self._previous[0])
-        threading.settrace(self._previous[1])  # type: ignore[arg-type]
-
-    def _match(self, frame: FrameType) -> str | None:
-        code = frame.f_code
-        for module, qualname, spec in self._wanted[code.co_name]:
-            if code.co_qualname != qualname:
-                continue
-            if frame.f_globals.get("__name__") == module or (
-                module == self._stem and os.path.abspath(code.co_filename) == self._script
-            ):
-                return spec
-        return None
-
-    def _tracer(self) -> Any:
-        """The global trace function. Python calls it once per Python call (only ``call`` events
-        reach it), so it does the least it can for every other function: one set lookup."""
-        wanted, match, record = self._wanted, self._match, self._record
-
-        def call(frame: FrameType, event: str, arg: Any) -> Any:
-            if frame.f_code.co_name not in wanted:
-                return None
-            spec = match(frame)
-            if spec is None:
-                return None
-            frame.f_trace_lines = False
-
-            def local(frame: FrameType, event: str, arg: Any) -> Any:
-                # ``return`` also ends a frame that raises (arg None) or yields: only a return
-                # instruction is a return value.
-                if event == "return" and frame.f_code.co_code[frame.f_lasti] in _RETURNS:
-                    record(spec, arg)
-                return local
-
-            return local
-
-        return call
-
-    def _record(self, spec: str, value: Any) -> None:
-        try:
-            self._captures.add(spec, value)
-        except Exception as exc:  # never into the script: the run goes on, the result says so
-            with self._lock:
-                self.errors.setdefault(spec, f"{type(exc).__name__}: {exc}")
-            return
-        with self._lock:
-            self.counts[spec] += 1
 
 
 def _exit_code(exc: SystemExit) -> int:
@@ -374,7 +202,7 @@ def launch(
     exit_code = 0
     remapper: Any = None
     captures = Captures()
-    returns: _Returns | None = None
+    returns: Returns | None = None
     modules: ModuleCalls | None = None
     compiler: Any = None
     own_compiles: Any = None
@@ -405,7 +233,7 @@ def launch(
         try:
             with recording(losses=losses) as recorded, remapped_children(mapping, strict=strict, out=out):
                 captures = recorded
-                returns = _Returns(capture, script, recorded) if capture else None
+                returns = Returns(capture, script, recorded) if capture else None
                 modules = ModuleCalls(capture_modules, recorded) if set(capture_modules) - {NONE} else None
                 from bakeoff.script.compiled import RootCompiler, ScriptCompiles
 

@@ -5,7 +5,7 @@ comes back.
 A cell is one workload with all its targets. Its body (:func:`run_cell`) builds the workload,
 computes its baseline and runs the trial (:func:`~bakeoff.runner.trial.run_trial`) against a
 scratch SQLite store in a temporary directory, with the targets in warm workers of a
-:class:`~bakeoff.runner.isolation.WorkerPool` kept at module level (the process serves cell
+:class:`~bakeoff.runner.isolation.SessionPool` kept at module level (the process serves cell
 after cell, so the pool stays warm). It returns plain data: the run's document, the baseline's
 record, its environment and its tensor file's bytes, or the build error. The driver is the only
 writer to the knowledge base (:func:`store_baseline`, then the cell with its run).
@@ -24,9 +24,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bakeoff.runner.isolation import WorkerPool
+from bakeoff.launch.tempdirs import owned_tempdir
+from bakeoff.runner.isolation import SessionPool
 from bakeoff.runner.job import TargetJob
-from bakeoff.runner.tempdirs import owned_tempdir
 from bakeoff.settings import TrialSettings
 from bakeoff.store.db import Store
 
@@ -42,18 +42,18 @@ def cell_timeout(timeout_s: float, sessions: int) -> float:
     return CELL_TIMEOUT_FACTOR * timeout_s * (sessions + 1)
 
 
-class CellPool(WorkerPool):
+class CellPool(SessionPool):
     """A pool that says when a cell's first target session takes a worker (``announce``, called
     once, then cleared): the moment the cell's own work (build, baseline) is over, and the
     targets' workers, with their own step timeouts, take over."""
 
     announce: Callable[[], None] | None = None
 
-    def acquire(self, job: TargetJob) -> Any:
+    def acquire_for(self, job: TargetJob) -> Any:
         if self.announce is not None:
             announce, self.announce = self.announce, None
             announce()
-        return super().acquire(job)
+        return super().acquire_for(job)
 
 
 _POOLS: dict[tuple[str, ...], CellPool] = {}

@@ -1,6 +1,6 @@
 """The ``local`` executor of a sweep: each pending cell in a warm cell runner, stored here.
 
-The cell runner is a worker process (:class:`~bakeoff.runner.isolation.Worker`, named
+The cell runner is a worker process (:class:`~bakeoff.launch.process.Worker`, named
 ``bakeoff-cell-runner``) that has imported torch (and transformers, for a population of Hugging
 Face workloads) once and serves cell after cell with the same body a Ray task runs
 (:func:`~bakeoff.sweep.cell.run_cell`): it builds the workload, computes the baseline and runs
@@ -23,7 +23,7 @@ targets' workers enforce their own step timeouts, and the whole cell has the bac
 Everything the runner and its target workers keep in temporary files lies under the runner's
 own directory, which this process removes however the runner ends (Ctrl-C here kills it at
 once); if this process is killed itself, the next bakeoff process removes it
-(:mod:`bakeoff.runner.tempdirs`).
+(:mod:`bakeoff.launch.tempdirs`).
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from bakeoff.launch.job import Outcome
+from bakeoff.launch.process import Worker, leave
 from bakeoff.results.values import RunResult
-from bakeoff.runner.isolation import STARTUP_TIMEOUT_S, Worker, _death, _leave
 from bakeoff.settings import TrialSettings
 from bakeoff.store.db import Store
 from bakeoff.store.sweeps import SweepRecord
@@ -64,7 +65,7 @@ def _serve_cells(conn: Any, phase_file: str, capture_dir: str) -> None:
         command = conn.recv()
         if command == "close":
             conn.close()
-            _leave()  # its pools close on the way out (atexit)
+            leave()  # its pools close on the way out (atexit)
         cell = run_cell(*command, on_targets=lambda: conn.send(("targets", None)))
         next(cell)  # where it runs: this process
         conn.send(("done", next(cell)))
@@ -73,60 +74,49 @@ def _serve_cells(conn: Any, phase_file: str, capture_dir: str) -> None:
             frozen = True
 
 
-def _failure(runner: Worker, category: str, kind: str, message: str) -> dict[str, Any]:
-    text = runner.crash_log.read_text(encoding="utf-8", errors="replace") if runner.crash_log.exists() else ""
-    error = {"type": kind, "category": category, "message": message}
+def _error(runner: Worker, failed: Outcome, message: str = "") -> dict[str, Any]:
+    """The cell's error from the runner's (:meth:`~bakeoff.launch.process.Worker.request`):
+    ``message`` replaces its message, and the end of the runner's crash log is kept."""
+    error = failed.error
+    out = {"type": error.type, "category": error.category, "message": message or error.message}
+    text = runner.crash_tail(_STACK_CHARS)
     if text.strip():
-        error["stack"] = text[-_STACK_CHARS:]
-    return error
-
-
-def _died(runner: Worker, when: str) -> dict[str, Any]:
-    """The cell's error for a runner that ended without a result ``when`` (how, from its exit code)."""
-    kind, category, message = _death(runner.process.exitcode)
-    return _failure(runner, category, kind, f"the cell runner {message.removeprefix('worker ')} {when}")
+        out["stack"] = text
+    return out
 
 
 def _send(runner: Worker, command: tuple, timeout_s: float) -> dict | None:
     """Hand one cell to ``runner`` once it is ready: None, or the cell's error when the runner
     did not start (it must be ended then)."""
-    if not runner.wait_ready(max(timeout_s, STARTUP_TIMEOUT_S)):
-        if runner.process.is_alive():
-            return _failure(runner, "timeout", "Timeout", "the cell runner did not start in time")
-        return _died(runner, "at start-up")
-    try:
-        runner.conn.send(command)
-    except (BrokenPipeError, ConnectionResetError, OSError):
-        runner.process.join(10)
-        return _died(runner, "before the cell reached it")
-    return None
+    started = runner.started(timeout_s, who="the cell runner")
+    if not started.ok:
+        late = started.error.category == "timeout"
+        return _error(runner, started, "the cell runner did not start in time" if late else "")
+    sent = runner.send(command, "the cell runner", "the cell")
+    return None if sent.ok else _error(runner, sent)
 
 
 def _receive(runner: Worker, started: float, timeout_s: float, limit: float) -> tuple[dict | None, dict | None]:
     """Wait for the cell sent to ``runner`` at ``started``: ``(cell, None)``, or ``(None,
     error)`` when the runner died or ran past its time (the runner must be ended then)."""
-    conn = runner.conn
     step_end, backstop, targets = started + timeout_s, started + limit, False
-    try:
-        while True:
-            deadline = backstop if targets else min(step_end, backstop)
-            if not conn.poll(max(0.0, deadline - time.monotonic())):
-                runner.dump_stack()
-                runner.process.kill()
-                if targets:
-                    message = f"the cell ran past {limit:g} s (the cell timeout); its runner was stopped"
-                else:
-                    message = f"building the workload and its baseline took over {timeout_s:g} s; runner stopped"
-                return None, _failure(runner, "timeout", "Timeout", message)
-            kind, value = conn.recv()
-            if kind == "targets":
-                targets = True
-                continue
-            return value, None
-    except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
-        runner.process.join(10)
+    while True:
+        deadline = backstop if targets else min(step_end, backstop)
         stage = "running the targets" if targets else "building the workload or its baseline"
-        return None, _died(runner, f"while {stage}")
+        got = runner.receive(deadline - time.monotonic(), "the cell runner", "the cell", f"while {stage}")
+        if not got.ok and got.error.category == "timeout":
+            if targets:
+                message = f"the cell ran past {limit:g} s (the cell timeout); its runner was stopped"
+            else:
+                message = f"building the workload and its baseline took over {timeout_s:g} s; runner stopped"
+            return None, _error(runner, got, message)
+        if not got.ok:
+            return None, _error(runner, got)
+        kind, value = got.value
+        if kind == "targets":
+            targets = True
+            continue
+        return value, None
 
 
 def local_cells(

@@ -3,7 +3,7 @@
 A cell is one workload with all its targets and runs as one task on one node: a comparison is
 never split across machines. Inside the task the trial runs as it does locally
 (:func:`~bakeoff.runner.trial.run_trial`), against a scratch SQLite store in a temporary
-directory, with the targets in warm workers of a :class:`~bakeoff.runner.isolation.WorkerPool`
+directory, with the targets in warm workers of a :class:`~bakeoff.runner.isolation.SessionPool`
 kept at module level in the Ray worker process (Ray reuses its workers across tasks, so the
 pool stays warm). The task returns plain data: the run's document, the baseline's record, its
 environment and its tensor file's bytes, or the build error. The driver is the only writer to
@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bakeoff.errors import SpecError
+from bakeoff.launch.deaths import ray_task_error
 from bakeoff.results.values import RunResult
 from bakeoff.settings import TrialSettings
 from bakeoff.store.db import Store
@@ -208,32 +209,6 @@ class _Live:
     where: str = ""
 
 
-def _died(rx: Any) -> tuple[type, ...]:
-    """Ray's errors for a task whose worker, raylet or node went away (as this Ray has them)."""
-    names = ("WorkerCrashedError", "NodeDiedError", "LocalRayletDiedError")
-    return tuple(getattr(rx, name) for name in names if hasattr(rx, name))
-
-
-def _task_error(exc: BaseException, where: str) -> dict[str, Any]:
-    """A failure of the task itself as the cell's error, with the category a local run gives."""
-    from ray import exceptions as rx
-
-    first = (str(exc).strip().splitlines() or [""])[0][:300]
-    on = f" on {where}" if where else ""
-    if isinstance(exc, rx.OutOfMemoryError):
-        category, message = "out_of_memory", f"Ray killed the worker running this cell{on} for memory"
-    elif isinstance(exc, _died(rx)):
-        category, message = "crash", f"the Ray worker running this cell{on} died: {first}"
-    elif isinstance(exc, rx.RayTaskError):  # the task raised outside the trial (e.g. an import)
-        cause = getattr(exc, "cause", None) or exc
-        name = type(cause).__name__
-        text = (str(cause).strip().splitlines() or [""])[-1][:300]
-        return {"type": name, "category": "exception", "message": f"the cell's task{on} raised {name}: {text}"}
-    else:
-        category, message = "crash", f"the cell's task{on} failed: {first}"
-    return {"type": type(exc).__name__, "category": category, "message": message}
-
-
 @contextlib.contextmanager
 def _cluster(ray: Any, address: str | None, say: Callable[[str], None]) -> Iterator[None]:
     """Start a local cluster (loopback only) or connect to ``address``; shut down or disconnect
@@ -320,7 +295,8 @@ def ray_cells(
                     except StopIteration:
                         item, failure = None, {"type": "StopIteration", "category": "crash", "message": "no result"}
                     except Exception as exc:
-                        item, failure = None, _task_error(exc, cell.where)
+                        error = ray_task_error(exc, cell.where)
+                        item, failure = None, {"type": error.type, "category": error.category, "message": error.message}
                     if item is not None and cell.started is None:  # the task is running now
                         cell.started, cell.where = time.monotonic(), f"{item['node']} (pid {item['pid']})"
                         say(cell.spec)

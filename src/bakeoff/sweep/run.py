@@ -3,7 +3,7 @@ as it finishes.
 
 The local executor (:mod:`bakeoff.sweep.local_executor`) runs each workload as a trial in a
 warm *cell runner* process, where the workload is built and its baseline computed, with every
-target in a warm worker of the runner's :class:`~bakeoff.runner.isolation.WorkerPool`: a worker
+target in a warm worker of the runner's :class:`~bakeoff.runner.isolation.SessionPool`: a worker
 per target imports torch and transformers once and serves that target for the whole sweep, and
 one that crashed, hung (``timeout_s``) or was killed for memory is replaced, the failure becoming
 that cell's result with its category. A workload that does not build is a cell with the reason

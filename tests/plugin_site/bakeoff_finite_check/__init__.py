@@ -1,5 +1,6 @@
 """A third-party check and scenario, as a vendor or a team would ship them: are the target's
-outputs finite, and how long do back-to-back calls take?
+outputs finite (a trial's, and a script's captured values under ``bakeoff exec``), and how long
+do back-to-back calls take?
 
 Installed through the ``bakeoff.checks`` and ``bakeoff.scenarios`` entry points (see the
 dist-info beside this package);
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from bakeoff.checks.base import Check, CheckContext, Metric
+from bakeoff.checks.base import Check, CheckContext, Metric, ScriptContext
 from bakeoff.codec import Value
 from bakeoff.scenarios.base import MetricSpec, Option, Scenario, ScenarioContext, ScenarioResult
 
@@ -43,6 +44,21 @@ class FiniteOutputs(Check):
             for name, tensor in flat.items()
             if tensor.is_floating_point()
             and not bool(torch.isfinite(tensor).all() and (limit is None or tensor.abs().max() <= limit))
+        ]
+        return Finite("nonfinite" if bad else "finite", tuple(bad), limit)
+
+    def run_script(self, context: ScriptContext) -> Finite:
+        """A script's run (``bakeoff exec``): every floating-point value it captured."""
+        import torch
+
+        limit = context.options["limit"]
+        bad = [
+            f"{name}[{call}]"
+            for name, calls in context.run.captures.items()
+            for call, value in enumerate(calls)
+            if isinstance(value, torch.Tensor)
+            and value.is_floating_point()
+            and not bool(torch.isfinite(value).all() and (limit is None or value.abs().max() <= limit))
         ]
         return Finite("nonfinite" if bad else "finite", tuple(bad), limit)
 

@@ -1,0 +1,313 @@
+"""A spawned worker interpreter, and the one place its timeouts are enforced and its death read.
+
+Each worker is a *spawned* interpreter: compile backends and device plugins that change
+process-global state (dynamo settings, PrivateUse1 registration) cannot leak between jobs, and
+peak memory is measured per worker. It imports what it ``preload``\\ s, says ``ready``, then serves
+commands with its ``serve`` loop: by default :func:`serve_jobs` (a :class:`~bakeoff.launch.job.Job`
+in, its :class:`~bakeoff.launch.job.Outcome` out, until ``close``); a pipeline with steps (a
+target's session, a sweep's cells) passes its own loop. The parent talks to it through
+:meth:`Worker.request`: a reply, or the error of a worker that died (its exit code or signal,
+:mod:`bakeoff.launch.deaths`) or did not answer in time (its Python stack dumped first, by
+``faulthandler``, then killed).
+
+Workers never outlive the parent: on Linux the kernel kills them when it dies (the parent-death
+signal), elsewhere a watcher thread notices the parent is gone. They ignore Ctrl-C, which the
+terminal sends to the whole process group: the parent alone decides to stop them, quietly.
+Their files (crash log, phase, captured output) live in a temporary directory named after the
+parent (:mod:`bakeoff.launch.tempdirs`), removed when the worker is closed, or by a later
+bakeoff process when the parent was killed.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from bakeoff.launch.deaths import died, timed_out
+from bakeoff.launch.job import Outcome, run_inline
+from bakeoff.launch.tempdirs import owned_tempdir
+
+__all__ = ["STARTUP_TIMEOUT_S", "Worker", "die_with_parent", "leave", "serve_jobs"]
+
+_STACK_SIGNAL = getattr(signal, "SIGUSR1", None)  # asks a hung worker for its Python stack
+#: How long a worker may take to start and import what it preloads (torch, transformers) on a
+#: busy machine; a step's timeout counts from then.
+STARTUP_TIMEOUT_S = 300.0
+#: How much of the crash log (faulthandler's stacks) an error keeps.
+CRASH_LOG_CHARS = 4000
+
+#: ``serve(conn, phase_file, capture_dir)``: a worker's command loop.
+Serve = Callable[[Any, str, str], None]
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Make sure this process cannot outlive ``parent_pid`` (a ``kill -9`` of bakeoff included)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="bakeoff-parent-watch", daemon=True).start()
+
+
+def leave() -> None:
+    """End a worker that was asked to: what it registered to run on the way out runs (a compile
+    backend's own worker pool is shut down, temporary files go), but not the interpreter's
+    teardown of every module, which takes seconds once torch and transformers are imported."""
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(0)
+
+
+def serve_jobs(conn: Any, phase_file: str, capture_dir: str) -> None:
+    """The default command loop: each command is a job, answered with its outcome; ``close``
+    ends the worker."""
+    while True:
+        command = conn.recv()
+        if command == "close":
+            conn.close()
+            leave()
+        conn.send(run_inline(command))
+
+
+def _worker(
+    conn: Any,
+    crash_log: str,
+    parent_pid: int,
+    phase_file: str,
+    capture_dir: str,
+    preload: tuple[str, ...],
+    serve: Serve,
+) -> None:
+    """A worker's life: arm the parent-death signal, ignore Ctrl-C, let ``faulthandler`` write
+    to the crash log, import what it preloads, say ``ready``, then serve commands."""
+    import faulthandler
+    import importlib
+
+    die_with_parent(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):  # as its own children would have it (see _interrupts_held)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    with open(crash_log, "w", encoding="utf-8") as log:
+        faulthandler.enable(log)
+        if _STACK_SIGNAL is not None:
+            faulthandler.register(_STACK_SIGNAL, file=log, all_threads=True)
+        for name in preload:  # a warm worker pays its imports before its first job
+            try:
+                importlib.import_module(name)
+            except Exception:
+                pass  # a hint only: the job that needs it reports the missing or broken library
+        if preload:
+            import gc
+
+            gc.freeze()  # the imported modules are for life: later collections need not walk them
+        conn.send("ready")  # start-up is over: from now on each request has its own timeout
+        try:
+            serve(conn, phase_file, capture_dir)
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            os._exit(1)  # the parent is gone (killed: its death signal may not have landed yet): quietly
+
+
+@contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Spawn a worker with Ctrl-C ignored from its first instruction, without losing one meant
+    for this process. An ignored signal stays ignored across ``exec`` (and Python then installs
+    no KeyboardInterrupt handler), so a Ctrl-C while the worker imports its first modules,
+    before it ignores SIGINT itself, prints no traceback from it. Meanwhile this thread blocks
+    SIGINT: one that arrives stays pending (a blocked signal is never discarded as ignored) and
+    reaches this process's own handler once the spawn is done."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+class Worker:
+    """A spawned worker process and the files it leaves for the parent (crash log, phase, output).
+
+    ``preload`` names modules it imports before its first command, while the parent does other
+    work. ``serve`` is its command loop (a top-level function: it is pickled by name);
+    ``name`` is the process's ``multiprocessing`` name, which tells the worker (and a workload's
+    code) what it serves. A worker that starts workers of its own must not be a ``daemon``
+    (multiprocessing refuses); its owner then ends it explicitly, as every owner does anyway.
+    """
+
+    def __init__(
+        self,
+        preload: tuple[str, ...] = (),
+        serve: Serve = serve_jobs,
+        name: str = "bakeoff-worker",
+        daemon: bool = True,
+    ) -> None:
+        self._tmp = owned_tempdir("worker")  # a later process removes it if this one is killed
+        self.crash_log = self._tmp / "crash.log"
+        self.phase_file = self._tmp / "phase"
+        self.capture_dir = self._tmp / "capture"
+        self.key: Any = None
+        self.sessions = 0
+        self.broken = False
+        self.ready = False
+        self.retired = False
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe(duplex=True)
+        self.process = ctx.Process(
+            target=_worker,
+            args=(child, str(self.crash_log), os.getpid(), str(self.phase_file), str(self.capture_dir), preload, serve),
+            name=name,
+            daemon=daemon,
+        )
+        with _interrupts_held():
+            self.process.start()
+        child.close()
+
+    @property
+    def alive(self) -> bool:
+        return not self.broken and self.process.is_alive()
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        """Wait until the worker has started and imported what it preloads (its ``ready``);
+        False if it died or did not get there within ``timeout_s``."""
+        if self.ready:
+            return True
+        try:
+            if self.conn.poll(timeout_s):
+                self.ready = self.conn.recv() == "ready"
+        except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
+            self.ready = False
+        return self.ready
+
+    def started(self, timeout_s: float, who: str = "worker") -> Outcome:
+        """Wait for the worker's start (``timeout_s``, at least :data:`STARTUP_TIMEOUT_S`): an
+        empty outcome, or the error of a worker that died or hung while it started (it is then
+        ended)."""
+        waited = max(timeout_s, STARTUP_TIMEOUT_S)
+        if self.wait_ready(waited):
+            return Outcome()
+        if self.process.is_alive():
+            return self._hung(f"{who} did not start within {waited:g} s", "start-up")
+        return self._dead(who, "at start-up", "start-up")
+
+    def send(self, command: Any, who: str = "worker", what: str = "") -> Outcome:
+        """Send ``command`` without waiting: an empty outcome, or the error of a worker that died
+        before it could take it."""
+        try:
+            self.conn.send(command)
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            return self._dead(who, f"before '{what}' reached it" if what else "", what)
+        return Outcome()
+
+    def request(self, command: Any, timeout_s: float, who: str = "worker", what: str = "") -> Outcome:
+        """Send ``command`` and wait up to ``timeout_s`` for the reply: its value, or the error
+        of a worker that died (its exit code or signal) or did not reply in time (its stack
+        dumped to the crash log, then killed). ``what`` names the command in the error."""
+        what = what or (command if isinstance(command, str) else type(command).__name__)
+        sent = self.send(command, who, what)
+        return sent if not sent.ok else self.receive(timeout_s, who, what)
+
+    def receive(self, timeout_s: float, who: str = "worker", what: str = "", when: str = "") -> Outcome:
+        """The worker's next message within ``timeout_s``, or the error of its death (``when``
+        says what it was doing; by default, ``what``) or silence."""
+        try:
+            # poll() returns early on a message *or* on the pipe closing because the worker died;
+            # only a poll that runs out of time is a timeout (a dying worker may still be alive).
+            if self.conn.poll(max(0.0, timeout_s)):
+                return Outcome(value=self.conn.recv())
+        except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
+            return self._dead(who, when or (f"during '{what}'" if what else ""), what)
+        return self._hung(f"no reply to '{what}' within {timeout_s:g} s", what)
+
+    def _dead(self, who: str, when: str, phase: str) -> Outcome:
+        self.broken = True
+        self.process.join(10)
+        if self.process.is_alive():  # closed its end of the pipe but will not exit
+            self.process.kill()
+            self.process.join(10)
+        return Outcome(error=died(self.process.exitcode, who, when, phase, self.crash_tail()))
+
+    def _hung(self, message: str, phase: str) -> Outcome:
+        self.broken = True
+        self.dump_stack()
+        self.process.kill()
+        self.process.join(10)
+        return Outcome(error=timed_out(message, phase, self.crash_tail()))
+
+    def crash_tail(self, chars: int = CRASH_LOG_CHARS) -> str:
+        """The end of what ``faulthandler`` wrote (a crash's or a dumped hang's stacks)."""
+        if not self.crash_log.exists():
+            return ""
+        return self.crash_log.read_text(encoding="utf-8", errors="replace")[-chars:]
+
+    def dump_stack(self) -> None:
+        """Ask a hung worker to write its Python stack to the crash log (faulthandler answers
+        even when the worker is stuck inside C code), and give it a moment to do so."""
+        if _STACK_SIGNAL is None or not self.process.is_alive() or self.process.pid is None:
+            return
+        before = self.crash_log.stat().st_size if self.crash_log.exists() else 0
+        try:
+            os.kill(self.process.pid, _STACK_SIGNAL)
+        except OSError:
+            return
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            if self.crash_log.exists() and self.crash_log.stat().st_size > before:
+                time.sleep(0.1)  # let it finish writing every thread
+                return
+            time.sleep(0.02)
+
+    def retire(self) -> None:
+        """Ask the worker to leave, without waiting for it: :meth:`close` waits later."""
+        if not self.broken and self.process.is_alive():
+            try:
+                self.conn.send("close")
+            except (BrokenPipeError, ConnectionResetError, OSError):
+                pass
+        self.broken = True
+        self.retired = True
+
+    def close(self, kill: bool = False) -> None:
+        """End the worker (asking it to leave, unless ``kill``) and remove its files."""
+        asked = self.retired
+        self.broken = True
+        if not kill and self.process.is_alive():
+            if not asked:
+                try:
+                    self.conn.send("close")
+                except (BrokenPipeError, ConnectionResetError, OSError):
+                    pass
+            self.process.join(30)
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(10)
+        self.conn.close()
+        shutil.rmtree(self._tmp, ignore_errors=True)

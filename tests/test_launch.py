@@ -1,0 +1,172 @@
+"""The execution spine: every way a job ends comes back as an outcome with the right category,
+whichever launcher ran it; a command's whole process group is stopped at its timeout.
+
+Each fault is seeded in a job of its own (a raise, an exit, a signal, SIGKILL, a hang, a job
+that does not pickle); the control is a job that finishes, run by the same launcher.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from bakeoff.launch.command import run_command
+from bakeoff.launch.job import Outcome
+from bakeoff.launch.launchers import FreshProcess, Inline, Pooled
+from bakeoff.launch.pool import WorkerPool
+
+pytestmark = pytest.mark.isolated
+
+
+@dataclass(frozen=True)
+class Seeded:
+    """A job that does ``what``: ``value`` (the control), ``raise``, ``exit``, ``segv``, ``kill``,
+    ``hang``."""
+
+    what: str
+    phase: str = "seeded"
+
+    def run(self) -> object:
+        if self.what == "value":
+            return {"pid": os.getpid(), "answer": 42}
+        if self.what == "raise":
+            raise ValueError("the seeded fault")
+        if self.what == "exit":
+            os._exit(3)
+        if self.what == "segv":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if self.what == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.what == "hang":
+            _stuck_here()
+        raise AssertionError(self.what)
+
+
+def _stuck_here() -> None:
+    time.sleep(600)
+
+
+@dataclass(frozen=True)
+class Unpicklable:
+    phase: str = "unpicklable"
+    held: object = None
+
+    def run(self) -> object:
+        return None
+
+
+def test_a_job_that_finishes_returns_its_value_in_a_fresh_process():
+    outcome = FreshProcess().run(Seeded("value"), timeout_s=60)
+    assert outcome.ok and outcome.value["answer"] == 42
+    assert outcome.value["pid"] != os.getpid()
+
+
+@pytest.mark.parametrize(
+    ("what", "category", "kind", "said"),
+    [
+        ("raise", "exception", "ValueError", "the seeded fault"),
+        ("exit", "crash", "WorkerExit", "worker exited with code 3 without a result during 'seeded'"),
+        ("segv", "crash", "SIGSEGV", "worker died from signal SIGSEGV during 'seeded'"),
+        ("kill", "out_of_memory", "SIGKILL", "worker killed by SIGKILL (most likely the out-of-memory killer)"),
+    ],
+)
+def test_each_way_a_job_dies_is_its_outcome_with_its_category(what, category, kind, said):
+    outcome = FreshProcess().run(Seeded(what), timeout_s=60)
+    assert not outcome.ok and outcome.value is None
+    error = outcome.error
+    assert (error.category, error.type, error.phase) == (category, kind, "seeded"), error
+    assert said in error.message
+    if what == "raise":
+        assert "the seeded fault" in error.traceback and "test_launch.py" in error.traceback
+    if what == "segv":  # faulthandler's stack names the job's own line
+        assert "test_launch.py" in error.traceback
+
+
+def test_a_hung_job_times_out_with_the_stack_it_was_stuck_in():
+    began = time.monotonic()
+    outcome = FreshProcess().run(Seeded("hang"), timeout_s=1.5)
+    assert time.monotonic() - began < 60
+    assert outcome.error.category == "timeout" and outcome.error.type == "Timeout"
+    assert outcome.error.message == "no reply to 'seeded' within 1.5 s"
+    assert "_stuck_here" in outcome.error.traceback  # dumped by faulthandler before the kill
+
+
+def test_a_job_that_does_not_pickle_is_its_own_failure():
+    outcome = FreshProcess().run(Unpicklable(held=lambda: None), timeout_s=60)
+    assert outcome.error.category == "exception" and outcome.error.phase == "unpicklable"
+
+
+def test_inline_returns_the_same_outcomes_and_lets_ctrl_c_through():
+    assert Inline().run(Seeded("value"), 1).value["pid"] == os.getpid()
+    raised = Inline().run(Seeded("raise"), 1)
+    assert (raised.error.category, raised.error.type) == ("exception", "ValueError")
+
+    @dataclass(frozen=True)
+    class Interrupted:
+        phase: str = "x"
+
+        def run(self) -> None:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        Inline().run(Interrupted(), 1)
+
+
+def test_a_pooled_worker_is_reused_until_a_job_kills_it():
+    with WorkerPool(preload=()) as pool:
+        launcher = Pooled(pool, key="k")
+        first, second = (launcher.run(Seeded("value"), 60) for _ in range(2))
+        assert first.value["pid"] == second.value["pid"]  # warm: the same process
+        assert launcher.run(Seeded("exit"), 60).error.category == "crash"
+        after = launcher.run(Seeded("value"), 60)
+        assert after.ok and after.value["pid"] != first.value["pid"]  # a dead worker is never reused
+
+
+def test_outcome_reason_names_an_exception_by_its_type():
+    assert Outcome(value=1).reason() == ""
+    assert FreshProcess().run(Seeded("raise"), 60).reason() == "ValueError: the seeded fault"
+
+
+_SPAWNS_A_CHILD = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+print(child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_command_past_its_time_is_stopped_with_everything_it_started(tmp_path: Path):
+    out = tmp_path / "out.txt"
+    with open(out, "w") as stdout:
+        ran = run_command([sys.executable, "-c", _SPAWNS_A_CHILD], os.environ, 3, stdout=stdout, grace_s=0.5)
+    assert ran.timed_out and ran.code is None
+    child = int(out.read_text().split()[0])
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(child), "the command's child outlived its timeout"
+
+
+def test_a_commands_death_by_signal_is_classified_and_a_clean_exit_is_not():
+    killed = run_command(
+        [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"], os.environ, 60
+    )
+    assert killed.code == -signal.SIGKILL
+    assert killed.death(phase="script").category == "out_of_memory"
+    clean = run_command([sys.executable, "-c", "print('fine')"], os.environ, 60)
+    assert clean.code == 0 and clean.stdout.strip() == "fine" and clean.death() is None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/status")
+    return not (status.exists() and "State:\tZ" in status.read_text())
