@@ -8,7 +8,8 @@ writer (an environment with the same fingerprint, a tag, an imported run) is wri
 
 Beside it: reaching the database (URL, engine, error guard) in :mod:`bakeoff.store.connection`,
 checking and migrating its schema when it is opened in :mod:`bakeoff.store.versioning`, the rows
-of notes and tags in :mod:`bakeoff.store.annotations`, and baseline tensor files in
+of a run in :mod:`bakeoff.store.runs`, of environments in :mod:`bakeoff.store.environments`, of
+notes and tags in :mod:`bakeoff.store.annotations`, and baseline tensor files in
 :mod:`bakeoff.store.artifacts`. Export and import (:mod:`bakeoff.store.transfer`) use only the
 Store's public methods.
 """
@@ -21,12 +22,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, func, insert, select, update
+from sqlalchemy import Engine, insert, select, update
 
-from bakeoff.env import VOLATILE, Environment
+from bakeoff.env import Environment
 from bakeoff.errors import StoreError
 from bakeoff.results.summary import RunSummary
-from bakeoff.results.values import BaselineInfo, RunResult, TargetResult
+from bakeoff.results.values import BaselineInfo, RunResult
 from bakeoff.store import schema, versioning
 from bakeoff.store.annotations import (
     Note,
@@ -52,12 +53,12 @@ from bakeoff.store.connection import (
     resolve_prefix,
     set_sqlite_pragmas,
 )
+from bakeoff.store.environments import environment_id
+from bakeoff.store.runs import insert_run, select_run, select_run_index, select_run_summaries
 from bakeoff.store.sweeps import SweepTables
 from bakeoff.version import __version__
 
 __all__ = ["DEFAULT_DB", "RunSummary", "Store"]
-
-_VOLATILE_KEY = "_environment_volatile"
 
 
 def _baseline_info(row: Any) -> BaselineInfo:
@@ -156,24 +157,10 @@ class Store(SweepTables):
     def display_url(self) -> str:
         return display_db_url(self.url)
 
-    # -- environments -------------------------------------------------------------------
+    # -- environments (their rows: bakeoff.store.environments) ---------------------------
     def _environment_id(self, conn: Any, env: Environment) -> int:
-        table = schema.environments
-        query = select(table.c.id).where(table.c.fingerprint == env.fingerprint)
-        found = conn.execute(query).scalar()
-        if found is not None:
-            return int(found)
-        # another writer may be inserting the same environment right now: let its row win
-        conn.execute(
-            insert_unless_exists(conn, table, ["fingerprint"]).values(
-                fingerprint=env.fingerprint, captured_at=env.data.get("captured_at", ""), data=env.to_dict()
-            )
-        )
-        return int(conn.execute(query).scalar_one())
-
-    def _environment(self, conn: Any, env_id: int) -> Environment:
-        data = conn.execute(select(schema.environments.c.data).where(schema.environments.c.id == env_id)).scalar_one()
-        return Environment.from_dict(data)
+        """The id of ``env``'s row in the caller's transaction ``conn`` (the sweep methods use it too)."""
+        return environment_id(conn, env)
 
     # -- baselines ----------------------------------------------------------------------
     def baseline_file(self, info: BaselineInfo) -> Path:
@@ -315,53 +302,7 @@ class Store(SweepTables):
 
     def _insert_run(self, conn: Any, run: RunResult, bakeoff_version: str, statement: Any) -> bool:
         """Insert ``run`` with ``statement`` (a plain insert, or one that skips a run already there)."""
-        env_id = self._environment_id(conn, run.environment)
-        inserted = conn.execute(
-            statement.values(
-                id=run.run_id,
-                created_at=run.created_at,
-                workload_spec=run.workload["spec"],
-                workload_fingerprint=run.fingerprint,
-                workload=run.workload,
-                environment_id=env_id,
-                baseline_id=run.baseline_id,
-                # the environment row is shared; what varies from run to run stays with the run
-                settings={
-                    **run.settings,
-                    _VOLATILE_KEY: {k: run.environment.data[k] for k in VOLATILE if k in run.environment.data},
-                },
-                bakeoff_version=bakeoff_version,
-            )
-        ).rowcount
-        if not inserted:
-            return False
-        sample_rows: list[dict[str, Any]] = []
-        for position, result in enumerate(run.results):
-            data = result.to_dict()
-            if data.get("latency"):
-                data["latency"] = {k: v for k, v in data["latency"].items() if k != "samples_ms"}
-            row = conn.execute(
-                insert(schema.target_results).values(
-                    run_id=run.run_id,
-                    position=position,
-                    target_spec=result.target.spec,
-                    status=result.status,
-                    verdict=result.verdict,
-                    p50_ms=result.latency.p50_ms if result.latency and result.latency.count else None,
-                    speedup=result.speedup,
-                    error_type=result.error.type if result.error else None,
-                    error_category=result.error.category if result.error else None,
-                    data=data,
-                )
-            )
-            if result.latency and result.latency.count:
-                result_id = row.inserted_primary_key[0]
-                sample_rows.extend(
-                    {"result_id": result_id, "seq": i, "ms": ms} for i, ms in enumerate(result.latency.samples_ms)
-                )
-        if sample_rows:  # one batch for the whole run
-            conn.execute(insert(schema.timing_samples), sample_rows)
-        return True
+        return insert_run(conn, run, bakeoff_version, statement)
 
     @guarded
     def resolve_run_id(self, prefix: str) -> str:
@@ -372,116 +313,19 @@ class Store(SweepTables):
     @guarded
     def get_run(self, run_id: str) -> RunResult:
         run_id = self.resolve_run_id(run_id)
-        runs, results, samples = schema.runs, schema.target_results, schema.timing_samples
         with self.engine.connect() as conn:
-            run = conn.execute(select(runs).where(runs.c.id == run_id)).mappings().one()
-            env = self._environment(conn, run["environment_id"])
-            rows = (
-                conn.execute(select(results).where(results.c.run_id == run_id).order_by(results.c.position))
-                .mappings()
-                .all()
-            )
-            # every sample of the run in one query (one round trip to a server, not one per target)
-            by_result: dict[int, list[float]] = {row["id"]: [] for row in rows}
-            if rows:
-                query = (
-                    select(samples.c.result_id, samples.c.ms)
-                    .where(samples.c.result_id.in_(list(by_result)))
-                    .order_by(samples.c.result_id, samples.c.seq)
-                )
-                for result_id, ms in conn.execute(query):
-                    by_result[result_id].append(ms)
-            items = []
-            for row in rows:
-                data = dict(row["data"])
-                if data.get("latency") is not None:
-                    data["latency"] = {**data["latency"], "samples_ms": by_result[row["id"]]}
-                try:
-                    items.append(TargetResult.from_dict(data))
-                except (TypeError, KeyError, ValueError, AttributeError) as exc:
-                    raise StoreError(
-                        f"run {run_id} was written by bakeoff {run['bakeoff_version']} in a result format "
-                        f"this bakeoff ({__version__}) cannot read ({type(exc).__name__}: {exc})",
-                        hint=f"read it with bakeoff {run['bakeoff_version']} or newer",
-                    ) from exc
-        settings = dict(run["settings"])
-        volatile = settings.pop(_VOLATILE_KEY, None)
-        if volatile:
-            env = Environment({**env.data, **volatile})
-        return RunResult(
-            run_id=run["id"],
-            created_at=run["created_at"],
-            workload=run["workload"],
-            environment=env,
-            results=tuple(items),
-            baseline_id=run["baseline_id"],
-            settings=settings,
-        )
+            return select_run(conn, run_id)
 
     @guarded
     def run_index(self, workload_spec: str | None = None, tag: str | None = None) -> list[dict[str, str]]:
         """``{id, created_at, workload_spec, bakeoff_version}`` of every run selected, oldest first."""
-        runs = schema.runs
-        query = select(runs.c.id, runs.c.created_at, runs.c.workload_spec, runs.c.bakeoff_version).order_by(
-            runs.c.created_at, runs.c.id
-        )
-        if workload_spec is not None:
-            query = query.where(runs.c.workload_spec == workload_spec)
-        if tag is not None:
-            query = query.where(runs.c.id.in_(select(schema.run_tags.c.run_id).where(schema.run_tags.c.tag == tag)))
         with self.engine.connect() as conn:
-            return [dict(row) for row in conn.execute(query).mappings()]
+            return select_run_index(conn, workload_spec, tag)
 
     @guarded
     def list_runs(self, limit: int = 20, workload_spec: str | None = None, tag: str | None = None) -> list[RunSummary]:
-        runs, results, envs = schema.runs, schema.target_results, schema.environments
-        query = (
-            select(
-                runs.c.id,
-                runs.c.created_at,
-                runs.c.workload_spec,
-                runs.c.workload_fingerprint,
-                envs.c.fingerprint.label("env_fp"),
-            )
-            .join(envs, envs.c.id == runs.c.environment_id)
-            .order_by(runs.c.created_at.desc(), runs.c.id.desc())
-            .limit(limit)
-        )
-        if workload_spec is not None:
-            query = query.where(runs.c.workload_spec == workload_spec)
-        if tag is not None:
-            query = query.where(runs.c.id.in_(select(schema.run_tags.c.run_id).where(schema.run_tags.c.tag == tag)))
         with self.engine.connect() as conn:
-            heads = conn.execute(query).mappings().all()
-            ids = [h["id"] for h in heads]
-            counts: dict[str, dict[str, int]] = {i: {} for i in ids}
-            if ids:
-                stat = (
-                    select(results.c.run_id, results.c.status, results.c.verdict, func.count())
-                    .where(results.c.run_id.in_(ids))
-                    .group_by(results.c.run_id, results.c.status, results.c.verdict)
-                )
-                for run_id, status, verdict, n in conn.execute(stat):
-                    bucket = counts[run_id]
-                    bucket[status] = bucket.get(status, 0) + n
-                    if verdict:
-                        bucket[f"v:{verdict}"] = bucket.get(f"v:{verdict}", 0) + n
-        return [
-            RunSummary(
-                run_id=h["id"],
-                created_at=h["created_at"],
-                workload_spec=h["workload_spec"],
-                fingerprint=h["workload_fingerprint"],
-                environment_fingerprint=h["env_fp"],
-                targets=sum(v for k, v in counts[h["id"]].items() if not k.startswith("v:")),
-                ok=counts[h["id"]].get("ok", 0),
-                passed=counts[h["id"]].get("v:pass", 0),
-                failed=counts[h["id"]].get("v:fail", 0),
-                errors=counts[h["id"]].get("error", 0),
-                skipped=counts[h["id"]].get("skipped", 0),
-            )
-            for h in heads
-        ]
+            return select_run_summaries(conn, limit, workload_spec, tag)
 
     # -- notes and tags (their rows: bakeoff.store.annotations) ---------------------------
     @guarded
