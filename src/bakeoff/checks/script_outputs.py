@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from bakeoff.checks.base import ScriptContext
-from bakeoff.checks.correctness import Correctness, compare_outputs, pooled_spreads
+from bakeoff.checks.comparison import Correctness, compare_outputs, pooled_spreads
 from bakeoff.script.compiled import SCRIPT_COMPILE
 from bakeoff.script.modules import PREFIX as MODULE_PREFIX
 from bakeoff.script.outputs import Outputs
