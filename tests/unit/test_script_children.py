@@ -17,16 +17,8 @@ from pathlib import Path
 import pytest
 
 from bakeoff.script import children
-from bakeoff.script.children import (
-    ENV,
-    LEDGERS,
-    ChildReport,
-    child_notes,
-    merge_ledgers,
-    read_children,
-    remapped_children,
-    with_children,
-)
+from bakeoff.script.child_reports import LEDGERS, ChildReport, child_notes, merge_ledgers, read_children, with_children
+from bakeoff.script.children import ENV, remapped_children
 from bakeoff.script.ledger import Rewrite
 
 SRC = Path(__file__).resolve().parents[2] / "src"

@@ -1,7 +1,8 @@
 """The ``bakeoff`` command group, on its own so that every command module can register on it.
 
-The command modules (:mod:`bakeoff.cli.main`, :mod:`bakeoff.cli.revisit`, :mod:`bakeoff.cli.kb`)
-import this group; the entry point :func:`bakeoff.cli.main.main` imports the command modules.
+The command modules (:mod:`bakeoff.cli.main`, :mod:`bakeoff.cli.listings`,
+:mod:`bakeoff.cli.revisit`, :mod:`bakeoff.cli.kb`, :mod:`bakeoff.cli.script`,
+:mod:`bakeoff.cli.sweep`) import this group; the entry point :func:`bakeoff.cli.main.main` imports the command modules.
 Nothing here imports them back.
 """
 

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from bakeoff.cli import kb as _kb
+from bakeoff.cli import listings as _listings  # noqa: F401  (registers targets, workloads, checks, history, show)
 from bakeoff.cli import revisit as _revisit  # noqa: F401  (registers regressions, compare, rerun, report)
 from bakeoff.cli import script as _script  # noqa: F401  (registers exec)
 from bakeoff.cli import sweep as _sweep  # noqa: F401  (registers sweep, coverage, sweeps)
@@ -22,47 +23,12 @@ from bakeoff.cli.common import console as _console
 from bakeoff.cli.common import db_option as _db_option
 from bakeoff.cli.common import emit_json as _emit_json
 from bakeoff.cli.common import format_option as _format_option
-from bakeoff.cli.common import price_option as _price_option
 from bakeoff.cli.common import progress as _progress
 from bakeoff.cli.common import verbose_option as _verbose_option
 from bakeoff.errors import BakeoffError
-from bakeoff.settings import COUNT, OPTIONS
+from bakeoff.settings import OPTIONS
 
 __all__ = ["cli", "main"]
-
-
-def _listing(name: str, fmt: str) -> None:
-    """Print ``api.<name>()``: as JSON, or through the terminal's ``<name>_view``."""
-    from bakeoff import api
-
-    info = getattr(api, name)()
-    if fmt == "json":
-        _emit_json(info)
-        return
-    from bakeoff.report import terminal
-
-    _console().print(getattr(terminal, f"{name}_view")(info))
-
-
-@cli.command(epilog="Example: bakeoff targets --format json")
-@_format_option
-def targets(fmt: str) -> None:
-    """List devices and torch.compile backends available here."""
-    _listing("targets", fmt)
-
-
-@cli.command(epilog="Example: bakeoff workloads")
-@_format_option
-def workloads(fmt: str) -> None:
-    """List workload kinds and the Hugging Face architectures arch: accepts."""
-    _listing("workloads", fmt)
-
-
-@cli.command(epilog="Example: bakeoff checks --format json")
-@_format_option
-def checks(fmt: str) -> None:
-    """List the checks (plugins' too): when they run, their options and requirement metrics."""
-    _listing("checks", fmt)
 
 
 @cli.command(epilog="Example: bakeoff baseline 'arch:llama?layers=4' --dtype bf16")
@@ -360,57 +326,6 @@ def demo(verbose: bool, db: str | None, fmt: str) -> None:
     with workload_output_to_stderr():
         run = api.demo(db=db, progress=_progress())
     _finish_run(run, fmt, db, strict=False, verbose=verbose)
-
-
-@cli.command(epilog="Example: bakeoff history --workload arch:llama --limit 5")
-@click.option("--limit", type=Number(COUNT), default=20, show_default=True, help="Runs to list.")
-@click.option("--workload", default=None, help="Only runs of this workload spec.")
-@click.option("--tag", default=None, help="Only runs with this tag (see `bakeoff tag`).")
-@_db_option
-@_format_option
-def history(limit: int, workload: str | None, tag: str | None, db: str | None, fmt: str) -> None:
-    """What was run, when, and in which environment (newest first)."""
-    from bakeoff import api
-
-    rows = api.history(db=db, limit=limit, workload=workload, tag=tag)
-    if fmt == "json":
-        _emit_json([r.to_dict() for r in rows])
-        return
-    if not rows:
-        _console().print(f"no runs of {workload} yet" if workload else "no runs yet; try `bakeoff demo`")
-        return
-    from bakeoff.report.terminal import history_table
-
-    _console().print(history_table(rows))
-
-
-@cli.command(
-    epilog="\b\nExamples:\n  bakeoff show 3f2a --format json\n"
-    "  bakeoff show 3f2a --price cpu=0.34/h --price neuron=1.34/h\n  bakeoff show 3f2a --log"
-)
-@click.argument("run_id")
-@click.option(
-    "--log", "show_log", is_flag=True, help="Print what the libraries said while each target ran (kept per run)."
-)
-@_price_option
-@_verbose_option
-@_db_option
-@_format_option
-def show(run_id: str, show_log: bool, prices: Sequence[str], verbose: bool, db: str | None, fmt: str) -> None:
-    """Show a stored run (RUN_ID may be a unique prefix), with its decision, tags and notes."""
-    from bakeoff import api
-    from bakeoff.cli.kb import annotations_json, print_annotations
-
-    run = api.show(run_id, db=db)
-    if show_log and fmt != "json":  # the JSON document holds each target's log as stored
-        from bakeoff.report.terminal import log_view
-
-        _console().print(log_view(run))
-        return
-    found = api.notes_and_tags(run.run_id, db=db)
-    _finish_run(run, fmt, db, strict=False, prices=prices, extra=annotations_json(found), verbose=verbose)
-    if fmt != "json":
-        print_annotations(_console(), found["notes"], found["tags"])
 
 
 for _command in _kb.COMMANDS:  # db, export, import, note, tag

@@ -69,8 +69,8 @@ from bakeoff.results.librarylog import OutputLog
 from bakeoff.results.values import ErrorInfo, Latency, RunResult, TargetResult
 from bakeoff.runner.script_checks import script_checks
 from bakeoff.runner.script_timing import span_samples, speedups, timed
+from bakeoff.script.child_reports import child_notes, with_children
 from bakeoff.script.children import ENV as CHILDREN_ENV
-from bakeoff.script.children import child_notes, with_children
 from bakeoff.script.modules import budget
 from bakeoff.script.outputs import Outputs, read_outputs, stamp, written
 from bakeoff.store.db import Store

@@ -60,7 +60,7 @@ subreaper on Linux (``PR_SET_CHILD_SUBREAPER``: what the script starts and leave
 process detached with ``setsid`` included, becomes its child when its own parent ends). When the
 run ends, it gives what the script started a moment to end by itself, kills what is still
 running, reaps it, and exits as the run did (its code, or the signal it died of). What it did
-(:data:`PROCESSES`) becomes the run's notes (:func:`bakeoff.script.children.child_notes`).
+(:data:`PROCESSES`) becomes the run's notes (:func:`bakeoff.script.child_reports.child_notes`).
 What it cannot clean up: what left the process group when the whole group is killed (the
 runner's kill on a timeout takes the supervisor too, so a process detached with ``setsid`` stays;
 a SIGTERM to the supervisor ends the run and cleans up first), and, off Linux (no subreaper), a
@@ -81,7 +81,7 @@ from typing import Any
 from bakeoff.runner.script_audit import AUDIT, MAX_AUDITED_OPS, ScriptAudit, read_audit
 from bakeoff.runner.script_stdin import STDIN_CAP, script_stdin
 from bakeoff.script import launch as launcher
-from bakeoff.script.children import PROCESSES
+from bakeoff.script.child_reports import PROCESSES
 
 __all__ = [
     "AUDIT",
