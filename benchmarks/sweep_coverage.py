@@ -56,7 +56,7 @@ seconds = []
 for spec in specs:
     started = time.perf_counter()
     try:
-        run_trial(store, spec, parsed, settings, save=False)
+        run_trial(store, spec, parsed, settings)
     except Exception:  # a workload that does not build costs what a failed cell costs
         pass
     seconds.append(time.perf_counter() - started)

@@ -177,7 +177,7 @@ def test_a_wrong_op_under_amp_fails_training(trained):
 
 def test_the_baseline_is_extended_with_autocast_references_and_keeps_them(tmp_path: Path) -> None:
     from bakeoff.env import capture_environment
-    from bakeoff.runner.trial import ensure_baseline
+    from bakeoff.runner.keeping import ensure_baseline
     from bakeoff.store.db import Store
     from bakeoff.workload.registry import build_workload
 

@@ -89,9 +89,9 @@ def watched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 @pytest.fixture
 def cores(monkeypatch: pytest.MonkeyPatch):
     """As if this machine had 5 cores: up to 4 workers may be started early beside the trial."""
-    import bakeoff.runner.trial
+    import bakeoff.runner.workers
 
-    monkeypatch.setattr(bakeoff.runner.trial, "_parallel_imports", lambda: 4)
+    monkeypatch.setattr(bakeoff.runner.workers, "_parallel_imports", lambda: 4)
 
 
 def _pids(result) -> set[int]:
@@ -148,7 +148,7 @@ def test_a_target_with_environment_switches_gets_no_early_worker(watched, cores,
 
 
 def test_no_more_workers_start_early_than_the_cores_allow_beside_the_trial(watched, db):
-    from bakeoff.runner.trial import _parallel_imports
+    from bakeoff.runner.workers import _parallel_imports
 
     spec, at_build = watched
     run = bakeoff.trial(f"{spec}:watched", on="cpu?threads=1,cpu?threads=2,cpu?threads=3", db=db, **FAST)

@@ -240,6 +240,38 @@ def test_no_circle_of_module_level_imports(bakeoff_imports: Collected) -> None:
     assert module_cycles(imports) == []
 
 
+#: The trial core: what runs a trial, from its entry point down. It reads and keeps baselines and
+#: requirements through an interface (``bakeoff.runner.keeping``) and returns its run unsaved, so
+#: nothing it imports, directly or through other modules, inside functions too, is the store.
+TRIAL_CORE = "bakeoff.runner.trial"
+
+
+def reachable(imports: Iterable[Import], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others (inside functions too)."""
+    graph: dict[str, set[str]] = {}
+    for edge in imports:
+        graph.setdefault(edge.source, set()).add(edge.target)
+    seen, todo = set(), [start]
+    while todo:
+        for target in graph.get(todo.pop(), ()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def test_the_trial_core_does_not_reach_the_store(bakeoff_imports: Collected) -> None:
+    _, imports = bakeoff_imports
+    reached = reachable(imports, TRIAL_CORE)
+    assert "bakeoff.runner.session" in reached and "bakeoff.checks.registry" in reached  # it sees the core
+    assert sorted(m for m in reached if unit_of(m) == "store") == []
+
+
+def test_reachable_follows_imports_inside_functions(imports_of: ImportsOf) -> None:
+    imports = imports_of({"a.py": "def f():\n    import pkg.b\n", "b.py": "from pkg.c import x\n", "c.py": ""})
+    assert reachable(imports, "pkg.a") == {"pkg.b", "pkg.c"}
+
+
 def test_every_exception_is_still_needed(bakeoff_imports: Collected) -> None:
     _, imports = bakeoff_imports
     used = {(edge.source, edge.target) for edge in imports}

@@ -370,7 +370,7 @@ def test_a_baseline_without_honest_runs_is_extended_once(
     # have it): the first is extended once and then reused; the second is reused as it is
     from tests.conftest import py_workload
 
-    import bakeoff.runner.trial as trial
+    import bakeoff.runner.keeping as trial  # where the trial keeps its baseline
     from bakeoff.env import capture_environment
     from bakeoff.store.db import Store
 

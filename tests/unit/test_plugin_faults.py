@@ -174,7 +174,7 @@ def test_a_failing_plugin_check_fails_alone() -> None:
 
 
 def test_a_kept_requirement_on_an_absent_plugins_metric_is_noted_not_fatal(tmp_path: Path) -> None:
-    from bakeoff.runner.trial import resolve_requirements
+    from bakeoff.runner.keeping import resolve_requirements
     from bakeoff.store import Store
 
     store = Store.open(str(tmp_path / "kb.db"))

@@ -53,7 +53,9 @@ def plan(
         return opened[0]
 
     def one_trial(targets: Any, stage: TrialSettings) -> RunResult:
-        return run_trial(store() if opened or not _would_create(db) else store, spec, targets, stage, progress)
+        run = run_trial(store() if opened or not _would_create(db) else store, spec, targets, stage, progress)
+        store().save_run(run)
+        return run
 
     named: list[str] = []
 

@@ -53,7 +53,7 @@ def trial(
         {settings}
         progress: called with a short message as each step starts.
         workers: the reference's worker, started earlier by
-            :func:`bakeoff.runner.trial.start_workers` (the CLI starts it before it imports the
+            :func:`bakeoff.runner.workers.start_workers` (the CLI starts it before it imports the
             rest); the trial takes it over and ends it. None: the trial starts its own.
 
     Every setting is described, defaulted and checked once, in :mod:`bakeoff.settings`.
@@ -61,7 +61,8 @@ def trial(
     Raises:
         SpecError, WorkloadError, StoreError: bad input; nothing is stored.
     """
-    from bakeoff.runner.trial import run_trial, start_workers
+    from bakeoff.runner.trial import run_trial
+    from bakeoff.runner.workers import start_workers
     from bakeoff.workload.base import parse_workload
 
     try:
@@ -92,12 +93,20 @@ def trial(
         parsed = _targets(on)
         # an existing knowledge base is opened now (a bad one fails before any model is built);
         # a new one only once the workload has built and run, so bad input creates no database
-        store = (lambda: Store.open(db)) if _would_create(db) else Store.open(db)
+        opened = [] if _would_create(db) else [Store.open(db)]
     except BaseException:
         if workers is not None:
             workers.close()
         raise
-    return run_trial(store, spec, parsed, settings, progress, workers=workers)
+
+    def store() -> Store:
+        if not opened:
+            opened.append(Store.open(db))
+        return opened[0]
+
+    run = run_trial(store() if opened else store, spec, parsed, settings, progress, workers=workers)
+    store().save_run(run)
+    return run
 
 
 if trial.__doc__:  # the settings' lines come from their one description (absent under python -OO)
@@ -111,7 +120,7 @@ def baseline(
     from bakeoff.checks.baseline import run_eagerly
     from bakeoff.env import capture_environment
     from bakeoff.errors import SpecError
-    from bakeoff.runner.trial import ensure_baseline
+    from bakeoff.runner.keeping import ensure_baseline
     from bakeoff.target.spec import DTYPE_ALIASES
     from bakeoff.workload.registry import build_workload
 

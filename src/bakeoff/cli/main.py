@@ -222,7 +222,7 @@ def trial(
         raise SpecError("--clear-requirements with --require", hint="give one or the other")
     with workload_output_to_stderr():
         # the reference's worker starts importing before this process imports the rest
-        from bakeoff.runner.trial import start_workers
+        from bakeoff.runner.workers import start_workers
         from bakeoff.workload.base import parse_workload
 
         workers = start_workers(parse_workload(workload)) if isolate else None

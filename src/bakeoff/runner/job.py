@@ -7,6 +7,7 @@ rest of a sweep goes on. It returns plain values, so a worker process can send i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +16,10 @@ from bakeoff.measure.timing import TimingSettings
 from bakeoff.target.spec import Target
 from bakeoff.workload.profile import InputProfile
 
-__all__ = ["TargetJob", "adjustments_for", "error_checks"]
+__all__ = ["REFERENCE", "TargetJob", "adjustments_for", "error_checks", "with_reference"]
+
+#: The target every trial measures, added when a user did not list it: the eager CPU.
+REFERENCE = Target("cpu")
 
 
 @dataclass(frozen=True)
@@ -74,3 +78,11 @@ def error_checks(why: str) -> dict[str, Any]:
     """The check values a failed target records (a correctness ``error``, say); ``why`` says
     what happened."""
     return {c.name: value for c in registered_checks() if (value := c.on_error(why)) is not None}
+
+
+def with_reference(targets: Sequence[Target]) -> tuple[list[Target], Target]:
+    """``targets`` with the reference first when they lack it, and the reference."""
+    listed = list(targets)
+    if REFERENCE not in listed:
+        listed.insert(0, REFERENCE)
+    return listed, REFERENCE

@@ -1,4 +1,4 @@
-"""A trial: one workload against several targets, measured against one baseline, stored.
+"""A trial: one workload against several targets, measured against one baseline.
 
 The eager CPU target is always measured as the *reference* in the same run (added if the
 user did not list it), so every speed figure is a ratio measured under the same conditions.
@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import datetime
 import itertools
-import os
 import shutil
 import tempfile
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bakeoff.analysis.buckets import optimal_buckets, padding_waste, power_of_two_buckets
 from bakeoff.analysis.compare import (
@@ -29,22 +28,17 @@ from bakeoff.analysis.compare import (
 )
 from bakeoff.analysis.requirements import Requirement
 from bakeoff.checks.baseline import (
-    compute_references,
-    honest_reference,
-    repeat_error,
     run_eagerly,
-    save_references,
-    shape_tag,
 )
-from bakeoff.env import Environment, capture_environment
+from bakeoff.env import capture_environment
 from bakeoff.errors import SpecError
-from bakeoff.hashing import file_sha256
-from bakeoff.metrics import parse_requirement
 from bakeoff.results.librarylog import LibraryLog, merge_logs
-from bakeoff.results.values import BaselineInfo, RunResult, TargetResult
+from bakeoff.results.values import RunResult, TargetResult
 from bakeoff.runner.capture import Capture
-from bakeoff.runner.job import TargetJob
+from bakeoff.runner.job import REFERENCE, TargetJob, with_reference
+from bakeoff.runner.keeping import Keeping, ensure_baseline, resolve_requirements
 from bakeoff.runner.localize import localize_measured, split_off
+from bakeoff.runner.workers import first_wave, preloaded_sessions, session_factory, start_workers
 from bakeoff.scenarios.base import ScenarioSpec
 from bakeoff.scenarios.registry import parse_scenario, scenario_named
 from bakeoff.scenarios.rounds import FirstRound, align, aligned_specs, scenario_rounds
@@ -52,16 +46,12 @@ from bakeoff.settings import TrialSettings
 from bakeoff.target.detect import unavailable_reason
 from bakeoff.target.spec import Target
 from bakeoff.verdicts.metrics import check_target
-from bakeoff.workload.base import BuiltWorkload, WorkloadSpec, parse_workload
+from bakeoff.workload.base import WorkloadSpec, parse_workload
 from bakeoff.workload.profile import InputProfile
 from bakeoff.workload.registry import build_workload
 
-if TYPE_CHECKING:  # the knowledge base's driver is imported by whoever opens one, not by starting a trial
-    from bakeoff.store.db import Store
+__all__ = ["REFERENCE", "TrialSettings", "run_trial"]
 
-__all__ = ["REFERENCE", "TrialSettings", "ensure_baseline", "preload_for", "run_trial", "start_workers"]
-
-REFERENCE = Target("cpu")
 Progress = Callable[[str], None]
 
 
@@ -107,114 +97,6 @@ def resolve_buckets(profile: InputProfile | None, buckets: str | None, max_bucke
 
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
-
-
-def _parse_ref(name: str) -> tuple[str, str, tuple[int, int] | None]:
-    """``eager:float32@1x16`` -> ("eager", "float32", (1, 16)); ``golden`` -> ("golden", "", None)."""
-    head, _, shape = name.partition("@")
-    kind, _, dtype = head.partition(":")
-    if not shape:
-        return kind, dtype, None
-    batch, _, seq = shape.partition("x")
-    return kind, dtype, (int(batch), int(seq))
-
-
-def ensure_baseline(
-    store: Store,
-    workload: BuiltWorkload,
-    env: Environment,
-    dtypes: Sequence[str] = (),
-    refresh: bool = False,
-    progress: Progress | None = None,
-    shapes: Sequence[tuple[int, int]] = (),
-    amp_dtypes: Sequence[str] = (),
-) -> tuple[BaselineInfo, list[str]]:
-    """Reuse the newest baseline for this workload, or compute and store a new one.
-
-    A new baseline is computed when asked (``refresh``), when none exists, when the stored one
-    is *stale* (its fingerprint differs from the workload's now: other weights, config or
-    inputs), or when it lacks an eager reference for one of ``dtypes``, an autocast reference
-    for one of ``amp_dtypes`` (the mixed precisions of the targets), or either of the profile
-    ``shapes``. Extending keeps every reference the stored baseline had.
-
-    Returns:
-        The baseline and notes explaining why it was (re)computed, if it was.
-    """
-    spec = workload.spec.spec
-    existing = store.latest_baseline(spec)
-    wanted = {f"eager:{d}" for d in dtypes}
-    wanted |= {f"eager:{d}{shape_tag(*shape)}" for d in {*dtypes, workload.dtype} for shape in shapes}
-    wanted |= {f"amp:{d}{tag}" for d in amp_dtypes for tag in ("", *(shape_tag(*shape) for shape in shapes))}
-    if existing is not None:  # each reference's honest twin, where the stored baseline could make one
-        stored = set(existing.references)
-        wanted |= {
-            honest_reference(head) + at + shape
-            for head, at, shape in (name.partition("@") for name in wanted | {f"eager:{workload.dtype}"})
-            if {"golden" + at + shape, head + at + shape} <= stored
-        }
-    reason = None
-    if refresh:
-        reason = "baseline recomputed on request"
-    elif existing is None:
-        reason = "baseline created"
-    elif existing.fingerprint != workload.fingerprint:
-        reason = f"stored baseline was stale (fingerprint {existing.fingerprint} != {workload.fingerprint}); recomputed"
-    elif (problem := store.baseline_problem(existing)) is not None:
-        reason = f"stored baseline {existing.id} {problem}; recomputed"
-    elif not wanted <= set(existing.references):
-        missing = wanted - set(existing.references)
-        parsed = [_parse_ref(r) for r in missing]
-        missing_dtypes = sorted({dtype for kind, dtype, shape in parsed if kind == "eager" and shape is None})
-        missing_amp = sorted({dtype for kind, dtype, shape in parsed if kind == "amp" and shape is None})
-        missing_shapes = {shape for _, _, shape in parsed if shape is not None}
-        honest = any(kind.startswith("honest") for kind, _, _ in parsed)
-        parts = (
-            (["eager references for " + ", ".join(missing_dtypes)] if missing_dtypes else [])
-            + (["autocast references for " + ", ".join(missing_amp)] if missing_amp else [])
-            + ([f"references for {len(missing_shapes)} profile shape(s)"] if missing_shapes else [])
-            + (["the honest-spread runs the correctness rule needs"] if honest else [])
-        )
-        reason = "baseline extended with " + (" and ".join(parts) or "missing files")
-    if existing is not None and reason is None:
-        return replace(existing, path=str(store.baseline_file(existing))), []
-    if progress:
-        progress(f"computing baseline for {spec}")
-    keep_dtypes, keep_shapes, keep_amp = set(dtypes), set(shapes), set(amp_dtypes)
-    if existing is not None and existing.fingerprint == workload.fingerprint:
-        for name in existing.references:
-            kind, dtype, shape = _parse_ref(name)
-            if kind == "eager":
-                keep_dtypes.add(dtype)
-            if kind == "amp":
-                keep_amp.add(dtype)
-            if shape is not None:
-                keep_shapes.add(shape)
-    refs, notes = compute_references(workload, sorted(keep_dtypes), sorted(keep_shapes), sorted(keep_amp))
-    baseline_id = uuid.uuid4().hex[:12]
-    path = store.artifacts_dir / f"baselines/{workload.fingerprint}/{baseline_id}.safetensors"
-    save_references(path, refs)
-    info = BaselineInfo(
-        id=baseline_id,
-        workload_spec=spec,
-        fingerprint=workload.fingerprint,
-        seed=workload.seed,
-        created_at=_now(),
-        environment_fingerprint=env.fingerprint,
-        references=tuple(refs),
-        deterministic=repeat_error(refs, workload.dtype) == 0.0,
-        repeat_max_abs_err=repeat_error(refs, workload.dtype),
-        path=str(path),
-        sha256=file_sha256(path),
-    )
-    store.save_baseline(info, env)
-    return info, [reason, *notes]
-
-
-def _with_reference(targets: Sequence[Target]) -> tuple[list[Target], Target]:
-    listed = list(targets)
-    if REFERENCE not in listed:
-        listed.insert(0, REFERENCE)
-    return listed, REFERENCE
 
 
 def _rounds(result: TargetResult) -> list[tuple[float, ...]]:
@@ -273,30 +155,6 @@ def _speedups(
     return updated
 
 
-def resolve_requirements(
-    store: Store, workload_spec: str, given: Sequence[str] | None
-) -> tuple[list[Requirement], list[str]]:
-    """The requirements to check: ``given`` (then kept for the workload), else the stored ones.
-
-    Raises:
-        SpecError: a malformed requirement (nothing is stored then).
-    """
-    if given is None:
-        kept, notes = [], []
-        for text in store.requirements(workload_spec):
-            try:
-                kept.append(parse_requirement(text))
-            except SpecError as exc:  # its metric's scenario or check is not installed here
-                notes.append(f"kept requirement {text} not checked: {exc} (a plugin's metric?)")
-        if kept:
-            notes.insert(0, "requirements kept for this workload checked: " + ", ".join(r.text for r in kept))
-        return kept, notes
-    parsed = [parse_requirement(text) for text in given]
-    store.save_requirements(workload_spec, [r.text for r in parsed], _now())
-    note = f"requirements kept for {workload_spec}: " + (", ".join(r.text for r in parsed) or "none")
-    return parsed, [note]
-
-
 def _scenarios_for(given: Sequence[ScenarioSpec], requirements: Sequence[Requirement]) -> list[ScenarioSpec]:
     """The scenarios asked for, plus any a requirement needs (with default options), each
     adjusted to the requirements (a server latency requirement is the server sweep's bound
@@ -306,83 +164,6 @@ def _scenarios_for(given: Sequence[ScenarioSpec], requirements: Sequence[Require
         if req.scenario and not scenario_named(req.scenario).always and req.scenario not in {s.name for s in chosen}:
             chosen.append(parse_scenario(req.scenario))
     return [scenario_named(spec.name).for_requirements(spec, requirements) for spec in chosen]
-
-
-def preload_for(spec: WorkloadSpec, model_module: bool = True) -> tuple[str, ...]:
-    """What a worker for ``spec`` will import to build it: torch, and for a Hugging Face
-    workload transformers with (``arch:``, and ``model_module``) the architecture's modeling
-    module. A name that does not import is only a hint missed: the session that needs it
-    reports the failure."""
-    if spec.kind not in ("arch", "hf"):
-        return ("torch",)
-    modules = ["torch", "transformers", "transformers.models.auto.modeling_auto"]
-    if spec.kind == "arch" and model_module:
-        module = spec.name.replace("-", "_")
-        modules.append(f"transformers.models.{module}.modeling_{module}")
-    return tuple(modules)
-
-
-def _parallel_imports() -> int:
-    """How many workers may import at once beside this process: one core is this process's."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores - 1)
-
-
-def _first_wave(sessions: int, settings: TrialSettings) -> int:
-    """How many of a trial's ``sessions`` (replicates counted) get a worker started early.
-
-    Timed in turns, every session starts before the first round, so all may; one after
-    another, only the reference's first (a worker started early for a later session would
-    import while others are timed). Never more than the cores allow beside this process: more
-    would only slow its own imports and stretch each worker's first step, which its timeout
-    bounds. The others start when their turn comes, as before."""
-    return min(sessions if settings.interleaved else 1, sessions, _parallel_imports())
-
-
-def _preloaded_sessions(targets: Sequence[Target], settings: TrialSettings) -> int:
-    """The sessions of a trial on ``targets`` that get a preloaded worker (before any target is
-    found unavailable): all but those of targets with environment switches, which must see the
-    switches when they import."""
-    ordered, reference = _with_reference(targets)
-    padded = settings.pad_to_buckets is not None and settings.profile is not None
-    count = sum((1 + (padded and target != reference)) for target in ordered if target == reference or not settings.env)
-    return count * settings.replicates
-
-
-def start_workers(
-    spec: WorkloadSpec, settings: TrialSettings | None = None, targets: Sequence[Target] | None = None
-) -> Any:
-    """Start a single trial's workers now, so that their imports overlap this process's own
-    work (parsing the targets, building the workload, the baseline); None without isolation.
-
-    Without ``targets`` only the reference's worker starts (every trial has one): the caller
-    may know no more yet. Give the pool to :func:`run_trial` as ``workers``: it starts the rest,
-    stops those not needed (a target skipped as unavailable) and ends them all when the trial
-    ends, however it ends. Each worker serves one session, as a worker started on demand would.
-    """
-    settings = settings or TrialSettings()
-    if not settings.isolate:
-        return None
-    from bakeoff.runner.isolation import SessionPool
-
-    pool = SessionPool(preload_for(spec), reuse=False)
-    try:
-        wanted = 1 if targets is None else _first_wave(_preloaded_sessions(targets, settings), settings)
-        pool.prestart(wanted)
-    except BaseException:
-        pool.close()
-        raise
-    return pool
-
-
-def _session_factory(settings: TrialSettings, pool: Any = None) -> Callable[[TargetJob], Any]:
-    if settings.isolate:
-        from bakeoff.runner.isolation import IsolatedSession
-
-        return lambda job: IsolatedSession(job, settings.timeout_s, pool)
-    from bakeoff.runner.session import TargetSession
-
-    return TargetSession
 
 
 def _with_requirements(result: TargetResult, requirements: Sequence[Requirement]) -> TargetResult:
@@ -457,23 +238,23 @@ def _drive(
 
 
 def run_trial(
-    store: Store | Callable[[], Store],
+    keeping: Keeping | Callable[[], Keeping],
     workload_spec: WorkloadSpec | str,
     targets: Sequence[Target],
     settings: TrialSettings | None = None,
     progress: Progress | None = None,
     pool: Any = None,
-    save: bool = True,
     workers: Any = None,
 ) -> RunResult:
-    """Run every target (skipping those that cannot run here), store and return the run.
+    """Run every target (skipping those that cannot run here) and return the run, unsaved: the
+    caller stores it (a sweep with its cell, in one transaction). The baseline and requirements
+    are read and kept through ``keeping`` (:mod:`bakeoff.runner.keeping`).
 
-    ``store`` may be a callable that opens (and so creates) the knowledge base: it is called
+    ``keeping`` may be a callable that opens (and so creates) the knowledge base: it is called
     only once the workload has been built and run eagerly, so a workload refused as bad input
     leaves no new, empty database behind. ``pool`` (a
     :class:`~bakeoff.runner.isolation.SessionPool`) gives isolated targets warm workers kept
-    between trials, as a sweep does. ``save=False`` leaves storing the run to the caller (a
-    sweep stores it with its cell, in one transaction); the baseline is stored either way.
+    between trials, as a sweep does.
 
     Without a ``pool``, an isolated trial starts its workers before it builds the workload (see
     :func:`start_workers`; ``workers`` is a pool the caller started so, taken over here), and
@@ -484,25 +265,24 @@ def run_trial(
     if pool is not None or not settings.isolate:
         if workers is not None:
             workers.close()
-        return _run_trial(store, spec, targets, settings, progress, pool, save)
+        return _run_trial(keeping, spec, targets, settings, progress, pool)
     try:
         if workers is None:
             workers = start_workers(spec, settings, targets)
         else:
-            workers.prestart(_first_wave(_preloaded_sessions(targets, settings), settings))
-        return _run_trial(store, spec, targets, settings, progress, workers, save)
+            workers.prestart(first_wave(preloaded_sessions(targets, settings), settings))
+        return _run_trial(keeping, spec, targets, settings, progress, workers)
     finally:
         workers.close()
 
 
 def _run_trial(
-    store: Store | Callable[[], Store],
+    keeping: Keeping | Callable[[], Keeping],
     workload_spec: WorkloadSpec,
     targets: Sequence[Target],
     settings: TrialSettings,
     progress: Progress | None,
     pool: Any,
-    save: bool,
 ) -> RunResult:
     say = progress or (lambda _msg: None)
     say("building workload")
@@ -526,13 +306,13 @@ def _run_trial(
                 capture.fold(phase[0])
                 phase[0] = "eager run"
                 workload.inputs_for(profile.shapes[0].batch, profile.shapes[0].seq)
-            if callable(store):
+            if callable(keeping):
                 capture.fold(phase[0])
                 phase[0] = "eager run"
                 run_eagerly(workload)
-                store = store()
+                keeping = keeping()
             shapes = [(r.batch, r.seq) for r in profile.shapes] if profile else []
-            requirements, req_notes = resolve_requirements(store, workload.spec.spec, settings.requirements)
+            requirements, req_notes = resolve_requirements(keeping, workload.spec.spec, settings.requirements)
             scenarios = _scenarios_for(settings.scenarios, requirements)
             if settings.requirements is None and requirements:  # kept from an earlier trial: say so before they cost
                 added = [s.name for s in scenarios if s.name not in {given.name for given in settings.scenarios}]
@@ -546,12 +326,12 @@ def _run_trial(
             phase[0] = "baseline"
             amp_dtypes = sorted({t.amp for t in targets if t.amp})
             baseline, notes = ensure_baseline(
-                store, workload, env, dtypes, settings.refresh_baseline, said, shapes, amp_dtypes
+                keeping, workload, env, dtypes, settings.refresh_baseline, said, shapes, amp_dtypes
             )
     finally:
         shutil.rmtree(here, ignore_errors=True)
     notes = [*notes, *req_notes]
-    ordered, reference = _with_reference(targets)
+    ordered, reference = with_reference(targets)
     variants: list[tuple[Target, tuple[int, ...] | None]] = []
     for target in ordered:
         variants.append((target, None))
@@ -590,10 +370,10 @@ def _run_trial(
             sessions.append((label + suffix, copy))
         results.append(settings.replicates)
     if pool is not None and not getattr(pool, "reuse", True):  # the trial's own workers: stop those not needed
-        pool.trim(_first_wave(sum(1 for _, job in sessions if not job.env), settings))
+        pool.trim(first_wave(sum(1 for _, job in sessions if not job.env), settings))
     from bakeoff.runner.replicates import merge_replicates
 
-    measured = iter(_drive(sessions, _session_factory(settings, pool), settings.interleaved, say))
+    measured = iter(_drive(sessions, session_factory(settings, pool), settings.interleaved, say))
     done = [r if isinstance(r, TargetResult) else merge_replicates([next(measured) for _ in range(r)]) for r in results]
     if localization is not None:
         done = localize_measured(
@@ -623,6 +403,4 @@ def _run_trial(
             requirements=[r.text for r in requirements],
         ),
     )
-    if save:
-        store.save_run(run)
     return run

@@ -3,8 +3,9 @@ of their own (a Ray task, or the local executor's cell runner), and how the driv
 comes back.
 
 A cell is one workload with all its targets. Its body (:func:`run_cell`) builds the workload,
-computes its baseline and runs the trial (:func:`~bakeoff.runner.trial.run_trial`) against a
-scratch SQLite store in a temporary directory, with the targets in warm workers of a
+computes its baseline and runs the trial (:func:`~bakeoff.runner.trial.run_trial`), keeping its
+baseline in memory and its tensors in a temporary directory
+(:class:`~bakeoff.runner.keeping.MemoryKeeping`), with the targets in warm workers of a
 :class:`~bakeoff.runner.isolation.SessionPool` kept at module level (the process serves cell
 after cell, so the pool stays warm). It returns plain data: the run's document, the baseline's
 record, its environment and its tensor file's bytes, or the build error. The driver is the only
@@ -27,6 +28,7 @@ from typing import Any
 from bakeoff.launch.tempdirs import owned_tempdir
 from bakeoff.runner.isolation import SessionPool
 from bakeoff.runner.job import TargetJob
+from bakeoff.runner.keeping import MemoryKeeping
 from bakeoff.settings import TrialSettings
 from bakeoff.store.db import Store
 
@@ -93,7 +95,7 @@ def run_cell(
     import socket
 
     from bakeoff.runner.trial import run_trial
-    from bakeoff.sweep.run import _now, cell_error
+    from bakeoff.sweep.run import cell_error
     from bakeoff.target.detect import extra_devices
     from bakeoff.target.spec import parse_target
 
@@ -113,22 +115,19 @@ def run_cell(
     scratch = owned_tempdir("cell")  # a later process removes it if this one is killed
     out: dict[str, Any] = {"run": None, "error": None}
     try:
-        store = Store.open(scratch / "cell.db", artifacts_dir=scratch / "artifacts")
+        # the requirements kept for this workload in the driver's store; the baseline computed
+        # here goes back to the driver with the cell
+        keeping = MemoryKeeping(scratch, {spec: list(requirements)} if requirements else None)
         try:
-            if requirements:  # the requirements kept for this workload in the driver's store
-                store.save_requirements(spec, list(requirements), _now())
-            try:
-                run = run_trial(store, spec, targets, settings, pool=pool, save=False)
-            except Exception as exc:
-                out["error"] = cell_error(exc)
-            else:
-                ((info, env),) = [(i, e) for i, e in store.baselines([spec]) if i.id == run.baseline_id]
-                out["run"] = run.to_dict()
-                out["baseline"] = info.to_dict()
-                out["baseline_environment"] = env.to_dict()
-                out["tensors"] = store.baseline_file(info).read_bytes()
-        finally:
-            store.engine.dispose()
+            run = run_trial(keeping, spec, targets, settings, pool=pool)
+        except Exception as exc:
+            out["error"] = cell_error(exc)
+        else:
+            ((info, env),) = [(i, e) for i, e in keeping.baselines if i.id == run.baseline_id]
+            out["run"] = run.to_dict()
+            out["baseline"] = info.to_dict()
+            out["baseline_environment"] = env.to_dict()
+            out["tensors"] = keeping.baseline_file(info).read_bytes()
     finally:
         if pool is not None:
             pool.announce = None

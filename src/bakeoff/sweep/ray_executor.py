@@ -2,14 +2,15 @@
 
 A cell is one workload with all its targets and runs as one task on one node: a comparison is
 never split across machines. Inside the task the trial runs as it does locally
-(:func:`~bakeoff.runner.trial.run_trial`), against a scratch SQLite store in a temporary
-directory, with the targets in warm workers of a :class:`~bakeoff.runner.isolation.SessionPool`
-kept at module level in the Ray worker process (Ray reuses its workers across tasks, so the
-pool stays warm). The task returns plain data: the run's document, the baseline's record, its
-environment and its tensor file's bytes, or the build error. The driver is the only writer to
-the knowledge base: it writes the tensor file where its store keeps baselines, stores the
-baseline, then the cell with its run in one transaction, as each task finishes; a resume after
-a kill therefore works exactly as locally (every workload stored exactly once).
+(:func:`~bakeoff.runner.trial.run_trial`), its baseline kept in memory and its tensors in a
+temporary directory (:class:`~bakeoff.runner.keeping.MemoryKeeping`), with the targets in warm
+workers of a :class:`~bakeoff.runner.isolation.SessionPool` kept at module level in the Ray
+worker process (Ray reuses its workers across tasks, so the pool stays warm). The task returns
+plain data: the run's document, the baseline's record, its environment and its tensor file's
+bytes, or the build error. The driver is the only writer to the knowledge base: it writes the
+tensor file where its store keeps baselines, stores the baseline, then the cell with its run in
+one transaction, as each task finishes; a resume after a kill therefore works exactly as
+locally (every workload stored exactly once).
 
 Resources: a ``cuda`` target asks for ``{"GPU": 1}``, a ``neuron`` target for
 ``{"neuron_cores": 1}``, any other non-CPU device for a custom resource named after its device

@@ -124,9 +124,9 @@ def cell_error(exc: Exception) -> dict[str, Any]:
 
 def preload_for(specs: Sequence[str]) -> tuple[str, ...]:
     """What a warm worker imports before its first session, for a sweep of these workloads:
-    what any of them needs (:func:`bakeoff.runner.trial.preload_for`) except one architecture's
+    what any of them needs (:func:`bakeoff.runner.workers.preload_for`) except one architecture's
     own modeling module, which a worker imports when it first serves that architecture."""
-    from bakeoff.runner.trial import preload_for as for_one
+    from bakeoff.runner.workers import preload_for as for_one
     from bakeoff.workload.base import parse_workload
 
     modules: dict[str, None] = {}
