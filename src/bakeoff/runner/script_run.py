@@ -1,0 +1,216 @@
+"""One run of a script, in a fresh process of its own: the runner's side of ``bakeoff exec``.
+
+The script's working directory is copied (:func:`copy_workdir`), so one run's output files
+cannot feed another's; the run is ``python -m bakeoff.runner.script_worker`` (the launcher of
+:mod:`bakeoff.script.launch` with its audit) as a command line in its own process group
+(:func:`bakeoff.launch.command.run_command`: past its timeout, or on Ctrl-C, the worker gets
+SIGTERM and :data:`STOP_GRACE_S` to end the script and what it started, then the whole group
+SIGKILL). What the launcher wrote comes back as a :class:`ScriptRun`: its result, captures,
+log, audit and the files it wrote; a timeout, a signal, the script's exception or its non-zero
+exit is the run's :class:`~bakeoff.results.values.ErrorInfo`. The run's temporary directory is
+named after this process, so that a later run removes it when this one was killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bakeoff.errors import SpecError
+from bakeoff.launch.command import Ran, run_command
+from bakeoff.launch.tempdirs import owned_tempdir
+from bakeoff.results.librarylog import OutputLog
+from bakeoff.results.values import ErrorInfo
+from bakeoff.script.child_reports import with_children
+from bakeoff.script.children import ENV as CHILDREN_ENV
+from bakeoff.script.outputs import Outputs, read_outputs, stamp, written
+
+__all__ = ["MAX_WORKDIR_BYTES", "SKIP_DIRS", "STOP_GRACE_S", "ScriptRun", "copy_workdir", "run_script"]
+
+#: Environment variables a script's run does not get: they name bakeoff's own files (the
+#: knowledge base and its artifacts) and the directory bakeoff was started in.
+_KEPT_FROM_SCRIPTS = ("BAKEOFF_DB", "BAKEOFF_ARTIFACTS", "OLDPWD")
+#: Directories never copied into a run's working directory.
+SKIP_DIRS = frozenset({".git", ".hg", ".venv", "venv", "__pycache__", "node_modules", ".mypy_cache", ".ruff_cache"})
+#: The largest working directory a run copies (bytes); a larger one needs --workdir.
+MAX_WORKDIR_BYTES = 512 * 2**20
+
+
+@dataclass(frozen=True)
+class ScriptRun:
+    """One run of the script: what the launcher wrote (``result``, the captures by name and
+    call), how the process ended (``status`` ok or error, with ``error``) and the files it wrote
+    in its working directory (``outputs``; None when they were not looked at)."""
+
+    status: str
+    wall_s: float | None
+    result: dict[str, Any] = field(default_factory=dict)
+    captures: dict[str, list[Any]] = field(default_factory=dict)
+    error: ErrorInfo | None = None
+    log: tuple[dict[str, Any], ...] = ()
+    audit: dict[str, Any] | None = None
+    outputs: Outputs | None = None
+
+
+def copy_workdir(source: Path, into: Path, skip: Sequence[Path] = ()) -> Path:
+    """Copy ``source`` to ``into`` (version-control, virtual-environment and cache directories and
+    ``skip`` left out), so that a run's outputs stay its own.
+
+    Raises:
+        SpecError: the directory holds more than :data:`MAX_WORKDIR_BYTES`.
+    """
+    skipped = {p.resolve() for p in skip}
+    total = 0
+    for root, dirs, files in os.walk(source):
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
+        for name in files:
+            path = Path(root, name)
+            if path.resolve() in skipped or path.is_symlink():
+                continue
+            total += path.stat().st_size
+            if total > MAX_WORKDIR_BYTES:
+                raise SpecError(
+                    f"the working directory {source} holds more than {MAX_WORKDIR_BYTES >> 20} MiB",
+                    hint="run bakeoff exec from a directory that holds the script and its inputs only",
+                )
+
+    def ignore(directory: str, names: list[str]) -> list[str]:
+        return [n for n in names if n in SKIP_DIRS or Path(directory, n).resolve() in skipped]
+
+    shutil.copytree(source, into, ignore=ignore, symlinks=True)
+    return into
+
+
+#: How long a stopped run's supervisor may take to end the script and what it started.
+STOP_GRACE_S = 5.0
+
+
+def _log_lines(out: Path, log: OutputLog) -> None:
+    for source in ("stdout", "stderr"):
+        path = out / f"{source}.txt"
+        if path.exists():
+            for line in path.read_text(errors="replace").splitlines():
+                if line.strip():
+                    log.add(source, "script", line.rstrip())
+
+
+def _tail(out: Path, lines: int = 20) -> str:
+    path = out / "stderr.txt"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+
+def _failure(code: int | None, result: dict[str, Any], out: Path, timeout_s: float) -> ErrorInfo | None:
+    """How the run failed (None: it did not): a timeout, a signal, the script's exception or
+    its non-zero exit."""
+    if code is None:
+        return ErrorInfo("Timeout", f"no end within {timeout_s:g} s", "timeout", "script", _tail(out))
+    if code < 0:
+        return Ran(code).death(phase="script", log=_tail(out))
+    failed = result.get("error")
+    if failed:
+        return ErrorInfo(
+            failed.get("type", "Exception"),
+            failed.get("message", ""),
+            "exception",
+            failed.get("phase", "script"),
+            failed.get("traceback", ""),
+        )
+    if code != 0:
+        message = f"the script exited with code {result.get('exit_code', code)}"
+        if not result:
+            message = f"the launcher exited with code {code} without a result: {_tail(out, 3)}"
+        return ErrorInfo("NonZeroExit", message, "exception", "script", _tail(out))
+    return None
+
+
+def run_script(
+    script: Path,
+    argv: Sequence[str],
+    workdir: Path,
+    mapping: Mapping[str, str],
+    *,
+    strict: bool = False,
+    captures: Sequence[str] = (),
+    seed: int = 0,
+    timeout_s: float = 600.0,
+    skip: Sequence[Path] = (),
+    audit: str | None = None,
+    files: bool = True,
+    capture_modules: Sequence[str] = (),
+    compile: str = "",
+    rounding_noise: bool = False,
+) -> ScriptRun:
+    """Run ``script`` once in a copy of ``workdir`` under ``mapping`` (empty: as written);
+    with ``audit`` (the target's device), audit where its work ran
+    (:mod:`bakeoff.runner.script_worker`); with ``files``, read the files it wrote
+    (:mod:`bakeoff.script.outputs`; ``skip``, bakeoff's own files, never count); with
+    ``compile`` (``BACKEND[?OPTIONS]``), compile its root module calls
+    (:mod:`bakeoff.script.compiled`); with ``rounding_noise``, perturb every arithmetic op's
+    result by a few units of roundoff (:mod:`bakeoff.checks.rounding`, seeded by ``seed``).
+
+    The run's temporary directory is named after this process, so that a later run removes it
+    when this process was killed before it could (:mod:`bakeoff.launch.tempdirs`)."""
+    from bakeoff.runner.script_worker import PARENT_ENV, read_audit
+    from bakeoff.script.capture import Captures
+
+    base = owned_tempdir("exec")
+    try:
+        work = copy_workdir(workdir, base / "work", skip)
+        before = stamp(work, SKIP_DIRS) if files else {}
+        out = base / "out"
+        out.mkdir()
+        relative = (
+            script.resolve().relative_to(workdir.resolve())
+            if script.resolve().is_relative_to(workdir.resolve())
+            else None
+        )
+        path = str(relative) if relative is not None else str(script.resolve())  # call sites read train.py:19
+        command = [sys.executable, "-m", "bakeoff.runner.script_worker", "--out", str(out), "--seed", str(seed)]
+        command += ["--audit", audit] if audit else []
+        command += ["--rounding-noise", str(seed)] if rounding_noise else []
+        command += [arg for src, dst in mapping.items() for arg in ("--map", f"{src}={dst}")]
+        command += ["--strict"] if strict else []
+        command += [arg for name in captures for arg in ("--capture", name)]
+        command += [arg for pattern in capture_modules for arg in ("--capture-modules", pattern)]
+        command += ["--compile", compile] if compile else []
+        command += ["--", path, *argv]
+        env = {**os.environ, "PYTHONHASHSEED": str(seed), PARENT_ENV: str(os.getpid()), "PWD": str(work)}
+        env.pop(CHILDREN_ENV, None)  # bakeoff exec inside a remapped script: the launcher starts clean
+        for name in _KEPT_FROM_SCRIPTS:  # where bakeoff keeps its own files is none of the script's business
+            env.pop(name, None)
+        with open(out / "stdout.txt", "wb") as stdout, open(out / "stderr.txt", "wb") as stderr:
+            # past its time, or on Ctrl-C: SIGTERM to the worker, which ends the script and then
+            # what the script started (a process detached with setsid included), then SIGKILL
+            # to the run's whole process group for anything left in it
+            ran = run_command(command, env, timeout_s, cwd=work, stdout=stdout, stderr=stderr, grace_s=STOP_GRACE_S)
+            code = ran.code
+        log = OutputLog()
+        _log_lines(out, log)
+        result_path = out / "result.json"
+        result = json.loads(result_path.read_text()) if result_path.exists() else {}
+        captured = {}
+        if (out / "captures.safetensors").exists():
+            found = Captures.from_safetensors(out / "captures.safetensors")
+            captured = {name: list(found[name]) for name in found.names()}
+        error = _failure(code, result, out, timeout_s)
+        result = with_children(result, out) if result else result
+        wall = result.get("wall_s") if code is not None else None
+        audited = read_audit(out) if audit else None
+        outputs = None
+        if files:
+            ours = {p.resolve().relative_to(workdir.resolve()).as_posix() for p in skip if _inside(p, workdir)}
+            outputs = read_outputs(work, written(work, before, SKIP_DIRS, ours))
+        status = "ok" if error is None else "error"
+        return ScriptRun(status, wall, result, captured, error, log.entries(), audited, outputs)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _inside(path: Path, directory: Path) -> bool:
+    return path.resolve().is_relative_to(directory.resolve())
