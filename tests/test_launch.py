@@ -128,6 +128,33 @@ def test_a_pooled_worker_is_reused_until_a_job_kills_it():
         assert after.ok and after.value["pid"] != first.value["pid"]  # a dead worker is never reused
 
 
+class _Interrupted(BaseException):
+    """What a Ctrl-C is to the launcher: an exception it must not swallow."""
+
+
+@pytest.mark.parametrize("pooled", [False, True])
+def test_an_interrupted_launch_ends_its_worker_at_once_and_goes_through(pooled):
+    import multiprocessing
+
+    def interrupt(*_: object) -> None:
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    pool = WorkerPool(preload=())
+    launcher = Pooled(pool, key="k") if pooled else FreshProcess()
+    began = time.monotonic()
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 4.0)  # the worker has started and is in the hung job
+        with pytest.raises(_Interrupted):
+            launcher.run(Seeded("hang"), timeout_s=120)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        pool.close()
+    assert time.monotonic() - began < 30  # not the job's 120 s, nor a 30 s wait for it to leave
+    assert not [p for p in multiprocessing.active_children() if p.name == "bakeoff-worker"]
+
+
 def test_outcome_reason_names_an_exception_by_its_type():
     assert Outcome(value=1).reason() == ""
     assert FreshProcess().run(Seeded("raise"), 60).reason() == "ValueError: the seeded fault"

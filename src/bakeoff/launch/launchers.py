@@ -58,9 +58,12 @@ class FreshProcess:
     def run(self, job: Job, timeout_s: float) -> Outcome:
         worker = Worker(self.preload)
         try:
-            return _on(worker, job, timeout_s, self.who)
-        finally:
-            worker.close(kill=worker.broken)
+            outcome = _on(worker, job, timeout_s, self.who)
+        except BaseException:  # Ctrl-C here: the job is not waited for
+            worker.close(kill=True)
+            raise
+        worker.close(kill=worker.broken)
+        return outcome
 
 
 @dataclass
@@ -75,5 +78,8 @@ class Pooled:
         worker = self.pool.acquire(self.key)
         try:
             return _on(worker, job, timeout_s, self.who)
+        except BaseException:  # Ctrl-C here: a worker left mid-job is never reused
+            worker.broken = True
+            raise
         finally:
             self.pool.release(worker)
