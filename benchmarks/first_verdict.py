@@ -102,9 +102,9 @@ def _child(events_path: str, argv: list[str]) -> None:
                 pass
         mark("imports end")
 
-    import bakeoff.api as api
+    import bakeoff.api.trials as trials  # where api.trial looks up its helpers
 
-    wrap(api, "_targets", "targets")
+    wrap(trials, "_targets", "targets")
     wrap(trial, "build_workload", "build", heavy_imports)
     wrap(trial, "capture_environment", "environment")
     wrap(trial, "ensure_baseline", "baseline")
