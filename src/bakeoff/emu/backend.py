@@ -8,10 +8,7 @@ the device, so the device's own counters still see every op.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import itertools
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -54,38 +51,7 @@ def emu_backend(gm: Any, example_inputs: list) -> Callable[..., Any]:
 
 
 def register_backend() -> None:
-    """Make ``torch.compile(backend="emu")`` work in this process: registered with dynamo now if
-    dynamo is loaded, else the moment it is. Importing dynamo costs about 1.5 s, which a process
-    that enables the device but compiles nothing (most script runs) should not pay."""
-    if "torch._dynamo" in sys.modules:
-        _register()
-    elif not any(isinstance(finder, _AfterDynamo) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _AfterDynamo())
+    import torch._dynamo
 
-
-def _register() -> None:
-    from torch._dynamo.backends import registry
-
-    if "emu" not in registry._COMPILER_FNS:  # what list_backends reads, without importing every backend
-        registry.register_backend(emu_backend, name="emu")
-
-
-class _AfterDynamo(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: when ``torch._dynamo`` is about to be imported, it wraps the found
-    loader so that the backend is registered once the package has run, and leaves."""
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != "torch._dynamo":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        run = spec.loader.exec_module
-
-        def exec_module(module: Any) -> None:
-            run(module)
-            _register()
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
+    if "emu" not in torch._dynamo.list_backends(exclude_tags=()):
+        torch._dynamo.register_backend(emu_backend, name="emu")
