@@ -7,16 +7,18 @@ rest of a sweep goes on. It returns plain values, so a worker process can send i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bakeoff.checks.registry import registered_checks
+from bakeoff.checks.registry import is_builtin, registered_checks
+from bakeoff.entrypoints import PLUGIN_FAILURES, said_by
 from bakeoff.measure.timing import TimingSettings
+from bakeoff.results import strictjson
 from bakeoff.target.spec import Target
 from bakeoff.workload.profile import InputProfile
 
-__all__ = ["REFERENCE", "TargetJob", "adjustments_for", "error_checks", "with_reference"]
+__all__ = ["REFERENCE", "TargetJob", "adjustments_for", "checked_value", "error_checks", "with_reference"]
 
 #: The target every trial measures, added when a user did not list it: the eager CPU.
 REFERENCE = Target("cpu")
@@ -86,3 +88,21 @@ def with_reference(targets: Sequence[Target]) -> tuple[list[Target], Target]:
     if REFERENCE not in listed:
         listed.insert(0, REFERENCE)
     return listed, REFERENCE
+
+
+def checked_value(check: Any, produce: Callable[[], Any]) -> tuple[Any | None, str | None]:
+    """``(value, None)``: what ``produce()`` gave for ``check``, read back through its codec as
+    the knowledge base will read it (None: nothing to say). bakeoff's own checks raise into the
+    caller; a plugin check that raises, exits, or returns something other than its value type
+    gives ``(None, line)``, the line saying how it failed, for the target's notes."""
+    try:
+        value = produce()
+        if value is None:
+            return None, None
+        if not isinstance(value, check.value_type):
+            raise TypeError(f"returned {type(value).__name__}, not its value type {check.value_type.__name__}")
+        return check.decode(strictjson.loads(strictjson.dumps(check.encode(value)))), None
+    except PLUGIN_FAILURES as exc:  # sys.exit in a plugin is its failure, never the target's
+        if is_builtin(check):
+            raise
+        return None, f"the {check.name} check {said_by(exc)}"

@@ -16,39 +16,23 @@ from __future__ import annotations
 from typing import Any
 
 from bakeoff.checks.base import ScriptContext
-from bakeoff.checks.registry import is_builtin, registered_checks
-from bakeoff.entrypoints import PLUGIN_FAILURES, said_by
-from bakeoff.results import strictjson
+from bakeoff.checks.registry import registered_checks
+from bakeoff.runner.job import checked_value
 
 __all__ = ["script_checks"]
 
 
 def script_checks(context: ScriptContext) -> dict[str, Any]:
     """Each check's value for the target's run, by name, read back through its codec as the
-    knowledge base will read it; what the checks add to the target's notes is in
-    ``context.notes``."""
+    knowledge base will read it (:func:`~bakeoff.runner.job.checked_value`, as in a trial);
+    what the checks add to the target's notes is in ``context.notes``."""
     for check in registered_checks():
         if check.on_request:
             continue
         context.options = {key: option.default for key, option in check.options.items()}
-        value = _guarded(check, context, check.run_script, context)
-        if value is None:
-            continue
-        if not isinstance(value, check.value_type):
-            context.notes.append(
-                f"the {check.name} check returned {type(value).__name__}, not its value type "
-                f"{check.value_type.__name__}"
-            )
-            continue
-        context.results[check.name] = check.decode(strictjson.loads(strictjson.dumps(check.encode(value))))
+        value, failure = checked_value(check, lambda check=check: check.run_script(context))
+        if failure is not None:
+            context.notes.append(failure)
+        elif value is not None:
+            context.results[check.name] = value
     return dict(context.results)
-
-
-def _guarded(check: Any, context: ScriptContext, method: Any, *args: Any) -> Any:
-    if is_builtin(check):
-        return method(*args)
-    try:
-        return method(*args)
-    except PLUGIN_FAILURES as exc:  # sys.exit in a plugin is its failure, never the target's
-        context.notes.append(f"the {check.name} check {said_by(exc)}")
-        return None

@@ -28,16 +28,14 @@ from typing import Any
 
 from bakeoff.analysis.noise import noise_flags
 from bakeoff.checks.base import CheckContext
-from bakeoff.checks.registry import guarded, is_builtin, registered_checks
-from bakeoff.entrypoints import PLUGIN_FAILURES, said_by
+from bakeoff.checks.registry import guarded, registered_checks
 from bakeoff.measure.clock import Clock, PerfClock
 from bakeoff.measure.memory import lifetime_peak_rss_bytes, peak_rss_bytes, reset_peak_rss
 from bakeoff.measure.timing import enough_samples, warm_calls
-from bakeoff.results import strictjson
 from bakeoff.results.librarylog import LibraryLog
 from bakeoff.results.values import ErrorInfo, Latency, TargetResult
 from bakeoff.runner.capture import Capture
-from bakeoff.runner.job import TargetJob, adjustments_for, error_checks
+from bakeoff.runner.job import TargetJob, adjustments_for, checked_value, error_checks
 from bakeoff.runner.traffic import traffic_for
 from bakeoff.scenarios.base import ScenarioContext, ScenarioResult
 from bakeoff.scenarios.registry import run_scenario, scenario_named
@@ -375,18 +373,10 @@ class TargetSession:
         """
         asked = next((spec.options for spec in self.job.checks if spec.name == check.name), {})
         context.options = {**{key: option.default for key, option in check.options.items()}, **asked}
-        try:
-            value = check.run(context)
-            if value is None:
-                return None
-            if not isinstance(value, check.value_type):
-                raise TypeError(f"returned {type(value).__name__}, not its value type {check.value_type.__name__}")
-            return check.decode(strictjson.loads(strictjson.dumps(check.encode(value))))
-        except PLUGIN_FAILURES as exc:  # sys.exit in a plugin is its failure, never the target's
-            if is_builtin(check):
-                raise
-            self.check_failures.append(f"the {check.name} check {said_by(exc)}")
-            return None
+        value, failure = checked_value(check, lambda: check.run(context))
+        if failure is not None:
+            self.check_failures.append(failure)
+        return value
 
     # -- assembling the result ---------------------------------------------------------------
     def _check_context(self) -> tuple[CheckContext, dict | None]:
