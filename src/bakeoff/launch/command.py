@@ -5,7 +5,7 @@ The command starts a new session, so that it and everything it starts form one p
 When it outlives its time, or this process is interrupted (Ctrl-C, SIGTERM), the group is
 stopped: with a ``grace_s``, SIGTERM to the command first (it may end what it started, a process
 that left the group included), then SIGKILL to the whole group. A command's death by a signal
-is classified by :mod:`bakeoff.launch.deaths`.
+is classified by :func:`bakeoff.launch.deaths.died` from :attr:`Ran.code`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
-
-from bakeoff.launch.deaths import died
-from bakeoff.results.values import ErrorInfo
 
 __all__ = ["Ran", "run_command", "stop_group"]
 
@@ -36,12 +33,6 @@ class Ran:
     @property
     def timed_out(self) -> bool:
         return self.code is None
-
-    def death(self, who: str = "", phase: str = "", log: str = "") -> ErrorInfo | None:
-        """The error of a command killed by a signal (None otherwise)."""
-        if self.code is None or self.code >= 0:
-            return None
-        return died(self.code, who, "", phase, log)
 
 
 def stop_group(process: subprocess.Popen[Any], grace_s: float = 0.0) -> None:

@@ -175,7 +175,6 @@ class Worker:
         self.phase_file = self._tmp / "phase"
         self.capture_dir = self._tmp / "capture"
         self.key: Any = None
-        self.sessions = 0
         self.broken = False
         self.ready = False
         self.retired = False

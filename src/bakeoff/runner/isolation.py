@@ -129,7 +129,6 @@ class IsolatedSession:
         self.started = time.monotonic()
         self.worker = pool.acquire_for(job) if pool is not None else Worker(serve=serve_sessions, name=TARGET_WORKER)
         self.worker.phase_file.unlink(missing_ok=True)  # a death before the session names a phase is not the last one's
-        self.worker.sessions += 1
         # a worker's start (spawn, imports) is not a step: it has its own, longer allowance
         started = self.worker.started(timeout_s)
         if started.ok:

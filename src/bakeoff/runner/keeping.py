@@ -34,7 +34,7 @@ from bakeoff.metrics import parse_requirement
 from bakeoff.results.values import BaselineInfo
 from bakeoff.workload.base import BuiltWorkload
 
-__all__ = ["Keeping", "MemoryKeeping", "ensure_baseline", "resolve_requirements"]
+__all__ = ["Keeping", "MemoryKeeping", "ensure_baseline", "now", "resolve_requirements"]
 
 Progress = Callable[[str], None]
 
@@ -86,7 +86,8 @@ class MemoryKeeping:
         self._requirements[workload_spec] = list(texts)
 
 
-def _now() -> str:
+def now() -> str:
+    """This moment in UTC, as every record of a trial is dated."""
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
 
 
@@ -176,7 +177,7 @@ def ensure_baseline(
         workload_spec=spec,
         fingerprint=workload.fingerprint,
         seed=workload.seed,
-        created_at=_now(),
+        created_at=now(),
         environment_fingerprint=env.fingerprint,
         references=tuple(refs),
         deterministic=repeat_error(refs, workload.dtype) == 0.0,
@@ -209,6 +210,6 @@ def resolve_requirements(
             notes.insert(0, "requirements kept for this workload checked: " + ", ".join(r.text for r in kept))
         return kept, notes
     parsed = [parse_requirement(text) for text in given]
-    keeping.save_requirements(workload_spec, [r.text for r in parsed], _now())
+    keeping.save_requirements(workload_spec, [r.text for r in parsed], now())
     note = f"requirements kept for {workload_spec}: " + (", ".join(r.text for r in parsed) or "none")
     return parsed, [note]

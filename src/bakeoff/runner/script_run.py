@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.errors import SpecError
-from bakeoff.launch.command import Ran, run_command
+from bakeoff.launch.command import run_command
+from bakeoff.launch.deaths import died
 from bakeoff.launch.tempdirs import owned_tempdir
 from bakeoff.results.librarylog import OutputLog
 from bakeoff.results.values import ErrorInfo
@@ -111,7 +112,7 @@ def _failure(code: int | None, result: dict[str, Any], out: Path, timeout_s: flo
     if code is None:
         return ErrorInfo("Timeout", f"no end within {timeout_s:g} s", "timeout", "script", _tail(out))
     if code < 0:
-        return Ran(code).death(phase="script", log=_tail(out))
+        return died(code, "", phase="script", log=_tail(out))
     failed = result.get("error")
     if failed:
         return ErrorInfo(

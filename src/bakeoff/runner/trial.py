@@ -10,7 +10,6 @@ in the reference's log under those phases: the reference is where that eager CPU
 
 from __future__ import annotations
 
-import datetime
 import itertools
 import shutil
 import tempfile
@@ -36,7 +35,7 @@ from bakeoff.results.librarylog import LibraryLog, merge_logs
 from bakeoff.results.values import RunResult, TargetResult
 from bakeoff.runner.capture import Capture
 from bakeoff.runner.job import REFERENCE, TargetJob, with_reference
-from bakeoff.runner.keeping import Keeping, ensure_baseline, resolve_requirements
+from bakeoff.runner.keeping import Keeping, ensure_baseline, now, resolve_requirements
 from bakeoff.runner.localize import localize_measured, split_off
 from bakeoff.runner.workers import first_wave, preloaded_sessions, session_factory, start_workers
 from bakeoff.scenarios.base import ScenarioSpec
@@ -93,10 +92,6 @@ def resolve_buckets(profile: InputProfile | None, buckets: str | None, max_bucke
         "power_of_two": pow2,
         "power_of_two_waste": padding_waste(lengths, pow2, batches),
     }
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
 
 
 def _rounds(result: TargetResult) -> list[tuple[float, ...]]:
@@ -390,7 +385,7 @@ def _run_trial(
         ]
     run = RunResult(
         run_id=uuid.uuid4().hex[:12],
-        created_at=_now(),
+        created_at=now(),
         workload={**workload.to_dict(), "notes": notes},
         environment=env,
         results=tuple(done),
