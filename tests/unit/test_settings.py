@@ -18,7 +18,7 @@ from bakeoff.checks.base import CheckSpec
 from bakeoff.errors import SpecError
 from bakeoff.measure.timing import TimingSettings
 from bakeoff.scenarios.registry import parse_scenario
-from bakeoff.settings import OPTIONS, TrialSettings
+from bakeoff.settings import TRIAL_OPTIONS, TrialSettings
 from bakeoff.workload.profile import InputProfile, Request
 
 NO_WORKERS = "drop --in-process, or drop"
@@ -368,7 +368,7 @@ def test_the_api_takes_its_keywords_and_defaults_from_the_table() -> None:
     from bakeoff import api
 
     parameters = inspect.signature(api.trial).parameters
-    for name, option in OPTIONS.items():
+    for name, option in TRIAL_OPTIONS.items():
         assert parameters[name].kind is inspect.Parameter.KEYWORD_ONLY, name
         assert parameters[name].default == option.default, name
         assert f"{name}: {option.help.split()[0]}" in (api.trial.__doc__ or ""), name
@@ -379,7 +379,7 @@ def test_the_cli_takes_its_flags_defaults_and_help_from_the_table() -> None:
     from bakeoff.cli.main import cli
 
     params = {p.name: p for p in cli.commands["trial"].params}
-    for name, option in OPTIONS.items():
+    for name, option in TRIAL_OPTIONS.items():
         param = params[name]
         assert option.flag in param.opts, name
         assert param.help is not None and param.help.startswith(option.flag_help or option.help), name
@@ -411,7 +411,7 @@ def test_a_script_run_gives_the_exec_keywords_and_one_without_its_directory_is_r
         "exec": {
             "script": "train.py", "args": ["--steps", "3"], "on": ["xpu"], "reference": "cpu", "map_devices": ["cuda"],
             "strict": True, "capture": ["train:evaluate"], "timeout_s": 30.0, "seed": 7, "audit": False,
-            "files": True, "capture_modules": [], "repeats": 0, "workdir": "/home/team/project",
+            "files": True, "capture_modules": ["@roots"], "repeats": 0, "workdir": "/home/team/project",
         },
         "env": [],
     }  # fmt: skip

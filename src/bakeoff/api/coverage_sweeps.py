@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from bakeoff.api.common import PathLike, _targets
+from bakeoff.settings.sweep import SWEEP_OPTIONS, SWEEP_TIMING, sweep_keywords
 from bakeoff.store.db import Store
 
 if TYPE_CHECKING:
@@ -19,14 +20,7 @@ if TYPE_CHECKING:
     from bakeoff.verdicts.coverage import Coverage
     from bakeoff.verdicts.regressions import Thresholds
 
-
-#: ``timing=`` of a sweep: the trial's timing minimums. A sweep grades coverage, not speed:
-#: ``none`` still times one call (every session does), ``full`` is a trial's default.
-SWEEP_TIMING = {
-    "none": {"min_samples": 1, "min_seconds": 0.0},
-    "quick": {"min_samples": 10, "min_seconds": 0.1},
-    "full": {},
-}
+__all__ = ["SWEEP_TIMING", "coverage", "sweep", "sweep_regressions", "sweeps"]
 
 
 def sweep(
@@ -73,16 +67,17 @@ def sweep(
     """
     from bakeoff.errors import SpecError
     from bakeoff.sweep.results import load_coverage
-    from bakeoff.sweep.run import EXECUTORS, create_sweep, run_sweep, sweep_options
+    from bakeoff.sweep.run import EXECUTORS, create_sweep, run_sweep
 
     if executor not in EXECUTORS:
         raise SpecError(f"unknown executor {executor!r}", hint="use " + " or ".join(EXECUTORS))
     if ray_address is not None and executor != "ray":
         raise SpecError("a Ray address needs the ray executor", hint="add --executor ray")
     if resume is not None:
-        given = {"population": population, "targets": on, "timing": timing, "timeout": timeout_s}
-        given |= {"checks": checks or None, "switches": env or None}
-        changed = [name for name, value in given.items() if value is not None]
+        given = {"population": population, "targets": on, "timing": timing, "timeout_s": timeout_s}
+        given |= {"checks": checks or None, "env": env or None}
+        words = {name: option.flag.lstrip("-") for name, option in SWEEP_OPTIONS.items()}
+        changed = [words.get(name, name) for name, value in given.items() if value is not None]
         if changed:
             raise SpecError(
                 f"a resumed sweep keeps its {', '.join(changed)}",
@@ -95,14 +90,9 @@ def sweep(
 
         if population is None:
             raise SpecError("no population to sweep", hint="give arch:all, arch:causal_lm, arch:base or a file")
-        timing = "quick" if timing is None else timing
-        if timing not in SWEEP_TIMING:
-            raise SpecError(f"unknown timing {timing!r}", hint="use " + ", ".join(SWEEP_TIMING))
+        options = sweep_keywords(timing=timing, timeout_s=timeout_s, checks=checks, env=env)
         targets = _targets("cpu" if on is None else on)
         found = resolve_population(population)
-        checks = [checks] if isinstance(checks, str) else list(checks)
-        timeout = 600.0 if timeout_s is None else timeout_s
-        options = sweep_options({**SWEEP_TIMING[timing], "timeout_s": timeout, "checks": checks, "env": list(env)})
         if executor == "ray":  # what can be refused before the sweep exists is refused now
             from bakeoff.sweep.ray_executor import preflight
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from bakeoff.api.common import _DEFAULT, PathLike
+from bakeoff.api.common import PathLike
 from bakeoff.api.knowledge_base import show
 from bakeoff.api.scripts import exec_script
 from bakeoff.api.trials import trial
 from bakeoff.results.values import RunResult
-from bakeoff.settings import TrialSettings
+from bakeoff.settings import ExecSettings, TrialSettings
 from bakeoff.store.db import RunSummary, Store
 
 if TYPE_CHECKING:
@@ -198,16 +198,7 @@ def exec_keywords(run: RunResult) -> dict[str, Any]:
         "script": run.workload["details"]["script"],
         "args": list(stored["argv"]),
         "on": [r.target.spec for r in run.results if not r.is_reference],
-        "reference": None if stored.get("as_written") else run.settings.get("reference"),
-        "map_devices": list(stored.get("map", ("cuda",))),
-        "strict": bool(stored.get("strict", False)),
-        "capture": list(stored.get("captures", ())),
-        "timeout_s": float(stored.get("timeout_s", _DEFAULT.timeout_s)),
-        "seed": int(stored.get("seed", 0)),
-        "audit": bool(stored.get("audit", True)),
-        "files": bool(stored.get("files", True)),
-        "capture_modules": list(stored.get("capture_modules", ())),
-        "repeats": int(stored.get("repeats", 0)),
+        **ExecSettings.from_run(run.settings).options(),
         "workdir": stored["workdir"],
     }
 

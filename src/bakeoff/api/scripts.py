@@ -7,9 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from bakeoff.api.common import _DEFAULT, PathLike, _targets, _would_create
+from bakeoff.api.common import PathLike, _targets, _would_create
 from bakeoff.results.values import RunResult
+from bakeoff.settings import EXEC_OPTIONS, ExecSettings, describe_options
 from bakeoff.store.db import Store
+from bakeoff.target.spec import Target
+
+_DEFAULT = ExecSettings()
 
 
 def exec_script(
@@ -18,54 +22,42 @@ def exec_script(
     on: str | Iterable[str] = "cpu",
     *,
     db: PathLike | None = None,
-    reference: str | None = None,
-    map_devices: str | Iterable[str] = ("cuda",),
-    strict: bool = False,
-    capture: str | Iterable[str] = (),
+    reference: str | None = _DEFAULT.reference,
+    map_devices: str | Iterable[str] = _DEFAULT.map_devices,
+    strict: bool = _DEFAULT.strict,
+    capture: str | Iterable[str] = _DEFAULT.capture,
+    capture_modules: str | Iterable[str] = _DEFAULT.capture_modules,
     timeout_s: float = _DEFAULT.timeout_s,
-    seed: int = 0,
-    audit: bool = True,
+    seed: int = _DEFAULT.seed,
+    audit: bool = _DEFAULT.audit,
+    files: bool = _DEFAULT.files,
+    repeats: int = _DEFAULT.repeats,
     workdir: PathLike | None = None,
-    files: bool = True,
-    capture_modules: str | Iterable[str] = (),
-    repeats: int = 0,
     progress: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Run a script unchanged: as the reference, then on each target with its devices remapped;
     compare what it captured, keep the ledger of rewrites, store the run.
 
     Args:
-        script: the script's path; it runs in a copy of the current working directory.
+        script: the script's path; it runs in a copy of the working directory.
         args: its arguments (``sys.argv[1:]``).
         on: targets, as a list or one comma-separated string: devices (``emu``, ``xpu``,
             ``cpu``...), or a device with a ``torch.compile`` backend (``cpu+inductor``,
             ``emu+aot_eager?dynamic=true``), which compiles the script's root module calls
             (:mod:`bakeoff.script.compiled`).
-        reference: the device the reference runs on. None: the script's own device (the first
-            of ``map_devices``) where it exists here, else ``cpu``.
-        map_devices: the device names the script uses that are remapped (``cuda``), each to each
-            target's device (and the reference's where it does not run as written); ``cuda=emu``
-            says so explicitly, and must name the targets' device.
-        strict: a rewrite that may change numerics (autocast the target cannot honour, a dtype
-            downgrade, a library's answer to ``torch.cuda.is_available()``) fails the run.
-        capture: ``module:function`` names whose return values are compared, call by call
-            (losses passed to ``backward()`` and ``bakeoff.capture(name, value)`` always are).
-        timeout_s: a run still going after this long is stopped and recorded as a timeout.
-        audit: audit where each target's work ran over the whole script (its first 20,000 op
-            calls) and what torch.compile did; False leaves placement "not audited".
+        db: database path or URL (default ``BAKEOFF_DB`` or ``./bakeoff.db``).
+        {settings}
         workdir: the directory each run gets a copy of and ``script`` is relative to (None: the
-            current working directory).
-        files: compare the files each run wrote in its copy of the working directory
-            (safetensors, npy, npz and JSON, read without unpickling; see
-            :mod:`bakeoff.script.outputs`) with the reference's; False ignores them.
-        capture_modules: glob patterns (``*.mlp``, ``Linear``) of module qualified names or
-            class names whose outputs are compared call by call, as ``module:QUALNAME``
-            captures (at most 8 calls per module; see :mod:`bakeoff.script.modules`);
-            ``@roots`` the root module calls (the model the script calls). None given: the
-            root calls at a small budget (4 calls of each, 32 MiB); ``none``: no module call.
-        repeats: time the reference and each target over this many more runs, without the audit
-            or ``capture``'s tracing (the first run stays the evidence): their latency, and a
-            speed-up from two or more. 0: the first run's wall time, a single observation.
+            current working directory); stored, so that ``rerun`` runs the script from there.
+        progress: called with a short message as each run starts.
+
+    Every setting is described, defaulted and checked once, in :mod:`bakeoff.settings.exec`:
+    a keyword whose flag repeats takes a list or one text (``map_devices`` also one
+    comma-separated text). A
+    rewrite ``strict`` refuses is one that may change numerics (autocast the target cannot
+    honour, a dtype downgrade, a library's answer to ``torch.cuda.is_available()``); the files
+    compared are read without unpickling (:mod:`bakeoff.script.outputs`); ``capture_modules``
+    are matched as in :mod:`bakeoff.script.modules`.
 
     Raises:
         SpecError: bad input (a missing script, an unknown target); nothing is stored.
@@ -74,47 +66,24 @@ def exec_script(
 
     from bakeoff.errors import SpecError
     from bakeoff.runner.script import exec_script as run_exec
-    from bakeoff.script.modules import DEFAULT, check_patterns
-    from bakeoff.target.detect import unavailable_reason
-    from bakeoff.target.spec import parse_target
 
+    settings = ExecSettings.from_options(
+        reference=reference, map_devices=map_devices, strict=strict, capture=capture,
+        capture_modules=capture_modules, timeout_s=timeout_s, seed=seed, audit=audit, files=files, repeats=repeats,
+    )  # fmt: skip
     path = Path(script)
     folder = Path.cwd() if workdir is None else Path(workdir)
     if not folder.is_dir():
         raise SpecError(f"no working directory at {folder}", hint="give the directory the script runs in")
     if not (folder / path).is_file():
         raise SpecError(f"no script at {path}", hint="give the path of a Python script")
-    from bakeoff.settings import SEED, TIMEOUT
-
-    TIMEOUT.check(timeout_s, "timeout_s")  # nan would disable it; a negative seed is no seed
-    SEED.check(seed, "seed")
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 0:
-        raise SpecError(f"repeats {repeats!r}", hint="give a whole number of timing runs, 0 or more")
-    given = [map_devices] if isinstance(map_devices, str) else list(map_devices)
-    entries = [part.strip() for text in given for part in text.split(",") if part.strip()]
-    sources = [entry.partition("=")[0].strip() for entry in entries]
-    if not sources or any(not s.isidentifier() for s in sources):
-        raise SpecError(f"--map {','.join(entries) or '(empty)'}", hint="name the device types the script uses: cuda")
-    named = {entry.partition("=")[2].strip() for entry in entries if "=" in entry}
-    names = [capture] if isinstance(capture, str) else list(capture)
-    for name in names:
-        module, _, function = name.partition(":")
-        if not module or not function:
-            raise SpecError(f"--capture {name}", hint="give module:function, e.g. infer:postprocess")
-    patterns = [capture_modules] if isinstance(capture_modules, str) else list(capture_modules)
-    patterns = patterns or list(DEFAULT)
-    problem = check_patterns(patterns)
-    if problem is not None:
-        raise SpecError(f"--capture-modules {problem[0]!r}", hint=problem[1])
     parsed = _targets(on)
-    as_written = reference is None and unavailable_reason(parse_target(sources[0])) is None
-    ref = parse_target(reference or ("cpu" if not as_written else sources[0]))
-    if ref.is_compiled or ref.dtype or ref.amp:
-        raise SpecError(f"--reference {ref.spec}", hint="the reference is a device: cpu, cuda, xpu...")
+    ref, as_written = resolve_reference(settings)
     remapped = {t.torch_device for t in parsed if t != ref}
-    if named and named != remapped:  # --map cuda=emu names the targets' device: it must be theirs
+    if settings.named and settings.named != remapped:  # --map cuda=emu names the targets' device: it must be theirs
         raise SpecError(
-            f"--map {','.join(entries)}: the targets run on {', '.join(sorted(remapped)) or 'the reference only'}",
+            f"--map {','.join(settings.map_devices)}: the targets run on "
+            + (", ".join(sorted(remapped)) or "the reference only"),
             hint="each run's devices are remapped to its target's device: give --map cuda, or --on the device named",
         )
     from bakeoff.store.connection import resolve_db_url
@@ -123,8 +92,22 @@ def exec_script(
     keep_out = [Path(url.removeprefix("sqlite:///"))] if url.startswith("sqlite:///") else []
     store = (lambda: Store.open(db)) if _would_create(db) else Store.open(db)
     return run_exec(
-        store, path, list(args), parsed, reference=ref, source_devices=sources, strict=strict, captures=names,
-        timeout_s=timeout_s, seed=seed, as_written=as_written or ref.device in sources, audit=audit,
-        progress=progress, keep_out=keep_out, workdir=folder, files=files, capture_modules=patterns,
-        repeats=repeats,
+        store, path, list(args), parsed, settings, reference=ref, as_written=as_written,
+        progress=progress, keep_out=keep_out, workdir=folder,
     )  # fmt: skip
+
+
+def resolve_reference(settings: ExecSettings) -> tuple[Target, bool]:
+    """Where the reference of a script run with ``settings`` runs, and whether that is the
+    script as written (its own device, unmapped): the ``reference`` asked for, else the
+    script's own device (the first of the device map) where it exists here, else the CPU."""
+    from bakeoff.target.detect import unavailable_reason
+    from bakeoff.target.spec import parse_target
+
+    sources = settings.sources
+    own = settings.reference is None and unavailable_reason(parse_target(sources[0])) is None
+    reference = parse_target(settings.reference or (sources[0] if own else "cpu"))
+    return reference, own or reference.device in sources
+
+
+exec_script.__doc__ = (exec_script.__doc__ or "").replace("{settings}", describe_options(EXEC_OPTIONS, " " * 8))

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from bakeoff.api.common import _DEFAULT, PathLike, _targets, _would_create
 from bakeoff.results.values import BaselineInfo, RunResult
-from bakeoff.settings import TrialSettings, describe_options
+from bakeoff.settings import TRIAL_OPTIONS, TrialSettings, describe_options
 from bakeoff.store.db import Store
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ def trial(
 
 
 if trial.__doc__:  # the settings' lines come from their one description (absent under python -OO)
-    trial.__doc__ = trial.__doc__.replace("{settings}", describe_options(" " * 8))
+    trial.__doc__ = trial.__doc__.replace("{settings}", describe_options(TRIAL_OPTIONS, " " * 8))
 
 
 def baseline(

@@ -7,13 +7,13 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 import click
 
-from bakeoff.settings import Bounds
+from bakeoff.settings import Bounds, Option
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -26,6 +26,7 @@ __all__ = [
     "price_option",
     "progress",
     "read_prices",
+    "setting_option",
     "verbose_option",
     "workload_output_to_stderr",
 ]
@@ -40,7 +41,7 @@ class Number(click.ParamType):
     anything. nan, an infinity or a value out of bounds is a
     :class:`~bakeoff.errors.SpecError` naming the option, which the error boundary prints as one
     line (exit code 2). ``check`` replaces the bounds' own check where a setting of
-    :data:`~bakeoff.settings.OPTIONS` words its refusals itself."""
+    :data:`~bakeoff.settings.TRIAL_OPTIONS` words its refusals itself."""
 
     def __init__(self, bounds: Bounds, check: Callable[[Any], Any] | None = None) -> None:
         self.bounds = bounds
@@ -60,6 +61,47 @@ class Number(click.ParamType):
             return self.check(number)
         flag = param.opts[0] if param is not None and param.opts else "the value"
         return self.bounds.check(number, flag)
+
+
+def setting_option(
+    options: Mapping[str, Option], keyword: str, *, early: bool = False, **kwargs: Any
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The command-line option of a setting of ``options`` (a command's table, see
+    :mod:`bakeoff.settings`), named as its API keyword, with its flag, default, help, metavar,
+    choices and repetition. An on/off setting's flag turns it away from its default
+    (``--in-process``: ``isolate`` false). A numeric setting is read as a :class:`Number` within
+    its bounds and checked by its own check as it is parsed (with the other settings at their
+    defaults; combinations are checked when the command starts); with ``early``, any other
+    setting is checked as it is parsed too (its value stays as typed). A ``default`` given here
+    stands for "not given" (the setting's own default still applies, and --help shows it)."""
+    option = options[keyword]
+    defaults = {name: each.default for name, each in options.items()}
+    check = option.check
+    if isinstance(option.default, bool):
+        return click.option(
+            option.flag, keyword, flag_value=not option.default, default=option.default,
+            help=option.flag_help or option.help,
+        )  # fmt: skip
+    if option.bounds is not None:
+        kwargs["type"] = Number(option.bounds, None if check is None else lambda value: check(value, defaults))
+    elif option.choices is not None:
+        kwargs["type"] = click.Choice(option.choices)
+    elif early and check is not None:
+
+        def read(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+            if value is not None and value != ():
+                check(value, {**defaults, keyword: value})
+            return value
+
+        kwargs["callback"] = read
+    shown = ""
+    if "default" in kwargs and kwargs["default"] != option.default:
+        shown = f"  [default: {option.default:g}]" if isinstance(option.default, float) else ""
+    kwargs.setdefault("default", option.default)
+    kwargs.setdefault("show_default", not shown and option.default not in (None, ()))
+    if option.multiple:
+        kwargs["multiple"] = True
+    return click.option(option.flag, keyword, metavar=option.metavar, help=option.help + shown, **kwargs)
 
 
 db_option = click.option(

@@ -6,8 +6,9 @@ stderr and exit code 2; anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import functools
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -18,7 +19,13 @@ from bakeoff.cli import revisit as _revisit  # noqa: F401  (registers regression
 from bakeoff.cli import script as _script  # noqa: F401  (registers exec)
 from bakeoff.cli import sweep as _sweep  # noqa: F401  (registers sweep, coverage, sweeps)
 from bakeoff.cli.app import cli
-from bakeoff.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, Number, read_prices, workload_output_to_stderr
+from bakeoff.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    read_prices,
+    setting_option,
+    workload_output_to_stderr,
+)
 from bakeoff.cli.common import console as _console
 from bakeoff.cli.common import db_option as _db_option
 from bakeoff.cli.common import emit_json as _emit_json
@@ -26,7 +33,7 @@ from bakeoff.cli.common import format_option as _format_option
 from bakeoff.cli.common import progress as _progress
 from bakeoff.cli.common import verbose_option as _verbose_option
 from bakeoff.errors import BakeoffError
-from bakeoff.settings import OPTIONS
+from bakeoff.settings import TRIAL_OPTIONS
 
 __all__ = ["cli", "main"]
 
@@ -57,33 +64,7 @@ def baseline(workload: str, dtypes: Sequence[str], refresh: bool, db: str | None
     _console().print(baseline_view(info, notes))
 
 
-def _setting(keyword: str, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The ``bakeoff trial`` option of a trial setting, named as the API keyword, with the flag,
-    default and help of :data:`~bakeoff.settings.OPTIONS`. An on/off setting's flag turns
-    it away from its default (``--in-process``: ``isolate`` false). A numeric setting is read
-    as a :class:`~bakeoff.cli.common.Number` within its bounds and checked by its own check
-    as it is parsed (with the other settings at their defaults; combinations are checked when
-    the trial starts). A ``default`` given here stands for "not given" (the setting's own default
-    still applies, and --help shows it)."""
-    option = OPTIONS[keyword]
-    if isinstance(option.default, bool):
-        return click.option(
-            option.flag,
-            keyword,
-            flag_value=not option.default,
-            default=option.default,
-            help=option.flag_help or option.help,
-        )
-    if option.bounds is not None:
-        defaults = {name: each.default for name, each in OPTIONS.items()}
-        check = option.check
-        kwargs["type"] = Number(option.bounds, None if check is None else lambda value: check(value, defaults))
-    shown = ""
-    if "default" in kwargs and kwargs["default"] != option.default:
-        shown = f"  [default: {option.default:g}]"
-    kwargs.setdefault("default", option.default)
-    kwargs.setdefault("show_default", not shown and option.default not in (None, ()))
-    return click.option(option.flag, keyword, metavar=option.metavar, help=option.help + shown, **kwargs)
+_setting = functools.partial(setting_option, TRIAL_OPTIONS)
 
 
 def _finish_run(
@@ -151,17 +132,17 @@ def _finish_run(
 @_setting("pad_to_buckets")
 @_setting("max_buckets")
 @_setting("cold_compile_cache")
-@_setting("env", multiple=True)
-@_setting("scenarios", multiple=True)
-@_setting("checks", multiple=True)
+@_setting("env")
+@_setting("scenarios")
+@_setting("checks")
 @click.option(
     "--localize",
     is_flag=True,
     help="For every target whose outputs fail, find the module call where the divergence starts "
     "(the localization check; checks=['localization'] in the API).",
 )
-@_setting("prices", multiple=True, callback=read_prices)
-@_setting("requirements", multiple=True)
+@_setting("prices", callback=read_prices)
+@_setting("requirements")
 @click.option("--clear-requirements", is_flag=True, help="Forget the workload's kept requirements.")
 @_setting("interleave")
 @_setting("replicates")
@@ -179,30 +160,14 @@ def _finish_run(
 def trial(
     workload: str,
     on: Sequence[str],
-    min_samples: int,
-    min_seconds: float,
-    timeout_s: float | None,
-    isolate: bool,
-    refresh_baseline: bool,
-    profile: str | None,
-    pad_to_buckets: str | None,
-    max_buckets: int,
-    cold_compile_cache: bool,
-    env: Sequence[str],
-    scenarios: Sequence[str],
-    checks: Sequence[str],
     localize: bool,
-    prices: Sequence[str],
-    requirements: Sequence[str],
     clear_requirements: bool,
-    interleave: bool,
-    replicates: int,
-    process_spread: float | None,
     strict: bool,
     strict_placement: bool,
     verbose: bool,
     db: str | None,
     fmt: str,
+    **settings: Any,
 ) -> None:
     """Run WORKLOAD on each target: correctness, where the work ran, latency, memory.
 
@@ -212,46 +177,26 @@ def trial(
     --strict when a target failed (or with --strict-placement when work left the device),
     2 on bad input.
     """
-    if not isolate and timeout_s is not None:
-        from bakeoff.errors import SpecError
+    from bakeoff.errors import SpecError
 
+    if not settings["isolate"] and settings["timeout_s"] is not None:
         raise SpecError("--timeout needs worker processes", hint="drop --in-process, or drop --timeout")
-    if clear_requirements and requirements:
-        from bakeoff.errors import SpecError
-
+    if clear_requirements and settings["requirements"]:
         raise SpecError("--clear-requirements with --require", hint="give one or the other")
+    if settings["timeout_s"] is None:
+        settings["timeout_s"] = TRIAL_OPTIONS["timeout_s"].default
+    if localize and "localization" not in settings["checks"]:
+        settings["checks"] = [*settings["checks"], "localization"]
+    settings["requirements"] = [] if clear_requirements else (list(settings["requirements"]) or None)
     with workload_output_to_stderr():
         # the reference's worker starts importing before this process imports the rest
         from bakeoff.runner.workers import start_workers
         from bakeoff.workload.base import parse_workload
 
-        workers = start_workers(parse_workload(workload)) if isolate else None
+        workers = start_workers(parse_workload(workload)) if settings["isolate"] else None
         from bakeoff import api
 
-        run = api.trial(
-            workload,
-            on=on,
-            db=db,
-            isolate=isolate,
-            timeout_s=OPTIONS["timeout_s"].default if timeout_s is None else timeout_s,
-            min_samples=min_samples,
-            min_seconds=min_seconds,
-            refresh_baseline=refresh_baseline,
-            profile=profile,
-            pad_to_buckets=pad_to_buckets,
-            max_buckets=max_buckets,
-            cold_compile_cache=cold_compile_cache,
-            env=env,
-            scenarios=scenarios,
-            checks=[*checks, "localization"] if localize and "localization" not in checks else checks,
-            prices=prices,
-            requirements=[] if clear_requirements else (list(requirements) or None),
-            interleave=interleave,
-            replicates=replicates,
-            process_spread=process_spread,
-            progress=_progress(),
-            workers=workers,
-        )
+        run = api.trial(workload, on=on, db=db, **settings, progress=_progress(), workers=workers)
     _finish_run(run, fmt, db, strict, strict_placement, verbose=verbose)
 
 
@@ -264,8 +209,8 @@ def trial(
               help="Target specs to plan for (comma-separated or repeated); options you set are kept.")  # fmt: skip
 @click.option("--budget", default="10min", show_default=True, help="Time for the whole plan: 10min, 90s, 1h.")
 @_setting("profile")
-@_setting("requirements", multiple=True)
-@_setting("prices", multiple=True, callback=read_prices)
+@_setting("requirements")
+@_setting("prices", callback=read_prices)
 @_setting("min_samples")
 @_setting("min_seconds")
 @_setting("isolate")

@@ -6,35 +6,26 @@ A thin command over :func:`bakeoff.api.exec_script`; it registers itself on the 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from typing import Any
 
 import click
 
 from bakeoff.cli.app import cli
-from bakeoff.cli.common import Number, db_option, format_option, progress, verbose_option, workload_output_to_stderr
-from bakeoff.settings import SEED, TIMEOUT, Bounds
+from bakeoff.cli.common import (
+    db_option,
+    format_option,
+    progress,
+    setting_option,
+    verbose_option,
+    workload_output_to_stderr,
+)
+from bakeoff.settings import EXEC_OPTIONS
 
 __all__ = ["exec_command"]
 
-#: Timed runs a side beyond the first.
-_REPEATS = Bounds(int, 0, 10_000, 5)
-
-
-def _read_captures(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
-    """The ``--capture`` names, once each is a module's dotted name and a function's qualified
-    name (the rule the script's process applies), refused before anything runs.
-
-    Raises:
-        SpecError: a name that is not MODULE:FUNCTION.
-    """
-    from bakeoff.errors import SpecError
-    from bakeoff.script.launch import _MODULE, _QUALNAME
-
-    for name in value:
-        module, sep, function = name.partition(":")
-        if not sep or not _MODULE.match(module) or not _QUALNAME.match(function):
-            raise SpecError(f"--capture {name!r} is not MODULE:FUNCTION", hint="e.g. --capture infer:postprocess")
-    return value
+_setting = functools.partial(setting_option, EXEC_OPTIONS, early=True)
 
 
 @cli.command(
@@ -53,48 +44,21 @@ def _read_captures(ctx: click.Context, param: click.Parameter, value: tuple[str,
               help="Targets, comma-separated or repeated: devices (emu, xpu, cpu...), or a device with a "
               "torch.compile backend (cpu+inductor, emu+aot_eager): the script's root module calls "
               "are compiled.")  # fmt: skip
-@click.option("--reference", default=None, metavar="DEVICE",
-              help="Where the reference runs [default: the script's device where it exists, else cpu].")  # fmt: skip
-@click.option("--map", "map_devices", multiple=True, default=("cuda",), show_default=True, metavar="DEVICE[=TARGET]",
-              help="The device types the script names that are remapped to each target's (cuda=emu: to emu, "
-                   "the targets' device).")  # fmt: skip
-@click.option("--strict", is_flag=True, help="Fail a run on any rewrite that may change numerics.")
-@click.option("--capture", "captures", multiple=True, metavar="MODULE:FUNCTION", callback=_read_captures,
-              help="Compare this function's return values, call by call (repeatable).")  # fmt: skip
-@click.option("--capture-modules", "capture_modules", multiple=True, metavar="PATTERN",
-              help="Compare the outputs of the module calls whose name or class matches this glob "
-              "(e.g. '*.mlp', Linear; repeatable; at most 8 calls per module); @roots: the root calls "
-              "(the model the script calls); none: no module call [default: @roots, at most 4 calls "
-              "of each, 32 MiB].")  # fmt: skip
-@click.option("--timeout", "timeout_s", type=Number(TIMEOUT), default=600.0,
-              show_default=True, help="Seconds a run may take before it is stopped (a timeout).")  # fmt: skip
-@click.option("--seed", type=Number(SEED), default=0, show_default=True, help="Seed of random, numpy and torch.")
-@click.option("--no-audit", "no_audit", is_flag=True,
-              help="Do not audit where each target's work ran (it costs time on tiny ops).")  # fmt: skip
-@click.option("--no-files", "no_files", is_flag=True,
-              help="Do not compare the files the script writes (safetensors, npy, npz, JSON).")  # fmt: skip
-@click.option("--repeats", type=Number(_REPEATS), default=0, show_default=True, metavar="N",
-              help="Time each side over N more runs, without the audit or --capture tracing.")  # fmt: skip
+@_setting("reference")
+@_setting("map_devices")
+@_setting("strict")
+@_setting("capture")
+@_setting("capture_modules")
+@_setting("timeout_s")
+@_setting("seed")
+@_setting("audit")
+@_setting("files")
+@_setting("repeats")
 @verbose_option
 @db_option
 @format_option
 def exec_command(
-    script: str,
-    args: Sequence[str],
-    on: Sequence[str],
-    reference: str | None,
-    map_devices: Sequence[str],
-    strict: bool,
-    captures: Sequence[str],
-    capture_modules: Sequence[str],
-    timeout_s: float,
-    seed: int,
-    no_audit: bool,
-    no_files: bool,
-    repeats: int,
-    verbose: bool,
-    db: str | None,
-    fmt: str,
+    script: str, args: Sequence[str], on: Sequence[str], verbose: bool, db: str | None, fmt: str, **settings: Any
 ) -> None:
     """Run SCRIPT unchanged: as the reference, then on each target with its devices remapped.
 
@@ -113,24 +77,8 @@ def exec_command(
 
     _check_order(click.get_current_context(), script, args)
     with workload_output_to_stderr():
-        run = api.exec_script(
-            script,
-            args,
-            on=on,
-            db=db,
-            reference=reference,
-            map_devices=map_devices,
-            strict=strict,
-            capture=captures,
-            capture_modules=capture_modules,
-            timeout_s=timeout_s,
-            seed=seed,
-            audit=not no_audit,
-            files=not no_files,
-            repeats=repeats,
-            progress=progress(),
-        )
-    _finish_run(run, fmt, db, strict, verbose=verbose)
+        run = api.exec_script(script, args, on=on, db=db, **settings, progress=progress())
+    _finish_run(run, fmt, db, settings["strict"], verbose=verbose)
 
 
 def _check_order(ctx: click.Context, script: str, args: Sequence[str]) -> None:

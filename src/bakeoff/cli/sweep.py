@@ -7,6 +7,7 @@ themselves on the command group of :mod:`bakeoff.cli.app`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,11 +21,14 @@ from bakeoff.cli.common import (
     db_option,
     emit_json,
     format_option,
+    setting_option,
     workload_output_to_stderr,
 )
-from bakeoff.settings import COUNT, TIMEOUT
+from bakeoff.settings import COUNT, SWEEP_OPTIONS
 
 __all__ = ["coverage_command", "sweep_command", "sweeps_command"]
+
+_setting = functools.partial(setting_option, SWEEP_OPTIONS, early=True)
 
 
 class _Bar:
@@ -93,13 +97,10 @@ class _Bar:
               help="Targets, comma-separated or repeated (as for bakeoff trial).  [default: cpu]")  # fmt: skip
 @click.option("--resume", default=None, metavar="SWEEP_ID",
               help="Finish an interrupted sweep with its own targets and settings.")  # fmt: skip
-@click.option("--timing", type=click.Choice(["none", "quick", "full"]), default=None,
-              help="Per target: none (one call), quick (10 calls, 0.1 s; the default), full (a trial's).")  # fmt: skip
-@click.option("--timeout", "timeout_s", type=Number(TIMEOUT),
-              help="Seconds a target's step may take (600); longer is that cell's timeout.")  # fmt: skip
-@click.option("--check", "checks", multiple=True, metavar="NAME[?options]",
-              help="Check options, or an on-request check to run on every cell (repeatable).")  # fmt: skip
-@click.option("--env", "env", multiple=True, metavar="KEY=VALUE", help="A switch set while each target runs.")
+@_setting("timing", default=None)  # None: not given, which a resume refuses to change
+@_setting("timeout_s", default=None)
+@_setting("checks")
+@_setting("env")
 @click.option("--limit", type=Number(COUNT), default=None, metavar="N",
               help="Run at most N pending workloads now (resume later for the rest).")  # fmt: skip
 @click.option("--expect", "expect", type=click.Path(dir_okay=False), default=None, metavar="FILE",

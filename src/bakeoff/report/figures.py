@@ -15,6 +15,7 @@ from bakeoff.results.values import TargetResult
 from bakeoff.scenarios.base import rounds_text
 from bakeoff.scenarios.registry import known_scenario
 from bakeoff.settings import TrialSettings
+from bakeoff.settings.exec import current_names
 from bakeoff.stats import samples_needed
 from bakeoff.units import clip, figure, human_bytes
 from bakeoff.verdicts.metrics import metric_estimate
@@ -172,7 +173,8 @@ def settings_line(run: Any) -> str | None:
     the rest."""
     script = run.settings.get("exec")
     if isinstance(script, dict):  # bakeoff exec: one run of a script per target
-        mapped = ", ".join(map(str, script.get("map") or ())) or "nothing"
+        script = current_names(script)
+        mapped = ", ".join(str(e).partition("=")[0] for e in script.get("map_devices") or ()) or "nothing"
         return (
             f"the script run once per target, each in a fresh process and its own copy of the working directory; "
             f"{mapped} remapped to each target's device; seed {script.get('seed')}, timeout {script.get('timeout_s')} s"

@@ -64,6 +64,7 @@ from bakeoff.runner.script_run import ScriptRun, copy_workdir, run_script
 from bakeoff.runner.script_timing import span_samples, speedups, timed
 from bakeoff.script.child_reports import child_notes
 from bakeoff.script.modules import budget
+from bakeoff.settings.exec import ExecSettings, run_settings
 from bakeoff.store.db import Store
 from bakeoff.target.detect import unavailable_reason
 from bakeoff.target.spec import Target
@@ -236,32 +237,25 @@ def exec_script(
     script: Path,
     argv: Sequence[str],
     targets: Sequence[Target],
+    settings: ExecSettings,
     *,
     reference: Target,
-    source_devices: Sequence[str] = ("cuda",),
-    strict: bool = False,
-    captures: Sequence[str] = (),
-    timeout_s: float = 600.0,
-    seed: int = 0,
     as_written: bool = False,
     progress: Callable[[str], None] | None = None,
-    audit: bool = True,
     keep_out: Sequence[Path] = (),
     workdir: Path | None = None,
-    files: bool = True,
-    capture_modules: Sequence[str] = (),
-    repeats: int = 0,
 ) -> RunResult:
     """Run ``script`` as the reference (as written when ``as_written``, else remapped to
-    ``reference``'s device) and on each target, compare, store and return the run. With
-    ``audit``, each target's run (not the reference's) is audited for where its work ran and
-    what ``torch.compile`` did: its ``placement`` and ``compilation`` checks. ``keep_out``: files
-    of the working directory never copied into a run's (the knowledge base and its journals),
-    and never counted as the script's. With ``files``, the files each run wrote are compared
-    with the reference's (:func:`compare_captures`). ``workdir``: the directory each run gets a
-    copy of, ``script`` relative to it (None: the current one); it is stored, so that ``rerun``
-    can run the script again from there. ``capture_modules``: glob patterns of module names
-    whose outputs are compared call by call (:mod:`bakeoff.script.modules`).
+    ``reference``'s device) and on each target, compare, store and return the run, with
+    ``settings`` (checked: see :class:`~bakeoff.settings.exec.ExecSettings`). With ``audit``,
+    each target's run (not the reference's) is audited for where its work ran and what
+    ``torch.compile`` did: its ``placement`` and ``compilation`` checks. ``keep_out``: files of
+    the working directory never copied into a run's (the knowledge base and its journals), and
+    never counted as the script's. With ``files``, the files each run wrote are compared with
+    the reference's (:func:`compare_captures`). ``workdir``: the directory each run gets a copy
+    of, ``script`` relative to it (None: the current one); it is stored, so that ``rerun`` can
+    run the script again from there. ``capture_modules``: glob patterns of module names whose
+    outputs are compared call by call (:mod:`bakeoff.script.modules`).
 
     ``repeats``: after those runs (the evidence of correctness and placement), run the reference
     and each target that ran this many times more, in turns, without the audit, ``--capture``'s
@@ -271,6 +265,10 @@ def exec_script(
     single observation (a target's includes its audit). Either way the spans between captures
     are compared with the reference's (:mod:`bakeoff.runner.script_timing`)."""
     say = progress or (lambda _msg: None)
+    source_devices, captures, capture_modules = settings.sources, settings.capture, settings.capture_modules
+    strict, seed, timeout_s, files, repeats = (
+        settings.strict, settings.seed, settings.timeout_s, settings.files, settings.repeats,
+    )  # fmt: skip
     workdir = (Path.cwd() if workdir is None else Path(workdir)).resolve()
     located = script if script.is_absolute() else workdir / script
     db_files = [Path(f"{path}{suffix}") for path in keep_out for suffix in ("", "-wal", "-shm", "-journal")]
@@ -319,7 +317,7 @@ def exec_script(
             evidence.append(None)
             continue
         say(f"running {script.name} on {target.spec}")
-        run = once(target, True, audit)
+        run = once(target, True, settings.audit)
         context = ScriptContext(target, run, ref_run, honest, reference_name)
         results.append(_result(target, run, False, context, timed=repeats > 0))
         evidence.append(run)
@@ -346,24 +344,9 @@ def exec_script(
         workload={**workload, "notes": notes},
         environment=env,
         results=tuple(done),
-        settings={
-            "reference": reference.spec,
-            "reference_added": True,  # the basis of every comparison, never a candidate
-            "exec": {
-                "argv": list(argv),
-                "map": list(source_devices),
-                "strict": strict,
-                "captures": list(captures),
-                "capture_modules": list(capture_modules),
-                "repeats": repeats,
-                "seed": seed,
-                "timeout_s": timeout_s,
-                "as_written": as_written,
-                "audit": audit,
-                "workdir": str(workdir),
-                "files": files,
-            },
-        },
+        settings=run_settings(
+            settings, argv=argv, workdir=str(workdir), reference=reference.spec, as_written=as_written
+        ),
     )
     (store() if callable(store) else store).save_run(run)
     return run

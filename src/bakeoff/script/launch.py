@@ -77,12 +77,31 @@ from bakeoff.script.returns import Returns
 
 _STARTED = time.perf_counter()
 
-__all__ = ["CAPTURES", "FORMAT", "RESULT", "LaunchResult", "ScriptError", "launch", "main", "read_result"]
+__all__ = [
+    "CAPTURES",
+    "FORMAT",
+    "RESULT",
+    "LaunchResult",
+    "ScriptError",
+    "is_capture_name",
+    "launch",
+    "main",
+    "read_result",
+]
 
 PROG = "python -m bakeoff.script.launch"
 _USAGE = f"{PROG} --out OUTDIR [--map cuda=DEVICE]... [--strict] [--capture MODULE:FUNCTION]... -- SCRIPT [ARGS...]"
 _QUALNAME = re.compile(r"^(?:[A-Za-z_]\w*|<locals>)(?:\.(?:[A-Za-z_]\w*|<locals>))*$")
 _MODULE = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
+
+
+def is_capture_name(spec: str) -> bool:
+    """Whether ``spec`` is ``MODULE:FUNCTION``: a module's dotted name and a function's
+    qualified name (``<locals>`` allowed), as ``--capture`` takes them."""
+    module, sep, qualname = spec.partition(":")
+    return bool(sep and _MODULE.match(module) and _QUALNAME.match(qualname))
+
+
 #: The files of the launcher's own frames above the script's (runpy's is ``<frozen runpy>`` when frozen).
 _LAUNCHER_FILES = frozenset({os.path.abspath(__file__), runpy.run_path.__code__.co_filename})
 
@@ -392,8 +411,7 @@ def _parse(argv: Sequence[str]) -> tuple[argparse.Namespace, str, list[str], dic
             raise _UsageError(f"malformed --map {entry!r}: {exc.one_line()}") from None
         mapping[source] = target
     for spec in options.capture:
-        module, sep, qualname = spec.partition(":")
-        if not sep or not _MODULE.match(module) or not _QUALNAME.match(qualname):
+        if not is_capture_name(spec):
             raise _UsageError(f"malformed --capture {spec!r}: expected MODULE:FUNCTION, e.g. infer:postprocess")
     problem = check_patterns(options.capture_modules)
     if problem is not None:

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bakeoff.results.values import RunResult, TargetResult
+from bakeoff.settings.exec import current_names
 from bakeoff.units import clip
 
 __all__ = ["incomparable", "settings_difference"]
@@ -38,13 +39,14 @@ def _measured(run: RunResult, variant: str) -> dict[str, tuple[Any, str]]:
     stored = run.settings or {}
     found: dict[str, tuple[Any, str]] = {}
     script = stored.get("exec")
-    if isinstance(script, Mapping):  # a script run (bakeoff exec): see bakeoff.api.exec_keywords
-        devices = list(script.get("map") or ("cuda",))
+    if isinstance(script, Mapping):  # a script run (bakeoff exec): see bakeoff.settings.exec
+        script = current_names(script)
+        devices = [str(entry).partition("=")[0] for entry in script.get("map_devices") or ("cuda",)]
         found["device map"] = (devices, ",".join(map(str, devices)))
         as_written = bool(script.get("as_written", False))
         reference = stored.get("reference")
         found["reference"] = ((reference, as_written), f"{reference}" + (" as written" if as_written else ", remapped"))
-        for key, name in (("captures", "captures"), ("capture_modules", "module captures")):
+        for key, name in (("capture", "captures"), ("capture_modules", "module captures")):
             names = sorted(map(str, script.get(key) or ()))
             found[name] = (names, ", ".join(names) or "none")
         found["seed"] = (script.get("seed", 0), str(script.get("seed", 0)))

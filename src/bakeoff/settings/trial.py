@@ -11,7 +11,7 @@ field inside:
   them): ``timing``, ``cold_cache``, ``interleaved``, ``pad_to_buckets``...;
 * inside, :class:`TrialSettings`: ``timing``, ``cold_cache``, ``interleave``, ``pad_to_buckets``.
 
-:data:`OPTIONS` holds each setting's keyword, flag, default (read from :class:`TrialSettings`
+:data:`TRIAL_OPTIONS` holds each setting's keyword, flag, default (read from :class:`TrialSettings`
 and :class:`~bakeoff.measure.timing.TimingSettings`, never restated), check and help text;
 the CLI builds its options from it and :func:`bakeoff.api.trial` its docstring.
 :meth:`TrialSettings.from_options` is the one validating constructor. A run stores
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -43,80 +43,11 @@ from bakeoff.measure.timing import TimingSettings
 from bakeoff.metrics import parse_requirement
 from bakeoff.scenarios.base import ScenarioSpec
 from bakeoff.scenarios.registry import always_run, parse_scenario
+from bakeoff.settings.bounds import TIMEOUT, WEEK_S, Bounds, at_most
+from bakeoff.settings.option import Option, read_options, spec_list
 from bakeoff.workload.profile import InputProfile, parse_profile
 
-__all__ = [
-    "COUNT",
-    "FRACTION",
-    "OPTIONS",
-    "SEED",
-    "TIMEOUT",
-    "Bounds",
-    "Option",
-    "TrialSettings",
-    "describe_options",
-]
-
-
-@dataclass(frozen=True)
-class Bounds:
-    """The numbers a numeric option accepts: finite values of ``kind`` (int or float) from
-    ``low`` to ``high`` (``low_open``, ``high_open``: that bound itself excluded). ``example``
-    is the value a refusal suggests; ``unit`` is said of the number ("of seconds").
-
-    Every numeric option of every command declares one, so that nan, infinities and values no
-    run can use (a negative seed, a timeout of 1e300 s) are refused in one line before anything
-    is opened, never stored as a run that fails or that checks nothing.
-    """
-
-    kind: type
-    low: float
-    high: float
-    example: float
-    low_open: bool = False
-    high_open: bool = False
-    unit: str = ""
-
-    def contains(self, value: float) -> bool:
-        """Whether ``value`` is a finite number within the bounds."""
-        if not math.isfinite(value):
-            return False
-        above = value > self.low if self.low_open else value >= self.low
-        below = value < self.high if self.high_open else value <= self.high
-        return above and below
-
-    @property
-    def words(self) -> str:
-        """What the bounds accept, in words: "a whole number from 0 to 4294967295"."""
-        unit = f" {self.unit}" if self.unit else ""
-        if self.kind is int:
-            return f"a whole number from {int(self.low)} to {int(self.high)}{unit}"
-        low = f"> {self.low:g}" if self.low_open else f">= {self.low:g}"
-        high = f" and {'<' if self.high_open else '<='} {self.high:g}" if math.isfinite(self.high) else ""
-        return f"a finite number{unit} {low}{high}"
-
-    def check(self, value: float, flag: str) -> float:
-        """``value``, if within the bounds.
-
-        Raises:
-            SpecError: nan, an infinity or a value outside the bounds, naming ``flag``.
-        """
-        if not self.contains(value):
-            shown = f"{value:g}" if isinstance(value, float) else str(value)
-            raise SpecError(f"{flag} must be {self.words}, got {shown}", hint=f"e.g. {flag} {self.example:g}")
-        return value
-
-
-#: One week: the longest a timeout or a minimum timing time may be.
-_WEEK_S = 7 * 24 * 3600.0
-#: A step's timeout, in seconds.
-TIMEOUT = Bounds(float, 0.0, _WEEK_S, 900.0, low_open=True, unit="of seconds")
-#: A seed of random, numpy and torch (numpy takes 32 bits).
-SEED = Bounds(int, 0, 2**32 - 1, 0)
-#: A count of runs, calls or rows: at least one, and what SQLite and C take.
-COUNT = Bounds(int, 1, 2**31 - 1, 20)
-#: A relative change (a threshold): 0.10 is ten percent.
-FRACTION = Bounds(float, 0.0, math.inf, 0.1)
+__all__ = ["TRIAL_OPTIONS", "TrialSettings"]
 
 
 @dataclass(frozen=True)
@@ -167,22 +98,16 @@ class TrialSettings:
 
     @classmethod
     def from_options(cls, **given: Any) -> TrialSettings:
-        """The settings for :func:`bakeoff.api.trial`'s keywords (see :data:`OPTIONS`; a
+        """The settings for :func:`bakeoff.api.trial`'s keywords (see :data:`TRIAL_OPTIONS`; a
         keyword not given takes its default), each value checked in the order of
-        :data:`OPTIONS`.
+        :data:`TRIAL_OPTIONS`.
 
         Raises:
             SpecError: a value out of range, a combination that cannot work (replicates or a
                 cold cache in one process), a malformed profile, switch, scenario or requirement.
             TypeError: a keyword that is not a setting.
         """
-        unknown = sorted(set(given) - set(OPTIONS))
-        if unknown:
-            raise TypeError(f"unknown trial setting {unknown[0]!r}")
-        values = {name: given.get(name, option.default) for name, option in OPTIONS.items()}
-        for name, option in OPTIONS.items():
-            if option.check is not None:
-                values[name] = option.check(values[name], values)
+        values = read_options(TRIAL_OPTIONS, given, "trial setting")
         return cls(
             timing=TimingSettings(min_samples=values["min_samples"], min_seconds=values["min_seconds"]),
             isolate=values["isolate"],
@@ -337,47 +262,37 @@ class TrialSettings:
 # -- the checks: each turns a keyword's value into its field's, or raises SpecError ----------
 
 _SAMPLES = Bounds(int, 1, 10**9, 30)
-_MIN_SECONDS = Bounds(float, 0.0, _WEEK_S, 0.5, unit="of seconds")
+_MIN_SECONDS = Bounds(float, 0.0, WEEK_S, 0.5, unit="of seconds")
 _REPLICATES = Bounds(int, 1, 1000, 3)
 _MAX_BUCKETS = Bounds(int, 1, 1024, 4)
 _PROCESS_SPREAD = Bounds(float, 0.0, 1.0, 0.02, high_open=True)
-
-Check = Callable[[Any, Mapping[str, Any]], Any]
-
-
-def _at_most(value: float, high: float, what: str, example: str) -> None:
-    """Refuse a finite ``value`` above ``high``."""
-    if value > high:
-        shown = f"{value:g}" if isinstance(value, float) else str(value)
-        most = f"{high:g}" if isinstance(value, float) else str(int(high))
-        raise SpecError(f"{what} must be at most {most}, got {shown}", hint=f"e.g. {example}")
 
 
 def _check_samples(value: int, given: Mapping[str, Any]) -> int:
     if value < 1:
         raise SpecError(f"samples must be at least 1, got {value}", hint="e.g. --samples 30")
-    _at_most(value, _SAMPLES.high, "samples", "--samples 30")
+    at_most(value, _SAMPLES.high, "samples", "--samples 30")
     return value
 
 
 def _check_min_seconds(value: float, given: Mapping[str, Any]) -> float:
     if not math.isfinite(value) or value < 0:
         raise SpecError(f"minimum timing seconds must be a finite number >= 0, got {value}", hint="e.g. --min-time 0.5")
-    _at_most(value, _MIN_SECONDS.high, "minimum timing seconds", "--min-time 0.5")
+    at_most(value, _MIN_SECONDS.high, "minimum timing seconds", "--min-time 0.5")
     return value
 
 
 def _check_timeout(value: float, given: Mapping[str, Any]) -> float:
     if not math.isfinite(value) or value <= 0:
         raise SpecError(f"timeout must be a positive number of seconds, got {value:g}", hint="e.g. --timeout 900")
-    _at_most(value, TIMEOUT.high, "timeout in seconds", "--timeout 900")
+    at_most(value, TIMEOUT.high, "timeout in seconds", "--timeout 900")
     return value
 
 
 def _check_replicates(value: int, given: Mapping[str, Any]) -> int:
     if value < 1:
         raise SpecError(f"replicates must be at least 1, got {value}", hint="e.g. --replicates 3")
-    _at_most(value, _REPLICATES.high, "replicates", "--replicates 3")
+    at_most(value, _REPLICATES.high, "replicates", "--replicates 3")
     if value > 1 and not given["isolate"]:
         raise SpecError(
             "replicates need worker processes (one process cannot show the spread between processes)",
@@ -404,7 +319,7 @@ def _check_pad_to_buckets(value: str | int | Iterable[int] | None, given: Mappin
 def _check_max_buckets(value: int, given: Mapping[str, Any]) -> int:
     if value < 1:
         raise SpecError(f"max buckets must be at least 1, got {value}", hint="e.g. --max-buckets 4")
-    _at_most(value, _MAX_BUCKETS.high, "max buckets", "--max-buckets 4")
+    at_most(value, _MAX_BUCKETS.high, "max buckets", "--max-buckets 4")
     return value
 
 
@@ -435,26 +350,9 @@ def _check_env(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[tu
     return tuple(switches)
 
 
-def _spec_list(
-    value: str | Iterable[str], what: str, parse: Callable[[str], Any], empty_hint: str, twice_hint: str
-) -> tuple[Any, ...]:
-    """Specs given as a list or comma-separated (their options never hold commas), each parsed
-    by ``parse``; an empty one or a name given twice is refused with its line."""
-    texts = [value] if isinstance(value, str) else list(value)
-    parts = [part.strip() for text in texts for part in text.split(",")]
-    if any(not part for part in parts):
-        raise SpecError(f"empty {what} in {', '.join(repr(t) for t in texts)}", hint=empty_hint)
-    parsed = tuple(parse(part) for part in parts)
-    seen = [spec.name for spec in parsed]
-    twice = next((name for name in seen if seen.count(name) > 1), None)
-    if twice is not None:
-        raise SpecError(f"{what} {twice!r} given twice", hint=twice_hint)
-    return parsed
-
-
 def _check_scenarios(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[ScenarioSpec, ...]:
     """``offline,server?rate=5`` -> two scenarios."""
-    return _spec_list(
+    return spec_list(
         value,
         "scenario",
         parse_scenario,
@@ -466,7 +364,7 @@ def _check_scenarios(value: str | Iterable[str], given: Mapping[str, Any]) -> tu
 def _check_checks(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[CheckSpec, ...]:
     """``determinism?repeats=5`` -> the check's options; a check named with no options keeps
     its defaults."""
-    return _spec_list(
+    return spec_list(
         value, "check", parse_check, "e.g. --check determinism?repeats=5", "give each check once, with all its options"
     )
 
@@ -484,33 +382,10 @@ def _check_requirements(value: str | Iterable[str] | None, given: Mapping[str, A
 # -- the table -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Option:
-    """One trial setting as users see it.
-
-    ``keyword`` is its :func:`bakeoff.api.trial` keyword; ``flag`` its ``bakeoff trial`` option
-    (for an on/off setting, the flag that turns it away from its default); ``help`` says what
-    it does, for ``--help`` and the API docstring alike, except that ``flag_help`` describes a
-    flag that turns a setting off, and ``keyword_note`` adds what only the keyword accepts.
-    ``check`` turns a value into the field's (None: taken as it is); ``bounds`` are a numeric
-    setting's (the command line refuses a value outside them as it reads it).
-    """
-
-    keyword: str
-    flag: str
-    default: Any
-    help: str
-    check: Check | None = None
-    flag_help: str = ""
-    keyword_note: str = ""
-    metavar: str | None = None
-    bounds: Bounds | None = None
-
-
 _TIMING = TimingSettings()
 
 #: Every setting, in the order its value is checked (the first bad one is reported).
-OPTIONS: dict[str, Option] = {
+TRIAL_OPTIONS: dict[str, Option] = {
     option.keyword: option
     for option in (
         Option(
@@ -520,6 +395,7 @@ OPTIONS: dict[str, Option] = {
             "Minimum timed calls per target.",
             _check_samples,
             bounds=_SAMPLES,
+            example=7,
         ),
         Option(
             "min_seconds",
@@ -528,6 +404,7 @@ OPTIONS: dict[str, Option] = {
             "Minimum seconds of timed calls per target.",
             _check_min_seconds,
             bounds=_MIN_SECONDS,
+            example=0.25,
         ),
         Option(
             "isolate",
@@ -535,6 +412,7 @@ OPTIONS: dict[str, Option] = {
             TrialSettings.isolate,
             "Run each target in its own worker process (crashes and hangs become results).",
             flag_help="Run targets in this process (faster; a crash ends the run).",
+            example=False,
         ),
         Option(
             "timeout_s",
@@ -544,6 +422,7 @@ OPTIONS: dict[str, Option] = {
             "before its worker is killed and the target recorded as timed out (worker processes only).",
             _check_timeout,
             bounds=TIMEOUT,
+            example=120.0,
         ),
         Option(
             "interleave",
@@ -551,6 +430,7 @@ OPTIONS: dict[str, Option] = {
             TrialSettings.interleave,
             "Time the targets' worker processes in turns (A B A B), so that drift affects all alike.",
             flag_help="Time targets one after another instead of in turns (less memory at once).",
+            example=False,
         ),
         Option(
             "replicates",
@@ -560,6 +440,7 @@ OPTIONS: dict[str, Option] = {
             "intervals then include the spread between processes (a few percent on CPUs).",
             _check_replicates,
             bounds=_REPLICATES,
+            example=2,
         ),
         Option(
             "process_spread",
@@ -570,12 +451,15 @@ OPTIONS: dict[str, Option] = {
             "(benchmarks/aa_calibration.py measures yours).",
             _check_process_spread,
             bounds=_PROCESS_SPREAD,
+            example=0.05,
         ),
         Option(
             "refresh_baseline",
             "--refresh-baseline",
             TrialSettings.refresh_baseline,
             "Recompute the baseline first, even if a fresh one is stored.",
+            example=True,
+            repeated=False,
         ),
         Option(
             "pad_to_buckets",
@@ -586,6 +470,7 @@ OPTIONS: dict[str, Option] = {
             _check_pad_to_buckets,
             keyword_note="A list of sizes works too.",
             metavar="auto|N,N,...",
+            example="64,128",
         ),
         Option(
             "max_buckets",
@@ -594,6 +479,7 @@ OPTIONS: dict[str, Option] = {
             "How many buckets 'auto' may choose.",
             _check_max_buckets,
             bounds=_MAX_BUCKETS,
+            example=2,
         ),
         Option(
             "cold_compile_cache",
@@ -601,6 +487,7 @@ OPTIONS: dict[str, Option] = {
             TrialSettings.cold_cache,
             "Give each target's compiler an empty cache (cold compile times; worker processes only).",
             _check_cold_cache,
+            example=True,
         ),
         Option(
             "profile",
@@ -611,6 +498,7 @@ OPTIONS: dict[str, Option] = {
             _check_profile,
             keyword_note="Or an :class:`~bakeoff.workload.profile.InputProfile`.",
             metavar="PROFILE",
+            example="seq=16,32",
         ),
         Option(
             "env",
@@ -621,6 +509,8 @@ OPTIONS: dict[str, Option] = {
             _check_env,
             keyword_note="A list of KEY=VALUE texts, or one.",
             metavar="KEY=VALUE",
+            example=["TORCHINDUCTOR_FREEZING=1"],
+            multiple=True,
         ),
         Option(
             "scenarios",
@@ -631,6 +521,8 @@ OPTIONS: dict[str, Option] = {
             _check_scenarios,
             keyword_note="A list, or one comma-separated text.",
             metavar="SCENARIO",
+            example=["offline"],
+            multiple=True,
         ),
         Option(
             "checks",
@@ -641,6 +533,8 @@ OPTIONS: dict[str, Option] = {
             _check_checks,
             keyword_note="A list, or one comma-separated text.",
             metavar="CHECK",
+            example=["determinism?repeats=5"],
+            multiple=True,
         ),
         Option(
             "prices",
@@ -653,6 +547,8 @@ OPTIONS: dict[str, Option] = {
             _check_prices,
             keyword_note="A list of such texts, or one.",
             metavar="TARGET=PRICE/h[@Ncores]",
+            example=["cpu=0.34/h"],
+            multiple=True,
         ),
         Option(
             "requirements",
@@ -663,18 +559,8 @@ OPTIONS: dict[str, Option] = {
             _check_requirements,
             keyword_note="None checks the kept ones, [] clears them.",
             metavar="REQ",
+            example=["p90<=50ms"],
+            multiple=True,
         ),
     )
 }
-
-
-def describe_options(indent: str, width: int = 100) -> str:
-    """The ``Args:`` lines of :data:`OPTIONS` for a Google-style docstring, each line after
-    the first starting with ``indent``."""
-    import textwrap
-
-    lines = []
-    for option in OPTIONS.values():
-        text = f"{option.keyword}: {option.help}" + (f" {option.keyword_note}" if option.keyword_note else "")
-        lines += textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + "    ")
-    return "\n".join(lines).removeprefix(indent)

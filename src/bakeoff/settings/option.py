@@ -1,0 +1,110 @@
+"""One setting of a command, declared once, and what every table of them shares.
+
+A command's table (:data:`~bakeoff.settings.trial.TRIAL_OPTIONS`,
+:data:`~bakeoff.settings.exec.EXEC_OPTIONS`, :data:`~bakeoff.settings.sweep.SWEEP_OPTIONS`)
+maps each keyword to its :class:`Option`: its ``bakeoff`` flag, default, check, help and an
+example value. The command line builds its options from the table
+(:func:`bakeoff.cli.common.setting_option`), the keyword API takes its defaults and docstring
+from it (:func:`describe_options`), :func:`read_options` checks what a user gave against it,
+and the test of every option's round trip (through the knowledge base and ``rerun``) is
+generated from it.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bakeoff.settings.bounds import Bounds
+
+__all__ = ["Check", "Option", "describe_options", "read_options", "spec_list"]
+
+#: A setting's check: the value given and every value given (for combinations) -> the field's value.
+Check = Callable[[Any, Mapping[str, Any]], Any]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting as users see it.
+
+    ``keyword`` is its keyword in the API (and the name it is stored under, where the command's
+    stored format is not older than the table); ``flag`` its command-line option (for an on/off
+    setting, the flag that turns it away from its default); ``help`` says what it does, for
+    ``--help`` and the API docstring alike, except that ``flag_help`` describes a flag that
+    turns a setting off, and ``keyword_note`` adds what only the keyword accepts. ``check``
+    turns a value into the field's (None: taken as it is); ``bounds`` are a numeric setting's
+    (the command line refuses a value outside them as it reads it). ``multiple``: the flag may
+    be repeated (its values are a list); ``choices``: the only values it takes.
+
+    ``example`` is a valid value other than the default, as a user would type it (a list of
+    texts for a repeatable flag); the round-trip test gives it to every command. ``repeated``
+    is False for a setting a ``rerun`` decides anew (``refresh_baseline``), True for one it
+    repeats.
+    """
+
+    keyword: str
+    flag: str
+    default: Any
+    help: str
+    check: Check | None = None
+    flag_help: str = ""
+    keyword_note: str = ""
+    metavar: str | None = None
+    bounds: Bounds | None = None
+    multiple: bool = False
+    choices: tuple[str, ...] | None = None
+    example: Any = None
+    repeated: bool = True
+
+
+def read_options(options: Mapping[str, Option], given: Mapping[str, Any], what: str) -> dict[str, Any]:
+    """Every setting of ``options``: the value ``given``, else its default, each checked in the
+    table's order (so the first bad one is the one reported), a check seeing every value given.
+
+    Raises:
+        TypeError: a keyword that is not in the table (``what`` names the kind of setting).
+        SpecError: a value its check refuses.
+    """
+    unknown = sorted(set(given) - set(options))
+    if unknown:
+        raise TypeError(f"unknown {what} {unknown[0]!r}")
+    values = {name: given.get(name, option.default) for name, option in options.items()}
+    for name, option in options.items():
+        if option.check is not None:
+            values[name] = option.check(values[name], values)
+    return values
+
+
+def describe_options(options: Mapping[str, Option], indent: str, width: int = 100) -> str:
+    """The ``Args:`` lines of ``options`` for a Google-style docstring, each line after the
+    first starting with ``indent``."""
+    lines = []
+    for option in options.values():
+        text = f"{option.keyword}: {option.help}" + (f" {option.keyword_note}" if option.keyword_note else "")
+        lines += textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + "    ")
+    return "\n".join(lines).removeprefix(indent)
+
+
+def spec_list(
+    value: str | Iterable[str], what: str, parse: Callable[[str], Any], empty_hint: str, twice_hint: str
+) -> tuple[Any, ...]:
+    """Specs given as a list or comma-separated (their options never hold commas), each parsed
+    by ``parse``; an empty one or a name given twice is refused with its line.
+
+    Raises:
+        SpecError: an empty spec, one ``parse`` refuses, or a name given twice.
+    """
+    from bakeoff.errors import SpecError
+
+    texts = [value] if isinstance(value, str) else list(value)
+    parts = [part.strip() for text in texts for part in text.split(",")]
+    if any(not part for part in parts):
+        raise SpecError(f"empty {what} in {', '.join(repr(t) for t in texts)}", hint=empty_hint)
+    parsed = tuple(parse(part) for part in parts)
+    seen = [spec.name for spec in parsed]
+    twice = next((name for name in seen if seen.count(name) > 1), None)
+    if twice is not None:
+        raise SpecError(f"{what} {twice!r} given twice", hint=twice_hint)
+    return parsed
