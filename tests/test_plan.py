@@ -8,7 +8,8 @@ import pytest
 
 import bakeoff
 from bakeoff.errors import SpecError
-from bakeoff.runner.plan import parse_budget, variants_of
+from bakeoff.runner.plan import variants_of
+from bakeoff.settings.plan import parse_budget
 from bakeoff.target.spec import parse_target
 
 LLAMA = "arch:llama?layers=1&hidden=32"

@@ -19,7 +19,17 @@ import pytest
 from tests.revisit_data import environment, make_run, target_result
 
 from bakeoff.cli.main import cli
-from bakeoff.settings import EXEC_OPTIONS, SWEEP_OPTIONS, TRIAL_OPTIONS, ExecSettings, Option, TrialSettings
+from bakeoff.settings import (
+    EXEC_OPTIONS,
+    LOCALIZE_OPTIONS,
+    PLAN_OPTIONS,
+    SWEEP_OPTIONS,
+    TRIAL_OPTIONS,
+    ExecSettings,
+    Option,
+    TrialSettings,
+    read_options,
+)
 from bakeoff.settings.exec import run_settings
 from bakeoff.settings.sweep import sweep_keywords
 from bakeoff.store.db import Store
@@ -30,10 +40,16 @@ COMMANDS: dict[str, tuple[Mapping[str, Option], list[str]]] = {
     "exec": (EXEC_OPTIONS, ["train.py"]),
     "sweep": (SWEEP_OPTIONS, ["arch:base"]),
 }
+#: Commands whose own settings are not stored (a plan's stages store theirs as trials; a
+#: localisation stores its result): the command line and the API must still agree.
+UNSTORED: dict[str, tuple[Mapping[str, Option], list[str]]] = {
+    "plan": (PLAN_OPTIONS, ["arch:llama"]),
+    "localize": (LOCALIZE_OPTIONS, ["3f2a"]),
+}
 
 CASES = [
     pytest.param(command, keyword, id=f"{command} {option.flag}")
-    for command, (table, _) in COMMANDS.items()
+    for command, (table, _) in (COMMANDS | UNSTORED).items()
     for keyword, option in table.items()
 ]
 
@@ -48,18 +64,26 @@ def _typed(option: Option) -> list[str]:
 
 def _from_the_command_line(command: str, keyword: str) -> Any:
     """The value the command's own parser gives its function for the example."""
-    table, positionals = COMMANDS[command]
+    table, positionals = (COMMANDS | UNSTORED)[command]
     ctx = cli.commands[command].make_context(command, [*_typed(table[keyword]), *positionals])
     return ctx.params[keyword]
 
 
 @pytest.mark.parametrize(("command", "keyword"), CASES)
 def test_every_option_has_an_example_that_is_not_its_default(command: str, keyword: str) -> None:
-    option = COMMANDS[command][0][keyword]
+    table = (COMMANDS | UNSTORED)[command][0]
+    option = table[keyword]
     assert option.example is not None, f"{command} {option.flag} declares no example"
     assert (list(option.example) != list(option.default or ())) if option.multiple else option.example != option.default
     param = next(p for p in cli.commands[command].params if p.name == keyword)  # named as the API keyword
     assert option.flag in param.opts and bool(getattr(param, "multiple", False)) == option.multiple
+
+
+@pytest.mark.parametrize(("command", "keyword"), [c for c in CASES if c.values[0] in UNSTORED])
+def test_an_unstored_commands_option_reads_the_same_from_the_command_line_and_the_api(command, keyword) -> None:
+    table = UNSTORED[command][0]
+    typed = read_options(table, {keyword: _from_the_command_line(command, keyword)}, command)
+    assert typed == read_options(table, {keyword: table[keyword].example}, command) != read_options(table, {}, command)
 
 
 @pytest.mark.parametrize(("command", "keyword"), [c for c in CASES if c.values[0] == "trial"])

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from bakeoff.api.common import PathLike, _targets, _would_create
 from bakeoff.results.values import RunResult
-from bakeoff.settings import TrialSettings
+from bakeoff.settings import TrialSettings, read_options
 from bakeoff.store.db import Store
 
 if TYPE_CHECKING:
@@ -37,13 +37,14 @@ def plan(
         SpecError, WorkloadError, StoreError: bad input; nothing is stored.
         TypeError: a keyword that is not a trial setting.
     """
-    from bakeoff.runner.plan import parse_budget, run_plan
+    from bakeoff.runner.plan import run_plan
     from bakeoff.runner.trial import run_trial
+    from bakeoff.settings.plan import PLAN_OPTIONS
     from bakeoff.workload.base import parse_workload
 
     spec = parse_workload(workload)
     parsed = _targets(on)
-    seconds = parse_budget(budget) if isinstance(budget, str) else float(budget)
+    seconds = read_options(PLAN_OPTIONS, {"budget": budget}, "plan setting")["budget"]
     trial_settings = TrialSettings.from_options(**settings)
     opened: list[Store] = []
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
@@ -33,7 +33,7 @@ from bakeoff.cli.common import format_option as _format_option
 from bakeoff.cli.common import progress as _progress
 from bakeoff.cli.common import verbose_option as _verbose_option
 from bakeoff.errors import BakeoffError
-from bakeoff.settings import TRIAL_OPTIONS
+from bakeoff.settings import PLAN_OPTIONS, PLAN_TRIAL_KEYWORDS, TRIAL_OPTIONS
 
 __all__ = ["cli", "main"]
 
@@ -65,6 +65,14 @@ def baseline(workload: str, dtypes: Sequence[str], refresh: bool, db: str | None
 
 
 _setting = functools.partial(setting_option, TRIAL_OPTIONS)
+
+
+def _plan_settings(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The trial settings a plan takes (:data:`~bakeoff.settings.PLAN_TRIAL_KEYWORDS`)."""
+    for keyword in reversed(PLAN_TRIAL_KEYWORDS):
+        early = {"callback": read_prices} if keyword == "prices" else {}
+        command = _setting(keyword, **early)(command)
+    return command
 
 
 def _finish_run(
@@ -207,28 +215,11 @@ def trial(
 @click.argument("workload")
 @click.option("--on", "on", multiple=True, default=["cpu"], show_default=True, metavar="TARGETS",
               help="Target specs to plan for (comma-separated or repeated); options you set are kept.")  # fmt: skip
-@click.option("--budget", default="10min", show_default=True, help="Time for the whole plan: 10min, 90s, 1h.")
-@_setting("profile")
-@_setting("requirements")
-@_setting("prices", callback=read_prices)
-@_setting("min_samples")
-@_setting("min_seconds")
-@_setting("isolate")
+@setting_option(PLAN_OPTIONS, "budget")
+@_plan_settings
 @_db_option
 @_format_option
-def plan(
-    workload: str,
-    on: Sequence[str],
-    budget: str,
-    profile: str | None,
-    requirements: Sequence[str],
-    prices: Sequence[str],
-    min_samples: int,
-    min_seconds: float,
-    isolate: bool,
-    db: str | None,
-    fmt: str,
-) -> None:
+def plan(workload: str, on: Sequence[str], budget: str, db: str | None, fmt: str, **settings: Any) -> None:
     """Search the adjustments for WORKLOAD within a time budget and recommend a variant.
 
     Tries the targets as given (padded to buckets with a profile), then, as the budget allows,
@@ -238,20 +229,9 @@ def plan(
     """
     from bakeoff import api
 
+    settings["requirements"] = list(settings["requirements"]) or None
     with workload_output_to_stderr():
-        found = api.plan(
-            workload,
-            on=on,
-            budget=budget,
-            db=db,
-            progress=_progress(),
-            profile=profile,
-            requirements=list(requirements) or None,
-            prices=prices,
-            min_samples=min_samples,
-            min_seconds=min_seconds,
-            isolate=isolate,
-        )
+        found = api.plan(workload, on=on, budget=budget, db=db, progress=_progress(), **settings)
     if fmt == "json":
         _emit_json(found.to_dict())
         return

@@ -11,13 +11,20 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from bakeoff.cli.app import cli
-from bakeoff.cli.common import EXIT_FAILED, Number, price_option, verbose_option, workload_output_to_stderr
+from bakeoff.cli.common import (
+    EXIT_FAILED,
+    Number,
+    price_option,
+    setting_option,
+    verbose_option,
+    workload_output_to_stderr,
+)
 from bakeoff.cli.common import console as _console
 from bakeoff.cli.common import db_option as _db_option
 from bakeoff.cli.common import emit_json as _emit_json
 from bakeoff.cli.common import format_option as _format_option
 from bakeoff.cli.common import progress as _progress
-from bakeoff.settings import FRACTION, TIMEOUT
+from bakeoff.settings import FRACTION, LOCALIZE_OPTIONS
 
 if TYPE_CHECKING:
     from bakeoff.verdicts.regressions import Thresholds
@@ -181,9 +188,7 @@ def compare(a: str, b: str, latency_threshold: float, db: str | None, fmt: str) 
 
 @cli.command(epilog="\b\nExamples:\n  bakeoff localize 3f2a\n  bakeoff localize 3f2a:emu")
 @click.argument("run")
-@click.option(
-    "--timeout", "timeout_s", type=Number(TIMEOUT), default=900.0, show_default=True, help="Seconds per target."
-)
+@setting_option(LOCALIZE_OPTIONS, "timeout_s")
 @_db_option
 @_format_option
 def localize(run: str, timeout_s: float, db: str | None, fmt: str) -> None:

@@ -35,7 +35,6 @@ The recommended variant's ledger (its adjustments) says what it changed.
 from __future__ import annotations
 
 import contextlib
-import re
 import signal
 import threading
 import time
@@ -43,7 +42,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
 
-from bakeoff.errors import SpecError
 from bakeoff.results.values import RunResult
 from bakeoff.runner.trial import REFERENCE
 from bakeoff.settings import TrialSettings
@@ -59,14 +57,11 @@ __all__ = [
     "Plan",
     "Stage",
     "alarm",
-    "parse_budget",
     "run_plan",
     "sessions_of",
     "variants_of",
 ]
 
-_BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|min|m|h)?\s*$")
-_SECONDS = {"s": 1, "sec": 1, None: 1, "min": 60, "m": 60, "h": 3600}
 #: What a plan may take beyond its budget: ending a stage stopped at the budget's end (its
 #: worker processes are killed) and deciding over the stages that finished.
 STOP_TOLERANCE_S = 15.0
@@ -77,21 +72,6 @@ _MIN_STEP_S = 1.0
 class BudgetSpent(BaseException):
     """The plan's budget ran out while a stage ran. A ``BaseException``, as ``KeyboardInterrupt``
     is: no step of the trial may record it as its own failure and carry on."""
-
-
-def parse_budget(text: str) -> float:
-    """``10min``, ``90s``, ``1.5h`` or a number of seconds -> seconds.
-
-    Raises:
-        SpecError: anything else, or a budget under a minute.
-    """
-    found = _BUDGET.match(text)
-    if found is None:
-        raise SpecError(f"budget {text!r} is not a duration", hint="e.g. --budget 10min, 90s or 1h")
-    seconds = float(found.group(1)) * _SECONDS[found.group(2)]
-    if seconds < 60:
-        raise SpecError(f"budget {text!r} is under a minute", hint="give a plan at least --budget 1min")
-    return seconds
 
 
 def variants_of(target: Target) -> list[Target]:
