@@ -39,8 +39,9 @@ def report(
     from bakeoff.errors import SpecError
     from bakeoff.outfiles import check_writable, write_text
     from bakeoff.report.evidence import build_evidence
+    from bakeoff.report.formats import REPORT_FORMATS
 
-    outputs = {"html": html, "markdown": markdown, "json": json}
+    outputs = {"html": html, "markdown": markdown, "json": json}  # one keyword per format of the registry
     if all(v is None for v in outputs.values()):
         raise SpecError("no report format chosen", hint="add --html out.html, --markdown out.md or --json out.json")
     for path in outputs.values():
@@ -59,13 +60,6 @@ def report(
         prices=None if prices is None else parse_prices(list(prices)),
     )
     for kind, path in outputs.items():
-        if path is None:
-            continue
-        if kind == "html":
-            from bakeoff.report.html import render_html as render
-        elif kind == "markdown":
-            from bakeoff.report.markdown import render_markdown as render
-        else:
-            from bakeoff.report.evidence import render_json as render
-        write_text(path, render(evidence))
+        if path is not None:
+            write_text(path, REPORT_FORMATS[kind].render(evidence))
     return evidence

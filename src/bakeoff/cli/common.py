@@ -26,6 +26,8 @@ __all__ = [
     "price_option",
     "progress",
     "read_prices",
+    "report_options",
+    "report_paths",
     "setting_option",
     "verbose_option",
     "workload_output_to_stderr",
@@ -102,6 +104,30 @@ def setting_option(
     if option.multiple:
         kwargs["multiple"] = True
     return click.option(option.flag, keyword, metavar=option.metavar, help=option.help + shown, **kwargs)
+
+
+def report_options(coverage: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """One ``--NAME FILE`` option per format of :data:`~bakeoff.report.formats.REPORT_FORMATS`
+    (with ``coverage``, those that render a sweep's coverage), passed as ``NAME_path``; read
+    them back with :func:`report_paths`."""
+    from bakeoff.report.formats import REPORT_FORMATS
+
+    formats = [f for f in REPORT_FORMATS.values() if not coverage or f.coverage is not None]
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        for f in reversed(formats):
+            command = click.option(
+                f.flag, f"{f.name}_path", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+                help=f.coverage_help if coverage else f.help,
+            )(command)  # fmt: skip
+        return command
+
+    return decorate
+
+
+def report_paths(params: Mapping[str, Any]) -> dict[str, str | None]:
+    """The paths :func:`report_options` read, by format name (the API's keywords)."""
+    return {name.removesuffix("_path"): value for name, value in params.items() if name.endswith("_path")}
 
 
 db_option = click.option(

@@ -15,6 +15,8 @@ from bakeoff.cli.common import (
     EXIT_FAILED,
     Number,
     price_option,
+    report_options,
+    report_paths,
     setting_option,
     verbose_option,
     workload_output_to_stderr,
@@ -293,13 +295,7 @@ def rerun(
 @click.argument("run_ids", nargs=-1)
 @click.option("--workload", default=None, help="Every run of this workload spec.")
 @click.option("--tag", default=None, help="Every run with this tag.")
-@click.option(
-    "--html", "html_path", type=click.Path(dir_okay=False), default=None, help="Write a self-contained HTML page."
-)
-@click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False), default=None, help="Write Markdown.")
-@click.option(
-    "--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write JSON (schema bakeoff.report)."
-)
+@report_options()
 @_latency_option
 @price_option
 @_db_option
@@ -307,12 +303,10 @@ def report(
     run_ids: Sequence[str],
     workload: str | None,
     tag: str | None,
-    html_path: str | None,
-    markdown_path: str | None,
-    json_path: str | None,
     latency_threshold: float,
     prices: Sequence[str],
     db: str | None,
+    **paths: str | None,
 ) -> None:
     """Write an evidence report for RUN_IDS (or a workload, a tag; default: every run).
 
@@ -331,11 +325,9 @@ def report(
         workload=workload,
         tag=tag,
         db=db,
-        html=html_path,
-        markdown=markdown_path,
-        json=json_path,
+        **report_paths(paths),
         thresholds=_thresholds(latency_threshold),
         prices=prices or None,
     )
-    written = ", ".join(p for p in (html_path, markdown_path, json_path) if p)
+    written = ", ".join(p for p in report_paths(paths).values() if p)
     click.echo(f"wrote {written}: {len(evidence.runs)} run(s), {len(evidence.regressions)} comparison(s)")

@@ -21,6 +21,8 @@ from bakeoff.cli.common import (
     db_option,
     emit_json,
     format_option,
+    report_options,
+    report_paths,
     setting_option,
     workload_output_to_stderr,
 )
@@ -200,10 +202,7 @@ def _print_coverage(
 
 @cli.command("coverage", epilog="Example: bakeoff coverage 3f2a --html coverage.html")
 @click.argument("sweep_id")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None, metavar="FILE",
-              help="Also write the page with the heat-map of the matrix.")  # fmt: skip
-@click.option("--markdown", "md_path", type=click.Path(dir_okay=False), default=None, metavar="FILE",
-              help="Also write the tables as Markdown.")  # fmt: skip
+@report_options(coverage=True)
 @click.option("--expect", "expect", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Classify each cell against these expected grades; exit 1 on a regression.")  # fmt: skip
 @click.option("--against", "against", default=None, metavar="SWEEP_ID",
@@ -212,19 +211,21 @@ def _print_coverage(
 @db_option
 @format_option
 def coverage_command(
-    sweep_id: str, html_path: str | None, md_path: str | None, expect: str | None, against: str | None,
-    no_matrix: bool, db: str | None, fmt: str,
+    sweep_id: str, expect: str | None, against: str | None, no_matrix: bool, db: str | None, fmt: str,
+    **paths: str | None,
 ) -> None:  # fmt: skip
     """Print a stored sweep's matrix, its coverage at every grade and why cells stopped."""
     from bakeoff import api
     from bakeoff.errors import SpecError
     from bakeoff.outfiles import check_writable, write_text
+    from bakeoff.report.formats import REPORT_FORMATS
     from bakeoff.store.connection import resolve_db_url
 
     if expect is not None and against is not None:
         raise SpecError("--expect with --against", hint="compare with one of them at a time")
     database = resolve_db_url(db)
-    for path in (html_path, md_path):
+    outputs = report_paths(paths)
+    for path in outputs.values():
         if path is not None:
             check_writable(path, db=database)
     expected = None
@@ -239,11 +240,9 @@ def coverage_command(
 
         earlier = api.coverage(against, db=db)
         expected, expect = grades_of(earlier), since(earlier, found)
-    for path, render in ((html_path, "render_coverage_html"), (md_path, "coverage_markdown")):
+    for name, path in outputs.items():
         if path is not None:
-            from bakeoff.report import coverage as pages
-
-            write_text(path, getattr(pages, render)(found), db=database)
+            write_text(path, REPORT_FORMATS[name].render_coverage(found), db=database)
             console(stderr=True).print(f"wrote {path}")
     _print_coverage(found, fmt, no_matrix, expect, expected, False)
 
