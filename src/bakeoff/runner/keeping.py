@@ -59,19 +59,41 @@ class Keeping(Protocol):
 
 class MemoryKeeping:
     """Baselines and requirements held in this process, the baseline files under ``directory``:
-    what a sweep cell keeps while it runs (the driver stores them with the cell)."""
+    what a sweep cell keeps while it runs (the driver stores them with the cell).
 
-    def __init__(self, directory: Path, requirements: dict[str, list[str]] | None = None) -> None:
+    ``given`` is the baseline the driver already keeps for the workload, with its tensor file's
+    bytes: the trial reuses it where :func:`ensure_baseline` would reuse it from the knowledge
+    base (same fingerprint, every reference wanted, bytes matching the hash recorded), and it
+    is not among :attr:`baselines`, the new ones that go back to the driver."""
+
+    def __init__(
+        self,
+        directory: Path,
+        requirements: dict[str, list[str]] | None = None,
+        given: tuple[BaselineInfo, bytes] | None = None,
+    ) -> None:
         self.directory = Path(directory)
         self.baselines: list[tuple[BaselineInfo, Environment]] = []
         self._requirements = dict(requirements or {})
+        self.given = None if given is None else given[0]
+        if given is not None:
+            path = self.baseline_file(given[0])
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(given[1])
 
     def latest_baseline(self, workload_spec: str) -> BaselineInfo | None:
         kept = [info for info, _ in self.baselines if info.workload_spec == workload_spec]
+        if not kept and self.given is not None and self.given.workload_spec == workload_spec:
+            return self.given
         return kept[-1] if kept else None
 
     def baseline_problem(self, info: BaselineInfo) -> str | None:
-        return None if self.baseline_file(info).exists() else "has no file"
+        path = self.baseline_file(info)
+        if not path.exists():
+            return "has no file"
+        if info.sha256 and file_sha256(path) != info.sha256:
+            return "does not match its recorded hash"
+        return None
 
     def baseline_file(self, info: BaselineInfo) -> Path:
         return self.directory / f"baselines/{info.fingerprint}/{info.id}.safetensors"

@@ -3,12 +3,14 @@ of their own (a Ray task, or the local executor's cell runner), and how the driv
 comes back.
 
 A cell is one workload with all its targets. Its body (:func:`run_cell`) builds the workload,
-computes its baseline and runs the trial (:func:`~bakeoff.runner.trial.run_trial`), keeping its
-baseline in memory and its tensors in a temporary directory
-(:class:`~bakeoff.runner.keeping.MemoryKeeping`), with the targets in warm workers of a
+reuses the baseline the driver keeps for it (:func:`kept_baseline`, sent with the cell) where a
+trial would reuse it, else computes one, and runs the trial
+(:func:`~bakeoff.runner.trial.run_trial`), keeping baselines in memory and their tensors in a
+temporary directory (:class:`~bakeoff.runner.keeping.MemoryKeeping`), with the targets in warm workers of a
 :class:`~bakeoff.runner.isolation.SessionPool` kept at module level (the process serves cell
-after cell, so the pool stays warm). It returns plain data: the run's document, the baseline's
-record, its environment and its tensor file's bytes, or the build error. The driver is the only
+after cell, so the pool stays warm). It returns plain data: the run's document, a new baseline's
+record, its environment and its tensor file's bytes (None when the driver's was reused), or the
+build error. The driver is the only
 writer to the knowledge base (:func:`store_baseline`, then the cell with its run).
 
 The workload's own code (building it, the baseline's eager runs) therefore never runs in the
@@ -26,13 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.launch.tempdirs import owned_tempdir
+from bakeoff.results.values import BaselineInfo
 from bakeoff.runner.isolation import SessionPool
 from bakeoff.runner.job import TargetJob
 from bakeoff.runner.keeping import MemoryKeeping
 from bakeoff.settings import TrialSettings
 from bakeoff.store.db import Store
 
-__all__ = ["CELL_TIMEOUT_FACTOR", "CellPool", "cell_timeout", "run_cell", "store_baseline"]
+__all__ = ["CELL_TIMEOUT_FACTOR", "CellPool", "cell_timeout", "kept_baseline", "run_cell", "store_baseline"]
 
 #: How many per-step timeouts a cell may take per target session, plus one for building the
 #: workload and its baseline: the backstop above what the targets' workers enforce themselves.
@@ -87,11 +90,14 @@ def run_cell(
     requirements: Sequence[str],
     driver: Mapping[str, Any],
     preload: tuple[str, ...] = ("torch",),
+    kept: Mapping[str, Any] | None = None,
     on_targets: Callable[[], None] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """The body of a cell: first what it runs on (the driver's clock starts then), then the
-    cell as plain data. ``on_targets`` is called when the first target session starts. Nothing
-    here writes outside its scratch directory."""
+    cell as plain data. ``on_targets`` is called when the first target session starts. ``kept``
+    is the baseline the driver keeps for the workload (:func:`kept_baseline`), reused where it
+    is fresh; the cell's ``baseline`` is then None (nothing new to store). Nothing here writes
+    outside its scratch directory."""
     import socket
 
     from bakeoff.runner.trial import run_trial
@@ -117,17 +123,20 @@ def run_cell(
     try:
         # the requirements kept for this workload in the driver's store; the baseline computed
         # here goes back to the driver with the cell
-        keeping = MemoryKeeping(scratch, {spec: list(requirements)} if requirements else None)
+        given = None if kept is None else (BaselineInfo.from_dict(kept["baseline"]), kept["tensors"])
+        keeping = MemoryKeeping(scratch, {spec: list(requirements)} if requirements else None, given)
         try:
             run = run_trial(keeping, spec, targets, settings, pool=pool)
         except Exception as exc:
             out["error"] = cell_error(exc)
         else:
-            ((info, env),) = [(i, e) for i, e in keeping.baselines if i.id == run.baseline_id]
             out["run"] = run.to_dict()
-            out["baseline"] = info.to_dict()
-            out["baseline_environment"] = env.to_dict()
-            out["tensors"] = keeping.baseline_file(info).read_bytes()
+            out["baseline"] = None  # the driver's own, reused
+            for info, env in keeping.baselines:
+                if info.id == run.baseline_id:  # a new one: it goes back to be stored
+                    out["baseline"] = info.to_dict()
+                    out["baseline_environment"] = env.to_dict()
+                    out["tensors"] = keeping.baseline_file(info).read_bytes()
     finally:
         if pool is not None:
             pool.announce = None
@@ -135,13 +144,25 @@ def run_cell(
     yield out
 
 
+def kept_baseline(store: Store, spec: str) -> dict[str, Any] | None:
+    """The baseline ``store`` keeps for the workload ``spec``, as a cell takes it (its record and
+    its tensor file's bytes), or None where there is none or its file cannot be used. The cell
+    decides whether it is fresh for the workload it builds, as a trial does."""
+    info = store.latest_baseline(spec)
+    if info is None or store.baseline_problem(info) is not None:
+        return None
+    return {"baseline": info.to_dict(), "tensors": store.baseline_file(info).read_bytes()}
+
+
 def store_baseline(store: Store, out: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Write a cell's baseline tensors where this store keeps baselines, then its record; the
-    cell's error instead if the bytes that came back are not the ones the cell hashed."""
+    """Write a cell's new baseline tensors where this store keeps baselines, then its record
+    (nothing when the cell reused the driver's); the cell's error instead if the bytes that came
+    back are not the ones the cell hashed."""
     from bakeoff.env import Environment
     from bakeoff.hashing import file_sha256
-    from bakeoff.results.values import BaselineInfo
 
+    if out.get("baseline") is None:
+        return None
     info = BaselineInfo.from_dict(out["baseline"])
     path = store.baseline_file(info)  # refuses an id or fingerprint that would leave the store
     path.parent.mkdir(parents=True, exist_ok=True)
