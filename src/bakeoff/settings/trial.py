@@ -28,24 +28,40 @@ processes can take turns).
 
 from __future__ import annotations
 
-import math
-import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bakeoff.analysis.compare import PROCESS_SPREAD
-from bakeoff.analysis.cost import Price, parse_prices
+from bakeoff.analysis.cost import Price
 from bakeoff.checks.base import CheckSpec
-from bakeoff.checks.registry import parse_check
-from bakeoff.errors import SpecError
 from bakeoff.measure.timing import TimingSettings
-from bakeoff.metrics import parse_requirement
 from bakeoff.scenarios.base import ScenarioSpec
-from bakeoff.scenarios.registry import always_run, parse_scenario
-from bakeoff.settings.bounds import TIMEOUT, WEEK_S, Bounds, at_most
-from bakeoff.settings.option import Option, read_options, spec_list
-from bakeoff.workload.profile import InputProfile, parse_profile
+from bakeoff.scenarios.registry import always_run
+from bakeoff.settings.bounds import TIMEOUT
+from bakeoff.settings.option import Option, read_options
+from bakeoff.settings.trial_checks import (
+    MAX_BUCKETS_BOUNDS,
+    MIN_SECONDS_BOUNDS,
+    REPLICATES_BOUNDS,
+    SAMPLES_BOUNDS,
+    SPREAD_BOUNDS,
+    check_checks,
+    check_cold_cache,
+    check_env,
+    check_max_buckets,
+    check_min_seconds,
+    check_pad_to_buckets,
+    check_prices,
+    check_process_spread,
+    check_profile,
+    check_replicates,
+    check_requirements,
+    check_samples,
+    check_scenarios,
+    check_timeout,
+)
+from bakeoff.workload.profile import InputProfile
 
 __all__ = ["TRIAL_OPTIONS", "TrialSettings"]
 
@@ -259,126 +275,6 @@ class TrialSettings:
         return replace(settings, timing=timing)  # whole, as stored (a rerun repeats only its minimums)
 
 
-# -- the checks: each turns a keyword's value into its field's, or raises SpecError ----------
-
-_SAMPLES = Bounds(int, 1, 10**9, 30)
-_MIN_SECONDS = Bounds(float, 0.0, WEEK_S, 0.5, unit="of seconds")
-_REPLICATES = Bounds(int, 1, 1000, 3)
-_MAX_BUCKETS = Bounds(int, 1, 1024, 4)
-_PROCESS_SPREAD = Bounds(float, 0.0, 1.0, 0.02, high_open=True)
-
-
-def _check_samples(value: int, given: Mapping[str, Any]) -> int:
-    if value < 1:
-        raise SpecError(f"samples must be at least 1, got {value}", hint="e.g. --samples 30")
-    at_most(value, _SAMPLES.high, "samples", "--samples 30")
-    return value
-
-
-def _check_min_seconds(value: float, given: Mapping[str, Any]) -> float:
-    if not math.isfinite(value) or value < 0:
-        raise SpecError(f"minimum timing seconds must be a finite number >= 0, got {value}", hint="e.g. --min-time 0.5")
-    at_most(value, _MIN_SECONDS.high, "minimum timing seconds", "--min-time 0.5")
-    return value
-
-
-def _check_timeout(value: float, given: Mapping[str, Any]) -> float:
-    if not math.isfinite(value) or value <= 0:
-        raise SpecError(f"timeout must be a positive number of seconds, got {value:g}", hint="e.g. --timeout 900")
-    at_most(value, TIMEOUT.high, "timeout in seconds", "--timeout 900")
-    return value
-
-
-def _check_replicates(value: int, given: Mapping[str, Any]) -> int:
-    if value < 1:
-        raise SpecError(f"replicates must be at least 1, got {value}", hint="e.g. --replicates 3")
-    at_most(value, _REPLICATES.high, "replicates", "--replicates 3")
-    if value > 1 and not given["isolate"]:
-        raise SpecError(
-            "replicates need worker processes (one process cannot show the spread between processes)",
-            hint="drop --in-process, or drop --replicates",
-        )
-    return value
-
-
-def _check_process_spread(value: float | None, given: Mapping[str, Any]) -> float | None:
-    if value is not None and not _PROCESS_SPREAD.contains(value):
-        raise SpecError(f"process spread must be in [0, 1), got {value:g}", hint="e.g. --process-spread 0.02")
-    return value
-
-
-def _check_pad_to_buckets(value: str | int | Iterable[int] | None, given: Mapping[str, Any]) -> str | None:
-    """Sizes given as numbers become the text a user would type (``64,128``); the text itself
-    is read when the trial resolves its bucket plan, against the profile's lengths."""
-    if value is None or isinstance(value, str):
-        return value
-    values = value if isinstance(value, Iterable) else [value]
-    return ",".join(str(v) for v in values)
-
-
-def _check_max_buckets(value: int, given: Mapping[str, Any]) -> int:
-    if value < 1:
-        raise SpecError(f"max buckets must be at least 1, got {value}", hint="e.g. --max-buckets 4")
-    at_most(value, _MAX_BUCKETS.high, "max buckets", "--max-buckets 4")
-    return value
-
-
-def _check_cold_cache(value: bool, given: Mapping[str, Any]) -> bool:
-    if value and not given["isolate"]:
-        raise SpecError(
-            "a cold compile cache needs worker processes (in one process compilers keep warm caches)",
-            hint="drop --in-process, or drop --cold-compile-cache",
-        )
-    return value
-
-
-def _check_profile(
-    value: str | os.PathLike[str] | InputProfile | None, given: Mapping[str, Any]
-) -> InputProfile | None:
-    if value is None or isinstance(value, InputProfile):  # a stored run's own requests (a rerun)
-        return value
-    return parse_profile(os.fspath(value))
-
-
-def _check_env(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    switches = []
-    for item in [value] if isinstance(value, str) else value:
-        key, eq, text = item.partition("=")
-        if not eq or not key or not key.replace("_", "").isalnum() or key[0].isdigit():
-            raise SpecError(f"environment switch {item!r} is not KEY=VALUE", hint="e.g. --env TORCHINDUCTOR_FREEZING=1")
-        switches.append((key, text))
-    return tuple(switches)
-
-
-def _check_scenarios(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[ScenarioSpec, ...]:
-    """``offline,server?rate=5`` -> two scenarios."""
-    return spec_list(
-        value,
-        "scenario",
-        parse_scenario,
-        "name one: offline, server?rate=20, generation or training (or drop --scenario)",
-        "give each scenario once; compare rates with server?rate=sweep",
-    )
-
-
-def _check_checks(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[CheckSpec, ...]:
-    """``determinism?repeats=5`` -> the check's options; a check named with no options keeps
-    its defaults."""
-    return spec_list(
-        value, "check", parse_check, "e.g. --check determinism?repeats=5", "give each check once, with all its options"
-    )
-
-
-def _check_prices(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[Price, ...]:
-    return parse_prices([value] if isinstance(value, str) else value)
-
-
-def _check_requirements(value: str | Iterable[str] | None, given: Mapping[str, Any]) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    return tuple(parse_requirement(text).text for text in ([value] if isinstance(value, str) else value))
-
-
 # -- the table -----------------------------------------------------------------------------
 
 
@@ -393,8 +289,8 @@ TRIAL_OPTIONS: dict[str, Option] = {
             "--samples",
             _TIMING.min_samples,
             "Minimum timed calls per target.",
-            _check_samples,
-            bounds=_SAMPLES,
+            check_samples,
+            bounds=SAMPLES_BOUNDS,
             example=7,
         ),
         Option(
@@ -402,8 +298,8 @@ TRIAL_OPTIONS: dict[str, Option] = {
             "--min-time",
             _TIMING.min_seconds,
             "Minimum seconds of timed calls per target.",
-            _check_min_seconds,
-            bounds=_MIN_SECONDS,
+            check_min_seconds,
+            bounds=MIN_SECONDS_BOUNDS,
             example=0.25,
         ),
         Option(
@@ -420,7 +316,7 @@ TRIAL_OPTIONS: dict[str, Option] = {
             TrialSettings.timeout_s,
             "Seconds one step of a target (preparing, a timing round, its scenarios, its checks) may take "
             "before its worker is killed and the target recorded as timed out (worker processes only).",
-            _check_timeout,
+            check_timeout,
             bounds=TIMEOUT,
             example=120.0,
         ),
@@ -438,8 +334,8 @@ TRIAL_OPTIONS: dict[str, Option] = {
             TrialSettings.replicates,
             "Measure each target (the reference too) in this many worker processes and pool them: speed "
             "intervals then include the spread between processes (a few percent on CPUs).",
-            _check_replicates,
-            bounds=_REPLICATES,
+            check_replicates,
+            bounds=REPLICATES_BOUNDS,
             example=2,
         ),
         Option(
@@ -449,8 +345,8 @@ TRIAL_OPTIONS: dict[str, Option] = {
             "The spread between worker processes (standard deviation of log median latency) that speed "
             f"intervals include; default {PROCESS_SPREAD:g}, measured on a shared 2-core machine "
             "(benchmarks/aa_calibration.py measures yours).",
-            _check_process_spread,
-            bounds=_PROCESS_SPREAD,
+            check_process_spread,
+            bounds=SPREAD_BOUNDS,
             example=0.05,
         ),
         Option(
@@ -467,7 +363,7 @@ TRIAL_OPTIONS: dict[str, Option] = {
             TrialSettings.pad_to_buckets,
             "Also run each target with requests padded to these buckets ('auto', or sizes such as 64,128,256), "
             "side by side: the static-shape what-if (needs a profile).",
-            _check_pad_to_buckets,
+            check_pad_to_buckets,
             keyword_note="A list of sizes works too.",
             metavar="auto|N,N,...",
             example="64,128",
@@ -477,8 +373,8 @@ TRIAL_OPTIONS: dict[str, Option] = {
             "--max-buckets",
             TrialSettings.max_buckets,
             "How many buckets 'auto' may choose.",
-            _check_max_buckets,
-            bounds=_MAX_BUCKETS,
+            check_max_buckets,
+            bounds=MAX_BUCKETS_BOUNDS,
             example=2,
         ),
         Option(
@@ -486,7 +382,7 @@ TRIAL_OPTIONS: dict[str, Option] = {
             "--cold-compile-cache",
             TrialSettings.cold_cache,
             "Give each target's compiler an empty cache (cold compile times; worker processes only).",
-            _check_cold_cache,
+            check_cold_cache,
             example=True,
         ),
         Option(
@@ -495,7 +391,7 @@ TRIAL_OPTIONS: dict[str, Option] = {
             TrialSettings.profile,
             "Run over request sizes: 'seq=16,32,64', 'seq=uniform(8,128)&n=50&batch=1,2', "
             "'seq=lognormal(8,512)&n=50', or a .csv/.jsonl file of lengths.",
-            _check_profile,
+            check_profile,
             keyword_note="Or an :class:`~bakeoff.workload.profile.InputProfile`.",
             metavar="PROFILE",
             example="seq=16,32",
@@ -506,7 +402,7 @@ TRIAL_OPTIONS: dict[str, Option] = {
             TrialSettings.env,
             "Environment switch set while each target runs, e.g. a backend's strict no-fallback mode "
             "(repeatable; recorded as an adjustment).",
-            _check_env,
+            check_env,
             keyword_note="A list of KEY=VALUE texts, or one.",
             metavar="KEY=VALUE",
             example=["TORCHINDUCTOR_FREEZING=1"],
@@ -518,7 +414,7 @@ TRIAL_OPTIONS: dict[str, Option] = {
             TrialSettings.scenarios,
             "Also run: offline[?max_batch=64&seq=N], server?rate=20 | server?rate=sweep&bound=p99<=50ms, "
             "generation[?prompt=N&tokens=16], training[?optimizer=adamw] (comma-separated or repeated).",
-            _check_scenarios,
+            check_scenarios,
             keyword_note="A list, or one comma-separated text.",
             metavar="SCENARIO",
             example=["offline"],
@@ -530,7 +426,7 @@ TRIAL_OPTIONS: dict[str, Option] = {
             TrialSettings.checks,
             "Set a check's options, e.g. 'determinism?repeats=5' (comma-separated or repeated; "
             "`bakeoff checks` lists the checks and their options).",
-            _check_checks,
+            check_checks,
             keyword_note="A list, or one comma-separated text.",
             metavar="CHECK",
             example=["determinism?repeats=5"],
@@ -544,7 +440,7 @@ TRIAL_OPTIONS: dict[str, Option] = {
             "'neuron=$1.34/h@1device' (repeatable): the decision then ranks qualifying targets by cost per "
             "million requests, one stream's rate times the streams the instance holds (assumed to scale); "
             "without @, one stream per price.",
-            _check_prices,
+            check_prices,
             keyword_note="A list of such texts, or one.",
             metavar="TARGET=PRICE/h[@Ncores]",
             example=["cpu=0.34/h"],
@@ -556,7 +452,7 @@ TRIAL_OPTIONS: dict[str, Option] = {
             TrialSettings.requirements,
             "What the service needs, e.g. 'p90<=50ms', 'throughput>=200/s', 'peak_memory<=4GiB', 'ttft<=200ms' "
             "(repeatable; kept with the workload, so later trials check them too).",
-            _check_requirements,
+            check_requirements,
             keyword_note="None checks the kept ones, [] clears them.",
             metavar="REQ",
             example=["p90<=50ms"],
