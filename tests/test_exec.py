@@ -279,13 +279,21 @@ def test_a_compiled_targets_graph_break_and_wrong_output_are_reported(tmp_path):
     assert "Net.mlp.scale (cpu)" in emu["placement"]["stray_parameters"], emu["placement"]
 
 
+#: ``misbehaves.py exit``'s run is the run after a kill -9 too (:func:`killed_then_exit`).
+_AFTER_KILL = pytest.mark.xdist_group("exec_after_kill_9")
+
+
 @pytest.mark.parametrize(
     ("how", "timeout", "category", "said"),
-    [("hang", "10", "timeout", "no end within 10 s"), ("exit", "300", "exception", "exited with code 3"),
+    [("hang", "10", "timeout", "no end within 10 s"),
+     pytest.param("exit", "300", "exception", "exited with code 3", marks=_AFTER_KILL),
      ("raise", "300", "exception", "the script gave up")],
 )  # fmt: skip
-def test_a_script_that_hangs_exits_or_raises_is_a_recorded_failure(tmp_path, how, timeout, category, said):
-    ran = _exec(tmp_path, "misbehaves.py", how, "--on", "emu", "--timeout", timeout, "--format", "json")
+def test_a_script_that_hangs_exits_or_raises_is_a_recorded_failure(request, tmp_path, how, timeout, category, said):
+    if how == "exit":  # the same command as the run after the kill -9 below: that run, shared
+        ran = request.getfixturevalue("killed_then_exit")["next"]
+    else:
+        ran = _exec(tmp_path, "misbehaves.py", how, "--on", "emu", "--timeout", timeout, "--format", "json")
     assert ran.returncode == 0, ran.stderr
     reference, emu = json.loads(ran.stdout)["results"]
     failed = [emu] if how == "hang" else [reference, emu]  # it hangs only off the CPU: the reference finishes
@@ -312,55 +320,76 @@ def test_bad_input_is_one_line_and_stores_nothing(tmp_path):
     assert not (tmp_path / "b.db").exists()
 
 
-def test_kill_9_of_bakeoff_takes_the_hung_script_with_it_and_the_next_run_removes_its_directory(tmp_path):
+@pytest.fixture(scope="module")
+def killed_then_exit(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """kill -9 of ``bakeoff exec`` while its target hangs, then the next run in the same
+    temporary directory, ``misbehaves.py exit --on emu --timeout 300`` (the exit case of the
+    failures above): what each left behind, looked at when it happened."""
     import signal
     import time
 
+    tmp_path = tmp_path_factory.mktemp("kill_9")
     work = tmp_path / "work"
     work.mkdir()
     (work / "misbehaves.py").write_text((SCRIPTS / "misbehaves.py").read_text())
     temp = tmp_path / "tmp"  # the runs' temporary directories
     temp.mkdir()
     stderr = tmp_path / "stderr.txt"
+    seen: dict = {}
     with open(stderr, "w") as err:
         process = subprocess.Popen(
             [sys.executable, "-m", "bakeoff", "exec", "--on", "emu", "--no-audit", "--db", str(tmp_path / "b.db"),
              "misbehaves.py", "hang"],
             cwd=work, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, **EMU_ENV, "TMPDIR": str(temp)},
         )  # fmt: skip
-        deadline = time.monotonic() + 240
-        while "running misbehaves.py on emu" not in stderr.read_text() and time.monotonic() < deadline:
-            time.sleep(0.5)
+        try:
+            deadline = time.monotonic() + 240
+            while "running misbehaves.py on emu" not in stderr.read_text() and time.monotonic() < deadline:
+                time.sleep(0.5)
 
-        def workers() -> list[int]:  # bakeoff's script workers, by pid
-            found = []
-            for stat in Path("/proc").glob("[0-9]*/stat"):
-                try:
-                    ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-                    args = (stat.parent / "cmdline").read_bytes()
-                except (OSError, IndexError, ValueError):  # it ended while we looked
-                    continue
-                if ppid == process.pid and b"script_worker" in args:
-                    found.append(int(stat.parent.name))
-            return found
+            def workers() -> list[int]:  # bakeoff's script workers, by pid
+                found = []
+                for stat in Path("/proc").glob("[0-9]*/stat"):
+                    try:
+                        ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+                        args = (stat.parent / "cmdline").read_bytes()
+                    except (OSError, IndexError, ValueError):  # it ended while we looked
+                        continue
+                    if ppid == process.pid and b"script_worker" in args:
+                        found.append(int(stat.parent.name))
+                return found
 
-        while not workers() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        hung = workers()
-        assert hung, stderr.read_text()
-        process.send_signal(signal.SIGKILL)
-        process.wait()
+            while not workers() and time.monotonic() < deadline:
+                time.sleep(0.5)
+            seen["hung"] = hung = workers()
+            seen["stderr"] = stderr.read_text()
+        finally:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
         for _ in range(20):  # the worker notices its parent's death within a second or two
             if not any(Path(f"/proc/{pid}").exists() for pid in hung):
                 break
             time.sleep(0.5)
-        assert not any(Path(f"/proc/{pid}").exists() for pid in hung)
-    assert not (tmp_path / "b.db").exists()  # nothing half-stored
+        seen["alive"] = [pid for pid in hung if Path(f"/proc/{pid}").exists()]
+    seen["stored"] = (tmp_path / "b.db").exists()
+    seen["left"] = list(temp.glob(f"bakeoff-exec-{process.pid}-*")), list(temp.iterdir())
+    seen["next"] = _exec(tmp_path, "misbehaves.py", "exit", "--on", "emu", "--timeout", "300", "--format", "json",
+                         env={"TMPDIR": str(temp)})  # fmt: skip
+    seen["left_after"] = list(temp.glob("bakeoff-exec-*")), list(temp.iterdir())
+    return seen
+
+
+@_AFTER_KILL
+def test_kill_9_of_bakeoff_takes_the_hung_script_with_it_and_the_next_run_removes_its_directory(killed_then_exit):
+    seen = killed_then_exit
+    assert seen["hung"], seen["stderr"]
+    assert not seen["alive"]
+    assert not seen["stored"]  # nothing half-stored
     # the killed run could not remove its temporary directory; the next run does
-    assert list(temp.glob(f"bakeoff-exec-{process.pid}-*")), list(temp.iterdir())
-    ran = _exec(tmp_path, "misbehaves.py", "exit", "--on", "emu", "--no-audit", env={"TMPDIR": str(temp)})
+    assert seen["left"][0], seen["left"][1]
+    ran = seen["next"]
     assert ran.returncode == 0, ran.stderr
-    assert not list(temp.glob("bakeoff-exec-*")), list(temp.iterdir())
+    assert not seen["left_after"][0], seen["left_after"][1]
 
 
 def test_a_hugging_face_model_placed_by_device_map_auto_is_reported_left_on_the_host(tmp_path):
@@ -742,15 +771,28 @@ def test_a_compiled_graphs_wrong_value_still_fails_where_it_draws_nothing(tmp_pa
     assert "loss[0]" in compiled["correctness"]["reason"]
 
 
+#: The public-style script's honest run under emu's bf16 autocast, shared by the two tests below.
+_PUBLIC_STYLE = pytest.mark.xdist_group("exec_public_style")
+
+
+@pytest.fixture(scope="module")
+def public_style_honest(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess:
+    """``bakeoff exec --on emu public_style.py --steps 8`` under emu's bf16 autocast, run once
+    for the module."""
+    return _exec(tmp_path_factory.mktemp("public_style"), "public_style.py", "--steps", "8", "--on", "emu",
+                 "--format", "json", env={"BAKEOFF_EMU_AUTOCAST": "bf16"})  # fmt: skip
+
+
 @pytest.mark.emu
-def test_a_public_style_script_runs_unchanged_to_the_end_on_the_test_device(tmp_path):
+@_PUBLIC_STYLE
+def test_a_public_style_script_runs_unchanged_to_the_end_on_the_test_device(public_style_honest, tmp_path):
     """The way public examples are written (device from torch.accelerator, bf16 autocast, a head
     tied to the embedding, its own --seed, a checkpoint saved and reloaded with
     torch.load(map_location=device, weights_only=True), greedy sampling), on emu with bf16 autocast:
     it runs to the end, its weights stay tied, the reloaded model samples what the reference's
     does, and the seeded fault (logits x1.03 on emu only) fails."""
+    ran = public_style_honest
     bf16 = {"BAKEOFF_EMU_AUTOCAST": "bf16"}
-    ran = _exec(tmp_path, "public_style.py", "--steps", "8", "--on", "emu", "--format", "json", env=bf16)
     assert ran.returncode == 0, ran.stderr
     reference, emu = json.loads(ran.stdout)["results"]
     assert emu["status"] == "ok", emu.get("error")
@@ -772,13 +814,13 @@ def test_a_public_style_script_runs_unchanged_to_the_end_on_the_test_device(tmp_
 
 
 @pytest.mark.emu
-def test_the_public_style_scripts_honest_run_passes_on_the_test_device(tmp_path):
+@_PUBLIC_STYLE
+def test_the_public_style_scripts_honest_run_passes_on_the_test_device(public_style_honest):
     """Its 8 losses under emu's bf16 autocast pass: emu's autocast casts other ops than the CPU's
     (log_softmax in bf16, the math attention in float32), and the honest reference lets any op
     of the region round in bf16, as some device's policy does (it failed, loss[7] at 6x the
     spread of the CPU's policy alone)."""
-    ran = _exec(tmp_path, "public_style.py", "--steps", "8", "--on", "emu", "--format", "json",
-                env={"BAKEOFF_EMU_AUTOCAST": "bf16"})  # fmt: skip
+    ran = public_style_honest
     assert ran.returncode == 0, ran.stderr
     emu = json.loads(ran.stdout)["results"][1]
     assert emu["correctness"]["verdict"] == "pass", emu["correctness"]

@@ -63,7 +63,7 @@ print(float(x.sum()))
 """
 
 
-def _exec(tmp_path: Path, name: str, source: str, *ours: str, stdin=None, input: str | None = None):
+def _exec(tmp_path: Path, name: str, source: str, *ours: str, stdin=None, input: str | None = None, env=None):
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
     (work / name).write_text(source)
@@ -72,7 +72,7 @@ def _exec(tmp_path: Path, name: str, source: str, *ours: str, stdin=None, input:
         capture_output=True,
         text=True,
         cwd=work,
-        env={**os.environ, **EMU_ENV},
+        env={**os.environ, **EMU_ENV, **(env or {})},
         timeout=300,
         stdin=stdin,
         input=input,
@@ -122,8 +122,9 @@ def test_a_terminal_on_stdin_is_no_input_and_no_wait(tmp_path: Path) -> None:
     assert took < 120  # neither run waited for its timeout
 
 
-def test_nothing_the_script_starts_outlives_its_run(tmp_path: Path) -> None:
-    ran = _exec(tmp_path, "starts_children.py", STARTS_CHILDREN, "--on", "cpu", input="never read")
+@pytest.mark.xdist_group("exec_isolation_children_and_environment")
+def test_nothing_the_script_starts_outlives_its_run(children_and_environment) -> None:
+    ran = children_and_environment["ran"]
     assert ran.returncode == 0, ran.stderr[-3000:]
     (reference,) = json.loads(ran.stdout)["results"]
     assert reference["status"] == "ok", reference.get("error")  # the control: stdin it never reads changes nothing
@@ -174,11 +175,22 @@ print("cwd", os.getcwd())
 """
 
 
-def test_a_run_is_not_told_where_the_knowledge_base_is(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setenv("BAKEOFF_DB", str(tmp_path / "b.db"))
-    monkeypatch.setenv("BAKEOFF_ARTIFACTS", str(tmp_path / "artifacts"))
-    monkeypatch.setenv("PWD", str(tmp_path / "work"))
-    ran = _exec(tmp_path, "looks.py", LOOKS_FOR_THE_DATABASE, "--on", "cpu")
+@pytest.fixture(scope="module")
+def children_and_environment(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One ``bakeoff exec --on cpu`` run, shared: the script starts children that outlive it (and
+    is given stdin it never reads), then says where it thinks the knowledge base is, with
+    BAKEOFF_DB, BAKEOFF_ARTIFACTS and PWD set for bakeoff (as a user's shell would)."""
+    tmp_path = tmp_path_factory.mktemp("children_and_environment")
+    told = {"BAKEOFF_DB": str(tmp_path / "b.db"), "BAKEOFF_ARTIFACTS": str(tmp_path / "artifacts"),
+            "PWD": str(tmp_path / "work")}  # fmt: skip
+    source = STARTS_CHILDREN + LOOKS_FOR_THE_DATABASE
+    ran = _exec(tmp_path, "starts_children.py", source, "--on", "cpu", input="never read", env=told)
+    return {"ran": ran, "tmp_path": tmp_path}
+
+
+@pytest.mark.xdist_group("exec_isolation_children_and_environment")
+def test_a_run_is_not_told_where_the_knowledge_base_is(children_and_environment) -> None:
+    ran, tmp_path = children_and_environment["ran"], children_and_environment["tmp_path"]
     assert ran.returncode == 0, ran.stderr[-3000:]
     (reference,) = json.loads(ran.stdout)["results"]
     said = {line["text"] for line in reference["log"]}
