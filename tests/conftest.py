@@ -134,10 +134,12 @@ _SHARED_WORK = {
     "test_training_parity.py",
     "test_script_launch.py",
     "test_workloads.py",
+    "test_suite_grouping.py",
 }
 _UNIT = Path(__file__).parent / "unit"
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups once to name the tests
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test outside ``tests/unit`` ``slow`` (the fast tier is ``-m "not slow"``), and
     keep the tests of a module that shares module-scoped work on one xdist worker."""

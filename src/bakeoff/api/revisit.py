@@ -15,7 +15,7 @@ from bakeoff.api.knowledge_base import show
 from bakeoff.api.scripts import exec_script
 from bakeoff.api.trials import trial
 from bakeoff.results.values import RunResult
-from bakeoff.settings import LOCALIZE_OPTIONS, ExecSettings, TrialSettings, read_options
+from bakeoff.settings import LOCALIZE_OPTIONS, ExecSettings, TrialSettings
 from bakeoff.store.db import RunSummary, Store
 
 if TYPE_CHECKING:
@@ -340,7 +340,6 @@ def localize(
     from bakeoff.runner.localize import localize_stored
     from bakeoff.store.transfer import check_rerunnable
 
-    timeout_s = read_options(LOCALIZE_OPTIONS, {"timeout_s": timeout_s}, "localize setting")["timeout_s"]
     if target is None and ":" in run:
         run, target = run.split(":", 1)
     store = Store.open(db, create=False)
