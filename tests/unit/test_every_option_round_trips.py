@@ -111,6 +111,14 @@ def _stored(settings: TrialSettings) -> dict[str, Any]:
     )
 
 
+#: What a script run stores under ``settings.exec`` (a key renamed or dropped would need a new
+#: version of the run format: see docs/architecture.md, "The result format's rule").
+STORED_EXEC_KEYS = sorted(
+    ["argv", "map", "strict", "captures", "capture_modules", "repeats", "seed", "timeout_s", "as_written", "audit",
+     "workdir", "files"]
+)  # fmt: skip
+
+
 @pytest.mark.parametrize(("command", "keyword"), [c for c in CASES if c.values[0] == "exec"])
 def test_an_exec_option_round_trips_through_the_store_and_rerun(command: str, keyword: str, tmp_path) -> None:
     from bakeoff.api import rerun_keywords
@@ -122,6 +130,7 @@ def test_an_exec_option_round_trips_through_the_store_and_rerun(command: str, ke
     reference, as_written = resolve_reference(typed)  # as exec_script resolves it
     stored = run_settings(typed, argv=["--steps", "3"], workdir=str(tmp_path), reference=reference.spec,
                           as_written=as_written)  # fmt: skip
+    assert sorted(stored["exec"]) == STORED_EXEC_KEYS  # the versioned format's names, which older releases read
     run = make_run("s1", "2026-01-01T00:00:00+00:00", environment(), (target_result("cpu"),),
                    spec="script:train.py --steps 3", settings=stored)  # fmt: skip
     store = Store.open(tmp_path / "kb.db")

@@ -5,8 +5,10 @@
 :meth:`ExecSettings.from_options` is the one validating constructor. A script run stores
 :func:`run_settings` (the settings under their keywords, with the argv, the working directory
 and the reference the run resolved); :meth:`ExecSettings.from_run` reads them back for
-``rerun``, from any version: runs stored before the table kept the device map as ``map`` and
-the captures as ``captures`` (:func:`current_names` renames them).
+``rerun``. The stored document keeps the names of the versioned run format, which older
+releases read: the device map is stored as ``map`` (the device types the script names; a
+``=TARGET`` only checked the targets' device when the run was made) and the captures as
+``captures``; :func:`current_names` reads them as the keywords.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ __all__ = ["EXEC_OPTIONS", "ExecSettings", "current_names", "run_settings"]
 
 #: Timed runs a side beyond the first.
 _REPEATS = Bounds(int, 0, 10_000, 5)
-#: Stored names of runs older than the table -> the keyword.
-_RENAMED = {"map": "map_devices", "captures": "capture"}
+#: A keyword -> its name in a stored run (the versioned format's), where the two differ.
+_STORED = {"map_devices": "map", "capture": "captures"}
+_RENAMED = {stored: keyword for keyword, stored in _STORED.items()}
 
 
 def _texts(value: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -91,8 +94,8 @@ class ExecSettings:
 
 
 def current_names(stored: Mapping[str, Any]) -> dict[str, Any]:
-    """A stored ``exec`` document under today's names (an older one's ``map`` and
-    ``captures`` renamed), values untouched."""
+    """A stored ``exec`` document under the keywords' names (its ``map`` and ``captures``
+    renamed), values untouched."""
     return {_RENAMED.get(key, key): value for key, value in stored.items()}
 
 
@@ -101,8 +104,9 @@ def run_settings(
 ) -> dict[str, Any]:
     """What a script run stores as its ``settings``: the ``reference`` it ran on (a device
     spec; ``as_written``: the script's own device, unmapped), and under ``exec`` every setting
-    by its keyword, with the script's ``argv`` and the ``workdir`` it ran in."""
-    asked = {k: v for k, v in settings.options().items() if k != "reference"}
+    under its stored name, with the script's ``argv`` and the ``workdir`` it ran in."""
+    asked = {_STORED.get(k, k): v for k, v in settings.options().items() if k != "reference"}
+    asked["map"] = settings.sources
     return {
         "reference": reference,
         "reference_added": True,  # the basis of every comparison, never a candidate
