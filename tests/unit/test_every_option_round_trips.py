@@ -168,3 +168,19 @@ def test_a_value_the_table_refuses_is_refused_by_the_command_line_before_anythin
         option = COMMANDS[command][0][keyword]
         with pytest.raises((SpecError, click.BadParameter)):
             cli.commands[command].make_context(command, [option.flag, bad, *COMMANDS[command][1]])
+
+
+def test_a_sweep_stores_only_what_its_table_gives(tmp_path) -> None:
+    from bakeoff.errors import SpecError
+    from bakeoff.settings.sweep import STORED_KEYWORDS
+    from bakeoff.sweep.population import Population
+    from bakeoff.sweep.run import create_sweep
+    from bakeoff.target.spec import parse_target
+
+    every = sweep_keywords(**{keyword: option.example for keyword, option in SWEEP_OPTIONS.items()})
+    assert set(every) <= set(STORED_KEYWORDS) and set(sweep_keywords(timing="none")) == set(STORED_KEYWORDS)
+    population = Population("test", "model", "a list", ("arch:llama",), None, "2026-01-01T00:00:00+00:00")
+    store = Store.open(tmp_path / "kb.db")
+    with pytest.raises(SpecError, match="a sweep does not take 'isolate'"):
+        create_sweep(store, population, [parse_target("cpu")], {**every, "isolate": False})
+    assert store.list_sweeps(5) == []  # refused before anything is stored

@@ -17,7 +17,7 @@ from bakeoff.settings.bounds import TIMEOUT
 from bakeoff.settings.option import Option, read_options
 from bakeoff.settings.trial import TRIAL_OPTIONS
 
-__all__ = ["SWEEP_OPTIONS", "SWEEP_TIMING", "sweep_keywords"]
+__all__ = ["STORED_KEYWORDS", "SWEEP_OPTIONS", "SWEEP_TIMING", "sweep_keywords"]
 
 #: ``timing=`` of a sweep: the trial's timing minimums. A sweep grades coverage, not speed:
 #: ``none`` still times one call (every session does), ``full`` is a trial's default.
@@ -85,6 +85,14 @@ SWEEP_OPTIONS: dict[str, Option] = {
         ),
     )
 }
+
+
+#: The trial keywords a sweep stores (what :func:`sweep_keywords` gives): the timing's minimums
+#: and the table's other settings.
+STORED_KEYWORDS = (
+    *dict.fromkeys(keyword for minimums in SWEEP_TIMING.values() for keyword in minimums),
+    *(keyword for keyword in SWEEP_OPTIONS if keyword != "timing"),
+)
 
 
 def sweep_keywords(**given: Any) -> dict[str, Any]:

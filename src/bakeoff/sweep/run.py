@@ -33,16 +33,15 @@ from bakeoff.env import capture_environment
 from bakeoff.errors import BakeoffError, SpecError
 from bakeoff.results.values import RunResult
 from bakeoff.settings import TrialSettings
+from bakeoff.settings.sweep import STORED_KEYWORDS
 from bakeoff.store.db import Store
 from bakeoff.store.sweeps import SweepRecord
 from bakeoff.sweep.population import Population
 from bakeoff.target.spec import Target, parse_target
 from bakeoff.verdicts.coverage import GRADES, grade_cell
 
-__all__ = ["EXECUTORS", "SWEEP_KEYWORDS", "CellDone", "cell_error", "create_sweep", "run_sweep", "sweep_options"]
+__all__ = ["EXECUTORS", "CellDone", "cell_error", "create_sweep", "run_sweep", "sweep_options"]
 
-#: The trial keywords a sweep takes (stored with it, so a resume runs the same trial).
-SWEEP_KEYWORDS = ("min_samples", "min_seconds", "timeout_s", "checks", "env", "scenarios")
 #: Where the cells run: worker processes of this machine, or tasks of a Ray cluster.
 EXECUTORS = ("local", "ray")
 
@@ -71,9 +70,9 @@ def sweep_options(options: Mapping[str, Any]) -> dict[str, Any]:
     Raises:
         SpecError: a keyword a sweep does not take, or a bad value (a check, an option, a switch).
     """
-    unknown = sorted(set(options) - set(SWEEP_KEYWORDS))
+    unknown = sorted(set(options) - set(STORED_KEYWORDS))
     if unknown:
-        raise SpecError(f"a sweep does not take {unknown[0]!r}", hint="use " + ", ".join(SWEEP_KEYWORDS))
+        raise SpecError(f"a sweep does not take {unknown[0]!r}", hint="use " + ", ".join(STORED_KEYWORDS))
     checks = [str(c) for c in options.get("checks") or ()]
     if not any(c.split("?")[0] == "greedy" for c in checks):
         checks.insert(0, "greedy")  # the top of the grade ladder needs it on every cell
