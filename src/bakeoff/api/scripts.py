@@ -53,11 +53,11 @@ def exec_script(
 
     Every setting is described, defaulted and checked once, in :mod:`bakeoff.settings.exec`:
     a keyword whose flag repeats takes a list or one text (``map_devices`` also one
-    comma-separated text). A
-    rewrite ``strict`` refuses is one that may change numerics (autocast the target cannot
-    honour, a dtype downgrade, a library's answer to ``torch.cuda.is_available()``); the files
-    compared are read without unpickling (:mod:`bakeoff.script.outputs`); ``capture_modules``
-    are matched as in :mod:`bakeoff.script.modules`.
+    comma-separated text). A rewrite ``strict`` refuses is one that may change numerics
+    (autocast the target cannot honour, a dtype downgrade, a library's answer to
+    ``torch.cuda.is_available()``); the files compared are read without unpickling
+    (:mod:`bakeoff.script.outputs`); ``capture_modules`` are matched as in
+    :mod:`bakeoff.script.modules`.
 
     Raises:
         SpecError: bad input (a missing script, an unknown target); nothing is stored.

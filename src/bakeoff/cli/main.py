@@ -22,7 +22,6 @@ from bakeoff.cli.app import cli
 from bakeoff.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
-    read_prices,
     setting_option,
     workload_output_to_stderr,
 )
@@ -70,8 +69,7 @@ _setting = functools.partial(setting_option, TRIAL_OPTIONS)
 def _plan_settings(command: Callable[..., Any]) -> Callable[..., Any]:
     """The trial settings a plan takes (:data:`~bakeoff.settings.PLAN_TRIAL_KEYWORDS`)."""
     for keyword in reversed(PLAN_TRIAL_KEYWORDS):
-        early = {"callback": read_prices} if keyword == "prices" else {}
-        command = _setting(keyword, **early)(command)
+        command = _setting(keyword, early=keyword == "prices")(command)
     return command
 
 
@@ -149,7 +147,7 @@ def _finish_run(
     help="For every target whose outputs fail, find the module call where the divergence starts "
     "(the localization check; checks=['localization'] in the API).",
 )
-@_setting("prices", callback=read_prices)
+@_setting("prices", early=True)
 @_setting("requirements")
 @click.option("--clear-requirements", is_flag=True, help="Forget the workload's kept requirements.")
 @_setting("interleave")

@@ -320,14 +320,15 @@ def report(
         from bakeoff.errors import SpecError
 
         raise SpecError("choose runs one way", hint="give RUN_IDS, --workload or --tag, not several")
+    outputs = report_paths(paths)
     evidence = api.report(
         run_ids,
         workload=workload,
         tag=tag,
         db=db,
-        **report_paths(paths),
+        **outputs,
         thresholds=_thresholds(latency_threshold),
         prices=prices or None,
     )
-    written = ", ".join(p for p in report_paths(paths).values() if p)
+    written = ", ".join(p for p in outputs.values() if p)
     click.echo(f"wrote {written}: {len(evidence.runs)} run(s), {len(evidence.regressions)} comparison(s)")

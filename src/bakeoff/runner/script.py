@@ -265,10 +265,6 @@ def exec_script(
     single observation (a target's includes its audit). Either way the spans between captures
     are compared with the reference's (:mod:`bakeoff.runner.script_timing`)."""
     say = progress or (lambda _msg: None)
-    source_devices, captures, capture_modules = settings.sources, settings.capture, settings.capture_modules
-    strict, seed, timeout_s, files, repeats = (
-        settings.strict, settings.seed, settings.timeout_s, settings.files, settings.repeats,
-    )  # fmt: skip
     workdir = (Path.cwd() if workdir is None else Path(workdir)).resolve()
     located = script if script.is_absolute() else workdir / script
     db_files = [Path(f"{path}{suffix}") for path in keep_out for suffix in ("", "-wal", "-shm", "-journal")]
@@ -277,17 +273,18 @@ def exec_script(
     def once(target: Target, remap: bool, audited: bool, timing: bool = False, honest: bool = False) -> ScriptRun:
         """One run; a ``timing`` run is the script alone: no audit, captures, modules or files;
         an ``honest`` one runs under rounding noise (the honest reference)."""
-        mapping = {src: target.torch_device for src in source_devices} if remap else {}
+        mapping = {src: target.torch_device for src in settings.sources} if remap else {}
         return run_script(
-            located, argv, workdir, mapping, strict=strict, captures=() if timing else captures, seed=seed,
-            timeout_s=timeout_s, skip=db_files, audit=target.torch_device if audited and not timing else None,
-            files=files and not timing, capture_modules=() if timing else capture_modules,
+            located, argv, workdir, mapping, strict=settings.strict, captures=() if timing else settings.capture,
+            seed=settings.seed, timeout_s=settings.timeout_s, skip=db_files,
+            audit=target.torch_device if audited and not timing else None, files=settings.files and not timing,
+            capture_modules=() if timing else settings.capture_modules,
             compile=target.spec.partition("+")[2] if remap and target.is_compiled else "", rounding_noise=honest,
         )  # fmt: skip
 
     say(f"running {script.name} as the reference on {'its own device' if as_written else reference.spec}")
     ref_run = once(reference, not as_written, False)
-    ref_run = _misplaced(ref_run, reference.spec, source_devices[0] if as_written else reference.torch_device)
+    ref_run = _misplaced(ref_run, reference.spec, settings.sources[0] if as_written else reference.torch_device)
     read = input_digests(workdir, ref_run.result.get("inputs_read") or ())  # as the reference read them
     workload = script_workload(located, argv, shown=script, inputs=read)
     reference_name = "the script as written" if as_written else f"the script on {reference.spec}"
@@ -302,7 +299,7 @@ def exec_script(
                 "captures are judged by allclose to the reference alone, blind to the spread rounding makes"
             )
             honest = None
-    results = [_result(reference, ref_run, True, None, honest_notes, timed=repeats > 0)]
+    results = [_result(reference, ref_run, True, None, honest_notes, timed=settings.repeats > 0)]
     evidence: list[ScriptRun | None] = [ref_run]
     for target in targets:
         if target == reference:
@@ -319,14 +316,14 @@ def exec_script(
         say(f"running {script.name} on {target.spec}")
         run = once(target, True, settings.audit)
         context = ScriptContext(target, run, ref_run, honest, reference_name)
-        results.append(_result(target, run, False, context, timed=repeats > 0))
+        results.append(_result(target, run, False, context, timed=settings.repeats > 0))
         evidence.append(run)
     # the timing runs, in turns (the reference, then each target, N times): drift hits all alike
-    timing: list[list[ScriptRun] | None] = [[] if repeats and r.status == "ok" else None for r in results]
-    for i in range(repeats):
+    timing: list[list[ScriptRun] | None] = [[] if settings.repeats and r.status == "ok" else None for r in results]
+    for i in range(settings.repeats):
         for result, runs in zip(results, timing, strict=True):
             if runs is not None:
-                say(f"timing {script.name} on {result.target.spec} ({i + 1} of {repeats})")
+                say(f"timing {script.name} on {result.target.spec} ({i + 1} of {settings.repeats})")
                 runs.append(once(result.target, not (result.is_reference and as_written), False, timing=True))
     span_ms = [
         span_samples(t if t is not None else [e] if e is not None else [])

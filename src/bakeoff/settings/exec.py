@@ -3,8 +3,8 @@
 :data:`EXEC_OPTIONS` is the table; ``bakeoff exec`` builds its options from it,
 :func:`bakeoff.api.exec_script` takes its defaults and docstring from it, and
 :meth:`ExecSettings.from_options` is the one validating constructor. A script run stores
-:func:`run_settings` (the settings under their keywords, with the argv, the working directory
-and the reference the run resolved); :meth:`ExecSettings.from_run` reads them back for
+:func:`run_settings` (the settings, with the argv, the working directory and the reference the
+run resolved); :meth:`ExecSettings.from_run` reads them back for
 ``rerun``. The stored document keeps the names of the versioned run format, which older
 releases read: the device map is stored as ``map`` (the device types the script names; a
 ``=TARGET`` only checked the targets' device when the run was made) and the captures as
@@ -19,7 +19,7 @@ from typing import Any
 
 from bakeoff.errors import SpecError
 from bakeoff.settings.bounds import SEED, TIMEOUT, Bounds
-from bakeoff.settings.option import Option, read_options
+from bakeoff.settings.option import Option, read_options, texts
 
 __all__ = ["EXEC_OPTIONS", "ExecSettings", "current_names", "run_settings"]
 
@@ -28,10 +28,6 @@ _REPEATS = Bounds(int, 0, 10_000, 5)
 #: A keyword -> its name in a stored run (the versioned format's), where the two differ.
 _STORED = {"map_devices": "map", "capture": "captures"}
 _RENAMED = {stored: keyword for keyword, stored in _STORED.items()}
-
-
-def _texts(value: str | Iterable[str] | None) -> tuple[str, ...]:
-    return () if value is None else (value,) if isinstance(value, str) else tuple(value)
 
 
 @dataclass(frozen=True)
@@ -129,7 +125,7 @@ def _check_reference(value: str | None, given: Mapping[str, Any]) -> str | None:
 
 
 def _check_map(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[str, ...]:
-    entries = tuple(part.strip() for text in _texts(value) for part in text.split(",") if part.strip())
+    entries = tuple(part.strip() for text in texts(value) for part in text.split(",") if part.strip())
     sources = [entry.partition("=")[0].strip() for entry in entries]
     if not sources or any(not s.isidentifier() for s in sources):
         raise SpecError(f"--map {','.join(entries) or '(empty)'}", hint="name the device types the script uses: cuda")
@@ -139,7 +135,7 @@ def _check_map(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[st
 def _check_capture(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[str, ...]:
     from bakeoff.script.launch import is_capture_name
 
-    names = _texts(value)
+    names = texts(value)
     for name in names:
         if not is_capture_name(name):
             raise SpecError(f"--capture {name!r} is not MODULE:FUNCTION", hint="e.g. --capture infer:postprocess")
@@ -149,7 +145,7 @@ def _check_capture(value: str | Iterable[str], given: Mapping[str, Any]) -> tupl
 def _check_capture_modules(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[str, ...]:
     from bakeoff.script.modules import DEFAULT, check_patterns
 
-    patterns = _texts(value) or tuple(DEFAULT)
+    patterns = texts(value) or tuple(DEFAULT)
     problem = check_patterns(patterns)
     if problem is not None:
         raise SpecError(f"--capture-modules {problem[0]!r}", hint=problem[1])

@@ -19,7 +19,7 @@ from typing import Any
 
 from bakeoff.settings.bounds import Bounds
 
-__all__ = ["Check", "Option", "describe_options", "read_options", "spec_list"]
+__all__ = ["Check", "Option", "describe_options", "read_options", "spec_list", "texts"]
 
 #: A setting's check: the value given and every value given (for combinations) -> the field's value.
 Check = Callable[[Any, Mapping[str, Any]], Any]
@@ -87,6 +87,12 @@ def describe_options(options: Mapping[str, Option], indent: str, width: int = 10
     return "\n".join(lines).removeprefix(indent)
 
 
+def texts(value: str | Iterable[str] | None) -> tuple[str, ...]:
+    """A setting given as one text or several (a repeatable flag's, or a keyword's list): the
+    texts, in order (None: none)."""
+    return () if value is None else (value,) if isinstance(value, str) else tuple(value)
+
+
 def spec_list(
     value: str | Iterable[str], what: str, parse: Callable[[str], Any], empty_hint: str, twice_hint: str
 ) -> tuple[Any, ...]:
@@ -98,10 +104,10 @@ def spec_list(
     """
     from bakeoff.errors import SpecError
 
-    texts = [value] if isinstance(value, str) else list(value)
-    parts = [part.strip() for text in texts for part in text.split(",")]
+    given = texts(value)
+    parts = [part.strip() for text in given for part in text.split(",")]
     if any(not part for part in parts):
-        raise SpecError(f"empty {what} in {', '.join(repr(t) for t in texts)}", hint=empty_hint)
+        raise SpecError(f"empty {what} in {', '.join(repr(t) for t in given)}", hint=empty_hint)
     parsed = tuple(parse(part) for part in parts)
     seen = [spec.name for spec in parsed]
     twice = next((name for name in seen if seen.count(name) > 1), None)

@@ -18,7 +18,7 @@ from bakeoff.metrics import parse_requirement
 from bakeoff.scenarios.base import ScenarioSpec
 from bakeoff.scenarios.registry import parse_scenario
 from bakeoff.settings.bounds import TIMEOUT, WEEK_S, Bounds, at_most
-from bakeoff.settings.option import spec_list
+from bakeoff.settings.option import spec_list, texts
 from bakeoff.workload.profile import InputProfile, parse_profile
 
 __all__ = [
@@ -122,7 +122,7 @@ def check_profile(value: str | os.PathLike[str] | InputProfile | None, given: Ma
 
 def check_env(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     switches = []
-    for item in [value] if isinstance(value, str) else value:
+    for item in texts(value):
         key, eq, text = item.partition("=")
         if not eq or not key or not key.replace("_", "").isalnum() or key[0].isdigit():
             raise SpecError(f"environment switch {item!r} is not KEY=VALUE", hint="e.g. --env TORCHINDUCTOR_FREEZING=1")
@@ -150,10 +150,10 @@ def check_checks(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[
 
 
 def check_prices(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[Price, ...]:
-    return parse_prices([value] if isinstance(value, str) else value)
+    return parse_prices(texts(value))
 
 
 def check_requirements(value: str | Iterable[str] | None, given: Mapping[str, Any]) -> tuple[str, ...] | None:
     if value is None:
         return None
-    return tuple(parse_requirement(text).text for text in ([value] if isinstance(value, str) else value))
+    return tuple(parse_requirement(text).text for text in texts(value))

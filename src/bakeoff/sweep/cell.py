@@ -34,8 +34,17 @@ from bakeoff.runner.job import TargetJob
 from bakeoff.runner.keeping import MemoryKeeping
 from bakeoff.settings import TrialSettings
 from bakeoff.store.db import Store
+from bakeoff.store.sweeps import SweepRecord
 
-__all__ = ["CELL_TIMEOUT_FACTOR", "CellPool", "cell_timeout", "kept_baseline", "run_cell", "store_baseline"]
+__all__ = [
+    "CELL_TIMEOUT_FACTOR",
+    "CellPool",
+    "cell_arguments",
+    "cell_timeout",
+    "kept_baseline",
+    "run_cell",
+    "store_baseline",
+]
 
 #: How many per-step timeouts a cell may take per target session, plus one for building the
 #: workload and its baseline: the backstop above what the targets' workers enforce themselves.
@@ -142,6 +151,23 @@ def run_cell(
             pool.announce = None
         shutil.rmtree(scratch, ignore_errors=True)
     yield out
+
+
+def cell_arguments(
+    store: Store, record: SweepRecord, spec: str, driver: Mapping[str, Any], preload: tuple[str, ...]
+) -> tuple[Any, ...]:
+    """The positional arguments of :func:`run_cell` for the workload ``spec`` of the sweep
+    ``record``, whichever executor runs it: what the driver's store keeps for the workload (its
+    requirements, its baseline) travels with the cell."""
+    return (
+        spec,
+        record.targets,
+        record.settings,
+        store.requirements(spec),
+        driver,
+        preload,
+        kept_baseline(store, spec),
+    )
 
 
 def kept_baseline(store: Store, spec: str) -> dict[str, Any] | None:

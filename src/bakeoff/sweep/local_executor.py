@@ -39,7 +39,7 @@ from bakeoff.results.values import RunResult
 from bakeoff.settings import TrialSettings
 from bakeoff.store.db import Store
 from bakeoff.store.sweeps import SweepRecord
-from bakeoff.sweep.cell import cell_timeout, kept_baseline, run_cell, store_baseline
+from bakeoff.sweep.cell import cell_arguments, cell_timeout, run_cell, store_baseline
 from bakeoff.target.spec import Target
 
 __all__ = ["RUNNER_NAME", "local_cells"]
@@ -151,8 +151,7 @@ def local_cells(
         if status is not None:
             status(spec)
         began = time.monotonic()
-        kept = store.requirements(spec), driver, preload, kept_baseline(store, spec)
-        command = (spec, record.targets, record.settings, *kept)
+        command = cell_arguments(store, record, spec, driver, preload)
         error = _send(runner, command, settings.timeout_s)
         return position, spec, began, time.monotonic(), error
 

@@ -53,7 +53,7 @@ from bakeoff.results.values import RunResult
 from bakeoff.settings import TrialSettings
 from bakeoff.store.db import Store
 from bakeoff.store.sweeps import SweepRecord
-from bakeoff.sweep.cell import CELL_TIMEOUT_FACTOR, cell_timeout, kept_baseline, run_cell, store_baseline
+from bakeoff.sweep.cell import CELL_TIMEOUT_FACTOR, cell_arguments, cell_timeout, run_cell, store_baseline
 from bakeoff.target.spec import Target
 
 __all__ = [
@@ -284,8 +284,7 @@ def ray_cells(
         live: dict[Any, _Live] = {}
         try:
             for position, spec in pending:
-                kept = store.requirements(spec), driver, preload, kept_baseline(store, spec)
-                gen = task.remote(spec, record.targets, record.settings, *kept)
+                gen = task.remote(*cell_arguments(store, record, spec, driver, preload))
                 live[gen] = _Live(position, spec, time.monotonic())
             while live:
                 ready, _ = ray.wait(list(live), num_returns=1, timeout=0.5)
