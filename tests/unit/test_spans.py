@@ -74,3 +74,21 @@ def test_the_warm_up_is_shown_not_judged_and_the_typical_ratio_follows_the_stead
     # only warm-up spans: their own ratio is the typical one, and none is judged
     short = compare_spans(_ms(start_a=30.0, a_end=9.0), _ms(start_a=10.0, a_end=1.0))
     assert short["typical_ratio"] == pytest.approx(3.0) and not any(r["out_of_line"] for r in short["spans"])
+
+
+def test_a_slow_span_is_judged_against_the_other_spans_even_where_the_reference_hiccuped_in_it() -> None:
+    # the reference spent most of its steady time in b→c (a hiccup on a loaded machine), so the
+    # weighted median of all steady spans is b→c's own ratio: judged against itself, the seeded
+    # 300 ms span would pass; judged against the other spans (about 0.5x), it is out of line
+    reference = _ms(start_a=40.0, a_b=60.0, b_c=20.0, c_d=4.0, d_e=4.0, e_end=4.0)
+    target = _ms(start_a=30.0, a_b=10.0, b_c=302.0, c_d=2.0, d_e=2.0, e_end=2.0)
+    compared = compare_spans(target, reference)
+    assert compared["typical_ratio"] == pytest.approx(0.5)  # the spans not out of line, not b→c's own 15.1x
+    rows = {r["span"]: r for r in compared["spans"]}
+    assert [name for name, r in rows.items() if r["out_of_line"]] == ["b→c"]
+    assert rows["b→c"]["typical_ratio"] == pytest.approx(0.5) and rows["start→a"]["typical_ratio"] is None
+    # the control: the same hiccup in the reference, the target honest (about 0.5x everywhere,
+    # rounding apart): the hiccuped span is quicker than the rest, nothing is out of line
+    clean = compare_spans({**target, "b→c": [2.1]}, reference)
+    assert not any(r["out_of_line"] for r in clean["spans"])
+    assert {r["span"]: r for r in clean["spans"]}["b→c"]["ratio"] == pytest.approx(0.105)

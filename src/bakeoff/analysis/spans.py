@@ -16,15 +16,19 @@ the model) and its first step, where a device pays its first-use costs (loading 
 allocating, compiling). They are shown with their ratios, marked ``warmup``, and never out of
 line: on the test device the setup took several times the reference's while every later step
 was quicker, and a warm-up span judged against the steady steps is flagged for what is
-expected. The typical ratio is the median of the other spans' ratios weighted by the
-reference's time in each: the ratio of the spans that hold most of the steady work, which a span
-slow on the target alone (short on the reference) cannot move, and which many tiny spans cannot
-outvote (with no span past the warm-up, the warm-up spans' own). A span past the warm-up is out
-of line when
+expected. A typical ratio is the median of steady spans' ratios weighted by the reference's
+time in each: the ratio of the spans that hold most of the steady work, which many tiny spans
+cannot outvote (with no span past the warm-up, the warm-up spans' own). Each span is judged
+against the typical ratio of the *other* steady spans (``typical_ratio`` in its row): a
+slow span never sets the bar it is judged by, even where the reference happened to spend most of
+its steady time in that span (a hiccup on a loaded machine gave it the weight to be the median
+of its own judgement, and the 300x span was typical of itself). The run's typical ratio, shown
+beside the spans, is that of the steady spans not out of line. A span past the warm-up is out of
+line when
 
-* its ratio is at least ``factor`` (2) times the typical ratio, and
-* the time it loses against that typical ratio is at least ``min_share`` (5%) of the target's
-  time over all spans: a span of a fraction of a millisecond that doubles by chance is not one.
+* its ratio is at least ``factor`` (2) times the other spans' typical ratio, and
+* the time it loses against that ratio is at least ``min_share`` (5%) of the target's time over
+  all spans: a span of a fraction of a millisecond that doubles by chance is not one.
 
 What it cannot say: a slow first step (inside the warm-up), where inside a span the time went,
 nor anything about spans whose names do not match between the two sides (a script that captures
@@ -87,9 +91,11 @@ def compare_spans(
         warmup: how many first spans are warm-up (never out of line, not in the typical ratio).
 
     Returns:
-        ``{"spans": [{"span", "samples_ms", "ms", "reference_ms", "ratio", "warmup", "out_of_line"}, ...],
-        "typical_ratio": float | None}``; ``reference_ms``, ``ratio`` None where the reference
-        has no such span (or took no time in it).
+        ``{"spans": [{"span", "samples_ms", "ms", "reference_ms", "ratio", "warmup", "typical_ratio",
+        "out_of_line"}, ...], "typical_ratio": float | None}``; ``reference_ms``, ``ratio`` None
+        where the reference has no such span (or took no time in it); a row's ``typical_ratio`` is
+        the one it was judged against (the other steady spans'; None for the warm-up and spans
+        without a ratio), the top-level one the steady spans' not out of line.
     """
     reference = reference or {}
     rows: list[dict[str, Any]] = []
@@ -106,18 +112,25 @@ def compare_spans(
                 "reference_ms": ref_ms,
                 "ratio": ratio,
                 "warmup": index < warmup,
+                "typical_ratio": None,
                 "out_of_line": False,
             }
         )
     steady = [r for r in rows if not r["warmup"]] or rows
-    typical = _weighted_median([(r["ratio"], r["reference_ms"]) for r in steady if r["ratio"] is not None])
     total = sum(r["ms"] for r in rows if r["ms"] is not None)
-    if typical is not None and total > 0:
-        for r in rows:
-            if r["ratio"] is None or r["warmup"]:
-                continue
-            lost = r["ms"] - r["reference_ms"] * typical
-            r["out_of_line"] = r["ratio"] >= factor * typical and lost >= min_share * total
+    for r in rows:
+        if r["ratio"] is None or r["warmup"]:
+            continue
+        others = _weighted_median(
+            [(o["ratio"], o["reference_ms"]) for o in steady if o is not r and o["ratio"] is not None]
+        )
+        r["typical_ratio"] = others
+        if others is not None and total > 0:
+            lost = r["ms"] - r["reference_ms"] * others
+            r["out_of_line"] = r["ratio"] >= factor * others and lost >= min_share * total
+    typical = _weighted_median(
+        [(r["ratio"], r["reference_ms"]) for r in steady if r["ratio"] is not None and not r["out_of_line"]]
+    )
     return {"spans": rows, "typical_ratio": typical}
 
 

@@ -72,7 +72,7 @@ def timed(
         if row["out_of_line"]:
             notes.append(
                 f"span {row['span']} took {duration(row['ms'])}, {significant(row['ratio'])}x the reference's "
-                f"(its spans' typical ratio {significant(compared['typical_ratio'])}x)"
+                f"(its other spans' typical ratio {significant(row['typical_ratio'])}x)"
             )
     timing = {
         "runs": len(runs) if runs is not None else 0,
