@@ -17,7 +17,11 @@ an eager run's, whatever the seed. Not seen: random draws in code that was not c
 the eager run's own), and graphs compiled while no watch was open.
 
 Counters are process-global: the watch clears them when it starts, so one target's numbers
-never include another's.
+never include another's. Dynamo keeps its per-compilation metrics in a bounded queue (64 in
+torch 2.13) that drops the oldest: the watch raises the bound to :data:`METRICS_KEPT` and takes
+the records that were not there when it started (by identity, not by position: in a process
+that had compiled 64 graphs already, the queue's length no longer grows, and counting from the
+length it had lost every compilation but the first few of the target's own).
 
 It lives with the targets, beside the OpenVINO watch: compiling a target
 (:func:`bakeoff.target.execute.prepare`) starts it, and it only collects numbers for the
@@ -33,7 +37,10 @@ import re
 from collections import Counter
 from typing import Any
 
-__all__ = ["CompileWatch"]
+__all__ = ["METRICS_KEPT", "CompileWatch"]
+
+#: How many per-compilation records dynamo keeps once a watch has started (its own bound is 64).
+METRICS_KEPT = 4096
 
 _RECOMPILES = "torch._dynamo.guards.__recompiles"
 _GRAPH_BREAKS = "torch._dynamo.symbolic_convert.__graph_breaks"
@@ -162,7 +169,13 @@ class CompileWatch:
 
         counters.clear()
         torch._dynamo.utils.guard_failures.clear()
-        self._metrics_start = len(self._metrics())
+        from torch._dynamo import utils as dynamo_utils
+
+        kept = getattr(getattr(dynamo_utils, "_compilation_metrics", None), "maxlen", None)
+        if kept is not None and kept < METRICS_KEPT and hasattr(dynamo_utils, "set_compilation_metrics_limit"):
+            dynamo_utils.set_compilation_metrics_limit(METRICS_KEPT)
+        self._before = self._metrics()  # held, so no id of theirs is reused by a new record
+        self._before_ids = {id(metric) for metric in self._before}
         # With TORCH_LOGS set, torch ignores set_logs (and says so); the counts below then come
         # from counters and compilation metrics alone, which do not depend on logging.
         self._set_logs = not os.environ.get("TORCH_LOGS")
@@ -210,7 +223,7 @@ class CompileWatch:
 
         compilations = []
         own_frames = 0
-        for metric in self._metrics()[self._metrics_start :]:
+        for metric in (m for m in self._metrics() if id(m) not in self._before_ids):
             if _own_frame(metric):
                 own_frames += 1
                 continue
