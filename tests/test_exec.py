@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -568,9 +569,11 @@ def test_repeats_time_each_side_without_the_audit_and_the_seeded_slow_span_is_th
     assert spans["loss[2]→loss[3]"]["ratio"] > 2 and spans["loss[2]→loss[3]"]["ms"] >= 300
     assert any(n.startswith("span loss[2]→loss[3] took") for n in emu["notes"]), emu["notes"]
     assert not any(s["out_of_line"] for s in reference["conditions"]["timing"]["spans"])
-    # the verbose view shows the slowest spans with their ratios; the summary only the note
+    # the verbose view shows the slowest spans with their ratios; the summary only the note. The
+    # setup span can be slower still (the optimizer's first zero_grad imports torch._dynamo)
     flat = _shown_verbose(tmp_path, doc["run_id"])
-    assert "slowest spans: loss[2]→loss[3]" in flat and "timed over 3 more runs" in flat
+    assert re.search(r"slowest spans: [^;]*loss\[2\]→loss\[3\] [\d.]+ ms \([\d.]+x, out of line\)", flat), flat
+    assert "timed over 3 more runs" in flat
 
 
 def test_a_timing_run_that_fails_is_a_note_and_no_speed_up_comes_from_one_run(tmp_path):

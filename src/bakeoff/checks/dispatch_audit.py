@@ -218,6 +218,8 @@ def audit_module(
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
+    from bakeoff.target.lazy_dynamo import lazy_dynamo
+
     recorder = PlacementRecorder(is_target=is_target)
     recorder.input_storages = {_storage(t) for t in _tensors(inputs) if not is_target(t.device)}
     modules = list(root.named_modules()) if isinstance(root, torch.nn.Module) else []
@@ -231,6 +233,7 @@ def audit_module(
 
     names = {id(m): n or type(m).__name__ for n, m in modules}
 
+    @lazy_dynamo
     class Mode(TorchDispatchMode):
         def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
             kwargs = kwargs or {}

@@ -156,8 +156,11 @@ def record_ops(module: Any, call: RecordedCall, dtype: Any, device: Any) -> list
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
+    from bakeoff.target.lazy_dynamo import lazy_dynamo
+
     ops: list[tuple[str, Any]] = []
 
+    @lazy_dynamo
     class Recorder(TorchDispatchMode):
         def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
             out = func(*args, **(kwargs or {}))

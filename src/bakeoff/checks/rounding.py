@@ -110,6 +110,8 @@ def _make_mode() -> type:
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_map
 
+    from bakeoff.target.lazy_dynamo import lazy_dynamo
+
     class _AutocastSeen(TorchFunctionMode):
         """Tells ``noise`` the autocast dtype each torch call runs under (on its arguments'
         device): inside dispatch, where the noise is made, autocast reads as off."""
@@ -133,6 +135,7 @@ def _make_mode() -> type:
             finally:
                 self.noise.autocast_dtype = saved
 
+    @lazy_dynamo
     class _RoundingNoise(TorchDispatchMode):
         def __init__(self, dtype_amplitude: Callable[[Any], float], seed: int, any_policy: bool = False) -> None:
             super().__init__()
@@ -216,6 +219,8 @@ def _make_reordered() -> type:
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
+    from bakeoff.target.lazy_dynamo import lazy_dynamo
+
     aten = torch.ops.aten
     log2e = 1.4426950408889634
 
@@ -227,6 +232,7 @@ def _make_reordered() -> type:
         quarter = torch.exp2(x * (log2e / 4))
         return (quarter * quarter) * (quarter * quarter)
 
+    @lazy_dynamo
     class _Reordered(TorchDispatchMode):
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             kwargs = kwargs or {}

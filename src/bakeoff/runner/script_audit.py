@@ -193,8 +193,11 @@ class ScriptAudit:
         from torch.utils._python_dispatch import TorchDispatchMode
         from torch.utils.flop_counter import flop_registry
 
+        from bakeoff.target.lazy_dynamo import lazy_dynamo
+
         observe = self._observe
 
+        @lazy_dynamo
         class ScriptMode(TorchDispatchMode):
             @classmethod
             def ignore_compile_internals(cls) -> bool:
