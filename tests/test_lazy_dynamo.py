@@ -6,7 +6,6 @@ Each case runs in a fresh process: pytest's own has imported dynamo long ago."""
 from __future__ import annotations
 
 import pytest
-
 from tests.conftest import fresh_process_json
 
 pytestmark = [pytest.mark.emu, pytest.mark.compile]
