@@ -42,6 +42,12 @@ def test_whether_the_regression_still_reproduces():
     assert reproduced(before, _samples(3.0), 0.0, 0.10, regression=3.0) == "yes"
     assert reproduced(before, _samples(1.01), 0.0, 0.10, regression=3.0) == "no"
     assert reproduced(before, _samples(1.12), 0.0, 0.10, regression=1.2) == "not conclusive"
+    # the seeded fault: a control 1.3x the before run (a busier machine now) against a 6x
+    # regression reproduces nothing (it was "yes", over the threshold alone); the control: a
+    # control at 5.5x of the same 6x does, and one at 1.5x of a 1.5x regression does too
+    assert reproduced(before, _samples(1.3), 0.0, 0.10, regression=6.0) == "no"
+    assert reproduced(before, _samples(5.5), 0.0, 0.10, regression=6.0) == "yes"
+    assert reproduced(before, _samples(1.5), 0.0, 0.10, regression=1.5) == "yes"
 
 
 def test_what_can_be_put_back():

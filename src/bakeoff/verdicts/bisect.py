@@ -20,8 +20,9 @@ time, and the controls show what that alone moves; at least by :data:`PROCESS_FL
 * **not conclusive**: anything else (measure on a quieter machine).
 
 First of all, the controls must show the regression: their samples against the "before" run's
-(``reproduced``). If the trial as it is now runs as fast as the before run, no environment
-change is the cause; the difference was the machine's state when one of them ran.
+(``reproduced``: at least half the regression on a log scale, and more than the threshold). If
+the trial as it is now runs as fast as the before run, or only a little slower than it, no
+environment change is the cause; the difference was the machine's state when one of them ran.
 
 What it cannot see: two changes that only matter together (each is put back alone), a change
 of what bisect cannot put back (the machine, the Python version, a package that was added), and
@@ -141,13 +142,19 @@ def judge_change(
 def reproduced(
     before: Sequence[float], control: Sequence[float], spread: float, threshold: float, regression: float
 ) -> str:
-    """Whether the trial as it is now is still slower than the before run: ``yes`` when by more
-    than the threshold, ``no`` when by less than the threshold or than half the regression
-    (``regression``: after / before, halved on a log scale), else ``not conclusive``."""
+    """Whether the trial as it is now still shows the regression against the before run, with one
+    bar for both answers: more than the threshold and than half the regression (``regression``:
+    after / before, halved on a log scale). ``yes`` when the whole interval of control / before
+    is above the bar, ``no`` when it is below, else ``not conclusive``.
+
+    A control a little slower than the before run (a busier machine now; a fresh process against
+    a run in a warm one) does not reproduce a regression many times larger: with the threshold
+    alone as the bar for ``yes``, a control 1.3x the before run "reproduced" a 6x regression."""
     ratio = _widened(before, control, spread)  # control / before: above 1 is slower now
-    if ratio["low"] > 1 + threshold:
+    bar = max(1 + threshold, math.sqrt(max(regression, 1.0)))
+    if ratio["low"] > bar:
         return "yes"
-    if ratio["high"] < max(1 + threshold, math.sqrt(max(regression, 1.0))):
+    if ratio["high"] < bar:
         return "no"
     return "not conclusive"
 
