@@ -105,6 +105,15 @@ SCRIPTS: dict[str, tuple[list[str], list[str], list]] = {
         ],
         [pytest.mark.isolated],
     ),
+    "serve_load.py": (
+        ["--quick"],  # the load generator at 100 and 500 requests/s against a no-op server, 1 s each
+        [
+            rf"\s+100\s+{NUMBER}\s+{NUMBER}ms\s+{NUMBER}ms\s+{NUMBER}ms\s+{NUMBER}x"
+            rf"\s+{NUMBER}ms\s+{NUMBER}ms\s+0 (yes|NO)",
+            rf"\s+500\s+{NUMBER}\s+{NUMBER}ms",
+        ],
+        [],
+    ),
     "sweep_ray.py": (
         ["--quick"],  # two tiny architectures on the local pool and on a local Ray cluster (~80 s)
         [

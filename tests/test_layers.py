@@ -58,6 +58,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # one way to run work elsewhere: jobs, launchers (inline, fresh process, warm pool, command
     # line), their outcomes, the one death classifier, owned temporary directories
     ("launch",),
+    # a running service under its traffic: arrival schedules, the open-loop load generator
+    ("serve",),
     # isolation and orchestration of a trial
     ("runner",),
     # coverage sweeps: many trials over a population of workloads, each cell stored as it ends

@@ -1,0 +1,103 @@
+"""The open-loop load generator against a real HTTP service (a subprocess with a known queue):
+latency anchored at the schedule shows a stall a send-anchored client would hide, errors are
+counted apart, and an M/D/1 service agrees with queueing theory."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from tests.conftest import FIXTURES
+
+from bakeoff.serve.load import send_on_schedule
+from bakeoff.serve.schedule import Schedule
+from bakeoff.stats import percentile
+
+
+@contextmanager
+def _service(*args: str) -> Iterator[str]:
+    process = subprocess.Popen(
+        [sys.executable, str(FIXTURES / "serve_app.py"), *args], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        port = int(process.stdout.readline())
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        process.kill()
+        process.wait()
+
+
+def _run(url: str, rate: float, count: int, seed: int = 0):
+    times = Schedule("poisson").times(rate, count, seed=seed)
+    return send_on_schedule(url, [{"i": i} for i in range(count)], times, timeout_s=10)
+
+
+def test_a_stall_shows_in_the_schedule_anchored_tail_and_a_clean_service_does_not():
+    # the seeded fault: one 0.5 s stall 1 s into a 3 s run at 40 requests/s of 5 ms each
+    with _service("--service-ms", "5", "--stall-at", "1.0", "--stall-s", "0.5") as url:
+        stalled = _run(url, rate=40, count=120)
+    assert stalled.errors() == {} and len(stalled.latencies()) == 120
+    assert percentile(stalled.latencies(), 99) > 0.3  # the requests that came during the stall waited
+    # the requests held by the stall: each was due before the stall ended and waited past it
+    held = [r for r in stalled.requests if r.latency_s > 0.1]
+    assert len(held) >= 5
+    # the control: the same schedule against the same service without the stall
+    with _service("--service-ms", "5") as url:
+        clean = _run(url, rate=40, count=120)
+    assert clean.errors() == {} and percentile(clean.latencies(), 99) < 0.1
+    assert clean.lag_p99_s() < 0.05  # the client kept its schedule (the figure is reported, not assumed)
+
+
+def test_error_answers_are_counted_apart_and_left_out_of_the_latencies():
+    with _service("--service-ms", "2", "--fail-every", "10") as url:
+        run = _run(url, rate=50, count=60)
+    assert run.errors() == {"http": 6}
+    assert len(run.latencies()) == 54
+    assert all(r.status == 500 for r in run.requests if r.error == "http")
+    # the control inside the same run: every other request answered 200 with its own body
+    assert all(r.status == 200 and json.loads(r.body)["finished"] > 0 for r in run.requests if r.error is None)
+
+
+def test_a_dead_service_is_a_connection_error_per_request_not_a_crash():
+    with _service("--service-ms", "1") as url:
+        pass  # stopped before any request
+    run = _run(url, rate=100, count=5)
+    assert run.errors() == {"connection": 5} and run.latencies() == []
+    assert not run.kept_schedule  # nothing answered: nothing to judge
+
+
+def test_an_md1_service_agrees_with_queueing_theory_and_sees_the_schedule_as_planned():
+    """Poisson arrivals at 100/s to one server of ~5 ms: an M/D/1 queue at load about 0.5. Its
+    mean latency (Pollaczek-Khinchine, with the service times the server measured, each counted
+    from when the server could take it) and its share of requests that found the server idle
+    (1 - load) are known."""
+    with _service("--service-ms", "5") as url:
+        run = _run(url, rate=100, count=600, seed=3)
+    assert run.errors() == {}
+    seen = sorted((json.loads(r.body) for r in run.requests), key=lambda a: a["index"])  # the server's order
+    services, free = [], float("-inf")
+    for answer in seen:  # the server is busy from the previous finish (its hand-over included)
+        services.append(answer["finished"] - max(answer["arrived"], free))
+        free = answer["finished"]
+    mean_s = sum(services) / len(services)
+    second = sum(s * s for s in services) / len(services)
+    rate = (len(run.requests) - 1) / run.requests[-1].planned
+    load = rate * mean_s
+    assert 0.4 < load < 0.8, load  # the sleep overshoots 5 ms a little, more on a busy machine
+    theory_s = mean_s + rate * second / (2 * (1 - load))
+    server_s = [a["finished"] - a["arrived"] for a in seen]
+    assert sum(server_s) / len(server_s) == pytest.approx(theory_s, rel=0.25)
+    idle = sum(1 for a in seen if a["started"] - a["arrived"] < 2e-4) / len(seen)
+    assert idle == pytest.approx(1 - load, abs=0.1)
+    # the schedule reached the server as planned: each request arrived at its planned time plus
+    # about the same delay (the client's lag and the network's)
+    by_request = {a["i"]: a for a in seen}
+    offsets = sorted(by_request[r.index]["arrived"] - r.planned for r in run.requests)
+    assert percentile(offsets, 90) - percentile(offsets, 10) < 0.005
+    # and the client's latency, from the schedule, is what the server saw plus that delay, never less
+    extra = [r.latency_s - (by_request[r.index]["finished"] - by_request[r.index]["arrived"]) for r in run.requests]
+    assert min(extra) > -5e-4 and percentile(extra, 50) < 0.005
