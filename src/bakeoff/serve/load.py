@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bakeoff.analysis.tail import TailEstimate, correlated_percentile
 from bakeoff.errors import BakeoffError
 from bakeoff.stats import percentile
 
@@ -83,6 +84,16 @@ class LoadRun:
         """The answered requests' latencies in seconds, from the ``schedule`` or the ``send``."""
         values = (r.latency_s if anchor == "schedule" else r.from_send_s for r in self.requests if r.error is None)
         return [v for v in values if v is not None]
+
+    def percentile(self, q: float, anchor: str = "schedule", confidence: float = 0.95) -> TailEstimate:
+        """The ``q``-th percentile of the answered requests' latencies (in schedule order) with an
+        interval that accounts for the correlation between successive requests
+        (:mod:`bakeoff.analysis.tail`).
+
+        Raises:
+            ValueError: no request was answered.
+        """
+        return correlated_percentile(self.latencies(anchor), q, confidence)
 
     def lag_p99_s(self) -> float:
         return percentile([r.lag_s for r in self.requests], 99) if self.requests else 0.0
