@@ -62,6 +62,16 @@ def test_error_answers_are_counted_apart_and_left_out_of_the_latencies():
     assert all(r.status == 200 and json.loads(r.body)["finished"] > 0 for r in run.requests if r.error is None)
 
 
+def test_each_body_goes_at_its_own_time_when_the_times_are_not_in_order():
+    # a trace in file order: the first body is due last; the server sees them in time order
+    with _service("--service-ms", "1") as url:
+        run = send_on_schedule(url, [{"i": 0}, {"i": 1}, {"i": 2}], [0.2, 0.0, 0.1], timeout_s=10)
+    assert [r.index for r in run.requests] == [1, 2, 0]  # schedule order, each with its position
+    arrived = sorted((json.loads(r.body)["index"], json.loads(r.body)["i"]) for r in run.requests)
+    assert [i for _, i in arrived] == [1, 2, 0]
+    assert [round(r.planned, 3) for r in run.requests] == [0.0, 0.1, 0.2]
+
+
 def test_a_dead_service_is_a_connection_error_per_request_not_a_crash():
     with _service("--service-ms", "1") as url:
         pass  # stopped before any request

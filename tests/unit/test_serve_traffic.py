@@ -24,7 +24,8 @@ def test_a_recorded_trace_keeps_its_send_times(tmp_path: Path) -> None:
     path.write_text('{"at": 12.5, "body": {"x": 1}}\n{"at": 12.0, "body": {"x": 0}}\n{"at": 14, "body": {"x": 2}}\n')
     traffic = read_traffic(path)
     assert traffic.at == (12.5, 12.0, 14.0) and traffic.bodies[0] == {"x": 1}
-    assert from_trace(traffic.at) == [0.0, 0.5, 2.0]
+    # each line keeps its own time: the first line's body goes 0.5 s after the second line's
+    assert from_trace(traffic.at) == [0.5, 0.0, 2.0]
 
 
 @pytest.mark.parametrize(

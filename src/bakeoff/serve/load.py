@@ -130,7 +130,9 @@ def send_on_schedule(
     method: str = "POST",
 ) -> LoadRun:
     """Send ``bodies[i]`` (JSON-encoded; ``bytes`` as they are) to ``url`` at ``times[i]`` seconds
-    from now, open loop, and time each (see the module docstring).
+    from now, open loop, and time each (see the module docstring). The times need not be in
+    order (a trace in file order): each body goes at its own time, and each :class:`Sent` keeps
+    its position in ``bodies`` as ``index``; the run's requests are in schedule order.
 
     Raises:
         BakeoffError: aiohttp is not installed, or ``bodies`` and ``times`` differ in length.
@@ -143,10 +145,13 @@ def send_on_schedule(
         raise BakeoffError(
             "sending load needs aiohttp, which is not installed", hint="pip install 'bakeoff[serve]'"
         ) from None
-    return asyncio.run(_run(url, list(bodies), sorted(times), timeout_s, method))
+    schedule = sorted(enumerate(times), key=lambda pair: pair[1])  # stable: ties keep their order
+    return asyncio.run(_run(url, list(bodies), schedule, timeout_s, method))
 
 
-async def _run(url: str, bodies: list[Any], times: list[float], timeout_s: float, method: str) -> LoadRun:
+async def _run(
+    url: str, bodies: list[Any], schedule: list[tuple[int, float]], timeout_s: float, method: str
+) -> LoadRun:
     import aiohttp
 
     payloads = [b if isinstance(b, bytes) else json.dumps(b).encode() for b in bodies]
@@ -171,7 +176,7 @@ async def _run(url: str, bodies: list[Any], times: list[float], timeout_s: float
 
         tasks = []
         start = clock()
-        for index, planned in enumerate(times):
+        for index, planned in schedule:
             wait = planned - (clock() - start)
             if wait > 0:
                 await asyncio.sleep(wait)

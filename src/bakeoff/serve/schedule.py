@@ -85,21 +85,23 @@ def parse_schedule(spec: str) -> Schedule:
 
 
 def from_trace(timestamps: Sequence[float], rate: float | None = None) -> list[float]:
-    """A recorded trace's send times: its timestamps from the first, in order, optionally scaled
-    so that the trace's mean rate becomes ``rate`` (its bursts keep their shape).
+    """A recorded trace's send times: its timestamps from the earliest, each in its own place (the
+    ``i``-th is the ``i``-th request's, so that it stays paired with that request's body),
+    optionally scaled so that the trace's mean rate becomes ``rate`` (its bursts keep their shape).
 
     Raises:
         SpecError: an empty trace, or a rate asked of a trace whose timestamps are all equal.
     """
     if not timestamps:
         raise SpecError("the trace holds no timestamps", hint="give one timestamp (seconds) per request")
-    ordered = sorted(float(t) for t in timestamps)
-    times = [t - ordered[0] for t in ordered]
+    first = min(float(t) for t in timestamps)
+    times = [float(t) - first for t in timestamps]
     if rate is None or len(times) == 1:
         return times
     if rate <= 0:
         raise SpecError(f"the request rate must be positive, got {rate:g}", hint="e.g. --rate 20/s")
-    if times[-1] <= 0:
+    span = max(times)
+    if span <= 0:
         raise SpecError("a trace whose requests all share one timestamp has no rate to scale")
-    scale = (len(times) - 1) / rate / times[-1]
+    scale = (len(times) - 1) / rate / span
     return [t * scale for t in times]
