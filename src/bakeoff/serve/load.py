@@ -30,7 +30,7 @@ import asyncio
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from bakeoff.analysis.tail import TailEstimate, correlated_percentile
@@ -78,7 +78,6 @@ class LoadRun:
 
     requests: tuple[Sent, ...]
     wall_s: float
-    notes: tuple[str, ...] = field(default=())
 
     def latencies(self, anchor: str = "schedule") -> list[float]:
         """The answered requests' latencies in seconds, from the ``schedule`` or the ``send``."""

@@ -17,6 +17,7 @@ Times are seconds from the run's start; the first request is due at 0.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -79,7 +80,7 @@ def parse_schedule(spec: str) -> Schedule:
         cv = float(options.get("cv", "1"))
     except ValueError:
         cv = -1.0
-    if not cv > 0 or cv != cv or cv == float("inf"):
+    if not (cv > 0 and math.isfinite(cv)):
         raise SpecError(f"gamma's cv must be a positive number, got '{options.get('cv')}'", hint="e.g. gamma?cv=2")
     return Schedule(kind, cv)
 
