@@ -97,6 +97,10 @@ def test_piped_stdin_reaches_every_run_alike(tmp_path: Path) -> None:
         assert "every run of the script read the same stdin: the 12 bytes bakeoff was given" in result["notes"]
     assert emu["correctness"]["verdict"] == "pass", emu["correctness"]["reason"]  # the same file on both sides
     assert any("stdin.json" in o["name"] for o in emu["correctness"]["outputs"]), emu["correctness"]["outputs"]
+    if sys.platform.startswith("linux"):  # the runs were forked from one warm process, stdin and all
+        assert any(
+            n.startswith("each run was forked from one process") for n in json.loads(ran.stdout)["workload"]["notes"]
+        )
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a pseudo-terminal for stdin")

@@ -176,7 +176,7 @@ def settings_line(run: Any) -> str | None:
         script = current_names(script)
         mapped = ", ".join(str(e).partition("=")[0] for e in script.get("map_devices") or ()) or "nothing"
         return (
-            f"the script run once per target, each in a fresh process and its own copy of the working directory; "
+            f"the script run once per target, each in a process and a copy of the working directory of its own; "
             f"{mapped} remapped to each target's device; seed {script.get('seed')}, timeout {script.get('timeout_s')} s"
             + ("; strict" if script.get("strict") else "")
             + (

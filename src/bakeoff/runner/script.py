@@ -58,10 +58,12 @@ from typing import Any
 from bakeoff.checks.base import ScriptContext
 from bakeoff.checks.script_outputs import listed
 from bakeoff.env import capture_environment
+from bakeoff.launch.forkserver import ForkServer
 from bakeoff.results.values import ErrorInfo, Latency, RunResult, TargetResult
 from bakeoff.runner.script_checks import script_checks
-from bakeoff.runner.script_run import ScriptRun, copy_workdir, run_script
+from bakeoff.runner.script_run import ScriptRun, copy_workdir, forkable, run_environment, run_script
 from bakeoff.runner.script_timing import span_samples, speedups, timed
+from bakeoff.runner.script_worker import PRELOAD
 from bakeoff.script.child_reports import child_notes
 from bakeoff.script.modules import budget
 from bakeoff.settings.exec import ExecSettings, run_settings
@@ -142,6 +144,15 @@ def _misplaced(run: ScriptRun, label: str, device: str) -> ScriptRun:
     )
     error = ErrorInfo("ReferenceDevice", message, "exception", "reference")
     return dataclasses.replace(run, status="error", error=error)
+
+
+def _processes(server: ForkServer | None) -> str:
+    """What the runs' processes were: forked from one that had imported PyTorch, or fresh."""
+    if server is None:
+        return "each run was a fresh interpreter"
+    if server.broken is not None:
+        return f"the runs were forked from one process that had imported PyTorch until {server.broken}; then fresh"
+    return "each run was forked from one process that had imported PyTorch once (its import is in no run)"
 
 
 def _compile_refusal(target: Target) -> str | None:
@@ -280,51 +291,59 @@ def exec_script(
             audit=target.torch_device if audited and not timing else None, files=settings.files and not timing,
             capture_modules=() if timing else settings.capture_modules,
             compile=target.spec.partition("+")[2] if remap and target.is_compiled else "", rounding_noise=honest,
+            server=server,
         )  # fmt: skip
 
-    say(f"running {script.name} as the reference on {'its own device' if as_written else reference.spec}")
-    ref_run = once(reference, not as_written, False)
-    ref_run = _misplaced(ref_run, reference.spec, settings.sources[0] if as_written else reference.torch_device)
-    read = input_digests(workdir, ref_run.result.get("inputs_read") or ())  # as the reference read them
-    workload = script_workload(located, argv, shown=script, inputs=read)
-    reference_name = "the script as written" if as_written else f"the script on {reference.spec}"
-    honest, honest_notes = None, []
-    if ref_run.status == "ok":
-        say(f"running {script.name} again as the honest reference (every op within a few units of roundoff)")
-        honest = once(reference, not as_written, False, honest=True)
-        if honest.status != "ok":
-            why = clip(honest.error.message, 200) if honest.error else "it failed"
-            honest_notes.append(
-                f"the honest reference (the script again under rounding noise) did not finish: {why}; "
-                "captures are judged by allclose to the reference alone, blind to the spread rounding makes"
-            )
-            honest = None
-    results = [_result(reference, ref_run, True, None, honest_notes, timed=settings.repeats > 0)]
-    evidence: list[ScriptRun | None] = [ref_run]
-    for target in targets:
-        if target == reference:
-            continue
-        reason = unavailable_reason(target)
-        if reason is None and target.amp is not None:
-            reason = f"amp={target.amp} is not applied by bakeoff exec: a script's own torch.autocast decides"
-        if reason is None and target.is_compiled:
-            reason = _compile_refusal(target)
-        if reason is not None:
-            results.append(TargetResult(target=target, status="skipped", reason=reason))
-            evidence.append(None)
-            continue
-        say(f"running {script.name} on {target.spec}")
-        run = once(target, True, settings.audit)
-        context = ScriptContext(target, run, ref_run, honest, reference_name)
-        results.append(_result(target, run, False, context, timed=settings.repeats > 0))
-        evidence.append(run)
-    # the timing runs, in turns (the reference, then each target, N times): drift hits all alike
-    timing: list[list[ScriptRun] | None] = [[] if settings.repeats and r.status == "ok" else None for r in results]
-    for i in range(settings.repeats):
-        for result, runs in zip(results, timing, strict=True):
-            if runs is not None:
-                say(f"timing {script.name} on {result.target.spec} ({i + 1} of {settings.repeats})")
-                runs.append(once(result.target, not (result.is_reference and as_written), False, timing=True))
+    # every run forked from one warm process that imported PyTorch once, where the platform allows
+    server = ForkServer(PRELOAD, run_environment(settings.seed)) if forkable() else None
+    try:
+        say(f"running {script.name} as the reference on {'its own device' if as_written else reference.spec}")
+        ref_run = once(reference, not as_written, False)
+        ref_run = _misplaced(ref_run, reference.spec, settings.sources[0] if as_written else reference.torch_device)
+        read = input_digests(workdir, ref_run.result.get("inputs_read") or ())  # as the reference read them
+        workload = script_workload(located, argv, shown=script, inputs=read)
+        reference_name = "the script as written" if as_written else f"the script on {reference.spec}"
+        honest, honest_notes = None, []
+        if ref_run.status == "ok":
+            say(f"running {script.name} again as the honest reference (every op within a few units of roundoff)")
+            honest = once(reference, not as_written, False, honest=True)
+            if honest.status != "ok":
+                why = clip(honest.error.message, 200) if honest.error else "it failed"
+                honest_notes.append(
+                    f"the honest reference (the script again under rounding noise) did not finish: {why}; "
+                    "captures are judged by allclose to the reference alone, blind to the spread rounding makes"
+                )
+                honest = None
+        results = [_result(reference, ref_run, True, None, honest_notes, timed=settings.repeats > 0)]
+        evidence: list[ScriptRun | None] = [ref_run]
+        for target in targets:
+            if target == reference:
+                continue
+            reason = unavailable_reason(target)
+            if reason is None and target.amp is not None:
+                reason = f"amp={target.amp} is not applied by bakeoff exec: a script's own torch.autocast decides"
+            if reason is None and target.is_compiled:
+                reason = _compile_refusal(target)
+            if reason is not None:
+                results.append(TargetResult(target=target, status="skipped", reason=reason))
+                evidence.append(None)
+                continue
+            say(f"running {script.name} on {target.spec}")
+            run = once(target, True, settings.audit)
+            context = ScriptContext(target, run, ref_run, honest, reference_name)
+            results.append(_result(target, run, False, context, timed=settings.repeats > 0))
+            evidence.append(run)
+        # the timing runs, in turns (the reference, then each target, N times): drift hits all alike
+        timing: list[list[ScriptRun] | None] = [[] if settings.repeats and r.status == "ok" else None for r in results]
+        for i in range(settings.repeats):
+            for result, runs in zip(results, timing, strict=True):
+                if runs is not None:
+                    say(f"timing {script.name} on {result.target.spec} ({i + 1} of {settings.repeats})")
+                    runs.append(once(result.target, not (result.is_reference and as_written), False, timing=True))
+    finally:
+        processes = _processes(server)
+        if server is not None:
+            server.close()
     span_ms = [
         span_samples(t if t is not None else [e] if e is not None else [])
         for t, e in zip(timing, evidence, strict=True)
@@ -335,6 +354,7 @@ def exec_script(
     ]
     done = speedups(results)  # none from single observations
     notes = [] if as_written else [f"the reference ran on {reference.spec}, remapped like the targets"]
+    notes.append(processes)
     run = RunResult(
         run_id=uuid.uuid4().hex[:12],
         created_at=_now(),

@@ -1,4 +1,4 @@
-"""One run of a script, in a fresh process of its own: the runner's side of ``bakeoff exec``.
+"""One run of a script, in a process of its own: the runner's side of ``bakeoff exec``.
 
 The script's working directory is copied (:func:`copy_workdir`), so one run's output files
 cannot feed another's; the run is ``python -m bakeoff.runner.script_worker`` (the launcher of
@@ -9,6 +9,11 @@ SIGKILL). What the launcher wrote comes back as a :class:`ScriptRun`: its result
 log, audit and the files it wrote; a timeout, a signal, the script's exception or its non-zero
 exit is the run's :class:`~bakeoff.results.values.ErrorInfo`. The run's temporary directory is
 named after this process, so that a later run removes it when this one was killed.
+
+Given a fork server (:mod:`bakeoff.launch.forkserver`, started once per ``bakeoff exec`` for a
+platform that :func:`forkable` allows), the same worker runs forked from that warm process, in a
+process group of its own, stopped the same way: the reference and every target alike, each
+without the seconds of importing PyTorch again.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 from bakeoff.errors import SpecError
 from bakeoff.launch.command import run_command
 from bakeoff.launch.deaths import died
+from bakeoff.launch.forkserver import ForkServer
 from bakeoff.launch.tempdirs import owned_tempdir
 from bakeoff.results.librarylog import OutputLog
 from bakeoff.results.values import ErrorInfo
@@ -32,7 +38,17 @@ from bakeoff.script.child_reports import with_children
 from bakeoff.script.children import ENV as CHILDREN_ENV
 from bakeoff.script.outputs import Outputs, read_outputs, stamp, written
 
-__all__ = ["MAX_WORKDIR_BYTES", "SKIP_DIRS", "STOP_GRACE_S", "ScriptRun", "copy_workdir", "run_script"]
+__all__ = [
+    "MAX_WORKDIR_BYTES",
+    "SKIP_DIRS",
+    "STOP_GRACE_S",
+    "WORKER",
+    "ScriptRun",
+    "copy_workdir",
+    "forkable",
+    "run_environment",
+    "run_script",
+]
 
 #: Environment variables a script's run does not get: they name bakeoff's own files (the
 #: knowledge base and its artifacts) and the directory bakeoff was started in.
@@ -57,6 +73,30 @@ class ScriptRun:
     log: tuple[dict[str, Any], ...] = ()
     audit: dict[str, Any] | None = None
     outputs: Outputs | None = None
+
+
+#: The module a run's process runs.
+WORKER = "bakeoff.runner.script_worker"
+
+
+def run_environment(seed: int) -> dict[str, str]:
+    """The environment every run of the script gets (with ``PWD``, its own directory): this
+    process's, with the hash seed fixed and bakeoff's own variables left out."""
+    from bakeoff.runner.script_worker import PARENT_ENV
+
+    env = {**os.environ, "PYTHONHASHSEED": str(seed), PARENT_ENV: str(os.getpid())}
+    env.pop(CHILDREN_ENV, None)  # bakeoff exec inside a remapped script: the launcher starts clean
+    for name in _KEPT_FROM_SCRIPTS:  # where bakeoff keeps its own files is none of the script's business
+        env.pop(name, None)
+    return env
+
+
+def forkable() -> bool:
+    """Whether runs are forked from a warm process that imported PyTorch
+    (:mod:`bakeoff.launch.forkserver`): on Linux. It shows a script what a fresh launcher
+    would: that launcher too imports PyTorch, in the same environment, before the script's
+    first statement, so a change the script makes to its environment reaches PyTorch no sooner."""
+    return sys.platform.startswith("linux")
 
 
 def copy_workdir(source: Path, into: Path, skip: Sequence[Path] = ()) -> Path:
@@ -146,6 +186,7 @@ def run_script(
     capture_modules: Sequence[str] = (),
     compile: str = "",
     rounding_noise: bool = False,
+    server: ForkServer | None = None,
 ) -> ScriptRun:
     """Run ``script`` once in a copy of ``workdir`` under ``mapping`` (empty: as written);
     with ``audit`` (the target's device), audit where its work ran
@@ -153,11 +194,14 @@ def run_script(
     (:mod:`bakeoff.script.outputs`; ``skip``, bakeoff's own files, never count); with
     ``compile`` (``BACKEND[?OPTIONS]``), compile its root module calls
     (:mod:`bakeoff.script.compiled`); with ``rounding_noise``, perturb every arithmetic op's
-    result by a few units of roundoff (:mod:`bakeoff.checks.rounding`, seeded by ``seed``).
+    result by a few units of roundoff (:mod:`bakeoff.checks.rounding`, seeded by ``seed``);
+    with ``server`` (started with :data:`~bakeoff.runner.script_worker.PRELOAD` in
+    :func:`run_environment` of ``seed``), forked from that warm process instead of a fresh
+    interpreter (a fresh one when the server cannot).
 
     The run's temporary directory is named after this process, so that a later run removes it
     when this process was killed before it could (:mod:`bakeoff.launch.tempdirs`)."""
-    from bakeoff.runner.script_worker import PARENT_ENV, read_audit
+    from bakeoff.runner.script_worker import read_audit
     from bakeoff.script.capture import Captures
 
     base = owned_tempdir("exec")
@@ -172,7 +216,7 @@ def run_script(
             else None
         )
         path = str(relative) if relative is not None else str(script.resolve())  # call sites read train.py:19
-        command = [sys.executable, "-m", "bakeoff.runner.script_worker", "--out", str(out), "--seed", str(seed)]
+        command = [sys.executable, "-m", WORKER, "--out", str(out), "--seed", str(seed)]
         command += ["--audit", audit] if audit else []
         command += ["--rounding-noise", str(seed)] if rounding_noise else []
         command += [arg for src, dst in mapping.items() for arg in ("--map", f"{src}={dst}")]
@@ -181,16 +225,18 @@ def run_script(
         command += [arg for pattern in capture_modules for arg in ("--capture-modules", pattern)]
         command += ["--compile", compile] if compile else []
         command += ["--", path, *argv]
-        env = {**os.environ, "PYTHONHASHSEED": str(seed), PARENT_ENV: str(os.getpid()), "PWD": str(work)}
-        env.pop(CHILDREN_ENV, None)  # bakeoff exec inside a remapped script: the launcher starts clean
-        for name in _KEPT_FROM_SCRIPTS:  # where bakeoff keeps its own files is none of the script's business
-            env.pop(name, None)
-        with open(out / "stdout.txt", "wb") as stdout, open(out / "stderr.txt", "wb") as stderr:
-            # past its time, or on Ctrl-C: SIGTERM to the worker, which ends the script and then
-            # what the script started (a process detached with setsid included), then SIGKILL
-            # to the run's whole process group for anything left in it
-            ran = run_command(command, env, timeout_s, cwd=work, stdout=stdout, stderr=stderr, grace_s=STOP_GRACE_S)
-            code = ran.code
+        env = {**run_environment(seed), "PWD": str(work)}
+        # past its time, or on Ctrl-C: SIGTERM to the worker, which ends the script and then
+        # what the script started (a process detached with setsid included), then SIGKILL to
+        # the run's whole process group for anything left in it
+        ran = None
+        if server is not None and server.env == run_environment(seed):
+            streams = (out / "stdout.txt", out / "stderr.txt")
+            ran = server.run(f"{WORKER}:forked", command[3:], env, work, *streams, timeout_s, STOP_GRACE_S)
+        if ran is None:  # a fresh interpreter
+            with open(out / "stdout.txt", "wb") as stdout, open(out / "stderr.txt", "wb") as stderr:
+                ran = run_command(command, env, timeout_s, cwd=work, stdout=stdout, stderr=stderr, grace_s=STOP_GRACE_S)
+        code = ran.code
         log = OutputLog()
         _log_lines(out, log)
         result_path = out / "result.json"

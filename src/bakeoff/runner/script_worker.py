@@ -87,9 +87,11 @@ __all__ = [
     "AUDIT",
     "MAX_AUDITED_OPS",
     "PARENT_ENV",
+    "PRELOAD",
     "PROCESSES",
     "STDIN_CAP",
     "ScriptAudit",
+    "forked",
     "main",
     "read_audit",
     "script_stdin",
@@ -227,7 +229,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         around = lambda _out: RoundingNoise(int(seed), any_policy=True)  # noqa: E731
     parent = os.environ.pop(PARENT_ENV, "")
+    from bakeoff.launch.forkserver import server_pid
     from bakeoff.launch.process import die_with_parent
+
+    watched = server_pid() or (int(parent) if parent.isdigit() else None)  # the process that started this one
 
     if os.name == "posix":
         stdin_note = script_stdin(parent)
@@ -235,13 +240,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         supervisor = os.getpid()
         run = os.fork()
         if run:
-            if parent.isdigit():  # a kill -9 of bakeoff takes the supervisor, and so the run, with it
-                die_with_parent(int(parent))
+            if watched is not None:  # a kill -9 of bakeoff takes the supervisor, and so the run, with it
+                die_with_parent(watched)
             return _supervise(run, _out_dir(argv), stdin_note)
         die_with_parent(supervisor)
-    elif parent.isdigit():  # a kill -9 of bakeoff takes the script with it
-        die_with_parent(int(parent))
+    elif watched is not None:  # a kill -9 of bakeoff takes the script with it
+        die_with_parent(watched)
     return launcher.main(argv, around=around)
+
+
+#: What a fork server (:mod:`bakeoff.launch.forkserver`) imports before it forks runs: what a
+#: run's process imports before the script's first statement, except what enabling a device does.
+PRELOAD = ("torch", "numpy", "bakeoff.runner.script_worker", "bakeoff.script.remap", "bakeoff.checks.rounding")
+
+
+def forked(argv: Sequence[str]) -> int:
+    """:func:`main` in a run forked from a fork server that imported :data:`PRELOAD`: the
+    launcher's clock and directory start here (:func:`bakeoff.script.launch.restart`), and the
+    run dies with the server (which dies with bakeoff)."""
+    launcher.restart()
+    return main(argv)
 
 
 if __name__ == "__main__":

@@ -67,6 +67,7 @@ from types import TracebackType
 from typing import Any
 
 from bakeoff.errors import BakeoffError, RemapError
+from bakeoff.script import ledger
 from bakeoff.script.capture import Captures, recording
 from bakeoff.script.children import remapped_children
 from bakeoff.script.devices import DeviceMap
@@ -76,6 +77,16 @@ from bakeoff.script.modules import NONE, ModuleCalls, check_patterns
 from bakeoff.script.returns import Returns
 
 _STARTED = time.perf_counter()
+
+
+def restart() -> None:
+    """Start the launcher's clock (``startup_s``) and the ledger's directory (call sites named
+    relative to it) now, in the run's own directory: in a run forked from a warm process
+    (:mod:`bakeoff.launch.forkserver`), where this module was imported before the run began."""
+    global _STARTED
+    _STARTED = time.perf_counter()
+    ledger._STARTED_IN = os.getcwd()
+
 
 __all__ = [
     "CAPTURES",
@@ -87,6 +98,7 @@ __all__ = [
     "launch",
     "main",
     "read_result",
+    "restart",
 ]
 
 PROG = "python -m bakeoff.script.launch"

@@ -1,0 +1,340 @@
+"""A warm process that forks runs: a fresh interpreter's start-up (importing PyTorch, numpy and
+bakeoff: seconds on a loaded machine) paid once per ``bakeoff exec`` instead of once per run.
+
+::
+
+    python -m bakeoff.launch.forkserver --parent PID --fds R,W MODULE...
+
+The server imports the modules, does nothing else (no op of torch runs, no thread starts) and
+serves requests read from fd ``R``, one JSON line each: a function (``module:function``, called
+with a list of arguments, returning the exit code), an environment, a working directory, and
+the files that become stdout and stderr. For each, it forks a child that starts a session of its
+own (a process group, stopped as a whole like a command of :mod:`bakeoff.launch.command`),
+replaces its environment, directory (``sys.path[0]`` too, as ``python -m`` sets it, and
+``multiprocessing``'s start directory, where a spawned child finds a relative ``__main__``),
+stdout and stderr, dies with the server, calls the function and ends as an interpreter ends (non-daemon threads joined,
+``atexit`` run, streams flushed) without tearing down every module. The server writes the
+child's pid, then its wait status, to fd ``W``. It dies with ``PID`` (the bakeoff process).
+
+A forked run differs from a fresh interpreter in what was settled before the fork: the modules
+the server imported and what they read from the environment when imported (the server is
+started with the runs' own environment and hash seed), ``sys.orig_argv``, and
+``sys.modules["__main__"]`` outside the function's own work.
+
+The client, :class:`ForkServer`, runs one request at a time and returns a
+:class:`~bakeoff.launch.command.Ran` as :func:`~bakeoff.launch.command.run_command` does:
+past its timeout, or on an interruption, the child gets SIGTERM and ``grace_s`` to end, then its
+whole group SIGKILL. When the server cannot run a request (it failed to start, or died), the
+client says so (None) and the caller starts a fresh process instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bakeoff.launch.command import Ran
+
+__all__ = ["ForkServer", "server_pid"]
+
+#: How long the server may take to import its modules before the client gives up on it.
+READY_S = 120.0
+#: How often the server looks for ended children and a dead parent (seconds).
+_POLL_S = 0.02
+#: The server's own pid, in the server and in every run it forked (None elsewhere).
+_SERVER: int | None = None
+
+
+def server_pid() -> int | None:
+    """The pid of the fork server this process was forked from (None: not forked by one)."""
+    return _SERVER
+
+
+class ForkServer:
+    """A server importing ``preload`` in ``env`` (see the module docstring); :meth:`run` runs
+    one request, :meth:`close` ends the server (a run still going is stopped first)."""
+
+    def __init__(self, preload: Sequence[str], env: Mapping[str, str]) -> None:
+        self.env = dict(env)
+        self.broken: str | None = None
+        self._lock = threading.Lock()
+        self._buffer = b""
+        request_r, self._requests = os.pipe()
+        self._replies, reply_w = os.pipe()
+        command = [sys.executable, "-m", "bakeoff.launch.forkserver", "--parent", str(os.getpid())]
+        command += ["--fds", f"{request_r},{reply_w}", *preload]
+        try:
+            self.process: subprocess.Popen[bytes] | None = subprocess.Popen(
+                command,
+                env=self.env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(request_r, reply_w),
+                start_new_session=True,
+            )
+        except OSError as exc:
+            self.process, self.broken = None, f"the fork server did not start: {exc}"
+        finally:
+            os.close(request_r)
+            os.close(reply_w)
+        self._ready: bool | None = None
+
+    def __enter__(self) -> ForkServer:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def _line(self, deadline: float | None) -> dict[str, Any] | None:
+        """The server's next reply (None: none before ``deadline``); EOFError: the server ended."""
+        while b"\n" not in self._buffer:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self._replies], [], [], wait)
+            if not ready:
+                return None
+            chunk = os.read(self._replies, 1 << 16)
+            if not chunk:
+                raise EOFError
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return json.loads(line)
+
+    def _wait_ready(self) -> bool:
+        if self._ready is None:
+            try:
+                reply = self._line(time.monotonic() + READY_S)
+            except EOFError:
+                reply = {"error": "it ended while importing"}
+            self._ready = bool(reply and reply.get("ready"))
+            if not self._ready:
+                why = (reply or {}).get("error", f"not ready within {READY_S:g} s")
+                self.broken = f"the fork server could not start: {why}"
+                self.close()
+        return self._ready
+
+    def run(
+        self,
+        entry: str,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: Path | str,
+        stdout: Path | str,
+        stderr: Path | str,
+        timeout_s: float,
+        grace_s: float = 0.0,
+    ) -> Ran | None:
+        """Run ``entry(argv)`` in a forked child, to its end or ``timeout_s`` (then stopped,
+        with ``grace_s``); an interruption of this process stops it too, and goes on. None: the
+        server could not run it (:attr:`broken` says why)."""
+        with self._lock:
+            if self.broken is not None or not self._wait_ready():
+                return None
+            request = {"entry": entry, "argv": list(argv), "env": dict(env), "cwd": str(cwd)}
+            request |= {"stdout": str(stdout), "stderr": str(stderr)}
+            try:
+                os.write(self._requests, json.dumps(request).encode() + b"\n")
+                reply = self._line(time.monotonic() + READY_S)
+            except (OSError, EOFError):
+                reply = None
+            if not reply or "pid" not in reply:
+                self.broken = f"the fork server did not fork the run: {(reply or {}).get('error', 'it ended')}"
+                self.close()
+                return None
+            pid = int(reply["pid"])
+            try:
+                status = self._status(time.monotonic() + timeout_s)
+                if status is None:
+                    self._stop(pid, grace_s)
+                    return Ran(None)
+            except EOFError:
+                self.broken = "the fork server ended during a run"
+                _kill_group(pid)
+                return None
+            except BaseException:  # Ctrl-C or SIGTERM: the run's process group goes too
+                self._stop(pid, grace_s)
+                raise
+            return Ran(os.waitstatus_to_exitcode(status))
+
+    def _status(self, deadline: float | None) -> int | None:
+        reply = self._line(deadline)
+        return None if reply is None else int(reply["status"])
+
+    def _stop(self, pid: int, grace_s: float) -> None:
+        """SIGTERM to the run and ``grace_s`` to end, then SIGKILL to its group; its status read."""
+        try:
+            if grace_s > 0:
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+                if self._status(time.monotonic() + grace_s) is not None:
+                    _kill_group(pid)  # what it left in its group
+                    return
+            _kill_group(pid)
+            self._status(time.monotonic() + 30.0)
+        except EOFError:
+            self.broken = "the fork server ended during a run"
+
+    def close(self) -> None:
+        """End the server (its runs die with it: each one watches it)."""
+        if self.process is not None:
+            for fd in (self._requests, self._replies):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.process.wait()
+            self.process = None
+        if self.broken is None:
+            self.broken = "the fork server was closed"
+
+
+def _kill_group(pid: int) -> None:
+    for kill in (os.killpg, os.kill):  # the group, and the run itself if it had not made it yet
+        try:
+            kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+# -- the server --------------------------------------------------------------------------------
+
+
+def _arm_parent_death(parent: int | None) -> None:
+    """SIGKILL when ``parent`` dies (Linux); elsewhere the loop's own check of the parent."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _send(fd: int, reply: Mapping[str, Any]) -> None:
+    os.write(fd, json.dumps(dict(reply)).encode() + b"\n")
+
+
+def _end(code: int) -> None:
+    """End a forked run as an interpreter ends, without its teardown of every module."""
+    import atexit
+
+    try:
+        threading._shutdown()  # type: ignore[attr-defined]  # non-daemon threads are joined first
+    except Exception:  # a thread that cannot be joined does not keep the run
+        pass
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(code)
+
+
+def _child(request: Mapping[str, Any], fds: Sequence[int]) -> None:
+    """The forked run: never returns."""
+    code = 1
+    try:
+        os.setsid()
+        _arm_parent_death(_SERVER)  # the run dies with the server, as the server with bakeoff
+        for fd in fds:
+            os.close(fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        for target, name in ((1, "stdout"), (2, "stderr")):
+            opened = os.open(request[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(opened, target)
+            os.close(opened)
+        sys.path[0] = os.getcwd()
+        started_in = sys.modules.get("multiprocessing.process")
+        if started_in is not None:  # where a spawned child finds a relative __main__, set at import
+            started_in.ORIGINAL_DIR = os.getcwd()  # type: ignore[attr-defined]
+        sys.argv = [request["entry"], *request["argv"]]
+        importlib.invalidate_caches()
+        module, _, function = request["entry"].partition(":")
+        returned = getattr(importlib.import_module(module), function)(list(request["argv"]))
+        code = returned if isinstance(returned, int) else 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+    except BaseException:  # the run's own failure, printed as Python would
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        _end(code)
+
+
+def serve(parent: int, request_fd: int, reply_fd: int, preload: Sequence[str]) -> None:
+    """The server's loop (see the module docstring)."""
+    global _SERVER
+    _arm_parent_death(parent)
+    _SERVER = os.getpid()
+    try:
+        for name in preload:
+            importlib.import_module(name)
+    except BaseException as exc:  # the client falls back to fresh processes
+        _send(reply_fd, {"ready": False, "error": f"importing {name}: {type(exc).__name__}: {exc}"})
+        return
+    _send(reply_fd, {"ready": True})
+    buffer = b""
+    while os.getppid() == parent:
+        ready, _, _ = select.select([request_fd], [], [], _POLL_S)
+        while True:  # the runs that ended
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            _send(reply_fd, {"pid": pid, "status": status})
+        if not ready:
+            continue
+        chunk = os.read(request_fd, 1 << 16)
+        if not chunk:
+            return
+        buffer += chunk
+        while b"\n" in buffer:
+            line, _, buffer = buffer.partition(b"\n")
+            request = json.loads(line)
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                _send(reply_fd, {"error": f"fork failed: {exc}"})
+                continue
+            if pid == 0:
+                _child(request, (request_fd, reply_fd))
+            _send(reply_fd, {"pid": pid})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    parent = int(args[args.index("--parent") + 1])
+    request_fd, reply_fd = (int(fd) for fd in args[args.index("--fds") + 1].split(","))
+    preload = [a for i, a in enumerate(args) if not a.startswith("--") and args[i - 1] not in ("--parent", "--fds")]
+    serve(parent, request_fd, reply_fd, preload)
+    return 0
+
+
+if __name__ == "__main__":  # the server runs as this package's module, so that its runs find server_pid()
+    from bakeoff.launch.forkserver import main as _main
+
+    sys.exit(_main())
