@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.launch.command import Ran
+from bakeoff.launch.reaping import death_signal
 
 __all__ = ["ForkServer", "server_pid"]
 
@@ -216,13 +217,7 @@ def _kill_group(pid: int) -> None:
 
 def _arm_parent_death(parent: int | None) -> None:
     """SIGKILL when ``parent`` dies (Linux); elsewhere the loop's own check of the parent."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
+    death_signal(signal.SIGKILL)
     if os.getppid() != parent:
         os._exit(1)
 

@@ -50,14 +50,9 @@ Serve = Callable[[Any, str, str], None]
 
 def die_with_parent(parent_pid: int) -> None:
     """Make sure this process cannot outlive ``parent_pid`` (a ``kill -9`` of bakeoff included)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
+    from bakeoff.launch.reaping import death_signal
 
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
+    death_signal(signal.SIGKILL)
     if os.getppid() != parent_pid:  # the parent died before the signal was armed
         os._exit(1)
 

@@ -73,11 +73,11 @@ import json
 import os
 import signal
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bakeoff.launch.reaping import end_all, running, subreaper
 from bakeoff.runner.script_audit import AUDIT, MAX_AUDITED_OPS, ScriptAudit, read_audit
 from bakeoff.runner.script_stdin import STDIN_CAP, script_stdin
 from bakeoff.script import launch as launcher
@@ -103,28 +103,6 @@ PARENT_ENV = "BAKEOFF_EXEC_PARENT"
 _GRACE_S = 1.0
 #: How long the supervisor keeps killing and reaping before it gives up on a process.
 _REAP_S = 10.0
-_PR_SET_CHILD_SUBREAPER = 36
-
-
-def _subreaper() -> None:
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
-
-
-def _reap() -> None:
-    """Collect every child that has ended (a subreaper's orphans too), without waiting."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
 
 
 def _end_descendants() -> list[str]:
@@ -132,35 +110,8 @@ def _end_descendants() -> list[str]:
     itself) and reap it: ``name (pid N)`` of each one killed."""
     import psutil
 
-    me, killed, seen = psutil.Process(), [], set()
-    grace, deadline = time.monotonic() + _GRACE_S, time.monotonic() + _GRACE_S + _REAP_S
-    while time.monotonic() < deadline:
-        _reap()
-        running = [p for p in me.children(recursive=True) if _running(p)]
-        if not running:
-            break
-        if time.monotonic() >= grace:
-            for process in running:
-                try:
-                    label = f"{process.name()} (pid {process.pid})"
-                    process.kill()
-                except psutil.Error:
-                    continue
-                if process.pid not in seen:
-                    seen.add(process.pid)
-                    killed.append(label)
-        time.sleep(0.02)
-    _reap()
-    return killed
-
-
-def _running(process: Any) -> bool:
-    import psutil
-
-    try:
-        return process.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+    me = psutil.Process()
+    return end_all(lambda: [p for p in me.children(recursive=True) if running(p)], _GRACE_S, _REAP_S)
 
 
 def _out_dir(argv: Sequence[str]) -> Path | None:
@@ -236,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if os.name == "posix":
         stdin_note = script_stdin(parent)
-        _subreaper()
+        subreaper()
         supervisor = os.getpid()
         run = os.fork()
         if run:
