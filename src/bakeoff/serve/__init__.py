@@ -6,5 +6,13 @@
   its own send times);
 * :mod:`bakeoff.serve.load`: sending requests on that schedule to an HTTP service and timing
   each from its *scheduled* send (no coordinated omission) and from its actual send, with the
-  client's own dispatch lag, which says whether the schedule was kept.
+  client's own dispatch lag, which says whether the schedule was kept;
+* :mod:`bakeoff.serve.address`: the command line with ``{port}`` and ``{device}`` filled in, the
+  port, the base and health URLs, one probe of the health URL;
+* :mod:`bakeoff.serve.service`: the service's process from its start to its stop: its device
+  remapped as ``bakeoff exec`` remaps a script's Python children, its wait for the health URL
+  (``ready_s``: a cold replica's start), and its lifecycle faults as values (crash, timeout,
+  port in use, leftover processes);
+* :mod:`bakeoff.serve.keeper`: the process between bakeoff and the service, which stops the
+  service's process group and every process that left it when bakeoff asks, exits or is killed.
 """
