@@ -66,8 +66,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("sweep",),
     # keyword entry points
     ("api",),
-    # thin command-line adapters and the error boundary
-    ("cli",),
+    # thin command-line adapters and the error boundary; the bundled example service (a user's
+    # service, built on the bundled workload), which nothing of bakeoff imports
+    ("cli", "examples"),
     # the package facade (re-exports the API lazily) and ``python -m bakeoff``
     ("__init__", "__main__"),
 )
