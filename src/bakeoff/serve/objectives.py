@@ -234,8 +234,9 @@ def _judge(
             return ObjectiveVerdict(req, "invalid", reason=f"{req.text} invalid: no request was answered")
         found = correlated_percentile(timed, q, confidence)
         needed = requests_to_claim(q, confidence)
-        beyond = max(timed)  # a request that timed out: slower than every answer and the objective
-        value, low = (None if v >= beyond and _TIMED_OUT in run.errors() else v * 1e3 for v in (found.value, found.low))
+        # a request that timed out stands above every answer and the objective: a percentile there is unknown
+        beyond = max(timed) if _TIMED_OUT in run.errors() else math.inf
+        value, low = (None if v >= beyond else v * 1e3 for v in (found.value, found.low))
         high = found.high * 1e3 if found.enough and found.high < beyond else None
         if found.effective < needed:
             why = (
