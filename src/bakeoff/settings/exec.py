@@ -19,7 +19,7 @@ from typing import Any
 
 from bakeoff.errors import SpecError
 from bakeoff.settings.bounds import SEED, TIMEOUT, Bounds
-from bakeoff.settings.option import Option, read_options, texts
+from bakeoff.settings.option import Option, number_check, read_options, texts
 
 __all__ = ["EXEC_OPTIONS", "ExecSettings", "current_names", "run_settings"]
 
@@ -152,18 +152,6 @@ def _check_capture_modules(value: str | Iterable[str], given: Mapping[str, Any])
     return patterns
 
 
-def _check_number(bounds: Bounds, flag: str) -> Any:
-    def check(value: Any, given: Mapping[str, Any]) -> Any:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise SpecError(f"{flag} {value!r}", hint=f"give {bounds.words}")
-        bounds.check(value, flag)  # nan, an infinity, out of bounds
-        if bounds.kind is int and value != int(value):
-            raise SpecError(f"{flag} {value!r}", hint=f"give {bounds.words}")
-        return bounds.kind(value)
-
-    return check
-
-
 _DEFAULT = ExecSettings()
 
 #: Every setting of ``bakeoff exec``, in the order its value is checked.
@@ -225,7 +213,7 @@ EXEC_OPTIONS: dict[str, Option] = {
             "--timeout",
             _DEFAULT.timeout_s,
             "Seconds a run may take before it is stopped (a timeout).",
-            _check_number(TIMEOUT, "--timeout"),
+            number_check(TIMEOUT, "--timeout"),
             bounds=TIMEOUT,
             example=30.0,
         ),
@@ -234,7 +222,7 @@ EXEC_OPTIONS: dict[str, Option] = {
             "--seed",
             _DEFAULT.seed,
             "Seed of random, numpy and torch.",
-            _check_number(SEED, "--seed"),
+            number_check(SEED, "--seed"),
             bounds=SEED,
             example=7,
         ),
@@ -262,7 +250,7 @@ EXEC_OPTIONS: dict[str, Option] = {
             _DEFAULT.repeats,
             "Time each side over N more runs, without the audit or --capture tracing (0: the first "
             "run's wall time, a single observation; a speed-up needs 2 or more).",
-            _check_number(_REPEATS, "--repeats"),
+            number_check(_REPEATS, "--repeats"),
             bounds=_REPEATS,
             metavar="N",
             example=3,

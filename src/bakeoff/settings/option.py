@@ -19,7 +19,7 @@ from typing import Any
 
 from bakeoff.settings.bounds import Bounds
 
-__all__ = ["Check", "Option", "describe_options", "read_options", "spec_list", "texts"]
+__all__ = ["Check", "Option", "describe_options", "number_check", "read_options", "spec_list", "texts"]
 
 #: A setting's check: the value given and every value given (for combinations) -> the field's value.
 Check = Callable[[Any, Mapping[str, Any]], Any]
@@ -114,3 +114,19 @@ def spec_list(
     if twice is not None:
         raise SpecError(f"{what} {twice!r} given twice", hint=twice_hint)
     return parsed
+
+
+def number_check(bounds: Bounds, flag: str) -> Check:
+    """The check of a number within ``bounds`` (a whole number where they are of ints), named
+    ``flag`` in its refusal."""
+    from bakeoff.errors import SpecError
+
+    def check(value: Any, given: Mapping[str, Any]) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise SpecError(f"{flag} {value!r}", hint=f"give {bounds.words}")
+        bounds.check(value, flag)  # nan, an infinity, out of bounds
+        if bounds.kind is int and value != int(value):
+            raise SpecError(f"{flag} {value!r}", hint=f"give {bounds.words}")
+        return bounds.kind(value)
+
+    return check
