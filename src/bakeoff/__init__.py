@@ -32,6 +32,7 @@ _API = (
     "remedies",
     "report",
     "rerun",
+    "serve_service",
     "show",
     "sweep",
     "sweeps",

@@ -71,7 +71,7 @@ SCENARIO_HINT = "name one: offline, server?rate=20, generation or training (or d
         ),
         (
             {"scenarios": "nosuch"},
-            "unknown scenario 'nosuch' (use one of single-stream, offline, server, generation, training)",
+            "unknown scenario 'nosuch' (use one of single-stream, offline, server, generation, training, service)",
         ),
         (
             {"checks": "nosuch"},

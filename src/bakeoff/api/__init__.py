@@ -39,6 +39,7 @@ from bakeoff.api.revisit import (
     rerun_keywords,
 )
 from bakeoff.api.scripts import exec_script
+from bakeoff.api.services import serve_service
 from bakeoff.api.trials import baseline, trial
 from bakeoff.results.values import BaselineInfo as BaselineInfo
 from bakeoff.results.values import RunResult as RunResult
@@ -67,6 +68,7 @@ __all__ = [
     "remedies",
     "report",
     "rerun",
+    "serve_service",
     "show",
     "sweep",
     "sweep_regressions",

@@ -17,6 +17,7 @@ from bakeoff.cli import kb as _kb
 from bakeoff.cli import listings as _listings  # noqa: F401  (registers targets, workloads, checks, history, show)
 from bakeoff.cli import revisit as _revisit  # noqa: F401  (registers regressions, compare, rerun, report)
 from bakeoff.cli import script as _script  # noqa: F401  (registers exec)
+from bakeoff.cli import serve as _serve  # noqa: F401  (registers serve)
 from bakeoff.cli import sweep as _sweep  # noqa: F401  (registers sweep, coverage, sweeps)
 from bakeoff.cli.app import cli
 from bakeoff.cli.common import (

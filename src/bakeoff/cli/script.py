@@ -64,7 +64,7 @@ def exec_command(
 
     bakeoff's options go before SCRIPT; everything after SCRIPT is the script's, in order, as
     `python SCRIPT ARGS` would give it (an option of bakeoff's name after SCRIPT is the script's
-    too). Each run is a fresh process in a copy of the working directory. The losses the script calls
+    too). Each run is a process of its own in a copy of the working directory. The losses the script calls
     backward() on, the --capture'd return values, bakeoff.capture(name, value) calls and the
     files it writes (safetensors, npy, npz, JSON; pickles are never loaded) are compared with
     the reference's; every rewrite is listed with its count and call site.

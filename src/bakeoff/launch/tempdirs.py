@@ -1,14 +1,15 @@
-"""Temporary directories that name the process that made them, so that one left behind by a
-process killed before it could remove it (``kill -9``) is removed by a later bakeoff process.
+"""Temporary directories that name the process that made them, so that one left behind by a process
+killed before it could remove it (``kill -9``) is removed by a later bakeoff process.
 
-Such a directory is ``bakeoff-KIND-PID-HOST-XXXXXXXX`` in the temporary directory: KIND what
-it holds (``exec``: a script run's copy of its working directory; ``worker``: a worker process's
+Such a directory is ``bakeoff-KIND-PID-HOST-XXXXXXXX`` in the temporary directory: KIND what it
+holds (``exec``: a script run's copy of its working directory; ``worker``: a worker process's
 crash log, phase and captured output, a cell runner's target workers' directories included;
-``cell``: a sweep cell's scratch store), PID the process that made it and removes it when done,
-HOST eight hex digits of its host's name, the rest :func:`tempfile.mkdtemp`'s. The processes
-using a directory never outlive its maker (workers die with their parent), so once that PID is
-gone nobody is using it. Only directories made under this host's name are judged: containers
-that share a temporary directory but not their process ids keep each other's.
+``cell``: a sweep cell's scratch store; ``serve``: a service run's output and remap files), PID
+the process that made it and removes it when done, HOST eight hex digits of its host's name, the
+rest :func:`tempfile.mkdtemp`'s. The processes using a directory never outlive its maker
+(workers die with their parent), so once that PID is gone nobody is using it. Only directories
+made under this host's name are judged: containers that share a temporary directory but not
+their process ids keep each other's.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 __all__ = ["KINDS", "host_tag", "owned_tempdir", "remove_stale_tempdirs"]
 
 #: What a directory may hold, as its name says.
-KINDS = ("exec", "worker", "cell", "bisect")
+KINDS = ("exec", "worker", "cell", "bisect", "serve")
 _NAME = re.compile(r"bakeoff-(?:" + "|".join(KINDS) + r")-([1-9][0-9]*)-([0-9a-f]{8})-[a-z0-9_]{8}")
 
 

@@ -171,6 +171,15 @@ def settings_line(run: Any) -> str | None:
     release reads. What the line does not show is not read (scenarios, requirements), and the
     check options are shown as stored: a plugin's check or scenario, absent now, does not hide
     the rest."""
+    service = run.settings.get("serve")
+    if isinstance(service, dict):  # bakeoff serve: the service started once per target
+        mapped = ", ".join(str(e) for e in service.get("map_devices") or ()) or "nothing"
+        slo = ", ".join(service.get("slo") or ()) or "none given"
+        return (
+            f"the service started once per target, {mapped} remapped to its device; {service.get('warmup')} warm-up "
+            f"requests, then {service.get('rate')}/s ({service.get('arrivals')}) for {service.get('duration_s')} s, "
+            f"each timed from when it was due; objectives: {slo}"
+        )
     script = run.settings.get("exec")
     if isinstance(script, dict):  # bakeoff exec: one run of a script per target
         script = current_names(script)

@@ -20,6 +20,7 @@ from bakeoff.scenarios.base import MetricSpec, Scenario, ScenarioContext, Scenar
 from bakeoff.scenarios.generation import Generation
 from bakeoff.scenarios.offline import Offline
 from bakeoff.scenarios.server import Server
+from bakeoff.scenarios.service import Service
 from bakeoff.scenarios.single_stream import SingleStream
 from bakeoff.scenarios.training import Training
 from bakeoff.specsyntax import split_options, typed_options
@@ -42,7 +43,7 @@ __all__ = [
 ENTRY_POINTS = "bakeoff.scenarios"
 
 #: bakeoff's own scenarios, in the order reports list them.
-BUILTIN: tuple[Scenario, ...] = (SingleStream(), Offline(), Server(), Generation(), Training())
+BUILTIN: tuple[Scenario, ...] = (SingleStream(), Offline(), Server(), Generation(), Training(), Service())
 
 
 def _peak(key: str) -> Any:

@@ -7,14 +7,16 @@ from __future__ import annotations
 import re
 import shlex
 import socket
+import sys
 from urllib.parse import urlsplit
 
 from bakeoff.errors import SpecError
 
 __all__ = ["PLACEHOLDERS", "command_line", "free_port", "port_taken", "probe", "urls", "words"]
 
-#: The placeholders a command line may hold.
-PLACEHOLDERS = ("port", "device")
+#: The placeholders a command line may hold: the port it is to listen on, the target's device,
+#: and the Python interpreter bakeoff runs on (its environment's, activated or not).
+PLACEHOLDERS = ("port", "device", "python")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -37,14 +39,14 @@ def words(command: str) -> list[str]:
 
 
 def command_line(command: str, port: int | None = None, device: str = "") -> list[str]:
-    """``command`` split as a POSIX shell would (no shell runs it), ``{port}`` and ``{device}``
-    filled in.
+    """``command`` split as a POSIX shell would (no shell runs it), ``{port}``, ``{device}`` and
+    ``{python}`` (this interpreter) filled in.
 
     Raises:
         SpecError: an empty command, unbalanced quotes, an unknown placeholder, or a placeholder
             with nothing to fill it.
     """
-    values = {"port": "" if port is None else str(port), "device": device}
+    values = {"port": "" if port is None else str(port), "device": device, "python": sys.executable}
 
     def fill(match: re.Match[str]) -> str:
         name = match.group(1)

@@ -1,0 +1,215 @@
+"""``bakeoff serve``: the team's own service on each target, under the same traffic, stored as a run.
+
+:func:`serve_service` reads everything the run needs before any service starts (the traffic
+file, the arrival schedule, the objectives, a comparison function), draws one schedule, and
+measures the reference first, then each target, one at a time on this machine
+(:func:`bakeoff.serve.measure.measure_service`: started with its device remapped, warmed up,
+sent the same requests at the same planned times, stopped). Each target's result holds:
+
+* ``latency``: its answered requests' latencies from their *scheduled* send (ms);
+* the ``service`` scenario (:mod:`bakeoff.scenarios.service`): the series, the lifecycle, the
+  judgement of the objectives and the response comparison, as stored facts;
+* ``requirements``: each objective's verdict as a requirement's (met or not met only when the
+  whole interval is on one side; too few samples; not measured when the run was invalid);
+* ``correctness`` (targets only): its responses against the reference service's, request by
+  request (:mod:`bakeoff.serve.responses`);
+* ``status`` error, with the fault, for a service that never became healthy, died or hung;
+  processes it left running are a note.
+
+The run is a ``service:COMMAND`` workload, fingerprinted by the command and the traffic file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import shutil
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from bakeoff.analysis.requirements import RequirementCheck
+from bakeoff.analysis.tolerance import tolerance_for
+from bakeoff.checks.comparison import Correctness
+from bakeoff.env import capture_environment
+from bakeoff.launch.tempdirs import owned_tempdir
+from bakeoff.results.values import Latency, RunResult, TargetResult
+from bakeoff.scenarios.base import ScenarioResult
+from bakeoff.serve.measure import Measured, measure_service
+from bakeoff.serve.objectives import ObjectiveVerdict, ServiceJudgement, judge_run, parse_objectives
+from bakeoff.serve.responses import ResponseParity, compare_responses, load_compare
+from bakeoff.serve.schedule import from_trace, parse_schedule
+from bakeoff.serve.traffic import read_traffic
+from bakeoff.settings.serve import ServeSettings, run_settings, traffic_path
+from bakeoff.store.db import Store
+from bakeoff.store.schema import utc_now
+from bakeoff.target.detect import unavailable_reason
+from bakeoff.target.spec import Target
+
+__all__ = ["serve_service", "service_workload"]
+
+
+def service_workload(command: str, traffic: bytes, shown: str, dtype: str) -> dict[str, Any]:
+    """The workload a service run is stored as: ``service:COMMAND``, fingerprinted by the command
+    and the traffic file's content (``shown``: the file as the user named it)."""
+    digest = hashlib.sha256(command.encode() + b"\0" + traffic).hexdigest()[:16]
+    details = {"command": command, "traffic": shown, "traffic_sha256": hashlib.sha256(traffic).hexdigest()}
+    return {"spec": f"service:{command}", "kind": "service", "fingerprint": digest, "seed": 0, "dtype": dtype,
+            "details": details}  # fmt: skip
+
+
+def _requirement(verdict: ObjectiveVerdict, judgement: ServiceJudgement) -> dict[str, Any]:
+    """An objective's verdict as a stored requirement's, in the words every report reads
+    (:func:`~bakeoff.analysis.requirements.requirement_state`)."""
+    req = verdict.requirement
+    common = {"value": verdict.value, "low": verdict.low, "high": verdict.high, "samples": judgement.answered,
+              "reason": verdict.reason, "judged_at": judgement.offered_rate}  # fmt: skip
+    if verdict.verdict in ("met", "not_met"):
+        return RequirementCheck(req, verdict.verdict, confident=True, **common).to_dict()
+    if verdict.verdict == "inconclusive":
+        side = "met" if verdict.value is not None and req.holds(verdict.value) else "not_met"
+        return RequirementCheck(req, side, confident=False, **common).to_dict()
+    if judgement.valid and verdict.value is not None:  # too few requests to claim its percentile
+        side = "met" if req.holds(verdict.value) else "not_met"
+        return RequirementCheck(req, side, enough=False, **common).to_dict()
+    why = "; ".join(judgement.invalid_reasons) or verdict.reason
+    return RequirementCheck(req, "not_measured", **{**common, "reason": f"the run was not judged: {why}"}).to_dict()
+
+
+def _correctness(parity: ResponseParity, reference: str, dtype: str) -> Correctness:
+    verdict = {"pass": "pass", "fail": "fail"}.get(parity.verdict, "not_comparable")
+    return Correctness(verdict, parity.reason, f"the service on {reference}", tolerance_for(dtype))
+
+
+def _result(
+    target: Target,
+    measured: Measured,
+    reference: Measured | None,
+    is_reference: bool,
+    settings: ServeSettings,
+    objectives: Sequence[Any],
+    reference_spec: str,
+) -> TargetResult:
+    load, lifecycle = measured.load, measured.lifecycle
+    judgement = None
+    if load is not None and load.requests:
+        judgement = judge_run(load, objectives, offered_rate=settings.rate, min_duration_s=settings.min_duration_s)
+    parity = None
+    if reference is not None and reference.load is not None and load is not None:
+        parity = compare_responses(reference.load, load, dtype=settings.dtype, compare=settings.compare or None)
+    fatal = next((f for f in lifecycle.faults if f.category != "leftover"), None)
+    notes = [f.message for f in lifecycle.faults if f.category == "leftover"]
+    if fatal is not None and load is not None:
+        notes.append(f"the service {fatal.phase}: its figures up to the fault are kept, the run is not judged a pass")
+    answered = load.latencies() if load is not None else []
+    facts: dict[str, Any] = {
+        "rate": settings.rate, "arrivals": settings.arrivals, "requests": len(load.requests) if load else 0,
+        "warmup": measured.warmup, "warmed": measured.warmed, "warmup_s": measured.warmup_s,
+        "lifecycle": lifecycle.to_dict(), "judgement": judgement.to_dict() if judgement else None,
+        "responses": parity.to_dict() if parity else None,
+    }  # fmt: skip
+    series = {}
+    if load is not None:
+        kept = [r for r in load.requests if r.error is None and r.done is not None]
+        series = {
+            "latency": tuple(r.latency_s * 1e3 for r in kept),
+            "from_send": tuple(r.from_send_s * 1e3 for r in kept),
+            "lag": tuple(r.lag_s * 1e3 for r in load.requests),
+        }
+    scenario = ScenarioResult(
+        "service", "ok" if load is not None else "error", fatal.message if fatal and load is None else "",
+        options={"rate": settings.rate, "arrivals": settings.arrivals, "duration_s": settings.duration_s},
+        series=series, facts=facts, run_seconds=load.wall_s if load is not None else 0.0,
+    )  # fmt: skip
+    return TargetResult(
+        target=target,
+        status="error" if fatal is not None or load is None else "ok",
+        reason=fatal.message if fatal is not None else "",
+        is_reference=is_reference,
+        checks={"correctness": _correctness(parity, reference_spec, settings.dtype)} if parity else {},
+        latency=Latency(tuple(v * 1e3 for v in answered)) if answered else None,
+        error=fatal,
+        scenarios=(scenario,),
+        requirements=tuple(_requirement(v, judgement) for v in judgement.objectives) if judgement else (),
+        notes=tuple(notes),
+        duration_s=load.wall_s if load is not None else None,
+    )
+
+
+def _folder(spec: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", spec)
+
+
+def serve_service(
+    store: Store | Callable[[], Store],
+    command: str,
+    targets: Sequence[Target],
+    settings: ServeSettings,
+    *,
+    reference: Target,
+    progress: Callable[[str], None] | None = None,
+) -> RunResult:
+    """Measure ``command`` on ``reference`` and each target under ``settings``' traffic, store
+    the run and return it (see the module docstring).
+
+    Raises:
+        SpecError: the traffic file, the arrival schedule, an objective or the comparison
+            function cannot be read; nothing has started then.
+    """
+    say = progress or (lambda _msg: None)
+    path = traffic_path(settings.traffic)
+    traffic = read_traffic(path)
+    objectives = parse_objectives(settings.slo)
+    if settings.compare:
+        load_compare(settings.compare)
+    if traffic.at is not None:  # a recorded trace, at its own times scaled to the rate
+        bodies, times = list(traffic.bodies), from_trace(traffic.at, settings.rate)
+    else:
+        count = max(1, math.ceil(settings.rate * settings.duration_s))
+        bodies = traffic.take(count)
+        times = parse_schedule(settings.arrivals).times(settings.rate, count, seed=settings.seed)
+    warmup = traffic.take(settings.warmup) if settings.warmup else []
+    workload = service_workload(command, path.read_bytes(), settings.traffic, settings.dtype)
+    base = owned_tempdir("serve")
+    results: list[TargetResult] = []
+    try:
+        ref_measured = None
+        for target in [reference, *(t for t in targets if t != reference)]:
+            reason = unavailable_reason(target)
+            if reason is None and (target.is_compiled or target.amp is not None or target.dtype):
+                reason = "bakeoff serve runs the service as written on the target's device (no compile, amp or dtype)"
+            if reason is not None:
+                results.append(TargetResult(target=target, status="skipped", reason=reason))
+                continue
+            say(f"starting the service on {target.spec}, then {len(bodies)} requests at {settings.rate:g}/s")
+            measured = measure_service(
+                command,
+                out=base / _folder(target.spec),
+                device=target.torch_device,
+                device_map={source: target.torch_device for source in settings.sources},
+                bodies=bodies,
+                times=times,
+                warmup=warmup,
+                health=settings.health,
+                path=settings.path,
+                start_timeout_s=settings.start_timeout_s,
+                request_timeout_s=settings.request_timeout_s,
+            )
+            is_reference = target == reference
+            against = None if is_reference else ref_measured
+            results.append(_result(target, measured, against, is_reference, settings, objectives, reference.spec))
+            if is_reference:
+                ref_measured = measured
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    run = RunResult(
+        run_id=uuid.uuid4().hex[:12],
+        created_at=utc_now(),
+        workload={**workload, "notes": [f"the reference service ran on {reference.spec}, remapped like the targets"]},
+        environment=capture_environment(),
+        results=tuple(results),
+        settings=run_settings(settings, command=command, reference=reference.spec),
+    )
+    (store() if callable(store) else store).save_run(run)
+    return run

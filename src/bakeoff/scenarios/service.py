@@ -1,0 +1,78 @@
+"""A running service under its traffic: the scenario ``bakeoff serve`` records (a trial has none).
+
+``bakeoff serve`` starts the team's own service on each target, sends its traffic on an open-loop
+schedule and judges its objectives (:mod:`bakeoff.serve`); what it measured is stored as this
+scenario's result, so that every report, ``compare`` and ``regressions`` read it like any other:
+
+* ``series``: ``latency`` (each answered request from its *scheduled* send, ms), ``from_send``
+  (the same requests from their actual send) and ``lag`` (the client's dispatch lag, ms), in
+  schedule order;
+* ``facts``: the schedule (``rate``, ``arrivals``, ``requests``, ``warmup``, ``warmed``), the
+  service's ``lifecycle`` (``ready_s``: process start to healthy, its faults), the ``judgement``
+  of its objectives (:class:`~bakeoff.serve.objectives.ServiceJudgement` as stored: the
+  percentiles with their intervals, errors, goodput, validity) and, on a target, its
+  ``responses`` against the reference service's.
+
+The objectives' verdicts are the target's requirements (met, not met, not conclusive, too few
+samples, not measured when the run could not be judged), so the decision reads them as it reads
+a trial's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from bakeoff.scenarios.base import Scenario, ScenarioContext, ScenarioResult
+
+__all__ = ["Service"]
+
+
+def _quantile(judgement: Mapping[str, Any], q: float, anchor: str) -> Mapping[str, Any] | None:
+    return next((x for x in judgement.get("latency") or () if x.get("q") == q and x.get("anchor") == anchor), None)
+
+
+def _ms(found: Mapping[str, Any] | None) -> str:
+    if found is None:
+        return "-"
+    high = found.get("high_ms")
+    bound = f"{high:.1f}" if high is not None else "unbounded"
+    return f"{found['value_ms']:.1f} ms [{found['low_ms']:.1f}, {bound}]"
+
+
+class Service(Scenario):
+    """See the module docstring."""
+
+    name = "service"
+
+    def not_applicable(self, context: ScenarioContext) -> str | None:
+        return "a running service under its traffic is measured by bakeoff serve, not in a trial"
+
+    def run(self, context: ScenarioContext, options: dict) -> tuple[dict, dict]:
+        raise NotImplementedError("bakeoff serve measures a service")
+
+    def figures(self, result: Any, scenario: ScenarioResult, estimate: Callable[..., str | None]) -> list[str]:
+        facts = scenario.facts
+        lines = [
+            f"{facts.get('requests', 0)} requests at {facts.get('rate', 0):g}/s ({facts.get('arrivals', '')}) after "
+            f"{facts.get('warmed', 0)} of {facts.get('warmup', 0)} warm-up requests answered"
+        ]
+        ready = (facts.get("lifecycle") or {}).get("ready_s")
+        if ready is not None:
+            lines.append(f"ready {ready:.2f} s after its process started")
+        judgement = facts.get("judgement")
+        if judgement:
+            for q in (50.0, 99.0):
+                lines.append(f"p{q:g} {_ms(_quantile(judgement, q, 'schedule'))} from the schedule")
+            lines.append(f"p99 {_ms(_quantile(judgement, 99.0, 'send'))} from the send")
+            errors = ", ".join(f"{kind} {n}" for kind, n in sorted((judgement.get("errors") or {}).items()))
+            lines.append(
+                f"goodput {judgement['goodput']:.2f}/s ({judgement['goodput_share'] * 100:.1f}% of requests); "
+                f"errors {errors or 'none'}; dispatch lag p99 {judgement['lag_p99_ms']:.1f} ms"
+            )
+            lines += [f"not judged: {why}" for why in judgement.get("invalid_reasons") or ()]
+        return lines
+
+    def rates(self, scenario: ScenarioResult) -> Mapping[str, float | None]:
+        judgement = scenario.facts.get("judgement") or {}
+        return {"goodput": judgement.get("goodput")}

@@ -1,0 +1,305 @@
+"""``bakeoff serve``'s settings, each written once: its keyword, flag, default, check and help.
+
+:data:`SERVE_OPTIONS` is the table; ``bakeoff serve`` builds its options from it,
+:func:`bakeoff.api.serve_service` takes its defaults from it, and
+:meth:`ServeSettings.from_options` is the one validating constructor of their form; what needs
+the service layer above (the traffic file's lines, the arrival schedule, the objectives, the
+comparison function's import) is read by :func:`bakeoff.runner.serve.serve_service` before any
+service starts. A service run stores :func:`run_settings` (the settings, with the command and
+the reference the run resolved).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bakeoff.errors import SpecError
+from bakeoff.settings.bounds import SEED, TIMEOUT, WEEK_S, Bounds
+from bakeoff.settings.option import Option, number_check, read_options, texts
+
+__all__ = ["EXAMPLE_TRAFFIC", "SERVE_OPTIONS", "ServeSettings", "run_settings", "traffic_path"]
+
+#: ``--traffic example``: the requests of the bundled example service.
+EXAMPLE_TRAFFIC = "example"
+_RATE = Bounds(float, 0.0, 1e6, 20.0, low_open=True, unit="of requests per second")
+_SPAN = Bounds(float, 0.0, WEEK_S, 30.0, low_open=True, unit="of seconds")
+_WARMUP = Bounds(int, 0, 1_000_000, 16)
+_DTYPES = ("float32", "float64", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """How a service is measured under ``bakeoff serve`` (see :data:`SERVE_OPTIONS`)."""
+
+    reference: str | None = None
+    map_devices: tuple[str, ...] = ("cuda",)
+    traffic: str = EXAMPLE_TRAFFIC
+    rate: float = 10.0
+    arrivals: str = "poisson"
+    duration_s: float = 30.0
+    warmup: int = 16
+    slo: tuple[str, ...] = ()
+    health: str = "/health"
+    path: str = "/generate"
+    dtype: str = "float32"
+    compare: str = ""
+    min_duration_s: float = 10.0
+    start_timeout_s: float = 120.0
+    request_timeout_s: float = 30.0
+    seed: int = 0
+
+    @property
+    def sources(self) -> list[str]:
+        """The device types the service names that are remapped (``cuda``)."""
+        return [entry.partition("=")[0].strip() for entry in self.map_devices]
+
+    @classmethod
+    def from_options(cls, **given: Any) -> ServeSettings:
+        """The settings for :func:`bakeoff.api.serve_service`'s keywords, each checked in the
+        order of :data:`SERVE_OPTIONS`.
+
+        Raises:
+            SpecError: a value out of range or malformed.
+            TypeError: a keyword that is not a setting.
+        """
+        return cls(**read_options(SERVE_OPTIONS, given, "serve setting"))
+
+    def options(self) -> dict[str, Any]:
+        """The keywords that give these settings again."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+
+def traffic_path(traffic: str) -> Path:
+    """The file ``--traffic`` names (``example``: the bundled example service's requests)."""
+    if traffic == EXAMPLE_TRAFFIC:
+        return Path(__file__).resolve().parents[1] / "examples" / "tiny_lm_requests.jsonl"
+    return Path(traffic)
+
+
+def run_settings(settings: ServeSettings, *, command: str, reference: str) -> dict[str, Any]:
+    """What a service run stores as its ``settings``: the ``reference`` it ran on and, under
+    ``serve``, the command and every setting."""
+    asked = {k: v for k, v in settings.options().items() if k != "reference"}
+    return {"reference": reference, "reference_added": True, "serve": {"command": command, **asked}}
+
+
+# -- the checks -------------------------------------------------------------------------------
+
+
+def _check_reference(value: str | None, given: Mapping[str, Any]) -> str | None:
+    if value is None:
+        return None
+    from bakeoff.target.spec import parse_target
+
+    target = parse_target(value)
+    if target.is_compiled or target.dtype or target.amp:
+        raise SpecError(f"--reference {target.spec}", hint="the reference is a device: cpu, cuda, xpu...")
+    return value
+
+
+def _check_map(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[str, ...]:
+    entries = tuple(part.strip() for text in texts(value) for part in text.split(",") if part.strip())
+    if not entries or any(not e.partition("=")[0].strip().isidentifier() for e in entries):
+        raise SpecError(f"--map {','.join(entries) or '(empty)'}", hint="name the device types the service uses: cuda")
+    return entries
+
+
+def _check_traffic(value: str, given: Mapping[str, Any]) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError("--traffic names no file", hint="a JSONL file of request bodies, or example")
+    if value != EXAMPLE_TRAFFIC and not Path(value).is_file():
+        raise SpecError(f"--traffic {value}: no such file", hint="a JSONL file of request bodies, or example")
+    return value
+
+
+def _check_rate(value: Any, given: Mapping[str, Any]) -> float:
+    text = str(value).strip().removesuffix("/s") if isinstance(value, str) else value
+    try:
+        number = float(text)
+    except (TypeError, ValueError):
+        raise SpecError(f"--rate {value!r}", hint="requests per second, e.g. --rate 20/s") from None
+    return number_check(_RATE, "--rate")(number, given)
+
+
+def _check_slo(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(part.strip() for text in texts(value) for part in text.split(",") if part.strip())
+
+
+def _check_path(flag: str) -> Any:
+    def check(value: str, given: Mapping[str, Any]) -> str:
+        if not isinstance(value, str) or not (value.startswith("/") or value.startswith(("http://", "https://"))):
+            raise SpecError(f"{flag} {value!r}", hint=f"a path on the service, e.g. {flag} /health")
+        return value
+
+    return check
+
+
+def _check_compare(value: str, given: Mapping[str, Any]) -> str:
+    module, sep, function = value.partition(":")
+    if value and not (sep and all(p.isidentifier() for p in module.split(".")) and function.isidentifier()):
+        raise SpecError(f"--compare {value!r}", hint="MODULE:FUNCTION, e.g. --compare my_checks:same_answer")
+    return value
+
+
+_DEFAULT = ServeSettings()
+
+#: Every setting of ``bakeoff serve``, in the order its value is checked.
+SERVE_OPTIONS: dict[str, Option] = {
+    option.keyword: option
+    for option in (
+        Option(
+            "reference",
+            "--reference",
+            _DEFAULT.reference,
+            "Where the reference service runs [default: cpu, remapped like the targets].",
+            _check_reference,
+            metavar="DEVICE",
+            example="cpu",
+        ),
+        Option(
+            "map_devices",
+            "--map",
+            _DEFAULT.map_devices,
+            "The device types the service names that are remapped to each target's (repeatable).",
+            _check_map,
+            metavar="DEVICE",
+            multiple=True,
+            example=["xpu"],
+        ),
+        Option(
+            "traffic",
+            "--traffic",
+            _DEFAULT.traffic,
+            "The requests: a JSONL file of request bodies (cycled), or a recorded trace whose lines are "
+            '{"at": SECONDS, "body": ...}; example: the bundled example service\'s.',
+            _check_traffic,
+            metavar="FILE",
+            example="example",
+        ),
+        Option(
+            "rate",
+            "--rate",
+            _DEFAULT.rate,
+            "The offered load, requests per second (20 or 20/s); a trace is scaled to it.",
+            _check_rate,
+            metavar="RATE",
+            example=20.0,
+        ),
+        Option(
+            "arrivals",
+            "--arrivals",
+            _DEFAULT.arrivals,
+            "The arrival schedule: poisson, gamma?cv=2 (bursts), constant.",
+            None,
+            metavar="SCHEDULE",
+            example="constant",
+        ),
+        Option(
+            "duration_s",
+            "--duration",
+            _DEFAULT.duration_s,
+            "Seconds of measured traffic (its requests: rate x duration) after the warm-up.",
+            number_check(_SPAN, "--duration"),
+            bounds=_SPAN,
+            metavar="SECONDS",
+            example=12.0,
+        ),
+        Option(
+            "warmup",
+            "--warmup",
+            _DEFAULT.warmup,
+            "Requests sent one after another before the measured traffic, not timed.",
+            number_check(_WARMUP, "--warmup"),
+            bounds=_WARMUP,
+            metavar="N",
+            example=4,
+        ),
+        Option(
+            "slo",
+            "--slo",
+            _DEFAULT.slo,
+            "An objective, judged with its interval (repeatable or comma-separated): p99<=300ms, "
+            "error_rate<=1%, goodput>=20/s.",
+            _check_slo,
+            metavar="OBJECTIVE",
+            multiple=True,
+            example=["p99<=300ms"],
+        ),
+        Option(
+            "health",
+            "--health",
+            _DEFAULT.health,
+            "The health URL's path (GET, 2xx when ready).",
+            _check_path("--health"),
+            metavar="PATH",
+            example="/ready",
+        ),
+        Option(
+            "path",
+            "--path",
+            _DEFAULT.path,
+            "The path each request is POSTed to.",
+            _check_path("--path"),
+            metavar="PATH",
+            example="/v1/generate",
+        ),
+        Option(
+            "dtype",
+            "--dtype",
+            _DEFAULT.dtype,
+            "The dtype of the numbers in the responses: their tolerance when compared with the reference's.",
+            choices=_DTYPES,
+            example="bfloat16",
+        ),
+        Option(
+            "compare",
+            "--compare",
+            _DEFAULT.compare,
+            "A function MODULE:FUNCTION(reference_body, target_body) -> bool deciding whether two "
+            "responses agree [default: numbers within the dtype's tolerance, the rest exactly].",
+            _check_compare,
+            metavar="MODULE:FUNCTION",
+            example="",
+        ),
+        Option(
+            "min_duration_s",
+            "--min-duration",
+            _DEFAULT.min_duration_s,
+            "The shortest measured traffic whose objectives are judged (a shorter run is invalid).",
+            number_check(_SPAN, "--min-duration"),
+            bounds=_SPAN,
+            metavar="SECONDS",
+            example=5.0,
+        ),
+        Option(
+            "start_timeout_s",
+            "--start-timeout",
+            _DEFAULT.start_timeout_s,
+            "Seconds a service may take from its start to a healthy answer.",
+            number_check(TIMEOUT, "--start-timeout"),
+            bounds=TIMEOUT,
+            example=60.0,
+        ),
+        Option(
+            "request_timeout_s",
+            "--request-timeout",
+            _DEFAULT.request_timeout_s,
+            "Seconds a request may wait for its whole answer (then an error, and slower than any objective).",
+            number_check(TIMEOUT, "--request-timeout"),
+            bounds=TIMEOUT,
+            example=10.0,
+        ),
+        Option(
+            "seed",
+            "--seed",
+            _DEFAULT.seed,
+            "Seed of the arrival schedule.",
+            number_check(SEED, "--seed"),
+            bounds=SEED,
+            example=7,
+        ),
+    )
+}
