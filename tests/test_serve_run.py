@@ -98,3 +98,7 @@ def test_a_target_that_crashes_under_load_is_an_error_with_its_figures_kept(tmp_
     assert facts["judgement"]["errors"].get("connection", 0) > 0  # the requests after the crash
     assert 0 < len(emu.latency.samples_ms) < int(RATE * 4.0)  # those answered before it are kept
     assert any("figures up to the fault are kept" in note for note in emu.notes)
+    # rerun repeats the stored command and settings: the same crash, the same workload
+    (again,) = api.rerun(run.run_id, db=tmp_path / "b.db")
+    assert again.workload["fingerprint"] == run.workload["fingerprint"] and again.settings == run.settings
+    assert [r.status for r in again.results] == ["ok", "error"] and again.results[1].error.category == "crash"

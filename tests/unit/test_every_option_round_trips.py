@@ -1,4 +1,4 @@
-"""Every option of every command with stored settings (trial, exec, sweep) round-trips: typed on
+"""Every option of every command with stored settings (trial, exec, serve, sweep) round-trips: typed on
 the command line, given to the API, stored in a real knowledge base and read back as ``rerun``
 (or a resumed sweep) reads it, it is the same setting, and it differs from the default (so the
 option was carried, not lost to a default that happens to match).
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import click
@@ -31,6 +32,8 @@ from bakeoff.settings import (
     read_options,
 )
 from bakeoff.settings.exec import run_settings
+from bakeoff.settings.serve import SERVE_OPTIONS, ServeSettings
+from bakeoff.settings.serve import run_settings as serve_run_settings
 from bakeoff.settings.sweep import sweep_keywords
 from bakeoff.store.db import Store
 
@@ -39,6 +42,7 @@ COMMANDS: dict[str, tuple[Mapping[str, Option], list[str]]] = {
     "trial": (TRIAL_OPTIONS, ["arch:llama"]),
     "exec": (EXEC_OPTIONS, ["train.py"]),
     "sweep": (SWEEP_OPTIONS, ["arch:base"]),
+    "serve": (SERVE_OPTIONS, ["python app.py --port {port}"]),
 }
 #: Commands whose own settings are not stored (a plan's stages store theirs as trials; a
 #: localisation stores its result): the command line and the API must still agree.
@@ -141,6 +145,31 @@ def test_an_exec_option_round_trips_through_the_store_and_rerun(command: str, ke
     # the reference comes back as resolved: the device it ran on, or the script's own when it ran as written
     assert again == dataclasses.replace(typed, reference=None if as_written else reference.spec)
     assert getattr(again, keyword) == getattr(typed, keyword) or keyword == "reference"
+
+
+@pytest.mark.parametrize(("command", "keyword"), [c for c in CASES if c.values[0] == "serve"])
+def test_a_serve_option_round_trips_through_the_store_and_rerun(command: str, keyword: str, tmp_path) -> None:
+    from bakeoff.api import rerun_keywords
+
+    typed = ServeSettings.from_options(**{keyword: _from_the_command_line(command, keyword)})
+    assert typed == ServeSettings.from_options(**{keyword: SERVE_OPTIONS[keyword].example})  # CLI == API
+    assert typed != ServeSettings.from_options()
+    stored = serve_run_settings(typed, command="python app.py --port {port}", reference=typed.reference or "cpu")
+    run = make_run("v1", "2026-01-01T00:00:00+00:00", environment(), (target_result("cpu"),),
+                   spec="service:python app.py --port {port}", settings=stored)  # fmt: skip
+    store = Store.open(tmp_path / "kb.db")
+    store.save_run(dataclasses.replace(run, workload={**run.workload, "kind": "service"}))
+    keywords = rerun_keywords(store.get_run("v1"))["serve"]
+    assert keywords["command"] == "python app.py --port {port}"
+    again = ServeSettings.from_options(**{k: v for k, v in keywords.items() if k in SERVE_OPTIONS})
+    if keyword == "traffic":  # stored by its absolute path, so that a rerun from elsewhere finds it
+        assert again.traffic == str((Path.cwd() / typed.traffic).resolve())
+    elif keyword == "reference":
+        assert again.reference == typed.reference
+    else:
+        assert again == dataclasses.replace(typed, reference="cpu") and getattr(again, keyword) == getattr(
+            typed, keyword
+        )
 
 
 @pytest.mark.parametrize(("command", "keyword"), [c for c in CASES if c.values[0] == "sweep"])

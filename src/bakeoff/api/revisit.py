@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from bakeoff.api.common import PathLike
 from bakeoff.api.knowledge_base import show
 from bakeoff.api.scripts import exec_script
+from bakeoff.api.services import serve_service
 from bakeoff.api.trials import trial
 from bakeoff.results.values import RunResult
 from bakeoff.settings import LOCALIZE_OPTIONS, ExecSettings, TrialSettings
@@ -140,7 +141,7 @@ def bisect(
         if latency is None or latency.change is None or latency.change <= 1 + t.latency:
             continue
         before, after = store.get_run(comparison.before_run), store.get_run(comparison.after_run)
-        if after.workload.get("kind") == "script":
+        if after.workload.get("kind") in ("script", "service"):  # no trial to bisect
             continue
         was = before.result(comparison.target, comparison.variant)
         now = after.result(comparison.after_target or comparison.target, comparison.variant)
@@ -172,6 +173,8 @@ def rerun_keywords(run: RunResult) -> dict[str, Any]:
     """
     if run.workload.get("kind") == "script":
         return {"exec": exec_keywords(run), "env": []}
+    if run.workload.get("kind") == "service":
+        return {"serve": serve_keywords(run), "env": []}
     return {
         "workload": run.workload["spec"],
         "on": list(dict.fromkeys(r.target.spec for r in run.results if r.variant == "as-is")),
@@ -203,6 +206,18 @@ def exec_keywords(run: RunResult) -> dict[str, Any]:
     }
 
 
+def serve_keywords(run: RunResult) -> dict[str, Any]:
+    """The :func:`serve_service` keywords that repeat a stored service run: the same command,
+    targets, reference and settings, read back from its settings."""
+    from bakeoff.settings.serve import ServeSettings
+
+    return {
+        "command": run.settings["serve"]["command"],
+        "on": [r.target.spec for r in run.results if not r.is_reference],
+        **ServeSettings.from_run(run.settings).options(),
+    }
+
+
 def rerun(
     run_id: str | None = None,
     *,
@@ -218,7 +233,8 @@ def rerun(
     or (``tag`` alone) every run with a tag (identical trials once). The new runs carry ``tag``
     when one is given, so a series repeated by its tag stays one series. ``isolate`` overrides
     the stored choice of worker processes. A stored script run (``bakeoff exec``) is repeated
-    by :func:`exec_script` with its stored keywords (:func:`exec_keywords`).
+    by :func:`exec_script` with its stored keywords (:func:`exec_keywords`), a service run
+    (``bakeoff serve``) by :func:`serve_service` (:func:`serve_keywords`).
 
     The stored environment switches are applied again and announced through ``progress``.
     Switches that load code (``LD_PRELOAD``, ``PYTHONPATH``, ...; see
@@ -275,6 +291,8 @@ def rerun(
     for plan in plans:
         if "exec" in plan:  # a script run: the same script, again, from the directory it ran in
             runs.append(exec_script(**plan["exec"], db=db, progress=progress))
+        elif "serve" in plan:  # a service run: the same command line under the same traffic
+            runs.append(serve_service(**plan["serve"], db=db, progress=progress))
         else:
             if isolate is not None:
                 plan["isolate"] = isolate

@@ -12,7 +12,7 @@ the reference the run resolved).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,18 @@ class ServeSettings:
         """The keywords that give these settings again."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
+    @classmethod
+    def from_run(cls, settings: Mapping[str, Any]) -> ServeSettings:
+        """The settings a stored service run's ``settings`` (:func:`run_settings`) ask for,
+        checked like user input.
+
+        Raises:
+            SpecError: a stored value that is no longer valid input.
+        """
+        stored = settings.get("serve") or {}
+        given = {f.name: stored[f.name] for f in fields(cls) if f.name in stored and f.name != "reference"}
+        return cls.from_options(**given, reference=settings.get("reference"))
+
 
 def traffic_path(traffic: str) -> Path:
     """The file ``--traffic`` names (``example``: the bundled example service's requests)."""
@@ -81,8 +93,11 @@ def traffic_path(traffic: str) -> Path:
 
 def run_settings(settings: ServeSettings, *, command: str, reference: str) -> dict[str, Any]:
     """What a service run stores as its ``settings``: the ``reference`` it ran on and, under
-    ``serve``, the command and every setting."""
+    ``serve``, the command and every setting (the traffic file by its absolute path, so that a
+    ``rerun`` from elsewhere finds it)."""
     asked = {k: v for k, v in settings.options().items() if k != "reference"}
+    if asked["traffic"] != EXAMPLE_TRAFFIC:
+        asked["traffic"] = str(Path(asked["traffic"]).resolve())
     return {"reference": reference, "reference_added": True, "serve": {"command": command, **asked}}
 
 
@@ -110,8 +125,6 @@ def _check_map(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[st
 def _check_traffic(value: str, given: Mapping[str, Any]) -> str:
     if not isinstance(value, str) or not value.strip():
         raise SpecError("--traffic names no file", hint="a JSONL file of request bodies, or example")
-    if value != EXAMPLE_TRAFFIC and not Path(value).is_file():
-        raise SpecError(f"--traffic {value}: no such file", hint="a JSONL file of request bodies, or example")
     return value
 
 
@@ -177,7 +190,7 @@ SERVE_OPTIONS: dict[str, Option] = {
             '{"at": SECONDS, "body": ...}; example: the bundled example service\'s.',
             _check_traffic,
             metavar="FILE",
-            example="example",
+            example="requests.jsonl",
         ),
         Option(
             "rate",
@@ -262,7 +275,7 @@ SERVE_OPTIONS: dict[str, Option] = {
             "responses agree [default: numbers within the dtype's tolerance, the rest exactly].",
             _check_compare,
             metavar="MODULE:FUNCTION",
-            example="",
+            example="my_checks:same_answer",
         ),
         Option(
             "min_duration_s",

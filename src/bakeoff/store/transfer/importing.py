@@ -88,7 +88,8 @@ def imported_from(store: Store, run_id: str) -> dict[str, str] | None:
     return None if value is None else dict(json.loads(value))
 
 
-_CODE_KINDS = {"script": "a script", "py": "a py: module", "hf": "a model directory"}
+_CODE_KINDS = {"script": "a script", "service": "a service's command line", "py": "a py: module",
+               "hf": "a model directory"}  # fmt: skip
 
 
 def check_rerunnable(store: Store, run: RunResult) -> None:
@@ -109,7 +110,7 @@ def check_rerunnable(store: Store, run: RunResult) -> None:
     if origin is None:
         return
     what = _CODE_KINDS.get(kind, f"of kind {kind[:40]!r}")
-    exe = "`bakeoff exec`" if kind == "script" else "`bakeoff trial`"
+    exe = {"script": "`bakeoff exec`", "service": "`bakeoff serve`"}.get(kind, "`bakeoff trial`")
     raise SpecError(
         f"run {run.run_id} was imported from {origin.get('file')} and its workload is {what}: "
         "code that came in an import is never run again",
