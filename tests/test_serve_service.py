@@ -74,7 +74,7 @@ def test_a_crash_at_start_is_caught_at_once_with_its_stderr(tmp_path: Path):
     assert time.monotonic() - began < 30  # seen by its death, not by its 60 s timeout
     error = service.error
     assert error is not None and (error.category, error.phase) == ("crash", "start")
-    assert "exited with code 3 before it became healthy" in error.message
+    assert "exited with code 3 before it became healthy: serve_app: seeded crash at start" in error.message
     assert "seeded crash at start" in error.traceback
     assert service.ready_s is None and service.stop().faults == (error,)
     assert _gone(service.pid) == []

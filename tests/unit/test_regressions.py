@@ -182,16 +182,24 @@ def test_skipped_side_is_not_comparable():
 
 
 def test_requirement_verdicts():
-    def req(text: str, verdict: str) -> dict[str, Any]:
-        return {"text": text, "verdict": verdict}
+    def req(text: str, verdict: str, confident: bool = True) -> dict[str, Any]:
+        return {"text": text, "verdict": verdict, "confident": confident}
 
-    before = result(requirements=(req("p50 < 5 ms", "met"), req("correct", "met")))
-    after = result(requirements=(req("p50 < 5 ms", "not_met"), req("correct", "not_measured"), req("new", "met")))
+    before = result(requirements=(req("p50 < 5 ms", "met"), req("correct", "met"), req("straddles", "met")))
+    after = result(
+        requirements=(
+            req("p50 < 5 ms", "not_met"), req("correct", "not_measured"), req("new", "met"),
+            req("straddles", "not_met", confident=False),
+        )
+    )  # fmt: skip
     _, _, metrics = classify(before, after)
     assert by_metric(metrics)["requirement: p50 < 5 ms"] == "regressed"
+    # an interval that straddles its threshold is no "not met": not a regression, not comparable
+    assert by_metric(metrics)["requirement: straddles"] == "not_comparable"
     assert by_metric(metrics)["requirement: correct"] == "not_comparable"
     assert by_metric(metrics)["requirement: new"] == "not_comparable"  # checked on one side only
-    outcome, _, _ = classify(before, result(requirements=(req("p50 < 5 ms", "met"), req("correct", "met"))))
+    same = (req("p50 < 5 ms", "met"), req("correct", "met"), req("straddles", "met"))
+    outcome, _, _ = classify(before, result(requirements=same))
     assert outcome == "unchanged"
 
 

@@ -69,7 +69,7 @@ def consistent(parity: ResponseParity) -> ResponseParity:
     if skipped:
         assert (
             f"{skipped} not compared ({parity.not_compared_reference} failed on the reference, "
-            f"{parity.not_compared_target} on the target)" in reason
+            f"{parity.not_compared_target} on the target alone)" in reason
         )
     else:
         assert "not compared" not in reason

@@ -227,20 +227,15 @@ def _send(fd: int, reply: Mapping[str, Any]) -> None:
 
 
 def _end(code: int) -> None:
-    """End a forked run as an interpreter ends, without its teardown of every module."""
-    import atexit
+    """End a forked run as an interpreter ends (non-daemon threads joined first), without its
+    teardown of every module."""
+    from bakeoff.launch.process import leave
 
     try:
-        threading._shutdown()  # type: ignore[attr-defined]  # non-daemon threads are joined first
+        threading._shutdown()  # type: ignore[attr-defined]
     except Exception:  # a thread that cannot be joined does not keep the run
         pass
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError, AttributeError):
-            pass
-    os._exit(code)
+    leave(code)
 
 
 def _child(request: Mapping[str, Any], fds: Sequence[int]) -> None:

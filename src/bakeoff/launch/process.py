@@ -64,10 +64,11 @@ def die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="bakeoff-parent-watch", daemon=True).start()
 
 
-def leave() -> None:
-    """End a worker that was asked to: what it registered to run on the way out runs (a compile
-    backend's own worker pool is shut down, temporary files go), but not the interpreter's
-    teardown of every module, which takes seconds once torch and transformers are imported."""
+def leave(code: int = 0) -> None:
+    """End a worker that was asked to (with exit ``code``): what it registered to run on the way
+    out runs (a compile backend's own worker pool is shut down, temporary files go), but not the
+    interpreter's teardown of every module, which takes seconds once torch and transformers are
+    imported."""
     import atexit
 
     atexit._run_exitfuncs()
@@ -76,7 +77,7 @@ def leave() -> None:
             stream.flush()
         except (OSError, ValueError, AttributeError):
             pass
-    os._exit(0)
+    os._exit(code)
 
 
 def serve_jobs(conn: Any, phase_file: str, capture_dir: str) -> None:

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from bakeoff.analysis.requirements import SINGLE_OBSERVATION
+from bakeoff.analysis.requirements import SINGLE_OBSERVATION, requirement_state
 from bakeoff.report.evidence import Answer, Evidence, answers_for, check_lines, scenario_rows
 from bakeoff.report.figures import requirement_figures, speed_caveat
 from bakeoff.results.values import TargetResult
@@ -245,7 +245,7 @@ def _detail_lines(r: TargetResult) -> list[str]:
     lines += [f"- {md(title)}: {md('; '.join(facts))}" for title, facts in check_lines(r)]
     for q in getattr(r, "requirements", None) or ():
         measured, interval = requirement_figures(q)
-        verdict = str(q.get("verdict", "?")).replace("_", " ")
+        verdict = requirement_state(q)  # "met" only when conclusive, as the decision reads it
         reason = q.get("reason") or ""
         if interval == SINGLE_OBSERVATION:  # said once, beside the value
             reason = reason.removeprefix(f"{SINGLE_OBSERVATION}: ").removeprefix("no interval")

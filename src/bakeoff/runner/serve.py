@@ -34,8 +34,9 @@ from bakeoff.analysis.tolerance import tolerance_for
 from bakeoff.checks.comparison import Correctness
 from bakeoff.env import capture_environment
 from bakeoff.launch.tempdirs import owned_tempdir
-from bakeoff.results.values import Latency, RunResult, TargetResult
+from bakeoff.results.values import ErrorInfo, Latency, RunResult, TargetResult
 from bakeoff.scenarios.base import ScenarioResult
+from bakeoff.serve.address import words
 from bakeoff.serve.measure import Measured, measure_service
 from bakeoff.serve.objectives import ObjectiveVerdict, ServiceJudgement, judge_run, parse_objectives
 from bakeoff.serve.responses import ResponseParity, compare_responses, load_compare
@@ -78,8 +79,14 @@ def _requirement(verdict: ObjectiveVerdict, judgement: ServiceJudgement) -> dict
 
 
 def _correctness(parity: ResponseParity, reference: str, dtype: str) -> Correctness:
+    """The target's responses as its correctness: a request the reference answered and the
+    target did not (an error status, a timeout, a refused connection) is a wrong answer too."""
     verdict = {"pass": "pass", "fail": "fail"}.get(parity.verdict, "not_comparable")
-    return Correctness(verdict, parity.reason, f"the service on {reference}", tolerance_for(dtype))
+    reason = parity.reason
+    if parity.not_compared_target:
+        verdict = "fail"
+        reason = f"{parity.not_compared_target} request(s) the reference answered failed on the target; {reason}"
+    return Correctness(verdict, reason, f"the service on {reference}", tolerance_for(dtype))
 
 
 def _result(
@@ -99,6 +106,10 @@ def _result(
     if reference is not None and reference.load is not None and load is not None:
         parity = compare_responses(reference.load, load, dtype=settings.dtype, compare=settings.compare or None)
     fatal = next((f for f in lifecycle.faults if f.category != "leftover"), None)
+    if fatal is None and load is not None and load.requests and not load.latencies():
+        errors = ", ".join(f"{kind} {n}" for kind, n in sorted(load.errors().items()))
+        message = f"none of the {len(load.requests)} requests was answered ({errors})"
+        fatal = ErrorInfo("NoAnswer", message, "exception", "serve")
     notes = [f.message for f in lifecycle.faults if f.category == "leftover"]
     if fatal is not None and load is not None:
         notes.append(f"the service {fatal.phase}: its figures up to the fault are kept, the run is not judged a pass")
@@ -134,6 +145,7 @@ def _result(
         requirements=tuple(_requirement(v, judgement) for v in judgement.objectives) if judgement else (),
         notes=tuple(notes),
         duration_s=load.wall_s if load is not None else None,
+        load_average=measured.load_average,
     )
 
 
@@ -158,6 +170,7 @@ def serve_service(
             function cannot be read; nothing has started then.
     """
     say = progress or (lambda _msg: None)
+    words(command)  # a malformed command line is refused before anything starts
     path = traffic_path(settings.traffic)
     traffic = read_traffic(path)
     objectives = parse_objectives(settings.slo)

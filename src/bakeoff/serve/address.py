@@ -104,7 +104,10 @@ def urls(words: list[str], port: int | None, health: str) -> tuple[int | None, s
         health = health.replace("{port}", str(port)) if port is not None else health
         parts = urlsplit(health)
         if "{port}" in health or not parts.hostname:
-            raise SpecError(f"the health URL {health} names no port to reach", hint="give port=...")
+            raise SpecError(
+                f"the health URL {health} names no port to reach",
+                hint="put {port} in its command line, or give a --health URL with its port",
+            )
         try:
             port = port if port is not None else parts.port
         except ValueError:
@@ -112,7 +115,7 @@ def urls(words: list[str], port: int | None, health: str) -> tuple[int | None, s
         return port, f"{parts.scheme}://{parts.netloc}", health
     if port is None:
         raise SpecError(
-            "the service's port is unknown", hint="put {port} in its command line, give a port, or a full health URL"
+            "the service's port is unknown", hint="put {port} in its command line, or give a --health URL with its port"
         )
     url = f"http://127.0.0.1:{port}"
     return port, url, url + "/" + health.lstrip("/")

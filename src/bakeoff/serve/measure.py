@@ -11,6 +11,7 @@ and its death in the :class:`~bakeoff.serve.service.Lifecycle`.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,8 +27,8 @@ __all__ = ["Measured", "measure_service"]
 @dataclass(frozen=True)
 class Measured:
     """What one target's service did: its :class:`Lifecycle`, the measured ``load`` run (None:
-    it never served), the warm-up (``warmed`` of ``warmup`` requests answered, in ``warmup_s``)
-    and the service's address."""
+    it never served), the warm-up (``warmed`` of ``warmup`` requests answered, in ``warmup_s``),
+    the service's address and the machine's load average just after the measured traffic."""
 
     lifecycle: Lifecycle
     load: LoadRun | None
@@ -35,6 +36,7 @@ class Measured:
     warmed: int = 0
     warmup_s: float = 0.0
     url: str = ""
+    load_average: tuple[float, ...] | None = None
 
 
 def _warm_up(url: str, bodies: Sequence[Any], timeout_s: float) -> tuple[int, float]:
@@ -77,5 +79,6 @@ def measure_service(
         url = service.url + "/" + path.lstrip("/")
         warmed, warmup_s = _warm_up(url, warmup, request_timeout_s)
         load = send_on_schedule(url, bodies, times, timeout_s=request_timeout_s)
+        busy = tuple(os.getloadavg()) if hasattr(os, "getloadavg") else None  # the machine, as it served
         service.check()  # a crash or a hang during the run is the lifecycle's to keep
-        return Measured(service.stop(), load, len(warmup), warmed, warmup_s, service.url)
+        return Measured(service.stop(), load, len(warmup), warmed, warmup_s, service.url, busy)

@@ -98,10 +98,19 @@ def parse_objectives(texts: Sequence[str]) -> tuple[Requirement, ...]:
     """Parse service objectives (thresholds in ms, a share, or per second).
 
     Raises:
-        SpecError: malformed text, an unknown metric, a percentile outside (0, 100), or a unit
-            that does not fit (a latency needs a time unit).
+        SpecError: malformed text, an unknown metric, a percentile outside (0, 100), a unit
+            that does not fit (a latency needs a time unit), a latency or error rate given as a
+            lower bound (``p99>=5ms``), goodput as an upper one, or an error rate above 100%.
     """
-    return tuple(parse_requirement_with(text, _lookup) for text in texts)
+    found = tuple(parse_requirement_with(text, _lookup) for text in texts)
+    for req in found:
+        upper = req.op in ("<=", "<")
+        if (req.metric == "goodput") == upper:
+            bound = "at least (>=)" if req.metric == "goodput" else "at most (<=)"
+            raise SpecError(f"objective {req.text!r}: {req.metric} is held to {bound}", hint="e.g. " + _METRICS)
+        if req.metric == "error_rate" and req.threshold > 1:
+            raise SpecError(f"objective {req.text!r}: an error rate is at most 100%", hint="e.g. error_rate<=1%")
+    return found
 
 
 @dataclass(frozen=True)

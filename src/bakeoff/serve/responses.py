@@ -108,7 +108,7 @@ class ResponseParity(Value):
         skipped = self.not_compared_reference + self.not_compared_target
         tail = (
             f"; {skipped} not compared ({self.not_compared_reference} failed on the reference, "
-            f"{self.not_compared_target} on the target)"
+            f"{self.not_compared_target} on the target alone)"
             if skipped
             else ""
         )

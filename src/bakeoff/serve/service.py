@@ -215,7 +215,9 @@ class Service:
             kind, category, message = death(code)
         else:
             kind, category, message = "ServiceExit", "crash", f"exited with code {code}"
-        return ErrorInfo(kind, f"the service {message} {when}", category, phase, tail)
+        said = next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), "")
+        said = f": {said[:200]}" if said else ""  # its last word on stderr (the whole tail is kept)
+        return ErrorInfo(kind, f"the service {message} {when}{said}", category, phase, tail)
 
     def _poll(self, deadline: float) -> tuple[str, str]:
         """Probe the health URL with backoff until it answers 2xx (``healthy``), the service's

@@ -19,7 +19,14 @@ from typing import Any
 
 from bakeoff.errors import SpecError
 from bakeoff.settings.bounds import SEED, TIMEOUT, Bounds
-from bakeoff.settings.option import Option, number_check, read_options, texts
+from bakeoff.settings.option import (
+    Option,
+    check_device_map,
+    check_reference_device,
+    number_check,
+    read_options,
+    texts,
+)
 
 __all__ = ["EXEC_OPTIONS", "ExecSettings", "current_names", "run_settings"]
 
@@ -113,25 +120,6 @@ def run_settings(
 # -- the checks: each turns a keyword's value into its field's, or raises SpecError ----------
 
 
-def _check_reference(value: str | None, given: Mapping[str, Any]) -> str | None:
-    if value is None:
-        return None
-    from bakeoff.target.spec import parse_target
-
-    target = parse_target(value)
-    if target.is_compiled or target.dtype or target.amp:
-        raise SpecError(f"--reference {target.spec}", hint="the reference is a device: cpu, cuda, xpu...")
-    return value
-
-
-def _check_map(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[str, ...]:
-    entries = tuple(part.strip() for text in texts(value) for part in text.split(",") if part.strip())
-    sources = [entry.partition("=")[0].strip() for entry in entries]
-    if not sources or any(not s.isidentifier() for s in sources):
-        raise SpecError(f"--map {','.join(entries) or '(empty)'}", hint="name the device types the script uses: cuda")
-    return entries
-
-
 def _check_capture(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[str, ...]:
     from bakeoff.script.launch import is_capture_name
 
@@ -163,7 +151,7 @@ EXEC_OPTIONS: dict[str, Option] = {
             "--reference",
             _DEFAULT.reference,
             "Where the reference runs [default: the script's device where it exists, else cpu].",
-            _check_reference,
+            check_reference_device,
             metavar="DEVICE",
             example="cpu",
         ),
@@ -173,7 +161,7 @@ EXEC_OPTIONS: dict[str, Option] = {
             _DEFAULT.map_devices,
             "The device types the script names that are remapped to each target's (cuda=emu: to emu, "
             "the targets' device).",
-            _check_map,
+            check_device_map,
             metavar="DEVICE[=TARGET]",
             multiple=True,
             example=["xpu"],

@@ -19,7 +19,17 @@ from typing import Any
 
 from bakeoff.settings.bounds import Bounds
 
-__all__ = ["Check", "Option", "describe_options", "number_check", "read_options", "spec_list", "texts"]
+__all__ = [
+    "Check",
+    "Option",
+    "check_device_map",
+    "check_reference_device",
+    "describe_options",
+    "number_check",
+    "read_options",
+    "spec_list",
+    "texts",
+]
 
 #: A setting's check: the value given and every value given (for combinations) -> the field's value.
 Check = Callable[[Any, Mapping[str, Any]], Any]
@@ -130,3 +140,28 @@ def number_check(bounds: Bounds, flag: str) -> Check:
         return bounds.kind(value)
 
     return check
+
+
+def check_reference_device(value: str | None, given: Mapping[str, Any]) -> str | None:
+    """``--reference``: a device (no compile backend, dtype or mixed precision), or None."""
+    from bakeoff.errors import SpecError
+    from bakeoff.target.spec import parse_target
+
+    if value is None:
+        return None
+    target = parse_target(value)
+    if target.is_compiled or target.dtype or target.amp:
+        raise SpecError(f"--reference {target.spec}", hint="the reference is a device: cpu, cuda, xpu...")
+    return value
+
+
+def check_device_map(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[str, ...]:
+    """``--map``: the device types remapped (``cuda``, or ``cuda=emu`` naming the targets'
+    device), repeated or comma-separated."""
+    from bakeoff.errors import SpecError
+
+    entries = tuple(part.strip() for text in texts(value) for part in text.split(",") if part.strip())
+    sources = [entry.partition("=")[0].strip() for entry in entries]
+    if not sources or any(not s.isidentifier() for s in sources):
+        raise SpecError(f"--map {','.join(entries) or '(empty)'}", hint="name the device types it uses: cuda")
+    return entries

@@ -18,7 +18,7 @@ from typing import Any
 
 from bakeoff.errors import SpecError
 from bakeoff.settings.bounds import SEED, TIMEOUT, WEEK_S, Bounds
-from bakeoff.settings.option import Option, number_check, read_options, texts
+from bakeoff.settings.option import Option, check_device_map, check_reference_device, number_check, read_options, texts
 
 __all__ = ["EXAMPLE_TRAFFIC", "SERVE_OPTIONS", "ServeSettings", "run_settings", "traffic_path"]
 
@@ -104,24 +104,6 @@ def run_settings(settings: ServeSettings, *, command: str, reference: str) -> di
 # -- the checks -------------------------------------------------------------------------------
 
 
-def _check_reference(value: str | None, given: Mapping[str, Any]) -> str | None:
-    if value is None:
-        return None
-    from bakeoff.target.spec import parse_target
-
-    target = parse_target(value)
-    if target.is_compiled or target.dtype or target.amp:
-        raise SpecError(f"--reference {target.spec}", hint="the reference is a device: cpu, cuda, xpu...")
-    return value
-
-
-def _check_map(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[str, ...]:
-    entries = tuple(part.strip() for text in texts(value) for part in text.split(",") if part.strip())
-    if not entries or any(not e.partition("=")[0].strip().isidentifier() for e in entries):
-        raise SpecError(f"--map {','.join(entries) or '(empty)'}", hint="name the device types the service uses: cuda")
-    return entries
-
-
 def _check_traffic(value: str, given: Mapping[str, Any]) -> str:
     if not isinstance(value, str) or not value.strip():
         raise SpecError("--traffic names no file", hint="a JSONL file of request bodies, or example")
@@ -168,7 +150,7 @@ SERVE_OPTIONS: dict[str, Option] = {
             "--reference",
             _DEFAULT.reference,
             "Where the reference service runs [default: cpu, remapped like the targets].",
-            _check_reference,
+            check_reference_device,
             metavar="DEVICE",
             example="cpu",
         ),
@@ -177,7 +159,7 @@ SERVE_OPTIONS: dict[str, Option] = {
             "--map",
             _DEFAULT.map_devices,
             "The device types the service names that are remapped to each target's (repeatable).",
-            _check_map,
+            check_device_map,
             metavar="DEVICE",
             multiple=True,
             example=["xpu"],
@@ -281,7 +263,8 @@ SERVE_OPTIONS: dict[str, Option] = {
             "min_duration_s",
             "--min-duration",
             _DEFAULT.min_duration_s,
-            "The shortest measured traffic whose objectives are judged (a shorter run is invalid).",
+            "The shortest measured traffic whose objectives are judged; a run shorter, or of fewer than "
+            "100 requests, is not judged.",
             number_check(_SPAN, "--min-duration"),
             bounds=_SPAN,
             metavar="SECONDS",

@@ -17,6 +17,7 @@ from typing import Any
 
 from bakeoff.analysis.compare import ratio_of_medians
 from bakeoff.analysis.cost import Cost
+from bakeoff.analysis.requirements import requirement_state
 from bakeoff.checks.base import Metric
 from bakeoff.checks.registry import guarded, registered_checks
 from bakeoff.results.values import TargetResult
@@ -31,7 +32,7 @@ __all__ = ["compare_results"]
 
 #: Worst first: a result's outcome is the first of these that any metric has.
 _SEVERITY = ("failed", "regressed", "improved", "unchanged", "not_comparable")
-_REQUIREMENT_RANK = {"met": 1, "not_met": 0}
+_REQUIREMENT_RANK = {"met": 1, "not met": 0}
 
 
 def _ranked(metric: str, before: Any, after: Any, rank: dict[str, int]) -> MetricChange:
@@ -291,9 +292,11 @@ def _requirements(before: TargetResult, after: TargetResult) -> list[MetricChang
                 )
             )
             continue
-        change = _ranked(f"requirement: {text}", a.get("verdict"), b.get("verdict"), _REQUIREMENT_RANK)
+        # in the decision's words: "met" only when conclusive, so a straddling interval is no "met"
+        change = _ranked(f"requirement: {text}", requirement_state(a), requirement_state(b), _REQUIREMENT_RANK)
         if change.outcome == "not_comparable":
-            change = MetricChange(change.metric, change.outcome, change.before, change.after, detail="not measured")
+            detail = f"{requirement_state(a)} before, {requirement_state(b)} after"
+            change = MetricChange(change.metric, change.outcome, change.before, change.after, detail=detail)
         changes.append(change)
     return changes
 

@@ -1,0 +1,77 @@
+"""One target's service result as bakeoff serve stores it, from synthetic load runs (no process):
+a request the reference answered and the target did not is a wrong answer; a target that answered
+nothing is an error; an objective whose interval straddles its threshold is stored as what the
+decision reads ("not conclusive"), never as "met"."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from bakeoff.analysis.requirements import requirement_state
+from bakeoff.errors import SpecError
+from bakeoff.runner.serve import _result
+from bakeoff.serve.load import LoadRun, Sent
+from bakeoff.serve.measure import Measured
+from bakeoff.serve.objectives import parse_objectives
+from bakeoff.serve.service import Lifecycle
+from bakeoff.settings.serve import ServeSettings
+from bakeoff.target.spec import parse_target
+
+RATE = 10.0
+SETTINGS = ServeSettings.from_options(rate=RATE, min_duration_s=1.0)
+
+
+def _run(count: int, failed: frozenset[int] = frozenset(), seed: int = 0) -> LoadRun:
+    latencies = np.random.default_rng(seed).lognormal(np.log(0.05), 0.3, count)
+    requests = tuple(
+        Sent(i, i / RATE, i / RATE, None, 500, "http")
+        if i in failed
+        else Sent(i, i / RATE, i / RATE, i / RATE + lat, 200, None, json.dumps({"value": i * 0.5}).encode())
+        for i, lat in enumerate(latencies)
+    )
+    return LoadRun(requests, count / RATE)
+
+
+def _measured(run: LoadRun) -> Measured:
+    return Measured(Lifecycle(ready_s=0.5), run, 2, 2, 0.1, "http://127.0.0.1:1")
+
+
+def _target(run: LoadRun, slo: tuple[str, ...] = ()):
+    reference = _measured(_run(200))
+    return _result(parse_target("cpu"), _measured(run), reference, False, SETTINGS, parse_objectives(slo), "cpu")
+
+
+def test_requests_the_target_failed_and_the_reference_answered_make_its_responses_wrong() -> None:
+    control = _target(_run(200))
+    assert control.status == "ok" and control.correctness.verdict == "pass", control.correctness.reason
+    fault = _target(_run(200, failed=frozenset({3, 50, 120})))
+    assert fault.status == "ok" and fault.correctness.verdict == "fail"
+    assert fault.correctness.reason.startswith("3 request(s) the reference answered failed on the target")
+
+
+def test_a_target_that_answered_nothing_is_an_error_not_ok() -> None:
+    fault = _target(_run(200, failed=frozenset(range(200))))
+    assert fault.status == "error" and fault.error.type == "NoAnswer"
+    assert fault.error.message == "none of the 200 requests was answered (http 200)"
+
+
+def test_an_objective_straddling_its_threshold_is_stored_as_not_conclusive() -> None:
+    run = _run(200)
+    at = sorted(r.latency_s for r in run.requests)[179] * 1e3  # about the run's own p90
+    (stored,) = _target(run, (f"p90<={at:.4f}ms",)).requirements
+    assert requirement_state(stored) == "not conclusive" and stored["confident"] is False
+    (clear,) = _target(run, ("p90<=500ms",)).requirements  # the control: far above
+    assert requirement_state(clear) == "met"
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [("p99>=5ms", "held to at most"), ("goodput<=5/s", "held to at least"), ("error_rate<=200%", "at most 100%")],
+)
+def test_an_objective_on_the_wrong_side_or_beyond_its_range_is_refused(text: str, says: str) -> None:
+    with pytest.raises(SpecError) as raised:
+        parse_objectives([text])
+    assert says in raised.value.message
