@@ -64,8 +64,10 @@ def test_the_same_service_on_both_sides_passes_and_is_judged_from_the_schedule(t
     assert emu.correctness.verdict == "pass", emu.correctness.reason
     assert f"all {count} responses match the reference's" in emu.correctness.reason
     assert len(emu.latency.samples_ms) == count and min(emu.latency.samples_ms) >= 5.0  # the service's own 5 ms
-    if facts["judgement"]["valid"]:
-        assert [requirement_state(r) for r in emu.requirements] == ["met"], emu.requirements
+    (objective,) = emu.requirements  # p90 of ~10 ms against 500 ms: never "not met"
+    assert requirement_state(objective) != "not met", objective
+    if facts["judgement"]["valid"] and objective["high"] is not None:  # bounded: its whole interval is under
+        assert requirement_state(objective) == "met", objective
     # stored, and shown from the store as a user reads it
     stored = Store.open(tmp_path / "b.db").get_run(run.run_id)
     assert stored.results[1].scenarios[0].facts["requests"] == count

@@ -71,7 +71,11 @@ SCENARIO_HINT = "name one: offline, server?rate=20, generation or training (or d
         ),
         (
             {"scenarios": "nosuch"},
-            "unknown scenario 'nosuch' (use one of single-stream, offline, server, generation, training, service)",
+            "unknown scenario 'nosuch' (use one of single-stream, offline, server, generation, training)",
+        ),
+        (
+            {"scenarios": "service"},
+            "the service scenario is not run in a trial (bakeoff serve records it)",
         ),
         (
             {"checks": "nosuch"},

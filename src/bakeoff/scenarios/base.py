@@ -206,6 +206,8 @@ class Scenario:
         always: every trial runs it, timed by the session itself (single-stream).
         runs_last: it changes the model (training), so it runs after the checks.
         needs_grad: it runs with gradients enabled.
+        recorded_by: the command that records it, where a trial does not run it (``service``:
+            ``bakeoff serve``); it reads back and renders like any other.
     """
 
     name: ClassVar[str]
@@ -214,6 +216,7 @@ class Scenario:
     metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     compared: ClassVar[Mapping[str, str]] = {}
     runs_last: ClassVar[bool] = False
+    recorded_by: ClassVar[str] = ""
     needs_grad: ClassVar[bool] = False
 
     def validate(self, options: dict[str, Any], text: str) -> None:

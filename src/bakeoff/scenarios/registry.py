@@ -106,7 +106,7 @@ def scenario_named(name: str) -> Scenario:
     """
     found = known_scenario(name)
     if found is None:
-        names = ", ".join(s.name for s in registered_scenarios())
+        names = ", ".join(s.name for s in registered_scenarios() if not s.recorded_by)
         raise SpecError(f"unknown scenario {name!r}", hint=f"use one of {names}")
     return found
 
@@ -119,6 +119,8 @@ def parse_scenario(text: str) -> ScenarioSpec:
     """
     head, given = split_options(text, "scenario")
     scenario = scenario_named(head)
+    if scenario.recorded_by:
+        raise SpecError(f"the {head} scenario is not run in a trial", hint=f"{scenario.recorded_by} records it")
     options = typed_options(head, given, scenario.options, "scenario", text)
     scenario.validate(options, text)
     return ScenarioSpec(head, options)

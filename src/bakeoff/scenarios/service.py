@@ -44,6 +44,7 @@ class Service(Scenario):
     """See the module docstring."""
 
     name = "service"
+    recorded_by = "bakeoff serve"
 
     def not_applicable(self, context: ScenarioContext) -> str | None:
         return "a running service under its traffic is measured by bakeoff serve, not in a trial"
