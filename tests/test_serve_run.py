@@ -61,6 +61,7 @@ def test_the_same_service_on_both_sides_passes_and_is_judged_from_the_schedule(t
     facts = _judged_consistently(emu)
     count = int(RATE * SECONDS)
     assert facts["requests"] == count and facts["warmed"] == 3 and facts["lifecycle"]["ready_s"] > 0
+    assert len(emu.load_average) == 2  # one-minute load before and after the traffic, as a trial keeps it
     assert emu.correctness.verdict == "pass", emu.correctness.reason
     assert f"all {count} responses match the reference's" in emu.correctness.reason
     assert len(emu.latency.samples_ms) == count and min(emu.latency.samples_ms) >= 5.0  # the service's own 5 ms

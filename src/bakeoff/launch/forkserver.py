@@ -316,11 +316,15 @@ def serve(parent: int, request_fd: int, reply_fd: int, preload: Sequence[str]) -
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    parent = int(args[args.index("--parent") + 1])
-    request_fd, reply_fd = (int(fd) for fd in args[args.index("--fds") + 1].split(","))
-    preload = [a for i, a in enumerate(args) if not a.startswith("--") and args[i - 1] not in ("--parent", "--fds")]
-    serve(parent, request_fd, reply_fd, preload)
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bakeoff.launch.forkserver")
+    parser.add_argument("--parent", type=int, required=True, help="the process the server dies with")
+    parser.add_argument("--fds", required=True, help="R,W: the request and reply pipes")
+    parser.add_argument("preload", nargs="*", help="the modules imported before any fork")
+    args = parser.parse_args(argv)
+    request_fd, reply_fd = (int(fd) for fd in args.fds.split(","))
+    serve(args.parent, request_fd, reply_fd, args.preload)
     return 0
 
 

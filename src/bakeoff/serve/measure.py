@@ -28,7 +28,8 @@ __all__ = ["Measured", "measure_service"]
 class Measured:
     """What one target's service did: its :class:`Lifecycle`, the measured ``load`` run (None:
     it never served), the warm-up (``warmed`` of ``warmup`` requests answered, in ``warmup_s``),
-    the service's address and the machine's load average just after the measured traffic."""
+    the service's address and the machine's one-minute load average before and after the measured
+    traffic (what a trial keeps around its timing)."""
 
     lifecycle: Lifecycle
     load: LoadRun | None
@@ -78,7 +79,13 @@ def measure_service(
             return Measured(service.stop(), None, len(warmup))
         url = service.url + "/" + path.lstrip("/")
         warmed, warmup_s = _warm_up(url, warmup, request_timeout_s)
+        before = _load_1m()
         load = send_on_schedule(url, bodies, times, timeout_s=request_timeout_s)
-        busy = tuple(os.getloadavg()) if hasattr(os, "getloadavg") else None  # the machine, as it served
+        busy = (before, _load_1m()) if before is not None else None  # as a trial's: before and after timing
         service.check()  # a crash or a hang during the run is the lifecycle's to keep
         return Measured(service.stop(), load, len(warmup), warmed, warmup_s, service.url, busy)
+
+
+def _load_1m() -> float | None:
+    """The machine's one-minute load average (None where the system has none)."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
