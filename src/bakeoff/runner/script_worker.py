@@ -77,8 +77,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bakeoff.checks.script_audit import AUDIT, MAX_AUDITED_OPS, ScriptAudit, read_audit
 from bakeoff.launch.reaping import end_all, running, subreaper
-from bakeoff.runner.script_audit import AUDIT, MAX_AUDITED_OPS, ScriptAudit, read_audit
 from bakeoff.runner.script_stdin import STDIN_CAP, script_stdin
 from bakeoff.script import launch as launcher
 from bakeoff.script.child_reports import PROCESSES
