@@ -25,8 +25,9 @@ from bakeoff.checks.compilation import Compilation
 from bakeoff.checks.dispatch_audit import HOST_SYNC_OPS, PlacementRecorder, off_device_map_entries
 from bakeoff.checks.placement import Placement, judge, top_counts
 from bakeoff.script.ledger import call_site
+from bakeoff.script.threads import in_new_threads
 
-__all__ = ["AUDIT", "MAX_AUDITED_OPS", "ScriptAudit", "read_audit"]
+__all__ = ["AUDIT", "MAX_AUDITED_OPS", "ScriptAudit", "host_placement", "read_audit"]
 
 AUDIT = "audit.json"
 #: The ops recorded over the whole run, past the window: copies between host and device (host
@@ -61,8 +62,11 @@ class ScriptAudit:
     """Entered around a script's run (the launcher's ``around``); writes :data:`AUDIT` to ``out``
     when left. See :mod:`bakeoff.runner.script_worker` for what it counts and cannot see."""
 
-    def __init__(self, device: str, out: Path, max_ops: int = MAX_AUDITED_OPS) -> None:
+    def __init__(self, device: str, out: Path, max_ops: int = MAX_AUDITED_OPS, what: str = "") -> None:
         self._device_spec = device
+        #: what was audited, for the placement's scope (default: the whole script run)
+        self._what = what
+        self._written = False
         self._out = Path(out)
         self._max_ops = max_ops
         self._undo: list[Any] = []
@@ -105,6 +109,15 @@ class ScriptAudit:
 
     def __exit__(self, *exc_info: Any) -> bool:
         self._uninstall()
+        self.write()
+        return False
+
+    def write(self) -> None:
+        """Judge what was seen so far and write :data:`AUDIT` (once: a second call does nothing;
+        the recording goes on until the audit is left)."""
+        if self._written:
+            return
+        self._written = True
         try:
             data = self._result()
         except Exception as exc:
@@ -113,7 +126,12 @@ class ScriptAudit:
         tmp = self._out / f".{AUDIT}.{os.getpid()}.tmp"
         tmp.write_text(text)
         os.replace(tmp, self._out / AUDIT)
-        return False
+
+    def follow_threads(self) -> None:
+        """Record the ops of every thread started from now on too, each under a dispatch mode of
+        its own (see :mod:`bakeoff.script.threads`); a server's handler threads, for one."""
+        if self._mode is not None:
+            self._undo.append(in_new_threads(self._new_mode))
 
     def _install(self) -> None:
         import torch
@@ -355,10 +373,7 @@ class ScriptAudit:
         if self._error is not None:
             return {"placement": None, "compilation": _dict(compilation), "error": self._error}
         if self.host:
-            verdict, explanation = judge(
-                cpu_target=True, stray=[], off_map=[], host_ops={}, fallback_ops={}, transfers={}, sites=[]
-            )
-            placement = Placement(verdict=verdict, explanation=explanation, scope="the whole script run (not audited)")
+            placement = host_placement("the whole script run (not audited)")
             return {"placement": placement.to_dict(), "compilation": _dict(compilation), "error": None}
         recorder = self.recorder
         assert recorder is not None
@@ -398,17 +413,19 @@ class ScriptAudit:
         if verdict == "on_device" and host_only:  # say what the host did, so the words match the counts
             on_device = recorder.device_counts(fallback_ops)[0]
             copies = recorder.ops_total - on_device - sum(host_only.values())
+            whose = "service" if self._what else "script"
             explanation = (
                 f"every op on the device's data ran on the device ({on_device} op calls); "
-                f"{sum(host_only.values())} op call(s) ran on host data only (the script's own host work: "
+                f"{sum(host_only.values())} op call(s) ran on host data only (the {whose}'s own host work: "
                 f"{top_counts(host_only)})"
                 + (f"; {copies} op call(s) copied data between the host and the device" if copies > 0 else "")
                 + "; nothing left on the host"
             )
-        scope = "every ATen op of the whole script run (its main thread and autograd's)"
+        scope = self._what or "every ATen op of the whole script run (its main thread and autograd's)"
         if self._past_window:
             scope = (
-                f"every ATen op of the first {self._max_ops} op calls of the script run; after them, over the whole "
+                f"every ATen op of the first {self._max_ops} op calls of the {'service' if self._what else 'script'} "
+                "run; after them, over the whole "
                 f"run, every copy between the host and the device and every host sync (the other "
                 f"{self._past_window} op calls counted, not recorded); parameters, the device's own fallback "
                 "counter and compilations over the whole run"
@@ -446,6 +463,14 @@ class ScriptAudit:
             host_state_copies=tuple(host_state),
         )
         return {"placement": placement.to_dict(), "compilation": _dict(compilation), "error": None}
+
+
+def host_placement(scope: str) -> Placement:
+    """The placement of work whose target is the host: nothing to place (``not_applicable``)."""
+    verdict, explanation = judge(
+        cpu_target=True, stray=[], off_map=[], host_ops={}, fallback_ops={}, transfers={}, sites=[]
+    )
+    return Placement(verdict=verdict, explanation=explanation, scope=scope)
 
 
 def _nbytes(value: Any) -> int:

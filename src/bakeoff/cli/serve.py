@@ -43,6 +43,7 @@ _setting = functools.partial(setting_option, SERVE_OPTIONS)
 @_setting("path")
 @_setting("dtype")
 @_setting("compare")
+@_setting("audit")
 @_setting("min_duration_s")
 @_setting("start_timeout_s")
 @_setting("request_timeout_s")
@@ -60,7 +61,9 @@ def serve_command(command: str, on: Sequence[str], verbose: bool, db: str | None
     requests on an open-loop schedule, each timed from when it was due, and stops every
     process of the service. Each target's responses are compared with the reference service's,
     request by request; each --slo objective is met, not met or not conclusive by its interval,
-    and a run too short, too small or whose client fell behind is not judged.
+    and a run too short, too small or whose client fell behind is not judged. Where each
+    non-CPU target's work ran is audited on a start of the service of its own, over the warm-up
+    requests (the measured start runs unaudited).
     Exit code: 0 when the run was made, 2 on bad input.
     """
     from bakeoff import api

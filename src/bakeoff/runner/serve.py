@@ -13,6 +13,9 @@ sent the same requests at the same planned times, stopped). Each target's result
   whole interval is on one side; too few samples; not measured when the run was invalid);
 * ``correctness`` (targets only): its responses against the reference service's, request by
   request (:mod:`bakeoff.serve.responses`);
+* ``placement`` (and ``compilation`` when the service called ``torch.compile``), non-CPU
+  targets, unless ``--no-audit``: where its process's work ran, audited on a start of its own
+  over the warm-up requests (:mod:`bakeoff.serve.audit`; the measured start runs unaudited);
 * ``status`` error, with the fault, for a service that never became healthy, died or hung;
   processes it left running are a note.
 
@@ -32,6 +35,7 @@ from typing import Any
 from bakeoff.analysis.requirements import RequirementCheck
 from bakeoff.analysis.tolerance import tolerance_for
 from bakeoff.checks.comparison import Correctness
+from bakeoff.checks.script_audit import host_placement
 from bakeoff.env import capture_environment
 from bakeoff.launch.tempdirs import owned_tempdir
 from bakeoff.results.values import ErrorInfo, Latency, RunResult, TargetResult
@@ -111,6 +115,17 @@ def _result(
         message = f"none of the {len(load.requests)} requests was answered ({errors})"
         fatal = ErrorInfo("NoAnswer", message, "exception", "serve")
     notes = [f.message for f in lifecycle.faults if f.category == "leftover"]
+    audited = measured.audit or {}
+    if measured.audit_note:
+        notes.append(measured.audit_note)
+    if audited.get("error"):
+        notes.append(f"placement audit: {audited['error']}")
+    checks: dict[str, Any] = {"correctness": _correctness(parity, reference_spec, settings.dtype)} if parity else {}
+    for name in ("placement", "compilation"):
+        if audited.get(name) is not None:
+            checks[name] = audited[name]
+    if target.device == "cpu" and lifecycle.ready_s is not None:
+        checks["placement"] = host_placement("the service on the host (not audited: nothing to place)")
     if fatal is not None and load is not None:
         notes.append(f"the service {fatal.phase}: its figures up to the fault are kept, the run is not judged a pass")
     answered = load.latencies() if load is not None else []
@@ -138,7 +153,7 @@ def _result(
         status="error" if fatal is not None or load is None else "ok",
         reason=fatal.message if fatal is not None else "",
         is_reference=is_reference,
-        checks={"correctness": _correctness(parity, reference_spec, settings.dtype)} if parity else {},
+        checks=checks,
         latency=Latency(tuple(v * 1e3 for v in answered)) if answered else None,
         error=fatal,
         scenarios=(scenario,),
@@ -208,6 +223,7 @@ def serve_service(
                 path=settings.path,
                 start_timeout_s=settings.start_timeout_s,
                 request_timeout_s=settings.request_timeout_s,
+                audit=settings.audit and target.device != "cpu",
             )
             is_reference = target == reference
             against = None if is_reference else ref_measured

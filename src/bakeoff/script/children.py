@@ -132,10 +132,23 @@ _armed: set[str] = set()
 
 
 @contextmanager
-def remapped_children(mapping: Mapping[str, str], *, strict: bool, out: str | Path) -> Iterator[None]:
+def remapped_children(
+    mapping: Mapping[str, str],
+    *,
+    strict: bool,
+    out: str | Path,
+    threads: bool = False,
+    after: Mapping[str, Any] | None = None,
+) -> Iterator[None]:
     """Make every Python process started inside the block remap as this one does (see the
     module's docstring); ``out`` is the launcher's output directory. An empty ``mapping`` (the
-    script as written) sets nothing. The environment is restored when the block is left."""
+    script as written) sets nothing. The environment is restored when the block is left.
+
+    ``threads``: the children's remaps reach the threads they start after it is installed (see
+    :class:`~bakeoff.script.remap.Remapper`). ``after``: ``{"module:function": argument}``,
+    each called with its (JSON) argument in the block's *direct* Python children once their
+    remap is installed (a service's own process, not what it starts); one that fails says so on
+    the child's stderr and the child runs on."""
     global _state
     if not mapping:
         yield
@@ -151,6 +164,8 @@ def remapped_children(mapping: Mapping[str, str], *, strict: bool, out: str | Pa
         "out": str(out / LEDGERS),
         "launcher": os.getpid(),
         "cwd": os.getcwd(),
+        "threads": threads,
+        "after": dict(after or {}),
     }
     saved = {name: os.environ.get(name) for name in (ENV, "PYTHONPATH")}
     previous = os.environ.get("PYTHONPATH")
@@ -242,7 +257,8 @@ def _torch_loaded() -> None:
             if emu.NAME in {kind for kind, _ in DeviceMap(mapping).targets.values()}:
                 emu.enable()  # only where it is a target: loading it costs every child a second or more
             if installed() is None:
-                Remapper(mapping, strict=bool(state.config.get("strict"))).install()
+                threads = bool(state.config.get("threads"))
+                Remapper(mapping, strict=bool(state.config.get("strict")), threads=threads).install()
         except BakeoffError as exc:
             error = exc.one_line()
     except Exception as exc:
@@ -254,7 +270,21 @@ def _torch_loaded() -> None:
     remapper = _installed()
     if remapper is not None:
         _watch(remapper)
+        if state.parent == state.config.get("launcher"):
+            _after(state.config.get("after") or {})
     _write(ended=False)
+
+
+def _after(hooks: Mapping[str, Any]) -> None:
+    """Call the launcher's ``after`` hooks (see :func:`remapped_children`), never into the child."""
+    import importlib
+
+    for name, argument in hooks.items():
+        module, _, function = name.partition(":")
+        try:
+            getattr(importlib.import_module(module), function)(argument)
+        except Exception as exc:
+            print(f"bakeoff: {name} did not start in this process: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
 def _installed() -> Any:

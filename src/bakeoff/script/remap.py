@@ -36,7 +36,8 @@ What it cannot see: device names compared as strings by the script (``if device 
 ``x.device.type``/``x.is_cuda`` (they tell the truth: the target), objects taken from torch before
 installation (a library's ``from torch.cuda import ...`` at import time), other threads' function
 modes (PyTorch keeps the mode stack per thread; the namespace, generator, autocast, load and
-process-group redirections are process-wide), child processes (a fork inherits the remap;
+process-group redirections are process-wide; with ``threads=True``, as a service's process is
+remapped, every thread started after the install gets a function mode too), child processes (a fork inherits the remap;
 :mod:`bakeoff.script.children` installs one in every fresh Python child), CUDA-only kernels (Triton, custom
 extensions) and the autocast/device queries ``torch.is_autocast_enabled("cuda")``,
 ``torch.get_autocast_dtype("cuda")``.
@@ -58,6 +59,7 @@ from bakeoff.script.accelerator import accelerator_functions
 from bakeoff.script.cuda_namespace import CudaNamespace
 from bakeoff.script.devices import DeviceMap, map_backend
 from bakeoff.script.ledger import Ledger, Recorder
+from bakeoff.script.threads import in_new_threads
 
 __all__ = ["DTYPE_DOWNGRADES", "Remapper", "installed"]
 
@@ -154,6 +156,8 @@ class Remapper:
         mapping: device types of the script to the target's devices, e.g. ``{"cuda": "cpu"}``.
         strict: raise :class:`~bakeoff.errors.RemapError` on a rewrite that may change numerics.
         dtypes: dtype downgrades on the target (default: :data:`DTYPE_DOWNGRADES` of its type).
+        threads: also rewrite in every thread started after :meth:`install` (a server's handler
+            threads; see :mod:`bakeoff.script.threads`), each with a function mode of its own.
 
     Raises:
         RemapError: a target is not a device this PyTorch knows (``emu`` before it is enabled).
@@ -165,7 +169,10 @@ class Remapper:
         *,
         strict: bool = False,
         dtypes: Mapping[torch.dtype, torch.dtype] | None = None,
+        threads: bool = False,
     ) -> None:
+        self.threads = threads
+        self._stop_threads: Callable[[], None] | None = None
         self.devices = DeviceMap(mapping if mapping is not None else {"cuda": "cpu"})
         for source, (kind, _) in self.devices.targets.items():
             try:
@@ -210,6 +217,8 @@ class Remapper:
             self._install_patches()
             self._mode = _DeviceMode(self)
             self._mode.__enter__()
+            if self.threads:
+                self._stop_threads = in_new_threads(lambda: _DeviceMode(self))
         except BaseException:
             self._restore()
             raise
@@ -225,6 +234,9 @@ class Remapper:
         global _installed
         if _installed is not self:
             return
+        if self._stop_threads is not None:
+            self._stop_threads()
+            self._stop_threads = None
         if self._mode is not None:
             stack = torch.overrides._get_current_function_mode_stack()
             if not stack or stack[-1] is not self._mode:

@@ -8,7 +8,8 @@
 line of its stdin (:func:`order`). The keeper starts the command in a session and process group
 of its own, with the service's environment (where a device mapping is given, inside
 :func:`bakeoff.script.children.remapped_children`: the service's Python process is remapped as
-an exec script's Python children are), and reports ``{"started": PID, "at": T}`` (``T``: its
+an exec script's Python children are, in every thread it starts after torch loads, with the
+order's ``after`` hooks called once its remap is installed), and reports ``{"started": PID, "at": T}`` (``T``: its
 ``time.monotonic()`` just before the start, the clock the caller reads too), then
 ``{"exited": CODE}`` if the service ends by itself. It stops the service on a ``stop`` line, at
 the end of its stdin (bakeoff closed it, or died: the kernel closes a killed process's pipes, so
@@ -78,6 +79,7 @@ def order(
     strict: bool,
     grace_s: float,
     cwd: str | None,
+    after: Mapping[str, Any] | None = None,
 ) -> str:
     """The keeper's first line of stdin: what to start, and how."""
     config = {
@@ -89,6 +91,7 @@ def order(
         "strict": strict,
         "grace_s": grace_s,
         "cwd": cwd,
+        "after": dict(after or {}),
     }
     return json.dumps(config) + "\n"
 
@@ -193,7 +196,8 @@ def _start(config: Mapping[str, Any], reports: _Reports) -> subprocess.Popen[Any
         if mapping:
             from bakeoff.script.children import remapped_children
 
-            remap: Any = remapped_children(mapping, strict=bool(config["strict"]), out=out)
+            strict, after = bool(config["strict"]), config.get("after")
+            remap: Any = remapped_children(mapping, strict=strict, out=out, threads=True, after=after)
         else:
             from contextlib import nullcontext
 

@@ -14,14 +14,18 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from bakeoff.script.child_reports import LEDGERS
+from bakeoff.serve.audit import collect as collect_audit
+from bakeoff.serve.audit import hook as audit_hook
+from bakeoff.serve.audit import request as request_audit
 from bakeoff.serve.load import LoadRun, send_on_schedule
 from bakeoff.serve.service import Lifecycle, start_service
 
-__all__ = ["Measured", "measure_service"]
+__all__ = ["AUDIT_REQUESTS", "Measured", "measure_service"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,11 @@ class Measured:
     warmup_s: float = 0.0
     url: str = ""
     load_average: tuple[float, ...] | None = None
+    #: the placement audit of an audited start (:mod:`bakeoff.serve.audit`; as
+    #: :func:`~bakeoff.checks.script_audit.read_audit` reads it), None: not audited
+    audit: dict[str, Any] | None = None
+    #: what the audited start did: its requests, or why it left no audit
+    audit_note: str = ""
 
 
 def _warm_up(url: str, bodies: Sequence[Any], timeout_s: float) -> tuple[int, float]:
@@ -65,12 +74,18 @@ def measure_service(
     start_timeout_s: float = 120.0,
     request_timeout_s: float = 30.0,
     env: Mapping[str, str] | None = None,
+    audit: bool = False,
 ) -> Measured:
     """Run ``command`` on ``device`` (with ``device_map``, see
     :func:`~bakeoff.serve.service.start_service`) through its warm-up and its measured run:
     ``bodies[i]`` POSTed to ``path`` at ``times[i]``. A fault (it never became healthy, died,
     stopped answering its health URL after the run) is in the lifecycle; the service is
-    stopped whatever happens here, Ctrl-C included."""
+    stopped whatever happens here, Ctrl-C included.
+
+    With ``audit`` (and a ``device_map``), a service that served is then started once more, with
+    the placement audit armed in its process (:mod:`bakeoff.serve.audit`), sent the warm-up
+    requests (or the first :data:`AUDIT_REQUESTS` measured ones when there is no warm-up),
+    and stopped; the measured start ran first, unaudited, and is the cold replica."""
     service = start_service(
         command, out=out, device=device, device_map=device_map, health=health, timeout_s=start_timeout_s, env=env
     )
@@ -83,7 +98,60 @@ def measure_service(
         load = send_on_schedule(url, bodies, times, timeout_s=request_timeout_s)
         busy = (before, _load_1m()) if before is not None else None  # as a trial's: before and after timing
         service.check()  # a crash or a hang during the run is the lifecycle's to keep
-        return Measured(service.stop(), load, len(warmup), warmed, warmup_s, service.url, busy)
+        measured = Measured(service.stop(), load, len(warmup), warmed, warmup_s, service.url, busy)
+    if not (audit and device_map):
+        return measured
+    found, note = _audited_start(
+        command,
+        out=out / "audited",
+        device=device,
+        device_map=device_map,
+        bodies=list(warmup) or list(bodies[:AUDIT_REQUESTS]),
+        health=health,
+        path=path,
+        start_timeout_s=start_timeout_s,
+        request_timeout_s=request_timeout_s,
+        env=env,
+    )
+    return replace(measured, audit=found, audit_note=note)
+
+
+#: Requests an audited start is sent when there is no warm-up.
+AUDIT_REQUESTS = 8
+
+
+def _audited_start(
+    command: str,
+    *,
+    out: Path,
+    device: str,
+    device_map: Mapping[str, str],
+    bodies: Sequence[Any],
+    health: str,
+    path: str,
+    start_timeout_s: float,
+    request_timeout_s: float,
+    env: Mapping[str, str] | None,
+) -> tuple[dict[str, Any] | None, str]:
+    """Start the service with the placement audit armed, send ``bodies`` one after another,
+    collect the audit and stop it: (the audit or None, what happened)."""
+    folder = out / "audit"
+    after = audit_hook(device, folder)
+    service = start_service(
+        command, out=out, device=device, device_map=device_map, health=health, timeout_s=start_timeout_s, env=env,
+        after=after,
+    )  # fmt: skip
+    with service:
+        if service.error is not None:
+            return None, f"the audited start of the service failed: {service.error.message}"
+        answered, _ = _warm_up(service.url + "/" + path.lstrip("/"), bodies, request_timeout_s)
+        if not any((out / LEDGERS).glob("*.json")):  # its remap (and so the audit) arms at import torch
+            return None, "the service's own process never imported torch: there was no device work to audit"
+        request_audit(folder)
+        found = collect_audit(folder)
+    if found is None:
+        return None, "the audited start wrote no audit in time"
+    return found, f"placement audited on a start of its own over {answered} of {len(bodies)} request(s) answered"
 
 
 def _load_1m() -> float | None:

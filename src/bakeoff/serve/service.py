@@ -339,6 +339,7 @@ def start_service(
     grace_s: float = 5.0,
     strict: bool = False,
     cwd: Path | str | None = None,
+    after: Mapping[str, Any] | None = None,
 ) -> Service:
     """Start ``command`` and wait until it is healthy (see the module docstring).
 
@@ -357,6 +358,8 @@ def start_service(
         grace_s: how long it has to end after the stop's SIGTERM before it is killed.
         strict: the remap's ``--strict`` (see :class:`bakeoff.script.remap.Remapper`).
         cwd: its working directory (None: this process's).
+        after: under a mapping, hooks called in its process once its remap is installed (see
+            :func:`~bakeoff.script.children.remapped_children`; the placement audit's, for one).
 
     Returns:
         The :class:`Service`: healthy, or with its ``error`` (and already stopped).
@@ -383,6 +386,7 @@ def start_service(
         strict,
         grace_s,
         None if cwd is None else str(cwd),
+        after,
     )
     try:
         with open(out / KEEPER_LOG, "w", encoding="utf-8") as log:

@@ -46,6 +46,7 @@ class ServeSettings:
     path: str = "/generate"
     dtype: str = "float32"
     compare: str = ""
+    audit: bool = True
     min_duration_s: float = 10.0
     start_timeout_s: float = 120.0
     request_timeout_s: float = 30.0
@@ -258,6 +259,15 @@ SERVE_OPTIONS: dict[str, Option] = {
             _check_compare,
             metavar="MODULE:FUNCTION",
             example="my_checks:same_answer",
+        ),
+        Option(
+            "audit",
+            "--no-audit",
+            _DEFAULT.audit,
+            "Audit where each non-CPU target's work ran, on a start of the service of its own with the "
+            "warm-up requests (the measured start runs unaudited); off leaves placement 'not audited'.",
+            flag_help="Do not audit where each target's work ran (one start of the service fewer per target).",
+            example=False,
         ),
         Option(
             "min_duration_s",

@@ -170,9 +170,11 @@ def parse_target(text: str, extra_devices: Iterable[str] = ()) -> Target:
     device = match["device"]
     valid = (*KNOWN_DEVICES, *extra_devices)
     if device not in valid:
+        hint = "run `bakeoff targets` to see what this machine offers"
+        if device == TEST_DEVICE:
+            hint = f"{TEST_DEVICE} is bakeoff's test device: enable it with BAKEOFF_EMU=1 in the environment"
         raise SpecError(
-            f"unknown device {device!r} in target {text!r}; valid devices here: {', '.join(valid)}",
-            hint="run `bakeoff targets` to see what this machine offers",
+            f"unknown device {device!r} in target {text!r}; valid devices here: {', '.join(valid)}", hint=hint
         )
     fields: dict = {
         "device": device,
