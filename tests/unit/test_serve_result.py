@@ -75,3 +75,26 @@ def test_an_objective_on_the_wrong_side_or_beyond_its_range_is_refused(text: str
     with pytest.raises(SpecError) as raised:
         parse_objectives([text])
     assert says in raised.value.message
+
+
+def test_a_service_run_is_shown_with_its_own_columns_and_its_intervals_at_their_level() -> None:
+    from rich.console import Console
+
+    from bakeoff.env import capture_environment
+    from bakeoff.report.terminal.run import run_view
+    from bakeoff.results.values import RunResult
+
+    reference = _result(parse_target("cpu"), _measured(_run(200)), None, True, SETTINGS, parse_objectives(()), "cpu")
+    target = _target(_run(200, seed=1), slo=("p90<=2s",))
+    (objective,) = target.requirements
+    assert objective["confidence"] == 0.99 and reference.placement.verdict == "not_applicable"
+    workload = {"spec": "service:x", "kind": "service", "fingerprint": "f"}
+    run = RunResult("r1", "2026-01-01T00:00:00+00:00", workload, capture_environment(), (reference, target))
+    console = Console(width=250, record=True)
+    console.print(run_view(run, verbose=True))
+    text = console.export_text()
+    header = next(line for line in text.splitlines() if "target" in line and "p50" in line)
+    assert "p99" in header and "ready" in header and "500 ms" in text  # ready_s 0.5
+    assert "speed vs cpu" not in header and "first result" not in header and "peak RSS" not in header
+    assert "99% interval" in text and "95% interval" not in text
+    assert "99% intervals that account for the correlation" in text

@@ -122,7 +122,8 @@ class RequirementCheck:
     """One requirement against one target: ``verdict`` is met, not_met or not_measured.
 
     ``judged_at`` is the offered load (requests/s) a server verdict was judged at, the same for
-    every target of a trial; None for other metrics.
+    every target of a trial; None for other metrics. ``confidence``: the level of the interval
+    ``low``-``high`` (a trial's bootstrap intervals are 95%; a service's objectives, 99%).
     """
 
     requirement: Requirement
@@ -135,6 +136,7 @@ class RequirementCheck:
     confident: bool = False
     reason: str = ""
     judged_at: float | None = None
+    confidence: float = 0.95
 
     def to_dict(self) -> dict:
         req = self.requirement
@@ -154,6 +156,7 @@ class RequirementCheck:
             "confident": self.confident,
             "reason": self.reason,
             "judged_at": self.judged_at,
+            "confidence": self.confidence,
         }
 
 

@@ -6,6 +6,7 @@ same numbers with the same 95% intervals.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from bakeoff.analysis.requirements import SINGLE_OBSERVATION
@@ -104,7 +105,29 @@ def requirement_figures(check: dict[str, Any]) -> tuple[str, str]:
         interval = SINGLE_OBSERVATION
     elif low is not None and high is not None and high > low:
         interval = f"{figure(low, unit)}-{figure(high, unit)}"
+    elif value is not None and low is not None and high is None:  # too few requests to bound it above
+        interval = f"{figure(low, unit)}-unbounded"
     return measured, interval
+
+
+def confidence_of(check: Mapping[str, Any]) -> float:
+    """The level of a stored requirement check's interval (one stored before it was kept: 95%)."""
+    return float(check.get("confidence") or 0.95)
+
+
+def interval_heading(checks: Iterable[Mapping[str, Any]]) -> str:
+    """The heading of a column of requirement intervals: ``95% interval`` (their level, when
+    they share one), else ``interval`` (each cell then says its own, :func:`with_level`)."""
+    levels = {confidence_of(c) for c in checks}
+    return f"{levels.pop() * 100:g}% interval" if len(levels) == 1 else "interval"
+
+
+def with_level(interval: str, check: Mapping[str, Any], heading: str = "interval") -> str:
+    """An interval (:func:`requirement_figures`) with `` (99%)`` after it where ``heading`` does
+    not say its level."""
+    if heading != "interval" or interval in ("-", SINGLE_OBSERVATION):
+        return interval
+    return f"{interval} ({confidence_of(check) * 100:g}%)"
 
 
 #: The words for a placement verdict, the same in every format (the JSON keeps the code beside them).

@@ -22,7 +22,7 @@ from typing import Any
 
 from bakeoff.checks.registry import guarded, registered_checks
 from bakeoff.report.evidence import Evidence, answers_for, check_lines, scenario_rows
-from bakeoff.report.figures import requirement_figures, settings_line, speed_caveat
+from bakeoff.report.figures import requirement_figures, settings_line, speed_caveat, with_level
 from bakeoff.results.strictjson import for_display
 from bakeoff.results.values import RunResult, TargetResult
 from bakeoff.units import duration
@@ -314,7 +314,7 @@ def _context(evidence: Evidence) -> dict[str, Any]:
                     "answers": answers_for(r),
                     "comparison": comparison,
                     "requirements": [
-                        {**q, "measured": shown[0], "interval": shown[1]}
+                        {**q, "measured": shown[0], "interval": with_level(shown[1], q)}
                         for q in getattr(r, "requirements", None) or ()
                         for shown in [requirement_figures(q)]
                     ],

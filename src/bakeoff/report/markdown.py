@@ -23,7 +23,7 @@ from typing import Any
 
 from bakeoff.analysis.requirements import SINGLE_OBSERVATION, requirement_state
 from bakeoff.report.evidence import Answer, Evidence, answers_for, check_lines, scenario_rows
-from bakeoff.report.figures import requirement_figures, speed_caveat
+from bakeoff.report.figures import confidence_of, requirement_figures, speed_caveat
 from bakeoff.results.values import TargetResult
 from bakeoff.units import clip, duration
 from bakeoff.verdicts.decision import Decision
@@ -254,7 +254,7 @@ def _detail_lines(r: TargetResult) -> list[str]:
             if interval == "-"
             else f", {interval}"
             if interval == SINGLE_OBSERVATION
-            else f", 95% interval {md(interval)}"
+            else f", {confidence_of(q) * 100:g}% interval {md(interval)}"
         )
         lines.append(
             f"- requirement {md(q.get('text', '?'))}: **{md(verdict)}** (measured {md(measured)}"

@@ -69,7 +69,8 @@ def _requirement(verdict: ObjectiveVerdict, judgement: ServiceJudgement) -> dict
     (:func:`~bakeoff.analysis.requirements.requirement_state`)."""
     req = verdict.requirement
     common = {"value": verdict.value, "low": verdict.low, "high": verdict.high, "samples": judgement.answered,
-              "reason": verdict.reason, "judged_at": judgement.offered_rate}  # fmt: skip
+              "reason": verdict.reason, "judged_at": judgement.offered_rate,
+              "confidence": judgement.confidence}  # fmt: skip
     if verdict.verdict in ("met", "not_met"):
         return RequirementCheck(req, verdict.verdict, confident=True, **common).to_dict()
     if verdict.verdict == "inconclusive":

@@ -132,7 +132,8 @@ def _notes(result: TargetResult, run_id: str = "RUN") -> str:
 _LEFT = ("status", "correct", "placement", "requirements")
 #: columns of the run table, the first to leave a narrow terminal first
 _DROP_ORDER = (
-    "max abs err", "on device", "graphs", "p90", "first call", "first result", "peak RSS", "requirements",
+    "max abs err", "on device", "graphs", "p90", "first call", "first result", "peak RSS", "ready", "p99",
+    "requirements",
     "placement", "status",
 )  # fmt: skip
 _COST = "cost /1M req"
@@ -195,9 +196,11 @@ def _cost_cell(standing: Standing | None) -> str:
 
 
 def _row(
-    result: TargetResult, standing: Standing | None, verbose: bool, priced: bool, required: bool
+    result: TargetResult, standing: Standing | None, verbose: bool, priced: bool, required: bool, service: bool = False
 ) -> dict[str, Any]:
-    """One target's row: every column with ``verbose``, else the summary's."""
+    """One target's row: every column with ``verbose``, else the summary's. A ``service`` run's
+    latencies are from each request's scheduled send, under load: its row has p99 and the
+    service's start-up (``ready``) instead of a trial's speed ratio, first result and graphs."""
     latency = result.latency
     placement = result.placement
     answers = answers_for(result)
@@ -216,8 +219,16 @@ def _row(
     if required:
         row["requirements"] = Text(answers.requirements.word, style=_ANSWER_STYLE.get(answers.requirements.state, ""))
     row["p50"] = p50
-    if verbose:
+    if verbose or service:
         row["p90"] = duration(latency.p(90) if latency and latency.count else None)
+    if service:
+        row["p99"] = duration(latency.p(99) if latency and latency.count else None)
+        if priced:
+            row[_COST] = _cost_cell(standing)
+        lifecycle = (result.scenarios[0].facts.get("lifecycle") or {}) if result.scenarios else {}
+        ready = lifecycle.get("ready_s")
+        row["ready"] = duration(ready * 1e3 if ready is not None else None)
+        return row
     row["speed vs cpu"] = _speed(result)
     if priced:
         row[_COST] = _cost_cell(standing)
@@ -287,7 +298,8 @@ def run_view(
     standings = {s.target: s for s in decision.standings}
     priced = any(s.cost is not None or s.cost_note for s in standings.values())
     required = any(r.requirements for r in run.results)
-    rows = [_row(r, standings.get(label_of(r)), verbose, priced, required) for r in run.results]
+    service = run.workload.get("kind") == "service"
+    rows = [_row(r, standings.get(label_of(r)), verbose, priced, required, service) for r in run.results]
     columns = _fitting_columns(rows, width)
     table = Table(show_lines=False, header_style="bold")
     for name in columns:
@@ -330,7 +342,10 @@ def run_view(
         for note in run.workload.get("notes", []) or []:
             parts.append(Text(f"note: {note}", style="dim"))
     legend = (
-        "speed vs cpu = eager CPU p50 / target p50, measured in this run (>1 is faster; n.s. = its 95% interval, "
+        "p50, p90, p99: latency under the traffic, from each request's scheduled send; ready: the service's "
+        "start, from its process's start to its first healthy answer"
+        if service
+        else "speed vs cpu = eager CPU p50 / target p50, measured in this run (>1 is faster; n.s. = its 95% interval, "
         "the spread between worker processes included, contains 1)."
         if verbose
         else "speed vs cpu = eager CPU p50 / target p50 (>1 faster; n.s.: its 95% interval contains 1); "

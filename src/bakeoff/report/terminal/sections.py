@@ -12,7 +12,7 @@ from rich.table import Table
 
 from bakeoff.analysis.requirements import requirement_state
 from bakeoff.report.figures import human_bytes as _bytes
-from bakeoff.report.figures import requirement_figures, scenario_figures
+from bakeoff.report.figures import interval_heading, requirement_figures, scenario_figures, with_level
 from bakeoff.report.printable import Shown as Text  # every line shows the control characters of stored text
 from bakeoff.report.printable import escape
 from bakeoff.results.values import RunResult, TargetResult
@@ -92,8 +92,14 @@ def log_view(run: RunResult) -> Group:
 
 
 def scenarios_view(run: RunResult) -> Table:
-    """One row per target and scenario: headline figures with their 95% intervals."""
-    table = Table(header_style="bold", title="scenarios (figures with 95% bootstrap intervals)")
+    """One row per target and scenario: headline figures with their intervals (a trial's: 95%
+    bootstrap; a service's: 99%, accounting for the correlation between successive requests)."""
+    title = (
+        "scenarios (figures with 99% intervals that account for the correlation between requests)"
+        if run.workload.get("kind") == "service"
+        else "scenarios (figures with 95% bootstrap intervals)"
+    )
+    table = Table(header_style="bold", title=title)
     for name, justify in (("target", "left"), ("scenario", "left"), ("status", "left"), ("figures", "left")):
         table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
     table.add_column("ran", justify="right", no_wrap=True)
@@ -119,11 +125,13 @@ _REQUIREMENT_STYLE = {"met": "green", "not_met": "bold red", "not_measured": "ye
 def requirements_view(run: RunResult) -> Table:
     """Each target against each requirement: verdict, the measured value and its interval."""
     table = Table(header_style="bold", title="requirements")
-    for name in ("target", "requirement", "verdict", "measured", "95% interval", "note"):
+    heading = interval_heading(check for result in run.results for check in result.requirements)
+    for name in ("target", "requirement", "verdict", "measured", heading, "note"):
         table.add_column(name, overflow="fold")
     for result in run.results:
         for check in result.requirements:
             measured, interval = requirement_figures(check)
+            interval = with_level(interval, check, heading)
             state = requirement_state(check)  # one word, the decision's
             note = check["reason"]
             if state == "not conclusive":
