@@ -15,6 +15,7 @@ must say: never a met objective from a run that could not be judged.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,37 @@ def test_a_target_that_crashes_under_load_is_an_error_with_its_figures_kept(tmp_
     (again,) = api.rerun(run.run_id, db=tmp_path / "b.db")
     assert again.workload["fingerprint"] == run.workload["fingerprint"] and again.settings == run.settings
     assert [r.status for r in again.results] == ["ok", "error"] and again.results[1].error.category == "crash"
+
+
+def test_the_search_brackets_a_single_servers_capacity_and_the_decision_costs_it_at_that_rate(
+    tmp_path: Path, capsys
+) -> None:
+    # one request at a time, 20 ms each: at most 50/s, whatever the machine; a fast request at 25/s
+    run = _serve(
+        tmp_path, " --serial --service-ms 20", rate=25.0, duration_s=2.0, min_duration_s=2.0, slo=("p90<=200ms",),
+        search_steps=4, peak=100.0, headroom=0.25, prices=("emu=$2/h", "cpu=$1/h"), audit=False,
+    )  # fmt: skip
+    reference, emu = run.results
+    for result in (reference, emu):
+        assert result.status == "ok", result.error
+        search = result.scenarios[0].facts["search"]
+        steps = search["steps"]
+        assert steps and steps[0]["rate"] == 25.0 and len(steps) <= 4
+        for step in steps:  # every decided step on the right side of the capacity
+            if step["verdict"] == "met":
+                assert step["rate"] < 50.0, step
+            if step["verdict"] == "not_met":
+                assert step["rate"] > 25.0, step
+        low, high = search["low"], search["high"]
+        capacity = result.scenarios[0].facts["capacity"]
+        if low is None:
+            assert capacity is None and any("no replica count is known" in n for n in result.notes)
+            continue
+        assert low < 50.0 and (high is None or high > low)
+        assert capacity["most"] == math.ceil(125.0 / low)  # 100/s with 25% headroom
+        assert any(note.startswith("highest rate within the objectives: ") for note in result.notes)
+        assert any(note.startswith("capacity for a peak of 100/s with 25% headroom") for note in result.notes)
+    code, out, _ = cli_in_process(capsys, "show", run.run_id, "--db", str(tmp_path / "b.db"))
+    assert code == 0 and "highest rate within the objectives" in out
+    if reference.scenarios[0].facts["search"]["low"] is not None:  # priced at the searched rate
+        assert "searched service rate x 1" in out

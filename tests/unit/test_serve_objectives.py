@@ -199,3 +199,19 @@ def test_a_percentile_at_the_largest_answer_is_still_bounded_when_nothing_timed_
     judged = _judge(_run(_latencies(125)), "p90<=300ms", min_duration_s=1.0, min_requests=100)
     (objective,) = judged.objectives
     assert objective.high is not None and objective.verdict == "met", objective.reason
+
+
+def test_an_overloaded_service_whose_latencies_climb_together_is_not_met_though_its_p90_cannot_be_bounded() -> None:
+    # arrivals at 50/s, a server of 40/s: the queue grows, each request waits longer than the last
+    climbing = [0.005 + i * (1 / 40 - 1 / 50) for i in range(1500)]
+    fault = _judge(_run(climbing), "p90<=50ms")
+    (objective,) = fault.objectives
+    quantile = fault.quantile(90)
+    assert quantile is not None and not quantile.claimable  # a handful of effective requests
+    assert objective.verdict == "not_met" and fault.verdict == "not_met", objective.reason
+    assert "of requests within 50.0 ms" in objective.reason and "under the 90%" in objective.reason
+    # the control: the same count, independent and well inside, is met; and a share test never meets
+    assert _judge(_run(_latencies(1500)), "p90<=300ms").objectives[0].verdict == "met"
+    early = [0.005] * 1400 + [0.005 + i * 0.01 for i in range(100)]  # 93% within: not shown to miss
+    held = _judge(_run(early), "p90<=50ms").objectives[0]
+    assert held.verdict != "not_met", held.reason

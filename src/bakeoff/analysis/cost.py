@@ -33,7 +33,17 @@ from dataclasses import dataclass
 from bakeoff.codec import Value
 from bakeoff.errors import SpecError
 
-__all__ = ["MOST_PER_HOUR", "ONE_STREAM", "Cost", "Price", "cost_of", "parse_prices", "price_for", "streams_of"]
+__all__ = [
+    "MOST_PER_HOUR",
+    "ONE_STREAM",
+    "SERVICE_BASIS",
+    "Cost",
+    "Price",
+    "cost_of",
+    "parse_prices",
+    "price_for",
+    "streams_of",
+]
 
 _PER = {"h": 3600.0, "hour": 3600.0, "min": 60.0, "s": 1.0}
 _PRICE = re.compile(r"^\s*([^\d\s.=+-]{0,3})\s*((?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*/\s*([a-z]+)\s*$")
@@ -74,14 +84,15 @@ class Price(Value):
 
 @dataclass(frozen=True)
 class Cost(Value):
-    """Cost per million requests (``value`` with its interval ``low``-``high``, None for a
-    single observation), at ``rate`` requests per second: one stream's rate, read from
-    ``basis`` (``single-stream`` or ``server``), times the ``streams`` the price's instance
-    holds (``streams_from`` says why, in words; more than one is assumed to scale). ``price``
-    is what it was computed from; ``tokens_per_request`` the mean input tokens of a language
-    model's request. A ``rehearsal`` is a cost computed the same way for the bundled test device:
-    it exercises the cost path and says nothing of a real device. The reference's single-stream
-    cost has a zero-width interval: its speed is the unit the others' intervals are measured in."""
+    """Cost per million requests (``value`` with its interval ``low``-``high``, None for a single
+    observation), at ``rate`` requests per second: one stream's rate, read from ``basis``
+    (``single-stream``, ``server``, or ``service``: a service's searched rate), times the
+    ``streams`` the price's instance holds (``streams_from`` says why, in words; more than one
+    is assumed to scale). ``price`` is what it was computed from; ``tokens_per_request`` the
+    mean input tokens of a language model's request. A ``rehearsal`` is a cost computed the same
+    way for the bundled test device: it exercises the cost path and says nothing of a real
+    device. The reference's single-stream cost has a zero-width interval: its speed is the unit
+    the others' intervals are measured in."""
 
     value: float
     low: float | None
@@ -111,16 +122,24 @@ class Cost(Value):
     @property
     def basis_brief(self) -> str:
         """The basis in a few words: "single stream x 4" or "server rate x 1"."""
-        return f"{'single stream' if self.basis == 'single-stream' else 'server rate'} x {self.streams}"
+        return f"{_BASIS_BRIEF.get(self.basis, 'server rate')} x {self.streams}"
 
     @property
     def basis_text(self) -> str:
         """The basis in words: which rate, how many streams and why, and whether more than one
         is assumed to scale: "single stream x 4 (4 cores, 1 thread each), assumed to scale"."""
-        what = "single stream" if self.basis == "single-stream" else "measured server rate"
+        what = _BASIS_TEXT.get(self.basis, "measured server rate")
+        if self.basis == SERVICE_BASIS:
+            return f"{what} x 1: one replica per priced instance"
         if self.price.count is None:
             return f"{what} x 1: {ONE_STREAM}"
         return f"{what} x {self.streams} ({self.streams_from})" + (", assumed to scale" if self.streams > 1 else "")
+
+
+#: The basis of a service's cost: the highest rate its search showed within the objectives.
+SERVICE_BASIS = "service"
+_BASIS_BRIEF = {"single-stream": "single stream", SERVICE_BASIS: "searched service rate"}
+_BASIS_TEXT = {"single-stream": "single stream", SERVICE_BASIS: "highest rate within the objectives (searched)"}
 
 
 def _buys(text: str, capacity: str) -> tuple[int, str]:

@@ -26,7 +26,9 @@ _setting = functools.partial(setting_option, SERVE_OPTIONS)
     epilog="\b\nExamples:\n"
     "  bakeoff serve 'python -m bakeoff.examples.tiny_lm_service --port {port} --device {device}' --on emu \\\n"
     "      --traffic example --rate 20/s --duration 20 --slo 'p99<=500ms'\n"
-    "  bakeoff serve 'python -m myservice --port {port}' --on xpu --traffic requests.jsonl --path /v1/generate",
+    "  bakeoff serve 'python -m myservice --port {port}' --on xpu --traffic requests.jsonl --path /v1/generate\n"
+    "  bakeoff serve 'python -m myservice --port {port}' --on cuda,neuron --traffic requests.jsonl \\\n"
+    "      --slo 'p99<=300ms' --peak 400/s --price neuron=1.34/h --price cuda=4.10/h",
 )
 @click.argument("command")
 @click.option("--on", "on", multiple=True, default=("cpu",), show_default=True, metavar="DEVICES",
@@ -44,6 +46,11 @@ _setting = functools.partial(setting_option, SERVE_OPTIONS)
 @_setting("dtype")
 @_setting("compare")
 @_setting("audit")
+@_setting("search")
+@_setting("search_steps")
+@_setting("peak", type=str)
+@_setting("headroom", type=str)
+@_setting("prices")
 @_setting("min_duration_s")
 @_setting("start_timeout_s")
 @_setting("request_timeout_s")
@@ -63,7 +70,9 @@ def serve_command(command: str, on: Sequence[str], verbose: bool, db: str | None
     request by request; each --slo objective is met, not met or not conclusive by its interval,
     and a run too short, too small or whose client fell behind is not judged. Where each
     non-CPU target's work ran is audited on a start of the service of its own, over the warm-up
-    requests (the measured start runs unaudited).
+    requests (the measured start runs unaudited). --search (or --peak) then finds the highest
+    rate within the objectives, as an interval; with --peak, the replicas the peak needs and,
+    with --price, their monthly cost; the decision ranks by cost at the searched rate.
     Exit code: 0 when the run was made, 2 on bad input.
     """
     from bakeoff import api

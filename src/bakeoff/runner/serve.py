@@ -17,7 +17,11 @@ sent the same requests at the same planned times, stopped). Each target's result
   targets, unless ``--no-audit``: where its process's work ran, audited on a start of its own
   over the warm-up requests (:mod:`bakeoff.serve.audit`; the measured start runs unaudited);
 * ``status`` error, with the fault, for a service that never became healthy, died or hung;
-  processes it left running are a note.
+  processes it left running are a note;
+* with ``--search`` (or ``--peak``): the highest rate within the objectives, searched on the
+  measured start after its traffic (:mod:`bakeoff.serve.search`), as a note and the scenario's
+  ``search``; with ``--peak``, the capacity plan (:mod:`bakeoff.analysis.capacity`, priced by
+  ``--price``). The decision's cost per million requests is priced at the searched rate.
 
 The run is a ``service:COMMAND`` workload, fingerprinted by the command and the traffic file.
 """
@@ -32,7 +36,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bakeoff.analysis.requirements import RequirementCheck
+from bakeoff.analysis.capacity import capacity_plan
+from bakeoff.analysis.cost import parse_prices, price_for
+from bakeoff.analysis.requirements import Requirement, RequirementCheck, percentile_of
+from bakeoff.analysis.tail import requests_to_claim
 from bakeoff.analysis.tolerance import tolerance_for
 from bakeoff.checks.comparison import Correctness
 from bakeoff.checks.script_audit import host_placement
@@ -42,10 +49,11 @@ from bakeoff.results.values import ErrorInfo, Latency, RunResult, TargetResult
 from bakeoff.scenarios.base import ScenarioResult
 from bakeoff.serve.address import words
 from bakeoff.serve.measure import Measured, measure_service
-from bakeoff.serve.objectives import ObjectiveVerdict, ServiceJudgement, judge_run, parse_objectives
+from bakeoff.serve.objectives import MIN_REQUESTS, ObjectiveVerdict, ServiceJudgement, judge_run, parse_objectives
 from bakeoff.serve.responses import ResponseParity, compare_responses, load_compare
 from bakeoff.serve.schedule import from_trace, parse_schedule
-from bakeoff.serve.traffic import read_traffic
+from bakeoff.serve.search import RateSearch, SearchPlan
+from bakeoff.serve.traffic import Traffic, read_traffic
 from bakeoff.settings.serve import ServeSettings, run_settings, traffic_path
 from bakeoff.store.db import Store
 from bakeoff.store.schema import utc_now
@@ -116,6 +124,10 @@ def _result(
         message = f"none of the {len(load.requests)} requests was answered ({errors})"
         fatal = ErrorInfo("NoAnswer", message, "exception", "serve")
     notes = [f.message for f in lifecycle.faults if f.category == "leftover"]
+    capacity = None
+    if measured.search is not None:
+        said, capacity = _searched(target, measured.search, settings)
+        notes += said
     audited = measured.audit or {}
     if measured.audit_note:
         notes.append(measured.audit_note)
@@ -135,6 +147,7 @@ def _result(
         "warmup": measured.warmup, "warmed": measured.warmed, "warmup_s": measured.warmup_s,
         "lifecycle": lifecycle.to_dict(), "judgement": judgement.to_dict() if judgement else None,
         "responses": parity.to_dict() if parity else None,
+        "search": measured.search.to_dict() if measured.search else None, "capacity": capacity,
     }  # fmt: skip
     series = {}
     if load is not None:
@@ -163,6 +176,41 @@ def _result(
         duration_s=load.wall_s if load is not None else None,
         load_average=measured.load_average,
     )
+
+
+def _search_plan(settings: ServeSettings, traffic: Traffic, objectives: Sequence[Requirement]) -> SearchPlan:
+    """The search's steps: each at least ``--min-duration`` (with a margin for a drawn schedule's
+    span), :data:`~bakeoff.serve.objectives.MIN_REQUESTS` requests and the requests the tightest
+    percentile needs to be claimed; a recorded trace is replayed whole, scaled to each rate."""
+    quantiles = [q for q in (percentile_of(o.metric) for o in objectives) if q is not None]
+    claim = max((requests_to_claim(q, 0.99) for q in quantiles), default=0)
+    schedule = parse_schedule(settings.arrivals)
+
+    def plan(rate: float, scale: int) -> tuple[list[Any], list[float]]:
+        if traffic.at is not None:
+            return list(traffic.bodies), list(from_trace(traffic.at, rate))
+        count = max(math.ceil(rate * settings.min_duration_s * 1.25), MIN_REQUESTS, claim) * scale
+        return traffic.take(count), list(schedule.times(rate, count, seed=settings.seed + 1))
+
+    def judge(load: Any, rate: float) -> ServiceJudgement:
+        return judge_run(load, objectives, offered_rate=rate, min_duration_s=settings.min_duration_s)
+
+    return SearchPlan(settings.rate, settings.search_steps, plan, judge)
+
+
+def _searched(target: Target, search: RateSearch, settings: ServeSettings) -> tuple[list[str], dict[str, Any] | None]:
+    """The search's notes and the capacity plan for ``--peak`` (None: no peak, or no rate held)."""
+    tried = ", ".join(f"{step.rate:.3g}/s {step.verdict.replace('_', ' ')}" for step in search.steps)
+    notes = [f"highest rate within the objectives: {search.text} ({tried}; {search.stopped})"]
+    if settings.peak is None:
+        return notes, None
+    price = price_for(target.spec, target.device, parse_prices(settings.prices))
+    plan = capacity_plan(settings.peak, settings.headroom, search.low, search.high, price)
+    if plan is None:
+        notes.append(f"no replica count is known to hold a peak of {settings.peak:g}/s: no rate met every objective")
+        return notes, None
+    notes.append(f"capacity {plan.text}")
+    return notes, {**plan.to_dict(), "text": plan.text}
 
 
 def _folder(spec: str) -> str:
@@ -225,6 +273,7 @@ def serve_service(
                 start_timeout_s=settings.start_timeout_s,
                 request_timeout_s=settings.request_timeout_s,
                 audit=settings.audit and target.device != "cpu",
+                search=_search_plan(settings, traffic, objectives) if settings.searches else None,
             )
             is_reference = target == reference
             against = None if is_reference else ref_measured

@@ -10,8 +10,13 @@ scenario's result, so that every report, ``compare`` and ``regressions`` read it
 * ``facts``: the schedule (``rate``, ``arrivals``, ``requests``, ``warmup``, ``warmed``), the
   service's ``lifecycle`` (``ready_s``: process start to healthy, its faults), the ``judgement``
   of its objectives (:class:`~bakeoff.serve.objectives.ServiceJudgement` as stored: the
-  percentiles with their intervals, errors, goodput, validity) and, on a target, its
-  ``responses`` against the reference service's.
+  percentiles with their intervals, errors, goodput, validity), on a target its ``responses``
+  against the reference service's, and with ``--search`` the ``search``
+  (:class:`~bakeoff.serve.search.RateSearch` as stored) and, with ``--peak``, the ``capacity``
+  plan (:class:`~bakeoff.analysis.capacity.CapacityPlan` as stored, with its ``text``).
+
+Its metric ``service.rate`` is the searched rate (the rate shown to hold, within an interval up
+to the lowest rate shown not to): the rate a service's cost per million requests is priced at.
 
 The objectives' verdicts are the target's requirements (met, not met, not conclusive, too few
 samples, not measured when the run could not be judged), so the decision reads them as it reads
@@ -23,7 +28,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from bakeoff.scenarios.base import Scenario, ScenarioContext, ScenarioResult
+from bakeoff.scenarios.base import MetricSpec, Scenario, ScenarioContext, ScenarioResult
+from bakeoff.stats import Estimate
 
 __all__ = ["Service"]
 
@@ -40,11 +46,30 @@ def _ms(found: Mapping[str, Any] | None) -> str:
     return f"{found['value_ms']:.1f} ms [{found['low_ms']:.1f}, {bound}]"
 
 
+def _searched_rate(result: Any, scenario: ScenarioResult | None) -> Estimate | None:
+    """The highest rate within the objectives, as the search bracketed it: the rate shown to
+    hold, within an interval up to the lowest rate shown not to (the rate held when none was
+    too high); None when no rate was shown to hold, or none was searched."""
+    search = (scenario.facts.get("search") or {}) if scenario is not None else {}
+    low, high = search.get("low"), search.get("high")
+    if low is None or (high is not None and high <= low):
+        return None
+    return Estimate(low, low, high if high is not None else low, len(search.get("steps") or ()))
+
+
 class Service(Scenario):
     """See the module docstring."""
 
     name = "service"
     recorded_by = "bakeoff serve"
+    metrics = (
+        MetricSpec(
+            "service.rate",
+            "rate",
+            "highest offered rate at which a service met every objective (bakeoff serve --search)",
+            estimate=_searched_rate,
+        ),
+    )
 
     def not_applicable(self, context: ScenarioContext) -> str | None:
         return "a running service under its traffic is measured by bakeoff serve, not in a trial"
@@ -72,6 +97,12 @@ class Service(Scenario):
                 f"errors {errors or 'none'}; dispatch lag p99 {judgement['lag_p99_ms']:.1f} ms"
             )
             lines += [f"not judged: {why}" for why in judgement.get("invalid_reasons") or ()]
+        search = facts.get("search")
+        if search:
+            steps = ", ".join(f"{s['rate']:.3g}/s {s['verdict'].replace('_', ' ')}" for s in search["steps"])
+            lines.append(f"searched: {steps} ({search['stopped']})")
+        if facts.get("capacity"):
+            lines.append(f"capacity {facts['capacity']['text']}")
         return lines
 
     def rates(self, scenario: ScenarioResult) -> Mapping[str, float | None]:

@@ -3,10 +3,11 @@
 :func:`measure_service` starts the command on the target (:mod:`bakeoff.serve.service`: its
 device remapped, ``ready_s`` from its start), sends the warm-up requests one after another
 (closed loop, untimed: first shapes compile, caches fill), then the measured requests on their
-open-loop schedule (:mod:`bakeoff.serve.load`), asks the health URL whether it still serves, and
-stops the service's whole process group. A service that never became healthy has no load run; a
-service that dies during the run leaves its unanswered requests as connection errors in the run
-and its death in the :class:`~bakeoff.serve.service.Lifecycle`.
+open-loop schedule (:mod:`bakeoff.serve.load`), asks the health URL whether it still serves,
+searches the highest rate within the objectives when asked (:mod:`bakeoff.serve.search`, on the
+same warm process), and stops the service's whole process group. A service that never became
+healthy has no load run; a service that dies during the run leaves its unanswered requests as
+connection errors in the run and its death in the :class:`~bakeoff.serve.service.Lifecycle`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from bakeoff.serve.audit import collect as collect_audit
 from bakeoff.serve.audit import hook as audit_hook
 from bakeoff.serve.audit import request as request_audit
 from bakeoff.serve.load import LoadRun, send_on_schedule
+from bakeoff.serve.search import RateSearch, SearchPlan, search_rate
 from bakeoff.serve.service import Lifecycle, start_service
 
 __all__ = ["AUDIT_REQUESTS", "Measured", "measure_service"]
@@ -47,6 +49,9 @@ class Measured:
     audit: dict[str, Any] | None = None
     #: what the audited start did: its requests, or why it left no audit
     audit_note: str = ""
+    #: the search of the highest rate within the objectives (None: none was asked for, or the
+    #: service did not serve its measured traffic)
+    search: RateSearch | None = None
 
 
 def _warm_up(url: str, bodies: Sequence[Any], timeout_s: float) -> tuple[int, float]:
@@ -75,6 +80,7 @@ def measure_service(
     request_timeout_s: float = 30.0,
     env: Mapping[str, str] | None = None,
     audit: bool = False,
+    search: SearchPlan | None = None,
 ) -> Measured:
     """Run ``command`` on ``device`` (with ``device_map``, see
     :func:`~bakeoff.serve.service.start_service`) through its warm-up and its measured run:
@@ -97,8 +103,12 @@ def measure_service(
         before = _load_1m()
         load = send_on_schedule(url, bodies, times, timeout_s=request_timeout_s)
         busy = (before, _load_1m()) if before is not None else None  # as a trial's: before and after timing
-        service.check()  # a crash or a hang during the run is the lifecycle's to keep
-        measured = Measured(service.stop(), load, len(warmup), warmed, warmup_s, service.url, busy)
+        fault = service.check()  # a crash or a hang during the run is the lifecycle's to keep
+        searched = None
+        if search is not None and fault is None:
+            searched = _search(service.url + "/" + path.lstrip("/"), search, request_timeout_s)
+            service.check()
+        measured = Measured(service.stop(), load, len(warmup), warmed, warmup_s, service.url, busy, search=searched)
     if not (audit and device_map):
         return measured
     found, note = _audited_start(
@@ -114,6 +124,16 @@ def measure_service(
         env=env,
     )
     return replace(measured, audit=found, audit_note=note)
+
+
+def _search(url: str, plan: SearchPlan, timeout_s: float) -> RateSearch:
+    """The highest rate within the objectives on the running service (:mod:`bakeoff.serve.search`)."""
+
+    def step(rate: float, scale: int) -> Any:
+        bodies, times = plan.traffic(rate, scale)
+        return plan.judge(send_on_schedule(url, bodies, times, timeout_s=timeout_s), rate)
+
+    return search_rate(step, plan.start, max_steps=plan.steps)
 
 
 #: Requests an audited start is sent when there is no warm-up.

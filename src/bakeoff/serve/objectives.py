@@ -28,7 +28,11 @@ requests divided by their integrated autocorrelation time) is the one that count
 count: the rule's arithmetic (at least one of N draws above the percentile with probability
 ``confidence``) holds for independent draws, and 500 requests of which a burst of 50 shared one
 stall have shown the tail a few times, not 500. It is the stricter count, and, being estimated, a
-noisy one on short runs.
+noisy one on short runs. Too few to bound a percentile can still be enough to say it is over:
+an overloaded service's latencies climb together (a handful of effective requests), and when
+the share of requests answered within the threshold is below the percentile with its whole
+Wilson interval (on that indicator's own effective count), ``pQ<=T`` is ``not_met``; never
+``met`` that way.
 
 The error rate and goodput intervals use the effective count of their own indicator sequence
 (errors come in bursts when a service stalls or restarts); for independent outcomes that is the
@@ -248,6 +252,9 @@ def _judge(
         value, low = (None if v >= beyond else v * 1e3 for v in (found.value, found.low))
         high = found.high * 1e3 if found.enough and found.high < beyond else None
         if found.effective < needed:
+            missed = _share_missed(req, q, timed, confidence)
+            if missed is not None:  # too few to bound the percentile, enough to say it is over
+                return ObjectiveVerdict(req, "not_met", value, low, high, missed)
             why = (
                 f"{req.text} invalid: {found.effective:.0f} effective requests, {needed} needed to "
                 f"claim p{q:g} at {confidence * 100:g}% confidence"
@@ -262,6 +269,25 @@ def _judge(
     shown = f"{_show(low, req.unit)} to {_show(high, req.unit)}"
     why = f"{req.text} {verdict.replace('_', ' ')} ({req.metric} {_show(value, req.unit)}, interval {shown})"
     return ObjectiveVerdict(req, verdict, value, low, high, why)
+
+
+def _share_missed(req: Requirement, q: float, timed: Sequence[float], confidence: float) -> str | None:
+    """Why ``pQ<=T`` is not met when too few effective requests bound the percentile itself (an
+    overloaded service's latencies climb together, so they count as few): the share of requests
+    answered within ``T`` (a timed-out one never is), with its Wilson interval over the
+    indicator's effective count, is below ``Q``% with its whole interval. None: it is not shown."""
+    if req.op not in ("<=", "<"):
+        return None
+    threshold_s = req.threshold / 1e3
+    within = [t <= threshold_s if req.op == "<=" else t < threshold_s for t in timed]
+    share, _, high = _share(within, confidence)
+    if high >= q / 100:
+        return None
+    return (
+        f"{req.text} not met: {_pct(share)} of requests within {_show(req.threshold, req.unit)} (at most "
+        f"{_pct(high)} at {confidence * 100:g}% confidence), under the {q:g}% the objective asks; too few "
+        f"effective requests to bound p{q:g} itself"
+    )
 
 
 #: The error of a request that got no answer in its time.

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from bakeoff.analysis.cost import parse_prices
 from bakeoff.errors import SpecError
 from bakeoff.settings.bounds import SEED, TIMEOUT, WEEK_S, Bounds
 from bakeoff.settings.option import Option, check_device_map, check_reference_device, number_check, read_options, texts
@@ -27,6 +28,8 @@ EXAMPLE_TRAFFIC = "example"
 _RATE = Bounds(float, 0.0, 1e6, 20.0, low_open=True, unit="of requests per second")
 _SPAN = Bounds(float, 0.0, WEEK_S, 30.0, low_open=True, unit="of seconds")
 _WARMUP = Bounds(int, 0, 1_000_000, 16)
+_STEPS = Bounds(int, 1, 30, 8)
+_HEADROOM = Bounds(float, 0.0, 10.0, 0.2)
 _DTYPES = ("float32", "float64", "bfloat16", "float16")
 
 
@@ -47,6 +50,11 @@ class ServeSettings:
     dtype: str = "float32"
     compare: str = ""
     audit: bool = True
+    search: bool = False
+    search_steps: int = 8
+    peak: float | None = None
+    headroom: float = 0.2
+    prices: tuple[str, ...] = ()
     min_duration_s: float = 10.0
     start_timeout_s: float = 120.0
     request_timeout_s: float = 30.0
@@ -66,7 +74,16 @@ class ServeSettings:
             SpecError: a value out of range or malformed.
             TypeError: a keyword that is not a setting.
         """
-        return cls(**read_options(SERVE_OPTIONS, given, "serve setting"))
+        values = read_options(SERVE_OPTIONS, given, "serve setting")
+        if (values["search"] or values["peak"] is not None) and not values["slo"]:
+            flag = "--peak" if values["peak"] is not None else "--search"
+            raise SpecError(f"{flag} needs an objective to search within", hint="add --slo, e.g. --slo 'p90<=300ms'")
+        return cls(**values)
+
+    @property
+    def searches(self) -> bool:
+        """Whether the highest rate within the objectives is searched (``--search``, or ``--peak``)."""
+        return self.search or self.peak is not None
 
     def options(self) -> dict[str, Any]:
         """The keywords that give these settings again."""
@@ -99,7 +116,10 @@ def run_settings(settings: ServeSettings, *, command: str, reference: str) -> di
     asked = {k: v for k, v in settings.options().items() if k != "reference"}
     if asked["traffic"] != EXAMPLE_TRAFFIC:
         asked["traffic"] = str(Path(asked["traffic"]).resolve())
-    return {"reference": reference, "reference_added": True, "serve": {"command": command, **asked}}
+    stored = {"reference": reference, "reference_added": True, "serve": {"command": command, **asked}}
+    if settings.prices:  # where the decision reads a run's prices, as a trial's
+        stored["prices"] = list(settings.prices)
+    return stored
 
 
 # -- the checks -------------------------------------------------------------------------------
@@ -111,13 +131,19 @@ def _check_traffic(value: str, given: Mapping[str, Any]) -> str:
     return value
 
 
-def _check_rate(value: Any, given: Mapping[str, Any]) -> float:
-    text = str(value).strip().removesuffix("/s") if isinstance(value, str) else value
-    try:
-        number = float(text)
-    except (TypeError, ValueError):
-        raise SpecError(f"--rate {value!r}", hint="requests per second, e.g. --rate 20/s") from None
-    return number_check(_RATE, "--rate")(number, given)
+def _rate_check(flag: str) -> Any:
+    def check(value: Any, given: Mapping[str, Any]) -> float:
+        text = str(value).strip().removesuffix("/s") if isinstance(value, str) else value
+        try:
+            number = float(text)
+        except (TypeError, ValueError):
+            raise SpecError(f"{flag} {value!r}", hint=f"requests per second, e.g. {flag} 20/s") from None
+        return number_check(_RATE, flag)(number, given)
+
+    return check
+
+
+_check_rate = _rate_check("--rate")
 
 
 def _check_slo(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[str, ...]:
@@ -131,6 +157,25 @@ def _check_path(flag: str) -> Any:
         return value
 
     return check
+
+
+def _check_peak(value: Any, given: Mapping[str, Any]) -> float | None:
+    return None if value is None else _rate_check("--peak")(value, given)
+
+
+def _check_headroom(value: Any, given: Mapping[str, Any]) -> float:
+    text = str(value).strip()
+    try:
+        share = float(text.removesuffix("%")) / (100 if text.endswith("%") else 1)
+    except ValueError:
+        raise SpecError(f"--headroom {value!r}", hint="a share of capacity kept free, e.g. 20% or 0.2") from None
+    return number_check(_HEADROOM, "--headroom")(share, given)
+
+
+def _check_prices(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[str, ...]:
+    found = tuple(texts(value))
+    parse_prices(found)  # refused as written
+    return found
 
 
 def _check_compare(value: str, given: Mapping[str, Any]) -> str:
@@ -268,6 +313,55 @@ SERVE_OPTIONS: dict[str, Option] = {
             "warm-up requests (the measured start runs unaudited); off leaves placement 'not audited'.",
             flag_help="Do not audit where each target's work ran (one start of the service fewer per target).",
             example=False,
+        ),
+        Option(
+            "search",
+            "--search",
+            _DEFAULT.search,
+            "Search the highest rate within the objectives on the measured start, after its traffic: "
+            "doubling from --rate while every objective is met, halving while one is not, then bisecting; "
+            "each step judged on its own, and a step that cannot decide ends the search (needs --slo).",
+            flag_help="Search the highest rate within the objectives (needs --slo).",
+            example=True,
+        ),
+        Option(
+            "search_steps",
+            "--search-steps",
+            _DEFAULT.search_steps,
+            "The most load runs the search makes.",
+            number_check(_STEPS, "--search-steps"),
+            bounds=_STEPS,
+            example=4,
+        ),
+        Option(
+            "peak",
+            "--peak",
+            _DEFAULT.peak,
+            "The peak rate to plan replicas for, e.g. 400/s: the replicas it needs with --headroom, "
+            "from the searched rate (implies --search).",
+            _check_peak,
+            metavar="RATE",
+            example=400.0,
+        ),
+        Option(
+            "headroom",
+            "--headroom",
+            _DEFAULT.headroom,
+            "The share of capacity the plan keeps free at the peak, e.g. 20% or 0.2.",
+            _check_headroom,
+            metavar="SHARE",
+            example=0.5,
+        ),
+        Option(
+            "prices",
+            "--price",
+            _DEFAULT.prices,
+            "What an hour of a replica costs, by target or device: 'neuron=$1.34/h' (repeatable): the "
+            "decision ranks by cost per million requests at the searched rate, and the plan costs a month.",
+            _check_prices,
+            metavar="TARGET=PRICE/h",
+            example=["cpu=0.34/h"],
+            multiple=True,
         ),
         Option(
             "min_duration_s",

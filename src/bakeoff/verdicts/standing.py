@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bakeoff.analysis.cost import Cost, Price, cost_of, parse_prices, price_for, streams_of
+from bakeoff.analysis.cost import SERVICE_BASIS, Cost, Price, cost_of, parse_prices, price_for, streams_of
 from bakeoff.analysis.requirements import requirement_state
 from bakeoff.checks.comparison import Correctness
 from bakeoff.checks.registry import guarded, registered_checks
@@ -172,6 +172,13 @@ def _cost(
         return None, "not priced"
     if r.status != "ok":
         return None, f"did not run ({r.status})"
+    if r.scenario("service") is not None:  # a service: one replica per priced instance, at its searched rate
+        searched = metric_estimate(r, "service.rate")
+        if searched is None:
+            return None, "no rate searched"
+        said = {"streams": 1, "streams_from": "one replica per instance", "rehearsal": r.target.device == TEST_DEVICE}
+        interval = (searched.low, searched.high) if searched.low < searched.high else None
+        return cost_of(price, searched.value, SERVICE_BASIS, interval, tokens, **said), ""
     streams, streams_from = streams_of(price, r.target.device, r.target.effective_threads)
     if streams < 1:
         return None, f"needs {r.target.effective_threads} threads, its price buys {price.buys}"

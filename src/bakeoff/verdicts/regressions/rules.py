@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from bakeoff.analysis.compare import ratio_of_medians
-from bakeoff.analysis.cost import Cost
+from bakeoff.analysis.cost import SERVICE_BASIS, Cost
 from bakeoff.analysis.requirements import requirement_state
 from bakeoff.checks.base import Metric
 from bakeoff.checks.registry import guarded, registered_checks
@@ -240,9 +240,9 @@ def _cost(
     ratio = after.value / before.value
     big = abs(ratio - 1) > t.cost
     low = high = None
-    if before.basis != "single-stream":
+    if before.basis not in ("single-stream", SERVICE_BASIS):
         tells, why = True, "one reading each: only the size counts"
-    elif not (_point(before) and _point(after)):
+    elif not (_point(before) and _point(after)) or before.basis == SERVICE_BASIS:  # a searched rate's bracket
         b_low, b_high = (before.value, before.value) if _point(before) else (before.low, before.high)
         a_low, a_high = (after.value, after.value) if _point(after) else (after.low, after.high)
         tells = a_low > b_high or b_low > a_high  # type: ignore[operator]
