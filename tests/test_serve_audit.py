@@ -45,6 +45,7 @@ def test_work_left_on_the_host_in_a_handler_thread_is_caught_and_the_clean_servi
         warmup=4,
         path="/tensor",
         start_timeout_s=60.0,
+        cold_s=0.0,
     )
     reference, clean, faulty = run.results
     assert [r.status for r in run.results] == ["ok", "ok", "ok"], [r.error for r in run.results]

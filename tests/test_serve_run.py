@@ -38,7 +38,8 @@ def _serve(tmp_path: Path, extra: str = "", **settings):
     traffic = tmp_path / "requests.jsonl"
     traffic.write_text("".join(json.dumps({"i": k}) + "\n" for k in range(40)))
     options = {"traffic": str(traffic), "rate": RATE, "duration_s": SECONDS, "warmup": 3, "min_duration_s": 4.0,
-               "path": "/value", "slo": ("p90<=500ms",), "start_timeout_s": 60.0, **settings}  # fmt: skip
+               "path": "/value", "slo": ("p90<=500ms",), "start_timeout_s": 60.0, "cold_s": 1.0,
+               **settings}  # fmt: skip
     return api.serve_service(APP + extra, on="emu", db=tmp_path / "b.db", **options)
 
 
@@ -93,7 +94,7 @@ def test_a_target_whose_values_are_one_percent_off_and_some_answers_fail_is_caug
 
 
 def test_a_target_that_crashes_under_load_is_an_error_with_its_figures_kept(tmp_path: Path) -> None:
-    run = _serve(tmp_path, " --fault-on emu --fault-crash-after-s 2", duration_s=4.0, min_duration_s=2.0)
+    run = _serve(tmp_path, " --fault-on emu --fault-crash-after-s 2", duration_s=4.0, min_duration_s=2.0, cold_s=0.0)
     reference, emu = run.results
     assert reference.status == "ok", reference.error  # the control: the same command, clean
     assert emu.status == "error" and emu.error.category == "crash" and emu.error.phase == "serve", emu.error
@@ -140,3 +141,25 @@ def test_the_search_brackets_a_single_servers_capacity_and_the_decision_costs_it
     assert code == 0 and "highest rate within the objectives" in out
     if reference.scenarios[0].facts["search"]["low"] is not None:  # priced at the searched rate
         assert "searched service rate x 1" in out
+
+
+def test_a_service_that_compiles_each_new_shape_shows_it_in_its_cold_replica_and_not_once_warm(tmp_path: Path) -> None:
+    # on emu only: the first request of each of 8 shapes blocks the process 300 ms; p90 <= 100 ms
+    run = _serve(tmp_path, " --fault-on emu --fault-compile-ms 300", duration_s=4.0, cold_s=2.0, slo=("p90<=100ms",),
+                 audit=False)  # fmt: skip
+    reference, emu = run.results
+    control, fault = (r.scenarios[0].facts["cold"] for r in (reference, emu))
+    assert control["requests"] == fault["requests"] == int(RATE * 2.0)
+    assert fault["first_ms"] >= 300.0 and fault["attainment"] < control["attainment"], (fault, control)
+    assert fault["high"] < 1.0  # requests stuck behind a compile: shown to miss, with its interval
+    assert control["attainment"] >= 0.9 and control["first_ms"] < 300.0, control
+    # once warm, every shape has compiled: the measured traffic is as the reference's
+    assert emu.scenarios[0].facts["judgement"]["goodput_share"] >= 0.9
+    (said,) = [n for n in emu.notes if n.startswith("cold replica: ")]
+    assert f"{fault['attainment'] * 100:.1f}% of the 50 requests of its first 2 s within every objective" in said
+    assert "once warm" in said and "its first request took" in said
+    # its responses are 1% off too (the fixture's --fault-on): the remedy names no trial-only command
+    from bakeoff.verdicts.remedies import what_it_takes
+
+    (wrong,) = [item for item in what_it_takes(run)["emu"] if item.kind == "wrong"]
+    assert "bakeoff localize" not in wrong.change and wrong.change.startswith("find where the target diverges")

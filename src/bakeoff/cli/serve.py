@@ -40,6 +40,7 @@ _setting = functools.partial(setting_option, SERVE_OPTIONS)
 @_setting("arrivals")
 @_setting("duration_s")
 @_setting("warmup")
+@_setting("cold_s")
 @_setting("slo")
 @_setting("health")
 @_setting("path")
@@ -64,7 +65,8 @@ def serve_command(command: str, on: Sequence[str], verbose: bool, db: str | None
     COMMAND is the service's command line, one argument (quote it); {port} is filled with a free
     port and {device} with the target's device. It runs in its own process group with cuda (or
     --map's devices) remapped to the target's device, as bakeoff exec remaps a script; bakeoff
-    waits for --health, sends --warmup requests one by one (untimed), then rate x duration
+    waits for --health, sends --cold seconds of traffic to the fresh replica (timed: a scale-out
+    event), --warmup requests one by one (untimed), then rate x duration
     requests on an open-loop schedule, each timed from when it was due, and stops every
     process of the service. Each target's responses are compared with the reference service's,
     request by request; each --slo objective is met, not met or not conclusive by its interval,

@@ -18,6 +18,9 @@ sent the same requests at the same planned times, stopped). Each target's result
   over the warm-up requests (:mod:`bakeoff.serve.audit`; the measured start runs unaudited);
 * ``status`` error, with the fault, for a service that never became healthy, died or hung;
   processes it left running are a note;
+* with ``--cold`` (10 s by default): the fresh replica's first seconds of traffic, sent before its
+  warm-up: the share of requests within every objective there against the warm run's, its first
+  request's latency, as a note and the scenario's ``cold``;
 * with ``--search`` (or ``--peak``): the highest rate within the objectives, searched on the
   measured start after its traffic (:mod:`bakeoff.serve.search`), as a note and the scenario's
   ``search``; with ``--peak``, the capacity plan (:mod:`bakeoff.analysis.capacity`, priced by
@@ -48,17 +51,27 @@ from bakeoff.launch.tempdirs import owned_tempdir
 from bakeoff.results.values import ErrorInfo, Latency, RunResult, TargetResult
 from bakeoff.scenarios.base import ScenarioResult
 from bakeoff.serve.address import words
+from bakeoff.serve.load import LoadRun
 from bakeoff.serve.measure import Measured, measure_service
-from bakeoff.serve.objectives import MIN_REQUESTS, ObjectiveVerdict, ServiceJudgement, judge_run, parse_objectives
+from bakeoff.serve.objectives import (
+    MIN_REQUESTS,
+    ObjectiveVerdict,
+    ServiceJudgement,
+    attainment,
+    judge_run,
+    parse_objectives,
+)
 from bakeoff.serve.responses import ResponseParity, compare_responses, load_compare
 from bakeoff.serve.schedule import from_trace, parse_schedule
 from bakeoff.serve.search import RateSearch, SearchPlan
 from bakeoff.serve.traffic import Traffic, read_traffic
 from bakeoff.settings.serve import ServeSettings, run_settings, traffic_path
+from bakeoff.stats import percentile
 from bakeoff.store.db import Store
 from bakeoff.store.schema import utc_now
 from bakeoff.target.detect import unavailable_reason
 from bakeoff.target.spec import Target
+from bakeoff.units import duration
 
 __all__ = ["serve_service", "service_workload"]
 
@@ -124,6 +137,10 @@ def _result(
         message = f"none of the {len(load.requests)} requests was answered ({errors})"
         fatal = ErrorInfo("NoAnswer", message, "exception", "serve")
     notes = [f.message for f in lifecycle.faults if f.category == "leftover"]
+    cold = None
+    if measured.cold is not None:
+        cold, said = _cold(measured.cold, objectives, judgement, settings.cold_s)
+        notes.append(said)
     capacity = None
     if measured.search is not None:
         said, capacity = _searched(target, measured.search, settings)
@@ -147,7 +164,7 @@ def _result(
         "warmup": measured.warmup, "warmed": measured.warmed, "warmup_s": measured.warmup_s,
         "lifecycle": lifecycle.to_dict(), "judgement": judgement.to_dict() if judgement else None,
         "responses": parity.to_dict() if parity else None,
-        "search": measured.search.to_dict() if measured.search else None, "capacity": capacity,
+        "search": measured.search.to_dict() if measured.search else None, "capacity": capacity, "cold": cold,
     }  # fmt: skip
     series = {}
     if load is not None:
@@ -213,6 +230,47 @@ def _searched(target: Target, search: RateSearch, settings: ServeSettings) -> tu
     return notes, {**plan.to_dict(), "text": plan.text}
 
 
+def _cold_plan(settings: ServeSettings, traffic: Traffic) -> tuple[list[Any], list[float]] | None:
+    """The cold traffic: ``--cold`` seconds at ``--rate`` (a recorded trace: its first seconds)."""
+    if settings.cold_s <= 0:
+        return None
+    if traffic.at is not None:
+        kept = [(b, t) for b, t in zip(traffic.bodies, from_trace(traffic.at, settings.rate), strict=True)]
+        kept = [(b, t) for b, t in kept if t < settings.cold_s] or kept[:1]
+        return [b for b, _ in kept], [t for _, t in kept]
+    count = max(1, math.ceil(settings.rate * settings.cold_s))
+    times = parse_schedule(settings.arrivals).times(settings.rate, count, seed=settings.seed + 2)
+    return traffic.take(count), list(times)
+
+
+def _cold(
+    cold: LoadRun, objectives: Sequence[Requirement], judgement: ServiceJudgement | None, seconds: float
+) -> tuple[dict[str, Any], str]:
+    """What a fresh replica did with its first ``seconds`` of traffic, as facts and a note."""
+    share, low, high = attainment(cold, objectives)
+    answered = cold.latencies()
+    head = cold.requests[0] if cold.requests else None
+    first_ms = head.latency_s * 1e3 if head is not None and head.error is None and head.latency_s is not None else None
+    facts = {
+        "seconds": seconds, "requests": len(cold.requests), "answered": len(answered), "attainment": share,
+        "low": low, "high": high, "first_ms": first_ms, "errors": cold.errors(),
+        "p50_ms": percentile(answered, 50) * 1e3 if answered else None,
+        "p99_ms": percentile(answered, 99) * 1e3 if answered else None,
+        "lag_p99_ms": cold.lag_p99_s() * 1e3,
+        "warm": judgement.goodput_share if judgement is not None else None,
+    }  # fmt: skip
+    what = "within every objective" if any(percentile_of(o.metric) is not None for o in objectives) else "answered"
+    note = (
+        f"cold replica: {share * 100:.1f}% of the {len(cold.requests)} requests of its first {seconds:g} s {what} "
+        f"({low * 100:.1f}% to {high * 100:.1f}% at 99%)"
+    )
+    if facts["warm"] is not None:
+        note += f", {facts['warm'] * 100:.1f}% once warm"
+    if first_ms is not None:
+        note += f"; its first request took {duration(first_ms)}"
+    return facts, note
+
+
 def _folder(spec: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", spec)
 
@@ -247,6 +305,7 @@ def serve_service(
         bodies = traffic.take(count)
         times = parse_schedule(settings.arrivals).times(settings.rate, count, seed=settings.seed)
     warmup = traffic.take(settings.warmup) if settings.warmup else []
+    cold_plan = _cold_plan(settings, traffic)
     workload = service_workload(command, path.read_bytes(), settings.traffic, settings.dtype)
     base = owned_tempdir("serve")
     results: list[TargetResult] = []
@@ -274,6 +333,7 @@ def serve_service(
                 request_timeout_s=settings.request_timeout_s,
                 audit=settings.audit and target.device != "cpu",
                 search=_search_plan(settings, traffic, objectives) if settings.searches else None,
+                cold=cold_plan,
             )
             is_reference = target == reference
             against = None if is_reference else ref_measured

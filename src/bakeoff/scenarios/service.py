@@ -11,7 +11,9 @@ scenario's result, so that every report, ``compare`` and ``regressions`` read it
   service's ``lifecycle`` (``ready_s``: process start to healthy, its faults), the ``judgement``
   of its objectives (:class:`~bakeoff.serve.objectives.ServiceJudgement` as stored: the
   percentiles with their intervals, errors, goodput, validity), on a target its ``responses``
-  against the reference service's, and with ``--search`` the ``search``
+  against the reference service's, ``cold``: the fresh replica's first ``--cold`` seconds of
+  traffic (the share within every objective with its interval, against the warm run's, its first
+  request), and with ``--search`` the ``search``
   (:class:`~bakeoff.serve.search.RateSearch` as stored) and, with ``--peak``, the ``capacity``
   plan (:class:`~bakeoff.analysis.capacity.CapacityPlan` as stored, with its ``text``).
 
@@ -97,6 +99,14 @@ class Service(Scenario):
                 f"errors {errors or 'none'}; dispatch lag p99 {judgement['lag_p99_ms']:.1f} ms"
             )
             lines += [f"not judged: {why}" for why in judgement.get("invalid_reasons") or ()]
+        cold = facts.get("cold")
+        if cold:
+            first = f"; first request {cold['first_ms']:.1f} ms" if cold.get("first_ms") is not None else ""
+            warm = f" (warm: {cold['warm'] * 100:.1f}%)" if cold.get("warm") is not None else ""
+            lines.append(
+                f"cold replica, first {cold['seconds']:g} s: {cold['attainment'] * 100:.1f}% of {cold['requests']} "
+                f"requests within every objective [{cold['low'] * 100:.1f}%, {cold['high'] * 100:.1f}%]{warm}{first}"
+            )
         search = facts.get("search")
         if search:
             steps = ", ".join(f"{s['rate']:.3g}/s {s['verdict'].replace('_', ' ')}" for s in search["steps"])

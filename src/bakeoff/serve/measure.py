@@ -1,7 +1,8 @@
 """One target's service under load: started, warmed up, measured, checked, stopped.
 
 :func:`measure_service` starts the command on the target (:mod:`bakeoff.serve.service`: its
-device remapped, ``ready_s`` from its start), sends the warm-up requests one after another
+device remapped, ``ready_s`` from its start), sends the cold traffic when asked (open loop, timed:
+what a fresh replica answers in its first seconds), the warm-up requests one after another
 (closed loop, untimed: first shapes compile, caches fill), then the measured requests on their
 open-loop schedule (:mod:`bakeoff.serve.load`), asks the health URL whether it still serves,
 searches the highest rate within the objectives when asked (:mod:`bakeoff.serve.search`, on the
@@ -52,6 +53,8 @@ class Measured:
     #: the search of the highest rate within the objectives (None: none was asked for, or the
     #: service did not serve its measured traffic)
     search: RateSearch | None = None
+    #: the traffic sent to the fresh replica before its warm-up (None: none was asked for)
+    cold: LoadRun | None = None
 
 
 def _warm_up(url: str, bodies: Sequence[Any], timeout_s: float) -> tuple[int, float]:
@@ -81,6 +84,7 @@ def measure_service(
     env: Mapping[str, str] | None = None,
     audit: bool = False,
     search: SearchPlan | None = None,
+    cold: tuple[Sequence[Any], Sequence[float]] | None = None,
 ) -> Measured:
     """Run ``command`` on ``device`` (with ``device_map``, see
     :func:`~bakeoff.serve.service.start_service`) through its warm-up and its measured run:
@@ -99,6 +103,7 @@ def measure_service(
         if service.error is not None:
             return Measured(service.stop(), None, len(warmup))
         url = service.url + "/" + path.lstrip("/")
+        first = send_on_schedule(url, *cold, timeout_s=request_timeout_s) if cold and cold[0] else None
         warmed, warmup_s = _warm_up(url, warmup, request_timeout_s)
         before = _load_1m()
         load = send_on_schedule(url, bodies, times, timeout_s=request_timeout_s)
@@ -108,7 +113,9 @@ def measure_service(
         if search is not None and fault is None:
             searched = _search(service.url + "/" + path.lstrip("/"), search, request_timeout_s)
             service.check()
-        measured = Measured(service.stop(), load, len(warmup), warmed, warmup_s, service.url, busy, search=searched)
+        measured = Measured(
+            service.stop(), load, len(warmup), warmed, warmup_s, service.url, busy, search=searched, cold=first
+        )
     if not (audit and device_map):
         return measured
     found, note = _audited_start(

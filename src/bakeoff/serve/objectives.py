@@ -69,6 +69,7 @@ __all__ = [
     "ObjectiveVerdict",
     "Quantile",
     "ServiceJudgement",
+    "attainment",
     "judge_run",
     "parse_objectives",
     "wilson_interval",
@@ -335,6 +336,18 @@ def _problems(
     return found
 
 
+def attainment(run: LoadRun, objectives: Sequence[Requirement], confidence: float = 0.99) -> tuple[float, float, float]:
+    """The share of ``run``'s requests answered within every latency objective (every answered
+    request where there is none), with its Wilson interval on their effective count: the
+    fraction goodput counts."""
+    latency_objectives = [o for o in objectives if percentile_of(o.metric) is not None]
+    good = [
+        r.error is None and r.latency_s is not None and all(o.holds(r.latency_s * 1e3) for o in latency_objectives)
+        for r in run.requests
+    ]
+    return _share(good, confidence)
+
+
 def judge_run(
     run: LoadRun,
     objectives: Sequence[Requirement],
@@ -359,11 +372,7 @@ def judge_run(
     n = len(run.requests)
     span = _span_s(run, offered_rate)
     per_s = n / span if span > 0 else 0.0
-    good = [
-        r.error is None and r.latency_s is not None and all(o.holds(r.latency_s * 1e3) for o in latency_objectives)
-        for r in run.requests
-    ]
-    share, good_low, good_high = _share(good, confidence)
+    share, good_low, good_high = attainment(run, objectives, confidence)
     errors = _share([r.error is not None for r in run.requests], confidence)
     figures = {"error_rate": errors, "goodput": (share * per_s, good_low * per_s, good_high * per_s)}
     answered = len(run.latencies())

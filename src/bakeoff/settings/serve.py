@@ -29,6 +29,7 @@ _RATE = Bounds(float, 0.0, 1e6, 20.0, low_open=True, unit="of requests per secon
 _SPAN = Bounds(float, 0.0, WEEK_S, 30.0, low_open=True, unit="of seconds")
 _WARMUP = Bounds(int, 0, 1_000_000, 16)
 _STEPS = Bounds(int, 1, 30, 8)
+_COLD = Bounds(float, 0.0, 3600.0, 10.0, unit="of seconds")
 _HEADROOM = Bounds(float, 0.0, 10.0, 0.2)
 _DTYPES = ("float32", "float64", "bfloat16", "float16")
 
@@ -44,6 +45,7 @@ class ServeSettings:
     arrivals: str = "poisson"
     duration_s: float = 30.0
     warmup: int = 16
+    cold_s: float = 10.0
     slo: tuple[str, ...] = ()
     health: str = "/health"
     path: str = "/generate"
@@ -257,6 +259,18 @@ SERVE_OPTIONS: dict[str, Option] = {
             bounds=_WARMUP,
             metavar="N",
             example=4,
+        ),
+        Option(
+            "cold_s",
+            "--cold",
+            _DEFAULT.cold_s,
+            "Seconds of traffic sent to each fresh replica as soon as it is healthy, before its warm-up, "
+            "at --rate: how many requests met every objective there, against the warm run (a scale-out "
+            "event: first shapes compile, caches are empty); 0: none.",
+            number_check(_COLD, "--cold"),
+            bounds=_COLD,
+            metavar="SECONDS",
+            example=5.0,
         ),
         Option(
             "slo",

@@ -76,7 +76,7 @@ def _report_wrong(run: RunResult, r: TargetResult) -> str:
             f"report it to the backend: the divergence starts in {first.module} ({first.cls}){op}{confirmed}; "
             "a wrong result is not tunable"
         )
-    if run.workload.get("kind") == "script":
+    if run.workload.get("kind") in ("script", "service"):  # localize replays a trial's workload only
         return "find where the target diverges and report it to the backend (a wrong result is not tunable)"
     return (
         f"find where the target diverges (`bakeoff localize {run.run_id}:{r.target.spec}`) and report it to the "
@@ -125,6 +125,8 @@ def _placement(r: TargetResult) -> list[Remedy]:
     if p is None or p.verdict in ("on_device", "not_applicable", UNMEASURED):
         return []
     per = "in the script run" if (p.signals or {}).get("script") else "per forward pass"  # bakeoff exec's audit
+    if r.scenario("service") is not None:
+        per = "in the audited start of the service"
     out: list[Remedy] = []
     host_ops = {**p.host_ops, **p.fallback_ops}
     if host_ops:
@@ -203,9 +205,10 @@ def _compilation(run: RunResult, r: TargetResult) -> list[Remedy]:
                 + f", correctness {padded.verdict}"
             )
         # a script's inputs are its own: bakeoff cannot pad them (exec has no --pad-to-buckets)
+        kind = run.workload.get("kind")
         pad = (
-            "pad the script's inputs to a few fixed lengths"
-            if run.workload.get("kind") == "script"
+            f"pad the {kind}'s inputs to a few fixed lengths"
+            if kind in ("script", "service")
             else "pad requests to a few fixed lengths (--pad-to-buckets auto)"
         )
         out.append(Remedy("recompiles", finding, f"{pad}, or compile with dynamic shapes", measured))
