@@ -163,3 +163,25 @@ def test_a_service_that_compiles_each_new_shape_shows_it_in_its_cold_replica_and
 
     (wrong,) = [item for item in what_it_takes(run)["emu"] if item.kind == "wrong"]
     assert "bakeoff localize" not in wrong.change and wrong.change.startswith("find where the target diverges")
+
+
+def test_a_streamed_answers_slow_first_token_is_judged_and_its_per_token_time_measured(tmp_path: Path) -> None:
+    # 8 events each: the first after 20 ms (emu: 220 ms, a slow prefill), then one every 10 ms
+    run = _serve(tmp_path, " --fault-on emu --fault-first-ms 200", path="/stream", slo=("ttft_p90<=100ms",))
+    reference, emu = run.results
+    assert emu.correctness.verdict == "pass", emu.correctness.reason  # the same events, later
+    for result, first in ((reference, 20.0), (emu, 220.0)):
+        (scenario,) = result.scenarios
+        ttft, tpot = sorted(scenario.series["ttft"]), sorted(scenario.series["tpot"])
+        assert len(ttft) == len(tpot) == int(RATE * SECONDS)
+        assert first <= ttft[len(ttft) // 2] < first + 150.0, (result.target.spec, ttft[len(ttft) // 2])
+        assert 9.0 <= tpot[len(tpot) // 2] < 60.0  # asyncio.sleep(10 ms) per event, and the client's reading
+        # the whole answer takes the first token and 7 more after it
+        assert min(scenario.series["latency"]) >= first + 7 * 10.0 - 1.0
+        judged = {q["anchor"] for q in scenario.facts["judgement"]["latency"]}
+        assert {"ttft", "tpot"} <= judged
+    facts = _judged_consistently(emu)
+    (objective,) = emu.requirements
+    if facts["judgement"]["valid"]:
+        assert requirement_state(objective) == "not met", objective  # p90 about 220 ms against 100 ms
+    assert requirement_state(reference.requirements[0]) != "not met", reference.requirements[0]

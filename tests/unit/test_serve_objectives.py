@@ -215,3 +215,32 @@ def test_an_overloaded_service_whose_latencies_climb_together_is_not_met_though_
     early = [0.005] * 1400 + [0.005 + i * 0.01 for i in range(100)]  # 93% within: not shown to miss
     held = _judge(_run(early), "p90<=50ms").objectives[0]
     assert held.verdict != "not_met", held.reason
+
+
+def _streamed(first_s: float, tokens: int, lag_s: float = 0.0005, per_token_s: float = 0.010) -> LoadRun:
+    """600 streamed answers: the first event about ``first_s`` after it was due (independent
+    lognormal jitter), then ``tokens - 1`` more ``per_token_s`` apart."""
+    jitter = np.random.default_rng(1).lognormal(np.log(0.002), 0.3, (600, 2))
+    requests = tuple(
+        Sent(i, i / RATE, i / RATE + lag_s, i / RATE + first_s + j + per_token_s * (tokens - 1) + k, 200, None, b"",
+             i / RATE + first_s + j, tokens)
+        for i, (j, k) in enumerate(jitter)
+    )  # fmt: skip
+    return LoadRun(requests, wall_s=600 / RATE + 1.0)
+
+
+def test_a_streams_first_token_and_per_token_time_are_judged_on_their_own_series() -> None:
+    run = _streamed(first_s=0.120, tokens=9)  # the whole answer about 200 ms after it was due
+    judged = _judge(run, "ttft_p90<=100ms", "tpot_p90<=15ms", "p90<=250ms")
+    ttft, tpot, whole = judged.objectives
+    assert ttft.verdict == "not_met" and ttft.low > 100, ttft.reason
+    assert tpot.verdict == "met" and 10.2 < tpot.value < 10.5, tpot.reason  # 10 ms, and 2 ms of jitter over 8
+    assert whole.verdict == "met", whole.reason
+    assert 120.0 < judged.quantile(50, "ttft").value_ms < 125.0
+    assert judged.goodput == 0.0  # no request met the ttft objective
+    # a lag of 2 ms (over 10% of 15 ms, under 10% of 100 ms) does not shape a per-token time
+    lagged = _judge(_streamed(0.060, 9, lag_s=0.002), "ttft_p90<=100ms", "tpot_p90<=15ms")
+    assert lagged.valid and lagged.verdict == "met", lagged.reason
+    # an unstreamed answer has no first token: a ttft objective cannot be judged on it
+    plain = _judge(_run(_latencies(600)), "ttft_p90<=100ms")
+    assert plain.objectives[0].verdict == "invalid" and "stream of events" in plain.objectives[0].reason

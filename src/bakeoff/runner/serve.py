@@ -41,7 +41,7 @@ from typing import Any
 
 from bakeoff.analysis.capacity import capacity_plan
 from bakeoff.analysis.cost import parse_prices, price_for
-from bakeoff.analysis.requirements import Requirement, RequirementCheck, percentile_of
+from bakeoff.analysis.requirements import Requirement, RequirementCheck
 from bakeoff.analysis.tail import requests_to_claim
 from bakeoff.analysis.tolerance import tolerance_for
 from bakeoff.checks.comparison import Correctness
@@ -59,6 +59,7 @@ from bakeoff.serve.objectives import (
     ServiceJudgement,
     attainment,
     judge_run,
+    latency_series,
     parse_objectives,
 )
 from bakeoff.serve.responses import ResponseParity, compare_responses, load_compare
@@ -174,6 +175,9 @@ def _result(
             "from_send": tuple(r.from_send_s * 1e3 for r in kept),
             "lag": tuple(r.lag_s * 1e3 for r in load.requests),
         }
+        if load.streamed:  # a streamed answer's time to first token and per output token
+            series["ttft"] = tuple(r.ttft_s * 1e3 for r in kept if r.ttft_s is not None)
+            series["tpot"] = tuple(r.tpot_s * 1e3 for r in kept if r.tpot_s is not None)
     scenario = ScenarioResult(
         "service", "ok" if load is not None else "error", fatal.message if fatal and load is None else "",
         options={"rate": settings.rate, "arrivals": settings.arrivals, "duration_s": settings.duration_s},
@@ -199,7 +203,7 @@ def _search_plan(settings: ServeSettings, traffic: Traffic, objectives: Sequence
     """The search's steps: each at least ``--min-duration`` (with a margin for a drawn schedule's
     span), :data:`~bakeoff.serve.objectives.MIN_REQUESTS` requests and the requests the tightest
     percentile needs to be claimed; a recorded trace is replayed whole, scaled to each rate."""
-    quantiles = [q for q in (percentile_of(o.metric) for o in objectives) if q is not None]
+    quantiles = [found[1] for found in map(latency_series, (o.metric for o in objectives)) if found is not None]
     claim = max((requests_to_claim(q, 0.99) for q in quantiles), default=0)
     schedule = parse_schedule(settings.arrivals)
 
@@ -259,7 +263,7 @@ def _cold(
         "lag_p99_ms": cold.lag_p99_s() * 1e3,
         "warm": judgement.goodput_share if judgement is not None else None,
     }  # fmt: skip
-    what = "within every objective" if any(percentile_of(o.metric) is not None for o in objectives) else "answered"
+    what = "within every objective" if any(latency_series(o.metric) for o in objectives) else "answered"
     note = (
         f"cold replica: {share * 100:.1f}% of the {len(cold.requests)} requests of its first {seconds:g} s {what} "
         f"({low * 100:.1f}% to {high * 100:.1f}% at 99%)"

@@ -93,6 +93,10 @@ class Service(Scenario):
             for q in (50.0, 99.0):
                 lines.append(f"p{q:g} {_ms(_quantile(judgement, q, 'schedule'))} from the schedule")
             lines.append(f"p99 {_ms(_quantile(judgement, 99.0, 'send'))} from the send")
+            for anchor, what in (("ttft", "time to first token"), ("tpot", "time per output token")):
+                if _quantile(judgement, 50.0, anchor) is not None:
+                    shown = ", ".join(f"p{q:g} {_ms(_quantile(judgement, q, anchor))}" for q in (50.0, 99.0))
+                    lines.append(f"{what}: {shown}")
             errors = ", ".join(f"{kind} {n}" for kind, n in sorted((judgement.get("errors") or {}).items()))
             lines.append(
                 f"goodput {judgement['goodput']:.2f}/s ({judgement['goodput_share'] * 100:.1f}% of requests); "

@@ -14,7 +14,11 @@ one is due when the schedule says, answered or not. Each :class:`Sent` keeps:
   dispatch lag: a run whose lag is large against the latencies it reports did not keep its
   schedule and is not to be judged (:attr:`LoadRun.kept_schedule`);
 * ``status`` (the HTTP status; 0 when no response came) and ``error`` (``timeout``,
-  ``connection``, ``http``: a status of 400 or more) and the response ``body``.
+  ``connection``, ``http``: a status of 400 or more) and the response ``body``;
+* for a streamed answer (``text/event-stream``: server-sent events, read line by line as they
+  arrive), ``first``: when its first ``data:`` event came, and ``events``: how many it held
+  (``[DONE]`` not counted), giving the time to first token from the schedule (``ttft_s``) and
+  the time per output token after it (``tpot_s``).
 
 Connections are not capped (a cap would turn the open loop into a closed one at the cap); every
 request has its own timeout. Pacing is ``asyncio.sleep`` to the planned time: on a two-core
@@ -58,10 +62,27 @@ class Sent:
     status: int
     error: str | None = None
     body: bytes = b""
+    #: a streamed answer (server-sent events): when its first ``data:`` event arrived, and how
+    #: many events (tokens) it held, ``[DONE]`` not counted; None and 0 for any other answer
+    first: float | None = None
+    events: int = 0
 
     @property
     def latency_s(self) -> float | None:
         return None if self.done is None else self.done - self.planned
+
+    @property
+    def ttft_s(self) -> float | None:
+        """Time to first token: from when it was due to its first event (None: not streamed)."""
+        return None if self.first is None else self.first - self.planned
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Time per output token after the first: the rest of the stream over the events after
+        the first (None: fewer than two events, or not finished)."""
+        if self.first is None or self.done is None or self.events < 2:
+            return None
+        return (self.done - self.first) / (self.events - 1)
 
     @property
     def from_send_s(self) -> float | None:
@@ -72,6 +93,15 @@ class Sent:
         return self.sent - self.planned
 
 
+#: Each series a request gives (see :meth:`LoadRun.latencies`).
+_SERIES = {
+    "schedule": lambda r: r.latency_s,
+    "send": lambda r: r.from_send_s,
+    "ttft": lambda r: r.ttft_s,
+    "tpot": lambda r: r.tpot_s,
+}
+
+
 @dataclass(frozen=True)
 class LoadRun:
     """Every request of one run, in schedule order, and the run's wall time."""
@@ -80,9 +110,16 @@ class LoadRun:
     wall_s: float
 
     def latencies(self, anchor: str = "schedule") -> list[float]:
-        """The answered requests' latencies in seconds, from the ``schedule`` or the ``send``."""
-        values = (r.latency_s if anchor == "schedule" else r.from_send_s for r in self.requests if r.error is None)
+        """The answered requests' latencies in seconds, from the ``schedule`` or the ``send``;
+        or, of streamed answers, the time to first token (``ttft``, from the schedule) or per
+        output token after it (``tpot``)."""
+        values = (_SERIES[anchor](r) for r in self.requests if r.error is None)
         return [v for v in values if v is not None]
+
+    @property
+    def streamed(self) -> bool:
+        """Whether any answer was streamed (server-sent events with at least one event)."""
+        return any(r.first is not None for r in self.requests)
 
     def percentile(self, q: float, anchor: str = "schedule", confidence: float = 0.95) -> TailEstimate:
         """The ``q``-th percentile of the answered requests' latencies (in schedule order) with an
@@ -148,6 +185,22 @@ def send_on_schedule(
     return asyncio.run(_run(url, list(bodies), schedule, timeout_s, method))
 
 
+async def _stream(response: Any, clock: Any, start: float) -> tuple[bytes, float | None, int]:
+    """Read a server-sent event stream as it arrives: its whole body, when its first ``data:``
+    event came (on the run's clock) and how many ``data:`` events it held (``[DONE]`` not counted)."""
+    parts: list[bytes] = []
+    first: float | None = None
+    events = 0
+    async for line in response.content:  # one line at a time, as the bytes arrive
+        parts.append(line)
+        text = line.strip()
+        if text.startswith(b"data:") and text[5:].strip() != b"[DONE]":
+            events += 1
+            if first is None:
+                first = clock() - start
+    return b"".join(parts), first, events
+
+
 async def _run(
     url: str, bodies: list[Any], schedule: list[tuple[int, float]], timeout_s: float, method: str
 ) -> LoadRun:
@@ -164,10 +217,13 @@ async def _run(
             sent = clock() - start
             try:
                 async with session.request(method, url, data=payloads[index]) as response:
-                    body = await response.read()
+                    if response.content_type == "text/event-stream":
+                        body, first, events = await _stream(response, clock, start)
+                    else:
+                        body, first, events = await response.read(), None, 0
                     done = clock() - start
                     error = "http" if response.status >= 400 else None
-                    return Sent(index, planned, sent, done, response.status, error, body)
+                    return Sent(index, planned, sent, done, response.status, error, body, first, events)
             except asyncio.TimeoutError:
                 return Sent(index, planned, sent, None, 0, "timeout")
             except aiohttp.ClientError:

@@ -55,11 +55,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from bakeoff.analysis.requirements import Requirement, parse_requirement_with, percentile_of
+from bakeoff.analysis.requirements import Requirement, parse_requirement_with
 from bakeoff.analysis.tail import correlated_percentile, integrated_time, requests_to_claim
 from bakeoff.codec import Value
 from bakeoff.errors import SpecError
-from bakeoff.serve.load import MAX_LAG_S, MAX_LAG_SHARE, LoadRun
+from bakeoff.serve.load import MAX_LAG_S, MAX_LAG_SHARE, LoadRun, Sent
 
 __all__ = [
     "MIN_DURATION_S",
@@ -71,6 +71,7 @@ __all__ = [
     "ServiceJudgement",
     "attainment",
     "judge_run",
+    "latency_series",
     "parse_objectives",
     "wilson_interval",
 ]
@@ -81,8 +82,21 @@ MIN_DURATION_S = 10.0  # the shortest scheduled span and the fewest requests of 
 MIN_REQUESTS = 100
 VERDICTS = ("met", "not_met", "inconclusive", "invalid")
 _SCENARIO = "serve"
-_METRICS = "pNN or pNN.N (latency, 'p99<=300ms'), error_rate ('error_rate<=1%'), goodput ('goodput>=20/s')"
-_PCT = re.compile(r"^p(\d+(?:\.\d+)?)$")
+_METRICS = (
+    "pNN or pNN.N (latency, 'p99<=300ms'), ttft_pNN and tpot_pNN (a streamed answer's time to first token and "
+    "per output token), error_rate ('error_rate<=1%'), goodput ('goodput>=20/s')"
+)
+_PCT = re.compile(r"^(?:(ttft|tpot)_)?p(\d+(?:\.\d+)?)$")
+#: The series a latency objective is judged on, by its metric's prefix (see :func:`latency_series`).
+_ANCHORS = {None: "schedule", "ttft": "ttft", "tpot": "tpot"}
+
+
+def latency_series(metric: str) -> tuple[str, float] | None:
+    """The series (:meth:`LoadRun.latencies`'s anchor) and percentile a latency objective's
+    metric reads: ``p99`` -> (``schedule``, 99), ``ttft_p90`` -> (``ttft``, 90), ``tpot_p50`` ->
+    (``tpot``, 50); None for another metric."""
+    match = _PCT.match(metric)
+    return (_ANCHORS[match.group(1)], float(match.group(2))) if match else None
 
 
 def _lookup(name: str) -> tuple[str, str, float | None]:
@@ -94,9 +108,9 @@ def _lookup(name: str) -> tuple[str, str, float | None]:
     match = _PCT.match(name)
     if match is None:
         raise SpecError(f"unknown service metric {name!r}", hint="metrics: " + _METRICS)
-    if float(match.group(1)) <= 0:
+    if float(match.group(2)) <= 0:
         raise SpecError(f"percentile {name!r} must be above 0", hint="e.g. p50, p99 or p99.9")
-    return "time", _SCENARIO, float(match.group(1))
+    return "time", _SCENARIO, float(match.group(2))
 
 
 def parse_objectives(texts: Sequence[str]) -> tuple[Requirement, ...]:
@@ -239,13 +253,15 @@ def _quantile(run: LoadRun, q: float, anchor: str, confidence: float) -> Quantil
 def _judge(
     req: Requirement, run: LoadRun, figures: dict[str, tuple[float, float, float]], confidence: float
 ) -> ObjectiveVerdict:
-    q = percentile_of(req.metric)
-    if q is None:
+    series = latency_series(req.metric)
+    if series is None:
         value, low, high = figures[req.metric]
     else:
-        timed = _timed(run, req.threshold / 1e3)
+        anchor, q = series
+        timed = _timed(run, req.threshold / 1e3, anchor)
         if not timed:
-            return ObjectiveVerdict(req, "invalid", reason=f"{req.text} invalid: no request was answered")
+            what = "was answered" if anchor == "schedule" else "was answered as a stream of events"
+            return ObjectiveVerdict(req, "invalid", reason=f"{req.text} invalid: no request {what}")
         found = correlated_percentile(timed, q, confidence)
         needed = requests_to_claim(q, confidence)
         # a request that timed out stands above every answer and the objective: a percentile there is unknown
@@ -295,20 +311,46 @@ def _share_missed(req: Requirement, q: float, timed: Sequence[float], confidence
 _TIMED_OUT = "timeout"
 
 
-def _timed(run: LoadRun, threshold_s: float) -> list[float]:
-    """The latencies a percentile objective is judged on, in schedule order: each answered
-    request's, and for each request that timed out a value above every answer and the
-    objective (it waited longer than its timeout: leaving it out would flatter the tail).
-    Requests that failed otherwise (a refused connection, an error status) are left out."""
-    answered = [r.latency_s for r in run.requests if r.error is None and r.latency_s is not None]
+def _timed(run: LoadRun, threshold_s: float, anchor: str = "schedule") -> list[float]:
+    """The values a percentile objective is judged on, in schedule order: each answered
+    request's (of the ``anchor`` series: :meth:`LoadRun.latencies`; an answer without it, as an
+    unstreamed one for ``ttft``, is left out), and for each request that timed out a value above
+    every answer and the objective (it waited longer than its timeout: leaving it out would
+    flatter the tail). Requests that failed otherwise (a refused connection, an error status)
+    are left out."""
+    answered = run.latencies(anchor)
     beyond = 2 * max([threshold_s, *answered]) + 1.0
     values = []
     for r in run.requests:
-        if r.error is None and r.latency_s is not None:
-            values.append(r.latency_s)
+        value = _VALUE[anchor](r)
+        if r.error is None and value is not None:
+            values.append(value)
         elif r.error == _TIMED_OUT:
             values.append(beyond)
     return values
+
+
+_VALUE = {
+    "schedule": lambda r: r.latency_s,
+    "ttft": lambda r: r.ttft_s,
+    "tpot": lambda r: r.tpot_s,
+}
+
+
+def _within(r: Sent, objectives: Sequence[Requirement]) -> bool:
+    """Whether request ``r`` was answered within every latency objective (an answer that has no
+    time per output token, one event or none, meets a ``tpot`` objective; one that has no first
+    token, an unstreamed answer, does not meet a ``ttft`` one)."""
+    if r.error is not None or r.latency_s is None:
+        return False
+    for o in objectives:
+        anchor, _ = latency_series(o.metric)  # type: ignore[misc]
+        value = _VALUE[anchor](r)
+        if value is None and anchor == "tpot":
+            continue
+        if value is None or not o.holds(value * 1e3):
+            return False
+    return True
 
 
 def _problems(
@@ -323,7 +365,9 @@ def _problems(
     lag = run.lag_p99_s()
     answered = run.latencies()
     if answered:
-        tightest = min((o.threshold / 1e3 for o in latency_objectives), default=None)
+        # the client's lag delays what is timed from the schedule; a time per output token is not
+        anchored = [o for o in latency_objectives if (latency_series(o.metric) or ("", 0))[0] != "tpot"]
+        tightest = min((o.threshold / 1e3 for o in anchored), default=None)
         if not run.kept_schedule_for(tightest):
             scale = tightest if tightest is not None else run.percentile(99).value
             what = "the tightest objective" if tightest is not None else "the run's own p99"
@@ -340,12 +384,8 @@ def attainment(run: LoadRun, objectives: Sequence[Requirement], confidence: floa
     """The share of ``run``'s requests answered within every latency objective (every answered
     request where there is none), with its Wilson interval on their effective count: the
     fraction goodput counts."""
-    latency_objectives = [o for o in objectives if percentile_of(o.metric) is not None]
-    good = [
-        r.error is None and r.latency_s is not None and all(o.holds(r.latency_s * 1e3) for o in latency_objectives)
-        for r in run.requests
-    ]
-    return _share(good, confidence)
+    latency_objectives = [o for o in objectives if latency_series(o.metric) is not None]
+    return _share([_within(r, latency_objectives) for r in run.requests], confidence)
 
 
 def judge_run(
@@ -368,7 +408,7 @@ def judge_run(
             f"offered rate {offered_rate:g} and confidence {confidence:g} are out of range",
             hint="a positive rate, a confidence between 0 and 1 (e.g. 0.99)",
         )
-    latency_objectives = [o for o in objectives if percentile_of(o.metric) is not None]
+    latency_objectives = [o for o in objectives if latency_series(o.metric) is not None]
     n = len(run.requests)
     span = _span_s(run, offered_rate)
     per_s = n / span if span > 0 else 0.0
@@ -376,11 +416,12 @@ def judge_run(
     errors = _share([r.error is not None for r in run.requests], confidence)
     figures = {"error_rate": errors, "goodput": (share * per_s, good_low * per_s, good_high * per_s)}
     answered = len(run.latencies())
+    anchors = ("schedule", "send", *(("ttft", "tpot") if run.streamed else ()))
     summary = tuple(
         _quantile(run, q, anchor, confidence)
-        for anchor in ("schedule", "send")
+        for anchor in anchors
         for q in SUMMARY_PERCENTILES
-        if answered
+        if run.latencies(anchor)
     )
     problems = _problems(run, latency_objectives, span, min_duration_s, min_requests)
     if problems:

@@ -277,7 +277,8 @@ SERVE_OPTIONS: dict[str, Option] = {
             "--slo",
             _DEFAULT.slo,
             "An objective, judged with its interval (repeatable or comma-separated): p99<=300ms, "
-            "error_rate<=1%, goodput>=20/s.",
+            "error_rate<=1%, goodput>=20/s; for a streamed answer (server-sent events) ttft_p90<=200ms "
+            "(time to first token) and tpot_p50<=50ms (per output token after it).",
             _check_slo,
             metavar="OBJECTIVE",
             multiple=True,
