@@ -114,3 +114,14 @@ def test_an_md1_service_agrees_with_queueing_theory_and_sees_the_schedule_as_pla
     # and the client's latency, from the schedule, is what the server saw plus that delay, never less
     extra = [r.latency_s - (by_request[r.index]["finished"] - by_request[r.index]["arrived"]) for r in run.requests]
     assert min(extra) > -5e-4 and percentile(extra, 50) < 0.005
+
+
+def test_two_client_processes_share_one_schedule_and_every_request_comes_back_under_its_index():
+    times = Schedule("poisson").times(100, 200, seed=3)
+    with _service("--service-ms", "2") as url:
+        shared = send_on_schedule(url, [{"i": i} for i in range(200)], times, timeout_s=10, clients=2)
+    assert shared.errors() == {} and sorted(r.index for r in shared.requests) == list(range(200))
+    assert [r.planned for r in shared.requests] == sorted(times)  # in schedule order, at the planned times
+    # each answer is its own request's (the body carried its index), though two processes sent them
+    assert all(json.loads(r.body)["i"] == r.index for r in shared.requests)
+    assert shared.lag_p99_s() < 0.05 and all(r.latency_s > 0 for r in shared.requests)

@@ -338,6 +338,7 @@ def serve_service(
                 audit=settings.audit and target.device != "cpu",
                 search=_search_plan(settings, traffic, objectives) if settings.searches else None,
                 cold=cold_plan,
+                clients=settings.clients,
             )
             is_reference = target == reference
             against = None if is_reference else ref_measured

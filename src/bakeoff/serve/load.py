@@ -14,7 +14,7 @@ one is due when the schedule says, answered or not. Each :class:`Sent` keeps:
   dispatch lag: a run whose lag is large against the latencies it reports did not keep its
   schedule and is not to be judged (:attr:`LoadRun.kept_schedule`);
 * ``status`` (the HTTP status; 0 when no response came) and ``error`` (``timeout``,
-  ``connection``, ``http``: a status of 400 or more) and the response ``body``;
+  ``connection``, ``http``: a status of 400 or more; ``client``: its client process died) and the response ``body``;
 * for a streamed answer (``text/event-stream``: server-sent events, read line by line as they
   arrive), ``first``: when its first ``data:`` event came, and ``events``: how many it held
   (``[DONE]`` not counted), giving the time to first token from the schedule (``ttft_s``) and
@@ -164,14 +164,22 @@ def send_on_schedule(
     *,
     timeout_s: float = 30.0,
     method: str = "POST",
+    clients: int = 1,
 ) -> LoadRun:
     """Send ``bodies[i]`` (JSON-encoded; ``bytes`` as they are) to ``url`` at ``times[i]`` seconds
     from now, open loop, and time each (see the module docstring). The times need not be in
     order (a trace in file order): each body goes at its own time, and each :class:`Sent` keeps
     its position in ``bodies`` as ``index``; the run's requests are in schedule order.
 
+    ``clients`` above 1 shares the schedule between that many client processes, dealt in turn
+    in time order (each sends every ``clients``-th request, so each paces a ``1/clients`` share
+    of the rate), all started before the first is due and timed on one shared start; a rate
+    one process cannot keep can be kept by several. A client process that dies leaves its
+    requests as ``client`` errors.
+
     Raises:
-        BakeoffError: aiohttp is not installed, or ``bodies`` and ``times`` differ in length.
+        BakeoffError: aiohttp is not installed, ``bodies`` and ``times`` differ in length, or
+            ``clients`` is below 1.
     """
     if len(bodies) != len(times):
         raise BakeoffError(f"{len(bodies)} request bodies for {len(times)} send times", hint="give one body per send")
@@ -181,8 +189,128 @@ def send_on_schedule(
         raise BakeoffError(
             "sending load needs aiohttp, which is not installed", hint="pip install 'bakeoff[serve]'"
         ) from None
+    if clients < 1:
+        raise BakeoffError(f"{clients} client processes", hint="at least 1")
     schedule = sorted(enumerate(times), key=lambda pair: pair[1])  # stable: ties keep their order
+    if clients > 1 and len(schedule) > 1:
+        return _shared(url, list(bodies), schedule, timeout_s, method, min(clients, len(schedule)))
     return asyncio.run(_run(url, list(bodies), schedule, timeout_s, method))
+
+
+#: How long client processes have to start before the first request is due, at most.
+CLIENT_START_S = 60.0
+
+
+def _shared(
+    url: str, bodies: list[Any], schedule: list[tuple[int, float]], timeout_s: float, method: str, clients: int
+) -> LoadRun:
+    """The schedule dealt between ``clients`` processes (see :func:`send_on_schedule`): each a
+    ``python -m bakeoff.serve.load`` told its share on stdin as JSON, which says ``ready``, is
+    told when to start, and answers its requests as JSON (no pickle crosses)."""
+    import base64
+    import subprocess
+    import sys
+
+    payloads = [b if isinstance(b, bytes) else json.dumps(b).encode() for b in bodies]
+    shares = [schedule[k::clients] for k in range(clients)]
+    processes: list[subprocess.Popen[str]] = []
+    try:
+        for share in shares:
+            process = subprocess.Popen(
+                [sys.executable, "-m", __name__],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            )
+            order = {"url": url, "timeout_s": timeout_s, "method": method, "times": [t for _, t in share],
+                     "bodies": [base64.b64encode(payloads[i]).decode() for i, _ in share]}  # fmt: skip
+            assert process.stdin is not None and process.stdout is not None
+            process.stdin.write(json.dumps(order) + "\n")
+            process.stdin.flush()
+            processes.append(process)
+        ready = [_line(process, CLIENT_START_S) == "ready" for process in processes]
+        start_at = time.monotonic() + 0.1  # each reads it and opens its session first
+        for process, ok in zip(processes, ready, strict=True):
+            if ok:
+                assert process.stdin is not None
+                process.stdin.write(f"{start_at!r}\n")
+                process.stdin.flush()
+        found: list[Sent] = []
+        walls = [0.0]
+        for process, share, ok in zip(processes, shares, ready, strict=True):
+            answer = _line(process, None) if ok else ""
+            sent, wall = _read_share(answer, share)
+            found += sent
+            walls.append(wall)
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+    found.sort(key=lambda r: (r.planned, r.index))
+    return LoadRun(tuple(found), max(walls))
+
+
+def _die_with_parent() -> None:
+    """In a client process, between fork and exec: SIGKILL when the thread that started it ends
+    (it waits for the client's answer, so that is when bakeoff does)."""
+    import signal
+
+    from bakeoff.launch.reaping import death_signal
+
+    death_signal(signal.SIGKILL)
+
+
+def _line(process: Any, timeout_s: float | None) -> str:
+    """The next line a client process writes ("" when it ended, or said nothing in time)."""
+    import select
+
+    assert process.stdout is not None
+    if timeout_s is not None and not select.select([process.stdout], [], [], timeout_s)[0]:
+        return ""
+    return process.stdout.readline().strip()
+
+
+def _read_share(answer: str, share: list[tuple[int, float]]) -> tuple[list[Sent], float]:
+    """A client process's answer for its ``share`` of the schedule: its requests, under their
+    indexes in the whole schedule; a request it did not answer for is a ``client`` error."""
+    import base64
+
+    sent: list[Sent] = []
+    wall = 0.0
+    try:
+        data = json.loads(answer) if answer else {}
+        wall = float(data.get("wall_s", 0.0))
+        for row in data.get("requests", ()):
+            k, planned, at, done, status, error, body, first, events = row
+            sent.append(Sent(share[k][0], planned, at, done, status, error, base64.b64decode(body), first, events))
+    except (ValueError, TypeError, IndexError):
+        sent = []
+    got = {r.index for r in sent}
+    sent += [Sent(i, planned, planned, None, 0, "client") for i, planned in share if i not in got]
+    return sent, wall
+
+
+def _client() -> None:
+    """One client process of a shared schedule (``python -m bakeoff.serve.load``): its share
+    on stdin, ``ready``, the shared start, then its requests as one JSON line."""
+    import base64
+    import sys
+
+    import aiohttp  # noqa: F401  (imported before it says ready: an import takes a few hundred ms)
+
+    order = json.loads(sys.stdin.readline())
+    bodies = [base64.b64decode(b) for b in order["bodies"]]
+    own = list(enumerate(order["times"]))
+    print("ready", flush=True)
+    start_at = float(sys.stdin.readline())
+    run = asyncio.run(_run(order["url"], bodies, own, order["timeout_s"], order["method"], start_at=start_at))
+    rows = [
+        [r.index, r.planned, r.sent, r.done, r.status, r.error, base64.b64encode(r.body).decode(), r.first, r.events]
+        for r in run.requests
+    ]
+    print(json.dumps({"requests": rows, "wall_s": run.wall_s}), flush=True)
 
 
 async def _stream(response: Any, clock: Any, start: float) -> tuple[bytes, float | None, int]:
@@ -202,8 +330,15 @@ async def _stream(response: Any, clock: Any, start: float) -> tuple[bytes, float
 
 
 async def _run(
-    url: str, bodies: list[Any], schedule: list[tuple[int, float]], timeout_s: float, method: str
+    url: str,
+    bodies: list[Any],
+    schedule: list[tuple[int, float]],
+    timeout_s: float,
+    method: str,
+    start_at: float | None = None,
 ) -> LoadRun:
+    """The schedule, from now or from ``start_at`` (a ``time.monotonic()`` reading shared by
+    several client processes)."""
     import aiohttp
 
     payloads = [b if isinstance(b, bytes) else json.dumps(b).encode() for b in bodies]
@@ -230,7 +365,7 @@ async def _run(
                 return Sent(index, planned, sent, None, 0, "connection")
 
         tasks = []
-        start = clock()
+        start = clock() if start_at is None else clock() + (start_at - time.monotonic())
         for index, planned in schedule:
             wait = planned - (clock() - start)
             if wait > 0:
@@ -239,3 +374,7 @@ async def _run(
         found = await asyncio.gather(*tasks)
         wall = clock() - start
     return LoadRun(tuple(found), wall)
+
+
+if __name__ == "__main__":
+    _client()

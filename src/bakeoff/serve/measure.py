@@ -85,6 +85,7 @@ def measure_service(
     audit: bool = False,
     search: SearchPlan | None = None,
     cold: tuple[Sequence[Any], Sequence[float]] | None = None,
+    clients: int = 1,
 ) -> Measured:
     """Run ``command`` on ``device`` (with ``device_map``, see
     :func:`~bakeoff.serve.service.start_service`) through its warm-up and its measured run:
@@ -103,15 +104,15 @@ def measure_service(
         if service.error is not None:
             return Measured(service.stop(), None, len(warmup))
         url = service.url + "/" + path.lstrip("/")
-        first = send_on_schedule(url, *cold, timeout_s=request_timeout_s) if cold and cold[0] else None
+        first = send_on_schedule(url, *cold, timeout_s=request_timeout_s, clients=clients) if cold and cold[0] else None
         warmed, warmup_s = _warm_up(url, warmup, request_timeout_s)
         before = _load_1m()
-        load = send_on_schedule(url, bodies, times, timeout_s=request_timeout_s)
+        load = send_on_schedule(url, bodies, times, timeout_s=request_timeout_s, clients=clients)
         busy = (before, _load_1m()) if before is not None else None  # as a trial's: before and after timing
         fault = service.check()  # a crash or a hang during the run is the lifecycle's to keep
         searched = None
         if search is not None and fault is None:
-            searched = _search(service.url + "/" + path.lstrip("/"), search, request_timeout_s)
+            searched = _search(service.url + "/" + path.lstrip("/"), search, request_timeout_s, clients)
             service.check()
         measured = Measured(
             service.stop(), load, len(warmup), warmed, warmup_s, service.url, busy, search=searched, cold=first
@@ -133,12 +134,12 @@ def measure_service(
     return replace(measured, audit=found, audit_note=note)
 
 
-def _search(url: str, plan: SearchPlan, timeout_s: float) -> RateSearch:
+def _search(url: str, plan: SearchPlan, timeout_s: float, clients: int = 1) -> RateSearch:
     """The highest rate within the objectives on the running service (:mod:`bakeoff.serve.search`)."""
 
     def step(rate: float, scale: int) -> Any:
         bodies, times = plan.traffic(rate, scale)
-        return plan.judge(send_on_schedule(url, bodies, times, timeout_s=timeout_s), rate)
+        return plan.judge(send_on_schedule(url, bodies, times, timeout_s=timeout_s, clients=clients), rate)
 
     return search_rate(step, plan.start, max_steps=plan.steps)
 

@@ -30,6 +30,7 @@ _SPAN = Bounds(float, 0.0, WEEK_S, 30.0, low_open=True, unit="of seconds")
 _WARMUP = Bounds(int, 0, 1_000_000, 16)
 _STEPS = Bounds(int, 1, 30, 8)
 _COLD = Bounds(float, 0.0, 3600.0, 10.0, unit="of seconds")
+_CLIENTS = Bounds(int, 1, 64, 1)
 _HEADROOM = Bounds(float, 0.0, 10.0, 0.2)
 _DTYPES = ("float32", "float64", "bfloat16", "float16")
 
@@ -46,6 +47,7 @@ class ServeSettings:
     duration_s: float = 30.0
     warmup: int = 16
     cold_s: float = 10.0
+    clients: int = 1
     slo: tuple[str, ...] = ()
     health: str = "/health"
     path: str = "/generate"
@@ -271,6 +273,17 @@ SERVE_OPTIONS: dict[str, Option] = {
             bounds=_COLD,
             metavar="SECONDS",
             example=5.0,
+        ),
+        Option(
+            "clients",
+            "--clients",
+            _DEFAULT.clients,
+            "Client processes that share the schedule (each sends every N-th request): for rates one "
+            "client process cannot send on time (its dispatch lag is reported either way).",
+            number_check(_CLIENTS, "--clients"),
+            bounds=_CLIENTS,
+            metavar="N",
+            example=2,
         ),
         Option(
             "slo",
