@@ -98,3 +98,24 @@ def test_a_service_run_is_shown_with_its_own_columns_and_its_intervals_at_their_
     assert "speed vs cpu" not in header and "first result" not in header and "peak RSS" not in header
     assert "99% interval" in text and "95% interval" not in text
     assert "99% intervals that account for the correlation" in text
+
+
+def test_a_service_is_costed_at_its_searched_rate_and_says_why_when_it_has_none() -> None:
+    from dataclasses import replace
+
+    from bakeoff.analysis.cost import parse_prices
+    from bakeoff.serve.search import RateSearch, SearchStep
+    from bakeoff.verdicts.standing import standing_of
+
+    (price,) = parse_prices(["cpu=$3.6/h"])
+    steps = (SearchStep(10.0, "met", 200), SearchStep(20.0, "not_met", 200))
+    found = replace(_measured(_run(200)), search=RateSearch(steps, 10.0, 20.0, "done"))
+    costed = _result(parse_target("cpu"), found, None, True, SETTINGS, parse_objectives(("p90<=1s",)), "cpu")
+    cost = standing_of(costed, price).cost
+    assert cost is not None and cost.basis == "service" and cost.rate == 10.0  # the rate shown to hold
+    assert cost.value == pytest.approx(3.6 / 3600 / 10.0 * 1e6) and cost.low == pytest.approx(3.6 / 3600 / 20 * 1e6)
+    none_held = replace(found, search=RateSearch(steps[1:], None, 20.0, "done"))
+    missing = _result(parse_target("cpu"), none_held, None, True, SETTINGS, parse_objectives(("p90<=1s",)), "cpu")
+    assert standing_of(missing, price).cost_note == "no rate shown within the objectives"
+    unsearched = _result(parse_target("cpu"), _measured(_run(200)), None, True, SETTINGS, parse_objectives(()), "cpu")
+    assert standing_of(unsearched, price).cost_note == "no rate searched"

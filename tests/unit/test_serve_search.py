@@ -62,7 +62,7 @@ def test_a_start_above_the_capacity_halves_and_a_start_far_below_says_at_least()
 def test_a_step_that_cannot_decide_is_retried_with_twice_the_requests_then_ends_the_search() -> None:
     calls: list[tuple[float, int]] = []
     found = search_rate(_measure(capacity=100.0, calls=calls, undecided={80.0}), 20.0, max_steps=10)
-    assert calls == [(20.0, 1), (40.0, 1), (80.0, 1), (80.0, 2)]
+    assert calls[:3] == [(20.0, 1), (40.0, 1), (80.0, 1)] and calls[3][0] == 80.0 and calls[3][1] >= 2
     assert (found.low, found.high) == (40.0, None) and "could not decide at 80/s, twice" in found.stopped
     assert [s.verdict for s in found.steps] == ["met", "met", "unknown", "unknown"]
     assert "not judged: the client did not keep its schedule" in found.steps[-1].reason
@@ -100,3 +100,16 @@ def test_a_search_or_a_peak_without_an_objective_is_refused_before_anything_star
     assert ServeSettings.from_options(peak="400/s", slo="p90<=1s").searches
     with pytest.raises(SpecError, match="--headroom"):
         ServeSettings.from_options(headroom="lots")
+
+
+def test_a_retry_asks_for_the_requests_its_percentile_fell_short_of() -> None:
+    from bakeoff.serve.search import MAX_RETRY_SCALE, retry_scale
+
+    climbing = _run(60.0, capacity=50.0, count=120)  # too few, and too correlated, to claim p90
+    judged = judge_run(climbing, parse_objectives(["p90<=5s"]), offered_rate=60.0, min_duration_s=1.0)
+    quantile = judged.quantile(90)
+    assert not quantile.claimable
+    expected = min(MAX_RETRY_SCALE, max(2, math.ceil(quantile.needed / quantile.effective * 1.3)))
+    assert retry_scale(judged) == expected and expected > 2
+    fine = judge_run(_run(20.0, capacity=100.0), OBJECTIVES, offered_rate=20.0, min_duration_s=1.0)
+    assert retry_scale(fine) == 2  # nothing short: twice, the least a retry adds

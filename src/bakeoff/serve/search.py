@@ -9,10 +9,11 @@ geometrically until ``high / low`` is within ``1 + precision`` or the steps run 
 
 A step that cannot decide (an objective whose interval straddles its threshold, too few requests
 to claim its percentile, a run the client could not keep to its schedule) is tried once more
-with twice the requests; a second one that cannot decide ends the search where it is: the answer
-is the bracket found so far, never a rate guessed from a step that could not tell. So the rate
-is reported as what the steps showed: "between low and high", "at least low" (no rate tried was
-too high), "below high" (none was met), or nothing.
+with more requests (:func:`retry_scale`: enough for the effective requests it fell short of); a
+second one that cannot decide ends the search where it is: the answer is the bracket found so
+far, never a rate guessed from a step that could not tell. So the rate is reported as what the
+steps showed: "between low and high", "at least low" (no rate tried was too high), "below high"
+(none was met), or nothing.
 
 What it cannot see: a service whose capacity drifts during the search (each step is judged on
 its own; a cache that warms over minutes makes later steps look better), and objectives that
@@ -29,9 +30,9 @@ from typing import Any
 
 from bakeoff.codec import Value
 from bakeoff.serve.load import LoadRun
-from bakeoff.serve.objectives import ServiceJudgement
+from bakeoff.serve.objectives import ServiceJudgement, latency_series
 
-__all__ = ["RateSearch", "SearchPlan", "SearchStep", "search_rate", "step_verdict"]
+__all__ = ["MAX_RETRY_SCALE", "RateSearch", "SearchPlan", "SearchStep", "retry_scale", "search_rate", "step_verdict"]
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,24 @@ def step_verdict(judgement: ServiceJudgement) -> tuple[str, str]:
     return "unknown", "; ".join(unsure)
 
 
+#: The most a retried step's requests are multiplied by.
+MAX_RETRY_SCALE = 8
+
+
+def retry_scale(judgement: ServiceJudgement) -> int:
+    """How many times more requests a step that could not decide is tried with: enough for the
+    effective requests its percentiles fell short of (correlated latencies count as fewer), with
+    a margin, at least twice and at most :data:`MAX_RETRY_SCALE` times its first count."""
+    short = [
+        found.needed / max(found.effective, 1.0)
+        for verdict in judgement.objectives
+        if (series := latency_series(verdict.requirement.metric)) is not None
+        and (found := judgement.quantile(series[1], series[0])) is not None
+        and not found.claimable
+    ]
+    return min(MAX_RETRY_SCALE, max(2, math.ceil(max(short, default=0.0) * 1.3)))
+
+
 def search_rate(
     measure: Callable[[float, int], ServiceJudgement],
     start: float,
@@ -111,8 +130,9 @@ def search_rate(
 ) -> RateSearch:
     """Search the highest rate within the objectives (see the module docstring); ``measure``
     sends one step's traffic at the rate it is given (``scale`` times its usual requests) and
-    returns its judgement. A step that cannot decide is tried once more with twice the requests
-    (a percentile's interval narrows with more of them) before the search ends there.
+    returns its judgement. A step that cannot decide is tried once more with more requests
+    (:func:`retry_scale`; a percentile's interval narrows with more of them) before the search
+    ends there.
 
     Raises:
         ValueError: ``start`` not positive and finite, fewer than one step, or ``precision``
@@ -125,9 +145,9 @@ def search_rate(
     high: float | None = None
     rate = start
     stopped = f"the step limit ({max_steps}) was reached"
-    retried = False
+    retried = 0
     for _ in range(max_steps):
-        judgement = measure(rate, 2 if retried else 1)
+        judgement = measure(rate, retried or 1)
         verdict, reason = step_verdict(judgement)
         p99 = judgement.quantile(99.0)
         steps.append(
@@ -138,12 +158,12 @@ def search_rate(
         elif verdict == "not_met":
             high = rate if high is None else min(high, rate)
         elif not retried:
-            retried = True
+            retried = retry_scale(judgement)
             continue
         else:
             stopped = f"a step could not decide at {rate:.3g}/s, twice"
             break
-        retried = False
+        retried = 0
         if low is not None and high is not None and low >= high:  # met above a rate that was not
             stopped = f"not monotone: met at {low:.3g}/s, not met at {high:.3g}/s"
             break

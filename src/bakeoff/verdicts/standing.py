@@ -175,7 +175,8 @@ def _cost(
     if r.scenario("service") is not None:  # a service: one replica per priced instance, at its searched rate
         searched = metric_estimate(r, "service.rate")
         if searched is None:
-            return None, "no rate searched"
+            ran = (r.scenario("service").facts or {}).get("search")  # type: ignore[union-attr]
+            return None, "no rate shown within the objectives" if ran else "no rate searched"
         said = {"streams": 1, "streams_from": "one replica per instance", "rehearsal": r.target.device == TEST_DEVICE}
         interval = (searched.low, searched.high) if searched.low < searched.high else None
         return cost_of(price, searched.value, SERVICE_BASIS, interval, tokens, **said), ""
