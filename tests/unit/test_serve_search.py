@@ -113,3 +113,17 @@ def test_a_retry_asks_for_the_requests_its_percentile_fell_short_of() -> None:
     assert retry_scale(judged) == expected and expected > 2
     fine = judge_run(_run(20.0, capacity=100.0), OBJECTIVES, offered_rate=20.0, min_duration_s=1.0)
     assert retry_scale(fine) == 2  # nothing short: twice, the least a retry adds
+
+
+def test_the_measured_run_is_the_first_step_when_it_decided_and_is_measured_again_when_not() -> None:
+    calls: list[tuple[float, int]] = []
+    measured = judge_run(_run(20.0, 100.0), OBJECTIVES, offered_rate=20.0, min_duration_s=1.0)
+    found = search_rate(_measure(100.0, calls), 20.0, max_steps=3, first=measured)
+    assert [c[0] for c in calls] == [40.0, 80.0] and found.steps[0].rate == 20.0  # 20/s not sent again
+    assert found.steps[0].verdict == "met" and len(found.steps) == 3
+    late = _run(20.0, 100.0)
+    lagged = LoadRun(tuple(Sent(r.index, r.planned, r.planned + 0.5, r.done, 200, None) for r in late.requests), 30.0)
+    undecided = judge_run(lagged, OBJECTIVES, offered_rate=20.0, min_duration_s=1.0)
+    calls.clear()
+    search_rate(_measure(100.0, calls), 20.0, max_steps=2, first=undecided)
+    assert calls[0] == (20.0, 1)  # a measured run that could not decide is no step: 20/s is sent

@@ -112,7 +112,8 @@ def measure_service(
         fault = service.check()  # a crash or a hang during the run is the lifecycle's to keep
         searched = None
         if search is not None and fault is None:
-            searched = _search(service.url + "/" + path.lstrip("/"), search, request_timeout_s, clients)
+            judged = search.judge(load, search.start) if load.requests else None  # its first step, when it decided
+            searched = _search(service.url + "/" + path.lstrip("/"), search, request_timeout_s, clients, judged)
             service.check()
         measured = Measured(
             service.stop(), load, len(warmup), warmed, warmup_s, service.url, busy, search=searched, cold=first
@@ -134,14 +135,14 @@ def measure_service(
     return replace(measured, audit=found, audit_note=note)
 
 
-def _search(url: str, plan: SearchPlan, timeout_s: float, clients: int = 1) -> RateSearch:
+def _search(url: str, plan: SearchPlan, timeout_s: float, clients: int = 1, first: Any = None) -> RateSearch:
     """The highest rate within the objectives on the running service (:mod:`bakeoff.serve.search`)."""
 
     def step(rate: float, scale: int) -> Any:
         bodies, times = plan.traffic(rate, scale)
         return plan.judge(send_on_schedule(url, bodies, times, timeout_s=timeout_s, clients=clients), rate)
 
-    return search_rate(step, plan.start, max_steps=plan.steps)
+    return search_rate(step, plan.start, max_steps=plan.steps, first=first)
 
 
 #: Requests an audited start is sent when there is no warm-up.

@@ -104,7 +104,7 @@ def step_verdict(judgement: ServiceJudgement) -> tuple[str, str]:
 
 
 #: The most a retried step's requests are multiplied by.
-MAX_RETRY_SCALE = 8
+MAX_RETRY_SCALE = 4
 
 
 def retry_scale(judgement: ServiceJudgement) -> int:
@@ -127,12 +127,14 @@ def search_rate(
     *,
     max_steps: int = 8,
     precision: float = 0.25,
+    first: ServiceJudgement | None = None,
 ) -> RateSearch:
     """Search the highest rate within the objectives (see the module docstring); ``measure``
     sends one step's traffic at the rate it is given (``scale`` times its usual requests) and
     returns its judgement. A step that cannot decide is tried once more with more requests
     (:func:`retry_scale`; a percentile's interval narrows with more of them) before the search
-    ends there.
+    ends there. ``first``: a judgement already made at ``start`` (the run's measured traffic),
+    taken as the first step when it decided (it counts as one of ``max_steps``).
 
     Raises:
         ValueError: ``start`` not positive and finite, fewer than one step, or ``precision``
@@ -146,8 +148,9 @@ def search_rate(
     rate = start
     stopped = f"the step limit ({max_steps}) was reached"
     retried = 0
-    for _ in range(max_steps):
-        judgement = measure(rate, retried or 1)
+    for number in range(max_steps):
+        reuse = number == 0 and first is not None and step_verdict(first)[0] != "unknown"
+        judgement = first if reuse and first is not None else measure(rate, retried or 1)
         verdict, reason = step_verdict(judgement)
         p99 = judgement.quantile(99.0)
         steps.append(
