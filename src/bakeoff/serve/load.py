@@ -296,9 +296,12 @@ def _client() -> None:
     """One client process of a shared schedule (``python -m bakeoff.serve.load``): its share
     on stdin, ``ready``, the shared start, then its requests as one JSON line."""
     import base64
+    import signal
     import sys
 
     import aiohttp  # noqa: F401  (imported before it says ready: an import takes a few hundred ms)
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is bakeoff's to handle: it stops the clients
 
     order = json.loads(sys.stdin.readline())
     bodies = [base64.b64decode(b) for b in order["bodies"]]
