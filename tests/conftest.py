@@ -2,11 +2,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+# A suite started in the background (nohup, or `cmd &` without job control) inherits an ignored
+# SIGINT, and so would every process it starts: the tests that press Ctrl-C need it heard.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MODELS = FIXTURES / "models.py"
