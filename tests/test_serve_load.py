@@ -45,9 +45,16 @@ def test_a_stall_shows_in_the_schedule_anchored_tail_and_a_clean_service_does_no
     # the requests held by the stall: each was due before the stall ended and waited past it
     held = [r for r in stalled.requests if r.latency_s > 0.1]
     assert len(held) >= 5
-    # the control: the same schedule against the same service without the stall
-    with _service("--service-ms", "5") as url:
-        clean = _run(url, rate=40, count=120)
+    # the control: the same schedule against the same service without the stall. A shared machine
+    # can pause these processes for half a second too (seen once under a full suite): a control
+    # with a long tail is run again, twice at most; one of the three must have a short tail
+    for _attempt in range(3):
+        with _service("--service-ms", "5") as url:
+            clean = _run(url, rate=40, count=120)
+        if percentile(clean.latencies(), 99) < 0.1:
+            break
+    served = [json.loads(r.body) for r in clean.requests]  # the service's own clocks: no stall in it
+    assert max(s["finished"] - s["started"] for s in served) < 0.1
     assert clean.errors() == {} and percentile(clean.latencies(), 99) < 0.1
     assert clean.lag_p99_s() < 0.05  # the client kept its schedule (the figure is reported, not assumed)
 
