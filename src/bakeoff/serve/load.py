@@ -84,6 +84,11 @@ class Sent:
             return None
         return (self.done - self.first) / (self.events - 1)
 
+    def value(self, series: str) -> float | None:
+        """One of its series in seconds (see :meth:`LoadRun.latencies`): ``schedule``, ``send``,
+        ``ttft`` or ``tpot``; None where it has none."""
+        return _SERIES[series](self)
+
     @property
     def from_send_s(self) -> float | None:
         return None if self.done is None else self.done - self.sent
@@ -113,7 +118,7 @@ class LoadRun:
         """The answered requests' latencies in seconds, from the ``schedule`` or the ``send``;
         or, of streamed answers, the time to first token (``ttft``, from the schedule) or per
         output token after it (``tpot``)."""
-        values = (_SERIES[anchor](r) for r in self.requests if r.error is None)
+        values = (r.value(anchor) for r in self.requests if r.error is None)
         return [v for v in values if v is not None]
 
     @property

@@ -322,19 +322,12 @@ def _timed(run: LoadRun, threshold_s: float, anchor: str = "schedule") -> list[f
     beyond = 2 * max([threshold_s, *answered]) + 1.0
     values = []
     for r in run.requests:
-        value = _VALUE[anchor](r)
+        value = r.value(anchor)
         if r.error is None and value is not None:
             values.append(value)
         elif r.error == _TIMED_OUT:
             values.append(beyond)
     return values
-
-
-_VALUE = {
-    "schedule": lambda r: r.latency_s,
-    "ttft": lambda r: r.ttft_s,
-    "tpot": lambda r: r.tpot_s,
-}
 
 
 def _within(r: Sent, objectives: Sequence[Requirement]) -> bool:
@@ -345,7 +338,7 @@ def _within(r: Sent, objectives: Sequence[Requirement]) -> bool:
         return False
     for o in objectives:
         anchor, _ = latency_series(o.metric)  # type: ignore[misc]
-        value = _VALUE[anchor](r)
+        value = r.value(anchor)
         if value is None and anchor == "tpot":
             continue
         if value is None or not o.holds(value * 1e3):
