@@ -85,7 +85,7 @@ def test_a_run_too_short_or_too_small_is_invalid() -> None:
 
 def test_too_few_requests_for_a_p99_9_invalidate_that_objective_and_say_how_many() -> None:
     needed = requests_to_claim(99.9, 0.99)
-    assert needed == 4603
+    assert needed == 5296
     judged = _judge(_run(_latencies(2000)), "p99<=300ms", "p99.9<=1s")
     assert judged.valid  # the run itself is fine; p99.9 alone cannot be claimed
     p99, p999 = judged.objectives

@@ -61,7 +61,23 @@ def test_independent_latencies_keep_their_count_and_an_ordinary_interval() -> No
 
 
 def test_a_run_too_short_for_its_percentile_says_so() -> None:
-    assert requests_to_claim(99, 0.99) == 459 and requests_to_claim(90, 0.95) == 29
+    assert requests_to_claim(99, 0.99) == 528 and requests_to_claim(90, 0.95) == 36
     short = correlated_percentile(_md1(300, seed=4), 99)
     assert not short.enough and short.high == max(_md1(300, seed=4))
     assert short.effective < short.samples  # the queue's correlation costs it requests
+
+
+def test_a_percentile_is_bounded_from_above_exactly_when_enough_requests_claim_it() -> None:
+    # independent exponential draws, 40-80 a run, around the 51 effective requests p90 needs at 99%:
+    # the upper end exists exactly when the run is claimable, and then holds the true p90
+    rng = np.random.default_rng(3)
+    truth = float(np.log(10.0))  # the unit exponential's p90
+    needed = requests_to_claim(90, 0.99)
+    runs = [list(rng.exponential(1.0, int(n))) for n in rng.integers(40, 81, 400)]
+    found = [correlated_percentile(r, 90, 0.99) for r in runs]
+    assert all(e.enough == (e.effective >= needed) for e in found)
+    bounded = [e for e in found if e.enough]
+    assert 100 <= len(bounded) < len(found)  # both sides of the line were tried
+    assert sum(e.high >= truth for e in bounded) >= 0.98 * len(bounded)
+    assert sum(e.low <= truth for e in found) >= 0.98 * len(found)
+    assert all(e.high == max(r) for e, r in zip(found, runs, strict=True) if not e.enough)

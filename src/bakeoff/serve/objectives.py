@@ -23,10 +23,10 @@ developer's run), or when the client did not keep its schedule for the tightest 
 invalid run judges nothing: every objective is ``invalid``. A percentile objective is also
 ``invalid`` on its own when the run has fewer *effective* requests than
 :func:`~bakeoff.analysis.tail.requests_to_claim` asks for that percentile at ``confidence``
-(p99 at 99%: 459; p99.9: 4,603). The effective count (:attr:`TailEstimate.effective`: the answered
+(p99 at 99%: 528; p99.9: 5,296). The effective count (:attr:`TailEstimate.effective`: the answered
 requests divided by their integrated autocorrelation time) is the one that counts, not the raw
-count: the rule's arithmetic (at least one of N draws above the percentile with probability
-``confidence``) holds for independent draws, and 500 requests of which a burst of 50 shared one
+count: the rule's arithmetic (the largest of N draws above the percentile with the interval's
+probability) holds for independent draws, and 500 requests of which a burst of 50 shared one
 stall have shown the tail a few times, not 500. It is the stricter count, and, being estimated, a
 noisy one on short runs. Too few to bound a percentile can still be enough to say it is over:
 an overloaded service's latencies climb together (a handful of effective requests), and when
