@@ -102,17 +102,32 @@ def test_a_search_or_a_peak_without_an_objective_is_refused_before_anything_star
         ServeSettings.from_options(headroom="lots")
 
 
-def test_a_retry_asks_for_the_requests_its_percentile_fell_short_of() -> None:
+def test_a_retry_asks_for_the_requests_its_percentile_fell_short_of_and_none_that_would_not_do() -> None:
     from bakeoff.serve.search import MAX_RETRY_SCALE, retry_scale
 
-    climbing = _run(60.0, capacity=50.0, count=120)  # too few, and too correlated, to claim p90
-    judged = judge_run(climbing, parse_objectives(["p90<=5s"]), offered_rate=60.0, min_duration_s=1.0)
+    short = _run(20.0, capacity=100.0, count=40, seed=1)  # independent, but too few to claim p90
+    judged = judge_run(short, OBJECTIVES, offered_rate=20.0, min_duration_s=1.0)
     quantile = judged.quantile(90)
     assert not quantile.claimable
-    expected = min(MAX_RETRY_SCALE, max(2, math.ceil(quantile.needed / quantile.effective * 1.3)))
-    assert retry_scale(judged) == expected and expected > 2
+    expected = max(2, math.ceil(quantile.needed / quantile.effective * 1.3))
+    assert retry_scale(judged) == expected and 2 < expected <= MAX_RETRY_SCALE
     fine = judge_run(_run(20.0, capacity=100.0), OBJECTIVES, offered_rate=20.0, min_duration_s=1.0)
     assert retry_scale(fine) == 2  # nothing short: twice, the least a retry adds
+    climbing = _run(60.0, capacity=50.0, count=120)  # too correlated: four times as many would not claim p90
+    judged = judge_run(climbing, parse_objectives(["p90<=5s"]), offered_rate=60.0, min_duration_s=1.0)
+    quantile = judged.quantile(90)
+    assert quantile.needed / quantile.effective * 1.3 > MAX_RETRY_SCALE and retry_scale(judged) is None
+    calls: list[tuple[float, int]] = []
+
+    def measure(rate: float, scale: int):
+        calls.append((rate, scale))
+        return judged
+
+    found = search_rate(measure, 60.0, max_steps=5)
+    assert calls == [(60.0, 1)] and [s.verdict for s in found.steps] == ["unknown"]
+    assert found.stopped == (
+        "a step could not decide at 60/s, and 4 times its requests would be too few for its percentile"
+    )
 
 
 def test_the_measured_run_is_the_first_step_when_it_decided_and_is_measured_again_when_not() -> None:

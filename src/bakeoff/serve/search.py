@@ -9,8 +9,10 @@ geometrically until ``high / low`` is within ``1 + precision`` or the steps run 
 
 A step that cannot decide (an objective whose interval straddles its threshold, too few requests
 to claim its percentile, a run the client could not keep to its schedule) is tried once more
-with more requests (:func:`retry_scale`: enough for the effective requests it fell short of); a
-second one that cannot decide ends the search where it is: the answer is the bracket found so
+with more requests (:func:`retry_scale`: enough for the effective requests it fell short of),
+unless even :data:`MAX_RETRY_SCALE` times as many would be too few (latencies that climb
+together near capacity: 12 effective requests of 51 needed); a second one that cannot decide,
+or one not worth retrying, ends the search where it is: the answer is the bracket found so
 far, never a rate guessed from a step that could not tell. So the rate is reported as what the
 steps showed: "between low and high", "at least low" (no rate tried was too high), "below high"
 (none was met), or nothing.
@@ -107,10 +109,11 @@ def step_verdict(judgement: ServiceJudgement) -> tuple[str, str]:
 MAX_RETRY_SCALE = 4
 
 
-def retry_scale(judgement: ServiceJudgement) -> int:
+def retry_scale(judgement: ServiceJudgement) -> int | None:
     """How many times more requests a step that could not decide is tried with: enough for the
     effective requests its percentiles fell short of (correlated latencies count as fewer), with
-    a margin, at least twice and at most :data:`MAX_RETRY_SCALE` times its first count."""
+    a margin of 30%, at least twice; None when that is over :data:`MAX_RETRY_SCALE` times its
+    first count (the retry would not decide either)."""
     short = [
         found.needed / max(found.effective, 1.0)
         for verdict in judgement.objectives
@@ -118,7 +121,8 @@ def retry_scale(judgement: ServiceJudgement) -> int:
         and (found := judgement.quantile(series[1], series[0])) is not None
         and not found.claimable
     ]
-    return min(MAX_RETRY_SCALE, max(2, math.ceil(max(short, default=0.0) * 1.3)))
+    scale = max(2, math.ceil(max(short, default=0.0) * 1.3))
+    return scale if scale <= MAX_RETRY_SCALE else None
 
 
 def search_rate(
@@ -161,8 +165,14 @@ def search_rate(
         elif verdict == "not_met":
             high = rate if high is None else min(high, rate)
         elif not retried:
-            retried = retry_scale(judgement)
-            continue
+            retried = retry_scale(judgement) or 0
+            if retried:
+                continue
+            stopped = (
+                f"a step could not decide at {rate:.3g}/s, and {MAX_RETRY_SCALE} times its requests "
+                "would be too few for its percentile"
+            )
+            break
         else:
             stopped = f"a step could not decide at {rate:.3g}/s, twice"
             break
