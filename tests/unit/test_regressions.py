@@ -541,6 +541,22 @@ def test_every_timing_figure_is_not_conclusive_inside_noise():
     assert by_metric(metrics)["tpot_p50_ms"] == "unchanged" and outcome == "unchanged"
 
 
+def test_a_services_goodput_reads_in_requests_and_it_has_no_first_call_row():
+    """A service result (bakeoff serve) has no first call and counts requests, not a batch's items."""
+    from bakeoff.results.values import ScenarioResult
+
+    def served(goodput: float) -> TargetResult:
+        facts = {"judgement": {"goodput": goodput}}
+        return result(first_call_ms=None, scenarios=(ScenarioResult("service", "ok", facts=facts),))
+
+    _, _, metrics = classify(served(20.0), served(10.0))
+    moved = {m.metric: m for m in metrics}
+    assert "first_call_ms" not in moved and moved["goodput"].outcome == "regressed"
+    assert moved["goodput"].detail == "requests answered within every objective, per second; x2.00 per request"
+    _, _, metrics = classify(result(), result(first_call_ms=None))  # a trial's stays, even measured on one side
+    assert by_metric(metrics)["first_call_ms"] == "not_comparable"
+
+
 def test_cost_timed_inside_noise_is_not_conclusive():
     before = _priced("r1", "1", OLD, _fast((2.0, 1.9, 2.1)), "cpu=$3.6/h")
     noisy = replace(_fast((1.6, 1.5, 1.7), seed=1), noise=(BUSY,))
@@ -657,6 +673,32 @@ def test_script_runs_from_another_directory_or_with_more_timing_runs_still_compa
     assert found.outcome == "regressed"
     found = _slowdown({"exec": {**SCRIPT, "repeats": 3}}, {"exec": {**SCRIPT, "repeats": 10, "audit": False}})
     assert found.outcome == "regressed"
+
+
+SERVICE = {"command": "python -m svc --port {port}", "map_devices": ["cuda"], "rate": 5.0, "arrivals": "poisson",
+           "duration_s": 30.0, "warmup": 16, "cold_s": 10.0, "clients": 1, "slo": ["p90<=500ms"], "path": "/generate",
+           "search": False, "seed": 0}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("change", "differs"),
+    [
+        ({"rate": 10.0}, "offered traffic 5/s poisson -> 10/s poisson"),
+        ({"arrivals": "gamma?cv=2"}, "offered traffic 5/s poisson -> 5/s gamma?cv=2"),
+        ({"path": "/generate_stream"}, "endpoint /generate -> /generate_stream"),
+        ({"cold_s": 0.0}, "cold traffic first 10 s -> 0 s"),
+        ({"map_devices": ["cuda", "mps"]}, "device map cuda -> cuda,mps"),
+    ],
+)
+def test_service_runs_under_other_traffic_are_not_comparable(change, differs):
+    found = _slowdown({"serve": SERVICE}, {"serve": {**SERVICE, **change}})
+    assert found.outcome == "not_comparable" and found.reason == f"settings differ: {differs}"
+
+
+def test_service_runs_longer_searched_or_with_other_objectives_still_compare():
+    change = {"duration_s": 60.0, "seed": 3, "clients": 2, "slo": ["p99<=1s"], "search": True, "command": "x"}
+    found = _slowdown({"serve": SERVICE}, {"serve": {**SERVICE, **change}})
+    assert found.outcome == "regressed" and [m.metric for m in found.regressed] == ["p50_ms"]
 
 
 def test_padded_variants_compare_only_under_the_same_buckets():

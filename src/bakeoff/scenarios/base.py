@@ -203,6 +203,8 @@ class Scenario:
         metrics: what it offers to requirements.
         compared: regressions compare these series between runs (metric name -> series name;
             lower is better).
+        rates_are: what its :meth:`rates` count and their unit, for a regression's detail
+            (``("best batch size's items/s", "item")``).
         always: every trial runs it, timed by the session itself (single-stream).
         runs_last: it changes the model (training), so it runs after the checks.
         needs_grad: it runs with gradients enabled.
@@ -215,6 +217,7 @@ class Scenario:
     options: ClassVar[Mapping[str, Option]] = {}
     metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     compared: ClassVar[Mapping[str, str]] = {}
+    rates_are: ClassVar[tuple[str, str]] = ("items/s", "item")
     runs_last: ClassVar[bool] = False
     recorded_by: ClassVar[str] = ""
     needs_grad: ClassVar[bool] = False

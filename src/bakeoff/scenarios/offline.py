@@ -87,6 +87,7 @@ class Offline(Scenario):
     """The best batch size's throughput (see the module docstring)."""
 
     name = "offline"
+    rates_are = ("best batch size's items/s", "item")
     options: ClassVar[Mapping[str, Option]] = {
         "max_batch": Option(int, 64, minimum=1),
         "seq": Option(int, None, minimum=1, help="item length (default: the profile's median, else the example input)"),

@@ -63,6 +63,7 @@ class Service(Scenario):
     """See the module docstring."""
 
     name = "service"
+    rates_are = ("requests answered within every objective, per second", "request")
     recorded_by = "bakeoff serve"
     metrics = (
         MetricSpec(

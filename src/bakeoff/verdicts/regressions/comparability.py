@@ -58,6 +58,9 @@ def _measured(run: RunResult, variant: str) -> dict[str, tuple[Any, str]]:
             timing = "the first run's wall time" + (", audited" if script.get("audit", True) else "")
         found["timing mode"] = (timing, timing)
         return found
+    service = stored.get("serve")
+    if isinstance(service, Mapping):  # a service run (bakeoff serve): see bakeoff.settings.serve
+        return _service_measured(service, stored.get("reference"))
     profile = stored.get("profile")
     if isinstance(profile, Mapping):
         requests = [list(r) for r in profile.get("requests") or ()]
@@ -78,6 +81,25 @@ def _measured(run: RunResult, variant: str) -> dict[str, tuple[Any, str]]:
     return found
 
 
+def _service_measured(service: Mapping[str, Any], reference: Any) -> dict[str, tuple[Any, str]]:
+    """What decides a service run's figures: the device map and reference, the offered traffic
+    (rate and arrivals: 5/s and 10/s load a service differently), the endpoint, the warm-up and
+    the cold traffic the measured start served first. Not: the duration, the schedule's seed or
+    the client processes (how sure a figure is), the objectives, the search and the audited start
+    (after the measured run, or in a process of their own)."""
+    devices = [str(entry).partition("=")[0] for entry in service.get("map_devices") or ("cuda",)]
+    rate, arrivals = service.get("rate"), service.get("arrivals", "poisson")
+    cold = float(service.get("cold_s") or 0.0)
+    return {
+        "device map": (devices, ",".join(devices)),
+        "reference": (reference, str(reference)),
+        "offered traffic": ((rate, arrivals), f"{rate:g}/s {arrivals}" if isinstance(rate, float | int) else "none"),
+        "endpoint": (service.get("path"), str(service.get("path"))),
+        "warm-up": (service.get("warmup"), f"{service.get('warmup')} requests"),
+        "cold traffic first": (cold, f"{cold:g} s"),
+    }
+
+
 def settings_difference(before: RunResult, after: RunResult, variant: str = "as-is") -> str:
     """The settings that decide what was measured and differ between two runs, in a line
     (``input profile seq=... (20 requests) -> seq=... (50 requests)``); "" when none does.
@@ -87,7 +109,8 @@ def settings_difference(before: RunResult, after: RunResult, variant: str = "as-
     timed under other conditions), a cold compile cache, the options of each scenario both runs
     ran (one that ran on one side only is simply not compared), each check's options (one not
     set is its defaults), and for a padded ``variant`` the buckets; for a script run its device
-    map, reference, captures, seed, strict mode, file comparison and how it was timed. Left out
+    map, reference, captures, seed, strict mode, file comparison and how it was timed; for a service
+    run what :func:`_service_measured` names. Left out
     on purpose, as they change how sure a figure is but not what it measures: sample counts,
     minimum times, replicates, timing in turns or one after another (version 1 runs were timed
     one after another), the between-process spread; and timeouts, prices and requirements

@@ -177,11 +177,19 @@ def _latency(before: TargetResult, after: TargetResult, t: Thresholds, noise: st
     return _samples_change("p50_ms", a, b, t, noise)
 
 
-def _rate_change(metric: str, rb: float | None, ra: float | None, t: Thresholds, noise: str = "") -> MetricChange:
-    """A higher-is-better figure (items/s), compared as the time per item (its inverse)."""
+def _rate_change(
+    metric: str,
+    rb: float | None,
+    ra: float | None,
+    t: Thresholds,
+    noise: str = "",
+    reads: tuple[str, str] = ("items/s", "item"),
+) -> MetricChange:
+    """A higher-is-better figure (``reads``: what it counts, per what), compared as the time per
+    item (its inverse)."""
     change = _relative(metric, 1 / rb if rb else None, 1 / ra if ra else None, t.latency, 0.0, noise=noise)
-    moved = f"x{change.change:.2f} per item" if change.change is not None else change.detail
-    detail = f"best batch size's items/s; {moved}"
+    moved = f"x{change.change:.2f} per {reads[1]}" if change.change is not None else change.detail
+    detail = f"{reads[0]}; {moved}"
     if change.inconclusive:
         detail = _inconclusive(f"noisy: {noise}", detail)
     return MetricChange(metric, change.outcome, rb, ra, ra / rb if rb and ra else None, detail=detail)
@@ -198,7 +206,7 @@ def _scenarios(before: TargetResult, after: TargetResult, t: Thresholds, noise: 
         for metric, series in scenario.compared.items():
             changes.append(_samples_change(metric, sb.series.get(series, ()), sa.series.get(series, ()), t, noise))
         rb, ra = scenario.rates(sb), scenario.rates(sa)
-        changes += [_rate_change(metric, rb[metric], ra.get(metric), t, noise) for metric in rb]
+        changes += [_rate_change(metric, rb[metric], ra.get(metric), t, noise, scenario.rates_are) for metric in rb]
     return changes
 
 
@@ -357,17 +365,18 @@ def compare_results(
     metrics.extend(_checks(before, after, t))
     latency = _latency(before, after, t, noisy)
     metrics.append(latency)
-    metrics.append(
-        _relative(
-            "first_call_ms",
-            before.first_call_ms,
-            after.first_call_ms,
-            t.first_call,
-            t.first_call_floor_ms,
-            " ms",
-            noisy,
+    if before.first_call_ms is not None or after.first_call_ms is not None:  # a service has none
+        metrics.append(
+            _relative(
+                "first_call_ms",
+                before.first_call_ms,
+                after.first_call_ms,
+                t.first_call,
+                t.first_call_floor_ms,
+                " ms",
+                noisy,
+            )
         )
-    )
     metrics.extend(_scenarios(before, after, t, noisy))
     if costs is not None and any(c is not None for c in costs):
         metrics.append(_cost(costs[0], costs[1], latency, t, noisy))
