@@ -18,6 +18,7 @@ __all__ = [
     "device_peak_memory",
     "move_tensors",
     "place_inputs",
+    "place_model",
     "prepare",
     "reset_device_peak_memory",
     "synchronizer",
@@ -78,6 +79,17 @@ def place_inputs(workload: BuiltWorkload, target: Target, args: tuple, kwargs: d
     return move_tensors(args, device, dtype), move_tensors(kwargs, device, dtype)
 
 
+def place_model(workload: BuiltWorkload, target: Target) -> Any:
+    """The workload's model moved to the target's device (in place; unless it placed itself)
+    and its floating parameters and buffers cast to the target's dtype when it has one."""
+    import torch
+
+    # A self-placed workload put its model where its own code puts it: moving it here would
+    # hide exactly what the placement audit must see.
+    model = workload.model if workload.self_placed else workload.model.to(device=torch.device(target.torch_device))
+    return model.to(dtype=getattr(torch, target.dtype)) if target.dtype else model
+
+
 def prepare(workload: BuiltWorkload, target: Target) -> Prepared:
     """Move the workload's model and inputs to the target and wrap it for its execution mode.
 
@@ -86,14 +98,7 @@ def prepare(workload: BuiltWorkload, target: Target) -> Prepared:
     when it has one. Compiled targets get a compilation audit watching the compiler; the
     backend's adapter (:mod:`bakeoff.target.engines`) compiles it.
     """
-    import torch
-
-    dtype = getattr(torch, target.dtype) if target.dtype else None
-    # A self-placed workload put its model where its own code puts it: moving it here would
-    # hide exactly what the placement audit must see.
-    model = workload.model if workload.self_placed else workload.model.to(device=torch.device(target.torch_device))
-    if dtype is not None:
-        model = model.to(dtype=dtype)
+    model = place_model(workload, target)
     args, kwargs = place_inputs(workload, target, workload.args, workload.kwargs)
     prepared = Prepared(target=target, model=model, args=args, kwargs=kwargs)
     if target.backend is not None:
