@@ -18,6 +18,7 @@ from functools import cache
 from typing import Any
 
 from bakeoff.checks.base import Check, CheckSpec
+from bakeoff.checks.checkpoint import CheckpointCheck
 from bakeoff.checks.compilation import CompilationCheck
 from bakeoff.checks.correctness import CorrectnessCheck
 from bakeoff.checks.determinism import DeterminismCheck
@@ -62,6 +63,7 @@ BUILTIN: tuple[Check, ...] = (
     DeterminismCheck(),
     GreedyCheck(),  # before training, which changes the weights
     TrainingCheck(),
+    CheckpointCheck(),
     LocalizationCheck(),
 )
 

@@ -1,0 +1,229 @@
+"""Does a checkpoint written on the target read back as the weights it holds? The checkpoint
+check (on request: ``--check checkpoint``).
+
+The workload is built again and placed on the target as the trial places it (moved to its
+device, cast to its dtype), and its ``state_dict`` is saved the two ways teams save one:
+safetensors (``safetensors.torch.save_model``: tied weights stored once) and ``torch.save``.
+Both are read back on the CPU (``safetensors.torch.load_file``; ``torch.load`` with
+``weights_only=True`` and ``map_location="cpu"``: no pickle is trusted) and every tensor is
+compared bit for bit with the same weights built on the CPU and cast to the target's dtype:
+what the checkpoint should hold. A save is a copy, so no rounding is excused: one ulp off is a
+difference.
+
+Verdicts:
+    pass   every tensor of both files read back with the reference's dtype, shape and bits
+    fail   a tensor differs (named, with its largest difference in ulps), is missing, has
+           another dtype or shape, or a file cannot be read back on the CPU (the reason says
+           which, e.g. a ``map_location`` that fails)
+    error  saving raised on the target: a tensor that cannot leave the device (the error)
+
+What it cannot see: optimiser state (not saved here), a checkpoint read back by another torch
+version or on another machine, sharded or distributed checkpoints, and weights an engine keeps
+outside the module (an exported graph's own constants).
+"""
+
+from __future__ import annotations
+
+import io
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from bakeoff.checks.base import Check, CheckContext, Metric
+from bakeoff.checks.outputs import max_abs_difference
+from bakeoff.codec import Value
+from bakeoff.specsyntax import Option
+from bakeoff.units import clip
+
+__all__ = ["RANK", "Checkpoint", "CheckpointCheck", "compare_state"]
+
+#: Checkpoint verdicts for regressions, better higher.
+RANK = {"pass": 1, "fail": 0, "error": 0}
+#: Differing tensors kept in a value.
+KEPT = 5
+#: The two formats, as the reasons name them.
+FORMATS = ("safetensors", "torch.save")
+
+
+@dataclass(frozen=True)
+class Checkpoint(Value):
+    """The round trip of the target's weights: ``tensors`` in its ``state_dict`` (each compared
+    in both formats), ``differing`` the first :data:`KEPT` that did not read back as the
+    reference's (``format:name: why``), of ``differing_total``; ``bytes`` the safetensors
+    file's size."""
+
+    verdict: str
+    reason: str
+    tensors: int = 0
+    differing: tuple[str, ...] = ()
+    differing_total: int = 0
+    bytes: int = 0
+
+
+def _ulps(a: Any, b: Any) -> int:
+    """The largest distance in units in the last place between two floating tensors of one
+    dtype and shape (as ordered integers of their bits)."""
+    import torch
+
+    kind = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    top = torch.iinfo(kind).min
+
+    def ordered(x: Any) -> Any:
+        bits = x.contiguous().view(kind).to(torch.int64)
+        return torch.where(bits < 0, top - bits, bits)  # negative floats count down from zero
+
+    return int((ordered(a) - ordered(b)).abs().max()) if a.numel() else 0
+
+
+def _same(a: Any, b: Any) -> bool:
+    import torch
+
+    return bool(torch.equal(a, b) or _nan_same(a, b))
+
+
+def _nan_same(a: Any, b: Any) -> bool:
+    import torch
+
+    return a.is_floating_point() and bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+
+
+def compare_state(
+    expected: Mapping[str, Any], read: Mapping[str, Any], label: str, tied: Mapping[str, str]
+) -> list[str]:
+    """How ``read`` (a checkpoint read back) differs from ``expected`` (CPU tensors), one line
+    per tensor; ``tied`` maps a name to the name whose storage it shares (a format that stores
+    shared weights once may leave it out)."""
+    found = []
+    for name, want in expected.items():
+        got = read.get(name)
+        if got is None:
+            if name in tied and tied[name] in read:
+                continue
+            found.append(f"{label}:{name}: missing")
+        elif got.dtype != want.dtype or got.shape != want.shape:
+            found.append(
+                f"{label}:{name}: {got.dtype} {tuple(got.shape)} read back, {want.dtype} {tuple(want.shape)} held"
+            )
+        elif got.device.type != "cpu":
+            found.append(f"{label}:{name}: read back on {got.device}, not the CPU")
+        elif not _same(want, got):
+            far = f"{_ulps(want, got)} ulp, " if want.is_floating_point() else ""
+            found.append(f"{label}:{name}: {far}max abs {max_abs_difference(want, got):.3g}")
+    found += [f"{label}:{name}: not in the model" for name in read if name not in expected]
+    return found
+
+
+def _tied(state: Mapping[str, Any]) -> dict[str, str]:
+    """Each name whose tensor shares its storage with an earlier name's: name -> that name."""
+    first: dict[tuple[int, int], str] = {}
+    tied = {}
+    for name, tensor in state.items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
+        if key in first:
+            tied[name] = first[key]
+        else:
+            first[key] = name
+    return tied
+
+
+class CheckpointCheck(Check):
+    """The target's weights through a save and a load on the CPU (see the module docstring)."""
+
+    name = "checkpoint"
+    title = "checkpoint round trip"
+    value_type = Checkpoint
+    phase = "checkpoint check"
+    on_request = True
+    options: ClassVar[Mapping[str, Option]] = {}
+
+    def not_applicable(self, target: Any, is_reference: bool) -> str | None:
+        if is_reference:
+            return "the reference's weights are what a checkpoint is compared with"
+        return None
+
+    def run(self, context: CheckContext) -> Checkpoint:
+        import torch
+
+        from bakeoff.target.execute import place_model
+        from bakeoff.workload.registry import build_workload
+
+        reference = build_workload(context.job.workload_spec)
+        if reference.fingerprint != context.job.fingerprint:
+            why = f"the workload built again differs (fingerprint {reference.fingerprint} != {context.job.fingerprint})"
+            return Checkpoint("error", why)
+        target = context.target
+        held = reference.model.to(dtype=getattr(torch, target.dtype)) if target.dtype else reference.model
+        expected = {k: v.detach() for k, v in held.state_dict().items()}
+        built = build_workload(context.job.workload_spec, device=target.torch_device)
+        model = place_model(built, target)
+        tied = _tied({**dict(model.named_parameters(remove_duplicate=False)),
+                      **dict(model.named_buffers(remove_duplicate=False))})  # fmt: skip
+        with tempfile.TemporaryDirectory(prefix="bakeoff-checkpoint-") as tmp:
+            try:
+                size, read = _round_trip(model, Path(tmp))
+            except _SaveFailed as exc:
+                return Checkpoint("error", str(exc))
+        differing = [line for label in FORMATS for line in _differs(expected, read[label], label, tied)]
+        tensors = len(expected)
+        if differing:
+            shown = "; ".join(differing[:2]) + (f"; {len(differing) - 2} more" if len(differing) > 2 else "")
+            reason = f"the checkpoint read back differs from the weights held ({len(differing)} of them): {shown}"
+            return Checkpoint("fail", reason, tensors, tuple(differing[:KEPT]), len(differing), size)
+        reason = f"each of {tensors} tensors read back bit for bit from safetensors and torch.save ({size:,} bytes)"
+        return Checkpoint("pass", reason, tensors, (), 0, size)
+
+    def metrics(self, value: Checkpoint | None) -> list[Metric]:
+        return [] if value is None else [Metric("checkpoint", value.verdict, "verdict", RANK)]
+
+    def misses(self, value: Checkpoint) -> tuple[list[str], list[str]]:
+        if value.verdict in ("fail", "error"):
+            return [f"checkpoint {value.verdict}: {clip(value.reason, 160)}"], []
+        return [], []
+
+    def facts(self, value: Checkpoint, result: Any) -> list[str]:
+        return [f"checkpoint {value.verdict}: {clip(value.reason, 200)}"]
+
+
+class _SaveFailed(Exception):
+    """Saving the target's weights raised."""
+
+
+def _round_trip(model: Any, folder: Path) -> tuple[int, dict[str, Any]]:
+    """Save ``model``'s weights both ways in ``folder`` and read them back on the CPU:
+    ``(safetensors file size, {format: tensors read, or why they could not be})``."""
+    import torch
+    from safetensors.torch import load_file, save_model
+
+    path = folder / "model.safetensors"
+    buffer = io.BytesIO()
+    try:
+        save_model(model, str(path))
+    except Exception as exc:
+        raise _SaveFailed(
+            f"safetensors could not save the weights: {type(exc).__name__}: {clip(str(exc), 200)}"
+        ) from exc
+    try:
+        torch.save(model.state_dict(), buffer)
+    except Exception as exc:
+        raise _SaveFailed(
+            f"torch.save could not save the weights: {type(exc).__name__}: {clip(str(exc), 200)}"
+        ) from exc
+    read: dict[str, Any] = {}
+    try:
+        read["safetensors"] = load_file(str(path), device="cpu")
+    except Exception as exc:
+        read["safetensors"] = f"cannot be read back on the CPU: {type(exc).__name__}: {clip(str(exc), 160)}"
+    buffer.seek(0)
+    try:
+        read["torch.save"] = torch.load(buffer, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        read["torch.save"] = f"map_location='cpu' failed: {type(exc).__name__}: {clip(str(exc), 160)}"
+    return path.stat().st_size, read
+
+
+def _differs(expected: Mapping[str, Any], read: Any, label: str, tied: Mapping[str, str]) -> list[str]:
+    if isinstance(read, str):
+        return [f"{label}: {read}"]
+    return compare_state(expected, read, label, tied)

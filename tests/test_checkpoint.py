@@ -1,0 +1,111 @@
+"""The checkpoint check on real saves: seeded faults in a target's save path it must catch, clean
+controls (the test device, a bf16 cast, tied weights, a language model) it must not flag.
+
+The seeded faults are in the workload's ``state_dict`` off the CPU (tests/fixtures/checkpoint_models.py):
+a tensor one ulp up, a tensor saved in another dtype, a save that raises. Every case runs in one
+fresh process (the emu device is process-wide); the CLI case runs ``bakeoff trial`` as a user would.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tests.conftest import EMU_ENV, FIXTURES, cli_trial, fresh_process_json
+
+CLASSIFIER = f"py:{FIXTURES / 'checkpoint_models.py'}:classifier"
+LLAMA = "arch:llama?layers=1&hidden=32&intermediate=64&vocab=128"
+#: (name, workload, target)
+CASES = [
+    ("clean emu", CLASSIFIER, "emu"),
+    ("clean bf16 emu", CLASSIFIER, "emu?dtype=bf16"),
+    ("tied emu", CLASSIFIER + "?tied=1", "emu"),
+    ("clean llama", LLAMA, "emu"),
+    ("one ulp on save", CLASSIFIER + "?save_fault=ulp", "emu"),
+    ("another dtype on save", CLASSIFIER + "?save_fault=dtype", "emu"),
+    ("cannot save", CLASSIFIER + "?save_fault=raise", "emu"),
+    ("fault off the CPU only, bf16 CPU", CLASSIFIER + "?save_fault=ulp", "cpu?dtype=bf16"),
+]
+
+SCRIPT = """
+import json, sys
+from bakeoff import emu
+emu.enable()
+from bakeoff.checks.base import CheckContext
+from bakeoff.checks.checkpoint import CheckpointCheck
+from bakeoff.runner.job import TargetJob
+from bakeoff.target.spec import parse_target
+from bakeoff.workload.registry import build_workload
+out = {}
+for name, spec, target_spec in json.loads(sys.argv[1]):
+    target = parse_target(target_spec, extra_devices=("emu",))
+    built = build_workload(spec)
+    job = TargetJob(workload_spec=spec, target=target, fingerprint=built.fingerprint, baseline_path=None)
+    context = CheckContext(job, target, None, {}, None, target.dtype or "float32", "float32", built.fingerprint)
+    out[name] = CheckpointCheck().run(context).to_dict()
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def verdicts() -> dict[str, dict]:
+    return fresh_process_json(SCRIPT, CASES, timeout=600)
+
+
+@pytest.mark.emu
+@pytest.mark.parametrize(
+    "name", ["clean emu", "clean bf16 emu", "tied emu", "clean llama", "fault off the CPU only, bf16 CPU"]
+)
+def test_clean_controls_pass(verdicts, name):
+    value = verdicts[name]
+    assert value["verdict"] == "pass", value["reason"]
+    assert value["tensors"] > 0 and not value["differing"] and value["bytes"] > 0
+    assert f"each of {value['tensors']} tensors read back bit for bit" in value["reason"]
+
+
+@pytest.mark.emu
+def test_a_bf16_target_saves_half_the_bytes_and_tied_weights_once(verdicts):
+    assert verdicts["clean bf16 emu"]["bytes"] < 0.6 * verdicts["clean emu"]["bytes"]
+    assert verdicts["tied emu"]["bytes"] < verdicts["clean emu"]["bytes"]  # fc2.weight stored once
+
+
+@pytest.mark.emu
+def test_one_ulp_on_save_fails_naming_the_tensor_in_both_formats(verdicts):
+    value = verdicts["one ulp on save"]
+    assert value["verdict"] == "fail" and value["differing_total"] == 2, value
+    assert [line.rpartition(", max abs ")[0] for line in value["differing"]] == [
+        "safetensors:fc1.weight: 1 ulp",
+        "torch.save:fc1.weight: 1 ulp",
+    ]
+    assert value["reason"].startswith(
+        "the checkpoint read back differs from the weights held (2 of them): safetensors:fc1.weight: 1 ulp"
+    )
+
+
+@pytest.mark.emu
+def test_another_dtype_on_save_fails_with_both_dtypes(verdicts):
+    value = verdicts["another dtype on save"]
+    assert value["verdict"] == "fail"
+    assert "torch.save:fc2.bias: torch.float16 (16,) read back, torch.float32 (16,) held" in value["differing"]
+
+
+@pytest.mark.emu
+def test_a_save_that_raises_is_an_error_with_the_reason(verdicts):
+    value = verdicts["cannot save"]
+    assert value["verdict"] == "error"
+    assert value["reason"] == (
+        "safetensors could not save the weights: RuntimeError: this tensor cannot be copied to the host"
+    )
+
+
+@pytest.mark.emu
+def test_a_trial_asked_for_the_checkpoint_check_rules_out_a_target_that_saves_wrong(tmp_path):
+    ran = cli_trial(CLASSIFIER + "?save_fault=ulp", "emu", tmp_path, "--check", "checkpoint", env=EMU_ENV)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    run = json.loads(ran.stdout)
+    reference, emu = run["results"]
+    assert reference["checkpoint"] is None and "checkpoint" in reference["skipped_checks"]
+    assert emu["correctness"]["verdict"] == "pass" and emu["checkpoint"]["verdict"] == "fail"
+    assert run["decision"]["outcome"] == "none"
+    said = "ruled out by checkpoint fail: the checkpoint read back differs"
+    assert any(said in line for line in run["decision"]["lines"])
