@@ -15,12 +15,14 @@ from tests.conftest import EMU_ENV, FIXTURES, cli_trial, fresh_process_json
 
 CLASSIFIER = f"py:{FIXTURES / 'checkpoint_models.py'}:classifier"
 LLAMA = "arch:llama?layers=1&hidden=32&intermediate=64&vocab=128"
+GPT2 = "arch:gpt2?layers=1&hidden=32"  # its embedding and head share one weight
 #: (name, workload, target)
 CASES = [
     ("clean emu", CLASSIFIER, "emu"),
     ("clean bf16 emu", CLASSIFIER, "emu?dtype=bf16"),
     ("tied emu", CLASSIFIER + "?tied=1", "emu"),
     ("clean llama", LLAMA, "emu"),
+    ("tied gpt2 fp16", GPT2, "emu?dtype=fp16"),
     ("one ulp on save", CLASSIFIER + "?save_fault=ulp", "emu"),
     ("another dtype on save", CLASSIFIER + "?save_fault=dtype", "emu"),
     ("cannot save", CLASSIFIER + "?save_fault=raise", "emu"),
@@ -54,7 +56,8 @@ def verdicts() -> dict[str, dict]:
 
 @pytest.mark.emu
 @pytest.mark.parametrize(
-    "name", ["clean emu", "clean bf16 emu", "tied emu", "clean llama", "fault off the CPU only, bf16 CPU"]
+    "name",
+    ["clean emu", "clean bf16 emu", "tied emu", "clean llama", "tied gpt2 fp16", "fault off the CPU only, bf16 CPU"],
 )
 def test_clean_controls_pass(verdicts, name):
     value = verdicts[name]
@@ -78,7 +81,7 @@ def test_one_ulp_on_save_fails_naming_the_tensor_in_both_formats(verdicts):
         "torch.save:fc1.weight: 1 ulp",
     ]
     assert value["reason"].startswith(
-        "the checkpoint read back differs from the weights held (2 of them): safetensors:fc1.weight: 1 ulp"
+        "the checkpoint read back differs from the weights held (2 differences): safetensors:fc1.weight: 1 ulp"
     )
 
 

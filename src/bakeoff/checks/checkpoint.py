@@ -90,16 +90,16 @@ def _nan_same(a: Any, b: Any) -> bool:
 
 
 def compare_state(
-    expected: Mapping[str, Any], read: Mapping[str, Any], label: str, tied: Mapping[str, str]
+    expected: Mapping[str, Any], read: Mapping[str, Any], label: str, tied: Mapping[str, tuple[str, ...]]
 ) -> list[str]:
     """How ``read`` (a checkpoint read back) differs from ``expected`` (CPU tensors), one line
-    per tensor; ``tied`` maps a name to the name whose storage it shares (a format that stores
-    shared weights once may leave it out)."""
+    per tensor; ``tied`` maps a name to the names sharing its storage (a format that stores
+    shared weights once may keep any one of them)."""
     found = []
     for name, want in expected.items():
         got = read.get(name)
         if got is None:
-            if name in tied and tied[name] in read:
+            if any(other in read for other in tied.get(name, ()) if other != name):
                 continue
             found.append(f"{label}:{name}: missing")
         elif got.dtype != want.dtype or got.shape != want.shape:
@@ -115,17 +115,13 @@ def compare_state(
     return found
 
 
-def _tied(state: Mapping[str, Any]) -> dict[str, str]:
-    """Each name whose tensor shares its storage with an earlier name's: name -> that name."""
-    first: dict[tuple[int, int], str] = {}
-    tied = {}
-    for name, tensor in state.items():
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
-        if key in first:
-            tied[name] = first[key]
-        else:
-            first[key] = name
-    return tied
+def _tied(tensors: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    """Each name whose tensor shares its storage with another name's: name -> every name of that
+    group (a format that stores shared weights once keeps any one of them)."""
+    groups: dict[tuple[int, int], list[str]] = {}
+    for name, tensor in tensors.items():
+        groups.setdefault((tensor.untyped_storage().data_ptr(), tensor.storage_offset()), []).append(name)
+    return {name: tuple(group) for group in groups.values() if len(group) > 1 for name in group}
 
 
 class CheckpointCheck(Check):
@@ -169,7 +165,8 @@ class CheckpointCheck(Check):
         tensors = len(expected)
         if differing:
             shown = "; ".join(differing[:2]) + (f"; {len(differing) - 2} more" if len(differing) > 2 else "")
-            reason = f"the checkpoint read back differs from the weights held ({len(differing)} of them): {shown}"
+            count = f"{len(differing)} difference" + ("s" if len(differing) > 1 else "")
+            reason = f"the checkpoint read back differs from the weights held ({count}): {shown}"
             return Checkpoint("fail", reason, tensors, tuple(differing[:KEPT]), len(differing), size)
         reason = f"each of {tensors} tensors read back bit for bit from safetensors and torch.save ({size:,} bytes)"
         return Checkpoint("pass", reason, tensors, (), 0, size)
@@ -223,7 +220,7 @@ def _round_trip(model: Any, folder: Path) -> tuple[int, dict[str, Any]]:
     return path.stat().st_size, read
 
 
-def _differs(expected: Mapping[str, Any], read: Any, label: str, tied: Mapping[str, str]) -> list[str]:
+def _differs(expected: Mapping[str, Any], read: Any, label: str, tied: Mapping[str, tuple[str, ...]]) -> list[str]:
     if isinstance(read, str):
         return [f"{label}: {read}"]
     return compare_state(expected, read, label, tied)
