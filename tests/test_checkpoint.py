@@ -27,10 +27,14 @@ CASES = [
     ("another dtype on save", CLASSIFIER + "?save_fault=dtype", "emu"),
     ("cannot save", CLASSIFIER + "?save_fault=raise", "emu"),
     ("fault off the CPU only, bf16 CPU", CLASSIFIER + "?save_fault=ulp", "cpu?dtype=bf16"),
+    ("optimiser field dropped", CLASSIFIER + "?optimizer_fault=drop", "emu"),
+    ("optimiser step changed", CLASSIFIER + "?optimizer_fault=step", "emu"),
+    ("weights only", CLASSIFIER + "?optimizer_fault=drop", "emu", 0),
 ]
 
 SCRIPT = """
 import json, sys
+import torch
 from bakeoff import emu
 emu.enable()
 from bakeoff.checks.base import CheckContext
@@ -39,12 +43,14 @@ from bakeoff.runner.job import TargetJob
 from bakeoff.target.spec import parse_target
 from bakeoff.workload.registry import build_workload
 out = {}
-for name, spec, target_spec in json.loads(sys.argv[1]):
+for name, spec, target_spec, *steps in json.loads(sys.argv[1]):
     target = parse_target(target_spec, extra_devices=("emu",))
     built = build_workload(spec)
     job = TargetJob(workload_spec=spec, target=target, fingerprint=built.fingerprint, baseline_path=None)
     context = CheckContext(job, target, None, {}, None, target.dtype or "float32", "float32", built.fingerprint)
-    out[name] = CheckpointCheck().run(context).to_dict()
+    context.options = {"steps": steps[0] if steps else 2}
+    with torch.no_grad():  # as a trial runs its checks
+        out[name] = CheckpointCheck().run(context).to_dict()
 print(json.dumps(out))
 """
 
@@ -64,6 +70,8 @@ def test_clean_controls_pass(verdicts, name):
     assert value["verdict"] == "pass", value["reason"]
     assert value["tensors"] > 0 and not value["differing"] and value["bytes"] > 0
     assert f"each of {value['tensors']} tensors read back bit for bit" in value["reason"]
+    assert value["trained"] == "2 AdamW step(s) on the target, resumed on the CPU for one more"
+    assert value["reason"].endswith("the optimiser state read back bit for bit and resumed as held")
 
 
 @pytest.mark.emu
@@ -81,7 +89,7 @@ def test_one_ulp_on_save_fails_naming_the_tensor_in_both_formats(verdicts):
         "torch.save:fc1.weight: 1 ulp",
     ]
     assert value["reason"].startswith(
-        "the checkpoint read back differs from the weights held (2 differences): safetensors:fc1.weight: 1 ulp"
+        "the checkpoint read back differs from what the target held (2 differences): safetensors:fc1.weight: 1 ulp"
     )
 
 
@@ -112,3 +120,33 @@ def test_a_trial_asked_for_the_checkpoint_check_rules_out_a_target_that_saves_wr
     assert run["decision"]["outcome"] == "none"
     said = "ruled out by checkpoint fail: the checkpoint read back differs"
     assert any(said in line for line in run["decision"]["lines"])
+
+
+@pytest.mark.emu
+def test_an_optimiser_state_that_drops_a_field_on_save_fails_and_cannot_resume(verdicts):
+    value = verdicts["optimiser field dropped"]
+    assert value["verdict"] == "fail", value["reason"]
+    assert "optimizer:state[0].exp_avg_sq: missing" in value["differing"]
+    assert any(
+        line.startswith("resumed: resuming on the CPU from the checkpoint raised KeyError")
+        for line in value["differing"]
+    )
+
+
+@pytest.mark.emu
+def test_a_step_count_saved_one_off_fails_and_resumes_elsewhere(verdicts):
+    value = verdicts["optimiser step changed"]
+    assert value["verdict"] == "fail", value["reason"]
+    assert value["differing"][:2] == [
+        "optimizer:state[0].step: 3 read back, 2 held",
+        "optimizer:state[1].step: 3 read back, 2 held",
+    ]
+    assert value["differing"][-1] == (
+        "resumed: one CPU step from the checkpoint and from the state held differ first at fc1.weight"
+    )
+
+
+@pytest.mark.emu
+def test_weights_only_does_not_train(verdicts):
+    value = verdicts["weights only"]
+    assert value["verdict"] == "pass" and value["trained"] == ""

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from bakeoff.checks.base import Check, CheckContext, Metric
+from bakeoff.checks.determinism import identical
 from bakeoff.checks.outputs import max_abs_difference
 from bakeoff.codec import Value
 from bakeoff.specsyntax import Option
@@ -60,6 +61,7 @@ class Checkpoint(Value):
     differing: tuple[str, ...] = ()
     differing_total: int = 0
     bytes: int = 0
+    trained: str = ""
 
 
 def _ulps(a: Any, b: Any) -> int:
@@ -75,18 +77,6 @@ def _ulps(a: Any, b: Any) -> int:
         return torch.where(bits < 0, top - bits, bits)  # negative floats count down from zero
 
     return int((ordered(a) - ordered(b)).abs().max()) if a.numel() else 0
-
-
-def _same(a: Any, b: Any) -> bool:
-    import torch
-
-    return bool(torch.equal(a, b) or _nan_same(a, b))
-
-
-def _nan_same(a: Any, b: Any) -> bool:
-    import torch
-
-    return a.is_floating_point() and bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
 
 
 def compare_state(
@@ -108,7 +98,7 @@ def compare_state(
             )
         elif got.device.type != "cpu":
             found.append(f"{label}:{name}: read back on {got.device}, not the CPU")
-        elif not _same(want, got):
+        elif not identical(want, got):
             far = f"{_ulps(want, got)} ulp, " if want.is_floating_point() else ""
             found.append(f"{label}:{name}: {far}max abs {max_abs_difference(want, got):.3g}")
     found += [f"{label}:{name}: not in the model" for name in read if name not in expected]
@@ -132,7 +122,14 @@ class CheckpointCheck(Check):
     value_type = Checkpoint
     phase = "checkpoint check"
     on_request = True
-    options: ClassVar[Mapping[str, Option]] = {}
+    options: ClassVar[Mapping[str, Option]] = {
+        "steps": Option(
+            int,
+            2,
+            minimum=0,
+            help="AdamW steps on the target before its optimiser state is saved too (0: weights only)",
+        )
+    }
 
     def not_applicable(self, target: Any, is_reference: bool) -> str | None:
         if is_reference:
@@ -163,13 +160,18 @@ class CheckpointCheck(Check):
                 return Checkpoint("error", str(exc))
         differing = [line for label in FORMATS for line in _differs(expected, read[label], label, tied)]
         tensors = len(expected)
+        trained, untrained = _trained(context, reference, built, model, differing)
         if differing:
             shown = "; ".join(differing[:2]) + (f"; {len(differing) - 2} more" if len(differing) > 2 else "")
             count = f"{len(differing)} difference" + ("s" if len(differing) > 1 else "")
-            reason = f"the checkpoint read back differs from the weights held ({count}): {shown}"
-            return Checkpoint("fail", reason, tensors, tuple(differing[:KEPT]), len(differing), size)
+            reason = f"the checkpoint read back differs from what the target held ({count}): {shown}"
+            return Checkpoint("fail", reason, tensors, tuple(differing[:KEPT]), len(differing), size, trained)
         reason = f"each of {tensors} tensors read back bit for bit from safetensors and torch.save ({size:,} bytes)"
-        return Checkpoint("pass", reason, tensors, (), 0, size)
+        if trained:
+            reason += f"; after {trained}: the optimiser state read back bit for bit and resumed as held"
+        elif untrained:
+            reason += f"; optimiser state not checked: {untrained}"
+        return Checkpoint("pass", reason, tensors, (), 0, size, trained)
 
     def metrics(self, value: Checkpoint | None) -> list[Metric]:
         return [] if value is None else [Metric("checkpoint", value.verdict, "verdict", RANK)]
@@ -181,6 +183,44 @@ class CheckpointCheck(Check):
 
     def facts(self, value: Checkpoint, result: Any) -> list[str]:
         return [f"checkpoint {value.verdict}: {clip(value.reason, 200)}"]
+
+
+def _trained(context: CheckContext, reference: Any, built: Any, model: Any, differing: list[str]) -> tuple[str, str]:
+    """The optimiser half (:mod:`bakeoff.checks.checkpoint_resume`), its differences added to
+    ``differing``: ``(what it did, why it did not run)``."""
+    import torch
+
+    from bakeoff.checks.checkpoint_resume import resume_round_trip
+    from bakeoff.target.engines import engine_for
+    from bakeoff.target.execute import move_tensors, place_inputs
+    from bakeoff.workload.registry import build_workload
+
+    target, steps = context.target, context.options.get("steps", 2)
+    if steps == 0:
+        return "", ""
+    if target.backend is not None and engine_for(target.backend).inference_only:
+        return "", f"the {target.backend} engine is inference only"
+    if not any(p.is_floating_point() and p.requires_grad for p in model.parameters()):
+        return "", "the model has no trainable floating-point parameters"
+    dtype = getattr(torch, target.dtype) if target.dtype else None
+
+    def fresh() -> Any:
+        again = build_workload(context.job.workload_spec).model
+        return again.to(dtype=dtype) if dtype is not None else again
+
+    try:
+        found, did = resume_round_trip(
+            model,
+            fresh,
+            reference.training_recipe(),
+            steps,
+            lambda args, kwargs: place_inputs(built, target, args, kwargs),
+            lambda args, kwargs: move_tensors((args, kwargs), None, dtype),
+        )
+    except Exception as exc:  # training itself failed on the target: the training check's question
+        return "", f"training on the target raised {type(exc).__name__}: {clip(str(exc), 120)}"
+    differing += found
+    return did, ""
 
 
 class _SaveFailed(Exception):
