@@ -59,6 +59,13 @@ def test_golden_rule_error_limit_is_twice_the_floor() -> None:
     assert not judge_against_golden(_figures(error=float("nan")), "bfloat16").passed
 
 
+def test_a_reference_whose_bias_is_not_finite_still_gets_a_verdict() -> None:
+    # outputs near float32's largest value: the reference's and the honest run's biases overflow
+    judged = judge_against_golden(_figures(ref_bias=float("inf"), honest_bias=float("nan")), "float32")
+    assert judged.passed and judged.bias_limit == pytest.approx(2 * 0.01 / 4)  # from the floor alone
+    assert not judge_against_golden(_figures(ref_bias=float("inf"), bias=0.1), "float32").passed
+
+
 def test_golden_rule_bias_limit_is_twice_the_bias_floor() -> None:
     assert BIAS_MULTIPLIER == 2.0
     # floor 1% of rms(golden) over 16 rows: bias floor 0.01 / sqrt(16) = 0.0025, limit 0.005

@@ -234,7 +234,7 @@ def judge_against_golden(figures: GoldenFigures, dtype: str) -> GoldenJudgement:
     if f.golden_rms > 0:
         relative_floor = max(f.floor / f.golden_rms, unit)
         measured = [abs(b) for b in (f.ref_bias, f.honest_bias) if b is not None and math.isfinite(b)]
-        bias_floor = max(*measured, relative_floor / math.sqrt(min(max(f.rows, 1), MAX_AVERAGED_ROWS)))
+        bias_floor = max([*measured, relative_floor / math.sqrt(min(max(f.rows, 1), MAX_AVERAGED_ROWS))])
         bias_limit = BIAS_MULTIPLIER * bias_floor
         sensitivity = min(bias_limit, error_limit / f.golden_rms)
     problem = ""
