@@ -30,6 +30,10 @@ CASES = [
     ("optimiser field dropped", CLASSIFIER + "?optimizer_fault=drop", "emu"),
     ("optimiser step changed", CLASSIFIER + "?optimizer_fault=step", "emu"),
     ("weights only", CLASSIFIER + "?optimizer_fault=drop", "emu", 0),
+    ("sliced buffer, model left on the CPU", CLASSIFIER + "?sliced=1", "cpu+aot_eager"),
+    ("self-placed", f"py:{FIXTURES / 'checkpoint_models.py'}:selfplaced", "emu"),
+    ("a signed zero saved as +0.0", CLASSIFIER + "?save_fault=sign", "emu"),
+    ("a float8 buffer one step up", CLASSIFIER + "?save_fault=f8", "emu"),
 ]
 
 SCRIPT = """
@@ -63,14 +67,23 @@ def verdicts() -> dict[str, dict]:
 @pytest.mark.emu
 @pytest.mark.parametrize(
     "name",
-    ["clean emu", "clean bf16 emu", "tied emu", "clean llama", "tied gpt2 fp16", "fault off the CPU only, bf16 CPU"],
+    [
+        "clean emu",
+        "clean bf16 emu",
+        "tied emu",
+        "clean llama",
+        "tied gpt2 fp16",
+        "fault off the CPU only, bf16 CPU",
+        "sliced buffer, model left on the CPU",
+        "self-placed",
+    ],
 )
 def test_clean_controls_pass(verdicts, name):
     value = verdicts[name]
     assert value["verdict"] == "pass", value["reason"]
     assert value["tensors"] > 0 and not value["differing"] and value["bytes"] > 0
     assert f"each of {value['tensors']} tensors read back bit for bit" in value["reason"]
-    assert value["trained"] == "2 AdamW step(s) on the target, resumed on the CPU for one more"
+    assert value["trained"] == "2 eager AdamW step(s) on the target's device, resumed on the CPU for one more"
     assert value["reason"].endswith("the optimiser state read back bit for bit and resumed as held")
 
 
@@ -150,3 +163,29 @@ def test_a_step_count_saved_one_off_fails_and_resumes_elsewhere(verdicts):
 def test_weights_only_does_not_train(verdicts):
     value = verdicts["weights only"]
     assert value["verdict"] == "pass" and value["trained"] == ""
+
+
+@pytest.mark.emu
+def test_a_self_placed_workload_is_compared_with_its_own_state(verdicts):
+    assert verdicts["self-placed"]["reason"].endswith(
+        "against the target's own state_dict copied to the CPU (the workload places itself); after 2 eager AdamW "
+        "step(s) on the target's device, resumed on the CPU for one more: the optimiser state read back bit for bit "
+        "and resumed as held"
+    )
+
+
+@pytest.mark.emu
+@pytest.mark.parametrize(
+    ("name", "line"),
+    [
+        (
+            "a signed zero saved as +0.0",
+            "torch.save:fc1.bias: same values, other bits (a signed zero or a NaN's payload)",
+        ),
+        ("a float8 buffer one step up", "torch.save:scale8: 1 ulp, max abs "),
+    ],
+)
+def test_bits_a_value_comparison_cannot_see_are_caught(verdicts, name, line):
+    value = verdicts[name]
+    assert value["verdict"] == "fail", value["reason"]
+    assert any(found.startswith(line) for found in value["differing"]), value["differing"]

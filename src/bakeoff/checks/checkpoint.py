@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from bakeoff.checks.base import Check, CheckContext, Metric
-from bakeoff.checks.determinism import identical
+from bakeoff.checks.checkpoint_resume import bits, same_bits
 from bakeoff.checks.outputs import max_abs_difference
 from bakeoff.codec import Value
 from bakeoff.specsyntax import Option
@@ -65,18 +65,19 @@ class Checkpoint(Value):
 
 
 def _ulps(a: Any, b: Any) -> int:
-    """The largest distance in units in the last place between two floating tensors of one
+    """The largest distance in units in the last place between two real floating tensors of one
     dtype and shape (as ordered integers of their bits)."""
     import torch
 
-    kind = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-    top = torch.iinfo(kind).min
+    if not a.numel():
+        return 0
+    wide_a, wide_b = bits(a).to(torch.int64), bits(b).to(torch.int64)
+    top = torch.iinfo(bits(a).dtype).min
 
     def ordered(x: Any) -> Any:
-        bits = x.contiguous().view(kind).to(torch.int64)
-        return torch.where(bits < 0, top - bits, bits)  # negative floats count down from zero
+        return torch.where(x < 0, top - x, x)  # negative floats count down from zero
 
-    return int((ordered(a) - ordered(b)).abs().max()) if a.numel() else 0
+    return int((ordered(wide_a) - ordered(wide_b)).abs().max())
 
 
 def compare_state(
@@ -98,19 +99,26 @@ def compare_state(
             )
         elif got.device.type != "cpu":
             found.append(f"{label}:{name}: read back on {got.device}, not the CPU")
-        elif not identical(want, got):
-            far = f"{_ulps(want, got)} ulp, " if want.is_floating_point() else ""
-            found.append(f"{label}:{name}: {far}max abs {max_abs_difference(want, got):.3g}")
+        elif not same_bits(want, got):
+            if want.is_complex():
+                found.append(f"{label}:{name}: other bits")
+                continue
+            far = _ulps(want, got) if want.is_floating_point() else None
+            if far == 0:  # values that compare equal
+                found.append(f"{label}:{name}: same values, other bits (a signed zero or a NaN's payload)")
+                continue
+            shown = f"{far} ulp, " if far is not None else ""
+            found.append(f"{label}:{name}: {shown}max abs {max_abs_difference(want, got):.3g}")
     found += [f"{label}:{name}: not in the model" for name in read if name not in expected]
     return found
 
 
 def _tied(tensors: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
     """Each name whose tensor shares its storage with another name's: name -> every name of that
-    group (a format that stores shared weights once keeps any one of them)."""
-    groups: dict[tuple[int, int], list[str]] = {}
-    for name, tensor in tensors.items():
-        groups.setdefault((tensor.untyped_storage().data_ptr(), tensor.storage_offset()), []).append(name)
+    group (a format that stores shared storage once keeps what covers it)."""
+    groups: dict[int, list[str]] = {}
+    for name, tensor in tensors.items():  # a view at another offset shares too (a slice kept as a buffer)
+        groups.setdefault(tensor.untyped_storage().data_ptr(), []).append(name)
     return {name: tuple(group) for group in groups.values() if len(group) > 1 for name in group}
 
 
@@ -147,10 +155,15 @@ class CheckpointCheck(Check):
             why = f"the workload built again differs (fingerprint {reference.fingerprint} != {context.job.fingerprint})"
             return Checkpoint("error", why)
         target = context.target
-        held = reference.model.to(dtype=getattr(torch, target.dtype)) if target.dtype else reference.model
-        expected = {k: v.detach() for k, v in held.state_dict().items()}
         built = build_workload(context.job.workload_spec, device=target.torch_device)
         model = place_model(built, target)
+        if built.self_placed:  # it initialised itself on the device: its own state is all there is to hold
+            against = "the target's own state_dict copied to the CPU (the workload places itself)"
+            expected = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        else:
+            against = ""
+            held = reference.model.to(dtype=getattr(torch, target.dtype)) if target.dtype else reference.model
+            expected = {k: v.detach() for k, v in held.state_dict().items()}
         tied = _tied({**dict(model.named_parameters(remove_duplicate=False)),
                       **dict(model.named_buffers(remove_duplicate=False))})  # fmt: skip
         with tempfile.TemporaryDirectory(prefix="bakeoff-checkpoint-") as tmp:
@@ -166,7 +179,12 @@ class CheckpointCheck(Check):
             count = f"{len(differing)} difference" + ("s" if len(differing) > 1 else "")
             reason = f"the checkpoint read back differs from what the target held ({count}): {shown}"
             return Checkpoint("fail", reason, tensors, tuple(differing[:KEPT]), len(differing), size, trained)
-        reason = f"each of {tensors} tensors read back bit for bit from safetensors and torch.save ({size:,} bytes)"
+        if not tensors:
+            return Checkpoint("pass", f"the model's state_dict holds no tensor: nothing to change ({size:,} bytes)")
+        which = f"each of {tensors} tensors" if tensors > 1 else "its one tensor"
+        reason = f"{which} read back bit for bit from safetensors and torch.save ({size:,} bytes)"
+        if against:
+            reason += f", against {against}"
         if trained:
             reason += f"; after {trained}: the optimiser state read back bit for bit and resumed as held"
         elif untrained:
@@ -212,7 +230,10 @@ def _trained(context: CheckContext, reference: Any, built: Any, model: Any, diff
         found, did = resume_round_trip(
             model,
             fresh,
-            reference.training_recipe(),
+            (
+                built.training_recipe() if built.self_placed else reference.training_recipe(),
+                reference.training_recipe(),
+            ),
             steps,
             lambda args, kwargs: place_inputs(built, target, args, kwargs),
             lambda args, kwargs: move_tensors((args, kwargs), None, dtype),

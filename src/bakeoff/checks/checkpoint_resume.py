@@ -19,10 +19,31 @@ import io
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from bakeoff.checks.determinism import identical
 from bakeoff.units import clip
 
-__all__ = ["resume_round_trip"]
+__all__ = ["bits", "resume_round_trip", "same_bits"]
+
+#: Integer dtypes of a float's width, by element size in bytes.
+_WIDTHS = ("int8", "int16", None, "int32", None, None, None, "int64")
+
+
+def bits(tensor: Any) -> Any:
+    """A floating (or complex) tensor's bits as integers of its width; any other tensor as it is."""
+    import torch
+
+    if tensor.is_complex():
+        tensor = torch.view_as_real(tensor)
+    if not tensor.is_floating_point():
+        return tensor
+    return tensor.contiguous().view(getattr(torch, _WIDTHS[tensor.element_size() - 1]))
+
+
+def same_bits(a: Any, b: Any) -> bool:
+    """Whether two tensors have one dtype and shape and the same bits (a -0.0 is not a 0.0, a NaN's
+    payload counts): a copy changes none."""
+    import torch
+
+    return a.dtype == b.dtype and a.shape == b.shape and bool(torch.equal(bits(a), bits(b)))
 
 
 def _cpu(value: Any) -> Any:
@@ -70,7 +91,7 @@ def compare_optimizer(held: Mapping[str, Any], read: Mapping[str, Any]) -> list[
             other = back.get(key)
             if other is None:
                 found.append(f"optimizer:state[{param}].{key}: missing")
-            elif isinstance(value, torch.Tensor) and not (isinstance(other, torch.Tensor) and identical(value, other)):
+            elif isinstance(value, torch.Tensor) and not (isinstance(other, torch.Tensor) and same_bits(value, other)):
                 scalar = value.numel() == 1 and isinstance(other, torch.Tensor) and other.numel() == 1
                 what = f"{other.item():g} read back, {value.item():g} held" if scalar else "differs"
                 found.append(f"optimizer:state[{param}].{key}: {what}")
@@ -83,15 +104,17 @@ def compare_optimizer(held: Mapping[str, Any], read: Mapping[str, Any]) -> list[
 def resume_round_trip(
     model: Any,
     fresh: Callable[[], Any],
-    recipe: Any,
+    recipes: tuple[Any, Any],
     steps: int,
     place: Callable[[tuple, dict], tuple],
     place_cpu: Callable[[tuple, dict], tuple],
 ) -> tuple[list[str], str]:
     """Train ``model`` (placed on the target) ``steps`` steps, save it with its optimiser and
-    resume on the CPU (``fresh()``: the model built on the CPU in the target's dtype; ``place``
-    moves a batch to the target, ``place_cpu`` casts it for the CPU): ``(differences, what was
-    done)``. Raises what training on the target raised."""
+    resume on the CPU (``fresh()``: the model built on the CPU in the target's dtype; ``recipes``:
+    the training recipe of the target's build and of the CPU's, whose batches ``place`` moves to
+    the target and ``place_cpu`` casts for the CPU): ``(differences, what was done)``. Raises
+    what training on the target raised."""
+    recipe, cpu_recipe = recipes
     import torch
 
     model.train()
@@ -112,16 +135,16 @@ def resume_round_trip(
     continued = []
     for label, state in (("the checkpoint", read), ("the state held", held)):
         try:
-            continued.append(_resume(fresh(), state, recipe, steps, place_cpu))
+            continued.append(_resume(fresh(), state, cpu_recipe, steps, place_cpu))
         except Exception as exc:
             why = f"{type(exc).__name__}: {clip(str(exc), 120)}"
             return [*differing, f"resumed: resuming on the CPU from {label} raised {why}"], ""
-    moved = [name for name, tensor in continued[1].items() if not identical(tensor, continued[0].get(name, tensor))]
+    moved = [name for name, tensor in continued[1].items() if not same_bits(tensor, continued[0].get(name, tensor))]
     if moved:
         differing.append(
             f"resumed: one CPU step from the checkpoint and from the state held differ first at {moved[0]}"
         )
-    return differing, f"{steps} AdamW step(s) on the target, resumed on the CPU for one more"
+    return differing, f"{steps} eager AdamW step(s) on the target's device, resumed on the CPU for one more"
 
 
 def _held(optimizer: Any) -> dict[str, Any]:
