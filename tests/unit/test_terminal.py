@@ -174,3 +174,24 @@ def test_one_word_per_fact_in_every_format():
     assert {a["placement"]["word"] for a in answers.values()} == {"host is device"}
     assert {a["correct"]["word"] for a in answers.values()} == {"pass"}
     assert "| pass |" in markdown and "┃ correct" in terminal
+
+
+def test_a_check_asked_for_that_ran_on_no_target_says_why():
+    from dataclasses import replace
+
+    reference = replace(
+        RUN.results[0], skipped_checks={"checkpoint": "the reference's weights are what a checkpoint is compared with"}
+    )
+    asked = replace(RUN, results=(reference,), settings={"checks": ["checkpoint?steps=0"]})
+    console = Console(width=200, record=True, highlight=False)
+    console.print(run_view(asked, width=200))
+    text = console.export_text()
+    assert "--check checkpoint ran on no target (cpu: the reference's weights are what a checkpoint is compared" in text
+    ran = replace(asked, results=(replace(reference, checks={**reference.checks, "checkpoint": object()}),))
+    assert "ran on no target" not in "".join(run_view_lines(ran))
+
+
+def run_view_lines(run: RunResult) -> list[str]:
+    from bakeoff.report.terminal.run import _asked_not_run
+
+    return _asked_not_run(run)

@@ -259,7 +259,7 @@ def _summary_facts(run: RunResult) -> list[Text]:
             said.append("written by a newer bakeoff or an absent plugin: " + ", ".join(sorted(result.unknown)))
         if said:
             lines.append(Text.assemble((f"{target_label(result)}: ", "bold"), "; ".join(said)))
-    facts: list[str] = []
+    facts: list[str] = _asked_not_run(run)
     caveats = sorted({speed_caveat(r) for r in run.results if speed_caveat(r)})
     facts += caveats
     ran = [r for r in run.results if r.latency is not None and r.latency.count]
@@ -277,6 +277,19 @@ def _summary_facts(run: RunResult) -> list[Text]:
             f"({counts[most]}); `bakeoff show {run.run_id} --log`"
         )
     return [*lines, *(Text(fact) for fact in facts)]
+
+
+def _asked_not_run(run: RunResult) -> list[str]:
+    """A line for each check the user asked for (``--check NAME``) that ran on no target, with
+    each target's reason: a question asked must not go unanswered in silence."""
+    asked = [str(text).partition("?")[0] for text in (run.settings or {}).get("checks") or ()]
+    lines = []
+    for name in dict.fromkeys(asked):
+        if any(name in r.checks for r in run.results):
+            continue
+        why = [f"{target_label(r)}: {r.skipped_checks[name]}" for r in run.results if name in r.skipped_checks]
+        lines.append(f"--check {name} ran on no target" + (f" ({'; '.join(why)})" if why else ""))
+    return lines
 
 
 def run_view(
