@@ -17,9 +17,12 @@ Verdicts:
            which, e.g. a ``map_location`` that fails)
     error  saving raised on the target: a tensor that cannot leave the device (the error)
 
-What it cannot see: optimiser state (not saved here), a checkpoint read back by another torch
-version or on another machine, sharded or distributed checkpoints, and weights an engine keeps
-outside the module (an exported graph's own constants).
+With ``checkpoint?steps=N`` (2 by default) the model then trains N steps on the target and its
+optimiser state goes through a save and a resume too (:mod:`bakeoff.checks.checkpoint_resume`).
+
+What it cannot see: a checkpoint read back by another torch version or on another machine,
+sharded or distributed checkpoints, and weights an engine keeps outside the module (an exported
+graph's own constants).
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ class Checkpoint(Value):
     """The round trip of the target's weights: ``tensors`` in its ``state_dict`` (each compared
     in both formats), ``differing`` the first :data:`KEPT` that did not read back as the
     reference's (``format:name: why``), of ``differing_total``; ``bytes`` the safetensors
-    file's size."""
+    file's size; ``trained`` what the optimiser half did ("" where it did not run)."""
 
     verdict: str
     reason: str
@@ -71,8 +74,9 @@ def _ulps(a: Any, b: Any) -> int:
 
     if not a.numel():
         return 0
-    wide_a, wide_b = bits(a).to(torch.int64), bits(b).to(torch.int64)
-    top = torch.iinfo(bits(a).dtype).min
+    raw_a, raw_b = bits(a), bits(b)
+    wide_a, wide_b = raw_a.to(torch.int64), raw_b.to(torch.int64)
+    top = torch.iinfo(raw_a.dtype).min
 
     def ordered(x: Any) -> Any:
         return torch.where(x < 0, top - x, x)  # negative floats count down from zero

@@ -114,9 +114,9 @@ def resume_round_trip(
     the training recipe of the target's build and of the CPU's, whose batches ``place`` moves to
     the target and ``place_cpu`` casts for the CPU): ``(differences, what was done)``. Raises
     what training on the target raised."""
-    recipe, cpu_recipe = recipes
     import torch
 
+    recipe, cpu_recipe = recipes
     model.train()
     optimizer = _optimizer(model.parameters())
     for number in range(steps):

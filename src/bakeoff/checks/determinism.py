@@ -26,7 +26,7 @@ from bakeoff.checks.outputs import max_abs_difference
 from bakeoff.codec import Value
 from bakeoff.specsyntax import Option
 
-__all__ = ["RANK", "Determinism", "DeterminismCheck", "identical"]
+__all__ = ["RANK", "Determinism", "DeterminismCheck"]
 
 #: Determinism verdicts for regressions, better higher.
 RANK = {"deterministic": 1, "nondeterministic": 0}
@@ -45,8 +45,7 @@ class Determinism(Value):
     max_abs_diff: float = 0.0
 
 
-def identical(a: Any, b: Any) -> bool:
-    """Whether two tensors have one shape and dtype and the same values (NaN where the other has NaN)."""
+def _same(a: Any, b: Any) -> bool:
     import torch
 
     return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b) or _same_with_nan(a, b))
@@ -65,7 +64,7 @@ def compare_repeats(runs: dict[str, list[dict[str, Any]]]) -> Determinism:
         first = calls[0]
         for name, tensor in first.items():
             others = [call.get(name) for call in calls[1:]]
-            if all(other is not None and identical(tensor, other) for other in others):
+            if all(other is not None and _same(tensor, other) for other in others):
                 continue
             label = f"{tag.removeprefix('@')}:{name}" if tag else name
             differing.append(label)
