@@ -138,6 +138,8 @@ _SHARED_WORK = {
     "test_sweep.py",
     "test_sweep_ray.py",
     "test_training_parity.py",
+    "test_checkpoint.py",
+    "test_quality.py",
     "test_script_launch.py",
     "test_workloads.py",
     "test_suite_grouping.py",

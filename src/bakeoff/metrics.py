@@ -109,7 +109,8 @@ def parse_requirement(text: str) -> Requirement:
 
 def metric_estimate(result: Any, metric: str) -> Estimate | None:
     """The estimate of ``metric`` for a target's ``result`` in its base unit, or None if it was
-    not measured. A check's metric is a single observation; a scenario's metric is what the
+    not measured. A check's metric is a single observation unless the check gives its interval
+    (the quality check's paired difference); a scenario's metric is what the
     scenario declares (a percentile of one of its series, or an estimate of its own). Only the
     single-stream metrics (and the run-level ones) are read without a scenario result that ran.
     """
@@ -118,8 +119,11 @@ def metric_estimate(result: Any, metric: str) -> Estimate | None:
         check = next(c for c in registered_checks() if c.name == found.check)
         value = result.checks.get(check.name)
         metrics = guarded(check, "metrics", value, fallback=[]) if value is not None else []
-        number = {m.name: m.value for m in metrics}.get(metric)
+        offered = {m.name: m for m in metrics}.get(metric)
+        number = offered.value if offered is not None else None
         numeric = isinstance(number, (int, float)) and not isinstance(number, bool) and math.isfinite(number)
+        if numeric and isinstance(offered.estimate, Estimate):  # a check's figure with its interval
+            return offered.estimate
         return point(number) if numeric else None  # a non-finite figure is no measurement
     spec, name = found.spec, found.scenario
     assert spec is not None

@@ -50,10 +50,11 @@ _KINDS = {
     "rate": ("/s", _RATE),
     "count": ("", {"": 1.0}),  # graphs, recompilations, op calls on the host: no unit
     "share": ("", {"": 1.0, "%": 0.01}),  # a fraction: 0.95 or 95%
+    "score": ("", {"": 1.0}),  # a difference in a score's own points (quality>=-0.5): no unit
 }
 
 _PATTERN = re.compile(
-    r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(<=|>=|<|>)\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(\S*)\s*$"
+    r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(<=|>=|<|>)\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(\S*)\s*$"
 )
 _PCT = re.compile(r"^p(\d{1,2}(?:\.\d+)?)$")
 
@@ -114,6 +115,8 @@ def parse_requirement_with(text: str, lookup: MetricLookup) -> Requirement:
             hint="units: " + ", ".join(u for u in units if u) + (" (or none)" if kind == "rate" else ""),
         )
     threshold = float(number) * units[key]
+    if threshold < 0 and kind != "score":
+        raise SpecError(f"requirement {text!r}: a {kind} cannot be negative", hint="give a limit of 0 or more")
     return Requirement(f"{metric}{op}{number}{unit}", metric, op, threshold, base, scenario)
 
 

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from bakeoff.codec import decode, encode
 from bakeoff.specsyntax import Option
+from bakeoff.stats import Estimate
 
 __all__ = ["Check", "CheckContext", "CheckSpec", "Metric", "Option", "ScriptContext"]
 
@@ -51,9 +52,12 @@ class Metric:
 
     ``kind`` says how two values compare: ``verdict`` (better by ``rank``, higher is better; a
     value outside the rank is not comparable), ``count`` (lower is better; a change counts
-    beyond the thresholds' count tolerance) or ``share`` (a fraction, higher is better; beyond
-    the share tolerance). ``breakdown`` names what a count is made of (ops, modules), so a
-    change can say what moved.
+    beyond the thresholds' count tolerance), ``share`` (a fraction, higher is better; beyond
+    the share tolerance) or ``score`` (a measured difference, higher is better, with its
+    ``estimate``: a change counts when the two intervals do not overlap). ``breakdown`` names
+    what a count is made of (ops, modules), so a change can say what moved. ``estimate``: the
+    value's interval where it has one (a requirement on it is then judged on the interval, not
+    as a single observation).
     """
 
     name: str
@@ -61,6 +65,7 @@ class Metric:
     kind: str
     rank: Mapping[str, int] = field(default_factory=dict)
     breakdown: Mapping[str, int] | None = None
+    estimate: Estimate | None = None
 
 
 @dataclass

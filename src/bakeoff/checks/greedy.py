@@ -33,7 +33,7 @@ from bakeoff.checks.base import Check, CheckContext, Metric
 from bakeoff.codec import Value
 from bakeoff.specsyntax import Option
 
-__all__ = ["RANK", "Greedy", "GreedyCheck"]
+__all__ = ["RANK", "Greedy", "GreedyCheck", "decode", "logits_of"]
 
 #: Verdicts for regressions, better higher.
 RANK = {"same": 2, "tie": 2, "not_applicable": 2, "differs": 0, "error": 0}
@@ -59,7 +59,7 @@ class Greedy(Value):
     target: tuple[int, ...] = ()
 
 
-def _logits(output: Any) -> Any:
+def logits_of(output: Any) -> Any:
     if isinstance(output, Mapping) and "logits" in output:
         return output["logits"]
     return getattr(output, "logits", None)
@@ -71,7 +71,7 @@ def _step(model: Any, kwargs: dict[str, Any], ids: Any) -> Any:
 
     mask = torch.ones_like(ids)
     output = model(**{**kwargs, "input_ids": ids, "attention_mask": mask})
-    logits = _logits(output)
+    logits = logits_of(output)
     if logits is None:
         raise LookupError("no logits")
     return logits[:, -1, :].detach().to("cpu", torch.float64)

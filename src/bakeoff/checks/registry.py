@@ -25,6 +25,7 @@ from bakeoff.checks.determinism import DeterminismCheck
 from bakeoff.checks.greedy import GreedyCheck
 from bakeoff.checks.localization import LocalizationCheck
 from bakeoff.checks.placement import PlacementCheck
+from bakeoff.checks.quality import QualityCheck
 from bakeoff.checks.training import TrainingCheck
 from bakeoff.entrypoints import PLUGIN_FAILURES, load_plugins, said_by
 from bakeoff.errors import SpecError
@@ -64,6 +65,7 @@ BUILTIN: tuple[Check, ...] = (
     GreedyCheck(),  # before training, which changes the weights
     TrainingCheck(),
     CheckpointCheck(),
+    QualityCheck(),
     LocalizationCheck(),
 )
 

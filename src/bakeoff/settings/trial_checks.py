@@ -12,9 +12,9 @@ from typing import Any
 
 from bakeoff.analysis.cost import Price, parse_prices
 from bakeoff.checks.base import CheckSpec
-from bakeoff.checks.registry import parse_check
+from bakeoff.checks.registry import check_named, parse_check
 from bakeoff.errors import SpecError
-from bakeoff.metrics import parse_requirement
+from bakeoff.metrics import find_metric, parse_requirement
 from bakeoff.scenarios.base import ScenarioSpec
 from bakeoff.scenarios.registry import parse_scenario
 from bakeoff.settings.bounds import TIMEOUT, WEEK_S, Bounds, at_most
@@ -143,10 +143,22 @@ def check_scenarios(value: str | Iterable[str], given: Mapping[str, Any]) -> tup
 
 def check_checks(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[CheckSpec, ...]:
     """``determinism?repeats=5`` -> the check's options; a check named with no options keeps
-    its defaults."""
-    return spec_list(
+    its defaults. A requirement on a metric of a check that runs only on request
+    (``quality>=-1``) asks for that check, with its defaults, when it is not named."""
+    specs = spec_list(
         value, "check", parse_check, "e.g. --check determinism?repeats=5", "give each check once, with all its options"
     )
+    named = {spec.name for spec in specs}
+    for text in texts(given.get("requirements")):
+        try:
+            check = find_metric(parse_requirement(text).metric).check
+        except SpecError:  # the requirements' own check says what is wrong with it
+            continue
+        wanted = check_named(check) if check else None
+        if wanted is not None and wanted.on_request and check not in named:
+            specs += (parse_check(check),)
+            named.add(check)
+    return specs
 
 
 def check_prices(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[Price, ...]:

@@ -174,13 +174,33 @@ def _requirements(r: TargetResult) -> list[Remedy]:
             factor = f": {value / threshold:.2f}x too high"
         else:
             factor = f": {threshold / value:.2f}x too low"
-        change = (
-            "cut peak memory (smaller batch, a lower dtype, freeing what the model keeps) or raise the limit"
-            if unit == "B"
-            else "make it faster (the items below, another compile mode or backend) or relax the requirement"
-        )
+        check = _check_of(q.get("metric"))
+        if q.get("metric") == "quality":
+            change = (
+                "run the examples that dropped (the quality check names them) on both sides, try the workload's own "
+                "dtype or another engine, or allow a larger drop"
+            )
+            factor = ""
+        elif check:
+            change = f"see the {check} check's findings below, or relax the requirement"
+            factor = ""
+        elif unit == "B":
+            change = "cut peak memory (smaller batch, a lower dtype, freeing what the model keeps) or raise the limit"
+        else:
+            change = "make it faster (the items below, another compile mode or backend) or relax the requirement"
         out.append(Remedy("requirement", f"{q['text']}: measured {figure(value, unit)}{factor}", change))
     return out
+
+
+def _check_of(metric: object) -> str:
+    """The check that offers ``metric`` ("" for a scenario's figure, or a name no one offers)."""
+    from bakeoff.errors import SpecError
+    from bakeoff.metrics import find_metric
+
+    try:
+        return find_metric(str(metric)).check
+    except SpecError:
+        return ""
 
 
 def _compilation(run: RunResult, r: TargetResult) -> list[Remedy]:

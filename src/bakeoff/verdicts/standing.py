@@ -78,7 +78,8 @@ def _requirement(item: dict) -> tuple[str | None, str | None]:
     value = _figure(item.get("value"), unit)
     interval = ""
     if item.get("low") is not None and item.get("high") is not None:
-        interval = f" ({_figure(item['low'], unit)}-{_figure(item['high'], unit)})"
+        low, high = _figure(item["low"], unit), _figure(item["high"], unit)
+        interval = f" ({low} to {high})" if item["low"] < 0 else f" ({low}-{high})"
     state = requirement_state(item)
     if state in ("met", "not applicable"):
         return None, None

@@ -21,10 +21,10 @@ from typing import Any
 from bakeoff.errors import SpecError, WorkloadError
 from bakeoff.workload.base import BuiltWorkload, WorkloadSpec
 
-__all__ = ["build_user"]
+__all__ = ["build_user", "load_module"]
 
 
-def _load_module(target: str) -> Any:
+def load_module(target: str) -> Any:
     if target.endswith(".py"):
         path = Path(target).expanduser().resolve()
         if not path.is_file():
@@ -122,7 +122,7 @@ def build_user(spec: WorkloadSpec, device: str | None = None) -> BuiltWorkload:
     module_name, sep, func_name = spec.name.rpartition(":")
     if not sep or not module_name or not func_name:
         raise SpecError(f"malformed workload {spec}", hint="expected py:<module or file.py>:<function>")
-    module = _load_module(module_name)
+    module = load_module(module_name)
     factory = getattr(module, func_name, None)
     if not callable(factory):
         raise WorkloadError(

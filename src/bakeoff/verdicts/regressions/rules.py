@@ -117,10 +117,29 @@ def _check_metric(before: Metric | None, after: Metric | None, t: Thresholds) ->
         delta = a - b
         outcome = "unchanged" if abs(delta) <= t.op_share else ("improved" if delta > 0 else "regressed")
         return MetricChange(some.name, outcome, b, a, change=delta)
+    if some.kind == "score":
+        return _score(some.name, before, after)
     change = _count(some.name, b, a, t.compile_counts)
     if before is not None and after is not None and (before.breakdown is not None or after.breakdown is not None):
         change = _breakdown(change, before.breakdown or {}, after.breakdown or {})
     return change
+
+
+def _score(name: str, before: Metric | None, after: Metric | None) -> MetricChange | None:
+    """A measured score (higher is better, with its interval): a change counts only when the two
+    intervals do not overlap (each side's own uncertainty is in its interval)."""
+    if before is None or after is None:
+        return None
+    b, a = before.value, after.value
+    if before.estimate is None or after.estimate is None:
+        return MetricChange(name, "not_comparable", b, a, detail="no interval on both sides")
+    lo_b, hi_b, lo_a, hi_a = before.estimate.low, before.estimate.high, after.estimate.low, after.estimate.high
+    detail = f"{b:+.3g} ({lo_b:+.3g} to {hi_b:+.3g}) -> {a:+.3g} ({lo_a:+.3g} to {hi_a:+.3g})"
+    if hi_a < lo_b:
+        return MetricChange(name, "regressed", b, a, change=a - b, detail=detail)
+    if lo_a > hi_b:
+        return MetricChange(name, "improved", b, a, change=a - b, detail=detail)
+    return MetricChange(name, "unchanged", b, a, change=a - b, detail=detail + "; the intervals overlap")
 
 
 def _checks(before: TargetResult, after: TargetResult, t: Thresholds) -> list[MetricChange]:
