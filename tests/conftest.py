@@ -140,6 +140,7 @@ _SHARED_WORK = {
     "test_training_parity.py",
     "test_checkpoint.py",
     "test_quality.py",
+    "test_coldstart.py",
     "test_script_launch.py",
     "test_workloads.py",
     "test_suite_grouping.py",

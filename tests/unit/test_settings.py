@@ -81,7 +81,7 @@ SCENARIO_HINT = "name one: offline, server?rate=20, generation or training (or d
             {"checks": "nosuch"},
             "unknown check 'nosuch' "
             "(use one of correctness, placement, compilation, determinism, greedy, training, checkpoint, quality, "
-            "localization)",
+            "coldstart, localization)",
         ),
         (
             {"checks": "determinism?repeats=0"},

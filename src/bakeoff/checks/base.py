@@ -53,8 +53,9 @@ class Metric:
     ``kind`` says how two values compare: ``verdict`` (better by ``rank``, higher is better; a
     value outside the rank is not comparable), ``count`` (lower is better; a change counts
     beyond the thresholds' count tolerance), ``share`` (a fraction, higher is better; beyond
-    the share tolerance) or ``score`` (a measured difference, higher is better, with its
-    ``estimate``: a change counts when the two intervals do not overlap). ``breakdown`` names
+    the share tolerance), ``score`` (a measured difference, higher is better, with its
+    ``estimate``: a change counts when the two intervals do not overlap) or ``time`` (one
+    process's reading in milliseconds, for requirements only: not compared between runs). ``breakdown`` names
     what a count is made of (ops, modules), so a change can say what moved. ``estimate``: the
     value's interval where it has one (a requirement on it is then judged on the interval, not
     as a single observation).

@@ -19,6 +19,7 @@ from typing import Any
 
 from bakeoff.checks.base import Check, CheckSpec
 from bakeoff.checks.checkpoint import CheckpointCheck
+from bakeoff.checks.coldstart import ColdStartCheck
 from bakeoff.checks.compilation import CompilationCheck
 from bakeoff.checks.correctness import CorrectnessCheck
 from bakeoff.checks.determinism import DeterminismCheck
@@ -66,6 +67,7 @@ BUILTIN: tuple[Check, ...] = (
     TrainingCheck(),
     CheckpointCheck(),
     QualityCheck(),
+    ColdStartCheck(),
     LocalizationCheck(),
 )
 

@@ -169,7 +169,7 @@ class IsolatedSession:
             target=self.job.target,
             status="error",
             is_reference=self.job.is_reference,
-            checks=error_checks("the worker ended without a result"),
+            checks=error_checks("the worker ended without a result", self.job),
             error=error,
             duration_s=time.monotonic() - self.started,
             adjustments=adjustments_for(self.job.target, self.job.buckets, self.job.env),

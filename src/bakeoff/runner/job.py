@@ -76,10 +76,16 @@ def adjustments_for(
     return tuple(ledger)
 
 
-def error_checks(why: str) -> dict[str, Any]:
+def error_checks(why: str, job: TargetJob) -> dict[str, Any]:
     """The check values a failed target records (a correctness ``error``, say); ``why`` says
-    what happened."""
-    return {c.name: value for c in registered_checks() if (value := c.on_error(why)) is not None}
+    what happened. A check that runs only on request records one only when ``job`` asked for it:
+    a failed target did not fail a check no one asked for."""
+    asked = {spec.name for spec in job.checks}
+    return {
+        c.name: value
+        for c in registered_checks()
+        if (not getattr(c, "on_request", False) or c.name in asked) and (value := c.on_error(why)) is not None
+    }
 
 
 def with_reference(targets: Sequence[Target]) -> tuple[list[Target], Target]:

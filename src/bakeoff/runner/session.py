@@ -166,7 +166,7 @@ class TargetSession:
             target=self.job.target,
             status="error",
             is_reference=self.job.is_reference,
-            checks=error_checks(f"the target failed during {self.phase}"),
+            checks=error_checks(f"the target failed during {self.phase}", self.job),
             error=ErrorInfo(
                 type=type(exc).__name__,
                 message=(

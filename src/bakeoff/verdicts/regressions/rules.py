@@ -119,6 +119,8 @@ def _check_metric(before: Metric | None, after: Metric | None, t: Thresholds) ->
         return MetricChange(some.name, outcome, b, a, change=delta)
     if some.kind == "score":
         return _score(some.name, before, after)
+    if some.kind == "time":  # one process's reading (a cold start): no spread to judge a change by
+        return None
     change = _count(some.name, b, a, t.compile_counts)
     if before is not None and after is not None and (before.breakdown is not None or after.breakdown is not None):
         change = _breakdown(change, before.breakdown or {}, after.breakdown or {})
