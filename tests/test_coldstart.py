@@ -22,6 +22,7 @@ SCRIPT = """
 import json, sys
 from bakeoff.checks.base import CheckContext
 from bakeoff.checks.coldstart import ColdStartCheck
+from bakeoff.launch.command import FreshPython
 from bakeoff.runner.job import TargetJob
 from bakeoff.target.spec import parse_target
 out = {}
@@ -29,7 +30,8 @@ for name, spec, target_spec, env in json.loads(sys.argv[1]):
     target = parse_target(target_spec)
     job = TargetJob(workload_spec=spec, target=target, fingerprint="", baseline_path=None,
                     env=tuple(tuple(pair) for pair in env))
-    context = CheckContext(job, target, None, {}, None, "float32", "float32", "", options={"timeout": 300.0})
+    context = CheckContext(job, target, None, {}, None, "float32", "float32", "", options={"timeout": 300.0},
+                           processes=FreshPython())
     out[name] = ColdStartCheck().run(context).to_dict()
 print(json.dumps(out))
 """

@@ -60,6 +60,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("launch",),
     # a running service under its traffic: arrival schedules, the open-loop load generator
     ("serve",),
+    # will it fit: peaks predicted under fake tensors, probed on the target in fresh processes
+    ("fit",),
     # isolation and orchestration of a trial
     ("runner",),
     # coverage sweeps: many trials over a population of workloads, each cell stored as it ends

@@ -23,6 +23,7 @@ _API = (
     "demo",
     "exec_script",
     "export_runs",
+    "fit",
     "history",
     "import_runs",
     "note",

@@ -80,6 +80,9 @@ class CheckContext:
     in and ``native`` the workload's own. ``results`` holds the values of the checks that ran
     before this one, by name; ``scenarios`` the scenario results so far. ``options`` are the
     running check's own (every option it declares, as the user set it or defaulted).
+    ``processes`` starts fresh Python interpreters for a check that needs them
+    (:class:`bakeoff.launch.command.FreshPython`: ``run(code, args, env, timeout_s, who)`` and
+    ``tempdir(kind)``; None where the caller gives none).
     """
 
     job: Any
@@ -97,6 +100,7 @@ class CheckContext:
     results: dict[str, Any] = field(default_factory=dict)
     scenarios: tuple[Any, ...] = ()
     options: dict[str, Any] = field(default_factory=dict)
+    processes: Any = None
 
 
 @dataclass

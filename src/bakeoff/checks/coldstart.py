@@ -95,26 +95,6 @@ def _child() -> None:
 _COMMAND = "from bakeoff.checks.coldstart import _child; _child()"
 
 
-def _fresh_process(workload_spec: str, target_spec: str, env: Mapping[str, str], timeout_s: float, who: str) -> Any:
-    """The result of :func:`first_result` in a fresh interpreter with ``env``, or why none came."""
-    from bakeoff.launch.command import run_command
-    from bakeoff.launch.deaths import died
-
-    ran = run_command([sys.executable, "-c", _COMMAND, workload_spec, target_spec], env, timeout_s)
-    if ran.timed_out:
-        return f"{who} did not give its first result within {timeout_s:g} s"
-    lines = (ran.stdout or "").strip().splitlines()
-    if ran.code == 0 and lines:
-        try:
-            return json.loads(lines[-1])
-        except ValueError:
-            pass
-    tail = (ran.stderr or "").strip().splitlines()
-    if ran.code is not None and ran.code < 0:
-        return died(ran.code, who).message
-    return f"{who} exited with {ran.code}: {clip(tail[-1] if tail else 'no output', 240)}"
-
-
 @dataclass(frozen=True)
 class ColdStart(Value):
     """The two processes' first results (``cold_ms``: an empty cache; ``warm_ms``: the cache the
@@ -169,16 +149,17 @@ class ColdStartCheck(Check):
         return None
 
     def run(self, context: CheckContext) -> ColdStart:
-        from bakeoff.launch.tempdirs import owned_tempdir
-
+        processes = context.processes
+        if processes is None:
+            return ColdStart("error", "this caller starts no fresh process for the check")
         timeout = context.options.get("timeout", 900.0)
-        cache = owned_tempdir("coldstart")  # a later process removes it if this one is killed
+        cache = processes.tempdir("coldstart")  # a later process removes it if this one is killed
         env = {**os.environ, **dict(context.job.env), "TORCHINDUCTOR_CACHE_DIR": str(cache)}
+        args = (context.job.workload_spec, context.target.spec)
         try:
             runs = []
             for which in ("first", "second"):
-                who = f"the {which} fresh process"
-                got = _fresh_process(context.job.workload_spec, context.target.spec, env, timeout, who)
+                got = processes.run(_COMMAND, args, env, timeout, f"the {which} fresh process")
                 if isinstance(got, str):
                     return ColdStart("error", got)
                 runs.append(got)

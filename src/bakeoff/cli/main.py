@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from bakeoff.cli import fit as _fit  # noqa: F401  (registers fit)
 from bakeoff.cli import kb as _kb
 from bakeoff.cli import listings as _listings  # noqa: F401  (registers targets, workloads, checks, history, show)
 from bakeoff.cli import revisit as _revisit  # noqa: F401  (registers regressions, compare, rerun, report)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["Ran", "run_command", "stop_group"]
+__all__ = ["FreshPython", "Ran", "run_command", "stop_group"]
 
 
 @dataclass(frozen=True)
@@ -76,3 +76,38 @@ def run_command(
         process.communicate()
         raise
     return Ran(process.returncode, out, err)
+
+
+@dataclass(frozen=True)
+class FreshPython:
+    """Fresh Python interpreters for a check that needs one (the cold-start check): handed to it
+    through its context, since checks sit below this package. :meth:`run` runs ``code`` with
+    ``args`` in ``sys.argv[1:]`` and returns the JSON value it printed on its last line, or one
+    line saying why none came (its exit code and last line, the signal that ended it, or the
+    timeout); :meth:`tempdir` makes a temporary directory a later process reaps if this one is
+    killed."""
+
+    def run(self, code: str, args: Sequence[str], env: Mapping[str, str], timeout_s: float, who: str) -> Any:
+        import json
+        import sys
+
+        from bakeoff.launch.deaths import died
+
+        ran = run_command([sys.executable, "-c", code, *args], env, timeout_s)
+        if ran.timed_out:
+            return f"{who} did not finish within {timeout_s:g} s"
+        lines = (ran.stdout or "").strip().splitlines()
+        if ran.code == 0 and lines:
+            try:
+                return json.loads(lines[-1])
+            except ValueError:
+                pass
+        if ran.code is not None and ran.code < 0:
+            return died(ran.code, who).message
+        tail = (ran.stderr or "").strip().splitlines()
+        return f"{who} exited with {ran.code}: {(tail[-1] if tail else 'no output')[:240]}"
+
+    def tempdir(self, kind: str) -> Path:
+        from bakeoff.launch.tempdirs import owned_tempdir
+
+        return owned_tempdir(kind)

@@ -29,6 +29,7 @@ from typing import Any
 from bakeoff.analysis.noise import noise_flags
 from bakeoff.checks.base import CheckContext
 from bakeoff.checks.registry import guarded, registered_checks
+from bakeoff.launch.command import FreshPython
 from bakeoff.measure.clock import Clock, PerfClock
 from bakeoff.measure.memory import lifetime_peak_rss_bytes, peak_rss_bytes, reset_peak_rss
 from bakeoff.measure.timing import enough_samples, warm_calls
@@ -399,6 +400,7 @@ class TargetSession:
             profile_shapes=per_shape,
             unsteady=self.traffic.unsteady,
             scenarios=tuple(self.scenario_results),
+            processes=FreshPython(),
         )
         return context, profile_info
 

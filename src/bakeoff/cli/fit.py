@@ -1,0 +1,61 @@
+"""``bakeoff fit``: will the workload fit in the target's memory, and up to which batch size?
+
+A thin command over :func:`bakeoff.api.fit`; it registers itself on the command group of
+:mod:`bakeoff.cli.app`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import click
+
+from bakeoff.cli.app import cli
+from bakeoff.cli.common import console, emit_json, format_option, progress, setting_option
+from bakeoff.settings.fit import FIT_OPTIONS
+
+__all__ = ["fit_command"]
+
+_setting = functools.partial(setting_option, FIT_OPTIONS)
+
+
+@cli.command(
+    "fit",
+    epilog="\b\nExamples:\n"
+    "  bakeoff fit arch:llama --on cuda --grid 'batch=1,2,4,...,64&seq=128,...,4096'\n"
+    "  BAKEOFF_EMU=1 bakeoff fit 'arch:llama?layers=1' --on emu --grid 'batch=1,...,64&seq=64,...,512' \\\n"
+    "      --training --memory 2GiB",
+)
+@click.argument("workload")
+@click.option("--on", "on", default="cpu", show_default=True, metavar="TARGET", help="The one target, e.g. cuda.")
+@_setting("grid")
+@_setting("training")
+@_setting("optimizer")
+@_setting("memory", type=str)
+@_setting("probes")
+@_setting("timeout_s")
+@format_option
+def fit_command(workload: str, on: str, fmt: str, **settings: Any) -> None:
+    """Predict the peak memory of WORKLOAD at every point of --grid on the target, and the largest
+    batch that fits per sequence length.
+
+    Each point's peak is predicted on the host, without the device: the workload runs one step
+    (inference, or two AdamW steps with --training) under PyTorch's fake tensors on the target's
+    device type, and PyTorch's memory tracker sorts what is live at the peak into parameters,
+    gradients, activations, temporaries and optimiser state. Up to two real steps on the target
+    (each in a fresh process) calibrate the prediction to its allocator, and one more verifies
+    the tightest edge. The capacity is --memory, else what the device reports (the host's memory
+    for cpu and the test device). For the edge of the longest sequence it predicts what would
+    move it: a lower dtype and, for training, activation checkpointing and an optimiser without
+    state. Exit code: 0 when the map was made, 2 on bad input.
+    """
+    from bakeoff import api
+
+    result = api.fit(workload, on, progress=progress(), **settings)
+    if fmt == "json":
+        emit_json(result.to_dict())
+        return
+    from bakeoff.report.terminal import fit_view
+
+    fit_view(result, console())

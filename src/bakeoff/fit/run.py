@@ -1,0 +1,263 @@
+"""``bakeoff fit`` from grid to answer: predict every point on the host, calibrate with at most
+two real probes on the target, find the edge per sequence length, verify the tightest edge on the
+target, and say what would move it.
+
+Calibration: the smallest point, and the largest one predicted at most half the capacity, are
+measured on the target (each in a fresh process); the expected peak of every point is then the
+straight line through the two (measured = offset + slope x predicted), or the one offset with a
+single probe. An edge whose verification does not fit (the device refused, or the peak measured
+exceeds the capacity) is moved down and the new edge verified once more: an edge shown is one a
+probe confirmed, or said to be unverified. The CPU reports no allocator peak: there the answer
+is the prediction alone, and says so.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from bakeoff.errors import SpecError, WorkloadError
+from bakeoff.results.fit import FitEdge, FitPoint, FitResult
+from bakeoff.settings.grid import parse_grid
+from bakeoff.units import human_bytes
+
+__all__ = ["Predict", "fit_workload"]
+
+#: Verification probes at most (the first edge, and those below it while one does not fit).
+VERIFICATIONS = 3
+
+
+@dataclass(frozen=True)
+class Predict:
+    """A job for a fresh process: :func:`bakeoff.fit.predict.predict_points`, as plain dicts."""
+
+    workload_spec: str
+    points: tuple[tuple[int, int | None], ...]
+    device: str
+    dtype: str | None
+    training: bool
+    optimizer: str
+    checkpointing: bool = False
+    phase: str = "memory prediction"
+
+    def run(self) -> list[dict[str, Any]]:
+        from bakeoff.fit.predict import predict_points
+        from bakeoff.target.plugins import load_plugins
+
+        load_plugins()
+        found = predict_points(
+            self.workload_spec,
+            self.points,
+            dtype=self.dtype,
+            device=self.device,
+            training=self.training,
+            optimizer=self.optimizer,
+            checkpointing=self.checkpointing,
+        )
+        return [asdict(p) for p in found]
+
+
+def _predict(job: Predict, timeout_s: float) -> list[dict[str, Any]]:
+    from bakeoff.launch.launchers import FreshProcess
+
+    outcome = FreshProcess(preload=("torch",), who="the prediction process").run(job, timeout_s)
+    if not outcome.ok:
+        raise WorkloadError(
+            f"predicting the peaks of {job.workload_spec} failed: {outcome.reason()[:400]}",
+            hint="the workload must build and run under fake tensors, and vary its batch (and seq)",
+        )
+    return outcome.value
+
+
+def _probe(workload_spec: str, target: Any, point: tuple[int, int | None], training: bool, optimizer: str,
+           timeout_s: float) -> dict[str, Any]:  # fmt: skip
+    from bakeoff.fit.probe import Probe
+    from bakeoff.launch.launchers import FreshProcess
+
+    job = Probe(workload_spec, target, point[0], point[1], training, optimizer)
+    outcome = FreshProcess(preload=("torch",), who="the memory probe").run(job, timeout_s)
+    if outcome.ok:
+        return outcome.value
+    if outcome.error is not None and outcome.error.category == "out_of_memory":
+        return {"out_of_memory": outcome.reason()}
+    return {"error": outcome.reason()[:300]}
+
+
+def _edges(points: Sequence[FitPoint], capacity: int) -> list[FitEdge]:
+    edges = []
+    for seq in dict.fromkeys(p.seq for p in points):
+        row = sorted((p for p in points if p.seq == seq), key=lambda p: p.batch)
+        fitting = []
+        for point in row:
+            if not point.fits:
+                break
+            fitting.append(point)
+        beyond = row[len(fitting)].batch if len(fitting) < len(row) else None
+        if not fitting:
+            edges.append(FitEdge(seq, None, beyond=beyond))
+            continue
+        edge = fitting[-1]
+        peak = edge.measured if edge.measured is not None else edge.expected
+        parts = edge.parts or {}
+        dominates = max(parts, key=parts.get) if parts else ""
+        edges.append(FitEdge(seq, edge.batch, (capacity - peak) / capacity, dominates, beyond))
+    return edges
+
+
+def fit_workload(
+    workload_spec: str,
+    target: Any,
+    settings: dict[str, Any],
+    progress: Callable[[str], None] | None = None,
+) -> FitResult:
+    """The fit map of ``workload_spec`` on ``target`` (see the module docstring).
+
+    Raises:
+        SpecError: no capacity known (a device that does not report one, and no ``memory``).
+        WorkloadError: the prediction failed (the workload does not build or run under fake
+            tensors, or cannot vary its input shape).
+    """
+    from bakeoff.env import host_memory
+
+    say = progress or (lambda message: None)
+    grid = parse_grid(settings["grid"])
+    training, optimizer, timeout = settings["training"], settings["optimizer"], settings["timeout_s"]
+    dtype = target.dtype
+    say(f"predicting {len(grid.points)} point(s) on the host")
+    started = time.monotonic()
+    job = Predict(workload_spec, tuple(grid.points), target.torch_device, dtype, training, optimizer)
+    predicted = _predict(job, timeout)
+    predict_s = time.monotonic() - started
+    probing = settings["probes"] and target.device != "cpu"
+    capacity, capacity_from = settings["memory"], "--memory"
+    if capacity is None and target.device in ("cpu", "emu"):
+        total = host_memory()
+        capacity, capacity_from = (total[1], "the host's memory (MemTotal)") if total else (None, "")
+    measured: dict[tuple[int, int | None], dict[str, Any]] = {}
+    notes: list[str] = []
+
+    def probe(point: tuple[int, int | None], why: str) -> dict[str, Any]:
+        say(f"probing batch {point[0]}" + (f" x seq {point[1]}" if point[1] else "") + f" on {target.spec} ({why})")
+        got = _probe(workload_spec, target, point, training, optimizer, timeout)
+        measured[point] = {**got, "why": why}
+        return got
+
+    ordered = sorted(predicted, key=lambda p: p["peak"])
+    offset, slope = 0.0, 1.0
+    calibration = "none: predicted only (--predict-only)" if not settings["probes"] else (
+        "none: the CPU reports no allocator peak; predicted only")  # fmt: skip
+    if probing:
+        first = (ordered[0]["batch"], ordered[0]["seq"])
+        got = probe(first, "calibration")
+        if "error" in got or (got.get("peak") is None and "out_of_memory" not in got):
+            calibration = f"none: the probe failed ({got.get('error', 'no peak reported')})"
+            probing = False
+        if capacity is None:
+            capacity, capacity_from = got.get("capacity"), f"{target.device}'s reported total memory"
+        if probing and "peak" in got and capacity:
+            p1, m1 = ordered[0]["peak"], got["peak"]
+            second = [p for p in ordered[1:] if p["peak"] <= capacity / 2]
+            offset = m1 - p1
+            calibration = f"one probe: measured {human_bytes(m1)} where {human_bytes(p1)} was predicted (offset added)"
+            if second:
+                point = (second[-1]["batch"], second[-1]["seq"])
+                got2 = probe(point, "calibration")
+                if "peak" in got2 and second[-1]["peak"] != p1:
+                    p2, m2 = second[-1]["peak"], got2["peak"]
+                    slope = (m2 - m1) / (p2 - p1)
+                    offset = m1 - slope * p1
+                    shown = ("- " if offset < 0 else "+ ") + human_bytes(int(abs(offset)))
+                    calibration = (
+                        f"two probes: measured = {slope:.4f} x predicted {shown} "
+                        f"({human_bytes(m1)} for {human_bytes(p1)}, {human_bytes(m2)} for {human_bytes(p2)})"
+                    )
+    if not capacity:
+        raise SpecError(f"{target.device} reports no capacity", hint="give the device's memory, e.g. --memory 16GiB")
+
+    def points_now() -> list[FitPoint]:
+        found = []
+        for p in predicted:
+            key = (p["batch"], p["seq"])
+            expected = max(0, int(offset + slope * p["peak"]))
+            seen = measured.get(key, {})
+            real = seen.get("peak")
+            oom = "out_of_memory" in seen
+            fits = not oom and (real if real is not None else expected) <= capacity
+            why = seen.get("why", "")
+            found.append(FitPoint(p["batch"], p["seq"], p["peak"], expected, fits, p["parts"], real, why, oom))
+        return found
+
+    points = points_now()
+    edges = _edges(points, capacity)
+    verification = "not verified: predicted only" if not probing else "no edge to verify"
+    if probing:
+        for _ in range(VERIFICATIONS):
+            candidates = [e for e in edges if e.batch is not None]
+            if not candidates:
+                break
+            by_point = {(p.batch, p.seq): p for p in points}
+            tightest = max(candidates, key=lambda e: by_point[(e.batch, e.seq)].expected)
+            key = (tightest.batch, tightest.seq)
+            if key in measured and measured[key].get("why") == "verification":
+                break
+            got = probe(key, "verification")
+            points, edges = points_now(), _edges(points_now(), capacity)
+            where = f"batch {key[0]}" + (f" x seq {key[1]}" if key[1] else "")
+            if "peak" in got and got["peak"] <= capacity:
+                verification = (
+                    f"the tightest edge, {where}, measured {human_bytes(got['peak'])} of {human_bytes(capacity)} on "
+                    f"{target.spec}: it fits"
+                )
+                break
+            why = got.get("out_of_memory") or got.get("error") or f"measured {human_bytes(got.get('peak'))}"
+            notes.append(f"the edge predicted at {where} did not fit on {target.spec} ({why[:160]}): moved down")
+            verification = f"{'; '.join(notes)}; the edge left is not verified ({VERIFICATIONS} verifications spent)"
+    edges = _moves(edges, points, workload_spec, target, settings, offset, slope, capacity, timeout, say)
+    return FitResult(
+        workload_spec, target.spec, training, optimizer, grid.text, int(capacity), capacity_from, calibration,
+        verification, tuple(points), tuple(edges), predict_s, tuple(notes),
+    )  # fmt: skip
+
+
+def _moves(
+    edges: list[FitEdge],
+    points: list[FitPoint],
+    workload_spec: str,
+    target: Any,
+    settings: dict[str, Any],
+    offset: float,
+    slope: float,
+    capacity: int,
+    timeout: float,
+    say: Callable[[str], None],
+) -> list[FitEdge]:
+    """What would let the first batch beyond the tightest edge fit: a lower dtype, and for
+    training activation checkpointing and an optimiser without state, each predicted there."""
+    beyond = [e for e in edges if e.beyond is not None]
+    if not beyond:
+        return edges
+    edge = max(beyond, key=lambda e: e.seq or 0)  # the longest sequence's edge
+    point = (edge.beyond, edge.seq)
+    variants: list[tuple[str, dict[str, Any]]] = []
+    if target.dtype not in ("bfloat16", "float16"):
+        variants.append(("bfloat16 weights and activations", {"dtype": "bfloat16"}))
+    if settings["training"]:
+        variants.append(("activation checkpointing", {"checkpointing": True}))
+        if settings["optimizer"] != "sgd":
+            variants.append(("an optimiser without state (SGD)", {"optimizer": "sgd"}))
+    moves = []
+    for what, change in variants:
+        say(f"predicting batch {point[0]} with {what}")
+        job = Predict(workload_spec, (point,), target.torch_device, target.dtype, settings["training"],
+                      settings["optimizer"])  # fmt: skip
+        try:
+            (found,) = _predict(replace(job, **change), timeout)
+        except WorkloadError as exc:
+            moves.append(f"{what}: not predicted ({exc.message[:120]})")
+            continue
+        expected = int(offset + slope * found["peak"])
+        verdict = "would fit" if expected <= capacity else "still would not fit"
+        moves.append(f"{what}: {human_bytes(expected)} expected at batch {point[0]} ({verdict}; predicted, not probed)")
+    return [replace(e, moves=tuple(moves)) if e is edge else e for e in edges]

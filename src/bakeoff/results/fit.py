@@ -1,0 +1,60 @@
+"""The answer of ``bakeoff fit``: every grid point's peak (predicted, calibrated, measured where
+probed), the edge per sequence length, and what would move it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bakeoff.codec import Value
+
+__all__ = ["FitEdge", "FitPoint", "FitResult"]
+
+
+@dataclass(frozen=True)
+class FitPoint(Value):
+    """One point: ``predicted`` on the host (bytes; ``parts`` at its peak), ``expected`` after
+    calibration, whether that ``fits`` the capacity; ``measured`` on the target where a probe ran
+    (``probe`` says why: calibration or verification; ``out_of_memory`` when the device refused)."""
+
+    batch: int
+    seq: int | None
+    predicted: int
+    expected: int
+    fits: bool
+    parts: dict[str, int] = field(default_factory=dict)
+    measured: int | None = None
+    probe: str = ""
+    out_of_memory: bool = False
+
+
+@dataclass(frozen=True)
+class FitEdge(Value):
+    """The largest ``batch`` that fits at ``seq`` with every smaller batch of the grid (None: not
+    even the smallest), its ``margin`` (share of the capacity left), the part that ``dominates``
+    its peak, the first batch ``beyond`` it, and ``moves``: what would let ``beyond`` fit."""
+
+    seq: int | None
+    batch: int | None
+    margin: float | None = None
+    dominates: str = ""
+    beyond: int | None = None
+    moves: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FitResult(Value):
+    """``bakeoff fit``'s answer for one workload on one target."""
+
+    workload: str
+    target: str
+    training: bool
+    optimizer: str
+    grid: str
+    capacity: int
+    capacity_from: str
+    calibration: str
+    verification: str
+    points: tuple[FitPoint, ...] = ()
+    edges: tuple[FitEdge, ...] = ()
+    predict_s: float = 0.0
+    notes: tuple[str, ...] = ()

@@ -1,0 +1,84 @@
+"""``bakeoff fit``'s input and rules without a model: the grid's progressions, sizes, the edge of
+a row of points, and the one line a user gets for bad input."""
+
+from __future__ import annotations
+
+import pytest
+from tests.conftest import cli_in_process
+
+from bakeoff.errors import SpecError
+from bakeoff.fit.run import _edges
+from bakeoff.results.fit import FitPoint
+from bakeoff.settings.fit import parse_memory
+from bakeoff.settings.grid import parse_grid
+
+
+@pytest.mark.parametrize(
+    ("text", "batches", "seqs"),
+    [
+        ("batch=1,2,4,...,64&seq=128,...,4096", (1, 2, 4, 8, 16, 32, 64), (128, 256, 512, 1024, 2048, 4096)),
+        ("batch=1,...,8", (1, 2, 4, 8), ()),
+        ("batch=8,16,24,...,64", (8, 16, 24, 32, 40, 48, 56, 64), ()),
+        ("batch=3,6,...,48", (3, 6, 12, 24, 48), ()),
+        ("batch=2,5,...,11", (2, 5, 8, 11), ()),
+        ("seq=16&batch=1,3", (1, 3), (16,)),
+    ],
+)
+def test_a_grid_continues_the_progression_its_values_start(text, batches, seqs):
+    grid = parse_grid(text)
+    assert (grid.batches, grid.seqs) == (batches, seqs)
+    assert parse_grid(grid.text) == grid
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("seq=16", "gives no batch sizes"),
+        ("batch=0,1", "must be at least 1"),
+        ("batch=1,two", "is not a whole number"),
+        ("batch=1,...,6", "does not reach 6"),
+        ("batch=...,8", "'...' goes once, between the start and the last value"),
+        ("batch=1,2,5,...,20", "share no step or ratio"),
+        ("batch=4,2", "rising"),
+        ("batch=1&batch=2", "gives batch twice"),
+        ("width=4", "is not batch=... or seq=..."),
+        ("batch=1,2,3,...,100&seq=1,2,3,...,100", "has 10000 points (at most 4096)"),
+    ],
+)
+def test_a_malformed_grid_is_one_line(text, said):
+    with pytest.raises(SpecError) as raised:
+        parse_grid(text)
+    assert said in raised.value.one_line()
+
+
+def test_sizes_read_in_their_units():
+    assert parse_memory("16GiB") == 16 * 1024**3 and parse_memory("500MB") == 500 * 1000**2
+    for bad in ("16 apples", "100KB"):
+        with pytest.raises(SpecError):
+            parse_memory(bad)
+
+
+def _point(batch: int, fits: bool, expected: int = 100) -> FitPoint:
+    return FitPoint(batch, 64, expected, expected, fits, {"activations": 70, "parameters": 30})
+
+
+def test_the_edge_is_the_last_batch_that_fits_with_every_smaller_one():
+    edges = _edges([_point(1, True), _point(2, True), _point(4, False), _point(8, True)], 1000)
+    assert [(e.batch, e.beyond, e.dominates) for e in edges] == [(2, 4, "activations")]
+    assert edges[0].margin == pytest.approx(0.9)
+    (none,) = _edges([_point(1, False)], 1000)
+    assert none.batch is None and none.beyond == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--grid", "batch=0"], "must be at least 1"),
+        (["--memory", "lots"], "is not a size"),
+        (["--on", "cpu,cpu?dtype=bf16"], "takes one target, got 2"),
+        (["--on", "tpu9"], "unknown"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, args, said):
+    code, out, err = cli_in_process(capsys, "fit", "arch:llama", *args)
+    assert code == 2 and out == "" and said in err and err.count("\n") == 1, err
