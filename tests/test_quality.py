@@ -29,6 +29,8 @@ CASES = [
     ("scores as returned", CLASSIFIER, "emu", {"eval": f"{MODELS}:out_of_range", "unit": "score"}),
     ("not a language model", CLASSIFIER, "emu", {}),
     ("text too short", LLAMA, "cpu?dtype=bf16", {"text": "SHORT"}),
+    ("perplexity amp", LLAMA, "cpu?amp=bf16", {}),
+    ("answers that read as false", LLAMA, "cpu?dtype=bf16", {"task": "exact_match", "prompts": "ANSWERS"}),
 ]
 
 SCRIPT = """
@@ -52,7 +54,8 @@ for name, spec, target_spec, given in json.loads(sys.argv[1]):
     job = TargetJob(workload_spec=spec, target=target, fingerprint=fingerprint, baseline_path=None)
     context = CheckContext(job, target, prepared, {}, None, target.dtype or "float32", "float32", fingerprint)
     context.options = {key: option.default for key, option in check.options.items()} | given
-    with torch.no_grad():  # as a trial runs its checks
+    amp = torch.autocast("cpu", dtype=getattr(torch, target.amp or "bfloat16"), enabled=bool(target.amp))
+    with torch.no_grad(), amp:  # as a trial runs its checks: the session keeps a target's autocast on
         out[name] = check.run(context).to_dict()
 print(json.dumps(out))
 """
@@ -60,9 +63,11 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def verdicts(tmp_path_factory) -> dict[str, dict]:
-    short = tmp_path_factory.mktemp("quality") / "short.txt"
-    short.write_text("too short")
-    cases = [(*case[:3], {k: str(short) if v == "SHORT" else v for k, v in case[3].items()}) for case in CASES]
+    folder = tmp_path_factory.mktemp("quality")
+    files = {"SHORT": folder / "short.txt", "ANSWERS": folder / "answers.jsonl"}
+    files["SHORT"].write_text("too short")
+    files["ANSWERS"].write_text('{"prompt": "A loaf", "answer": 0}\n{"prompt": "The oven", "answer": false}\n')
+    cases = [(*case[:3], {k: str(files.get(v, v)) for k, v in case[3].items()}) for case in CASES]
     return fresh_process_json(SCRIPT, cases, timeout=600)
 
 
@@ -83,8 +88,9 @@ def test_bf16_perplexity_differs_on_every_row_by_rounding_and_is_not_lower_by_a_
 @pytest.mark.emu
 def test_greedy_exact_match_on_the_device_is_the_same(verdicts):
     value = verdicts["exact match emu"]
-    assert value["verdict"] == "same" and value["difference"] == 0 and value["examples"] == 16, value["reason"]
-    assert "greedy exact match over 16 prompts of the bundled quality_prompts.jsonl (0 answers" in value["task"]
+    assert value["verdict"] == "same" and value["difference"] == 0 and value["examples"] == 33, value["reason"]
+    assert "greedy exact match over 33 prompts of the bundled quality_prompts.jsonl (0 answers" in value["task"]
+    assert value["low"] < -5 and value["high"] > 5  # no prompt moved: an exact bound, not a zero-width interval
 
 
 @pytest.mark.emu
@@ -100,18 +106,37 @@ def test_the_seeded_flip_is_three_points_lower_with_its_interval_and_examples(ve
 
 @pytest.mark.emu
 @pytest.mark.parametrize(
-    ("name", "said"),
+    ("name", "verdict", "said"),
     [
-        ("one score too few", "1000 scores on the reference and 999 on the target: they cannot be paired"),
-        ("raises on the target", "scoring on the target raised RuntimeError: the evaluation cannot run here"),
-        ("scores outside [0, 1]", "scores outside [0, 1] cannot be counted in points: add unit=score"),
-        ("not a language model", "the quality check's perplexity task needs a language model taking input_ids"),
-        ("text too short", "holds 9 tokens: fewer than 2 rows of 16"),
+        ("one score too few", "error", "1000 scores on the reference and 999 on the target: they cannot be paired"),
+        ("raises on the target", "error", "scoring on the target raised RuntimeError: the evaluation cannot run here"),
+        (
+            "scores outside [0, 1]",
+            "not_comparable",
+            "scores outside [0, 1] cannot be counted in points: add unit=score",
+        ),
+        ("not a language model", "not_comparable", "the quality check's perplexity task needs a language model"),
+        ("text too short", "not_comparable", "holds 9 tokens: fewer than 2 rows of 16"),
     ],
 )
-def test_an_evaluation_that_cannot_be_compared_is_an_error_saying_why(verdicts, name, said):
+def test_an_evaluation_that_cannot_be_compared_says_why(verdicts, name, verdict, said):
+    """The target's own failure is an error (it rules the target out); what no target did (the
+    task, the reference, the scores' unit) is not comparable (a doubt)."""
     value = verdicts[name]
-    assert value["verdict"] == "error" and said in value["reason"], value["reason"]
+    assert value["verdict"] == verdict and said in value["reason"], value["reason"]
+
+
+@pytest.mark.emu
+def test_a_mixed_precision_target_is_compared_with_a_reference_outside_its_autocast(verdicts):
+    value = verdicts["perplexity amp"]
+    assert value["changed"] == 200, value["reason"]  # scored under autocast, the reference would match exactly
+    assert value["low"] > -1
+
+
+@pytest.mark.emu
+def test_an_answer_that_reads_as_false_is_still_an_answer(verdicts):
+    value = verdicts["answers that read as false"]
+    assert value["task"].startswith("greedy exact match over 2 prompts of answers.jsonl (their answers;")
 
 
 @pytest.mark.emu

@@ -139,3 +139,71 @@ def test_the_cli_refuses_a_bad_evaluation_with_one_line_and_exit_2(capsys, tmp_p
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "cannot load the evaluation function 'nope:f'" in err
     assert not (tmp_path / "b.db").exists()
+
+
+def _task(bounded: bool = True):
+    from bakeoff.checks.quality_tasks import Task
+
+    return Task("a test", "points", 100.0, lambda model, place: [], bounded=bounded)
+
+
+def test_no_example_moving_widens_the_interval_to_what_an_exact_bound_allows():
+    from bakeoff.checks.quality import _compared
+
+    two = _compared(_task(), [1.0, 0.0], [1.0, 0.0])
+    assert (
+        two.verdict == "same"
+        and two.low == pytest.approx(-84.19, abs=0.01)
+        and two.high == pytest.approx(84.19, abs=0.01)
+    )
+    assert not two.estimate.enough  # and too few examples for a requirement
+    many = _compared(_task(), [1.0] * 1000, [1.0] * 1000)
+    assert many.low == pytest.approx(-0.368, abs=0.001) and many.estimate.enough
+    assert _verdict("quality>=-0.5", many.difference, many.low, many.high) == "met"
+    dropped = _compared(_task(), [1.0] * 1000, [0.0] * 30 + [1.0] * 970)  # drops only: the high end may widen
+    assert dropped.verdict == "lower" and dropped.high >= -3 + 0.368
+
+
+def test_overflowing_scores_are_not_comparable():
+    from bakeoff.checks.quality import _compared
+
+    value = _compared(_task(bounded=False), [1e308, -1e308], [-1e308, 1e308])
+    assert value.verdict == "not_comparable" and "overflow" in value.reason
+
+
+def test_the_recompile_limit_hit_while_scoring_makes_the_scores_not_comparable():
+    """A compiled target that runs some shapes eagerly once its recompile limit is hit: its
+    scores are partly not the compiled target's, so no verdict is drawn from them."""
+    import torch
+
+    from bakeoff.checks.base import CheckContext
+    from bakeoff.runner.job import TargetJob
+    from bakeoff.target.execute import Prepared
+    from bakeoff.target.spec import parse_target
+    from bakeoff.workload.registry import build_workload
+
+    spec = f"py:{FIXTURES / 'quality_models.py'}:classifier"
+    built = build_workload(spec)
+    target = parse_target("cpu+aot_eager")
+    hits = iter([0, 3])
+    prepared = Prepared(target, built.model, (), {}, compile_summary=lambda: {"recompile_limit_hits": next(hits)})
+    job = TargetJob(workload_spec=spec, target=target, fingerprint=built.fingerprint, baseline_path=None)
+    context = CheckContext(job, target, prepared, {}, None, "float32", "float32", built.fingerprint)
+    context.options = {k: o.default for k, o in QualityCheck.options.items()} | {
+        "eval": f"{FIXTURES / 'quality_models.py'}:accuracy"
+    }
+    with torch.no_grad():
+        value = QualityCheck().run(context)
+    assert value.verdict == "not_comparable" and "the recompile limit was hit 3x while scoring" in value.reason
+    assert QualityCheck().misses(value)[1]  # a doubt, not a miss
+
+
+def test_options_of_the_built_in_tasks_are_refused_beside_an_evaluation():
+    with pytest.raises(SpecError, match="examples= in"):
+        parse_check(f"quality?eval={FIXTURES / 'quality_models.py'}:accuracy&examples=100")
+
+
+def test_a_unit_on_quality_is_refused_saying_it_takes_none():
+    with pytest.raises(SpecError) as raised:
+        parse_requirement("quality>=-1%")
+    assert raised.value.hint == "a score takes no unit"

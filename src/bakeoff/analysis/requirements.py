@@ -110,9 +110,10 @@ def parse_requirement_with(text: str, lookup: MetricLookup) -> Requirement:
     if kind == "time" and not unit:
         raise SpecError(f"requirement {text!r} needs a time unit", hint="units: " + ", ".join(units))
     if key not in units:
+        named = ", ".join(u for u in units if u)
         raise SpecError(
             f"requirement {text!r}: {unit} is not a {kind} unit",
-            hint="units: " + ", ".join(u for u in units if u) + (" (or none)" if kind == "rate" else ""),
+            hint=("units: " + named + (" (or none)" if kind == "rate" else "")) if named else f"a {kind} takes no unit",
         )
     threshold = float(number) * units[key]
     if threshold < 0 and kind != "score":

@@ -16,8 +16,18 @@ Verdicts (what the interval says, not whether it is acceptable):
     same    the interval holds 0: no difference these examples can show
     lower   the whole interval is below 0: the target scores lower
     higher  the whole interval is above 0
-    error   scoring raised, or returned something other than one finite number per example
-            (named); the target is ruled out
+    error   scoring on the target raised, or returned other than one finite number per
+            example, or a count the reference's does not pair with; the target is ruled out
+    not_comparable
+            nothing this target did: the task cannot run on the workload, scoring the reference
+            failed, the scores are out of their unit or overflow, or the recompile limit was
+            hit while scoring (some shapes ran eagerly); a doubt in the decision
+
+The reference is scored outside any autocast (a mixed-precision target's session keeps its own
+on), and every random generator is seeded alike before each side. Where no example moved one
+way, the interval's end on that side is widened to the rate an exact bound still allows (with
+two examples and no change, -84 to +84 points, not 0 to 0); fewer than 30 examples are "too few
+samples" for a requirement.
 
 How much lower is acceptable is the team's: ``--require 'quality>=-0.5'`` is met only when the
 whole interval is at or above -0.5, not met when it is all below, and not conclusive when it
@@ -30,7 +40,8 @@ workload's dtype.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -46,6 +57,10 @@ __all__ = ["Quality", "QualityCheck"]
 
 #: Examples whose scores moved most, kept in a value.
 KEPT = 5
+#: The confidence of the interval.
+CONFIDENCE = 0.95
+#: Fewer examples than this back a difference too weakly for a requirement ("too few samples").
+MIN_EXAMPLES = 30
 UNITS = ("points", "score")
 
 
@@ -77,7 +92,8 @@ class Quality(Value):
     def estimate(self) -> Estimate | None:
         if self.difference is None or self.low is None or self.high is None:
             return None
-        return Estimate(self.difference, self.low, self.high, self.examples, self.confidence, self.examples > 1)
+        enough = self.examples >= MIN_EXAMPLES
+        return Estimate(self.difference, self.low, self.high, self.examples, self.confidence, enough)
 
 
 def _interval(value: Quality) -> str:
@@ -116,6 +132,14 @@ class QualityCheck(Check):
             )
         if options["eval"]:
             load_eval(options["eval"])  # one clear line now, not an error per target later
+            given = [
+                k for k in ("task", "text", "prompts", "examples", "tokens") if options[k] != self.options[k].default
+            ]
+            if given:
+                raise SpecError(
+                    f"{given[0]}= in {text!r} is for the built-in tasks; eval= scores the examples it chooses",
+                    hint="drop it, or drop eval=",
+                )
         elif options["task"] not in TASKS:
             raise SpecError(
                 f"unknown quality task {options['task']!r} in {text!r}", hint="use task=" + " or task=".join(TASKS)
@@ -135,8 +159,7 @@ class QualityCheck(Check):
     def run(self, context: CheckContext) -> Quality:
         import torch
 
-        from bakeoff.checks.quality_tasks import finite_scores, task_for
-        from bakeoff.stats import paired_difference
+        from bakeoff.checks.quality_tasks import task_for
         from bakeoff.target.engines import engine_for
         from bakeoff.target.execute import move_tensors
         from bakeoff.workload.registry import build_workload
@@ -145,64 +168,33 @@ class QualityCheck(Check):
         reference = build_workload(context.job.workload_spec)
         if reference.fingerprint != context.job.fingerprint:
             why = f"the workload built again differs (fingerprint {reference.fingerprint} != {context.job.fingerprint})"
-            return Quality("error", why)
+            return Quality("not_comparable", why)
         fixed = target.backend is not None and engine_for(target.backend).fixed_signature
         if fixed and not options["eval"] and options["task"] == "exact_match":
             return Quality("not_applicable", f"the {target.backend} engine runs one input shape; decoding grows it")
         try:
             task = task_for(options, reference)
-        except SpecError as exc:
-            return Quality("error", exc.one_line())
+        except SpecError as exc:  # the task cannot run on this workload: no target's fault
+            return Quality("not_comparable", exc.one_line())
         device = None if reference.self_placed else torch.device(target.torch_device)
         dtype = getattr(torch, target.dtype) if target.dtype else None
-        sides = {}
-        for side, model, place in (
-            ("reference", reference.model, lambda value: value),
-            ("target", context.prepared.model, lambda value: move_tensors(value, device, dtype)),
-        ):
-            try:
-                sides[side] = finite_scores(task.score(model, place), f"scoring on the {side}")
-            except Exception as exc:
-                return Quality("error", f"scoring on the {side} raised {type(exc).__name__}: {clip(str(exc), 200)}",
-                               task.what, task.unit)  # fmt: skip
-        ref, got = sides["reference"], sides["target"]
-        if len(ref) != len(got) or len(ref) < 2:
-            why = f"{len(ref)} scores on the reference and {len(got)} on the target: they cannot be paired"
-            return Quality(
-                "error", why + " (score the same examples, at least 2, in the same order)", task.what, task.unit
+        with _own_precision(target):  # the reference in its own dtype, not under the target's autocast
+            ref = _scores(task, reference.model, lambda value: value, "reference")
+        if isinstance(ref, str):
+            return Quality("not_comparable", ref, task.what, task.unit)
+        summary = context.prepared.compile_summary if context.prepared is not None else None
+        limits = (summary() or {}).get("recompile_limit_hits", 0) if summary else 0
+        got = _scores(task, context.prepared.model, lambda value: move_tensors(value, device, dtype), "target")
+        if isinstance(got, str):
+            return Quality("error", got, task.what, task.unit)
+        hits = ((summary() or {}).get("recompile_limit_hits", 0) if summary else 0) - limits
+        if hits > 0:
+            why = (
+                f"the recompile limit was hit {hits}x while scoring: those shapes ran eagerly, so these scores are "
+                "partly not the compiled target's (score one input shape, or compile with dynamic shapes)"
             )
-        if task.bounded and any(not 0 <= s <= 1 for s in (*ref, *got)):
-            why = "scores outside [0, 1] cannot be counted in points: add unit=score to report them as returned"
-            return Quality("error", why, task.what, task.unit)
-        estimate = paired_difference(ref, got, task.scale)
-        drops = sorted(range(len(ref)), key=lambda i: got[i] - ref[i])
-        changed = sum(1 for a, b in zip(ref, got, strict=True) if a != b)
-        mean_ref, mean_got = sum(ref) / len(ref), sum(got) / len(got)
-        facts: dict[str, Any] = {
-            "task": task.what,
-            "unit": task.unit,
-            "examples": len(ref),
-            "reference_score": mean_ref * task.scale,
-            "target_score": mean_got * task.scale,
-            "difference": estimate.value,
-            "low": estimate.low,
-            "high": estimate.high,
-            "confidence": estimate.confidence,
-            "changed": changed,
-            "moved": tuple(i for i in drops[:KEPT] if got[i] < ref[i]),
-        }
-        if task.perplexity:  # scores are minus the mean NLL per token
-            import math
-
-            facts["reference_perplexity"], facts["target_perplexity"] = math.exp(-mean_ref), math.exp(-mean_got)
-        if estimate.low > 0:
-            verdict = "higher"
-        elif estimate.high < 0:
-            verdict = "lower"
-        else:
-            verdict = "same"
-        value = Quality(verdict, "", **facts)
-        return Quality(verdict, _reason(value), **facts)
+            return Quality("not_comparable", why, task.what, task.unit)
+        return _compared(task, ref, got)
 
     def on_error(self, why: str) -> Quality:
         return Quality("error", why)
@@ -215,16 +207,99 @@ class QualityCheck(Check):
     def misses(self, value: Quality) -> tuple[list[str], list[str]]:
         if value.verdict == "error":
             return [f"quality error: {clip(value.reason, 160)}"], []
+        if value.verdict == "not_comparable":
+            return [], [f"quality not comparable: {clip(value.reason, 160)}"]
         return [], []
 
     def facts(self, value: Quality, result: Any) -> list[str]:
         if value.verdict == "not_applicable":
             return []
-        line = f"quality {value.verdict}: {clip(value.reason, 240)}"
+        line = f"quality {value.verdict.replace('_', ' ')}: {clip(value.reason, 400)}"
+        if value.moved:
+            line += "; first examples that dropped: " + ", ".join(map(str, value.moved))
         asked = [r for r in getattr(result, "requirements", ()) if r.get("metric") == "quality"]
         if value.verdict == "lower" and not asked:
             line += "; no allowed drop stated (e.g. --require 'quality>=-1')"
         return [line]
+
+
+@contextmanager
+def _own_precision(target: Any) -> Iterator[None]:
+    """No autocast while the reference scores: a mixed-precision target's session keeps its
+    autocast on, and the reference must run in the workload's own dtype."""
+    import torch
+
+    with ExitStack() as stack:
+        if getattr(target, "amp", None):
+            stack.enter_context(torch.autocast(target.device, enabled=False))
+        yield
+
+
+def _scores(task: Any, model: Any, place: Any, side: str) -> list[float] | str:
+    """The task's scores on one side, every random generator seeded alike (an evaluation that
+    draws at random pairs its draws), or one line saying why there are none."""
+    import random
+
+    import numpy as np
+    import torch
+
+    from bakeoff.checks.quality_tasks import finite_scores
+
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+    try:
+        returned = task.score(model, place)
+    except Exception as exc:
+        return f"scoring on the {side} raised {type(exc).__name__}: {clip(str(exc), 200)}"
+    try:
+        return finite_scores(returned, f"the evaluation on the {side}")
+    except ValueError as exc:
+        return str(exc)
+
+
+def _compared(task: Any, ref: list[float], got: list[float]) -> Quality:
+    """The paired comparison of two sides' scores (see the module docstring)."""
+    import math
+
+    from bakeoff.stats import paired_difference
+
+    if len(ref) != len(got) or len(ref) < 2:
+        why = f"{len(ref)} scores on the reference and {len(got)} on the target: they cannot be paired"
+        return Quality("error", why + " (score the same examples, at least 2, in the same order)", task.what, task.unit)
+    if task.bounded and any(not 0 <= s <= 1 for s in (*ref, *got)):
+        why = "scores outside [0, 1] cannot be counted in points: add unit=score to report them as returned"
+        return Quality("not_comparable", why, task.what, task.unit)
+    estimate = paired_difference(ref, got, task.scale)
+    if not all(math.isfinite(x) for x in (estimate.value, estimate.low, estimate.high)):
+        why = "the scores' differences are not finite numbers (they overflow): scale the scores down"
+        return Quality("not_comparable", why, task.what, task.unit)
+    low, high = estimate.low, estimate.high
+    if task.bounded:  # no example moved one way: the rate it could still have, by the exact bound
+        unseen = (1 - ((1 - CONFIDENCE) / 2) ** (1 / len(ref))) * task.scale
+        if not any(b < a for a, b in zip(ref, got, strict=True)):
+            low = min(low, estimate.value - unseen)
+        if not any(b > a for a, b in zip(ref, got, strict=True)):
+            high = max(high, estimate.value + unseen)
+    drops = sorted(range(len(ref)), key=lambda i: got[i] - ref[i])
+    mean_ref, mean_got = sum(ref) / len(ref), sum(got) / len(got)
+    facts: dict[str, Any] = {
+        "task": task.what,
+        "unit": task.unit,
+        "examples": len(ref),
+        "reference_score": mean_ref * task.scale,
+        "target_score": mean_got * task.scale,
+        "difference": estimate.value,
+        "low": low,
+        "high": high,
+        "confidence": estimate.confidence,
+        "changed": sum(1 for a, b in zip(ref, got, strict=True) if a != b),
+        "moved": tuple(i for i in drops[:KEPT] if got[i] < ref[i]),
+    }
+    if task.perplexity:  # scores are minus the mean NLL per token
+        facts["reference_perplexity"], facts["target_perplexity"] = math.exp(-mean_ref), math.exp(-mean_got)
+    verdict = "higher" if low > 0 else "lower" if high < 0 else "same"
+    return Quality(verdict, _reason(Quality(verdict, "", **facts)), **facts)
 
 
 def _reason(value: Quality) -> str:

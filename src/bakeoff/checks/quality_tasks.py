@@ -182,7 +182,8 @@ def _prompts(path: str, tokenize: Callable[[str], list[int]]) -> tuple[list[tupl
         if line.lstrip().startswith("{"):
             try:
                 data = json.loads(line)
-                prompt, answer = str(data["prompt"]), str(data.get("answer") or "")
+                prompt = str(data["prompt"])
+                answer = "" if data.get("answer") is None else str(data["answer"])
             except (ValueError, KeyError, TypeError):
                 raise SpecError(
                     f"line {number} of {shown} is not a JSON object with a prompt",

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
+from bakeoff.analysis.requirements import requirement_state
 from bakeoff.checks.registry import guarded, registered_checks
 from bakeoff.report.evidence import Evidence, answers_for, check_lines, scenario_rows
 from bakeoff.report.figures import requirement_figures, settings_line, speed_caveat, with_level
@@ -314,7 +315,7 @@ def _context(evidence: Evidence) -> dict[str, Any]:
                     "answers": answers_for(r),
                     "comparison": comparison,
                     "requirements": [
-                        {**q, "measured": shown[0], "interval": with_level(shown[1], q)}
+                        {**q, "measured": shown[0], "interval": with_level(shown[1], q), "state": requirement_state(q)}
                         for q in getattr(r, "requirements", None) or ()
                         for shown in [requirement_figures(q)]
                     ],
