@@ -89,6 +89,15 @@ SCRIPTS: dict[str, tuple[list[str], list[str], list]] = {
         [rf"import into an empty database\s+{NUMBER} s", r"runs in the database afterwards \(expected\)\s+30 \(30\)"],
         [pytest.mark.isolated],  # two writer processes
     ),
+    "fit_accuracy.py": (
+        ["--quick"],  # the tiny Llama on the test device: two points each way, a map of four, one edge
+        [
+            rf"largest error before calibration: inference {NUMBER}%, training {NUMBER}%",
+            rf"map of 4 points: predicted in {NUMBER} s on the host; running them on the device {NUMBER} s",
+            r"edge at seq 64: batch \d+ measured [\d,]+ of 3,145,728; next batch [\d,]+: the edge holds",
+        ],
+        [pytest.mark.emu],
+    ),
     "localize_cost.py": (
         ["--quick"],  # the tiny Llama on the test device, with a seeded wrong activation
         [rf"arch:llama\s+{NUMBER}s\s+{NUMBER}s\s+{NUMBER}x\s+{NUMBER}MB\s+{NUMBER}MB\s+\d+"],

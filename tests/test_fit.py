@@ -36,7 +36,8 @@ def _edge(result: dict) -> dict:
 
 @pytest.mark.emu
 def test_a_peak_that_jumps_at_batch_16_moves_the_edge_to_8_and_the_edge_is_verified():
-    result = _fit(NET + "?jump=16", "--memory", "20MiB")
+    requirements = ["--require", "fits batch=8&seq=64", "--require", "fits batch=16&seq=64"]
+    result = _fit(NET + "?jump=16", "--memory", "20MiB", *requirements)
     edge = _edge(result)
     assert (edge["batch"], edge["beyond"]) == (8, 16)
     fits = {p["batch"]: p["fits"] for p in result["points"]}
@@ -47,6 +48,9 @@ def test_a_peak_that_jumps_at_batch_16_moves_the_edge_to_8_and_the_edge_is_verif
         if point["measured"] is not None:
             assert point["measured"] == pytest.approx(point["expected"], rel=0.02), point
     assert any("bfloat16" in move for move in edge["moves"])
+    met, missed = result["requirements"]
+    assert (met["verdict"], met["measured"]) == ("met", True)  # the verified edge
+    assert (missed["verdict"], missed["measured"]) == ("not met", False) and missed["peak"] > 20 * 1024**2
 
 
 @pytest.mark.emu

@@ -51,6 +51,12 @@ def test_a_malformed_grid_is_one_line(text, said):
     assert said in raised.value.one_line()
 
 
+def test_a_fits_requirement_names_one_point():
+    from bakeoff.settings.fit import parse_fits
+
+    assert parse_fits("fits batch=32&seq=2048") == (32, 2048) and parse_fits("fits batch=4") == (4, None)
+
+
 def test_sizes_read_in_their_units():
     assert parse_memory("16GiB") == 16 * 1024**3 and parse_memory("500MB") == 500 * 1000**2
     for bad in ("16 apples", "100KB"):
@@ -77,6 +83,8 @@ def test_the_edge_is_the_last_batch_that_fits_with_every_smaller_one():
         (["--memory", "lots"], "is not a size"),
         (["--on", "cpu,cpu?dtype=bf16"], "takes one target, got 2"),
         (["--on", "tpu9"], "unknown"),
+        (["--require", "fits batch=1,2"], "names more than one point"),
+        (["--require", "p90<=5ms"], "is not 'fits batch=B&seq=S'"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(capsys, args, said):

@@ -33,6 +33,7 @@ _setting = functools.partial(setting_option, FIT_OPTIONS)
 @_setting("training")
 @_setting("optimizer")
 @_setting("memory", type=str)
+@_setting("requirements")
 @_setting("probes")
 @_setting("timeout_s")
 @format_option

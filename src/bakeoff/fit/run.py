@@ -19,7 +19,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from bakeoff.errors import SpecError, WorkloadError
-from bakeoff.results.fit import FitEdge, FitPoint, FitResult
+from bakeoff.results.fit import FitEdge, FitPoint, FitRequirement, FitResult
+from bakeoff.settings.fit import fits_text, parse_fits
 from bakeoff.settings.grid import parse_grid
 from bakeoff.units import human_bytes
 
@@ -123,11 +124,13 @@ def fit_workload(
 
     say = progress or (lambda message: None)
     grid = parse_grid(settings["grid"])
+    required = [parse_fits(text) for text in settings.get("requirements", ())]
     training, optimizer, timeout = settings["training"], settings["optimizer"], settings["timeout_s"]
     dtype = target.dtype
-    say(f"predicting {len(grid.points)} point(s) on the host")
+    wanted = list(dict.fromkeys([*grid.points, *required]))
+    say(f"predicting {len(wanted)} point(s) on the host")
     started = time.monotonic()
-    job = Predict(workload_spec, tuple(grid.points), target.torch_device, dtype, training, optimizer)
+    job = Predict(workload_spec, tuple(wanted), target.torch_device, dtype, training, optimizer)
     predicted = _predict(job, timeout)
     predict_s = time.monotonic() - started
     probing = settings["probes"] and target.device != "cpu"
@@ -215,9 +218,18 @@ def fit_workload(
             notes.append(f"the edge predicted at {where} did not fit on {target.spec} ({why[:160]}): moved down")
             verification = f"{'; '.join(notes)}; the edge left is not verified ({VERIFICATIONS} verifications spent)"
     edges = _moves(edges, points, workload_spec, target, settings, offset, slope, capacity, timeout, say)
+    judged = []
+    for point in required:
+        found = next(p for p in points_now() if (p.batch, p.seq) == point)
+        if probing and found.fits and found.measured is None:
+            probe(point, "requirement")
+            found = next(p for p in points_now() if (p.batch, p.seq) == point)
+        peak = found.measured if found.measured is not None else found.expected
+        judged.append(FitRequirement(fits_text(point), "met" if found.fits else "not met", peak,
+                                     found.measured is not None or found.out_of_memory))  # fmt: skip
     return FitResult(
         workload_spec, target.spec, training, optimizer, grid.text, int(capacity), capacity_from, calibration,
-        verification, tuple(points), tuple(edges), predict_s, tuple(notes),
+        verification, tuple(points_now()), tuple(edges), predict_s, tuple(notes), tuple(judged),
     )  # fmt: skip
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from bakeoff.codec import Value
 
-__all__ = ["FitEdge", "FitPoint", "FitResult"]
+__all__ = ["FitEdge", "FitPoint", "FitRequirement", "FitResult"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,17 @@ class FitEdge(Value):
 
 
 @dataclass(frozen=True)
+class FitRequirement(Value):
+    """``fits batch=B&seq=S``: ``verdict`` met or not met, from the ``peak`` measured on the
+    target (``measured``) or, without probes, predicted and calibrated."""
+
+    text: str
+    verdict: str
+    peak: int
+    measured: bool
+
+
+@dataclass(frozen=True)
 class FitResult(Value):
     """``bakeoff fit``'s answer for one workload on one target."""
 
@@ -58,3 +69,4 @@ class FitResult(Value):
     edges: tuple[FitEdge, ...] = ()
     predict_s: float = 0.0
     notes: tuple[str, ...] = ()
+    requirements: tuple[FitRequirement, ...] = ()

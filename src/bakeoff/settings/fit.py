@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from bakeoff.errors import SpecError
 from bakeoff.settings.bounds import TIMEOUT
-from bakeoff.settings.option import Option
+from bakeoff.settings.option import Option, texts
 
-__all__ = ["FIT_OPTIONS", "parse_memory"]
+__all__ = ["FIT_OPTIONS", "fits_text", "parse_fits", "parse_memory"]
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
 _UNITS = {"b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
@@ -37,6 +37,35 @@ def _check_grid(value: str, given: Mapping[str, Any]) -> str:
     from bakeoff.settings.grid import parse_grid
 
     return parse_grid(value).text
+
+
+def parse_fits(text: str) -> tuple[int, int | None]:
+    """``fits batch=32&seq=2048`` -> ``(32, 2048)`` (``seq`` may be left out).
+
+    Raises:
+        SpecError: anything else.
+    """
+    from bakeoff.settings.grid import parse_grid
+
+    head, _, point = str(text).strip().partition(" ")
+    hint = "e.g. --require 'fits batch=32&seq=2048'"
+    if head != "fits" or not point.strip():
+        raise SpecError(f"requirement {text!r} is not 'fits batch=B&seq=S'", hint=hint)
+    try:
+        grid = parse_grid(point.strip())
+    except SpecError as exc:
+        raise SpecError(f"requirement {text!r}: {exc.message}", hint=hint) from None
+    if len(grid.batches) != 1 or len(grid.seqs) > 1:
+        raise SpecError(f"requirement {text!r} names more than one point", hint=hint)
+    return grid.batches[0], grid.seqs[0] if grid.seqs else None
+
+
+def fits_text(point: tuple[int, int | None]) -> str:
+    return f"fits batch={point[0]}" + (f"&seq={point[1]}" if point[1] is not None else "")
+
+
+def _check_requirements(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(fits_text(parse_fits(text)) for text in texts(value))
 
 
 def _check_memory(value: str | int | None, given: Mapping[str, Any]) -> int | None:
@@ -77,6 +106,17 @@ FIT_OPTIONS: dict[str, Option] = {
             _check_memory,
             metavar="SIZE",
             example="2GiB",
+        ),
+        Option(
+            "requirements",
+            "--require",
+            (),
+            "A point that must fit, e.g. 'fits batch=32&seq=2048' (repeatable); predicted with the grid and, with "
+            "probes, measured on the target.",
+            _check_requirements,
+            metavar="'fits batch=B&seq=S'",
+            multiple=True,
+            example=["fits batch=2&seq=16"],
         ),
         Option(
             "probes",

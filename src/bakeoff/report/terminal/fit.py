@@ -47,6 +47,9 @@ def fit_view(result: FitResult, console: Any) -> None:
                       f"{edge.dominates or 'nothing'} dominate its peak{beyond}")  # fmt: skip
         for move in edge.moves:
             console.print(f"  batch {edge.beyond} with {move}")
+    for req in result.requirements:
+        how = "measured on the target" if req.measured else "predicted"
+        console.print(f"{req.text}: {req.verdict} ({human_bytes(req.peak)} {how}, of {human_bytes(result.capacity)})")
     console.print(f"calibration: {result.calibration}")
     console.print(f"verification: {result.verification}")
     console.print(f"predicted {len(result.points)} point(s) in {result.predict_s:.1f} s on the host (fake tensors)")
