@@ -54,7 +54,7 @@ def speed(quick: bool) -> None:
     from bakeoff.target.spec import parse_target
 
     sizes = [1, 2] if quick else [1, 2, 4, 8, 16, 32, 64, 128]
-    lengths = [16, 32] if quick else [16, 32, 64, 128, 256, 512, 1024, 2048]
+    lengths = [16, 32] if quick else [4, 8, 16, 32, 64, 128, 256, 512]
     points = [(b, s) for s in lengths for b in sizes]
     started = time.perf_counter()
     predict_points("arch:llama", points, device="emu")
