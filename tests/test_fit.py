@@ -18,8 +18,9 @@ GRID = "batch=1,2,...,64&seq=64"
 
 
 def _fit(workload: str, *extra: str, on: str = "emu") -> dict:
+    grid = [] if "--grid" in extra else ["--grid", GRID]
     ran = subprocess.run(
-        [sys.executable, "-m", "bakeoff", "fit", workload, "--on", on, "--grid", GRID, "--format", "json", *extra],
+        [sys.executable, "-m", "bakeoff", "fit", workload, "--on", on, *grid, "--format", "json", *extra],
         capture_output=True,
         text=True,
         env={**os.environ, **EMU_ENV},
@@ -42,8 +43,8 @@ def test_a_peak_that_jumps_at_batch_16_moves_the_edge_to_8_and_the_edge_is_verif
     assert (edge["batch"], edge["beyond"]) == (8, 16)
     fits = {p["batch"]: p["fits"] for p in result["points"]}
     assert fits == {1: True, 2: True, 4: True, 8: True, 16: False, 32: False, 64: False}
-    assert result["verification"].startswith("the tightest edge, batch 8 x seq 64, measured ")
-    assert result["verification"].endswith("of 20.0 MiB on emu: it fits")
+    assert result["verification"].startswith("measured on emu at each edge: batch 8 x seq 64 ")
+    assert edge["verified"] and "not verified" not in result["verification"]
     for point in result["points"]:  # calibration and verification probes: measured as expected
         if point["measured"] is not None:
             assert point["measured"] == pytest.approx(point["expected"], rel=0.02), point
@@ -70,7 +71,17 @@ def test_an_allocation_the_prediction_cannot_see_is_caught_on_the_target():
     by_batch = {p["batch"]: p for p in result["points"]}
     assert not by_batch[16]["fits"] and by_batch[16]["measured"] > 60 * 1024**2
     assert "did not fit on emu (measured " in result["notes"][0]
-    assert result["verification"].startswith("the tightest edge, batch 8 x seq 64")
+    assert result["verification"].startswith("measured on emu at each edge: batch 8 x seq 64") and edge["verified"]
+
+
+@pytest.mark.emu
+def test_a_step_that_fails_on_the_target_does_not_fit():
+    result = _fit(NET + "?fails=16", "--memory", "60MiB", "--grid", "batch=1,2,...,16&seq=32,64")
+    for edge in result["edges"]:  # every row's edge is measured
+        assert (edge["batch"], edge["beyond"], edge["verified"]) == (8, 16, True), edge
+    assert "not verified" not in result["verification"]
+    failed = [p for p in result["points"] if p["error"]]
+    assert failed and all(not p["fits"] and "this device cannot run batch" in p["error"] for p in failed)
 
 
 PROBED = """

@@ -4,7 +4,7 @@ a row of points, and the one line a user gets for bad input."""
 from __future__ import annotations
 
 import pytest
-from tests.conftest import cli_in_process
+from tests.conftest import FIXTURES, cli_in_process
 
 from bakeoff.errors import SpecError
 from bakeoff.fit.run import _edges
@@ -43,6 +43,7 @@ def test_a_grid_continues_the_progression_its_values_start(text, batches, seqs):
         ("batch=1&batch=2", "gives batch twice"),
         ("width=4", "is not batch=... or seq=..."),
         ("batch=1,2,3,...,100&seq=1,2,3,...,100", "has 10000 points (at most 4096)"),
+        ("batch=1,2,3,...,5000", "has more than 4096 values"),
     ],
 )
 def test_a_malformed_grid_is_one_line(text, said):
@@ -59,6 +60,7 @@ def test_a_fits_requirement_names_one_point():
 
 def test_sizes_read_in_their_units():
     assert parse_memory("16GiB") == 16 * 1024**3 and parse_memory("500MB") == 500 * 1000**2
+    assert parse_memory("2e9") == 2 * 10**9
     for bad in ("16 apples", "100KB"):
         with pytest.raises(SpecError):
             parse_memory(bad)
@@ -85,8 +87,18 @@ def test_the_edge_is_the_last_batch_that_fits_with_every_smaller_one():
         (["--on", "tpu9"], "unknown"),
         (["--require", "fits batch=1,2"], "names more than one point"),
         (["--require", "p90<=5ms"], "is not 'fits batch=B&seq=S'"),
+        (["--optimizer", "sgd"], "--optimizer sets a training step's optimiser"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(capsys, args, said):
     code, out, err = cli_in_process(capsys, "fit", "arch:llama", *args)
     assert code == 2 and out == "" and said in err and err.count("\n") == 1, err
+
+
+def test_a_mixed_precision_target_is_predicted_under_its_autocast():
+    from bakeoff.fit.predict import predict_points
+
+    net = f"py:{FIXTURES / 'fit_models.py'}:net"
+    (plain,) = predict_points(net, [(8, 64)])
+    (amp,) = predict_points(net, [(8, 64)], amp="bfloat16")
+    assert amp.parts["activations"] < plain.parts["activations"]  # bfloat16 activations under autocast

@@ -36,6 +36,8 @@ def fit(workload: str, on: str = "cpu", *, progress: Callable[[str], None] | Non
     from bakeoff.workload.base import parse_workload
 
     values = read_options(FIT_OPTIONS, settings, "fit setting")
+    if values["optimizer"] != "adamw" and not values["training"]:
+        raise SpecError("--optimizer sets a training step's optimiser", hint="add --training, or drop --optimizer")
     parse_workload(workload)
     targets = _targets(on)
     if len(targets) != 1:

@@ -47,13 +47,15 @@ def predict_points(
     *,
     dtype: str | None = None,
     device: str = "cpu",
+    amp: str | None = None,
     training: bool = False,
     optimizer: str = "adamw",
     checkpointing: bool = False,
 ) -> list[Predicted]:
     """Predict the peak of each ``(batch, seq)`` point (see the module docstring); the model is
-    cast to ``dtype`` first, and with ``checkpointing`` its activation checkpointing is on (a
-    Hugging Face model's ``gradient_checkpointing_enable``).
+    cast to ``dtype`` first, runs under ``amp``'s autocast where a mixed-precision target would,
+    and with ``checkpointing`` its activation checkpointing is on (a Hugging Face model's
+    ``gradient_checkpointing_enable``).
 
     Raises:
         WorkloadError: the workload cannot be built under fake tensors or cannot vary its
@@ -90,7 +92,8 @@ def predict_points(
             tracker = MemTracker()
             tracker.track_external(model)
             with tracker:
-                run_step(workload, model, batch, seq, training, place, optimizer, tracker.reset_mod_stats)
+                run_step(workload, model, batch, seq, training, place, optimizer, tracker.reset_mod_stats,
+                         (torch.device(device).type, amp) if amp else None)  # fmt: skip
             found.append(_read(tracker, batch, seq, torch.device(device).type))
     return found
 

@@ -53,12 +53,15 @@ class Probe:
         reset_device_peak_memory(target)
         try:
             run_step(workload, model, self.batch, self.seq, self.training,
-                     lambda args, kwargs: place_inputs(workload, target, args, kwargs), self.optimizer)  # fmt: skip
+                     lambda args, kwargs: place_inputs(workload, target, args, kwargs), self.optimizer,
+                     amp=(target.device, target.amp) if target.amp else None)  # fmt: skip
         except (torch.OutOfMemoryError, MemoryError) as exc:
             return {"out_of_memory": str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}
         peak = device_peak_memory(target)
         if peak is None:
             raise RuntimeError(f"{target.device} reports no allocator peak")
+        if peak == 0:
+            raise RuntimeError(f"the step allocated nothing on {target.device}: the workload does not run there")
         return {"peak": peak, "capacity": _capacity(target)}
 
 

@@ -5,9 +5,10 @@ target, and say what would move it.
 Calibration: the smallest point, and the largest one predicted at most half the capacity, are
 measured on the target (each in a fresh process); the expected peak of every point is then the
 straight line through the two (measured = offset + slope x predicted), or the one offset with a
-single probe. An edge whose verification does not fit (the device refused, or the peak measured
-exceeds the capacity) is moved down and the new edge verified once more: an edge shown is one a
-probe confirmed, or said to be unverified. The CPU reports no allocator peak: there the answer
+single probe. Every row's edge is then measured on the target (a point a calibration probe
+measured counts): one that does not fit (the device refused, the step failed there, or its peak
+exceeds the capacity) moves down and the new edge is measured, up to three times per row; an edge
+shown is one a probe confirmed, or is marked unverified. The CPU reports no allocator peak: there the answer
 is the prediction alone, and says so.
 """
 
@@ -41,6 +42,7 @@ class Predict:
     training: bool
     optimizer: str
     checkpointing: bool = False
+    amp: str | None = None
     phase: str = "memory prediction"
 
     def run(self) -> list[dict[str, Any]]:
@@ -56,6 +58,7 @@ class Predict:
             training=self.training,
             optimizer=self.optimizer,
             checkpointing=self.checkpointing,
+            amp=self.amp,
         )
         return [asdict(p) for p in found]
 
@@ -130,7 +133,7 @@ def fit_workload(
     wanted = list(dict.fromkeys([*grid.points, *required]))
     say(f"predicting {len(wanted)} point(s) on the host")
     started = time.monotonic()
-    job = Predict(workload_spec, tuple(wanted), target.torch_device, dtype, training, optimizer)
+    job = Predict(workload_spec, tuple(wanted), target.torch_device, dtype, training, optimizer, amp=target.amp)
     predicted = _predict(job, timeout)
     predict_s = time.monotonic() - started
     probing = settings["probes"] and target.device != "cpu"
@@ -185,51 +188,60 @@ def fit_workload(
             key = (p["batch"], p["seq"])
             expected = max(0, int(offset + slope * p["peak"]))
             seen = measured.get(key, {})
-            real = seen.get("peak")
-            oom = "out_of_memory" in seen
-            fits = not oom and (real if real is not None else expected) <= capacity
+            real, oom, error = seen.get("peak"), "out_of_memory" in seen, seen.get("error", "")
+            fits = not oom and not error and (real if real is not None else expected) <= capacity
             why = seen.get("why", "")
-            found.append(FitPoint(p["batch"], p["seq"], p["peak"], expected, fits, p["parts"], real, why, oom))
+            found.append(FitPoint(p["batch"], p["seq"], p["peak"], expected, fits, p["parts"], real, why, oom, error))
         return found
 
-    points = points_now()
-    edges = _edges(points, capacity)
-    verification = "not verified: predicted only" if not probing else "no edge to verify"
-    if probing:
-        for _ in range(VERIFICATIONS):
-            candidates = [e for e in edges if e.batch is not None]
-            if not candidates:
-                break
-            by_point = {(p.batch, p.seq): p for p in points}
-            tightest = max(candidates, key=lambda e: by_point[(e.batch, e.seq)].expected)
-            key = (tightest.batch, tightest.seq)
-            if key in measured and measured[key].get("why") == "verification":
-                break
-            got = probe(key, "verification")
-            points, edges = points_now(), _edges(points_now(), capacity)
-            where = f"batch {key[0]}" + (f" x seq {key[1]}" if key[1] else "")
-            if "peak" in got and got["peak"] <= capacity:
-                verification = (
-                    f"the tightest edge, {where}, measured {human_bytes(got['peak'])} of {human_bytes(capacity)} on "
-                    f"{target.spec}: it fits"
+    if probing:  # a required point expected to fit is measured before the edges are drawn
+        for point in required:
+            if next(p for p in points_now() if (p.batch, p.seq) == point).fits and point not in measured:
+                probe(point, "requirement")
+    verified: dict[int | None, str] = {}
+    if probing:  # every row's edge is measured; one that does not fit moves down and is measured again
+        for seq in dict.fromkeys(p["seq"] for p in predicted):
+            for _ in range(VERIFICATIONS):
+                edge = next(e for e in _edges(points_now(), capacity) if e.seq == seq)
+                if edge.batch is None:
+                    break
+                key = (edge.batch, seq)
+                if key not in measured:
+                    probe(key, "verification")
+                point = next(p for p in points_now() if (p.batch, p.seq) == key)
+                if point.fits:
+                    verified[seq] = (
+                        f"batch {key[0]}" + (f" x seq {seq}" if seq else "") + f" {human_bytes(point.measured)}"
+                    )
+                    break
+                what = point.error or (
+                    "out of memory" if point.out_of_memory else f"measured {human_bytes(point.measured)}"
                 )
-                break
-            why = got.get("out_of_memory") or got.get("error") or f"measured {human_bytes(got.get('peak'))}"
-            notes.append(f"the edge predicted at {where} did not fit on {target.spec} ({why[:160]}): moved down")
-            verification = f"{'; '.join(notes)}; the edge left is not verified ({VERIFICATIONS} verifications spent)"
+                notes.append(
+                    f"batch {key[0]}"
+                    + (f" x seq {seq}" if seq else "")
+                    + f" did not fit on {target.spec} ({what[:160]}): the edge moved down"
+                )
+    points = points_now()
+    edges = [replace(e, verified=e.seq in verified) for e in _edges(points, capacity)]
+    if not probing:
+        verification = "not verified: predicted only"
+    else:
+        unverified = [e for e in edges if e.batch is not None and not e.verified]
+        verification = f"measured on {target.spec} at each edge: " + ("; ".join(verified.values()) or "none")
+        if unverified:
+            rows = ", ".join(f"seq {e.seq}" if e.seq else "its row" for e in unverified)
+            verification += f"; not verified ({VERIFICATIONS} tries spent): {rows}"
     edges = _moves(edges, points, workload_spec, target, settings, offset, slope, capacity, timeout, say)
     judged = []
     for point in required:
-        found = next(p for p in points_now() if (p.batch, p.seq) == point)
-        if probing and found.fits and found.measured is None:
-            probe(point, "requirement")
-            found = next(p for p in points_now() if (p.batch, p.seq) == point)
+        found = next(p for p in points if (p.batch, p.seq) == point)
         peak = found.measured if found.measured is not None else found.expected
-        judged.append(FitRequirement(fits_text(point), "met" if found.fits else "not met", peak,
-                                     found.measured is not None or found.out_of_memory))  # fmt: skip
+        probed = found.measured is not None or found.out_of_memory or bool(found.error)
+        judged.append(FitRequirement(fits_text(point), "met" if found.fits else "not met", peak, probed))
     return FitResult(
         workload_spec, target.spec, training, optimizer, grid.text, int(capacity), capacity_from, calibration,
-        verification, tuple(points_now()), tuple(edges), predict_s, tuple(notes), tuple(judged),
+        verification, tuple(points), tuple(edges), predict_s, tuple(notes), tuple(judged),
     )  # fmt: skip
 
 
@@ -253,7 +265,7 @@ def _moves(
     edge = max(beyond, key=lambda e: e.seq or 0)  # the longest sequence's edge
     point = (edge.beyond, edge.seq)
     variants: list[tuple[str, dict[str, Any]]] = []
-    if target.dtype not in ("bfloat16", "float16"):
+    if target.dtype not in ("bfloat16", "float16") and not target.amp:
         variants.append(("bfloat16 weights and activations", {"dtype": "bfloat16"}))
     if settings["training"]:
         variants.append(("activation checkpointing", {"checkpointing": True}))
@@ -263,7 +275,7 @@ def _moves(
     for what, change in variants:
         say(f"predicting batch {point[0]} with {what}")
         job = Predict(workload_spec, (point,), target.torch_device, target.dtype, settings["training"],
-                      settings["optimizer"])  # fmt: skip
+                      settings["optimizer"], amp=target.amp)  # fmt: skip
         try:
             (found,) = _predict(replace(job, **change), timeout)
         except WorkloadError as exc:

@@ -27,10 +27,16 @@ def inputs_at(workload: Any, batch: int, seq: int | None) -> tuple[tuple, dict]:
 
 
 def _own_length(workload: Any) -> int:
+    """A language model's own length (its ``input_ids``); any other workload's is not known."""
+    from bakeoff.errors import WorkloadError
+
     ids = workload.kwargs.get("input_ids")
     if ids is not None and getattr(ids, "dim", lambda: 0)() == 2:
         return int(ids.shape[1])
-    return 1
+    raise WorkloadError(
+        f"{workload.spec} takes no input_ids: its own sequence length is not known",
+        hint="give the lengths in the grid, e.g. --grid 'batch=1,2,...,64&seq=16'",
+    )
 
 
 def run_step(
@@ -42,15 +48,23 @@ def run_step(
     place: Callable[[tuple, dict], tuple[tuple, dict]],
     optimizer: str = "adamw",
     between: Callable[[], None] = lambda: None,
+    amp: tuple[str, str] | None = None,
 ) -> None:
     """Run the step (see the module docstring) on ``model`` with inputs placed by ``place``;
-    ``between`` is called between the two training steps."""
+    ``between`` is called between the two training steps; ``amp`` is ``(device type, dtype)`` of
+    a mixed-precision target, whose forward passes (and loss) run under its autocast."""
+    from contextlib import nullcontext
+
     import torch
+
+    def autocast() -> Any:
+        return torch.autocast(amp[0], dtype=getattr(torch, amp[1])) if amp else nullcontext()
 
     if not training:
         with torch.no_grad():
             args, kwargs = place(*inputs_at(workload, batch, seq))
-            model(*args, **kwargs)
+            with autocast():
+                model(*args, **kwargs)
         return
     recipe = workload.training_recipe()
     params = [p for p in model.parameters() if p.requires_grad]
@@ -62,7 +76,8 @@ def run_step(
             args, kwargs = place(*inputs_at(workload, batch, seq))
             if recipe.kind == "causal_lm":
                 kwargs = {**kwargs, "labels": kwargs["input_ids"]}
-            loss = recipe.loss(model(*args, **kwargs), args, kwargs)
+            with autocast():
+                loss = recipe.loss(model(*args, **kwargs), args, kwargs)
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)

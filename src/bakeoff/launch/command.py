@@ -84,7 +84,8 @@ class FreshPython:
     through its context, since checks sit below this package. :meth:`run` runs ``code`` with
     ``args`` in ``sys.argv[1:]`` and returns the JSON value it printed on its last line, or one
     line saying why none came (its exit code and last line, the signal that ended it, or the
-    timeout); :meth:`tempdir` makes a temporary directory a later process reaps if this one is
+    timeout). The interpreter dies with this process (a ``kill -9`` of bakeoff, or of the worker
+    that started it, ends it too). :meth:`tempdir` makes a temporary directory a later process reaps if this one is
     killed."""
 
     def run(self, code: str, args: Sequence[str], env: Mapping[str, str], timeout_s: float, who: str) -> Any:
@@ -93,7 +94,8 @@ class FreshPython:
 
         from bakeoff.launch.deaths import died
 
-        ran = run_command([sys.executable, "-c", code, *args], env, timeout_s)
+        guarded = f"import os; from bakeoff.launch.process import die_with_parent; die_with_parent({os.getpid()})\n"
+        ran = run_command([sys.executable, "-c", guarded + code, *args], env, timeout_s)
         if ran.timed_out:
             return f"{who} did not finish within {timeout_s:g} s"
         lines = (ran.stdout or "").strip().splitlines()

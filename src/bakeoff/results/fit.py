@@ -14,7 +14,8 @@ __all__ = ["FitEdge", "FitPoint", "FitRequirement", "FitResult"]
 class FitPoint(Value):
     """One point: ``predicted`` on the host (bytes; ``parts`` at its peak), ``expected`` after
     calibration, whether that ``fits`` the capacity; ``measured`` on the target where a probe ran
-    (``probe`` says why: calibration or verification; ``out_of_memory`` when the device refused)."""
+    (``probe`` says why: calibration, requirement or verification; ``out_of_memory`` when the
+    device refused; ``error`` when the step failed there: it does not fit either)."""
 
     batch: int
     seq: int | None
@@ -25,13 +26,15 @@ class FitPoint(Value):
     measured: int | None = None
     probe: str = ""
     out_of_memory: bool = False
+    error: str = ""
 
 
 @dataclass(frozen=True)
 class FitEdge(Value):
     """The largest ``batch`` that fits at ``seq`` with every smaller batch of the grid (None: not
     even the smallest), its ``margin`` (share of the capacity left), the part that ``dominates``
-    its peak, the first batch ``beyond`` it, and ``moves``: what would let ``beyond`` fit."""
+    its peak, the first batch ``beyond`` it, and ``moves``: what would let ``beyond`` fit;
+    ``verified``: the edge was measured on the target and fits."""
 
     seq: int | None
     batch: int | None
@@ -39,6 +42,7 @@ class FitEdge(Value):
     dominates: str = ""
     beyond: int | None = None
     moves: tuple[str, ...] = ()
+    verified: bool = False
 
 
 @dataclass(frozen=True)

@@ -87,8 +87,10 @@ def _continue(start: list[int], last: int, axis: str, text: str) -> list[int]:
     values = list(start)
     while True:
         following = values[-1] * ratio if ratio else values[-1] + step
-        if following > last or len(values) > MOST_POINTS:
+        if following > last:
             break
+        if len(values) >= MOST_POINTS:
+            raise SpecError(f"{axis}={text!r} has more than {MOST_POINTS} values", hint=HINT)
         values.append(following)
     if values[-1] != last:
         raise SpecError(f"{axis}={text!r}: the progression does not reach {last}", hint=HINT)

@@ -17,6 +17,8 @@ __all__ = ["fit_view"]
 
 def _cell(point: Any) -> Text:
     peak = point.measured if point.measured is not None else point.expected
+    if point.error:
+        return Text("failed", style="red")
     shown = "out of memory" if point.out_of_memory else human_bytes(peak) + ("*" if point.measured is not None else "")
     return Text(shown, style="green" if point.fits else "red")
 
@@ -43,7 +45,8 @@ def fit_view(result: FitResult, console: Any) -> None:
             console.print(f"{where}no batch of the grid fits (the smallest does not)")
             continue
         beyond = f"; batch {edge.beyond} does not" if edge.beyond is not None else "; every batch of the grid fits"
-        console.print(f"{where}largest batch that fits {edge.batch}, {edge.margin:.0%} of the capacity left, "
+        how = "measured on the target" if edge.verified else "predicted, not verified on the target"
+        console.print(f"{where}largest batch that fits {edge.batch} ({how}), {edge.margin:.0%} of the capacity left, "
                       f"{edge.dominates or 'nothing'} dominate its peak{beyond}")  # fmt: skip
         for move in edge.moves:
             console.print(f"  batch {edge.beyond} with {move}")
