@@ -327,7 +327,8 @@ def test_generation_runs_take_the_profiles_length_quantiles_with_its_batches():
         (
             "--check=warp",
             "bakeoff: error: unknown check 'warp' "
-            "(use one of correctness, placement, compilation, determinism, greedy, training, checkpoint, localization)",
+            "(use one of correctness, placement, compilation, determinism, greedy, training, checkpoint, quality, "
+            "coldstart, localization)",
         ),
     ],
 )
