@@ -89,7 +89,8 @@ def first_result(workload_spec: str, target_spec: str) -> dict[str, Any]:
 
 def _child() -> None:
     """``python -c`` entry: the two specs in ``argv``, the result as JSON on stdout's last line."""
-    print(json.dumps(first_result(sys.argv[1], sys.argv[2])))
+    print(json.dumps(first_result(sys.argv[1], sys.argv[2])), flush=True)
+    os._exit(0)  # as bakeoff's own CLI ends: torch's threads can abort an interpreter's normal exit
 
 
 _COMMAND = "from bakeoff.checks.coldstart import _child; _child()"
