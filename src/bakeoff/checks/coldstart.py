@@ -59,13 +59,12 @@ def first_result(workload_spec: str, target_spec: str) -> dict[str, Any]:
     start = time.perf_counter()
     import torch
 
+    from bakeoff.target.detect import extra_devices
     from bakeoff.target.execute import prepare, synchronizer
-    from bakeoff.target.plugins import load_plugins
     from bakeoff.target.spec import parse_target
     from bakeoff.workload.registry import build_workload
 
-    load_plugins()
-    target = parse_target(target_spec, extra_devices=(target_spec.split("+")[0].split("?")[0].split(":")[0],))
+    target = parse_target(target_spec, extra_devices())  # plugins loaded: a renamed device is known
     if target.effective_threads is not None:
         torch.set_num_threads(target.effective_threads)
     begun = time.perf_counter()

@@ -10,14 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Probe", "measurable"]
-
-
-def measurable(target: Any) -> bool:
-    """Whether the target's device reports its allocator's peak (the CPU does not)."""
-    from bakeoff.target.execute import _memory_module
-
-    return _memory_module(target) is not None
+__all__ = ["Probe"]
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """``bakeoff fit`` from grid to answer: predict every point on the host, calibrate with at most
-two real probes on the target, find the edge per sequence length, verify the tightest edge on the
-target, and say what would move it.
+two real probes on the target, find the edge per sequence length, measure every edge on the
+target, and say what would move the longest sequence's edge.
 
 Calibration: the smallest point, and the largest one predicted at most half the capacity, are
 measured on the target (each in a fresh process); the expected peak of every point is then the
@@ -8,8 +8,8 @@ straight line through the two (measured = offset + slope x predicted), or the on
 single probe. Every row's edge is then measured on the target (a point a calibration probe
 measured counts): one that does not fit (the device refused, the step failed there, or its peak
 exceeds the capacity) moves down and the new edge is measured, up to three times per row; an edge
-shown is one a probe confirmed, or is marked unverified. The CPU reports no allocator peak: there the answer
-is the prediction alone, and says so.
+shown is one a probe confirmed, or is marked unverified. The CPU reports no allocator peak:
+there the answer is the prediction alone, and says so.
 """
 
 from __future__ import annotations
@@ -89,6 +89,11 @@ def _probe(workload_spec: str, target: Any, point: tuple[int, int | None], train
     return {"error": outcome.reason()[:300]}
 
 
+def _where(point: tuple[int, int | None]) -> str:
+    """A point as the answer names it: ``batch 8 x seq 64`` (``batch 8`` without a length)."""
+    return f"batch {point[0]}" + (f" x seq {point[1]}" if point[1] else "")
+
+
 def _edges(points: Sequence[FitPoint], capacity: int) -> list[FitEdge]:
     edges = []
     for seq in dict.fromkeys(p.seq for p in points):
@@ -145,7 +150,7 @@ def fit_workload(
     notes: list[str] = []
 
     def probe(point: tuple[int, int | None], why: str) -> dict[str, Any]:
-        say(f"probing batch {point[0]}" + (f" x seq {point[1]}" if point[1] else "") + f" on {target.spec} ({why})")
+        say(f"probing {_where(point)} on {target.spec} ({why})")
         got = _probe(workload_spec, target, point, training, optimizer, timeout)
         measured[point] = {**got, "why": why}
         return got
@@ -210,18 +215,12 @@ def fit_workload(
                     probe(key, "verification")
                 point = next(p for p in points_now() if (p.batch, p.seq) == key)
                 if point.fits:
-                    verified[seq] = (
-                        f"batch {key[0]}" + (f" x seq {seq}" if seq else "") + f" {human_bytes(point.measured)}"
-                    )
+                    verified[seq] = f"{_where(key)} {human_bytes(point.measured)}"
                     break
                 what = point.error or (
                     "out of memory" if point.out_of_memory else f"measured {human_bytes(point.measured)}"
                 )
-                notes.append(
-                    f"batch {key[0]}"
-                    + (f" x seq {seq}" if seq else "")
-                    + f" did not fit on {target.spec} ({what[:160]}): the edge moved down"
-                )
+                notes.append(f"{_where(key)} did not fit on {target.spec} ({what[:160]}): the edge moved down")
     points = points_now()
     edges = [replace(e, verified=e.seq in verified) for e in _edges(points, capacity)]
     if not probing:
@@ -232,7 +231,7 @@ def fit_workload(
         if unverified:
             rows = ", ".join(f"seq {e.seq}" if e.seq else "its row" for e in unverified)
             verification += f"; not verified ({VERIFICATIONS} tries spent): {rows}"
-    edges = _moves(edges, points, workload_spec, target, settings, offset, slope, capacity, timeout, say)
+    edges = _moves(edges, workload_spec, target, settings, offset, slope, capacity, timeout, say)
     judged = []
     for point in required:
         found = next(p for p in points if (p.batch, p.seq) == point)
@@ -247,7 +246,6 @@ def fit_workload(
 
 def _moves(
     edges: list[FitEdge],
-    points: list[FitPoint],
     workload_spec: str,
     target: Any,
     settings: dict[str, Any],
@@ -257,8 +255,8 @@ def _moves(
     timeout: float,
     say: Callable[[str], None],
 ) -> list[FitEdge]:
-    """What would let the first batch beyond the tightest edge fit: a lower dtype, and for
-    training activation checkpointing and an optimiser without state, each predicted there."""
+    """What would let the first batch beyond the longest sequence's edge fit: a lower dtype, and
+    for training activation checkpointing and an optimiser without state, each predicted there."""
     beyond = [e for e in edges if e.beyond is not None]
     if not beyond:
         return edges

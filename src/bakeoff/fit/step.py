@@ -9,10 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["OPTIMIZERS", "inputs_at", "run_step"]
-
-#: The optimisers a training step can take: name -> (factory, what its state holds per parameter).
-OPTIMIZERS: dict[str, str] = {"adamw": "two moments", "sgd": "nothing"}
+__all__ = ["inputs_at", "run_step"]
 
 
 def inputs_at(workload: Any, batch: int, seq: int | None) -> tuple[tuple, dict]:
