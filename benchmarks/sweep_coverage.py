@@ -31,6 +31,7 @@ import argparse
 import datetime
 import itertools
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -86,9 +87,17 @@ def main() -> None:
     parser.add_argument("--overhead-cells", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="four tiny architectures on cpu")
     args = parser.parse_args()
-    import bakeoff
 
     here = Path(tempfile.mkdtemp(prefix="bakeoff-sweep-bench-"))
+    try:
+        _measure(args, here)
+    finally:
+        shutil.rmtree(here, ignore_errors=True)
+
+
+def _measure(args: argparse.Namespace, here: Path) -> None:
+    import bakeoff
+
     population, targets = args.population, args.on
     if args.quick:
         population = str(here / "quick.txt")

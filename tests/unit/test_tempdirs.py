@@ -20,7 +20,7 @@ def _dead_pid() -> int:
     return child.pid
 
 
-@pytest.mark.parametrize("kind", ["exec", "worker", "cell"])
+@pytest.mark.parametrize("kind", ["exec", "worker", "cell", "capture", "inductor"])
 def test_a_killed_process_s_directory_is_removed_and_a_live_one_s_kept(tmp_path: Path, kind: str) -> None:
     dead, mine, host = _dead_pid(), os.getpid(), tempdirs.host_tag()
     other_host = "0123abcd" if host != "0123abcd" else "fedc9876"
@@ -34,7 +34,7 @@ def test_a_killed_process_s_directory_is_removed_and_a_live_one_s_kept(tmp_path:
             tmp_path / f"bakeoff-{kind}-{host}-ab_cd123",  # no pid in the name
             tmp_path / f"bakeoff-{kind}-{dead}-ab_cd123",  # no host in the name
             tmp_path / f"bakeoff-{kind}-{dead}-{host}-ab_cd123-mine",  # not the exact pattern
-            tmp_path / f"bakeoff-capture-{dead}-{host}-ab_cd123",  # not a kind that names its maker
+            tmp_path / f"bakeoff-sweep-{dead}-{host}-ab_cd123",  # not a kind that names its maker
             tmp_path / f"other-{dead}-{host}-ab_cd123",
         ]
         for directory in [stale, *kept]:
@@ -58,5 +58,5 @@ def test_a_new_directory_names_this_process_and_first_removes_the_stale_ones(tmp
     assert not stale.exists()
     assert remove_stale_tempdirs(tmp_path) == [] and made.is_dir()  # this process's own is kept
     with pytest.raises(ValueError):
-        owned_tempdir("capture")
-    assert "capture" not in tempdirs.KINDS
+        owned_tempdir("sweep")
+    assert "sweep" not in tempdirs.KINDS

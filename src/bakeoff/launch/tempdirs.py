@@ -4,7 +4,9 @@ killed before it could remove it (``kill -9``) is removed by a later bakeoff pro
 Such a directory is ``bakeoff-KIND-PID-HOST-XXXXXXXX`` in the temporary directory: KIND what it
 holds (``exec``: a script run's copy of its working directory; ``worker``: a worker process's
 crash log, phase and captured output, a cell runner's target workers' directories included;
-``cell``: a sweep cell's scratch store; ``serve``: a service run's output and remap files), PID
+``cell``: a sweep cell's scratch store; ``serve``: a service run's output and remap files;
+``capture``: the raw output a trial or a target session caught; ``inductor``: a cold-start
+measurement's empty compile cache), PID
 the process that made it and removes it when done, HOST eight hex digits of its host's name, the
 rest :func:`tempfile.mkdtemp`'s. The processes using a directory never outlive its maker
 (workers die with their parent), so once that PID is gone nobody is using it. Only directories
@@ -25,7 +27,7 @@ from pathlib import Path
 __all__ = ["KINDS", "host_tag", "owned_tempdir", "remove_stale_tempdirs"]
 
 #: What a directory may hold, as its name says.
-KINDS = ("exec", "worker", "cell", "bisect", "serve", "coldstart")
+KINDS = ("exec", "worker", "cell", "bisect", "serve", "coldstart", "capture", "inductor")
 _NAME = re.compile(r"bakeoff-(?:" + "|".join(KINDS) + r")-([1-9][0-9]*)-([0-9a-f]{8})-[a-z0-9_]{8}")
 
 

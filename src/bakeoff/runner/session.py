@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 import traceback
 from collections.abc import Iterator
@@ -30,6 +29,7 @@ from bakeoff.analysis.noise import noise_flags
 from bakeoff.checks.base import CheckContext
 from bakeoff.checks.registry import guarded, registered_checks
 from bakeoff.launch.command import FreshPython
+from bakeoff.launch.tempdirs import owned_tempdir
 from bakeoff.measure.clock import Clock, PerfClock
 from bakeoff.measure.memory import lifetime_peak_rss_bytes, peak_rss_bytes, reset_peak_rss
 from bakeoff.measure.timing import enough_samples, warm_calls
@@ -100,7 +100,7 @@ class TargetSession:
         self._phase = "build"
         self.own_capture_dir = capture_dir is None
         if capture_dir is None:
-            capture_dir = tempfile.mkdtemp(prefix="bakeoff-capture-")
+            capture_dir = str(owned_tempdir("capture"))
         Path(capture_dir).mkdir(parents=True, exist_ok=True)
         self.capture_dir = capture_dir
         self.log = LibraryLog()
@@ -234,7 +234,7 @@ class TargetSession:
             os.environ.update(dict(job.env))
             if job.cold_cache:
                 self.saved_env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
-                self.cold_cache_dir = tempfile.mkdtemp(prefix="bakeoff-inductor-")
+                self.cold_cache_dir = str(owned_tempdir("inductor"))
                 os.environ["TORCHINDUCTOR_CACHE_DIR"] = self.cold_cache_dir
             # the reference is plain eager CPU: no device map or self-placement applies to it
             self.workload = build_workload(job.workload_spec, device=None if job.is_reference else target.torch_device)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import shutil
-import tempfile
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -31,6 +30,7 @@ from bakeoff.checks.baseline import (
 )
 from bakeoff.env import capture_environment
 from bakeoff.errors import SpecError
+from bakeoff.launch.tempdirs import owned_tempdir
 from bakeoff.results.librarylog import LibraryLog, merge_logs
 from bakeoff.results.values import RunResult, TargetResult
 from bakeoff.runner.capture import Capture
@@ -281,7 +281,7 @@ def _run_trial(
 ) -> RunResult:
     say = progress or (lambda _msg: None)
     say("building workload")
-    here = tempfile.mkdtemp(prefix="bakeoff-capture-")
+    here = str(owned_tempdir("capture"))
     try:
         log = LibraryLog()
         phase = ["workload build"]
