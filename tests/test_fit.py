@@ -9,24 +9,43 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from tests.conftest import EMU_ENV, FIXTURES, fresh_process_json
+from tests.conftest import EMU_ENV, FIXTURES, cli_in_process, fresh_process_json
+
+from bakeoff import api
+from bakeoff.analysis.requirements import requirement_state
+from bakeoff.scenarios.fit import fit_of
 
 NET = f"py:{FIXTURES / 'fit_models.py'}:net"
 GRID = "batch=1,2,...,64&seq=64"
 
 
-def _fit(workload: str, *extra: str, on: str = "emu") -> dict:
+def _fit(workload: str, *extra: str, db: Path, on: str = "emu", exit_code: int = 0) -> dict:
     grid = [] if "--grid" in extra else ["--grid", GRID]
     ran = subprocess.run(
-        [sys.executable, "-m", "bakeoff", "fit", workload, "--on", on, *grid, "--format", "json", *extra],
+        [
+            sys.executable,
+            "-m",
+            "bakeoff",
+            "fit",
+            workload,
+            "--on",
+            on,
+            *grid,
+            "--db",
+            str(db),
+            "--format",
+            "json",
+            *extra,
+        ],
         capture_output=True,
         text=True,
         env={**os.environ, **EMU_ENV},
         timeout=600,
     )
-    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert ran.returncode == exit_code, ran.stderr[-3000:]
     return json.loads(ran.stdout)
 
 
@@ -36,9 +55,10 @@ def _edge(result: dict) -> dict:
 
 
 @pytest.mark.emu
-def test_a_peak_that_jumps_at_batch_16_moves_the_edge_to_8_and_the_edge_is_verified():
-    requirements = ["--require", "fits batch=8&seq=64", "--require", "fits batch=16&seq=64"]
-    result = _fit(NET + "?jump=16", "--memory", "20MiB", *requirements)
+def test_a_peak_that_jumps_at_batch_16_moves_the_edge_to_8_and_the_edge_is_verified(tmp_path, capsys):
+    requirements = ["--require", "fits batch=8&seq=64", "--require", "fits batch=16&seq=64", "--strict"]
+    db = tmp_path / "kb.db"
+    result = _fit(NET + "?jump=16", "--memory", "20MiB", *requirements, db=db, exit_code=1)  # 16 does not fit
     edge = _edge(result)
     assert (edge["batch"], edge["beyond"]) == (8, 16)
     fits = {p["batch"]: p["fits"] for p in result["points"]}
@@ -52,11 +72,36 @@ def test_a_peak_that_jumps_at_batch_16_moves_the_edge_to_8_and_the_edge_is_verif
     met, missed = result["requirements"]
     assert (met["verdict"], met["measured"]) == ("met", True)  # the verified edge
     assert (missed["verdict"], missed["measured"]) == ("not met", False) and missed["peak"] > 20 * 1024**2
+    # stored as a run: its requirements in the words every report reads, the map read back whole
+    run = api.show(result["run_id"], db=db)
+    assert run.workload["kind"] == "fit" and run.settings["fit"]["memory"] == 20 * 1024**2
+    (stored,) = run.results
+    assert [requirement_state(r) for r in stored.requirements] == ["met", "not met"]
+    assert fit_of(stored.scenario("fit")).to_dict() == result
+    code, shown, _ = cli_in_process(capsys, "show", result["run_id"], "--db", str(db))
+    assert code == 0
+    assert "seq 64: largest batch that fits 8 (measured on the target)" in shown
+    assert "fits batch=16&seq=64: not met" in shown and "decision" not in shown  # a map decides nothing
+    api.report(run_ids=[result["run_id"]], db=db, markdown=tmp_path / "r.md")
+    table = (tmp_path / "r.md").read_text()
+    assert "| 64 | 273.2 KiB\\* |" in table and " **no** |" in table and "largest batch that fits 8" in table
 
 
 @pytest.mark.emu
-def test_the_control_without_the_jump_fits_every_batch():
-    result = _fit(NET, "--memory", "20MiB", "--predict-only")
+def test_the_control_without_the_jump_fits_every_batch(tmp_path):
+    result = _fit(NET, "--memory", "20MiB", "--require", "fits batch=64&seq=64", "--strict", db=tmp_path / "kb.db")
+    edge = _edge(result)
+    assert edge["batch"] == 64 and edge["beyond"] is None and edge["verified"]
+    (required,) = result["requirements"]
+    assert (required["verdict"], required["measured"]) == ("met", True)  # --strict: exit 0
+
+
+@pytest.mark.emu
+def test_predicted_only_the_control_fits_but_a_requirement_is_not_shown_met(tmp_path):
+    args = ("--memory", "20MiB", "--predict-only", "--require", "fits batch=64&seq=64")
+    result = _fit(NET, *args, db=tmp_path / "kb.db")
+    assert result["requirements"][0]["verdict"] == "not conclusive"  # nothing ran it on the target
+    _fit(NET, *args, "--strict", db=tmp_path / "kb.db", exit_code=1)
     edge = _edge(result)
     assert edge["batch"] == 64 and edge["beyond"] is None and edge["margin"] > 0.5
     assert result["calibration"] == "none: predicted only (--predict-only)"
@@ -64,8 +109,8 @@ def test_the_control_without_the_jump_fits_every_batch():
 
 
 @pytest.mark.emu
-def test_an_allocation_the_prediction_cannot_see_is_caught_on_the_target():
-    result = _fit(NET + "?hidden=16", "--memory", "60MiB")
+def test_an_allocation_the_prediction_cannot_see_is_caught_on_the_target(tmp_path):
+    result = _fit(NET + "?hidden=16", "--memory", "60MiB", db=tmp_path / "kb.db")
     edge = _edge(result)
     assert (edge["batch"], edge["beyond"]) == (8, 16)
     by_batch = {p["batch"]: p for p in result["points"]}
@@ -75,8 +120,8 @@ def test_an_allocation_the_prediction_cannot_see_is_caught_on_the_target():
 
 
 @pytest.mark.emu
-def test_a_step_that_fails_on_the_target_does_not_fit():
-    result = _fit(NET + "?fails=16", "--memory", "60MiB", "--grid", "batch=1,2,...,16&seq=32,64")
+def test_a_step_that_fails_on_the_target_does_not_fit(tmp_path):
+    result = _fit(NET + "?fails=16", "--memory", "60MiB", "--grid", "batch=1,2,...,16&seq=32,64", db=tmp_path / "kb.db")
     for edge in result["edges"]:  # every row's edge is measured
         assert (edge["batch"], edge["beyond"], edge["verified"]) == (8, 16, True), edge
     assert "not verified" not in result["verification"]
@@ -115,7 +160,13 @@ def test_the_prediction_agrees_with_the_device_allocator_for_a_language_model():
 
 
 def test_a_cpu_target_is_predicted_only_against_the_host_memory(tmp_path):
-    result = _fit(NET, on="cpu")
+    db = tmp_path / "kb.db"
+    result = _fit(NET, "--require", "fits batch=2&seq=64", on="cpu", db=db)
     assert result["capacity_from"] == "the host's memory (MemTotal)"
     assert result["calibration"] == "none: the CPU reports no allocator peak; predicted only"
     assert _edge(result)["batch"] == 64
+    assert result["requirements"][0]["verdict"] == "not conclusive"  # the host's peak is not the allocator's
+    (again,) = api.rerun(result["run_id"], db=db)  # the same question, asked again
+    first = api.show(result["run_id"], db=db)
+    assert again.run_id != first.run_id and again.workload == first.workload and again.settings == first.settings
+    assert fit_of(again.results[0].scenario("fit")).edges == fit_of(first.results[0].scenario("fit")).edges

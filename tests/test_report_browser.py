@@ -15,6 +15,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+from tests.conftest import FIXTURES
 from tests.revisit_data import update_series
 from tests.test_revisit import _injected_db
 
@@ -164,3 +165,18 @@ def test_coverage_page_draws_its_heatmap_and_keeps_markup_as_text(chromium, tmp_
     assert not re.search(r"<img[^>]*src=\"?x", dom), "an injected <img> became an element"
     assert "&lt;script&gt;document.title='pwned'&lt;/script&gt;" in dom  # the reason, shown as text
     assert dom.count('class="main-svg"') >= 1, "plotly drew no heat-map"
+
+
+def test_a_fit_map_is_drawn_as_a_heat_map(chromium, tmp_path):
+    db = tmp_path / "kb.db"
+    workload = f"py:{FIXTURES / 'fit_models.py'}:net?jump=16"
+    found = api.fit(workload, "cpu", grid="batch=1,2,...,32&seq=32,64", memory="20MiB", db=db)
+    page = tmp_path / "report.html"
+    api.report(run_ids=[found.run_id], db=db, html=page)
+    text = page.read_text()
+    assert '"type":"heatmap"' in text and "Largest batch that fits: seq 32: 8; seq 64: 8" in text
+    dom = _chromium(chromium, tmp_path, "--dump-dom", page.as_uri()).stdout
+    assert "fit map: cpu" in dom, "plotly drew no fit map"
+    assert 'class="hm"' in dom, "the heat-map layer was not drawn"
+    assert "34.4 MiB" in dom and "1.3 MiB" in dom  # the cells' peaks, written on the map
+    assert "Decision</strong>" not in dom  # a map measures no correctness or speed: no decision is claimed

@@ -8,7 +8,7 @@ from tests.conftest import FIXTURES, cli_in_process
 
 from bakeoff.errors import SpecError
 from bakeoff.fit.run import _edges
-from bakeoff.results.fit import FitPoint
+from bakeoff.scenarios.fit import FitPoint
 from bakeoff.settings.fit import parse_memory
 from bakeoff.settings.grid import parse_grid
 

@@ -78,6 +78,10 @@ SCENARIO_HINT = "name one: offline, server?rate=20, generation or training (or d
             "the service scenario is not run in a trial (bakeoff serve records it)",
         ),
         (
+            {"scenarios": "fit"},
+            "the fit scenario is not run in a trial (bakeoff fit records it)",
+        ),
+        (
             {"checks": "nosuch"},
             "unknown check 'nosuch' "
             "(use one of correctness, placement, compilation, determinism, greedy, training, checkpoint, quality, "

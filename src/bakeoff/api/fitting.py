@@ -6,23 +6,33 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bakeoff.api.common import _targets
+from bakeoff.api.common import PathLike, _targets, _would_create
 from bakeoff.errors import SpecError
-from bakeoff.results.fit import FitResult
+from bakeoff.scenarios.fit import FitResult, fit_of
 from bakeoff.settings.fit import FIT_OPTIONS
 from bakeoff.settings.option import describe_options, read_options
+from bakeoff.store.db import Store
 
 __all__ = ["fit"]
 
 
-def fit(workload: str, on: str = "cpu", *, progress: Callable[[str], None] | None = None, **settings: Any) -> FitResult:
+def fit(
+    workload: str,
+    on: str = "cpu",
+    *,
+    db: PathLike | None = None,
+    progress: Callable[[str], None] | None = None,
+    **settings: Any,
+) -> FitResult:
     """The peak memory of ``workload`` over a grid of batch sizes (and sequence lengths) on one
     target: predicted on the host under fake tensors, calibrated and verified on the target,
-    with the largest batch that fits per sequence length.
+    with the largest batch that fits per sequence length. The answer is stored as a run (its
+    ``run_id``): ``show``, the reports and ``rerun`` read it.
 
     Args:
         workload: a workload spec, e.g. ``arch:llama``.
         on: one target, e.g. ``cuda`` or ``emu?dtype=bf16``.
+        db: database path or URL (default ``BAKEOFF_DB`` or ``./bakeoff.db``).
         progress: called with a short message as each stage starts.
         {settings}
 
@@ -32,17 +42,23 @@ def fit(workload: str, on: str = "cpu", *, progress: Callable[[str], None] | Non
         WorkloadError: the workload cannot be predicted (it does not build under fake tensors,
             or cannot vary its input shape).
     """
+    from bakeoff.fit.record import fit_run
     from bakeoff.fit.run import fit_workload
     from bakeoff.workload.base import parse_workload
 
     values = read_options(FIT_OPTIONS, settings, "fit setting")
     if values["optimizer"] != "adamw" and not values["training"]:
         raise SpecError("--optimizer sets a training step's optimiser", hint="add --training, or drop --optimizer")
-    parse_workload(workload)
+    kind = parse_workload(workload).kind
     targets = _targets(on)
     if len(targets) != 1:
         raise SpecError(f"bakeoff fit takes one target, got {len(targets)}", hint="run it once per target")
-    return fit_workload(workload, targets[0], values, progress)
+    store = (lambda: Store.open(db)) if _would_create(db) else Store.open(db)  # an unreadable one: before any work
+    run = fit_run(fit_workload(workload, targets[0], values, progress), targets[0], values, kind)
+    (store() if callable(store) else store).save_run(run)
+    found = fit_of(run.results[0].scenario("fit"))
+    assert found is not None
+    return found
 
 
 fit.__doc__ = (fit.__doc__ or "").replace("{settings}", describe_options(FIT_OPTIONS, " " * 8))

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from bakeoff.api.common import PathLike
+from bakeoff.api.fitting import fit
 from bakeoff.api.knowledge_base import show
 from bakeoff.api.scripts import exec_script
 from bakeoff.api.services import serve_service
@@ -175,6 +176,8 @@ def rerun_keywords(run: RunResult) -> dict[str, Any]:
         return {"exec": exec_keywords(run), "env": []}
     if run.workload.get("kind") == "service":
         return {"serve": serve_keywords(run), "env": []}
+    if run.workload.get("kind") == "fit":
+        return {"fit": fit_keywords(run), "env": []}
     return {
         "workload": run.workload["spec"],
         "on": list(dict.fromkeys(r.target.spec for r in run.results if r.variant == "as-is")),
@@ -218,6 +221,26 @@ def serve_keywords(run: RunResult) -> dict[str, Any]:
     }
 
 
+def fit_keywords(run: RunResult) -> dict[str, Any]:
+    """The :func:`fit` keywords that repeat a stored fit map: the same workload, target and
+    settings, read back (and checked again) from what it stored.
+
+    Raises:
+        SpecError: a stored setting this release no longer accepts.
+    """
+    from bakeoff.errors import SpecError
+    from bakeoff.settings.fit import FIT_OPTIONS
+    from bakeoff.settings.option import read_options
+
+    stored = dict(run.settings["fit"])
+    on = stored.pop("on")
+    try:
+        values = read_options(FIT_OPTIONS, stored, "stored fit setting")
+    except TypeError as exc:  # a setting of another release
+        raise SpecError(f"run {run.run_id}: {exc}", hint="repeat it with the same bakeoff fit command") from None
+    return {"workload": run.workload["spec"], "on": on, **values}
+
+
 def rerun(
     run_id: str | None = None,
     *,
@@ -234,7 +257,8 @@ def rerun(
     when one is given, so a series repeated by its tag stays one series. ``isolate`` overrides
     the stored choice of worker processes. A stored script run (``bakeoff exec``) is repeated
     by :func:`exec_script` with its stored keywords (:func:`exec_keywords`), a service run
-    (``bakeoff serve``) by :func:`serve_service` (:func:`serve_keywords`).
+    (``bakeoff serve``) by :func:`serve_service` (:func:`serve_keywords`), a fit map
+    (``bakeoff fit``) by :func:`fit` (:func:`fit_keywords`).
 
     The stored environment switches are applied again and announced through ``progress``.
     Switches that load code (``LD_PRELOAD``, ``PYTHONPATH``, ...; see
@@ -293,6 +317,8 @@ def rerun(
             runs.append(exec_script(**plan["exec"], db=db, progress=progress))
         elif "serve" in plan:  # a service run: the same command line under the same traffic
             runs.append(serve_service(**plan["serve"], db=db, progress=progress))
+        elif "fit" in plan:  # a fit map: the same grid on the same target
+            runs.append(store.get_run(fit(**plan["fit"], db=db, progress=progress).run_id))
         else:
             if isolate is not None:
                 plan["isolate"] = isolate

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from bakeoff.cli.app import cli
-from bakeoff.cli.common import console, emit_json, format_option, progress, setting_option
+from bakeoff.cli.common import EXIT_FAILED, console, db_option, emit_json, format_option, progress, setting_option
 from bakeoff.settings.fit import FIT_OPTIONS
 
 __all__ = ["fit_command"]
@@ -36,8 +36,10 @@ _setting = functools.partial(setting_option, FIT_OPTIONS)
 @_setting("requirements")
 @_setting("probes")
 @_setting("timeout_s")
+@click.option("--strict", is_flag=True, help="Exit 1 if a --require point does not fit.")
+@db_option
 @format_option
-def fit_command(workload: str, on: str, fmt: str, **settings: Any) -> None:
+def fit_command(workload: str, on: str, strict: bool, db: str | None, fmt: str, **settings: Any) -> None:
     """Predict the peak memory of WORKLOAD at every point of --grid on the target, and the largest
     batch that fits per sequence length.
 
@@ -49,14 +51,20 @@ def fit_command(workload: str, on: str, fmt: str, **settings: Any) -> None:
     the tightest edge. The capacity is --memory, else what the device reports (the host's memory
     for cpu and the test device). For the edge of the longest sequence it predicts what would
     move it: a lower dtype and, for training, activation checkpointing and an optimiser without
-    state. Exit code: 0 when the map was made, 2 on bad input.
+    state. The map is stored as a run: `bakeoff show RUN_ID` and the reports read it. Exit code:
+    0 when the map was made, 1 with --strict when a --require point does not fit, 2 on bad input.
     """
     from bakeoff import api
 
-    result = api.fit(workload, on, progress=progress(), **settings)
+    result = api.fit(workload, on, db=db, progress=progress(), **settings)
     if fmt == "json":
         emit_json(result.to_dict())
-        return
-    from bakeoff.report.terminal import fit_view
+    else:
+        from bakeoff.report.terminal import fit_view
+        from bakeoff.store.connection import display_db_url, resolve_db_url
 
-    fit_view(result, console())
+        shown = console()
+        shown.print(fit_view(result))
+        shown.print(f"stored in {display_db_url(resolve_db_url(db))}; show again with `bakeoff show {result.run_id}`")
+    if strict and any(req.verdict != "met" for req in result.requirements):
+        raise SystemExit(EXIT_FAILED)

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from bakeoff.errors import SpecError, WorkloadError
-from bakeoff.results.fit import FitEdge, FitPoint, FitRequirement, FitResult
+from bakeoff.scenarios.fit import FitEdge, FitPoint, FitRequirement, FitResult
 from bakeoff.settings.fit import fits_text, parse_fits
 from bakeoff.settings.grid import parse_grid
 from bakeoff.units import human_bytes
@@ -237,7 +237,9 @@ def fit_workload(
         found = next(p for p in points if (p.batch, p.seq) == point)
         peak = found.measured if found.measured is not None else found.expected
         probed = found.measured is not None or found.out_of_memory or bool(found.error)
-        judged.append(FitRequirement(fits_text(point), "met" if found.fits else "not met", peak, probed))
+        # a point predicted to fit is met only once the target ran it; predicted alone it is not conclusive
+        verdict = "not met" if not found.fits else "met" if found.measured is not None else "not conclusive"
+        judged.append(FitRequirement(fits_text(point), verdict, peak, probed))
     return FitResult(
         workload_spec, target.spec, training, optimizer, grid.text, int(capacity), capacity_from, calibration,
         verification, tuple(points), tuple(edges), predict_s, tuple(notes), tuple(judged),

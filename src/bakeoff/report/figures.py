@@ -203,6 +203,11 @@ def settings_line(run: Any) -> str | None:
             f"requests, then {service.get('rate')}/s ({service.get('arrivals')}) for {service.get('duration_s')} s, "
             f"each timed from when it was due; objectives: {slo}"
         )
+    fitted = run.settings.get("fit")
+    if isinstance(fitted, dict):  # bakeoff fit: predicted on the host, probed on the target
+        step = f"a training step ({fitted.get('optimizer')})" if fitted.get("training") else "one inference step"
+        probes = "calibrated and verified on the target" if fitted.get("probes", True) else "predicted only"
+        return f"{step} per point of {fitted.get('grid')} under fake tensors on the host, {probes}"
     script = run.settings.get("exec")
     if isinstance(script, dict):  # bakeoff exec: one run of a script per target
         script = current_names(script)

@@ -26,7 +26,8 @@ from bakeoff.report.evidence import Evidence, answers_for, check_lines, scenario
 from bakeoff.report.figures import requirement_figures, settings_line, speed_caveat, with_level
 from bakeoff.results.strictjson import for_display
 from bakeoff.results.values import RunResult, TargetResult
-from bakeoff.units import duration
+from bakeoff.scenarios.fit import FitResult, fit_of
+from bakeoff.units import duration, human_bytes
 
 __all__ = ["figures_for_run", "history_figures", "render_html", "safe_json"]
 
@@ -167,6 +168,10 @@ def figures_for_run(run: RunResult) -> list[tuple[str, dict[str, Any]]]:
                 },
             )
         )
+    for r in run.results:
+        fitted = fit_of(r.scenario("fit"))
+        if fitted is not None and fitted.points:
+            figures.append(_fit_map(_label(r), fitted))
     for check in registered_checks():  # what the checks draw themselves (training curves, ...)
         figures += guarded(check, "figures", run.results, fallback=[])
     shaped = [r for r in run.results if r.compilation is not None and r.compilation.per_shape]
@@ -191,6 +196,64 @@ def figures_for_run(run: RunResult) -> list[tuple[str, dict[str, Any]]]:
             )
         )
     return figures
+
+
+def _fit_map(label: str, fitted: FitResult) -> tuple[str, dict[str, Any]]:
+    """``bakeoff fit``'s map as a heat-map: one row per sequence length, one column per batch,
+    each cell its peak as a share of the capacity (measured where a probe ran, else expected);
+    green where it fits, red where it does not (a point the target refused or failed on is red
+    whatever its figure)."""
+    batches = sorted({p.batch for p in fitted.points})
+    seqs = list(dict.fromkeys(p.seq for p in fitted.points))
+    at = {(p.batch, p.seq): p for p in fitted.points}
+    z: list[list[float | None]] = []
+    text: list[list[str]] = []
+    for seq in seqs:
+        shares, words = [], []
+        for batch in batches:
+            point = at.get((batch, seq))
+            if point is None:
+                shares.append(None)
+                words.append("")
+                continue
+            peak = point.measured if point.measured is not None else point.expected
+            share = peak / fitted.capacity
+            # the scale turns red at 1: a point that does not fit is drawn at or above it
+            shares.append(min(share, 0.999) if point.fits else max(min(share, 2.0), 1.0))
+            said = "out of memory" if point.out_of_memory else "failed" if point.error else human_bytes(peak)
+            words.append(_t(said + (" (measured)" if point.measured is not None else "")))
+        z.append(shares)
+        text.append(words)
+    edges = "; ".join(
+        f"seq {e.seq}: {e.batch}" if e.seq is not None else f"{e.batch}" for e in fitted.edges if e.batch is not None
+    )
+    caption = (
+        f"Peak memory of {label} per point as a share of its capacity ({human_bytes(fitted.capacity)}, "
+        f"{fitted.capacity_from}): green fits, red does not; (measured) where the target ran it, else predicted "
+        f"on the host and calibrated. Largest batch that fits: {edges or 'none'}"
+    )
+    figure = {
+        "data": [
+            {
+                "type": "heatmap",
+                "x": [str(b) for b in batches],
+                "y": ["own" if s is None else str(s) for s in seqs],
+                "z": z,
+                "text": text,
+                "texttemplate": "%{text}",
+                "hovertemplate": "batch %{x}, seq %{y}: %{text}<extra></extra>",
+                "zmin": 0,
+                "zmax": 2,
+                "colorscale": [[0, "#e8f5e9"], [0.4999, "#2e7d32"], [0.5, "#ef9a9a"], [1, "#b71c1c"]],
+                "colorbar": {"title": {"text": "share of capacity"}},
+            }
+        ],
+        "layout": _layout(
+            f"fit map: {label}", "sequence length", xaxis={"title": {"text": "batch"}, "type": "category"}
+        ),
+    }
+    figure["layout"]["yaxis"]["type"] = "category"
+    return caption, figure
 
 
 def history_figures(evidence: Evidence) -> list[tuple[str, dict[str, Any]]]:

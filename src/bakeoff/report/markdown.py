@@ -25,7 +25,8 @@ from bakeoff.analysis.requirements import SINGLE_OBSERVATION, requirement_state
 from bakeoff.report.evidence import Answer, Evidence, answers_for, check_lines, scenario_rows
 from bakeoff.report.figures import confidence_of, requirement_figures, speed_caveat
 from bakeoff.results.values import TargetResult
-from bakeoff.units import clip, duration
+from bakeoff.scenarios.fit import FitResult, fit_of
+from bakeoff.units import clip, duration, human_bytes
 from bakeoff.verdicts.decision import Decision
 
 __all__ = ["GITHUB_LIMIT", "MIN_LINE", "github_length", "md", "render_markdown"]
@@ -265,6 +266,9 @@ def _detail_lines(r: TargetResult) -> list[str]:
         measured = "; ".join(x for x in (row["series"], row["facts"]) if x) or "-"
         status = row["status"] + (f": {row['reason']}" if row["reason"] else "")
         lines.append(f"- scenario {md(row['name'])} ({md(status)}): {md(measured)}")
+    fitted = fit_of(r.scenario("fit"))
+    if fitted is not None and fitted.points:
+        lines += ["", *_fit_table(fitted)]
     if r.adjustments:
         lines.append("- adjustments: " + ", ".join(f"{md(x['name'])}={md(x['value'])}" for x in r.adjustments))
     if r.error is not None:
@@ -273,6 +277,28 @@ def _detail_lines(r: TargetResult) -> list[str]:
             f"{md(r.error.type)}: {md(clip((r.error.message.splitlines() or [''])[0], 300))}"
         )
     return lines
+
+
+def _fit_table(fitted: FitResult) -> list[str]:
+    """The fit map: one row per sequence length, one column per batch, each cell the peak
+    (measured where a probe ran, marked \\*) and whether it fits."""
+    batches = sorted({p.batch for p in fitted.points})
+    at = {(p.batch, p.seq): p for p in fitted.points}
+    rows = []
+    for seq in dict.fromkeys(p.seq for p in fitted.points):
+        row = ["own" if seq is None else str(seq)]
+        for batch in batches:
+            point = at.get((batch, seq))
+            if point is None:
+                row.append("")
+                continue
+            peak = point.measured if point.measured is not None else point.expected
+            said = "out of memory" if point.out_of_memory else "failed" if point.error else human_bytes(peak)
+            row.append(md(said) + ("\\*" if point.measured is not None else "") + ("" if point.fits else " **no**"))
+        rows.append(row)
+    capacity = md(human_bytes(fitted.capacity))
+    caption = f"Peak per point, capacity {capacity} (\\*: measured on the target; **no**: does not fit)"
+    return [caption, "", *_table(["seq \\ batch", *(str(b) for b in batches)], rows)]
 
 
 # -- fitting GitHub's limit ----------------------------------------------------------------------

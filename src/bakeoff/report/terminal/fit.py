@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.console import Group
 from rich.table import Table
-from rich.text import Text
 
-from bakeoff.results.fit import FitResult
+from bakeoff.report.printable import Shown as Text  # stored text shows its control characters
+from bakeoff.scenarios.fit import FitResult, edge_words
 from bakeoff.units import human_bytes
 
 __all__ = ["fit_view"]
@@ -23,11 +24,12 @@ def _cell(point: Any) -> Text:
     return Text(shown, style="green" if point.fits else "red")
 
 
-def fit_view(result: FitResult, console: Any) -> None:
-    """Print ``result`` on ``console``."""
+def fit_view(result: FitResult) -> Group:
+    """``result`` as one renderable: the headline, the map, the edges with what would move them,
+    the requirements, and how the figures were made."""
     what = "a training step (" + result.optimizer + ")" if result.training else "inference"
-    console.print(f"fit of {result.workload} on {result.target}: {what}, capacity {human_bytes(result.capacity)} "
-                  f"({result.capacity_from})")  # fmt: skip
+    lines: list[Any] = [Text(f"fit of {result.workload} on {result.target}: {what}, capacity "
+                             f"{human_bytes(result.capacity)} ({result.capacity_from})")]  # fmt: skip
     batches = sorted({p.batch for p in result.points})
     table = Table(title="expected peak per point (green: fits; *: measured on the target)", title_justify="left")
     table.add_column("seq \\ batch")
@@ -38,21 +40,18 @@ def fit_view(result: FitResult, console: Any) -> None:
         row: list[Any] = ["(own)" if seq is None else str(seq)]
         row += [_cell(by_point[(b, seq)]) if (b, seq) in by_point else "" for b in batches]
         table.add_row(*row)
-    console.print(table)
+    lines.append(table)
     for edge in result.edges:
-        where = "" if edge.seq is None else f"seq {edge.seq}: "
-        if edge.batch is None:
-            console.print(f"{where}no batch of the grid fits (the smallest does not)")
-            continue
-        beyond = f"; batch {edge.beyond} does not" if edge.beyond is not None else "; every batch of the grid fits"
-        how = "measured on the target" if edge.verified else "predicted, not verified on the target"
-        console.print(f"{where}largest batch that fits {edge.batch} ({how}), {edge.margin:.0%} of the capacity left, "
-                      f"{edge.dominates or 'nothing'} dominate its peak{beyond}")  # fmt: skip
-        for move in edge.moves:
-            console.print(f"  batch {edge.beyond} with {move}")
+        lines.append(Text(edge_words(edge)))
+        lines += [Text(f"  batch {edge.beyond} with {move}") for move in edge.moves]
     for req in result.requirements:
         how = "measured on the target" if req.measured else "predicted"
-        console.print(f"{req.text}: {req.verdict} ({human_bytes(req.peak)} {how}, of {human_bytes(result.capacity)})")
-    console.print(f"calibration: {result.calibration}")
-    console.print(f"verification: {result.verification}")
-    console.print(f"predicted {len(result.points)} point(s) in {result.predict_s:.1f} s on the host (fake tensors)")
+        style = {"met": "green", "not met": "red"}.get(req.verdict, "yellow")
+        lines.append(Text(f"{req.text}: {req.verdict} ({human_bytes(req.peak)} {how}, of "
+                          f"{human_bytes(result.capacity)})", style=style))  # fmt: skip
+    lines += [Text(f"note: {note}", style="dim") for note in result.notes]
+    lines.append(Text(f"calibration: {result.calibration}"))
+    lines.append(Text(f"verification: {result.verification}"))
+    made = f"predicted {len(result.points)} point(s) in {result.predict_s:.1f} s on the host (fake tensors)"
+    lines.append(Text(made))
+    return Group(*lines)
