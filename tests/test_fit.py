@@ -159,6 +159,16 @@ def test_the_prediction_agrees_with_the_device_allocator_for_a_language_model():
     assert parts["optimizer state"] == 2 * parts["parameters"]  # AdamW's two moments, in float32
 
 
+@pytest.mark.emu
+def test_a_model_with_frozen_parameters_is_predicted_with_gradients_of_the_trained_ones_only():
+    frozen = NET + "?frozen=1"
+    found = fresh_process_json(PROBED, [[frozen, 32, 64, True]], timeout=600)
+    predicted, measured, parts = found[f"{frozen} True"]
+    assert predicted == pytest.approx(measured, rel=0.10)
+    trained = (4 * 64 * 64 + 64) * 4  # the second layer's weight and bias, float32
+    assert parts["gradients"] in (0, trained) and parts["optimizer state"] == 2 * trained
+
+
 def test_a_cpu_target_is_predicted_only_against_the_host_memory(tmp_path):
     db = tmp_path / "kb.db"
     result = _fit(NET, "--require", "fits batch=2&seq=64", on="cpu", db=db)

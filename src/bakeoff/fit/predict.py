@@ -89,13 +89,34 @@ def predict_points(
             return move_tensors(args, device, cast), move_tensors(kwargs, device, cast)
 
         for batch, seq in points:
-            tracker = MemTracker()
+            tracker = _tracker(MemTracker, model)
             tracker.track_external(model)
             with tracker:
                 run_step(workload, model, batch, seq, training, place, optimizer, tracker.reset_mod_stats,
                          (torch.device(device).type, amp) if amp else None)  # fmt: skip
             found.append(_read(tracker, batch, seq, torch.device(device).type))
     return found
+
+
+class _NoHook:
+    """The handle of a gradient hook never installed."""
+
+    def remove(self) -> None:
+        return None
+
+
+def _tracker(tracker_class: Any, model: Any) -> Any:
+    """PyTorch's memory tracker for ``model``, told that its frozen parameters already have their
+    gradient hooks: it hooks every parameter's gradient, and a parameter that does not require
+    one (a frozen layer, a fine-tuning's base) refuses a hook. A frozen parameter never gets a
+    gradient, so no hook of it would ever run."""
+    tracker = tracker_class()
+    handles = getattr(tracker, "_param_to_grad_hook_handles", None)
+    if handles is not None:
+        for param in model.parameters():
+            if not param.requires_grad:
+                handles[param] = (_NoHook(), _NoHook())
+    return tracker
 
 
 def _cast(model: Any, device: Any, dtype: Any) -> None:
