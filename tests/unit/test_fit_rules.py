@@ -102,3 +102,15 @@ def test_a_mixed_precision_target_is_predicted_under_its_autocast():
     (plain,) = predict_points(net, [(8, 64)])
     (amp,) = predict_points(net, [(8, 64)], amp="bfloat16")
     assert amp.parts["activations"] < plain.parts["activations"]  # bfloat16 activations under autocast
+
+
+def test_a_stored_map_that_cannot_be_read_or_has_no_capacity_is_not_drawn():
+    from bakeoff.scenarios.base import ScenarioResult
+    from bakeoff.scenarios.fit import FitResult, fit_of
+
+    whole = FitResult("arch:gpt2", "cpu", False, "adamw", "batch=1", 2**30, "--memory", "none", "none",
+                      points=(FitPoint(1, None, 10, 10, True),))  # fmt: skip
+    assert fit_of(ScenarioResult("fit", "ok", facts=whole.to_dict())) == whole
+    assert fit_of(ScenarioResult("fit", "ok", facts={**whole.to_dict(), "capacity": 0})) is None  # a crafted file
+    assert fit_of(ScenarioResult("fit", "ok", facts={"points": "x"})) is None
+    assert fit_of(ScenarioResult("service", "ok", facts=whole.to_dict())) is None

@@ -368,3 +368,22 @@ def test_rerun_goes_ahead_where_it_did_before(tmp_path, capsys, monkeypatch, whi
     monkeypatch.setattr("bakeoff.api.rerun", lambda run, **_: asked.append(run) or [])
     code, _, err = _cli(capsys, "rerun", run_id, "--db", str(db))
     assert (code, err, asked) == (0, "", [run_id])
+
+
+@pytest.mark.parametrize(("spec", "refused"), [("py:evil.py:make", True), ("arch:gpt2", False)])
+def test_an_imported_fit_map_is_rerun_only_when_its_workload_names_no_code(tmp_path, spec, refused):
+    """A fit map's recorded kind is ``fit``: its spec says what a rerun would build."""
+    data = recorded_run(1).to_dict()
+    data["run_id"], data["baseline_id"] = "f17f17000001", None
+    data["workload"] = {"spec": spec, "kind": "fit", "fingerprint": "0123456789abcdef", "seed": 0,
+                        "dtype": "as built", "details": {}}  # fmt: skip
+    data["settings"] = {"fit": {"grid": "batch=1", "on": "cpu"}}
+    fitted = {"kind": "run", "run": data, "bakeoff_version": "0.1.0", "notes": [], "tags": []}
+    path = _write(tmp_path / "fit.jsonl", [_records(tmp_path)[0], fitted])
+    store = Store.open(tmp_path / "t.db")
+    transfer.import_(store, path)
+    if refused:
+        with pytest.raises(SpecError, match="its workload is a py: module"):
+            transfer.check_rerunnable(store, store.get_run("f17f17000001"))
+    else:
+        transfer.check_rerunnable(store, store.get_run("f17f17000001"))

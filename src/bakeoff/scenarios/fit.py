@@ -101,9 +101,10 @@ def fit_of(scenario: ScenarioResult | None) -> FitResult | None:
     if scenario is None or scenario.name != "fit" or not scenario.facts:
         return None
     try:
-        return FitResult.from_dict(scenario.facts)
+        found = FitResult.from_dict(scenario.facts)
     except (KeyError, TypeError, ValueError):
         return None
+    return found if found.capacity > 0 else None  # every share is of the capacity
 
 
 def edge_words(edge: FitEdge) -> str:

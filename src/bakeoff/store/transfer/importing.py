@@ -72,7 +72,11 @@ def _mark_imported(conn: Any, run_id: str, path: Path) -> None:
 def _names_code(run: RunResult) -> str | None:
     """The kind of ``run``'s workload when it names code bakeoff does not ship (its recorded kind
     or its spec's, whichever is not one :data:`RERUNNABLE_WHEN_IMPORTED` allows); None otherwise."""
-    for kind in (run.workload.get("kind"), str(run.workload.get("spec", "")).partition(":")[0]):
+    spec_kind = str(run.workload.get("spec", "")).partition(":")[0]
+    recorded = run.workload.get("kind")
+    if recorded == "fit":  # a fit map of a workload: its spec says what would be built
+        recorded = spec_kind
+    for kind in (recorded, spec_kind):
         if kind not in RERUNNABLE_WHEN_IMPORTED:
             return str(kind)
     return None
