@@ -63,7 +63,25 @@ class Predict:
         return [asdict(p) for p in found]
 
 
-def _predict(job: Predict, timeout_s: float) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class PredictEach:
+    """Several :class:`Predict` jobs in one fresh process (the what-ifs of one edge): each
+    answers its points, or ``{"error": ...}`` when it cannot be predicted."""
+
+    jobs: tuple[Predict, ...]
+    phase: str = "memory prediction"
+
+    def run(self) -> list[Any]:
+        answers: list[Any] = []
+        for job in self.jobs:
+            try:
+                answers.append(job.run())
+            except Exception as exc:  # one what-if the workload cannot take (no checkpointing) leaves the others
+                answers.append({"error": f"{type(exc).__name__}: {exc}"})
+        return answers
+
+
+def _predict(job: Predict | PredictEach, timeout_s: float) -> list[Any]:
     from bakeoff.launch.launchers import FreshProcess
 
     outcome = FreshProcess(preload=("torch",), who="the prediction process").run(job, timeout_s)
@@ -271,17 +289,21 @@ def _moves(
         variants.append(("activation checkpointing", {"checkpointing": True}))
         if settings["optimizer"] != "sgd":
             variants.append(("an optimiser without state (SGD)", {"optimizer": "sgd"}))
+    if not variants:
+        return edges
+    say(f"predicting batch {point[0]} with " + ", ".join(what for what, _ in variants))
+    job = Predict(workload_spec, (point,), target.torch_device, target.dtype, settings["training"],
+                  settings["optimizer"], amp=target.amp)  # fmt: skip
+    try:
+        answers = _predict(PredictEach(tuple(replace(job, **change) for _, change in variants)), timeout)
+    except WorkloadError as exc:
+        answers = [{"error": exc.message}] * len(variants)
     moves = []
-    for what, change in variants:
-        say(f"predicting batch {point[0]} with {what}")
-        job = Predict(workload_spec, (point,), target.torch_device, target.dtype, settings["training"],
-                      settings["optimizer"], amp=target.amp)  # fmt: skip
-        try:
-            (found,) = _predict(replace(job, **change), timeout)
-        except WorkloadError as exc:
-            moves.append(f"{what}: not predicted ({exc.message[:120]})")
+    for (what, _), answer in zip(variants, answers, strict=True):
+        if isinstance(answer, dict):
+            moves.append(f"{what}: not predicted ({answer['error'][:120]})")
             continue
-        expected = int(offset + slope * found["peak"])
+        expected = int(offset + slope * answer[0]["peak"])
         verdict = "would fit" if expected <= capacity else "still would not fit"
         moves.append(f"{what}: {human_bytes(expected)} expected at batch {point[0]} ({verdict}; predicted, not probed)")
     return [replace(e, moves=tuple(moves)) if e is edge else e for e in edges]
