@@ -17,6 +17,7 @@ from tests.conftest import EMU_ENV, FIXTURES, cli_in_process, fresh_process_json
 from bakeoff import api
 from bakeoff.analysis.requirements import requirement_state
 from bakeoff.scenarios.fit import fit_of
+from bakeoff.verdicts.remedies import what_it_takes
 
 NET = f"py:{FIXTURES / 'fit_models.py'}:net"
 GRID = "batch=1,2,...,64&seq=64"
@@ -71,12 +72,15 @@ def test_a_peak_that_jumps_at_batch_16_moves_the_edge_to_8_and_the_edge_is_verif
     assert any("bfloat16" in move for move in edge["moves"])
     met, missed = result["requirements"]
     assert (met["verdict"], met["measured"]) == ("met", True)  # the verified edge
-    assert (missed["verdict"], missed["measured"]) == ("not met", False) and missed["peak"] > 20 * 1024**2
+    assert (missed["verdict"], missed["measured"], missed["how"]) == ("not met", False, "predicted")
+    assert missed["peak"] > 20 * 1024**2
     # stored as a run: its requirements in the words every report reads, the map read back whole
     run = api.show(result["run_id"], db=db)
     assert run.workload["kind"] == "fit" and run.settings["fit"]["memory"] == 20 * 1024**2
     (stored,) = run.results
     assert [requirement_state(r) for r in stored.requirements] == ["met", "not met"]
+    assert stored.requirements[1]["value"] is None  # predicted over the capacity: no measured figure to show
+    assert stored.requirements[1]["reason"] == "34.4 MiB predicted, of 20.0 MiB: not run on the target"
     assert fit_of(stored.scenario("fit")).to_dict() == result
     code, shown, _ = cli_in_process(capsys, "show", result["run_id"], "--db", str(db))
     assert code == 0
@@ -100,7 +104,7 @@ def test_the_control_without_the_jump_fits_every_batch(tmp_path):
 def test_predicted_only_the_control_fits_but_a_requirement_is_not_shown_met(tmp_path):
     args = ("--memory", "20MiB", "--predict-only", "--require", "fits batch=64&seq=64")
     result = _fit(NET, *args, db=tmp_path / "kb.db")
-    assert result["requirements"][0]["verdict"] == "not conclusive"  # nothing ran it on the target
+    assert result["requirements"][0]["verdict"] == "not measured"  # nothing ran it on the target
     _fit(NET, *args, "--strict", db=tmp_path / "kb.db", exit_code=1)
     edge = _edge(result)
     assert edge["batch"] == 64 and edge["beyond"] is None and edge["margin"] > 0.5
@@ -110,13 +114,29 @@ def test_predicted_only_the_control_fits_but_a_requirement_is_not_shown_met(tmp_
 
 @pytest.mark.emu
 def test_an_allocation_the_prediction_cannot_see_is_caught_on_the_target(tmp_path):
-    result = _fit(NET + "?hidden=16", "--memory", "60MiB", db=tmp_path / "kb.db")
+    result = _fit(NET + "?hidden=16", "--memory", "60MiB", "--require", "fits batch=3&seq=48", db=tmp_path / "kb.db")
     edge = _edge(result)
     assert (edge["batch"], edge["beyond"]) == (8, 16)
     by_batch = {p["batch"]: p for p in result["points"]}
     assert not by_batch[16]["fits"] and by_batch[16]["measured"] > 60 * 1024**2
-    assert "did not fit on emu (measured " in result["notes"][0]
+    assert any("did not fit on emu (measured " in note for note in result["notes"]), result["notes"]
     assert result["verification"].startswith("measured on emu at each edge: batch 8 x seq 64") and edge["verified"]
+    # a required point off the grid is judged alone, in no row: the map keeps the grid's one row
+    (off,) = [p for p in result["points"] if not p["grid"]]
+    assert (off["batch"], off["seq"], off["measured"] is not None) == (3, 48, True)
+    assert result["requirements"][0]["verdict"] == "met"
+
+
+@pytest.mark.emu
+def test_a_calibration_probe_far_above_its_prediction_is_not_used_to_calibrate(tmp_path):
+    # seeded: 64 MiB no fake tensor sees from batch 64, where the second calibration probe lands
+    result = _fit(NET + "?hidden=64", "--memory", "20MiB", "--require", "fits batch=32&seq=64", db=tmp_path / "kb.db")
+    assert result["calibration"].startswith("one probe:"), result["calibration"]
+    assert any("not used to calibrate" in note for note in result["notes"]), result["notes"]
+    edge = _edge(result)
+    assert (edge["batch"], edge["beyond"], edge["verified"]) == (32, 64, True)
+    (required,) = result["requirements"]
+    assert (required["verdict"], required["how"]) == ("met", "measured")  # the control: without the jump, met
 
 
 @pytest.mark.emu
@@ -127,6 +147,21 @@ def test_a_step_that_fails_on_the_target_does_not_fit(tmp_path):
     assert "not verified" not in result["verification"]
     failed = [p for p in result["points"] if p["error"]]
     assert failed and all(not p["fits"] and "this device cannot run batch" in p["error"] for p in failed)
+
+
+@pytest.mark.emu
+def test_a_required_point_whose_step_fails_is_not_met_with_the_failure_and_no_memory_advice(tmp_path):
+    db = tmp_path / "kb.db"
+    result = _fit(NET + "?fails=16", "--memory", "20MiB", "--grid", "batch=1,2,...,64&seq=32",
+                  "--require", "fits batch=16&seq=32", "--strict", db=db, exit_code=1)  # fmt: skip
+    (required,) = result["requirements"]
+    assert (required["verdict"], required["how"], required["measured"]) == ("not met", "failed", False)
+    assert "this device cannot run batch 16" in required["why"]
+    assert _edge(result)["moves"] == []  # it failed for another reason than memory: nothing to move
+    (stored,) = api.show(result["run_id"], db=db).results
+    assert stored.requirements[0]["value"] is None
+    assert stored.requirements[0]["reason"].startswith("the step failed on the target: RuntimeError: this device")
+    assert not what_it_takes(api.show(result["run_id"], db=db))  # no "cut peak memory" for a failure
 
 
 PROBED = """
@@ -175,7 +210,7 @@ def test_a_cpu_target_is_predicted_only_against_the_host_memory(tmp_path):
     assert result["capacity_from"] == "the host's memory (MemTotal)"
     assert result["calibration"] == "none: the CPU reports no allocator peak; predicted only"
     assert _edge(result)["batch"] == 64
-    assert result["requirements"][0]["verdict"] == "not conclusive"  # the host's peak is not the allocator's
+    assert result["requirements"][0]["verdict"] == "not measured"  # the host's peak is not the allocator's
     (again,) = api.rerun(result["run_id"], db=db)  # the same question, asked again
     first = api.show(result["run_id"], db=db)
     assert again.run_id != first.run_id and again.workload == first.workload and again.settings == first.settings

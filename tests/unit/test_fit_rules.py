@@ -3,6 +3,8 @@ a row of points, and the one line a user gets for bad input."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from tests.conftest import FIXTURES, cli_in_process
 
@@ -61,7 +63,7 @@ def test_a_fits_requirement_names_one_point():
 def test_sizes_read_in_their_units():
     assert parse_memory("16GiB") == 16 * 1024**3 and parse_memory("500MB") == 500 * 1000**2
     assert parse_memory("2e9") == 2 * 10**9
-    for bad in ("16 apples", "100KB"):
+    for bad in ("16 apples", "100KB", "1e400", "1e30GiB"):
         with pytest.raises(SpecError):
             parse_memory(bad)
 
@@ -88,11 +90,23 @@ def test_the_edge_is_the_last_batch_that_fits_with_every_smaller_one():
         (["--require", "fits batch=1,2"], "names more than one point"),
         (["--require", "p90<=5ms"], "is not 'fits batch=B&seq=S'"),
         (["--optimizer", "sgd"], "--optimizer sets a training step's optimiser"),
+        (["--memory", "1e400"], "is not a device's size"),
+        (["--on", "cpu+inductor"], "bakeoff fit runs the step eagerly: cpu+inductor names a compile backend"),
+        (["--on", "cpu:3"], "cpu:3 cannot run here"),
+        (["--db", "/nonexistent/dir/kb.db"], "directory /nonexistent/dir does not exist"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(capsys, args, said):
-    code, out, err = cli_in_process(capsys, "fit", "arch:llama", *args)
+def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, args, said):
+    code, out, err = cli_in_process(capsys, "fit", "arch:llama", "--db", str(tmp_path / "kb.db"), *args)
     assert code == 2 and out == "" and said in err and err.count("\n") == 1, err
+    assert not (tmp_path / "kb.db").exists()
+
+
+def test_a_database_that_cannot_be_written_is_refused_before_any_work(capsys):
+    # /proc/self is a directory no user may create files in, root included
+    code, _out, err = cli_in_process(capsys, "fit", "arch:llama", "--db", "/proc/self/kb.db")
+    said = r"bakeoff: error: directory /proc/\d+ cannot be written \(choose another --db path\)\n"
+    assert code == 2 and re.fullmatch(said, err), err
 
 
 def test_a_mixed_precision_target_is_predicted_under_its_autocast():
@@ -104,13 +118,28 @@ def test_a_mixed_precision_target_is_predicted_under_its_autocast():
     assert amp.parts["activations"] < plain.parts["activations"]  # bfloat16 activations under autocast
 
 
-def test_a_stored_map_that_cannot_be_read_or_has_no_capacity_is_not_drawn():
-    from bakeoff.scenarios.base import ScenarioResult
-    from bakeoff.scenarios.fit import FitResult, fit_of
+def test_a_stored_map_is_judged_again_and_one_that_cannot_be_a_map_is_not_drawn():
+    from dataclasses import replace
 
-    whole = FitResult("arch:gpt2", "cpu", False, "adamw", "batch=1", 2**30, "--memory", "none", "none",
-                      points=(FitPoint(1, None, 10, 10, True),))  # fmt: skip
+    from bakeoff.scenarios.base import ScenarioResult
+    from bakeoff.scenarios.fit import FitEdge, FitRequirement, FitResult, fit_of
+
+    over = FitPoint(2, None, 3 * 2**30, 3 * 2**30, False)  # predicted over the capacity, never run
+    missed = FitRequirement("fits batch=2", "not met", 3 * 2**30, False, "predicted")
+    whole = FitResult("arch:gpt2", "cpu", False, "adamw", "batch=1,2", 2**30, "--memory", "none", "none",
+                      points=(FitPoint(1, None, 10, 10, True), over), requirements=(missed,))  # fmt: skip
     assert fit_of(ScenarioResult("fit", "ok", facts=whole.to_dict())) == whole
-    assert fit_of(ScenarioResult("fit", "ok", facts={**whole.to_dict(), "capacity": 0})) is None  # a crafted file
-    assert fit_of(ScenarioResult("fit", "ok", facts={"points": "x"})) is None
+    # a crafted file's "met, measured" on a point that was never run is judged again from the point
+    forged = replace(whole, requirements=(FitRequirement("fits batch=2", "met", 10, True),))
+    (judged,) = fit_of(ScenarioResult("fit", "ok", facts=forged.to_dict())).requirements
+    assert (judged.verdict, judged.measured, judged.how) == ("not met", False, "predicted")
+    for broken in (
+        {"capacity": 0},
+        {"points": "x"},
+        {"points": [{**over.to_dict(), "batch": -7}]},
+        {"points": [{**over.to_dict(), "measured": -7}]},
+        {"edges": [FitEdge(None, 1, margin=float("nan")).to_dict()]},
+        {"requirements": [FitRequirement("fits batch=9", "met", 10, True).to_dict()]},  # no such point
+    ):
+        assert fit_of(ScenarioResult("fit", "ok", facts={**whole.to_dict(), **broken})) is None, broken
     assert fit_of(ScenarioResult("service", "ok", facts=whole.to_dict())) is None

@@ -50,6 +50,11 @@ def test_requirements_parse_into_base_units(text, metric, op, threshold, unit, s
             "throughput>=5ms",
             "requirement 'throughput>=5ms': ms is not a rate unit (units: /s, /min, tok/s, samples/s (or none))",
         ),
+        (
+            "fits batch=32&seq=2048",
+            "requirement 'fits batch=32&seq=2048' is judged by bakeoff fit, not by a trial (run `bakeoff fit WORKLOAD "
+            "--on TARGET --require 'fits batch=32&seq=2048'`)",
+        ),
     ],
 )
 def test_malformed_requirements_say_what_to_write(text, line):

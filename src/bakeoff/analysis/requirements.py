@@ -96,6 +96,11 @@ def parse_requirement_with(text: str, lookup: MetricLookup) -> Requirement:
             that does not fit the metric (a time without a unit is refused: 50 what?).
     """
     match = _PATTERN.match(text)
+    if not match and text.strip().startswith("fits "):
+        raise SpecError(
+            f"requirement {text!r} is judged by bakeoff fit, not by a trial",
+            hint=f"run `bakeoff fit WORKLOAD --on TARGET --require '{text.strip()}'`",
+        )
     if not match:
         raise SpecError(
             f"malformed requirement {text!r}",

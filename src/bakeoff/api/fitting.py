@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bakeoff.api.common import PathLike, _targets, _would_create
+from bakeoff.api.common import PathLike, _store_for, _targets
 from bakeoff.errors import SpecError
 from bakeoff.scenarios.fit import FitResult, fit_of
 from bakeoff.settings.fit import FIT_OPTIONS
 from bakeoff.settings.option import describe_options, read_options
-from bakeoff.store.db import Store
+from bakeoff.target.detect import unavailable_reason
 
 __all__ = ["fit"]
 
@@ -53,8 +53,17 @@ def fit(
     targets = _targets(on)
     if len(targets) != 1:
         raise SpecError(f"bakeoff fit takes one target, got {len(targets)}", hint="run it once per target")
-    store = (lambda: Store.open(db)) if _would_create(db) else Store.open(db)  # an unreadable one: before any work
-    run = fit_run(fit_workload(workload, targets[0], values, progress), targets[0], values, kind)
+    (target,) = targets
+    if target.is_compiled:
+        raise SpecError(
+            f"bakeoff fit runs the step eagerly: {target.spec} names a compile backend",
+            hint=f"use --on {target.device}" + (f":{target.index}" if target.index is not None else ""),
+        )
+    unavailable = unavailable_reason(target)
+    if unavailable is not None:
+        raise SpecError(f"{target.spec} cannot run here: {unavailable}", hint="run `bakeoff targets` to see what can")
+    store = _store_for(db)  # one that cannot be written is refused before any work
+    run = fit_run(fit_workload(workload, target, values, progress), target, values, kind)
     (store() if callable(store) else store).save_run(run)
     found = fit_of(run.results[0].scenario("fit"))
     assert found is not None

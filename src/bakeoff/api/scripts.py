@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from bakeoff.api.common import PathLike, _targets, _would_create
+from bakeoff.api.common import PathLike, _store_for, _targets
 from bakeoff.results.values import RunResult
 from bakeoff.settings import EXEC_OPTIONS, ExecSettings, describe_options
-from bakeoff.store.db import Store
 from bakeoff.target.spec import Target
 
 _DEFAULT = ExecSettings()
@@ -90,7 +89,7 @@ def exec_script(
 
     url = resolve_db_url(db)  # the knowledge base is never copied into a run's working directory
     keep_out = [Path(url.removeprefix("sqlite:///"))] if url.startswith("sqlite:///") else []
-    store = (lambda: Store.open(db)) if _would_create(db) else Store.open(db)
+    store = _store_for(db)
     return run_exec(
         store, path, list(args), parsed, settings, reference=ref, as_written=as_written,
         progress=progress, keep_out=keep_out, workdir=folder,

@@ -8,11 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from bakeoff.api.common import PathLike, _targets, _would_create
+from bakeoff.api.common import PathLike, _store_for, _targets
 from bakeoff.results.values import RunResult
 from bakeoff.settings.option import describe_options
 from bakeoff.settings.serve import SERVE_OPTIONS, ServeSettings
-from bakeoff.store.db import Store
 
 __all__ = ["serve_service"]
 
@@ -47,7 +46,7 @@ def serve_service(
     checked = ServeSettings.from_options(**settings)
     parsed = _targets(on)
     reference = parse_target(checked.reference or "cpu")
-    store = (lambda: Store.open(db)) if _would_create(db) else Store.open(db)
+    store = _store_for(db)
     return run_serve(store, command, parsed, checked, reference=reference, progress=progress)
 
 

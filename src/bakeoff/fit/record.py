@@ -14,19 +14,19 @@ from bakeoff.analysis.requirements import Requirement, RequirementCheck
 from bakeoff.env import capture_environment
 from bakeoff.results.values import RunResult, TargetResult
 from bakeoff.scenarios.base import ScenarioResult
-from bakeoff.scenarios.fit import FitRequirement, FitResult
+from bakeoff.scenarios.fit import FitRequirement, FitResult, requirement_words
 from bakeoff.store.schema import utc_now
 from bakeoff.target.spec import Target
-from bakeoff.units import human_bytes
 
 __all__ = ["fit_run", "fit_workload_record"]
 
 
 def fit_workload_record(workload_spec: str, kind: str, settings: dict[str, Any]) -> dict[str, Any]:
     """The workload a fit run is stored as: its spec as given, kind ``fit``. Its fingerprint is
-    of the spec and of what was asked (grid, training, optimiser), not of the weights (the map
-    is predicted under fake tensors: no weight is ever made), so two maps of one question compare."""
-    asked = {key: settings[key] for key in ("grid", "training", "optimizer")}
+    of the spec and of what was asked (grid, training, optimiser, the capacity given, probes or
+    not), not of the weights (the map is predicted under fake tensors: no weight is ever made),
+    so only two maps of one question compare."""
+    asked = {key: settings[key] for key in ("grid", "training", "optimizer", "memory", "probes")}
     digest = hashlib.sha256(json.dumps([workload_spec, asked], sort_keys=True).encode()).hexdigest()[:16]
     details = {"workload_kind": kind, **asked, "fingerprint_of": "the workload spec and the question, not the weights"}
     return {"spec": workload_spec, "kind": "fit", "fingerprint": digest, "seed": 0, "dtype": "as built",
@@ -34,13 +34,15 @@ def fit_workload_record(workload_spec: str, kind: str, settings: dict[str, Any])
 
 
 def _requirement(req: FitRequirement, capacity: int) -> dict[str, Any]:
-    """A ``fits`` verdict as a stored requirement: the point's peak against the capacity."""
+    """A ``fits`` verdict as a stored requirement: the point's measured peak against the capacity
+    (a peak that was only predicted, or a point that failed, has no measured value: the reason
+    says what is known)."""
     rule = Requirement(req.text, "fits", "<=", float(capacity), "B", "fit")
-    how = "measured on the target" if req.measured else "predicted and calibrated, not run on the target"
-    reason = f"peak {human_bytes(req.peak)} {how}, capacity {human_bytes(capacity)}"
-    verdict = "not_met" if req.verdict == "not met" else "met"
-    confident = req.verdict != "not conclusive"  # predicted to fit: the estimate says met, nothing measured it
-    return RequirementCheck(rule, verdict, float(req.peak), samples=1, confident=confident, reason=reason).to_dict()
+    verdict = {"met": "met", "not met": "not_met"}.get(req.verdict, "not_measured")
+    value = float(req.peak) if req.measured else None
+    reason = requirement_words(req, capacity)
+    return RequirementCheck(rule, verdict, value, samples=1 if req.measured else 0, confident=verdict != "not_measured",
+                            reason=reason).to_dict()  # fmt: skip
 
 
 def fit_run(result: FitResult, target: Target, settings: dict[str, Any], kind: str) -> RunResult:
@@ -54,8 +56,8 @@ def fit_run(result: FitResult, target: Target, settings: dict[str, Any], kind: s
         facts=replace(result, run_id=run_id).to_dict(),
         run_seconds=result.predict_s,
     )
-    refused = [p for p in result.requirements if p.verdict != "met"]
-    notes = [f"{r.text} not met: peak {human_bytes(r.peak)} over {human_bytes(result.capacity)}" for r in refused]
+    notes = [f"{r.text} {r.verdict}: {requirement_words(r, result.capacity)}" for r in result.requirements
+             if r.verdict != "met"]  # fmt: skip
     outcome = TargetResult(
         target=target,
         status="ok",

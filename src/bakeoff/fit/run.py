@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from bakeoff.errors import SpecError, WorkloadError
-from bakeoff.scenarios.fit import FitEdge, FitPoint, FitRequirement, FitResult
+from bakeoff.scenarios.fit import FitEdge, FitPoint, FitResult, judge_point
 from bakeoff.settings.fit import fits_text, parse_fits
 from bakeoff.settings.grid import parse_grid
 from bakeoff.units import human_bytes
@@ -104,6 +104,8 @@ def _probe(workload_spec: str, target: Any, point: tuple[int, int | None], train
         return outcome.value
     if outcome.error is not None and outcome.error.category == "out_of_memory":
         return {"out_of_memory": outcome.reason()}
+    if outcome.error is not None and outcome.error.category in ("timeout", "hang"):
+        return {"timeout": outcome.reason()[:300]}
     return {"error": outcome.reason()[:300]}
 
 
@@ -114,6 +116,7 @@ def _where(point: tuple[int, int | None]) -> str:
 
 def _edges(points: Sequence[FitPoint], capacity: int) -> list[FitEdge]:
     edges = []
+    points = [p for p in points if p.grid]  # a required point off the grid is in no row
     for seq in dict.fromkeys(p.seq for p in points):
         row = sorted((p for p in points if p.seq == seq), key=lambda p: p.batch)
         fitting = []
@@ -173,15 +176,16 @@ def fit_workload(
         measured[point] = {**got, "why": why}
         return got
 
-    ordered = sorted(predicted, key=lambda p: p["peak"])
+    on_grid = set(grid.points)
+    ordered = sorted((p for p in predicted if (p["batch"], p["seq"]) in on_grid), key=lambda p: p["peak"])
     offset, slope = 0.0, 1.0
     calibration = "none: predicted only (--predict-only)" if not settings["probes"] else (
         "none: the CPU reports no allocator peak; predicted only")  # fmt: skip
     if probing:
         first = (ordered[0]["batch"], ordered[0]["seq"])
         got = probe(first, "calibration")
-        if "error" in got or (got.get("peak") is None and "out_of_memory" not in got):
-            calibration = f"none: the probe failed ({got.get('error', 'no peak reported')})"
+        if "error" in got or "timeout" in got or (got.get("peak") is None and "out_of_memory" not in got):
+            calibration = f"none: the probe failed ({got.get('error') or got.get('timeout') or 'no peak reported'})"
             probing = False
         if capacity is None:
             capacity, capacity_from = got.get("capacity"), f"{target.device}'s reported total memory"
@@ -193,8 +197,19 @@ def fit_workload(
             if second:
                 point = (second[-1]["batch"], second[-1]["seq"])
                 got2 = probe(point, "calibration")
-                if "peak" in got2 and second[-1]["peak"] != p1:
-                    p2, m2 = second[-1]["peak"], got2["peak"]
+                p2, m2 = second[-1]["peak"], got2.get("peak")
+                trusted = m2 is not None and p2 != p1 and m2 <= capacity and 0.5 <= (m2 - m1) / (p2 - p1) <= 2
+                if m2 is None:
+                    failed = got2.get("error") or got2.get("timeout") or "the device ran out of memory"
+                    notes.append(f"the second calibration probe ({_where(point)}) did not measure a peak "
+                                 f"({failed[:160]}): the points are expected from the first probe alone")  # fmt: skip
+                if m2 is not None and p2 != p1 and not trusted:  # something the prediction cannot see grew
+                    notes.append(
+                        f"the second calibration probe ({_where(point)}) measured {human_bytes(m2)} where "
+                        f"{human_bytes(p2)} was predicted: not used to calibrate (memory the prediction cannot see, "
+                        "or over the capacity); the points are expected from the first probe alone"
+                    )
+                if trusted:
                     slope = (m2 - m1) / (p2 - p1)
                     offset = m1 - slope * p1
                     shown = ("- " if offset < 0 else "+ ") + human_bytes(int(abs(offset)))
@@ -214,7 +229,8 @@ def fit_workload(
             real, oom, error = seen.get("peak"), "out_of_memory" in seen, seen.get("error", "")
             fits = not oom and not error and (real if real is not None else expected) <= capacity
             why = seen.get("why", "")
-            found.append(FitPoint(p["batch"], p["seq"], p["peak"], expected, fits, p["parts"], real, why, oom, error))
+            found.append(FitPoint(p["batch"], p["seq"], p["peak"], expected, fits, p["parts"], real, why, oom, error,
+                                  "timeout" in seen, key in on_grid))  # fmt: skip
         return found
 
     if probing:  # a required point expected to fit is measured before the edges are drawn
@@ -223,7 +239,7 @@ def fit_workload(
                 probe(point, "requirement")
     verified: dict[int | None, str] = {}
     if probing:  # every row's edge is measured; one that does not fit moves down and is measured again
-        for seq in dict.fromkeys(p["seq"] for p in predicted):
+        for seq in dict.fromkeys(seq for _, seq in grid.points):
             for _ in range(VERIFICATIONS):
                 edge = next(e for e in _edges(points_now(), capacity) if e.seq == seq)
                 if edge.batch is None:
@@ -232,6 +248,11 @@ def fit_workload(
                 if key not in measured:
                     probe(key, "verification")
                 point = next(p for p in points_now() if (p.batch, p.seq) == key)
+                if point.timed_out:
+                    notes.append(
+                        f"the probe of {_where(key)} did not end within {timeout:g} s: that edge is not verified"
+                    )
+                    break
                 if point.fits:
                     verified[seq] = f"{_where(key)} {human_bytes(point.measured)}"
                     break
@@ -249,15 +270,9 @@ def fit_workload(
         if unverified:
             rows = ", ".join(f"seq {e.seq}" if e.seq else "its row" for e in unverified)
             verification += f"; not verified ({VERIFICATIONS} tries spent): {rows}"
-    edges = _moves(edges, workload_spec, target, settings, offset, slope, capacity, timeout, say)
-    judged = []
-    for point in required:
-        found = next(p for p in points if (p.batch, p.seq) == point)
-        peak = found.measured if found.measured is not None else found.expected
-        probed = found.measured is not None or found.out_of_memory or bool(found.error)
-        # a point predicted to fit is met only once the target ran it; predicted alone it is not conclusive
-        verdict = "not met" if not found.fits else "met" if found.measured is not None else "not conclusive"
-        judged.append(FitRequirement(fits_text(point), verdict, peak, probed))
+    edges = _moves(edges, points, notes, workload_spec, target, settings, offset, slope, capacity, timeout, say)
+    at = {(p.batch, p.seq): p for p in points}
+    judged = [judge_point(fits_text(point), at[point], int(capacity)) for point in dict.fromkeys(required)]
     return FitResult(
         workload_spec, target.spec, training, optimizer, grid.text, int(capacity), capacity_from, calibration,
         verification, tuple(points), tuple(edges), predict_s, tuple(notes), tuple(judged),
@@ -266,6 +281,8 @@ def fit_workload(
 
 def _moves(
     edges: list[FitEdge],
+    points: list[FitPoint],
+    notes: list[str],
     workload_spec: str,
     target: Any,
     settings: dict[str, Any],
@@ -276,12 +293,17 @@ def _moves(
     say: Callable[[str], None],
 ) -> list[FitEdge]:
     """What would let the first batch beyond the longest sequence's edge fit: a lower dtype, and
-    for training activation checkpointing and an optimiser without state, each predicted there."""
+    for training activation checkpointing and an optimiser without state, each predicted there
+    (nothing when that batch failed for another reason than memory; a note in ``notes`` when the
+    target measured it far above its prediction)."""
     beyond = [e for e in edges if e.beyond is not None]
     if not beyond:
         return edges
     edge = max(beyond, key=lambda e: e.seq or 0)  # the longest sequence's edge
     point = (edge.beyond, edge.seq)
+    there = next(p for p in points if (p.batch, p.seq) == point)
+    if there.error and not there.out_of_memory:  # it failed for another reason than memory: nothing to move
+        return edges
     variants: list[tuple[str, dict[str, Any]]] = []
     if target.dtype not in ("bfloat16", "float16") and not target.amp:
         variants.append(("bfloat16 weights and activations", {"dtype": "bfloat16"}))
@@ -306,4 +328,10 @@ def _moves(
         expected = int(offset + slope * answer[0]["peak"])
         verdict = "would fit" if expected <= capacity else "still would not fit"
         moves.append(f"{what}: {human_bytes(expected)} expected at batch {point[0]} ({verdict}; predicted, not probed)")
+    if there.measured is not None and there.measured > 1.5 * max(there.expected, 1):
+        notes.append(
+            f"what would let batch {point[0]} fit is predicted, but batch {point[0]} measured "
+            f"{human_bytes(there.measured)} on the target where {human_bytes(there.expected)} was expected: memory "
+            "the prediction cannot see, which those changes may not move"
+        )
     return [replace(e, moves=tuple(moves)) if e is edge else e for e in edges]

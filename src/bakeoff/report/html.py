@@ -203,9 +203,10 @@ def _fit_map(label: str, fitted: FitResult) -> tuple[str, dict[str, Any]]:
     each cell its peak as a share of the capacity (measured where a probe ran, else expected);
     green where it fits, red where it does not (a point the target refused or failed on is red
     whatever its figure)."""
-    batches = sorted({p.batch for p in fitted.points})
-    seqs = list(dict.fromkeys(p.seq for p in fitted.points))
-    at = {(p.batch, p.seq): p for p in fitted.points}
+    on_grid = [p for p in fitted.points if p.grid]  # a required point off the grid is in no row
+    batches = sorted({p.batch for p in on_grid})
+    seqs = list(dict.fromkeys(p.seq for p in on_grid))
+    at = {(p.batch, p.seq): p for p in on_grid}
     z: list[list[float | None]] = []
     text: list[list[str]] = []
     for seq in seqs:
@@ -221,6 +222,7 @@ def _fit_map(label: str, fitted: FitResult) -> tuple[str, dict[str, Any]]:
             # the scale turns red at 1: a point that does not fit is drawn at or above it
             shares.append(min(share, 0.999) if point.fits else max(min(share, 2.0), 1.0))
             said = "out of memory" if point.out_of_memory else "failed" if point.error else human_bytes(peak)
+            said += " (timed out)" if point.timed_out else ""
             words.append(_t(said + (" (measured)" if point.measured is not None else "")))
         z.append(shares)
         text.append(words)

@@ -282,10 +282,11 @@ def _detail_lines(r: TargetResult) -> list[str]:
 def _fit_table(fitted: FitResult) -> list[str]:
     """The fit map: one row per sequence length, one column per batch, each cell the peak
     (measured where a probe ran, marked \\*) and whether it fits."""
-    batches = sorted({p.batch for p in fitted.points})
-    at = {(p.batch, p.seq): p for p in fitted.points}
+    on_grid = [p for p in fitted.points if p.grid]  # a required point off the grid is in no row
+    batches = sorted({p.batch for p in on_grid})
+    at = {(p.batch, p.seq): p for p in on_grid}
     rows = []
-    for seq in dict.fromkeys(p.seq for p in fitted.points):
+    for seq in dict.fromkeys(p.seq for p in on_grid):
         row = ["own" if seq is None else str(seq)]
         for batch in batches:
             point = at.get((batch, seq))
@@ -294,6 +295,7 @@ def _fit_table(fitted: FitResult) -> list[str]:
                 continue
             peak = point.measured if point.measured is not None else point.expected
             said = "out of memory" if point.out_of_memory else "failed" if point.error else human_bytes(peak)
+            said += " (timed out)" if point.timed_out else ""
             row.append(md(said) + ("\\*" if point.measured is not None else "") + ("" if point.fits else " **no**"))
         rows.append(row)
     capacity = md(human_bytes(fitted.capacity))

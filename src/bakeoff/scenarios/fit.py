@@ -16,23 +16,28 @@ reads them as it reads a trial's.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bakeoff.codec import Value
 from bakeoff.scenarios.base import Scenario, ScenarioContext, ScenarioResult
 from bakeoff.units import human_bytes
 
-__all__ = ["Fit", "FitEdge", "FitPoint", "FitRequirement", "FitResult", "edge_words", "fit_of"]
+__all__ = ["Fit", "FitEdge", "FitPoint", "FitRequirement", "FitResult", "edge_words", "fit_of", "judge_point",
+           "requirement_words"]  # fmt: skip
 
 
 @dataclass(frozen=True)
 class FitPoint(Value):
     """One point: ``predicted`` on the host (bytes; ``parts`` at its peak), ``expected`` after
-    calibration, whether that ``fits`` the capacity; ``measured`` on the target where a probe ran
+    calibration, whether it ``fits`` the capacity; ``measured`` on the target where a probe ran
     (``probe`` says why: calibration, requirement or verification; ``out_of_memory`` when the
-    device refused; ``error`` when the step failed there: it does not fit either)."""
+    device refused; ``error`` when the step failed there: it does not fit either; ``timed_out``
+    when the probe did not end in time: its fit is the prediction's, unverified). ``grid``: the
+    point is one of the grid's (False: a required point off the grid, in no row's edge)."""
 
     batch: int
     seq: int | None
@@ -44,6 +49,8 @@ class FitPoint(Value):
     probe: str = ""
     out_of_memory: bool = False
     error: str = ""
+    timed_out: bool = False
+    grid: bool = True
 
 
 @dataclass(frozen=True)
@@ -64,15 +71,48 @@ class FitEdge(Value):
 
 @dataclass(frozen=True)
 class FitRequirement(Value):
-    """``fits batch=B&seq=S``: ``verdict`` met (the target ran it within the capacity), not met
-    (it did not fit: refused or failed on the target, or measured or predicted over the capacity)
-    or not conclusive (predicted to fit, never run on the target: the CPU, ``--predict-only``);
-    ``peak`` measured on the target (``measured``) or else predicted and calibrated."""
+    """``fits batch=B&seq=S``: ``verdict`` **met** (the target ran it within the capacity), **not
+    met** (the device refused it, the step failed there, or its peak was measured, or predicted
+    and never run, over the capacity) or **not measured** (predicted to fit but never run on the
+    target: the CPU, ``--predict-only``, a probe that timed out). ``how`` the verdict is known:
+    measured, predicted, out of memory, failed or timed out (``why``: the failure); ``peak`` the
+    measured peak, else the expected one; ``measured`` whether a peak was measured."""
 
     text: str
     verdict: str
     peak: int
     measured: bool
+    how: str = "measured"
+    why: str = ""
+
+
+def judge_point(text: str, point: FitPoint, capacity: int) -> FitRequirement:
+    """The verdict on a required point, from the point alone (see :class:`FitRequirement`)."""
+    peak = point.measured if point.measured is not None else point.expected
+    if point.out_of_memory:
+        return FitRequirement(text, "not met", peak, False, "out of memory", point.error)
+    if point.error:
+        return FitRequirement(text, "not met", peak, False, "failed", point.error)
+    if point.measured is not None:
+        return FitRequirement(text, "met" if point.measured <= capacity else "not met", peak, True)
+    if point.expected > capacity:
+        return FitRequirement(text, "not met", peak, False, "predicted")
+    return FitRequirement(text, "not measured", peak, False, "timed out" if point.timed_out else "predicted")
+
+
+def requirement_words(req: FitRequirement, capacity: int) -> str:
+    """Why a required point's verdict is what it is, with its figure said as what it is."""
+    of = f"of {human_bytes(capacity)}"
+    if req.how == "out of memory":
+        return f"the device ran out of memory running it{': ' + req.why[:160] if req.why else ''}"
+    if req.how == "failed":
+        return f"the step failed on the target: {req.why[:200]}"
+    if req.how == "timed out":
+        return f"its probe did not end in time ({human_bytes(req.peak)} predicted, {of}): not run to the end"
+    if req.how == "predicted":
+        ran = "never run on the target" if req.verdict != "not met" else "not run on the target"
+        return f"{human_bytes(req.peak)} predicted, {of}: {ran}"
+    return f"{human_bytes(req.peak)} measured on the target, {of}"
 
 
 @dataclass(frozen=True)
@@ -104,7 +144,34 @@ def fit_of(scenario: ScenarioResult | None) -> FitResult | None:
         found = FitResult.from_dict(scenario.facts)
     except (KeyError, TypeError, ValueError):
         return None
-    return found if found.capacity > 0 else None  # every share is of the capacity
+    return _checked(found)
+
+
+_FITS = re.compile(r"fits batch=([1-9][0-9]*)(?:&seq=([1-9][0-9]*))?")
+
+
+def _checked(found: FitResult) -> FitResult | None:
+    """``found`` with every required point's verdict judged again from its point (what a stored
+    document says of it is not taken on trust), or None when it cannot be a fit map: no
+    capacity, a point that is not a size, a margin that is not a share, a requirement whose
+    point is missing."""
+    if found.capacity <= 0 or not found.points:
+        return None
+    for point in found.points:
+        sizes = (point.predicted, point.expected, point.measured if point.measured is not None else 0)
+        if point.batch < 1 or (point.seq is not None and point.seq < 1) or min(sizes) < 0:
+            return None
+    if any(e.margin is not None and not (math.isfinite(e.margin) and e.margin <= 1) for e in found.edges):
+        return None
+    at = {(p.batch, p.seq): p for p in found.points}
+    judged = []
+    for req in found.requirements:
+        matched = _FITS.fullmatch(req.text)
+        point = None if matched is None else at.get((int(matched[1]), int(matched[2]) if matched[2] else None))
+        if point is None:
+            return None
+        judged.append(judge_point(req.text, point, found.capacity))
+    return replace(found, requirements=tuple(judged))
 
 
 def edge_words(edge: FitEdge) -> str:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -27,7 +28,10 @@ def parse_memory(text: str) -> int:
     found = _SIZE.match(str(text))
     if found is None:
         raise SpecError(f"--memory {text!r} is not a size", hint="e.g. --memory 16GiB or --memory 500MB")
-    size = int(float(found.group(1)) * _UNITS[(found.group(2) or "B").lower()])
+    number = float(found.group(1)) * _UNITS[(found.group(2) or "B").lower()]
+    if not math.isfinite(number) or number > 2**62:
+        raise SpecError(f"--memory {text!r} is not a device's size", hint="e.g. --memory 16GiB or --memory 500MB")
+    size = int(number)
     if size < 1024**2:
         raise SpecError(f"--memory {text!r} is under a mebibyte", hint="give the device's capacity, e.g. 16GiB")
     return size
@@ -65,7 +69,7 @@ def fits_text(point: tuple[int, int | None]) -> str:
 
 
 def _check_requirements(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[str, ...]:
-    return tuple(fits_text(parse_fits(text)) for text in texts(value))
+    return tuple(dict.fromkeys(fits_text(parse_fits(text)) for text in texts(value)))  # one verdict per point
 
 
 def _check_memory(value: str | int | None, given: Mapping[str, Any]) -> int | None:

@@ -10,7 +10,7 @@ from rich.console import Group
 from rich.table import Table
 
 from bakeoff.report.printable import Shown as Text  # stored text shows its control characters
-from bakeoff.scenarios.fit import FitResult, edge_words
+from bakeoff.scenarios.fit import FitResult, edge_words, requirement_words
 from bakeoff.units import human_bytes
 
 __all__ = ["fit_view"]
@@ -18,10 +18,13 @@ __all__ = ["fit_view"]
 
 def _cell(point: Any) -> Text:
     peak = point.measured if point.measured is not None else point.expected
+    if point.out_of_memory:
+        return Text("out of memory", style="red")
     if point.error:
         return Text("failed", style="red")
-    shown = "out of memory" if point.out_of_memory else human_bytes(peak) + ("*" if point.measured is not None else "")
-    return Text(shown, style="green" if point.fits else "red")
+    if point.timed_out:
+        return Text(human_bytes(peak) + " (timed out)", style="yellow")
+    return Text(human_bytes(peak) + ("*" if point.measured is not None else ""), style="green" if point.fits else "red")
 
 
 def fit_view(result: FitResult) -> Group:
@@ -30,13 +33,14 @@ def fit_view(result: FitResult) -> Group:
     what = "a training step (" + result.optimizer + ")" if result.training else "inference"
     lines: list[Any] = [Text(f"fit of {result.workload} on {result.target}: {what}, capacity "
                              f"{human_bytes(result.capacity)} ({result.capacity_from})")]  # fmt: skip
-    batches = sorted({p.batch for p in result.points})
+    on_grid = [p for p in result.points if p.grid]
+    batches = sorted({p.batch for p in on_grid})
     table = Table(title="expected peak per point (green: fits; *: measured on the target)", title_justify="left")
     table.add_column("seq \\ batch")
     for batch in batches:
         table.add_column(str(batch), justify="right")
-    by_point = {(p.batch, p.seq): p for p in result.points}
-    for seq in dict.fromkeys(p.seq for p in result.points):
+    by_point = {(p.batch, p.seq): p for p in on_grid}
+    for seq in dict.fromkeys(p.seq for p in on_grid):
         row: list[Any] = ["(own)" if seq is None else str(seq)]
         row += [_cell(by_point[(b, seq)]) if (b, seq) in by_point else "" for b in batches]
         table.add_row(*row)
@@ -45,10 +49,8 @@ def fit_view(result: FitResult) -> Group:
         lines.append(Text(edge_words(edge)))
         lines += [Text(f"  batch {edge.beyond} with {move}") for move in edge.moves]
     for req in result.requirements:
-        how = "measured on the target" if req.measured else "predicted"
         style = {"met": "green", "not met": "red"}.get(req.verdict, "yellow")
-        lines.append(Text(f"{req.text}: {req.verdict} ({human_bytes(req.peak)} {how}, of "
-                          f"{human_bytes(result.capacity)})", style=style))  # fmt: skip
+        lines.append(Text(f"{req.text}: {req.verdict} ({requirement_words(req, result.capacity)})", style=style))
     lines += [Text(f"note: {note}", style="dim") for note in result.notes]
     lines.append(Text(f"calibration: {result.calibration}"))
     lines.append(Text(f"verification: {result.verification}"))
