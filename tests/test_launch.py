@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from tests.conftest import FIXTURES
 
 from bakeoff.launch.command import run_command
 from bakeoff.launch.deaths import died
@@ -198,3 +199,12 @@ def _alive(pid: int) -> bool:
         return False
     status = Path(f"/proc/{pid}/status")
     return not (status.exists() and "State:\tZ" in status.read_text())
+
+
+def test_a_worker_killed_while_it_starts_is_a_death_not_a_start_that_never_came(monkeypatch):
+    monkeypatch.syspath_prepend(str(FIXTURES))  # the spawned interpreter imports from the same path
+    started = time.monotonic()
+    outcome = FreshProcess(preload=("dies_on_import",), who="the probe").run(Seeded("value"), 600)
+    assert time.monotonic() - started < 60  # not the start-up allowance
+    assert outcome.error is not None and outcome.error.category == "out_of_memory", outcome  # how SIGKILL reads
+    assert "did not start" not in outcome.reason() and "SIGKILL" in outcome.reason(), outcome.reason()

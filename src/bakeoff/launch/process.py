@@ -209,6 +209,7 @@ class Worker:
         waited = max(timeout_s, STARTUP_TIMEOUT_S)
         if self.wait_ready(waited):
             return Outcome()
+        self.process.join(timeout=2.0)  # one killed a moment ago may not be reaped yet: not a hang
         if self.process.is_alive():
             return self._hung(f"{who} did not start within {waited:g} s", "start-up")
         return self._dead(who, "at start-up", "start-up")
