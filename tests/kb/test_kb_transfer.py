@@ -260,12 +260,16 @@ def test_csv_rows_carry_scenarios_and_requirement_verdicts() -> None:
     item = {
         **run.result("cpu").to_dict(),
         "scenarios": [{"name": "offline", "status": "ok"}, {"name": "generation", "status": "not_applicable"}],
-        "requirements": [{"text": "p90<=50ms", "verdict": "met"}, {"text": "ttft<=1ms", "verdict": "not_measured"}],
+        "requirements": [
+            {"text": "p90<=50ms", "verdict": "met", "confident": True},
+            {"text": "ttft<=1ms", "verdict": "not_measured"},
+            {"text": "p99<=80ms", "verdict": "met", "confident": False},  # its interval straddles the limit
+        ],
     }
     row = _csv_row(run, item, "", "")
     assert row["scenarios"] == "offline:ok; generation:not_applicable"
-    assert row["requirements"] == "p90<=50ms:met; ttft<=1ms:not_measured"
-    assert row["requirements_not_met"] == 1
+    assert row["requirements"] == "p90<=50ms:met; ttft<=1ms:not measured; p99<=80ms:not conclusive"
+    assert row["requirements_not_met"] == 2
 
 
 def _nested(depth: int) -> list:

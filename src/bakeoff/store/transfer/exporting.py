@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import IO, Any
 
+from bakeoff.analysis.requirements import requirement_state
 from bakeoff.checks.registry import guarded, registered_checks
 from bakeoff.codec import Value
 from bakeoff.errors import StoreError
@@ -218,8 +219,9 @@ def _csv_row(run: RunResult, item: dict[str, Any], tags: str, notes: str) -> dic
         "peak_host_rss_bytes": item.get("peak_host_rss_bytes"),
         "adjustments": len(item.get("adjustments") or ()),
         "scenarios": "; ".join(f"{s['name']}:{s['status']}" for s in item.get("scenarios") or ()),
-        "requirements": "; ".join(f"{r['text']}:{r['verdict']}" for r in item.get("requirements") or ()),
-        "requirements_not_met": sum(1 for r in item.get("requirements") or () if r["verdict"] != "met"),
+        # in the words every report uses: an interval straddling the limit is not conclusive, never met
+        "requirements": "; ".join(f"{r['text']}:{requirement_state(r)}" for r in item.get("requirements") or ()),
+        "requirements_not_met": sum(1 for r in item.get("requirements") or () if requirement_state(r) != "met"),
         "error_type": _get(item, "error", "type"),
         "error_category": _get(item, "error", "category"),
         "error_message": _get(item, "error", "message"),
