@@ -130,6 +130,7 @@ _SHARED_WORK = {
     "test_amp.py",
     "test_correctness_faults.py",
     "test_emu_device.py",
+    "test_emu_collectives.py",
     "test_layers.py",
     "test_localization.py",
     "test_localize_records.py",

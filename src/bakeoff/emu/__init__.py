@@ -28,6 +28,10 @@ For seeded numerical faults, ops can be made to return *wrong results*: with
 device is multiplied by the factor (1.01 when none is given), and the calls are counted
 (``counters()["wrong_ops"]``): ground truth for the training parity check and for localising a
 divergence. Nothing on the CPU is affected.
+
+``torch.distributed`` runs on it too: :mod:`bakeoff.emu.collectives` registers the ``emu``
+process-group backend for the device (gloo over host copies), as an out-of-tree backend
+registers its own.
 """
 
 from __future__ import annotations
@@ -427,8 +431,10 @@ def enable(
         torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
         _ext = ext
         from bakeoff.emu.backend import register_backend
+        from bakeoff.emu.collectives import register_process_group
 
         register_backend()
+        register_process_group()
     _ext.set_unsupported(list(unsupported) if unsupported is not None else _unsupported_from_env())
     _ext.set_wrong(dict(wrong) if wrong is not None else wrong_ops(os.environ.get(ENV_WRONG, "")))
     _set_autocast(autocast_dtypes(",".join(autocast) if autocast is not None else os.environ.get(ENV_AUTOCAST, "")))

@@ -1,0 +1,129 @@
+"""The test device's process-group backend: ``torch.distributed`` collectives on ``emu`` tensors.
+
+An out-of-tree device brings its own process-group backend and registers it for its device the
+way this one does (``dist.Backend.register_backend("emu", ..., devices=["emu"])``: Neuron's
+registers ``"neuron"``). This one is gloo over host copies: every collective copies its emu
+tensors to the host, runs gloo's collective there, and copies the results back, so
+``init_process_group("emu")``, DDP and FSDP run their real device path on a machine without an
+accelerator, with the host's exact arithmetic.
+
+Each collective completes before it returns (its work is already done): a rank that never
+arrives blocks the others in gloo until the process group's timeout, as on a real device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+__all__ = ["register_process_group"]
+
+NAME = "emu"
+
+
+def _done(result: Any) -> Any:
+    from torch._C._distributed_c10d import _create_work_from_future
+    from torch.futures import Future
+
+    future: Future = Future()
+    future.set_result(result)
+    return _create_work_from_future(future)
+
+
+def _host(tensors: Sequence[Any]) -> list[Any]:
+    return [t.detach().to("cpu") for t in tensors]
+
+
+def _back(devices: Sequence[Any], hosts: Sequence[Any]) -> None:
+    for device, host in zip(devices, hosts, strict=True):
+        device.copy_(host)
+
+
+def _process_group_class() -> type:
+    import torch.distributed as dist
+
+    class EmuProcessGroup(dist.ProcessGroup):
+        """gloo over host copies (see the module docstring)."""
+
+        def __init__(self, store: Any, rank: int, size: int, timeout: Any) -> None:
+            super().__init__(rank, size)
+            self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+
+        def getBackendName(self) -> str:
+            return NAME
+
+        def _on_host(self, run: Callable[[], Any], devices: Sequence[Any], hosts: Sequence[Any]) -> Any:
+            run().wait()
+            _back(devices, hosts)
+            return _done(list(devices))
+
+        def allreduce(self, tensors: list[Any], opts: Any) -> Any:
+            hosts = _host(tensors)
+            return self._on_host(lambda: self._gloo.allreduce(hosts, opts), tensors, hosts)
+
+        def broadcast(self, tensors: list[Any], opts: Any) -> Any:
+            hosts = _host(tensors)
+            return self._on_host(lambda: self._gloo.broadcast(hosts, opts), tensors, hosts)
+
+        def allgather(self, outputs: list[list[Any]], inputs: list[Any], opts: Any) -> Any:
+            host_out = [_host(row) for row in outputs]
+            host_in = _host(inputs)
+            self._gloo.allgather(host_out, host_in, opts).wait()
+            for row, host_row in zip(outputs, host_out, strict=True):
+                _back(row, host_row)
+            return _done(outputs)
+
+        def _allgather_base(self, output: Any, input: Any, opts: Any) -> Any:
+            (host_out,), (host_in,) = _host([output]), _host([input])
+            return self._on_host(lambda: self._gloo._allgather_base(host_out, host_in, opts), [output], [host_out])
+
+        def reduce_scatter(self, outputs: list[Any], inputs: list[list[Any]], opts: Any) -> Any:
+            host_out = _host(outputs)
+            host_in = [_host(row) for row in inputs]
+            return self._on_host(lambda: self._gloo.reduce_scatter(host_out, host_in, opts), outputs, host_out)
+
+        def _reduce_scatter_base(self, output: Any, input: Any, opts: Any) -> Any:
+            (host_out,), (host_in,) = _host([output]), _host([input])
+            run = lambda: self._gloo._reduce_scatter_base(host_out, host_in, opts)  # noqa: E731
+            return self._on_host(run, [output], [host_out])
+
+        def alltoall_base(self, output: Any, input: Any, out_splits: list[int], in_splits: list[int],
+                          opts: Any) -> Any:  # fmt: skip
+            (host_out,), (host_in,) = _host([output]), _host([input])
+            run = lambda: self._gloo.alltoall_base(host_out, host_in, out_splits, in_splits, opts)  # noqa: E731
+            return self._on_host(run, [output], [host_out])
+
+        # the names torch.distributed's functions call in this release, beside the older ones
+        def all_gather_single(self, output: Any, input: Any, opts: Any = None) -> Any:
+            return self._allgather_base(output, input, opts if opts is not None else dist.AllgatherOptions())
+
+        def reduce_scatter_single(self, output: Any, input: Any, opts: Any = None) -> Any:
+            return self._reduce_scatter_base(output, input, opts if opts is not None else dist.ReduceScatterOptions())
+
+        def all_to_all_single(self, output: Any, input: Any, out_splits: list[int], in_splits: list[int],
+                              opts: Any = None) -> Any:  # fmt: skip
+            opts = opts if isinstance(opts, dist.AllToAllOptions) else dist.AllToAllOptions()
+            return self.alltoall_base(output, input, list(out_splits), list(in_splits), opts)
+
+        def barrier(self, opts: Any) -> Any:
+            self._gloo.barrier(opts).wait()
+            return _done(None)
+
+    return EmuProcessGroup
+
+
+def register_process_group() -> None:
+    """Register the ``emu`` process-group backend for the ``emu`` device (idempotent; nothing
+    where this torch has no ``torch.distributed``)."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or NAME in dist.Backend.backend_list:
+        return
+    made: list[type] = []
+
+    def create(store: Any, rank: int, size: int, timeout: Any) -> Any:
+        if not made:
+            made.append(_process_group_class())
+        return made[0](store, rank, size, timeout)
+
+    dist.Backend.register_backend(NAME, create, devices=[NAME])
