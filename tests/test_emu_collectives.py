@@ -1,5 +1,6 @@
 """The test device's process-group backend (``emu``, gloo over host copies): two ranks on the
-device run every collective to its analytic value (rank-distinct ramps), and three DDP steps on
+device run every collective to its analytic value (rank-distinct ramps), a device mesh over them
+finds its group, and three DDP steps on
 the device end where the same job on the CPU with gloo ends, and where one process on the
 global batch ends (within float32 rounding)."""
 
@@ -55,7 +56,7 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
 def test_every_collective_on_the_device_gives_its_analytic_value(jobs):
     ramps = [_ramp(r) for r in range(WORLD)]
     for rank, got in enumerate(jobs["emu"]):
-        assert got["backend"] == "emu"
+        assert got["backend"] == "emu" and got["mesh_group"]  # a device mesh finds the device's group by name
         assert got["all_reduce_sum"] == [sum(col) for col in zip(*ramps, strict=True)]
         assert got["all_reduce_avg"] == [sum(col) / WORLD for col in zip(*ramps, strict=True)]
         assert got["all_reduce_max"] == [max(col) for col in zip(*ramps, strict=True)]
@@ -66,8 +67,9 @@ def test_every_collective_on_the_device_gives_its_analytic_value(jobs):
         assert got["reduce_scatter"] == summed[2 * rank : 2 * rank + 2]
         assert got["broadcast"] == ramps[1]
         assert got["all_to_all"] == [x for r in range(WORLD) for x in long[r][2 * rank : 2 * rank + 2]]
-    assert [{k: v for k, v in g.items() if k != "backend"} for g in jobs["emu"]] == [
-        {k: v for k, v in g.items() if k != "backend"} for g in jobs["cpu"]
+    same = ("backend", "mesh_group")
+    assert [{k: v for k, v in g.items() if k not in same} for g in jobs["emu"]] == [
+        {k: v for k, v in g.items() if k not in same} for g in jobs["cpu"]
     ]
 
 

@@ -52,6 +52,17 @@ def _process_group_class() -> type:
         def getBackendName(self) -> str:
             return NAME
 
+        # a Python process group keeps its own name (a device mesh, FSDP's, looks groups up by it)
+        def _set_group_name(self, name: str) -> None:
+            self._emu_group_name = name
+
+        def getGroupName(self) -> str:
+            return getattr(self, "_emu_group_name", "")
+
+        @property
+        def group_name(self) -> str:
+            return self.getGroupName()
+
         def _on_host(self, run: Callable[[], Any], devices: Sequence[Any], hosts: Sequence[Any]) -> Any:
             run().wait()
             _back(devices, hosts)
