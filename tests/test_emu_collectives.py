@@ -1,8 +1,7 @@
 """The test device's process-group backend (``emu``, gloo over host copies): two ranks on the
 device run every collective to its analytic value (rank-distinct ramps), a device mesh over them
-finds its group, and three DDP steps on
-the device end where the same job on the CPU with gloo ends, and where one process on the
-global batch ends (within float32 rounding)."""
+finds its group, and three DDP steps on the device end where the same job on the CPU with gloo
+ends, and where one process on the global batch ends (within float32 rounding)."""
 
 from __future__ import annotations
 
