@@ -131,6 +131,7 @@ _SHARED_WORK = {
     "test_correctness_faults.py",
     "test_emu_device.py",
     "test_emu_collectives.py",
+    "test_fit.py",
     "test_layers.py",
     "test_localization.py",
     "test_localize_records.py",
