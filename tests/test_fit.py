@@ -120,6 +120,8 @@ def test_an_allocation_the_prediction_cannot_see_is_caught_on_the_target(tmp_pat
     assert not by_batch[16]["fits"] and by_batch[16]["measured"] > 60 * 1024**2
     assert any("did not fit on emu (measured " in note for note in result["notes"]), result["notes"]
     assert result["verification"].startswith("measured on emu at each edge: batch 8 x seq 64") and edge["verified"]
+    # a what-if keeps the memory the target showed and the prediction did not: none is said to fit
+    assert edge["moves"] and all("still would not fit" in move for move in edge["moves"]), edge["moves"]
     # the second calibration probe lands on batch 64, far above its prediction: not used to calibrate
     assert result["calibration"].startswith("one probe:"), result["calibration"]
     assert any("not used to calibrate" in note for note in result["notes"]), result["notes"]

@@ -263,7 +263,10 @@ def fit_workload(
     points = points_now()
     edges = [replace(e, verified=e.seq in verified) for e in _edges(points, capacity)]
     if not probing:
-        verification = "not verified: predicted only"
+        verification = "not verified: " + (
+            "predicted only" if calibration.startswith("none: predicted only") or target.device == "cpu" or
+            not settings["probes"] else "the first probe failed, so no edge was measured"
+        )  # fmt: skip
     else:
         unverified = [e for e in edges if e.batch is not None and not e.verified]
         verification = f"measured on {target.spec} at each edge: " + ("; ".join(verified.values()) or "none")
@@ -320,18 +323,22 @@ def _moves(
         answers = _predict(PredictEach(tuple(replace(job, **change) for _, change in variants)), timeout)
     except WorkloadError as exc:
         answers = [{"error": exc.message}] * len(variants)
+    # memory the target showed at that batch and the prediction did not (a workspace, a hidden
+    # buffer) is added to every what-if as it is: none of them is known to move it
+    unseen = 0
+    if there.measured is not None and there.measured > 1.5 * max(there.expected, 1):
+        unseen = there.measured - there.expected
+        notes.append(
+            f"batch {point[0]} measured {human_bytes(there.measured)} on the target where "
+            f"{human_bytes(there.expected)} was expected: each what-if adds the {human_bytes(unseen)} the prediction "
+            "cannot see"
+        )
     moves = []
     for (what, _), answer in zip(variants, answers, strict=True):
         if isinstance(answer, dict):
             moves.append(f"{what}: not predicted ({answer['error'][:120]})")
             continue
-        expected = int(offset + slope * answer[0]["peak"])
+        expected = int(offset + slope * answer[0]["peak"]) + unseen
         verdict = "would fit" if expected <= capacity else "still would not fit"
         moves.append(f"{what}: {human_bytes(expected)} expected at batch {point[0]} ({verdict}; predicted, not probed)")
-    if there.measured is not None and there.measured > 1.5 * max(there.expected, 1):
-        notes.append(
-            f"what would let batch {point[0]} fit is predicted, but batch {point[0]} measured "
-            f"{human_bytes(there.measured)} on the target where {human_bytes(there.expected)} was expected: memory "
-            "the prediction cannot see, which those changes may not move"
-        )
     return [replace(e, moves=tuple(moves)) if e is edge else e for e in edges]
