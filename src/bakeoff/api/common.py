@@ -37,26 +37,9 @@ def _store_for(db: PathLike | None) -> Any:
     Raises:
         StoreError: the database cannot be opened, or cannot be written.
     """
-    from pathlib import Path
-
-    from bakeoff.errors import StoreError
-    from bakeoff.store.connection import resolve_db_url
     from bakeoff.store.db import Store
 
-    url = resolve_db_url(db)
-    if url.startswith("sqlite:///"):
-        path = Path(url.removeprefix("sqlite:///"))
-        folder = path.parent
-        if path.is_dir():
-            raise StoreError(f"database path {path} is a directory", hint="pass a file path, e.g. --db results.db")
-        if not folder.is_dir():
-            raise StoreError(f"directory {folder} does not exist", hint="create it or choose another --db path")
-        if path.is_symlink() and not path.exists():
-            raise StoreError(f"database path {path} is a link to nothing", hint="choose another --db path")
-        if not os.access(folder, os.W_OK):
-            raise StoreError(f"directory {folder} cannot be written", hint="choose another --db path")
-        if path.is_file() and not os.access(path, os.W_OK):
-            raise StoreError(f"database {path} cannot be written", hint="make it writable or choose another --db path")
+    Store.check_writable(db)
     if _would_create(db):
         return lambda: Store.open(db)
     return Store.open(db)

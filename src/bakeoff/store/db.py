@@ -117,14 +117,7 @@ class Store(SweepTables):
         is_sqlite = url.startswith("sqlite:///")
         if is_sqlite:
             path = Path(url.removeprefix("sqlite:///"))
-            if path.exists() and path.is_dir():
-                raise StoreError(f"database path {path} is a directory", hint="pass a file path, e.g. --db results.db")
-            if not create and not path.exists():
-                raise StoreError(f"no database at {path}", hint="check --db / BAKEOFF_DB, or run a trial first")
-            if not path.parent.exists():
-                raise StoreError(
-                    f"directory {path.parent} does not exist", hint="create it or choose another --db path"
-                )
+            _check_sqlite_path(path, create)
             default_artifacts = path.with_name(path.name + ".artifacts")
         else:
             default_artifacts = Path("bakeoff-artifacts").resolve()
@@ -139,6 +132,19 @@ class Store(SweepTables):
             engine.dispose()
             raise
         return store
+
+    @staticmethod
+    def check_writable(db: str | os.PathLike[str] | None = None) -> None:
+        """Refuse, before any work, a SQLite database that a run could not be written to: the
+        path is a directory or a link to nothing, its directory is missing or cannot be written,
+        or the file cannot be written. A server database is judged when it is opened.
+
+        Raises:
+            StoreError: what is wrong with the path.
+        """
+        url = resolve_db_url(db)
+        if url.startswith("sqlite:///"):
+            _check_sqlite_path(Path(url.removeprefix("sqlite:///")), create=True, write=True)
 
     @property
     def is_sqlite(self) -> bool:
@@ -402,3 +408,26 @@ class Store(SweepTables):
     def merge_tags(self, conn: Any, run_id: str, tags: list[str]) -> int:
         """Add the tags run ``run_id`` lacks; how many went in."""
         return insert_missing_tags(conn, run_id, tags)
+
+
+def _check_sqlite_path(path: Path, create: bool, write: bool = False) -> None:
+    """What :meth:`Store.open` (and, with ``write``, :meth:`Store.check_writable`) refuses of a
+    SQLite path, each in one line.
+
+    Raises:
+        StoreError: what is wrong with the path.
+    """
+    if path.is_dir():
+        raise StoreError(f"database path {path} is a directory", hint="pass a file path, e.g. --db results.db")
+    if not create and not path.exists():
+        raise StoreError(f"no database at {path}", hint="check --db / BAKEOFF_DB, or run a trial first")
+    if not path.parent.exists():
+        raise StoreError(f"directory {path.parent} does not exist", hint="create it or choose another --db path")
+    if not write:
+        return
+    if path.is_symlink() and not path.exists():
+        raise StoreError(f"database path {path} is a link to nothing", hint="choose another --db path")
+    if not os.access(path.parent, os.W_OK):
+        raise StoreError(f"directory {path.parent} cannot be written", hint="choose another --db path")
+    if path.is_file() and not os.access(path, os.W_OK):
+        raise StoreError(f"database {path} cannot be written", hint="make it writable or choose another --db path")
