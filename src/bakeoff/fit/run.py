@@ -129,10 +129,9 @@ def _edges(points: Sequence[FitPoint], capacity: int) -> list[FitEdge]:
             edges.append(FitEdge(seq, None, beyond=beyond))
             continue
         edge = fitting[-1]
-        peak = edge.measured if edge.measured is not None else edge.expected
         parts = edge.parts or {}
         dominates = max(parts, key=parts.get) if parts else ""
-        edges.append(FitEdge(seq, edge.batch, (capacity - peak) / capacity, dominates, beyond))
+        edges.append(FitEdge(seq, edge.batch, (capacity - edge.peak) / capacity, dominates, beyond))
     return edges
 
 
@@ -162,7 +161,8 @@ def fit_workload(
     job = Predict(workload_spec, tuple(wanted), target.torch_device, dtype, training, optimizer, amp=target.amp)
     predicted = _predict(job, timeout)
     predict_s = time.monotonic() - started
-    probing = settings["probes"] and target.device != "cpu"
+    planned = settings["probes"] and target.device != "cpu"  # the CPU reports no allocator peak
+    probing = planned
     capacity, capacity_from = settings["memory"], "--memory"
     if capacity is None and target.device in ("cpu", "emu"):
         total = host_memory()
@@ -263,10 +263,8 @@ def fit_workload(
     points = points_now()
     edges = [replace(e, verified=e.seq in verified) for e in _edges(points, capacity)]
     if not probing:
-        verification = "not verified: " + (
-            "predicted only" if calibration.startswith("none: predicted only") or target.device == "cpu" or
-            not settings["probes"] else "the first probe failed, so no edge was measured"
-        )  # fmt: skip
+        verification = "not verified: " + ("the first probe failed, so no edge was measured" if planned else
+                                           "predicted only")  # fmt: skip
     else:
         unverified = [e for e in edges if e.batch is not None and not e.verified]
         verification = f"measured on {target.spec} at each edge: " + ("; ".join(verified.values()) or "none")

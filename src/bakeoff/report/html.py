@@ -26,7 +26,7 @@ from bakeoff.report.evidence import Evidence, answers_for, check_lines, scenario
 from bakeoff.report.figures import requirement_figures, settings_line, speed_caveat, with_level
 from bakeoff.results.strictjson import for_display
 from bakeoff.results.values import RunResult, TargetResult
-from bakeoff.scenarios.fit import FitResult, fit_of
+from bakeoff.scenarios.fit import FitResult, fit_of, map_rows
 from bakeoff.units import duration, human_bytes
 
 __all__ = ["figures_for_run", "history_figures", "render_html", "safe_json"]
@@ -203,27 +203,22 @@ def _fit_map(label: str, fitted: FitResult) -> tuple[str, dict[str, Any]]:
     each cell its peak as a share of the capacity (measured where a probe ran, else expected);
     green where it fits, red where it does not (a point the target refused or failed on is red
     whatever its figure)."""
-    on_grid = [p for p in fitted.points if p.grid]  # a required point off the grid is in no row
-    batches = sorted({p.batch for p in on_grid})
-    seqs = list(dict.fromkeys(p.seq for p in on_grid))
-    at = {(p.batch, p.seq): p for p in on_grid}
+    batches, rows = map_rows(fitted)
+    seqs = [seq for seq, _ in rows]
     z: list[list[float | None]] = []
     text: list[list[str]] = []
-    for seq in seqs:
-        shares, words = [], []
-        for batch in batches:
-            point = at.get((batch, seq))
+    for _, points in rows:
+        shares: list[float | None] = []
+        words = []
+        for point in points:
             if point is None:
                 shares.append(None)
                 words.append("")
                 continue
-            peak = point.measured if point.measured is not None else point.expected
-            share = peak / fitted.capacity
+            share = point.peak / fitted.capacity
             # the scale turns red at 1: a point that does not fit is drawn at or above it
             shares.append(min(share, 0.999) if point.fits else max(min(share, 2.0), 1.0))
-            said = "out of memory" if point.out_of_memory else "failed" if point.error else human_bytes(peak)
-            said += " (timed out)" if point.timed_out else ""
-            words.append(_t(said + (" (measured)" if point.measured is not None else "")))
+            words.append(_t(point.word() + (" (measured)" if point.measured is not None else "")))
         z.append(shares)
         text.append(words)
     edges = "; ".join(

@@ -25,7 +25,7 @@ from bakeoff.analysis.requirements import SINGLE_OBSERVATION, requirement_state
 from bakeoff.report.evidence import Answer, Evidence, answers_for, check_lines, scenario_rows
 from bakeoff.report.figures import confidence_of, requirement_figures, speed_caveat
 from bakeoff.results.values import TargetResult
-from bakeoff.scenarios.fit import FitResult, fit_of
+from bakeoff.scenarios.fit import FitResult, fit_of, map_rows
 from bakeoff.units import clip, duration, human_bytes
 from bakeoff.verdicts.decision import Decision
 
@@ -282,22 +282,17 @@ def _detail_lines(r: TargetResult) -> list[str]:
 def _fit_table(fitted: FitResult) -> list[str]:
     """The fit map: one row per sequence length, one column per batch, each cell the peak
     (measured where a probe ran, marked \\*) and whether it fits."""
-    on_grid = [p for p in fitted.points if p.grid]  # a required point off the grid is in no row
-    batches = sorted({p.batch for p in on_grid})
-    at = {(p.batch, p.seq): p for p in on_grid}
-    rows = []
-    for seq in dict.fromkeys(p.seq for p in on_grid):
-        row = ["own" if seq is None else str(seq)]
-        for batch in batches:
-            point = at.get((batch, seq))
-            if point is None:
-                row.append("")
-                continue
-            peak = point.measured if point.measured is not None else point.expected
-            said = "out of memory" if point.out_of_memory else "failed" if point.error else human_bytes(peak)
-            said += " (timed out)" if point.timed_out else ""
-            row.append(md(said) + ("\\*" if point.measured is not None else "") + ("" if point.fits else " **no**"))
-        rows.append(row)
+    batches, grid = map_rows(fitted)
+    rows = [
+        ["own" if seq is None else str(seq)]
+        + [
+            ""
+            if point is None
+            else md(point.word()) + ("\\*" if point.measured is not None else "") + ("" if point.fits else " **no**")
+            for point in points
+        ]
+        for seq, points in grid
+    ]
     capacity = md(human_bytes(fitted.capacity))
     caption = f"Peak per point, capacity {capacity} (\\*: measured on the target; **no**: does not fit)"
     return [caption, "", *_table(["seq \\ batch", *(str(b) for b in batches)], rows)]

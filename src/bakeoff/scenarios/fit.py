@@ -27,7 +27,7 @@ from bakeoff.scenarios.base import Scenario, ScenarioContext, ScenarioResult
 from bakeoff.units import human_bytes
 
 __all__ = ["Fit", "FitEdge", "FitPoint", "FitRequirement", "FitResult", "edge_words", "fit_of", "judge_point",
-           "requirement_words"]  # fmt: skip
+           "map_rows", "requirement_words"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,19 @@ class FitPoint(Value):
     error: str = ""
     timed_out: bool = False
     grid: bool = True
+
+    @property
+    def peak(self) -> int:
+        """The point's peak as the answer shows it: measured on the target, else expected."""
+        return self.measured if self.measured is not None else self.expected
+
+    def word(self) -> str:
+        """The point in a cell of the map: how it ended on the target, else its peak."""
+        if self.out_of_memory:
+            return "out of memory"
+        if self.error:
+            return "failed"
+        return human_bytes(self.peak) + (" (timed out)" if self.timed_out else "")
 
 
 @dataclass(frozen=True)
@@ -86,9 +99,19 @@ class FitRequirement(Value):
     why: str = ""
 
 
+def map_rows(found: FitResult) -> tuple[list[int], list[tuple[int | None, list[FitPoint | None]]]]:
+    """The map every view draws: its batches (the columns), then per sequence length its grid
+    points in that order (None where the grid has none). A required point off the grid is in no
+    row."""
+    on_grid = [p for p in found.points if p.grid]
+    batches = sorted({p.batch for p in on_grid})
+    at = {(p.batch, p.seq): p for p in on_grid}
+    return batches, [(seq, [at.get((b, seq)) for b in batches]) for seq in dict.fromkeys(p.seq for p in on_grid)]
+
+
 def judge_point(text: str, point: FitPoint, capacity: int) -> FitRequirement:
     """The verdict on a required point, from the point alone (see :class:`FitRequirement`)."""
-    peak = point.measured if point.measured is not None else point.expected
+    peak = point.peak
     if point.out_of_memory:
         return FitRequirement(text, "not met", peak, False, "out of memory", point.error)
     if point.error:
@@ -158,7 +181,7 @@ def _checked(found: FitResult) -> FitResult | None:
     if found.capacity <= 0 or not found.points:
         return None
     for point in found.points:
-        sizes = (point.predicted, point.expected, point.measured if point.measured is not None else 0)
+        sizes = (point.predicted, point.expected, point.peak)
         if point.batch < 1 or (point.seq is not None and point.seq < 1) or min(sizes) < 0:
             return None
     if any(e.margin is not None and not (math.isfinite(e.margin) and e.margin <= 1) for e in found.edges):

@@ -10,21 +10,18 @@ from rich.console import Group
 from rich.table import Table
 
 from bakeoff.report.printable import Shown as Text  # stored text shows its control characters
-from bakeoff.scenarios.fit import FitResult, edge_words, requirement_words
+from bakeoff.scenarios.fit import FitPoint, FitResult, edge_words, map_rows, requirement_words
 from bakeoff.units import human_bytes
 
 __all__ = ["fit_view"]
 
 
-def _cell(point: Any) -> Text:
-    peak = point.measured if point.measured is not None else point.expected
-    if point.out_of_memory:
-        return Text("out of memory", style="red")
-    if point.error:
-        return Text("failed", style="red")
-    if point.timed_out:
-        return Text(human_bytes(peak) + " (timed out)", style="yellow")
-    return Text(human_bytes(peak) + ("*" if point.measured is not None else ""), style="green" if point.fits else "red")
+def _cell(point: FitPoint | None) -> Text | str:
+    if point is None:
+        return ""
+    style = "red" if point.out_of_memory or point.error else "yellow" if point.timed_out else (
+        "green" if point.fits else "red")  # fmt: skip
+    return Text(point.word() + ("*" if point.measured is not None else ""), style=style)
 
 
 def fit_view(result: FitResult) -> Group:
@@ -33,17 +30,13 @@ def fit_view(result: FitResult) -> Group:
     what = "a training step (" + result.optimizer + ")" if result.training else "inference"
     lines: list[Any] = [Text(f"fit of {result.workload} on {result.target}: {what}, capacity "
                              f"{human_bytes(result.capacity)} ({result.capacity_from})")]  # fmt: skip
-    on_grid = [p for p in result.points if p.grid]
-    batches = sorted({p.batch for p in on_grid})
+    batches, rows = map_rows(result)
     table = Table(title="expected peak per point (green: fits; *: measured on the target)", title_justify="left")
     table.add_column("seq \\ batch")
     for batch in batches:
         table.add_column(str(batch), justify="right")
-    by_point = {(p.batch, p.seq): p for p in on_grid}
-    for seq in dict.fromkeys(p.seq for p in on_grid):
-        row: list[Any] = ["(own)" if seq is None else str(seq)]
-        row += [_cell(by_point[(b, seq)]) if (b, seq) in by_point else "" for b in batches]
-        table.add_row(*row)
+    for seq, points in rows:
+        table.add_row("(own)" if seq is None else str(seq), *(_cell(point) for point in points))
     lines.append(table)
     for edge in result.edges:
         lines.append(Text(edge_words(edge)))
