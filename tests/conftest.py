@@ -143,6 +143,7 @@ _SHARED_WORK = {
     "test_checkpoint.py",
     "test_quality.py",
     "test_coldstart.py",
+    "test_dist.py",
     "test_script_launch.py",
     "test_workloads.py",
     "test_suite_grouping.py",

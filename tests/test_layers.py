@@ -60,8 +60,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("launch",),
     # a running service under its traffic: arrival schedules, the open-loop load generator
     ("serve",),
-    # will it fit: peaks predicted under fake tensors, probed on the target in fresh processes
-    ("fit",),
+    # will it fit: peaks predicted under fake tensors, probed on the target in fresh processes;
+    # does it run the same across devices: ranks started, watched and stopped together
+    ("fit", "distributed"),
     # isolation and orchestration of a trial
     ("runner",),
     # coverage sweeps: many trials over a population of workloads, each cell stored as it ends

@@ -21,6 +21,7 @@ _API = (
     "db_upgrade",
     "decide",
     "demo",
+    "dist",
     "exec_script",
     "export_runs",
     "fit",

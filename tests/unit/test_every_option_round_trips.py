@@ -1,4 +1,4 @@
-"""Every option of every command with stored settings (trial, exec, serve, sweep) round-trips: typed on
+"""Every option of every command with stored settings (trial, exec, serve, sweep, dist) round-trips: typed on
 the command line, given to the API, stored in a real knowledge base and read back as ``rerun``
 (or a resumed sweep) reads it, it is the same setting, and it differs from the default (so the
 option was carried, not lost to a default that happens to match).
@@ -31,6 +31,7 @@ from bakeoff.settings import (
     TrialSettings,
     read_options,
 )
+from bakeoff.settings.dist import DIST_OPTIONS
 from bakeoff.settings.exec import run_settings
 from bakeoff.settings.serve import SERVE_OPTIONS, ServeSettings
 from bakeoff.settings.serve import run_settings as serve_run_settings
@@ -43,6 +44,7 @@ COMMANDS: dict[str, tuple[Mapping[str, Option], list[str]]] = {
     "exec": (EXEC_OPTIONS, ["train.py"]),
     "sweep": (SWEEP_OPTIONS, ["arch:base"]),
     "serve": (SERVE_OPTIONS, ["python app.py --port {port}"]),
+    "dist": (DIST_OPTIONS, ["collectives"]),
 }
 #: Commands whose own settings are not stored (a plan's stages store theirs as trials; a
 #: localisation stores its result): the command line and the API must still agree.
@@ -171,6 +173,24 @@ def test_a_serve_option_round_trips_through_the_store_and_rerun(command: str, ke
         assert again == dataclasses.replace(typed, reference="cpu") and getattr(again, keyword) == getattr(
             typed, keyword
         )
+
+
+@pytest.mark.parametrize(("command", "keyword"), [c for c in CASES if c.values[0] == "dist"])
+def test_a_dist_option_round_trips_through_the_store_and_rerun(command: str, keyword: str, tmp_path) -> None:
+    from bakeoff.api import rerun_keywords
+    from bakeoff.distributed.record import dist_run
+    from bakeoff.scenarios.dist import DistResult
+    from bakeoff.target.spec import parse_target
+
+    typed = read_options(DIST_OPTIONS, {keyword: _from_the_command_line(command, keyword)}, "dist")
+    assert typed == read_options(DIST_OPTIONS, {keyword: DIST_OPTIONS[keyword].example}, "dist")  # CLI == API
+    assert typed != read_options(DIST_OPTIONS, {}, "dist")
+    run = dist_run(DistResult("collectives", "cpu", "collectives"), parse_target("cpu"), typed)
+    store = Store.open(tmp_path / "kb.db")
+    store.save_run(run)
+    keywords = rerun_keywords(store.get_run(run.run_id))["dist"]
+    assert (keywords.pop("workload"), keywords.pop("on")) == ("collectives", "cpu")
+    assert keywords == typed
 
 
 @pytest.mark.parametrize(("command", "keyword"), [c for c in CASES if c.values[0] == "sweep"])

@@ -13,6 +13,7 @@ from bakeoff.api.catalogue import checks, demo, targets, workloads
 from bakeoff.api.common import PathLike as PathLike
 from bakeoff.api.coverage_sweeps import SWEEP_TIMING as SWEEP_TIMING
 from bakeoff.api.coverage_sweeps import coverage, sweep, sweep_regressions, sweeps
+from bakeoff.api.distributed import dist
 from bakeoff.api.fitting import fit
 from bakeoff.api.knowledge_base import (
     db_status,
@@ -58,6 +59,7 @@ __all__ = [
     "db_upgrade",
     "decide",
     "demo",
+    "dist",
     "exec_script",
     "export_runs",
     "fit",

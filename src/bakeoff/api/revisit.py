@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from bakeoff.api.common import PathLike
+from bakeoff.api.distributed import dist
 from bakeoff.api.fitting import fit
 from bakeoff.api.knowledge_base import show
 from bakeoff.api.scripts import exec_script
@@ -178,6 +179,8 @@ def rerun_keywords(run: RunResult) -> dict[str, Any]:
         return {"serve": serve_keywords(run), "env": []}
     if run.workload.get("kind") == "fit":
         return {"fit": fit_keywords(run), "env": []}
+    if run.workload.get("kind") == "dist":
+        return {"dist": dist_keywords(run), "env": []}
     return {
         "workload": run.workload["spec"],
         "on": list(dict.fromkeys(r.target.spec for r in run.results if r.variant == "as-is")),
@@ -239,6 +242,26 @@ def fit_keywords(run: RunResult) -> dict[str, Any]:
     except TypeError as exc:  # a setting of another release
         raise SpecError(f"run {run.run_id}: {exc}", hint="repeat it with the same bakeoff fit command") from None
     return {"workload": run.workload["spec"], "on": on, **values}
+
+
+def dist_keywords(run: RunResult) -> dict[str, Any]:
+    """The :func:`dist` keywords that ask a stored ``bakeoff dist`` question again: the same
+    check, target and settings, read back (and checked again) from what it stored.
+
+    Raises:
+        SpecError: a stored setting this release no longer accepts.
+    """
+    from bakeoff.errors import SpecError
+    from bakeoff.settings.dist import DIST_OPTIONS
+    from bakeoff.settings.option import read_options
+
+    stored = dict(run.settings["dist"])
+    on = stored.pop("on")
+    try:
+        values = read_options(DIST_OPTIONS, stored, "stored dist setting")
+    except TypeError as exc:  # a setting of another release
+        raise SpecError(f"run {run.run_id}: {exc}", hint="repeat it with the same bakeoff dist command") from None
+    return {"workload": run.workload["spec"].removeprefix("dist:"), "on": on, **values}
 
 
 def rerun(
@@ -319,6 +342,8 @@ def rerun(
             runs.append(serve_service(**plan["serve"], db=db, progress=progress))
         elif "fit" in plan:  # a fit map: the same grid on the same target
             runs.append(store.get_run(fit(**plan["fit"], db=db, progress=progress).run_id))
+        elif "dist" in plan:  # a distributed check: the same ladder on the same target
+            runs.append(store.get_run(dist(**plan["dist"], db=db, progress=progress).run_id))
         else:
             if isolate is not None:
                 plan["isolate"] = isolate

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from bakeoff.cli import dist as _dist  # noqa: F401  (registers dist)
 from bakeoff.cli import fit as _fit  # noqa: F401  (registers fit)
 from bakeoff.cli import kb as _kb
 from bakeoff.cli import listings as _listings  # noqa: F401  (registers targets, workloads, checks, history, show)

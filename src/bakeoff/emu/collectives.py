@@ -9,16 +9,70 @@ accelerator, with the host's exact arithmetic.
 
 Each collective completes before it returns (its work is already done): a rank that never
 arrives blocks the others in gloo until the process group's timeout, as on a real device.
+
+Seeded faults, for the tests of ``bakeoff dist`` (``BAKEOFF_EMU_DIST_FAULT``, comma-separated):
+
+- ``avg_twice@R``: on rank ``R``, every all_reduce's result is divided by the world size once
+  more (a sum comes back averaged, an average averaged twice);
+- ``bf16_low_bits``: every bfloat16 reduction (all_reduce, reduce_scatter) drops the low four
+  bits of each result's mantissa;
+- ``skip@R:N``: rank ``R`` leaves the job's collectives at its ``N``-th: it returns from it, and
+  from every later one, at once without joining them (the other ranks wait in it: a hang).
 """
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["register_process_group"]
+from bakeoff.errors import SpecError
+
+__all__ = ["ENV_FAULT", "Faults", "register_process_group"]
 
 NAME = "emu"
+ENV_FAULT = "BAKEOFF_EMU_DIST_FAULT"
+_FAULT = re.compile(r"avg_twice@(\d+)|bf16_low_bits|skip@(\d+):([1-9]\d*)")
+
+
+@dataclass(frozen=True)
+class Faults:
+    """The seeded faults of one rank (see the module docstring)."""
+
+    avg_twice: bool = False
+    bf16_low_bits: bool = False
+    skip: int | None = None  # the 1-based number of the first collective this rank does not join
+
+    @classmethod
+    def parse(cls, text: str, rank: int) -> Faults:
+        """``text`` (``BAKEOFF_EMU_DIST_FAULT``) for ``rank``.
+
+        Raises:
+            SpecError: an item that is not one of the faults.
+        """
+        found: dict[str, Any] = {}
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            matched = _FAULT.fullmatch(item)
+            if matched is None:
+                raise SpecError(f"{ENV_FAULT}: {item!r} is not a fault",
+                                hint="use avg_twice@RANK, bf16_low_bits or skip@RANK:N")  # fmt: skip
+            if item == "bf16_low_bits":
+                found["bf16_low_bits"] = True
+            elif matched[1] is not None and int(matched[1]) == rank:
+                found["avg_twice"] = True
+            elif matched[2] is not None and int(matched[2]) == rank:
+                found["skip"] = int(matched[3])
+        return cls(**found)
+
+
+def _low_bits_dropped(tensors: Sequence[Any]) -> None:
+    import torch
+
+    for t in tensors:
+        if t.dtype == torch.bfloat16:
+            t.view(torch.int16).bitwise_and_(~0xF)
 
 
 def _done(result: Any) -> Any:
@@ -48,6 +102,13 @@ def _process_group_class() -> type:
         def __init__(self, store: Any, rank: int, size: int, timeout: Any) -> None:
             super().__init__(rank, size)
             self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+            self._faults = Faults.parse(os.environ.get(ENV_FAULT, ""), rank)
+            self._calls = 0
+
+        def _skipped(self) -> bool:
+            """Count this collective; True when a seeded fault makes this rank leave it out."""
+            self._calls += 1
+            return self._faults.skip is not None and self._calls >= self._faults.skip
 
         def getBackendName(self) -> str:
             return NAME
@@ -63,20 +124,31 @@ def _process_group_class() -> type:
         def group_name(self) -> str:
             return self.getGroupName()
 
-        def _on_host(self, run: Callable[[], Any], devices: Sequence[Any], hosts: Sequence[Any]) -> Any:
+        def _on_host(self, run: Callable[[], Any], devices: Sequence[Any], hosts: Sequence[Any],
+                     reduced: bool = False) -> Any:  # fmt: skip
+            if self._skipped():
+                return _done(list(devices))
             run().wait()
+            if reduced and self._faults.bf16_low_bits:
+                _low_bits_dropped(hosts)
             _back(devices, hosts)
             return _done(list(devices))
 
         def allreduce(self, tensors: list[Any], opts: Any) -> Any:
             hosts = _host(tensors)
-            return self._on_host(lambda: self._gloo.allreduce(hosts, opts), tensors, hosts)
+            work = self._on_host(lambda: self._gloo.allreduce(hosts, opts), tensors, hosts, reduced=True)
+            if self._faults.avg_twice:
+                for t in tensors:
+                    t.div_(self.size())
+            return work
 
         def broadcast(self, tensors: list[Any], opts: Any) -> Any:
             hosts = _host(tensors)
             return self._on_host(lambda: self._gloo.broadcast(hosts, opts), tensors, hosts)
 
         def allgather(self, outputs: list[list[Any]], inputs: list[Any], opts: Any) -> Any:
+            if self._skipped():
+                return _done(outputs)
             host_out = [_host(row) for row in outputs]
             host_in = _host(inputs)
             self._gloo.allgather(host_out, host_in, opts).wait()
@@ -91,12 +163,13 @@ def _process_group_class() -> type:
         def reduce_scatter(self, outputs: list[Any], inputs: list[list[Any]], opts: Any) -> Any:
             host_out = _host(outputs)
             host_in = [_host(row) for row in inputs]
-            return self._on_host(lambda: self._gloo.reduce_scatter(host_out, host_in, opts), outputs, host_out)
+            run = lambda: self._gloo.reduce_scatter(host_out, host_in, opts)  # noqa: E731
+            return self._on_host(run, outputs, host_out, reduced=True)
 
         def _reduce_scatter_base(self, output: Any, input: Any, opts: Any) -> Any:
             (host_out,), (host_in,) = _host([output]), _host([input])
             run = lambda: self._gloo._reduce_scatter_base(host_out, host_in, opts)  # noqa: E731
-            return self._on_host(run, [output], [host_out])
+            return self._on_host(run, [output], [host_out], reduced=True)
 
         def alltoall_base(self, output: Any, input: Any, out_splits: list[int], in_splits: list[int],
                           opts: Any) -> Any:  # fmt: skip
@@ -117,6 +190,8 @@ def _process_group_class() -> type:
             return self.alltoall_base(output, input, list(out_splits), list(in_splits), opts)
 
         def barrier(self, opts: Any) -> Any:
+            if self._skipped():
+                return _done(None)
             self._gloo.barrier(opts).wait()
             return _done(None)
 

@@ -27,7 +27,7 @@ from pathlib import Path
 __all__ = ["KINDS", "host_tag", "owned_tempdir", "remove_stale_tempdirs"]
 
 #: What a directory may hold, as its name says.
-KINDS = ("exec", "worker", "cell", "bisect", "serve", "coldstart", "capture", "inductor")
+KINDS = ("exec", "worker", "cell", "bisect", "serve", "coldstart", "capture", "inductor", "dist")
 _NAME = re.compile(r"bakeoff-(?:" + "|".join(KINDS) + r")-([1-9][0-9]*)-([0-9a-f]{8})-[a-z0-9_]{8}")
 
 

@@ -305,7 +305,9 @@ def build_evidence(
         regressions=tuple(find_regressions(ordered, t)),
         thresholds=t,
         # a fit map measures no correctness or speed: its answer is the map and its requirements
-        decisions={run.run_id: decide_run(run, prices) for run in ordered if run.workload.get("kind") != "fit"},
+        decisions={
+            run.run_id: decide_run(run, prices) for run in ordered if run.workload.get("kind") not in ("fit", "dist")
+        },
         remedies={run.run_id: what_it_takes(run) for run in ordered},
         plans={
             tag: (tuple(r.run_id for r in stages), plan_decision(stages))

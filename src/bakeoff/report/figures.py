@@ -203,6 +203,11 @@ def settings_line(run: Any) -> str | None:
             f"requests, then {service.get('rate')}/s ({service.get('arrivals')}) for {service.get('duration_s')} s, "
             f"each timed from when it was due; objectives: {slo}"
         )
+    spread = run.settings.get("dist")
+    if isinstance(spread, dict):  # bakeoff dist: a job per world size
+        ranks = ", ".join(str(n) for n in spread.get("ranks") or ())
+        return (f"collectives at {ranks} ranks, one process each on the target's process-group backend; "
+                f"{spread.get('iterations')} timed calls per collective, size and dtype")  # fmt: skip
     fitted = run.settings.get("fit")
     if isinstance(fitted, dict):  # bakeoff fit: predicted on the host, probed on the target
         step = f"a training step ({fitted.get('optimizer')})" if fitted.get("training") else "one inference step"

@@ -17,6 +17,7 @@ from bakeoff.entrypoints import PLUGIN_FAILURES, load_plugins, said_by
 from bakeoff.errors import SpecError
 from bakeoff.measure.memory import peak_rss_bytes, reset_peak_rss
 from bakeoff.scenarios.base import MetricSpec, Scenario, ScenarioContext, ScenarioResult, ScenarioSpec, point
+from bakeoff.scenarios.dist import Dist
 from bakeoff.scenarios.fit import Fit
 from bakeoff.scenarios.generation import Generation
 from bakeoff.scenarios.offline import Offline
@@ -44,7 +45,16 @@ __all__ = [
 ENTRY_POINTS = "bakeoff.scenarios"
 
 #: bakeoff's own scenarios, in the order reports list them.
-BUILTIN: tuple[Scenario, ...] = (SingleStream(), Offline(), Server(), Generation(), Training(), Service(), Fit())
+BUILTIN: tuple[Scenario, ...] = (
+    SingleStream(),
+    Offline(),
+    Server(),
+    Generation(),
+    Training(),
+    Service(),
+    Fit(),
+    Dist(),
+)
 
 
 def _peak(key: str) -> Any:

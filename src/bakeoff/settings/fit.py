@@ -12,11 +12,21 @@ from bakeoff.errors import SpecError
 from bakeoff.settings.bounds import TIMEOUT
 from bakeoff.settings.option import Option, texts
 
-__all__ = ["FIT_OPTIONS", "fits_text", "parse_fits", "parse_memory"]
+__all__ = ["FIT_OPTIONS", "fits_text", "parse_fits", "parse_memory", "size_bytes"]
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
 _UNITS = {"b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
           "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}  # fmt: skip
+
+
+def size_bytes(text: str) -> int | None:
+    """``16GiB``, ``500MB``, ``4KiB``, ``2e9`` (bytes) -> bytes; None for anything else (a
+    number beyond 2**62 bytes too)."""
+    found = _SIZE.match(str(text))
+    if found is None:
+        return None
+    number = float(found.group(1)) * _UNITS[(found.group(2) or "B").lower()]
+    return int(number) if math.isfinite(number) and number <= 2**62 else None
 
 
 def parse_memory(text: str) -> int:
@@ -25,13 +35,11 @@ def parse_memory(text: str) -> int:
     Raises:
         SpecError: anything else, or less than one mebibyte.
     """
-    found = _SIZE.match(str(text))
-    if found is None:
+    if _SIZE.match(str(text)) is None:
         raise SpecError(f"--memory {text!r} is not a size", hint="e.g. --memory 16GiB or --memory 500MB")
-    number = float(found.group(1)) * _UNITS[(found.group(2) or "B").lower()]
-    if not math.isfinite(number) or number > 2**62:
+    size = size_bytes(text)
+    if size is None:
         raise SpecError(f"--memory {text!r} is not a device's size", hint="e.g. --memory 16GiB or --memory 500MB")
-    size = int(number)
     if size < 1024**2:
         raise SpecError(f"--memory {text!r} is under a mebibyte", hint="give the device's capacity, e.g. 16GiB")
     return size

@@ -9,6 +9,7 @@ commands' tables (:mod:`.listings`). This package re-exports every view, so call
 from __future__ import annotations
 
 from bakeoff.report.terminal.decision import decision_view, plan_view, remedies_view
+from bakeoff.report.terminal.dist import dist_view
 from bakeoff.report.terminal.fit import fit_view
 from bakeoff.report.terminal.listings import baseline_view, checks_view, history_table, targets_view, workloads_view
 from bakeoff.report.terminal.run import run_view
@@ -19,6 +20,7 @@ __all__ = [
     "buckets_view",
     "checks_view",
     "decision_view",
+    "dist_view",
     "fit_view",
     "history_table",
     "log_view",

@@ -23,9 +23,11 @@ from bakeoff.report.figures import log_fact, settings_line, spans_fact, speed_ca
 from bakeoff.report.printable import Shown as Text  # every line shows the control characters of stored text
 from bakeoff.report.printable import escape
 from bakeoff.report.terminal.decision import decision_view, remedies_view
+from bakeoff.report.terminal.dist import dist_view
 from bakeoff.report.terminal.fit import fit_view
 from bakeoff.report.terminal.sections import STATUS_STYLE, buckets_view, requirements_view, scenarios_view, target_label
 from bakeoff.results.values import Placement, RunResult, TargetResult
+from bakeoff.scenarios.dist import dist_of
 from bakeoff.scenarios.fit import fit_of
 from bakeoff.units import clip, duration, figure, significant
 from bakeoff.verdicts.decision import REHEARSAL, Standing, decide_run, label_of
@@ -309,8 +311,8 @@ def run_view(
     With ``width`` (the terminal's), columns that do not fit are left out, least useful first,
     and a line says so: every figure stays in ``--format json``.
     """
-    if run.workload.get("kind") == "fit":
-        return _fit_run(run, where)
+    if run.workload.get("kind") in ("fit", "dist"):
+        return _answer_run(run, where)
     decision = decide_run(run, prices)
     standings = {s.target: s for s in decision.standings}
     priced = any(s.cost is not None or s.cost_note for s in standings.values())
@@ -386,11 +388,17 @@ def run_view(
     return Group(*parts)
 
 
-def _fit_run(run: RunResult, where: str | None) -> Group:
-    """A stored ``bakeoff fit`` map: its header, then the map as the command printed it (a fit
-    run measures no speed or correctness: the trial's table and decision would say nothing)."""
+def _answer_run(run: RunResult, where: str | None) -> Group:
+    """A stored ``bakeoff fit`` map or ``bakeoff dist`` answer: its header, then the answer as the
+    command printed it (neither times the workload against a baseline: the trial's table and
+    decision would say nothing)."""
     parts: list[Any] = [_header(run)]
     for result in run.results:
+        if run.workload.get("kind") == "dist":
+            found_dist = dist_of(result.scenario("dist"))
+            unreadable = Text(f"{target_label(result)}: the distributed answer is unreadable")
+            parts.append(dist_view(found_dist) if found_dist is not None else unreadable)
+            continue
         found = fit_of(result.scenario("fit"))
         unreadable = Text(f"{target_label(result)}: the fit map is unreadable")
         parts.append(fit_view(found) if found is not None else unreadable)

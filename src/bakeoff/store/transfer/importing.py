@@ -33,7 +33,7 @@ __all__ = ["RERUNNABLE_WHEN_IMPORTED", "ImportSummary", "check_rerunnable", "imp
 # pg_advisory_xact_lock key held while importing, so concurrent imports cannot both add a note
 _IMPORT_LOCK = int.from_bytes(b"bkimport", "big")
 #: Workload kinds bakeoff builds from its own code: the only imported runs ``rerun`` repeats.
-RERUNNABLE_WHEN_IMPORTED = frozenset({"arch"})
+RERUNNABLE_WHEN_IMPORTED = frozenset({"arch", "dist"})
 # the meta row that records where an imported run came from: its key is this and the run id
 _IMPORTED_KEY = "imported:"
 

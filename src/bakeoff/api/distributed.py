@@ -1,0 +1,75 @@
+"""Does it run the same across devices (``bakeoff dist``): :func:`dist` checks every argument
+before any rank starts, then hands the work to :mod:`bakeoff.distributed.run`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from bakeoff.api.common import PathLike, _store_for, _targets
+from bakeoff.errors import SpecError
+from bakeoff.scenarios.dist import DistResult, dist_of
+from bakeoff.settings.dist import DIST_OPTIONS
+from bakeoff.settings.option import describe_options, read_options
+from bakeoff.target.detect import unavailable_reason
+
+__all__ = ["dist"]
+
+#: What ``bakeoff dist`` checks, by the workload named.
+WORKLOADS = ("collectives",)
+
+
+def dist(
+    workload: str = "collectives",
+    on: str = "cpu",
+    *,
+    db: PathLike | None = None,
+    progress: Callable[[str], None] | None = None,
+    **settings: Any,
+) -> DistResult:
+    """Start ``ranks`` processes on one target's process-group backend (the one PyTorch names for
+    its device: gloo on the CPU, nccl on CUDA, the plugin's own for an out-of-tree device) and
+    check every collective against its analytic value at each world size, with its latency
+    percentiles and bus bandwidth; a collective that does not complete is a hang naming it and
+    the ranks that did not arrive. The answer is stored as a run (its ``run_id``).
+
+    Args:
+        workload: ``collectives``.
+        on: one target, e.g. ``cuda`` or ``emu``.
+        db: database path or URL (default ``BAKEOFF_DB`` or ``./bakeoff.db``).
+        progress: called with a short message as each world size starts.
+        {settings}
+
+    Raises:
+        SpecError: bad input (an unknown or unavailable target, a compile backend, several
+            targets, a malformed size or world size).
+    """
+    from bakeoff.distributed.record import dist_run
+    from bakeoff.distributed.run import backend_for, check_collectives
+
+    if workload not in WORKLOADS:
+        raise SpecError(f"bakeoff dist checks {', '.join(WORKLOADS)}, not {workload!r}",
+                        hint="run `bakeoff dist collectives --on TARGET --ranks 2,4`")  # fmt: skip
+    values = read_options(DIST_OPTIONS, settings, "dist setting")
+    targets = _targets(on)
+    if len(targets) != 1:
+        raise SpecError(f"bakeoff dist takes one target, got {len(targets)}", hint="run it once per target")
+    (target,) = targets
+    if target.is_compiled:
+        raise SpecError(f"bakeoff dist runs collectives eagerly: {target.spec} names a compile backend",
+                        hint=f"use --on {target.device}")  # fmt: skip
+    unavailable = unavailable_reason(target)
+    if unavailable is not None:
+        raise SpecError(f"{target.spec} cannot run here: {unavailable}", hint="run `bakeoff targets` to see what can")
+    if backend_for(target.device) is None:
+        raise SpecError(f"PyTorch names no process-group backend for {target.device}",
+                        hint="install the device's plugin, which registers its backend")  # fmt: skip
+    store = _store_for(db)  # one that cannot be written is refused before any rank starts
+    run = dist_run(check_collectives(target, values, progress), target, values)
+    (store() if callable(store) else store).save_run(run)
+    found = dist_of(run.results[0].scenario("dist"))
+    assert found is not None
+    return found
+
+
+dist.__doc__ = (dist.__doc__ or "").replace("{settings}", describe_options(DIST_OPTIONS, " " * 8))

@@ -1,0 +1,65 @@
+"""``bakeoff dist``: does it run the same across devices? A thin command over
+:func:`bakeoff.api.dist`; it registers itself on the command group of :mod:`bakeoff.cli.app`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import click
+
+from bakeoff.cli.app import cli
+from bakeoff.cli.common import EXIT_FAILED, console, db_option, emit_json, format_option, progress, setting_option
+from bakeoff.settings.dist import DIST_OPTIONS
+
+__all__ = ["dist_command"]
+
+_setting = functools.partial(setting_option, DIST_OPTIONS)
+
+
+@cli.command(
+    "dist",
+    epilog="\b\nExamples:\n"
+    "  bakeoff dist collectives --on cuda --ranks 2,4,8\n"
+    "  BAKEOFF_EMU=1 bakeoff dist collectives --on emu --ranks 2,4 --sizes 4KiB,1MiB --dtypes float32,bfloat16",
+)
+@click.argument("workload", default="collectives")
+@click.option("--on", "on", default="cpu", show_default=True, metavar="TARGET", help="The one target, e.g. cuda.")
+@_setting("ranks")
+@_setting("sizes")
+@_setting("dtypes")
+@_setting("iterations")
+@_setting("hang_s")
+@_setting("timeout_s")
+@click.option("--strict", is_flag=True, help="Exit 1 unless every world size passed.")
+@db_option
+@format_option
+def dist_command(workload: str, on: str, strict: bool, db: str | None, fmt: str, **settings: Any) -> None:
+    """Start --ranks processes on the target's process-group backend (the one PyTorch names for
+    its device) and check every collective (all_reduce sum, avg and max, all_gather,
+    reduce_scatter, broadcast, all_to_all, barrier) at each size and dtype against its analytic
+    value: exact where it only moves data, within the dtype's rounding where it sums.
+
+    Each world size is a job of its own, run in turn (a ladder: 'works at 2, hangs at 8'). Each
+    call is timed; the table gives the p50 and p99 of the slowest rank's calls, their ratio (the
+    tail) and the bus bandwidth by nccl-tests' factors. A collective that does not complete
+    within --hang-timeout is a hang naming it, its sequence number and the ranks that did not
+    arrive; every rank is stopped. The answer is stored as a run: `bakeoff show RUN_ID` reads
+    it. Exit code: 0 when the check ran, 1 with --strict when a world size did not pass, 2 on
+    bad input.
+    """
+    from bakeoff import api
+
+    result = api.dist(workload, on, db=db, progress=progress(), **settings)
+    if fmt == "json":
+        emit_json(result.to_dict())
+    else:
+        from bakeoff.report.terminal import dist_view
+        from bakeoff.store.connection import display_db_url, resolve_db_url
+
+        shown = console()
+        shown.print(dist_view(result))
+        shown.print(f"stored in {display_db_url(resolve_db_url(db))}; show again with `bakeoff show {result.run_id}`")
+    if strict and result.verdict != "pass":
+        raise SystemExit(EXIT_FAILED)

@@ -1,0 +1,244 @@
+"""One rank of the collectives check: every collective of :data:`~bakeoff.scenarios.dist.OPS`
+at each dtype and message size, its result against its analytic value, and each call timed.
+
+Each rank holds a rank-distinct ramp (element ``i`` of rank ``r``: ``1 + ((37 i + 101 r) mod
+128) / 128``, exact in bfloat16, float16 and float32, using every mantissa bit bfloat16 has), so
+the expected result of every collective is computed exactly, in float64, from what each rank
+holds. A collective that only moves data (all_gather, broadcast, all_to_all) or picks (max) must
+be exact; a sum may round: each of its ``world - 1`` additions by half a unit in the last place
+of the result, so it is allowed ``world / 2`` units (an average half a unit more, for its
+division). An error is measured in units of the dtype's spacing at the expected value.
+
+A call is timed alone (the device synchronised after it), with the phase record and the input's
+refill outside the timed region; a warm call comes first, untimed. The first and the last call's
+results are checked. A collective that raises ends the rank's job (its process group is not to
+be trusted after it), naming the collective and its sequence number; a rank that made its last
+collective waits for every other one before the group is torn down.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from bakeoff.distributed.ranks import enter, finished
+from bakeoff.scenarios.dist import OPS
+from bakeoff.units import human_bytes
+
+__all__ = ["CollectivesJob", "elements", "expected", "ramp"]
+
+
+def ramp(rank: int, n: int) -> Any:
+    """Rank ``rank``'s ``n`` values (see the module docstring), in float64 (each exact)."""
+    import torch
+
+    return 1 + ((37 * torch.arange(n, dtype=torch.float64) + 101 * rank) % 128) / 128
+
+
+def elements(op: str, size: int, itemsize: int, world: int) -> int:
+    """How many elements each rank's input holds for a message of ``size`` bytes (nccl-tests'
+    size: see :class:`~bakeoff.scenarios.dist.CollectiveCell`), at least one per rank."""
+    n = max(world, size // itemsize // world * world)
+    return n // world if op == "all_gather" else n
+
+
+def expected(op: str, rank: int, world: int, n: int) -> Any:
+    """What rank ``rank`` must hold after ``op`` when each rank ``r`` gave ``ramp(r, n)``, in
+    float64 (exact: the ramps are multiples of 1/128 far from float64's precision)."""
+    import torch
+
+    ramps = torch.stack([ramp(r, n) for r in range(world)])
+    chunk = n // world
+    mine = slice(rank * chunk, (rank + 1) * chunk)
+    if op == "all_reduce_sum":
+        return ramps.sum(0)
+    if op == "all_reduce_avg":
+        return ramps.sum(0) / world
+    if op == "all_reduce_max":
+        return ramps.max(0).values
+    if op == "all_gather":
+        return ramps.flatten()
+    if op == "reduce_scatter":
+        return ramps.sum(0)[mine]
+    if op == "broadcast":
+        return ramps[world - 1]
+    if op == "all_to_all":
+        return ramps[:, mine].flatten()
+    return torch.empty(0, dtype=torch.float64)
+
+
+def tolerance(op: str, world: int) -> float:
+    """Units in the last place a result may be off by (see the module docstring)."""
+    if op in ("all_reduce_sum", "reduce_scatter"):
+        return world / 2
+    return world / 2 + 0.5 if op == "all_reduce_avg" else 0.0
+
+
+@dataclass(frozen=True)
+class CollectivesJob:
+    """Rank ``rank`` of ``world``: meet the others through ``rendezvous`` on the target's device
+    (one device per rank where it has enough, else the target's own), on the process-group
+    backend PyTorch names for that device, and run the check. Returns ``{"backend", "device",
+    "cells": [...]}``: per cell the rank's largest error (ulps) with the element it was at, or
+    the error the collective raised, and each timed call's microseconds."""
+
+    target: Any
+    rank: int
+    world: int
+    rendezvous: str
+    sizes: tuple[int, ...]
+    dtypes: tuple[str, ...]
+    iterations: int
+    pg_timeout_s: float
+    phase: str = "collectives"
+
+    def run(self) -> dict[str, Any]:
+        from datetime import timedelta
+
+        import torch
+        import torch.distributed as dist
+
+        from bakeoff.target.execute import synchronizer
+        from bakeoff.target.plugins import load_plugins
+
+        load_plugins()
+        torch.set_num_threads(1)
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # the ranks meet on this machine's loopback
+        device = rank_device(self.target, self.rank, self.world)
+        backend = dist.get_default_backend_for_device(self.target.device)
+        dist.init_process_group(backend, init_method=f"file://{self.rendezvous}", rank=self.rank,
+                                world_size=self.world, timeout=timedelta(seconds=self.pg_timeout_s))  # fmt: skip
+        sync = synchronizer(self.target)
+        seq = 0
+        cells = []
+        try:
+            for dtype in self.dtypes:
+                for size in self.sizes:
+                    for op in OPS:
+                        if op == "barrier" and (dtype, size) != (self.dtypes[0], self.sizes[0]):
+                            continue  # a barrier has no message: once is enough
+                        cell, seq = self._cell(op, getattr(torch, dtype), size, device, sync, seq)
+                        cells.append({"op": op, "dtype": "" if op == "barrier" else dtype,
+                                      "size": 0 if op == "barrier" else size, **cell})  # fmt: skip
+            finished(seq)
+            _wait_for_every_rank(self.world)
+        finally:
+            dist.destroy_process_group()
+        return {"backend": backend, "device": str(device), "cells": cells}
+
+    def _cell(self, op: str, dtype: Any, size: int, device: Any, sync: Any, seq: int) -> tuple[dict[str, Any], int]:
+        import torch
+
+        n = elements(op, size, torch.tensor([], dtype=dtype).element_size(), self.world)
+        source = ramp(self.rank, n).to(dtype).to(device)
+        want = expected(op, self.rank, self.world, n)
+        call, result = _collective(op, source, self.world)
+        what = op if op == "barrier" else f"{op} {str(dtype).removeprefix('torch.')} {human_bytes(size)}"
+        samples: list[float] = []
+        errors: list[tuple[float, int]] = []
+        for i in range(self.iterations + 1):
+            seq += 1
+            enter(seq, what)
+            began = time.perf_counter()
+            try:
+                call()
+                sync()
+            except Exception as exc:  # the process group is not to be trusted after this: the job ends
+                raise RuntimeError(f"{what} (#{seq}) raised {type(exc).__name__}: {str(exc)[:300]}") from exc
+            spent = time.perf_counter() - began
+            if i > 0:
+                samples.append(round(spent * 1e6, 3))
+            if (i == 0 or i == self.iterations) and result is not None:
+                errors.append(_error(result, want, dtype))
+        worst, at = max(errors, default=(0.0, -1))
+        detail = ""
+        if at >= 0 and worst > 0:
+            got = result.detach().to("cpu", torch.float64).flatten()[at].item()  # type: ignore[union-attr]
+            detail = f"rank {self.rank} element {at}: got {got:.9g}, expected {want[at].item():.9g}"
+        return {
+            "max_error": worst,
+            "tolerance": tolerance(op, self.world),
+            "detail": detail,
+            "samples_us": samples,
+        }, seq
+
+
+def _wait_for_every_rank(world: int) -> None:
+    """Wait, through the process group's store, until every rank has made its last collective:
+    no rank tears the group down under one still waiting in a collective (that rank would see an
+    error where the job hangs). A rank that never gets there is the parent's hang to find."""
+    import torch.distributed as dist
+
+    store = dist.distributed_c10d._get_default_store()
+    store.add("bakeoff-finished", 1)
+    while store.add("bakeoff-finished", 0) < world:
+        time.sleep(0.02)
+
+
+def rank_device(target: Any, rank: int, world: int) -> Any:
+    """The device rank ``rank`` runs on: the target's own index when it names one, else one device
+    per rank where the device type has at least ``world`` of them, else its first."""
+    import torch
+
+    if target.device == "cpu":
+        return torch.device("cpu")
+    if target.index is not None:
+        return torch.device(target.device, target.index)
+    module = getattr(torch, target.device, None)
+    count = getattr(module, "device_count", lambda: 1)()
+    index = rank if count >= world else 0
+    set_device = getattr(module, "set_device", None)
+    if set_device is not None:
+        set_device(index)
+    return torch.device(target.device, index)
+
+
+def _collective(op: str, source: Any, world: int) -> tuple[Any, Any]:
+    """``(call, result)``: a function that refills the buffers from ``source`` and runs ``op``
+    once, and the tensor that holds its result (None for a barrier)."""
+    import torch
+    import torch.distributed as dist
+
+    n = source.numel()
+    if op == "barrier":
+        return dist.barrier, None
+    if op.startswith("all_reduce") or op == "broadcast":
+        buffer = source.clone()
+        reduce_op = {"all_reduce_sum": dist.ReduceOp.SUM, "all_reduce_avg": dist.ReduceOp.AVG,
+                     "all_reduce_max": dist.ReduceOp.MAX}.get(op)  # fmt: skip
+
+        def run() -> None:
+            buffer.copy_(source)
+            if reduce_op is None:
+                dist.broadcast(buffer, src=world - 1)
+            else:
+                dist.all_reduce(buffer, op=reduce_op)
+
+        return run, buffer
+    out = torch.empty(n * world if op == "all_gather" else (n // world if op == "reduce_scatter" else n),
+                      dtype=source.dtype, device=source.device)  # fmt: skip
+    if op == "all_gather":  # this release's names, else the older ones
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        return (lambda: gather(out, source)), out
+    if op == "reduce_scatter":
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        return (lambda: scatter(out, source)), out
+    return (lambda: dist.all_to_all_single(out, source)), out
+
+
+def _error(result: Any, want: Any, dtype: Any) -> tuple[float, int]:
+    """The largest error of ``result`` against ``want`` in units of ``dtype``'s spacing at the
+    expected value, and the element where it is (a value that is not finite: 1e30 units)."""
+    import torch
+
+    got = result.detach().to("cpu", torch.float64).flatten()
+    if got.numel() != want.numel():
+        return 1e30, 0
+    spacing = torch.finfo(dtype).eps * torch.exp2(
+        torch.floor(torch.log2(want.abs().clamp_min(torch.finfo(dtype).tiny)))
+    )
+    units = ((got - want).abs() / spacing).nan_to_num(nan=1e30, posinf=1e30)
+    at = int(units.argmax())
+    return float(units[at]), at

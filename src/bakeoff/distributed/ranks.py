@@ -1,0 +1,193 @@
+"""N ranks of one job, started, watched and stopped together, on the launch spine's workers.
+
+Each rank is a :class:`~bakeoff.launch.process.Worker` (a spawned interpreter that imports
+PyTorch before its job, dies with bakeoff, ignores Ctrl-C, and whose death is classified where
+every worker's is). The ranks meet through a file store in a directory of their own (no port is
+opened beyond gloo's loopback connections). A rank's job writes what it enters to its phase file
+(:func:`enter`: the collective, its sequence number) before each collective; the parent reads the
+phase files while it waits:
+
+- every rank replied: the job's values, rank by rank;
+- a rank raised or died: every other rank is stopped (they would wait in their next collective
+  for it), and the first failure is the job's;
+- no rank entered anything new for ``hang_s`` while some had not replied: a **hang**. Each rank
+  is asked for its Python stack, then every rank is killed. The hang names the lowest-numbered
+  collective a rank was waiting in, the ranks waiting in it and those that did not arrive (still
+  before it, or already past it), from the phase files.
+
+No rank outlives :meth:`RankGroup.run` (a ``kill -9`` of bakeoff included: each worker dies with
+its parent).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any
+
+from bakeoff.launch.job import Outcome, run_inline
+from bakeoff.launch.process import STARTUP_TIMEOUT_S, Worker, leave
+from bakeoff.launch.tempdirs import owned_tempdir
+from bakeoff.scenarios.dist import Hang
+
+__all__ = ["RankGroup", "RanksEnded", "enter", "serve_rank"]
+
+#: How long the other ranks may take to report their own failure after one rank's.
+_AFTER_FAILURE_S = 2.0
+_POLL_S = 0.25
+
+_phase_fd: int | None = None
+
+
+def enter(seq: int, what: str) -> None:
+    """Record, in this rank's phase file, that it enters collective ``seq`` (1-based): one write,
+    outside any timed region. Nothing where no phase file was given (a rank run inline)."""
+    if _phase_fd is not None:
+        os.pwrite(_phase_fd, json.dumps({"seq": seq, "what": what}).encode().ljust(256), 0)
+
+
+def finished(seq: int) -> None:
+    """Record that this rank made its ``seq`` collectives and left the job's last one."""
+    enter(seq, "finished")
+
+
+def serve_rank(conn: Any, phase_file: str, capture_dir: str) -> None:
+    """A rank worker's command loop: one job, with the phase file open for :func:`enter`."""
+    global _phase_fd
+    _phase_fd = os.open(phase_file, os.O_WRONLY | os.O_CREAT, 0o600)
+    while True:
+        command = conn.recv()
+        if command == "close":
+            conn.close()
+            leave()
+        conn.send(run_inline(command))
+
+
+def _read_phase(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_bytes().rstrip() or b"null")
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class RanksEnded:
+    """How the ranks ended: each rank's outcome (``outcomes``, None for a rank stopped by the
+    parent), ``startup_s`` per rank, the ``hang`` when there was one, and the ``stacks`` the hung
+    ranks dumped."""
+
+    outcomes: list[Outcome | None]
+    startup_s: list[float]
+    hang: Hang | None = None
+    stacks: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def failure(self) -> tuple[int, Outcome] | None:
+        """The first rank that raised or died, with its outcome."""
+        return next(((r, o) for r, o in enumerate(self.outcomes) if o is not None and not o.ok), None)
+
+
+def diagnose(phases: dict[int, dict[str, Any] | None], replied: set[int], world: int, after_s: float) -> Hang:
+    """The hang the phase files show: the lowest-numbered collective a rank that has not replied
+    was in, the ranks in it, and where each of the others was."""
+
+    def where(rank: int) -> str:
+        phase = phases.get(rank)
+        if phase is None:
+            return "entered no collective"
+        if phase["what"] == "finished":
+            return f"finished (made {phase['seq']} collectives)"
+        return f"last entered {phase['what']} #{phase['seq']}"
+
+    stuck = {r: p for r, p in phases.items() if r not in replied and p is not None and p["what"] != "finished"}
+    if not stuck:
+        return Hang("(before the first collective)", 0, (), tuple(range(world)),
+                    {str(r): where(r) for r in range(world)}, after_s)  # fmt: skip
+    seq = min(p["seq"] for p in stuck.values())
+    collective = next(p["what"] for p in stuck.values() if p["seq"] == seq)
+    waiting = tuple(sorted(r for r, p in stuck.items() if p["seq"] == seq))
+    missing = tuple(r for r in range(world) if r not in waiting)
+    return Hang(collective, seq, waiting, missing, {str(r): where(r) for r in missing}, after_s)
+
+
+class RankGroup:
+    """``world`` rank workers for one job each (``jobs[rank]``), see the module docstring."""
+
+    def __init__(self, world: int, preload: tuple[str, ...] = ("torch", "torch.distributed")) -> None:
+        self.world = world
+        self.preload = preload
+        self.dir = owned_tempdir("dist")
+
+    @property
+    def rendezvous(self) -> str:
+        """The file the ranks' process group meets through (``file://`` + this)."""
+        return str(self.dir / "rendezvous")
+
+    def run(self, jobs: list[Any], timeout_s: float, hang_s: float) -> RanksEnded:
+        """Start the ranks, give each its job, and wait: see the module docstring. ``timeout_s``
+        bounds the whole job once every rank has started; ``hang_s`` the time without progress."""
+        workers: list[Worker] = []
+        try:
+            started = time.monotonic()
+            workers = [
+                Worker(self.preload, serve=serve_rank, name=f"bakeoff-rank-{rank}") for rank in range(self.world)
+            ]
+            startup: list[float] = []
+            for rank, worker in enumerate(workers):
+                began = worker.started(STARTUP_TIMEOUT_S, f"rank {rank}")
+                startup.append(round(time.monotonic() - started, 3))
+                if not began.ok:
+                    outcomes: list[Outcome | None] = [None] * self.world
+                    outcomes[rank] = began
+                    return RanksEnded(outcomes, startup)
+            for rank, (worker, job) in enumerate(zip(workers, jobs, strict=True)):
+                sent = worker.send(job, f"rank {rank}", job.phase)
+                if not sent.ok:
+                    outcomes = [None] * self.world
+                    outcomes[rank] = sent
+                    return RanksEnded(outcomes, startup)
+            return self._watch(workers, startup, timeout_s, hang_s)
+        finally:
+            for worker in workers:
+                worker.close(kill=True)
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _watch(self, workers: list[Worker], startup: list[float], timeout_s: float, hang_s: float) -> RanksEnded:
+        outcomes: list[Outcome | None] = [None] * self.world
+        replied: set[int] = set()
+        seen: dict[int, Any] = {}
+        deadline = time.monotonic() + timeout_s
+        progress = time.monotonic()
+        failed_at: float | None = None
+        while len(replied) < self.world:
+            pending = {workers[r].conn: r for r in range(self.world) if r not in replied}
+            for conn in wait(list(pending), timeout=_POLL_S):
+                rank = pending[conn]  # type: ignore[index]
+                got = workers[rank].receive(0, f"rank {rank}", "the job")
+                outcome = got.value if got.ok else got  # the worker's reply is the job's outcome
+                outcomes[rank] = outcome
+                replied.add(rank)
+                progress = time.monotonic()
+                if not outcome.ok and failed_at is None:
+                    failed_at = time.monotonic()
+            now = time.monotonic()
+            phases = {r: _read_phase(w.phase_file) for r, w in enumerate(workers)}
+            if phases != seen:
+                seen, progress = phases, now
+            if failed_at is not None and now - failed_at > _AFTER_FAILURE_S:
+                break  # the others wait for the failed rank in their next collective: stop them
+            if len(replied) < self.world and (now - progress > hang_s or now > deadline):
+                after = round(now - progress, 1) if now - progress > hang_s else timeout_s
+                hang = diagnose(phases, replied, self.world, after)
+                stacks = {}
+                for rank in range(self.world):
+                    if rank not in replied:
+                        workers[rank].dump_stack()
+                        stacks[rank] = workers[rank].crash_tail()
+                return RanksEnded(outcomes, startup, hang, stacks)
+        return RanksEnded(outcomes, startup)

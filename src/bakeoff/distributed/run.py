@@ -1,0 +1,108 @@
+"""The ladder of world sizes: for each, a :class:`~bakeoff.distributed.ranks.RankGroup` runs the
+collectives check, and the ranks' figures become one :class:`~bakeoff.scenarios.dist.WorldRun`
+(each call's latency is the slowest rank's; a cell's largest error the worst rank's). A world
+size that fails, hangs or errs does not stop the ladder: "works at 2, hangs at 8" is the finding."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bakeoff.distributed.collectives import CollectivesJob
+from bakeoff.distributed.ranks import RankGroup, RanksEnded
+from bakeoff.scenarios.dist import CollectiveCell, DistResult, WorldRun, busbw_factor, world_verdict
+from bakeoff.stats import percentile
+
+__all__ = ["backend_for", "check_collectives"]
+
+
+def backend_for(device: str) -> str | None:
+    """The process-group backend PyTorch names for ``device`` (gloo for the CPU, nccl for CUDA,
+    the one a plugin registered for its device); None when it names none, or this PyTorch has no
+    ``torch.distributed``."""
+    import torch.distributed as dist
+
+    from bakeoff.target.plugins import load_plugins
+
+    load_plugins()
+    if not dist.is_available():
+        return None
+    try:
+        return str(dist.get_default_backend_for_device(device))
+    except (ValueError, RuntimeError, KeyError):
+        return None
+
+
+def check_collectives(
+    target: Any, settings: dict[str, Any], progress: Callable[[str], None] | None = None
+) -> DistResult:
+    """Every world size of ``settings["ranks"]`` in turn (see the module docstring)."""
+    worlds = []
+    for world in settings["ranks"]:
+        if progress is not None:
+            progress(f"{world} ranks on {target.spec}: collectives")
+        worlds.append(_world(target, world, settings, backend_for(target.device) or ""))
+    notes = ("each call's latency is the slowest rank's; bus bandwidth from the median call by nccl-tests' "
+             "factors; ranks meet through a file store and run one thread each",)  # fmt: skip
+    if settings["iterations"] < 100:
+        notes += (f"p99 of {settings['iterations']} calls is close to the slowest one",)
+    return DistResult("collectives", target.spec, "collectives", tuple(worlds), notes)
+
+
+def _world(target: Any, world: int, settings: dict[str, Any], backend: str) -> WorldRun:
+    began = time.monotonic()
+    group = RankGroup(world)
+    jobs = [
+        CollectivesJob(
+            target,
+            rank,
+            world,
+            group.rendezvous,
+            tuple(settings["sizes"]),
+            tuple(settings["dtypes"]),
+            settings["iterations"],
+            pg_timeout_s=settings["hang_s"] * 4 + 60,
+        )
+        for rank in range(world)
+    ]
+    ended = group.run(jobs, settings["timeout_s"], settings["hang_s"])
+    return world_verdict(_combined(ended, world, round(time.monotonic() - began, 2), backend))
+
+
+def _combined(ended: RanksEnded, world: int, seconds: float, backend: str) -> WorldRun:
+    values = [o.value if o is not None and o.ok else None for o in ended.outcomes]
+    first = next((v for v in values if v is not None), None)
+    backend = first["backend"] if first else backend  # what the ranks ran, else what PyTorch names
+    devices = tuple(v["device"] if v else "?" for v in values)
+    startup = tuple(ended.startup_s)
+    if ended.hang is not None:
+        reason = f"{ended.hang.collective} #{ended.hang.seq} did not complete"
+        return WorldRun(world, "hang", reason, backend, devices, startup_s=startup, seconds=seconds, hang=ended.hang)
+    failure = ended.failure
+    if failure is not None or any(v is None for v in values):
+        rank, outcome = failure if failure is not None else (values.index(None), None)
+        why = outcome.reason() if outcome is not None else "stopped"
+        return WorldRun(world, "error", reason=f"rank {rank}: {why}"[:600], backend=backend, devices=devices,
+                        startup_s=startup, seconds=seconds)  # fmt: skip
+    cells = tuple(_cell([v["cells"][i] for v in values], world) for i in range(len(first["cells"])))  # type: ignore[index]
+    return WorldRun(world, "pass", backend=backend, devices=devices, cells=cells, startup_s=startup, seconds=seconds)
+
+
+def _cell(per_rank: list[dict[str, Any]], world: int) -> CollectiveCell:
+    head = per_rank[0]
+    op, dtype, size = head["op"], head["dtype"], head["size"]
+    worst = max(range(world), key=lambda r: per_rank[r]["max_error"])
+    calls = [max(column) for column in zip(*(c["samples_us"] for c in per_rank), strict=False)]
+    p50 = percentile(calls, 50) if calls else None
+    p99 = percentile(calls, 99) if calls else None
+    algbw = size / (p50 * 1e-6) / 1e9 if p50 and op != "barrier" else None
+    factor = busbw_factor(op, world)
+    return CollectiveCell(
+        op, dtype, size, "pass",
+        max_error=per_rank[worst]["max_error"], tolerance=head["tolerance"],
+        worst_rank=worst if per_rank[worst]["max_error"] > 0 else None, detail=per_rank[worst]["detail"],
+        p50_us=p50, p99_us=p99, algbw_gbs=algbw,
+        busbw_gbs=algbw * factor if algbw is not None and factor is not None else None,
+        iterations=len(calls),
+    )  # fmt: skip

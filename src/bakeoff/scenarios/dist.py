@@ -1,0 +1,212 @@
+"""Does it run the same across devices: the scenario ``bakeoff dist`` records (a trial has none).
+
+``bakeoff dist`` starts the ranks of a job on the target's process-group backend
+(:mod:`bakeoff.distributed`) once per world size of its ladder; its answer is stored as this
+scenario's result so that ``show``, the reports and ``rerun`` read it:
+
+* ``options``: the ``mode``, ``ranks``, ``sizes``, ``dtypes`` and ``iterations``;
+* ``facts``: the whole :class:`DistResult` (per world size: how it ended, every collective's
+  verdict against its analytic value with its latency percentiles and bus bandwidth, each
+  rank's start-up, and for a hang the collective, its sequence number and the ranks that did not
+  arrive).
+
+A verdict is judged again from the stored figures when it is read back (:func:`dist_of`): a
+crafted document's "pass" beside a wrong value is not believed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from bakeoff.codec import Value
+from bakeoff.scenarios.base import Scenario, ScenarioContext, ScenarioResult
+from bakeoff.units import human_bytes
+
+__all__ = ["CollectiveCell", "Dist", "DistResult", "Hang", "WorldRun", "busbw_factor", "cell_words", "dist_of",
+           "world_words"]  # fmt: skip
+
+#: The collectives checked, in the order each rank runs them.
+OPS = ("all_reduce_sum", "all_reduce_avg", "all_reduce_max", "all_gather", "reduce_scatter", "broadcast",
+       "all_to_all", "barrier")  # fmt: skip
+#: How a world size ended, worst first.
+WORST_FIRST = ("hang", "error", "fail", "pass")
+
+
+def busbw_factor(op: str, world: int) -> float | None:
+    """nccl-tests' bus-bandwidth factor: what each rank's link carries per byte of the message
+    (all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast 1); None for a
+    barrier, which carries no message."""
+    if op.startswith("all_reduce"):
+        return 2 * (world - 1) / world
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (world - 1) / world
+    return 1.0 if op == "broadcast" else None
+
+
+@dataclass(frozen=True)
+class CollectiveCell(Value):
+    """One collective at one dtype and message ``size`` (bytes, as nccl-tests counts it: the
+    buffer of an all_reduce or broadcast, the gathered output of an all_gather, the input of a
+    reduce_scatter or all_to_all) over ``iterations`` timed calls after a warm one.
+
+    ``verdict``: **pass** (every rank's result within ``tolerance`` of its analytic value, in
+    units of the dtype's spacing at the result: 0 for a collective that moves data and does no
+    arithmetic), **fail** (``detail`` names the rank, the element, the value and the expected
+    one), **error** (the collective raised on a rank: ``detail``). ``max_error``: the worst
+    rank's largest error in the same units. Latency is per call, the slowest rank's for each
+    call; ``busbw_gbs`` from the median by :func:`busbw_factor`."""
+
+    op: str
+    dtype: str
+    size: int
+    verdict: str
+    max_error: float | None = None
+    tolerance: float = 0.0
+    worst_rank: int | None = None
+    detail: str = ""
+    p50_us: float | None = None
+    p99_us: float | None = None
+    algbw_gbs: float | None = None
+    busbw_gbs: float | None = None
+    iterations: int = 0
+
+    DERIVED = ("tail",)
+
+    @property
+    def tail(self) -> float | None:
+        """p99 over p50: how long the slowest calls take against the typical one."""
+        if self.p50_us is None or self.p99_us is None or self.p50_us <= 0:
+            return None
+        return self.p99_us / self.p50_us
+
+
+@dataclass(frozen=True)
+class Hang(Value):
+    """A collective that did not complete: the lowest-numbered ``collective`` (its ``seq``, 1-based
+    per rank) some rank was waiting in, the ranks ``waiting`` in it, those that did not arrive
+    (``missing``), and where each rank was (``where``: rank -> what it last entered)."""
+
+    collective: str
+    seq: int
+    waiting: tuple[int, ...]
+    missing: tuple[int, ...]
+    where: dict[str, str] = field(default_factory=dict)
+    after_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class WorldRun(Value):
+    """One world size of the ladder: ``verdict`` **pass**, **fail** (a collective gave a wrong
+    value), **hang** (``hang`` says where; every rank was stopped) or **error** (a rank raised or
+    died: ``reason``); ``backend`` the process-group backend the ranks ran, ``devices`` each
+    rank's device, ``startup_s`` each rank's start (spawn to ready, torch imported)."""
+
+    world: int
+    verdict: str
+    reason: str = ""
+    backend: str = ""
+    devices: tuple[str, ...] = ()
+    cells: tuple[CollectiveCell, ...] = ()
+    startup_s: tuple[float, ...] = ()
+    seconds: float = 0.0
+    hang: Hang | None = None
+
+
+@dataclass(frozen=True)
+class DistResult(Value):
+    """``bakeoff dist``'s answer for one target (``run_id``: the run it is stored as)."""
+
+    workload: str
+    target: str
+    mode: str
+    worlds: tuple[WorldRun, ...] = ()
+    notes: tuple[str, ...] = ()
+    run_id: str = ""
+
+    DERIVED = ("verdict",)
+
+    @property
+    def verdict(self) -> str:
+        """The worst world size's verdict ("not run" when there is none)."""
+        found = {w.verdict for w in self.worlds}
+        return next((v for v in WORST_FIRST if v in found), "not run")
+
+
+def judged(cell: CollectiveCell) -> CollectiveCell:
+    """``cell`` with its verdict following from its figures: an error stays an error; otherwise
+    pass exactly when its largest error is within its tolerance."""
+    if cell.verdict == "error" or cell.max_error is None:
+        return cell if cell.verdict == "error" else replace(cell, verdict="error", detail=cell.detail or "no result")
+    return replace(cell, verdict="pass" if cell.max_error <= cell.tolerance else "fail")
+
+
+def world_verdict(world: WorldRun) -> WorldRun:
+    """``world`` with its verdict following from its cells where it ran to the end."""
+    if world.verdict in ("hang", "error"):
+        return world
+    cells = tuple(judged(c) for c in world.cells)
+    if not cells:
+        return replace(world, cells=cells, verdict="error", reason=world.reason or "no collective was measured")
+    bad = [c for c in cells if c.verdict != "pass"]
+    reason = "; ".join(cell_words(c) for c in bad[:3]) + (f"; {len(bad) - 3} more" if len(bad) > 3 else "")
+    return replace(world, cells=cells, verdict="fail" if bad else "pass", reason=reason)
+
+
+def dist_of(scenario: ScenarioResult | None) -> DistResult | None:
+    """The answer a stored ``dist`` scenario holds, its verdicts judged again from its figures
+    (None: not one, or not readable)."""
+    if scenario is None or scenario.name != "dist" or not scenario.facts:
+        return None
+    try:
+        found = DistResult.from_dict(scenario.facts)
+    except (KeyError, TypeError, ValueError):
+        return None
+    if any(w.world < 1 for w in found.worlds):
+        return None
+    return replace(found, worlds=tuple(world_verdict(w) for w in found.worlds))
+
+
+def cell_words(cell: CollectiveCell) -> str:
+    """One collective's verdict in words, with the figure it rests on."""
+    what = cell.op if not cell.size else f"{cell.op} {cell.dtype} {human_bytes(cell.size)}"
+    if cell.verdict == "error":
+        return f"{what}: error: {cell.detail}"
+    if cell.verdict == "fail":
+        return f"{what}: wrong ({cell.detail}; {cell.max_error:.3g} ulp against {cell.tolerance:g} allowed)"
+    return f"{what}: {'exact' if not cell.max_error else f'within {cell.max_error:.3g} ulp'}"
+
+
+def world_words(world: WorldRun) -> str:
+    """One world size in a line: how it ended and why."""
+    head = f"{world.world} ranks ({world.backend or 'no backend'}): {world.verdict}"
+    if world.verdict == "hang" and world.hang is not None:
+        h = world.hang
+        waiting = ", ".join(map(str, h.waiting)) or "none"
+        missing = ", ".join(f"{r} ({h.where.get(str(r), 'no record')})" for r in h.missing) or "none"
+        return (f"{head}: {h.collective} #{h.seq} did not complete within {h.after_s:g} s; waiting in it: "
+                f"rank {waiting}; did not arrive: rank {missing}; every rank was stopped")  # fmt: skip
+    if world.verdict == "pass":
+        exact = sum(1 for c in world.cells if not c.max_error)
+        return f"{head}: {len(world.cells)} collectives right ({exact} exact, the rest within the dtype's rounding)"
+    return f"{head}: {world.reason}"
+
+
+class Dist(Scenario):
+    """See the module docstring."""
+
+    name = "dist"
+    recorded_by = "bakeoff dist"
+
+    def not_applicable(self, context: ScenarioContext) -> str | None:
+        return "distributed parity is checked by bakeoff dist, not in a trial"
+
+    def run(self, context: ScenarioContext, options: dict) -> tuple[dict, dict]:
+        raise NotImplementedError("bakeoff dist starts the ranks")
+
+    def figures(self, result: Any, scenario: ScenarioResult, estimate: Callable[..., str | None]) -> list[str]:
+        found = dist_of(scenario)
+        if found is None:
+            return ["the distributed answer could not be read back"]
+        return [world_words(w) for w in found.worlds]

@@ -1,0 +1,121 @@
+"""``bakeoff dist``'s settings, each written once: its keyword, flag, default, check and help.
+:data:`DIST_OPTIONS` is the table the command line and :func:`bakeoff.api.dist` take theirs from."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from bakeoff.errors import SpecError
+from bakeoff.settings.bounds import TIMEOUT, Bounds
+from bakeoff.settings.fit import size_bytes
+from bakeoff.settings.option import Option, texts
+
+__all__ = ["DIST_OPTIONS", "MAX_RANKS"]
+
+#: The largest world size one machine's ranks are started for.
+MAX_RANKS = 64
+#: The dtypes a collective is checked at.
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _items(value: Any) -> list[str]:
+    return [part.strip() for text in texts(value) for part in str(text).split(",") if part.strip()]
+
+
+def _check_ranks(value: Any, given: Mapping[str, Any]) -> tuple[int, ...]:
+    hint = "e.g. --ranks 2,4,8"
+    found = []
+    for item in _items(value) if not isinstance(value, int) else [str(value)]:
+        if not item.isdigit() or not 2 <= int(item) <= MAX_RANKS:
+            raise SpecError(f"--ranks {item!r} is not a world size from 2 to {MAX_RANKS}", hint=hint)
+        found.append(int(item))
+    if not found:
+        raise SpecError("--ranks names no world size", hint=hint)
+    return tuple(sorted(set(found)))
+
+
+def _check_sizes(value: Any, given: Mapping[str, Any]) -> tuple[int, ...]:
+    hint = "e.g. --sizes 4KiB,1MiB"
+    found = []
+    for item in _items(value) if not isinstance(value, int) else [str(value)]:
+        size = size_bytes(item)
+        if size is None:
+            raise SpecError(f"--sizes {item!r} is not a message size", hint=hint)
+        if not 16 <= size <= 2**30:
+            raise SpecError(f"--sizes {item!r}: a message is checked from 16 B to 1 GiB", hint=hint)
+        found.append(size)
+    if not found:
+        raise SpecError("--sizes names no message size", hint=hint)
+    return tuple(sorted(set(found)))
+
+
+def _check_dtypes(value: Any, given: Mapping[str, Any]) -> tuple[str, ...]:
+    found = _items(value)
+    for item in found:
+        if item not in DTYPES:
+            raise SpecError(
+                f"--dtypes {item!r} is not one of {', '.join(DTYPES)}", hint="e.g. --dtypes float32,bfloat16"
+            )
+    if not found:
+        raise SpecError("--dtypes names no dtype", hint="e.g. --dtypes float32,bfloat16")
+    return tuple(dict.fromkeys(found))
+
+
+#: Every setting of ``bakeoff dist``, in the order its value is checked.
+DIST_OPTIONS: dict[str, Option] = {
+    option.keyword: option
+    for option in (
+        Option(
+            "ranks",
+            "--ranks",
+            "2",
+            "The world sizes to run, smallest first: each a job of its own (a ladder finds 'works at 2, hangs at 8').",
+            _check_ranks,
+            metavar="N[,N...]",
+            example="2,3",
+        ),
+        Option(
+            "sizes",
+            "--sizes",
+            "4KiB,1MiB",
+            "Message sizes of each collective, as nccl-tests counts them (the all_reduce buffer, the gathered output).",
+            _check_sizes,
+            metavar="SIZE[,SIZE...]",
+            example="1KiB,64KiB",
+        ),
+        Option(
+            "dtypes",
+            "--dtypes",
+            "float32,bfloat16",
+            "The dtypes each collective is checked at.",
+            _check_dtypes,
+            metavar="DTYPE[,DTYPE...]",
+            example="float32",
+        ),
+        Option(
+            "iterations",
+            "--iterations",
+            20,
+            "Timed calls of each collective per size and dtype, after a warm one.",
+            bounds=Bounds(int, 1, 100_000, 50),
+            example=5,
+        ),
+        Option(
+            "hang_s",
+            "--hang-timeout",
+            60.0,
+            "Seconds without any rank entering a new collective before the job is a hang (every rank is stopped).",
+            bounds=Bounds(float, 0, 86_400, 60.0, low_open=True, unit="of seconds"),
+            example=30.0,
+        ),
+        Option(
+            "timeout_s",
+            "--timeout",
+            600.0,
+            "Seconds each world size's job may run once its ranks started.",
+            bounds=TIMEOUT,
+            example=120.0,
+        ),
+    )
+}

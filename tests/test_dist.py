@@ -1,0 +1,176 @@
+"""``bakeoff dist``: the collectives check end to end, through the CLI and the knowledge base, on
+the test device's process-group backend and on the CPU's gloo.
+
+Seeded faults (the test device's backend, ``BAKEOFF_EMU_DIST_FAULT``): an all_reduce that averages
+again on rank 1; bfloat16 reductions that drop the low four mantissa bits; a rank that leaves the
+collectives at its fifth (the other waits in it: a hang, named; every rank stopped, also when
+bakeoff itself is killed). Clean controls: the test device at 2 and 4 ranks, and gloo on the CPU
+at 2, whose sums round honestly (within the dtype's rounding, not all exact).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from tests.conftest import EMU_ENV
+
+pytestmark = [pytest.mark.isolated, pytest.mark.emu]
+
+_SMALL = ("--sizes", "64,4KiB", "--dtypes", "float32,bfloat16", "--iterations", "3")
+
+
+def _dist(db: Path, *args: str, fault: str = "", marker: str = "", timeout: float = 300):
+    env = {**os.environ, **EMU_ENV, "BAKEOFF_EMU_DIST_FAULT": fault, "BAKEOFF_TEST_MARK": marker}
+    return subprocess.run([sys.executable, "-m", "bakeoff", "dist", *args, "--db", str(db)], capture_output=True,
+                          text=True, env=env, timeout=timeout)  # fmt: skip
+
+
+def _json(ran: subprocess.CompletedProcess) -> dict:
+    assert ran.stdout.strip(), ran.stderr
+    return json.loads(ran.stdout)
+
+
+def _marked(marker: str) -> list[int]:
+    """Processes whose environment carries ``marker`` (the ranks inherit it), by pid."""
+    found = []
+    needle = f"BAKEOFF_TEST_MARK={marker}".encode()
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if needle in environ.read_bytes().split(b"\0"):
+                found.append(int(environ.parent.name))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Every run the tests read, made once: the clean ladder on the device and on the CPU, each
+    seeded fault, and a hang (with whatever its processes left)."""
+    here = tmp_path_factory.mktemp("dist")
+    db = here / "b.db"
+    found: dict = {"db": db}
+    found["emu"] = _dist(db, "collectives", "--on", "emu", "--ranks", "2,4", *_SMALL, "--format", "json")
+    found["cpu"] = _dist(db, "--on", "cpu", "--ranks", "2", *_SMALL, "--format", "json", "--strict")
+    found["avg"] = _dist(db, "--on", "emu", *_SMALL, "--format", "json", "--strict", fault="avg_twice@1")
+    found["bf16"] = _dist(db, "--on", "emu", *_SMALL, "--format", "json", fault="bf16_low_bits")
+    marker = uuid.uuid4().hex
+    found["hang"] = _dist(db, "--on", "emu", *_SMALL, "--hang-timeout", "4", fault="skip@1:5", marker=marker)
+    found["hang_left"] = _marked(marker)
+    return found
+
+
+def test_every_collective_is_right_on_the_device_at_2_and_4_ranks_and_on_the_cpus_gloo(runs):
+    for name, worlds, backend in (("emu", [2, 4], "emu"), ("cpu", [2], "gloo")):
+        ran = runs[name]
+        assert ran.returncode == 0, ran.stderr
+        found = _json(ran)
+        assert found["verdict"] == "pass" and [w["world"] for w in found["worlds"]] == worlds
+        for world in found["worlds"]:
+            assert world["verdict"] == "pass" and world["backend"] == backend, world["reason"]
+            cells = world["cells"]
+            assert {c["op"] for c in cells} == {"all_reduce_sum", "all_reduce_avg", "all_reduce_max", "all_gather",
+                                                "reduce_scatter", "broadcast", "all_to_all", "barrier"}  # fmt: skip
+            assert len(cells) == 7 * 2 * 2 + 1  # 7 collectives x 2 sizes x 2 dtypes, one barrier
+            for cell in cells:
+                assert cell["verdict"] == "pass" and cell["max_error"] <= cell["tolerance"], cell
+                assert cell["iterations"] == 3 and 0 < cell["p50_us"] <= cell["p99_us"]
+                moves_data = cell["op"] in ("all_gather", "broadcast", "all_to_all", "all_reduce_max")
+                assert not moves_data or cell["max_error"] == 0  # data moved or picked is exact
+                if cell["op"] != "barrier":
+                    assert cell["busbw_gbs"] > 0
+            # the honest control rounds: a bfloat16 sum is not exact, and stays within its allowance
+            rounded = [c for c in cells if c["dtype"] == "bfloat16" and c["op"] == "all_reduce_sum"]
+            assert any(c["max_error"] > 0 for c in rounded), rounded
+            assert len(world["startup_s"]) == world["world"]
+
+
+def test_an_all_reduce_averaged_again_on_one_rank_fails_every_all_reduce_naming_that_rank(runs):
+    ran = runs["avg"]
+    assert ran.returncode == 1, ran.stderr  # --strict
+    (world,) = _json(ran)["worlds"]
+    assert world["verdict"] == "fail"
+    for cell in world["cells"]:
+        if cell["op"].startswith("all_reduce"):
+            assert cell["verdict"] == "fail" and cell["worst_rank"] == 1 and "rank 1 element" in cell["detail"]
+        else:  # the control inside the run: what does not all_reduce is untouched
+            assert cell["verdict"] == "pass", cell
+    assert "all_reduce_sum float32 64 B: wrong (rank 1 element" in world["reason"]
+
+
+def test_bf16_reductions_that_drop_low_bits_fail_and_float32_and_data_moves_do_not(runs):
+    ran = runs["bf16"]
+    assert ran.returncode == 0, ran.stderr  # no --strict: the answer is a fail, the command ran
+    (world,) = _json(ran)["worlds"]
+    assert world["verdict"] == "fail"
+    failed = {(c["op"], c["dtype"]) for c in world["cells"] if c["verdict"] == "fail"}
+    reductions = ("all_reduce_sum", "all_reduce_avg", "all_reduce_max", "reduce_scatter")
+    assert failed == {(op, "bfloat16") for op in reductions}
+    worst = max(c["max_error"] for c in world["cells"] if c["verdict"] == "fail")
+    assert worst > 4  # four bits dropped: several units, far beyond the honest half unit
+
+
+def test_a_rank_that_leaves_the_collectives_is_a_hang_naming_the_collective_and_the_rank(runs):
+    ran = runs["hang"]
+    assert ran.returncode == 0, ran.stderr
+    out = " ".join(ran.stdout.split())
+    assert "2 ranks (emu): hang: all_reduce_avg float32 64 B #5 did not complete within" in out, out  # 4 calls a cell
+    assert "waiting in it: rank 0; did not arrive: rank 1 (finished (made" in out
+    assert "every rank was stopped" in out
+    assert not runs["hang_left"]  # no rank outlives the command
+    run_id = out.rsplit("`bakeoff show ", 1)[1].split("`")[0]
+    shown = subprocess.run([sys.executable, "-m", "bakeoff", "show", run_id, "--db", str(runs["db"]), "--format",
+                            "json"], capture_output=True, text=True, env={**os.environ, **EMU_ENV})  # fmt: skip
+    stored = json.loads(shown.stdout)
+    (result,) = stored["results"]
+    assert result["status"] == "error" and result["error"]["category"] == "timeout"
+    (req,) = result["requirements"]
+    assert req["verdict"] == "not_met" and "hang" in req["reason"]
+    hang = result["scenarios"][0]["facts"]["worlds"][0]["hang"]
+    assert (hang["seq"], hang["waiting"], hang["missing"]) == (5, [0], [1])
+
+
+def test_every_run_is_stored_and_show_reads_the_same_verdicts(runs):
+    for name in ("emu", "avg", "bf16"):
+        found = _json(runs[name])
+        shown = subprocess.run([sys.executable, "-m", "bakeoff", "show", found["run_id"], "--db", str(runs["db"])],
+                               capture_output=True, text=True, env={**os.environ, **EMU_ENV})  # fmt: skip
+        assert shown.returncode == 0, shown.stderr
+        text = " ".join(shown.stdout.split())
+        assert f"dist collectives on emu: {found['verdict']}" in text
+        for world in found["worlds"]:
+            assert f"{world['world']} ranks (emu): {world['verdict']}" in text
+
+
+def test_kill_9_of_bakeoff_during_a_hang_takes_every_rank_with_it(tmp_path):
+    marker = uuid.uuid4().hex
+    env = {**os.environ, **EMU_ENV, "BAKEOFF_EMU_DIST_FAULT": "skip@1:2", "BAKEOFF_TEST_MARK": marker}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bakeoff", "dist", "--on", "emu", "--ranks", "3", *_SMALL, "--hang-timeout", "600",
+         "--db", str(tmp_path / "b.db")],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while len(_marked(marker)) < 4 and time.monotonic() < deadline:  # bakeoff and its three ranks
+            time.sleep(0.5)
+        time.sleep(3)  # the ranks meet and rank 1 leaves; the others wait
+        ranks = [pid for pid in _marked(marker) if pid != process.pid]
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    assert len(ranks) >= 3, ranks
+    for _ in range(20):
+        if not any(Path(f"/proc/{pid}").exists() for pid in ranks):
+            break
+        time.sleep(0.5)
+    assert not [pid for pid in ranks if Path(f"/proc/{pid}").exists()]
+    assert not (tmp_path / "b.db").exists()  # nothing half-stored

@@ -1,0 +1,131 @@
+"""``bakeoff dist``'s rules without starting a rank: the analytic expectations, the rounding
+allowed, the bus-bandwidth factors, the hang's diagnosis from the phase files, verdicts judged
+again from stored figures, the seeded faults' syntax and bad input refused in one line."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tests.conftest import cli_in_process
+
+from bakeoff.distributed.collectives import _error, elements, expected, ramp, tolerance
+from bakeoff.distributed.ranks import diagnose
+from bakeoff.emu.collectives import Faults
+from bakeoff.errors import SpecError
+from bakeoff.scenarios.base import ScenarioResult
+from bakeoff.scenarios.dist import CollectiveCell, DistResult, WorldRun, busbw_factor, dist_of, world_words
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_expectations_are_what_a_simulated_collective_gives(world):
+    n = elements("all_reduce_sum", 96, 4, world)
+    ramps = [ramp(r, n) for r in range(world)]
+    chunk = n // world
+    for rank in range(world):
+        assert torch.equal(expected("all_reduce_sum", rank, world, n), sum(ramps))
+        assert torch.equal(expected("all_reduce_max", rank, world, n), torch.stack(ramps).amax(0))
+        assert torch.equal(expected("broadcast", rank, world, n), ramps[-1])
+        assert torch.equal(expected("reduce_scatter", rank, world, n), sum(ramps)[rank * chunk : (rank + 1) * chunk])
+        moved = torch.cat([r[rank * chunk : (rank + 1) * chunk] for r in ramps])
+        assert torch.equal(expected("all_to_all", rank, world, n), moved)
+        gathered = elements("all_gather", 96, 4, world)
+        assert torch.equal(
+            expected("all_gather", rank, world, gathered), torch.cat([ramp(r, gathered) for r in range(world)])
+        )
+
+
+def test_the_ramps_are_exact_in_every_dtype_and_use_bfloat16s_whole_mantissa():
+    values = ramp(3, 512)
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        assert torch.equal(values.to(dtype).double(), values)
+    assert len({float(v) for v in values}) == 128  # every 1/128 step of [1, 2): all seven mantissa bits
+
+
+def test_an_honest_bf16_sum_is_within_its_allowance_and_dropped_low_bits_are_not():
+    world = 4
+    n = 4096
+    ramps = [ramp(r, n).to(torch.bfloat16) for r in range(world)]
+    honest = ramps[0].clone()
+    for r in ramps[1:]:
+        honest = honest + r  # a sequential sum rounding in bfloat16 at every step
+    want = expected("all_reduce_sum", 0, world, n)
+    error, _ = _error(honest, want, torch.bfloat16)
+    assert 0 < error <= tolerance("all_reduce_sum", world)  # it rounds, and within the allowance
+    dropped = honest.clone()
+    dropped.view(torch.int16).bitwise_and_(~0xF)
+    error, at = _error(dropped, want, torch.bfloat16)
+    assert error > tolerance("all_reduce_sum", world) and at >= 0
+    assert _error(torch.full((n,), float("nan"), dtype=torch.bfloat16), want, torch.bfloat16)[0] == 1e30
+    assert tolerance("all_gather", world) == tolerance("all_reduce_max", world) == 0
+
+
+def test_bus_bandwidth_factors_are_nccl_tests():
+    assert busbw_factor("all_reduce_sum", 4) == 1.5
+    assert busbw_factor("all_gather", 4) == busbw_factor("reduce_scatter", 4) == busbw_factor("all_to_all", 4) == 0.75
+    assert busbw_factor("broadcast", 8) == 1.0 and busbw_factor("barrier", 2) is None
+
+
+def test_a_hang_names_the_lowest_collective_waited_in_and_the_ranks_that_did_not_arrive():
+    phases = {0: {"seq": 7, "what": "all_gather"}, 1: {"seq": 9, "what": "finished"},
+              2: {"seq": 7, "what": "all_gather"}, 3: {"seq": 6, "what": "broadcast"}}  # fmt: skip
+    hang = diagnose(phases, replied=set(), world=4, after_s=5.0)
+    assert (hang.collective, hang.seq) == ("broadcast", 6)  # rank 3 is the furthest behind, waiting in #6
+    assert hang.waiting == (3,) and hang.missing == (0, 1, 2)
+    assert hang.where["1"] == "finished (made 9 collectives)" and hang.where["0"] == "last entered all_gather #7"
+    before = diagnose({0: None, 1: None}, set(), 2, 5.0)
+    assert before.seq == 0 and before.missing == (0, 1) and before.where["0"] == "entered no collective"
+    words = world_words(WorldRun(4, "hang", backend="gloo", hang=hang))
+    assert "broadcast #6 did not complete within 5 s; waiting in it: rank 3; did not arrive: rank 0 (last" in words
+
+
+def _stored(cell: CollectiveCell) -> ScenarioResult:
+    world = WorldRun(2, "pass", backend="emu", cells=(cell,))
+    return ScenarioResult("dist", "ok", facts=DistResult("collectives", "emu", "collectives", (world,)).to_dict())
+
+
+def test_a_stored_pass_beside_a_wrong_figure_is_judged_again():
+    crafted = CollectiveCell("all_reduce_sum", "float32", 64, "pass", max_error=3.0, tolerance=1.0, detail="x")
+    found = dist_of(_stored(crafted))
+    assert found is not None and found.verdict == "fail" and found.worlds[0].cells[0].verdict == "fail"
+    honest = CollectiveCell("all_reduce_sum", "bfloat16", 64, "fail", max_error=0.5, tolerance=1.0)
+    assert dist_of(_stored(honest)).verdict == "pass"  # type: ignore[union-attr]
+    unmeasured = CollectiveCell("all_gather", "float32", 64, "pass")
+    assert dist_of(_stored(unmeasured)).verdict == "fail"  # type: ignore[union-attr]  # no figure, no pass
+    assert dist_of(ScenarioResult("dist", "ok", facts={"worlds": "nonsense"})) is None
+
+
+def test_the_backend_is_the_one_pytorch_names_for_the_device():
+    from bakeoff.distributed.run import backend_for
+
+    assert backend_for("cpu") == "gloo" and backend_for("cuda") == "nccl"
+    assert backend_for("meta") is None  # no backend: refused up front, before a rank starts
+
+
+def test_seeded_faults_parse_per_rank_and_a_bad_one_is_refused():
+    assert Faults.parse("avg_twice@1,skip@0:3", 1) == Faults(avg_twice=True)
+    assert Faults.parse("avg_twice@1,skip@0:3", 0) == Faults(skip=3)
+    assert Faults.parse("bf16_low_bits", 5).bf16_low_bits
+    with pytest.raises(SpecError, match="is not a fault"):
+        Faults.parse("avg_thrice@1", 0)
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["--ranks", "1"], "--ranks '1' is not a world size from 2 to 64"),
+        (["--ranks", "two"], "--ranks 'two' is not a world size"),
+        (["--sizes", "8"], "--sizes '8': a message is checked from 16 B to 1 GiB"),
+        (["--sizes", "lots"], "--sizes 'lots' is not a message size"),
+        (["--dtypes", "int8"], "--dtypes 'int8' is not one of float32, bfloat16, float16"),
+        (["--on", "cpu+inductor"], "bakeoff dist runs collectives eagerly: cpu+inductor names a compile backend"),
+        (["--on", "cpu,cpu?threads=2"], "bakeoff dist takes one target, got 2"),
+        (["--on", "mps"], "mps cannot run here"),
+        (["--hang-timeout", "0"], "--hang-timeout"),
+        (["resnet"], "bakeoff dist checks collectives, not 'resnet'"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_stores_nothing(capsys, tmp_path, args, line):
+    db = tmp_path / "b.db"
+    code, _, err = cli_in_process(capsys, "dist", *args, "--db", str(db))
+    assert code == 2 and line in err, err
+    assert not db.exists()
