@@ -180,3 +180,32 @@ def test_a_fit_map_is_drawn_as_a_heat_map(chromium, tmp_path):
     assert 'class="hm"' in dom, "the heat-map layer was not drawn"
     assert "34.4 MiB" in dom and "1.3 MiB" in dom  # the cells' peaks, written on the map
     assert "Decision</strong>" not in dom  # a map measures no correctness or speed: no decision is claimed
+
+
+def test_a_distributed_checks_bandwidth_and_tail_are_drawn_per_size_with_a_wrong_collective_crossed(chromium, tmp_path):
+    from bakeoff.distributed.record import dist_run
+    from bakeoff.scenarios.dist import CollectiveCell, DistResult, WorldRun
+    from bakeoff.settings.dist import DIST_OPTIONS
+    from bakeoff.settings.option import read_options
+    from bakeoff.store.db import Store
+    from bakeoff.target.spec import parse_target
+
+    def cell(op: str, size: int, p50: float, error: float = 0.0) -> CollectiveCell:
+        speed = size / p50 / 1e3
+        verdict = "pass" if error <= 1 else "fail"
+        return CollectiveCell(op, "float32", size, verdict, error, 1.0, p50_us=p50, p99_us=p50 * 3, busbw_gbs=speed)
+
+    cells = (cell("all_reduce_sum", 4096, 100.0), cell("all_reduce_sum", 1 << 20, 900.0, error=7.0),
+             cell("all_gather", 4096, 80.0), cell("all_gather", 1 << 20, 700.0))  # fmt: skip
+    found = DistResult("collectives", "cpu", "collectives", (WorldRun(2, "fail", "x", "gloo <b>", cells=cells),))
+    run = dist_run(found, parse_target("cpu"), read_options(DIST_OPTIONS, {"sizes": "4KiB,1MiB"}, "dist"))
+    Store.open(tmp_path / "kb.db").save_run(run)
+    page = tmp_path / "report.html"
+    api.report(run_ids=[run.run_id], db=tmp_path / "kb.db", html=page)
+    text = page.read_text()
+    assert "Bus bandwidth of each collective on cpu at 2 ranks (gloo &lt;b&gt;)" in text  # escaped
+    dom = _chromium(chromium, tmp_path, "--dump-dom", page.as_uri()).stdout
+    assert "bus bandwidth: cpu, 2 ranks" in dom and "tail: cpu, 2 ranks" in dom, "plotly drew no dist chart"
+    assert dom.count('class="main-svg"') >= 2
+    assert "Decision</strong>" not in dom  # a distributed check measures no speed against a baseline
+    assert '"symbol":["circle","x"]' in text  # the wrong all_reduce at 1 MiB is crossed

@@ -129,3 +129,29 @@ def test_bad_input_is_one_line_exit_2_and_stores_nothing(capsys, tmp_path, args,
     code, _, err = cli_in_process(capsys, "dist", *args, "--db", str(db))
     assert code == 2 and line in err, err
     assert not db.exists()
+
+
+def test_markdown_and_show_give_each_collectives_verdict_and_a_crafted_pass_is_not_believed(tmp_path):
+    import bakeoff
+    from bakeoff.distributed.record import dist_run
+    from bakeoff.settings.dist import DIST_OPTIONS
+    from bakeoff.settings.option import read_options
+    from bakeoff.store.db import Store
+    from bakeoff.target.spec import parse_target
+
+    right = CollectiveCell("all_gather", "float32", 4096, "pass", 0.0, 0.0, p50_us=80.0, p99_us=120.0, busbw_gbs=0.05)
+    crafted = CollectiveCell("all_reduce_sum", "bfloat16", 1 << 20, "pass", 9.0, 1.0, p50_us=900.0, p99_us=950.0)
+    found = DistResult(
+        "collectives", "cpu", "collectives", (WorldRun(2, "pass", backend="gloo", cells=(right, crafted)),)
+    )
+    run = dist_run(found, parse_target("cpu"), read_options(DIST_OPTIONS, {}, "dist"))
+    Store.open(tmp_path / "kb.db").save_run(run)
+    page = tmp_path / "r.md"
+    bakeoff.report(run_ids=[run.run_id], db=tmp_path / "kb.db", markdown=page)
+    text = page.read_text()
+    assert "| all\\_gather | float32 | 4.0 KiB | **pass** | 0 / 0 | 80 | 120 | 1.5 | 0.05 |" in text
+    assert "| all\\_reduce\\_sum | bfloat16 | 1.0 MiB | **fail** | 9 / 1 |" in text  # judged again from its figures
+    shown = bakeoff.show(run.run_id, db=tmp_path / "kb.db")
+    assert dist_of(shown.results[0].scenario("dist")).verdict == "fail"  # type: ignore[union-attr]
+    (req,) = shown.results[0].requirements
+    assert req["verdict"] == "not_met" and "wrong" in req["reason"]  # the stored requirement says the same

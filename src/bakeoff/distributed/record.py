@@ -15,7 +15,7 @@ from bakeoff.analysis.requirements import Requirement, RequirementCheck
 from bakeoff.env import capture_environment
 from bakeoff.results.values import ErrorInfo, RunResult, TargetResult
 from bakeoff.scenarios.base import ScenarioResult
-from bakeoff.scenarios.dist import DistResult, WorldRun, world_words
+from bakeoff.scenarios.dist import DistResult, WorldRun, world_verdict, world_words
 from bakeoff.store.schema import utc_now
 from bakeoff.target.spec import Target
 
@@ -56,6 +56,7 @@ def dist_run(result: DistResult, target: Target, settings: dict[str, Any]) -> Ru
     """``result`` as a run to store (``settings``: the checked settings, kept under ``dist`` so
     that ``rerun`` asks the same question)."""
     run_id = uuid.uuid4().hex[:12]
+    result = replace(result, worlds=tuple(world_verdict(w) for w in result.worlds))  # verdicts from the figures
     options = {key: list(value) if isinstance(value, tuple) else value for key, value in settings.items()}
     scenario = ScenarioResult("dist", "ok", options=options, facts=replace(result, run_id=run_id).to_dict(),
                               run_seconds=sum(w.seconds for w in result.worlds))  # fmt: skip

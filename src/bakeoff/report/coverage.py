@@ -148,7 +148,7 @@ def coverage_markdown(c: Coverage) -> str:
 
 
 def _heatmap(c: Coverage) -> dict[str, Any]:
-    from bakeoff.report.html import _t
+    from bakeoff.report.charts import plot_text as _t
 
     grid = c.grid()
     workloads = list(grid)

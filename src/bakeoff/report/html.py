@@ -13,7 +13,6 @@ a report of a thousand runs opens quickly.
 
 from __future__ import annotations
 
-import html
 import json
 import secrets
 from collections.abc import Sequence
@@ -22,12 +21,16 @@ from typing import Any
 
 from bakeoff.analysis.requirements import requirement_state
 from bakeoff.checks.registry import guarded, registered_checks
+from bakeoff.report.charts import dist_charts, fit_map
+from bakeoff.report.charts import plot_layout as _layout
+from bakeoff.report.charts import plot_text as _t
 from bakeoff.report.evidence import Evidence, answers_for, check_lines, scenario_rows
 from bakeoff.report.figures import requirement_figures, settings_line, speed_caveat, with_level
 from bakeoff.results.strictjson import for_display
 from bakeoff.results.values import RunResult, TargetResult
-from bakeoff.scenarios.fit import FitResult, fit_of, map_rows
-from bakeoff.units import duration, human_bytes
+from bakeoff.scenarios.dist import dist_of
+from bakeoff.scenarios.fit import fit_of
+from bakeoff.units import duration
 
 __all__ = ["figures_for_run", "history_figures", "render_html", "safe_json"]
 
@@ -55,26 +58,8 @@ def safe_json(value: Any) -> str:
     return text
 
 
-def _t(text: Any) -> str:
-    """A string shown by plotly: entities, so that a tag in a name stays text."""
-    return html.escape(str(text), quote=False)
-
-
 def _label(result: TargetResult) -> str:
     return result.target.spec + (f" [{result.variant}]" if result.variant != "as-is" else "")
-
-
-def _layout(title: str, yaxis: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "title": {"text": _t(title), "font": {"size": 14}},
-        "yaxis": {"title": {"text": yaxis}, "zeroline": False},
-        "margin": {"l": 60, "r": 20, "t": 40, "b": 60},
-        "height": 320,
-        "showlegend": False,
-        "paper_bgcolor": "white",
-        "plot_bgcolor": "#f7f9fb",
-        **extra,
-    }
 
 
 def figures_for_run(run: RunResult) -> list[tuple[str, dict[str, Any]]]:
@@ -171,7 +156,10 @@ def figures_for_run(run: RunResult) -> list[tuple[str, dict[str, Any]]]:
     for r in run.results:
         fitted = fit_of(r.scenario("fit"))
         if fitted is not None and fitted.points:
-            figures.append(_fit_map(_label(r), fitted))
+            figures.append(fit_map(_label(r), fitted))
+        spread = dist_of(r.scenario("dist"))
+        if spread is not None:
+            figures += dist_charts(_label(r), spread)
     for check in registered_checks():  # what the checks draw themselves (training curves, ...)
         figures += guarded(check, "figures", run.results, fallback=[])
     shaped = [r for r in run.results if r.compilation is not None and r.compilation.per_shape]
@@ -196,61 +184,6 @@ def figures_for_run(run: RunResult) -> list[tuple[str, dict[str, Any]]]:
             )
         )
     return figures
-
-
-def _fit_map(label: str, fitted: FitResult) -> tuple[str, dict[str, Any]]:
-    """``bakeoff fit``'s map as a heat-map: one row per sequence length, one column per batch,
-    each cell its peak as a share of the capacity (measured where a probe ran, else expected);
-    green where it fits, red where it does not (a point the target refused or failed on is red
-    whatever its figure)."""
-    batches, rows = map_rows(fitted)
-    seqs = [seq for seq, _ in rows]
-    z: list[list[float | None]] = []
-    text: list[list[str]] = []
-    for _, points in rows:
-        shares: list[float | None] = []
-        words = []
-        for point in points:
-            if point is None:
-                shares.append(None)
-                words.append("")
-                continue
-            share = point.peak / fitted.capacity
-            # the scale turns red at 1: a point that does not fit is drawn at or above it
-            shares.append(min(share, 0.999) if point.fits else max(min(share, 2.0), 1.0))
-            words.append(_t(point.word() + (" (measured)" if point.measured is not None else "")))
-        z.append(shares)
-        text.append(words)
-    edges = "; ".join(
-        f"seq {e.seq}: {e.batch}" if e.seq is not None else f"{e.batch}" for e in fitted.edges if e.batch is not None
-    )
-    caption = (
-        f"Peak memory of {label} per point as a share of its capacity ({human_bytes(fitted.capacity)}, "
-        f"{fitted.capacity_from}): green fits, red does not; (measured) where the target ran it, else predicted "
-        f"on the host and calibrated. Largest batch that fits: {edges or 'none'}"
-    )
-    figure = {
-        "data": [
-            {
-                "type": "heatmap",
-                "x": [str(b) for b in batches],
-                "y": ["own" if s is None else str(s) for s in seqs],
-                "z": z,
-                "text": text,
-                "texttemplate": "%{text}",
-                "hovertemplate": "batch %{x}, seq %{y}: %{text}<extra></extra>",
-                "zmin": 0,
-                "zmax": 2,
-                "colorscale": [[0, "#e8f5e9"], [0.4999, "#2e7d32"], [0.5, "#ef9a9a"], [1, "#b71c1c"]],
-                "colorbar": {"title": {"text": "share of capacity"}},
-            }
-        ],
-        "layout": _layout(
-            f"fit map: {label}", "sequence length", xaxis={"title": {"text": "batch"}, "type": "category"}
-        ),
-    }
-    figure["layout"]["yaxis"]["type"] = "category"
-    return caption, figure
 
 
 def history_figures(evidence: Evidence) -> list[tuple[str, dict[str, Any]]]:

@@ -25,6 +25,7 @@ from bakeoff.analysis.requirements import SINGLE_OBSERVATION, requirement_state
 from bakeoff.report.evidence import Answer, Evidence, answers_for, check_lines, scenario_rows
 from bakeoff.report.figures import confidence_of, requirement_figures, speed_caveat
 from bakeoff.results.values import TargetResult
+from bakeoff.scenarios.dist import DistResult, dist_of
 from bakeoff.scenarios.fit import FitResult, fit_of, map_rows
 from bakeoff.units import clip, duration, human_bytes
 from bakeoff.verdicts.decision import Decision
@@ -269,6 +270,9 @@ def _detail_lines(r: TargetResult) -> list[str]:
     fitted = fit_of(r.scenario("fit"))
     if fitted is not None and fitted.points:
         lines += ["", *_fit_table(fitted)]
+    spread = dist_of(r.scenario("dist"))
+    if spread is not None:
+        lines += ["", *_dist_tables(spread)]
     if r.adjustments:
         lines.append("- adjustments: " + ", ".join(f"{md(x['name'])}={md(x['value'])}" for x in r.adjustments))
     if r.error is not None:
@@ -276,6 +280,29 @@ def _detail_lines(r: TargetResult) -> list[str]:
             f"- **failure** ({md(r.error.category)}{', ' + md(r.error.phase) if r.error.phase else ''}): "
             f"{md(r.error.type)}: {md(clip((r.error.message.splitlines() or [''])[0], 300))}"
         )
+    return lines
+
+
+def _dist_tables(found: DistResult) -> list[str]:
+    """Each world size of a distributed check: every collective's verdict with its error against
+    its allowance, its latency percentiles, tail and bus bandwidth."""
+    lines: list[str] = []
+
+    def figure(value: float | None, form: str) -> str:
+        return "-" if value is None else format(value, form)
+
+    for world in found.worlds:
+        if not world.cells:
+            continue
+        rows = [
+            [md(c.op), md(c.dtype or "-"), md(human_bytes(c.size)) if c.size else "-", f"**{md(c.verdict)}**",
+             "-" if c.max_error is None else f"{c.max_error:.3g} / {c.tolerance:g}", figure(c.p50_us, ".0f"),
+             figure(c.p99_us, ".0f"), figure(c.tail, ".1f"), figure(c.busbw_gbs, ".3g")]
+            for c in world.cells
+        ]  # fmt: skip
+        lines += [f"Collectives at {world.world} ranks ({md(world.backend)}): error in ulp against the allowance", ""]
+        lines += _table(["collective", "dtype", "size", "verdict", "error", "p50 us", "p99 us", "p99/p50", "bus GB/s"],
+                        rows)  # fmt: skip
     return lines
 
 

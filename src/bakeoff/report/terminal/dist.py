@@ -33,7 +33,7 @@ def _table(world: WorldRun) -> Table:
             Text(cell.verdict, style=_STYLE.get(cell.verdict, "")), error,
             _figure(cell.p50_us, ".0f") + (" us" if cell.p50_us is not None else ""),
             _figure(cell.p99_us, ".0f") + (" us" if cell.p99_us is not None else ""),
-            _figure(cell.tail, ".1f"), _figure(cell.busbw_gbs, ".3f"),
+            _figure(cell.tail, ".1f"), _figure(cell.busbw_gbs, ".3g"),
         )  # fmt: skip
     return table
 
