@@ -1,11 +1,14 @@
-"""``bakeoff dist``: the collectives check end to end, through the CLI and the knowledge base, on
-the test device's process-group backend and on the CPU's gloo.
+"""``bakeoff dist``: the collectives check and DDP parity end to end, through the CLI and the
+knowledge base, on the test device's process-group backend and on the CPU's gloo.
 
 Seeded faults (the test device's backend, ``BAKEOFF_EMU_DIST_FAULT``): an all_reduce that averages
 again on rank 1; bfloat16 reductions that drop the low four mantissa bits; a rank that leaves the
 collectives at its fifth (the other waits in it: a hang, named; every rank stopped, also when
 bakeoff itself is killed). Clean controls: the test device at 2 and 4 ranks, and gloo on the CPU
-at 2, whose sums round honestly (within the dtype's rounding, not all exact).
+at 2, whose sums round honestly (within the dtype's rounding, not all exact). DDP: two bfloat16
+steps of a one-layer Llama on the device pass against one float64 process on the global batch and
+the CPU's gloo job (differing from it by rounding); the same faults make rank 1's replica differ
+(named: step, rank, parameter) and the gradient norm leave its band at step 1.
 """
 
 from __future__ import annotations
@@ -65,6 +68,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     marker = uuid.uuid4().hex
     found["hang"] = _dist(db, "--on", "emu", *_SMALL, "--hang-timeout", "4", fault="skip@1:5", marker=marker)
     found["hang_left"] = _marked(marker)
+    ddp = ("arch:llama?layers=1", "--on", "emu?dtype=bfloat16", "--steps", "2", "--format", "json")
+    found["ddp"] = _dist(db, *ddp, "--strict")
+    found["ddp_avg"] = _dist(db, *ddp, fault="avg_twice@1")
+    found["ddp_bf16"] = _dist(db, *ddp, fault="bf16_low_bits")
     return found
 
 
@@ -148,6 +155,37 @@ def test_every_run_is_stored_and_show_reads_the_same_verdicts(runs):
         assert f"dist collectives on emu: {found['verdict']}" in text
         for world in found["worlds"]:
             assert f"{world['world']} ranks (emu): {world['verdict']}" in text
+
+
+def test_ddp_steps_on_the_device_train_as_the_golden_and_the_cpus_gloo_job(runs):
+    ran = runs["ddp"]
+    assert ran.returncode == 0, ran.stderr  # --strict: it passed
+    found = _json(ran)
+    (world,) = found["worlds"]
+    assert found["workload"] == "arch:llama?layers=1" and world["mode"] == "ddp" and world["dtype"] == "bfloat16"
+    assert world["verdict"] == "pass" and len(world["training"]) == 2, world["reason"]
+    for step in world["training"]:
+        reference, _, apart = step["weights"]
+        assert (
+            0 < apart < reference
+        )  # the honest control differs from the CPU's job by rounding, less than bf16 from float64
+        assert abs(step["loss"][2] - step["loss"][0]) < 1e-2 * abs(step["loss"][0])
+
+
+def test_a_rank_whose_all_reduce_averages_again_is_named_with_the_step_and_parameter(runs):
+    world = _json(runs["ddp_avg"])["worlds"][0]
+    assert world["verdict"] == "fail"
+    assert world["divergence"] == {"step": 1, "rank": 1, "parameter": "model.embed_tokens.weight", "against": "rank 0",
+                                   "figure": "", "error": None, "allowed": None}  # fmt: skip
+    assert "rank 1's weights differ from rank 0's after step 1 in model.embed_tokens.weight" in world["reason"]
+
+
+def test_bf16_gradient_reductions_that_drop_low_bits_diverge_at_step_1(runs):
+    world = _json(runs["ddp_bf16"])["worlds"][0]
+    assert world["verdict"] == "fail", world["reason"]
+    found = world["divergence"]
+    assert found["against"] == "the golden" and found["step"] == 1 and found["error"] > found["allowed"]
+    assert found["parameter"].startswith("model.") and "step 1 diverged" in world["reason"]
 
 
 def test_kill_9_of_bakeoff_during_a_hang_takes_every_rank_with_it(tmp_path):

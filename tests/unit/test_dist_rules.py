@@ -121,7 +121,8 @@ def test_seeded_faults_parse_per_rank_and_a_bad_one_is_refused():
         (["--on", "cpu,cpu?threads=2"], "bakeoff dist takes one target, got 2"),
         (["--on", "mps"], "mps cannot run here"),
         (["--hang-timeout", "0"], "--hang-timeout"),
-        (["resnet"], "bakeoff dist checks collectives, not 'resnet'"),
+        (["resnet"], "bakeoff dist checks collectives or trains a workload: malformed workload 'resnet'"),
+        (["arch:llama", "--on", "cpu?amp=bfloat16"], "bakeoff dist runs without autocast"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_stores_nothing(capsys, tmp_path, args, line):
@@ -155,3 +156,27 @@ def test_markdown_and_show_give_each_collectives_verdict_and_a_crafted_pass_is_n
     assert dist_of(shown.results[0].scenario("dist")).verdict == "fail"  # type: ignore[union-attr]
     (req,) = shown.results[0].requirements
     assert req["verdict"] == "not_met" and "wrong" in req["reason"]  # the stored requirement says the same
+
+
+def _ddp(steps: tuple, divergence=None) -> WorldRun:
+    from bakeoff.scenarios.dist import world_verdict
+
+    return world_verdict(WorldRun(2, "pass", backend="emu", mode="ddp", dtype="float32", training=steps,
+                                  divergence=divergence))  # fmt: skip
+
+
+def test_ddp_steps_are_judged_in_the_training_band_and_replicas_must_agree():
+    from bakeoff.scenarios.dist import Divergence, TrainingStep
+
+    def step(n: int, target_loss: float, furthest: str = "w") -> TrainingStep:
+        return TrainingStep(n, (2.0, 2.0 + 1e-7, target_loss), (1.0, 1.0 + 1e-7, 1.0 + 1e-7), (0.1, 0.1, 0.1),
+                            (1e-7, 1.2e-7, 5e-8), furthest)  # fmt: skip
+
+    honest = _ddp((step(1, 2.0 + 1.5e-7), step(2, 2.0 + 1e-7)))
+    assert honest.verdict == "pass", honest.reason  # differs by rounding, as another engine would
+    wrong = _ddp((step(1, 2.0 + 1e-7), step(2, 2.01, furthest="layer.weight")))
+    assert wrong.verdict == "fail" and wrong.divergence.step == 2 and wrong.divergence.figure == "loss"  # type: ignore[union-attr]
+    assert "step 2 diverged (the loss" in wrong.reason and "layer.weight" in wrong.reason
+    split = _ddp((step(1, 2.0 + 1e-7),), Divergence(1, 1, "embed.weight", "rank 0"))
+    assert split.verdict == "fail" and split.reason.startswith("rank 1's weights differ from rank 0's after step 1")
+    assert _ddp(()).verdict == "error"

@@ -15,9 +15,6 @@ from bakeoff.target.detect import unavailable_reason
 
 __all__ = ["dist"]
 
-#: What ``bakeoff dist`` checks, by the workload named.
-WORKLOADS = ("collectives",)
-
 
 def dist(
     workload: str = "collectives",
@@ -28,13 +25,16 @@ def dist(
     **settings: Any,
 ) -> DistResult:
     """Start ``ranks`` processes on one target's process-group backend (the one PyTorch names for
-    its device: gloo on the CPU, nccl on CUDA, the plugin's own for an out-of-tree device) and
-    check every collective against its analytic value at each world size, with its latency
-    percentiles and bus bandwidth; a collective that does not complete is a hang naming it and
-    the ranks that did not arrive. The answer is stored as a run (its ``run_id``).
+    its device: gloo on the CPU, nccl on CUDA, the plugin's own for an out-of-tree device) at
+    each world size. For ``collectives``: every collective against its analytic value, with its
+    latency percentiles and bus bandwidth. For a workload: ``steps`` DDP steps on the target
+    against one float64 process on the global batch and the same job on the CPU with gloo, the
+    first diverging step, rank and parameter named. A collective that does not complete is a
+    hang naming it and the ranks that did not arrive. The answer is stored as a run (its
+    ``run_id``).
 
     Args:
-        workload: ``collectives``.
+        workload: ``collectives``, or a workload spec (``arch:llama``, ``py:...``) to train.
         on: one target, e.g. ``cuda`` or ``emu``.
         db: database path or URL (default ``BAKEOFF_DB`` or ``./bakeoff.db``).
         progress: called with a short message as each world size starts.
@@ -45,16 +45,22 @@ def dist(
             targets, a malformed size or world size).
     """
     from bakeoff.distributed.record import dist_run
-    from bakeoff.distributed.run import backend_for, check_collectives
+    from bakeoff.distributed.run import backend_for, check_collectives, check_training
+    from bakeoff.workload.base import parse_workload
 
-    if workload not in WORKLOADS:
-        raise SpecError(f"bakeoff dist checks {', '.join(WORKLOADS)}, not {workload!r}",
-                        hint="run `bakeoff dist collectives --on TARGET --ranks 2,4`")  # fmt: skip
+    if workload != "collectives":
+        try:
+            parse_workload(workload)
+        except SpecError as exc:
+            hint = "e.g. `bakeoff dist collectives --on cpu` or `bakeoff dist arch:llama --on cpu`"
+            raise SpecError(f"bakeoff dist checks collectives or trains a workload: {exc.message}", hint=hint) from None
     values = read_options(DIST_OPTIONS, settings, "dist setting")
     targets = _targets(on)
     if len(targets) != 1:
         raise SpecError(f"bakeoff dist takes one target, got {len(targets)}", hint="run it once per target")
     (target,) = targets
+    if target.amp is not None:
+        raise SpecError(f"bakeoff dist runs without autocast: {target.spec} asks for it", hint="drop ?amp=...")
     if target.is_compiled:
         raise SpecError(f"bakeoff dist runs collectives eagerly: {target.spec} names a compile backend",
                         hint=f"use --on {target.device}")  # fmt: skip
@@ -65,7 +71,11 @@ def dist(
         raise SpecError(f"PyTorch names no process-group backend for {target.device}",
                         hint="install the device's plugin, which registers its backend")  # fmt: skip
     store = _store_for(db)  # one that cannot be written is refused before any rank starts
-    run = dist_run(check_collectives(target, values, progress), target, values)
+    if workload == "collectives":
+        found = check_collectives(target, values, progress)
+    else:
+        found = check_training(target, workload, values, progress)
+    run = dist_run(found, target, values)
     (store() if callable(store) else store).save_run(run)
     found = dist_of(run.results[0].scenario("dist"))
     assert found is not None

@@ -24,8 +24,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,10 @@ from bakeoff.scenarios.dist import Hang
 
 __all__ = ["RankGroup", "RanksEnded", "enter", "serve_rank"]
 
+#: The file beside a rank's phase file that holds its output.
+OUTPUT_LOG = "output.log"
+#: How much of a failed rank's output its error keeps.
+OUTPUT_CHARS = 3000
 #: How long the other ranks may take to report their own failure after one rank's.
 _AFTER_FAILURE_S = 2.0
 _POLL_S = 0.25
@@ -57,9 +62,16 @@ def finished(seq: int) -> None:
 
 
 def serve_rank(conn: Any, phase_file: str, capture_dir: str) -> None:
-    """A rank worker's command loop: one job, with the phase file open for :func:`enter`."""
+    """A rank worker's command loop: one job, with the phase file open for :func:`enter`, and
+    the rank's own output (its libraries' warnings, a workload's prints, C++ messages) in a log
+    file beside it: N ranks writing to bakeoff's terminal would bury its answer."""
     global _phase_fd
     _phase_fd = os.open(phase_file, os.O_WRONLY | os.O_CREAT, 0o600)
+    log = os.open(str(Path(phase_file).with_name(OUTPUT_LOG)), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os.dup2(log, 1)
+    os.dup2(log, 2)
     while True:
         command = conn.recv()
         if command == "close":
@@ -115,6 +127,20 @@ def diagnose(phases: dict[int, dict[str, Any] | None], replied: set[int], world:
     return Hang(collective, seq, waiting, missing, {str(r): where(r) for r in missing}, after_s)
 
 
+def _with_output(outcome: Outcome | None, worker: Worker) -> Outcome | None:
+    """A failed rank's outcome with the end of its output added to its error's log."""
+    if outcome is None or outcome.ok or outcome.error is None:
+        return outcome
+    try:
+        said = worker.phase_file.with_name(OUTPUT_LOG).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return outcome
+    if not said.strip():
+        return outcome
+    log = f"{outcome.error.traceback}\n--- the rank's output (its end) ---\n{said[-OUTPUT_CHARS:]}"
+    return Outcome(error=replace(outcome.error, traceback=log))
+
+
 class RankGroup:
     """``world`` rank workers for one job each (``jobs[rank]``), see the module docstring."""
 
@@ -151,7 +177,9 @@ class RankGroup:
                     outcomes = [None] * self.world
                     outcomes[rank] = sent
                     return RanksEnded(outcomes, startup)
-            return self._watch(workers, startup, timeout_s, hang_s)
+            ended = self._watch(workers, startup, timeout_s, hang_s)
+            ended.outcomes = [_with_output(o, w) for o, w in zip(ended.outcomes, workers, strict=True)]
+            return ended
         finally:
             for worker in workers:
                 worker.close(kill=True)

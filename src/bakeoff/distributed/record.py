@@ -21,14 +21,15 @@ from bakeoff.target.spec import Target
 
 __all__ = ["ASKED", "dist_run", "dist_workload_record"]
 
-#: The settings that make the question: two runs compare only when they asked the same.
-ASKED = ("ranks", "sizes", "dtypes", "iterations")
+#: The settings that make the question, by mode: two runs compare only when they asked the same.
+ASKED = {"collectives": ("ranks", "sizes", "dtypes", "iterations"), "ddp": ("ranks", "steps", "lr")}
 
 
 def dist_workload_record(result: DistResult, settings: dict[str, Any]) -> dict[str, Any]:
     """The workload a dist run is stored as: ``dist:<workload>``, fingerprinted by the question."""
-    asked = {key: list(settings[key]) if isinstance(settings[key], tuple) else settings[key] for key in ASKED}
-    asked["check"] = result.workload
+    keys = ASKED.get(result.mode, ASKED["collectives"])
+    asked = {key: list(settings[key]) if isinstance(settings[key], tuple) else settings[key] for key in keys}
+    asked["check"] = result.mode
     spec = f"dist:{result.workload}"
     digest = hashlib.sha256(json.dumps([spec, asked], sort_keys=True).encode()).hexdigest()[:16]
     details = {**asked, "fingerprint_of": "the question asked (the check, world sizes, sizes, dtypes)"}
@@ -36,6 +37,16 @@ def dist_workload_record(result: DistResult, settings: dict[str, Any]) -> dict[s
 
 
 def _requirement(world: WorldRun) -> dict[str, Any]:
+    """A world size as a stored requirement: every collective right (the count of wrong ones is
+    its value), or, for DDP, the steps trained as the golden and the CPU's gloo job do (pass or
+    drift: the value is 0, and 1 when not)."""
+    if world.mode == "ddp":
+        rule = Requirement(f"DDP steps at {world.world} ranks", "ddp_diverged", "<=", 0.0, "", "dist")
+        met = world.verdict in ("pass", "drift")
+        value = None if world.verdict in ("hang", "error", "not_comparable") else float(not met)
+        verdict = "not_measured" if world.verdict == "not_comparable" else "met" if met else "not_met"
+        return RequirementCheck(rule, verdict, value, samples=len(world.training), confident=verdict != "not_measured",
+                                reason=world_words(world)).to_dict()  # fmt: skip
     wrong = sum(1 for c in world.cells if c.verdict != "pass")
     ran = world.verdict in ("pass", "fail")
     rule = Requirement(f"collectives at {world.world} ranks", "wrong_collectives", "<=", 0.0, "", "dist")

@@ -14,7 +14,7 @@ from bakeoff.distributed.ranks import RankGroup, RanksEnded
 from bakeoff.scenarios.dist import CollectiveCell, DistResult, WorldRun, busbw_factor, world_verdict
 from bakeoff.stats import percentile
 
-__all__ = ["backend_for", "check_collectives"]
+__all__ = ["backend_for", "check_collectives", "check_training"]
 
 
 def backend_for(device: str) -> str | None:
@@ -106,3 +106,28 @@ def _cell(per_rank: list[dict[str, Any]], world: int) -> CollectiveCell:
         busbw_gbs=algbw * factor if algbw is not None and factor is not None else None,
         iterations=len(calls),
     )  # fmt: skip
+
+
+def check_training(
+    target: Any, workload: str, settings: dict[str, Any], progress: Callable[[str], None] | None = None
+) -> DistResult:
+    """DDP parity of ``workload`` at every world size of ``settings["ranks"]`` in turn: the golden
+    (one float64 process on the global batch), the same job on the CPU with gloo and on the
+    target (:mod:`bakeoff.distributed.parity`)."""
+    from dataclasses import replace
+
+    from bakeoff.distributed.parity import ddp_world
+
+    reference = replace(target, device="cpu", index=None)
+    worlds = []
+    for world in settings["ranks"]:
+        if progress is not None:
+            progress(f"{world} ranks on {target.spec}: {settings['steps']} DDP steps of {workload}")
+        worlds.append(ddp_world(target, reference, workload, world, settings, backend_for(target.device) or ""))
+    notes = (
+        f"{settings['steps']} SGD steps (lr {settings['lr']:g}); rank r trains on batch k*N+r at step k, the golden on "
+        "their concatenation in float64; the reference is the same job on the CPU with gloo",
+        "judged by the training check's band around the golden without its local re-run of a step: a model whose "
+        "training amplifies rounding can leave it (docs/dist.md)",
+    )
+    return DistResult(workload, target.spec, "ddp", tuple(worlds), notes)

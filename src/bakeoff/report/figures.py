@@ -206,6 +206,11 @@ def settings_line(run: Any) -> str | None:
     spread = run.settings.get("dist")
     if isinstance(spread, dict):  # bakeoff dist: a job per world size
         ranks = ", ".join(str(n) for n in spread.get("ranks") or ())
+        if run.workload.get("spec") != "dist:collectives":
+            steps = f"{spread.get('steps')} DDP steps (SGD, lr {spread.get('lr')}) at {ranks} ranks"
+            return (
+                f"{steps}, one process each on the target's backend, against one float64 process and the CPU's gloo job"
+            )
         return (f"collectives at {ranks} ranks, one process each on the target's process-group backend; "
                 f"{spread.get('iterations')} timed calls per collective, size and dtype")  # fmt: skip
     fitted = run.settings.get("fit")

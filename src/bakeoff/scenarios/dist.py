@@ -24,14 +24,14 @@ from bakeoff.codec import Value
 from bakeoff.scenarios.base import Scenario, ScenarioContext, ScenarioResult
 from bakeoff.units import human_bytes
 
-__all__ = ["CollectiveCell", "Dist", "DistResult", "Hang", "WorldRun", "busbw_factor", "cell_words", "dist_of",
-           "world_words"]  # fmt: skip
+__all__ = ["CollectiveCell", "Dist", "DistResult", "Divergence", "Hang", "TrainingStep", "WorldRun", "busbw_factor",
+           "cell_words", "dist_of", "divergence_words", "world_words"]  # fmt: skip
 
 #: The collectives checked, in the order each rank runs them.
 OPS = ("all_reduce_sum", "all_reduce_avg", "all_reduce_max", "all_gather", "reduce_scatter", "broadcast",
        "all_to_all", "barrier")  # fmt: skip
 #: How a world size ended, worst first.
-WORST_FIRST = ("hang", "error", "fail", "pass")
+WORST_FIRST = ("hang", "error", "fail", "not_comparable", "drift", "pass")
 
 
 def busbw_factor(op: str, world: int) -> float | None:
@@ -97,6 +97,37 @@ class Hang(Value):
 
 
 @dataclass(frozen=True)
+class TrainingStep(Value):
+    """One optimiser step of a DDP job: ``loss`` (the ranks' mean), ``grad_norm`` (after the
+    all-reduce) and ``update_norm`` as (golden, reference, target) values, and ``weights`` the
+    relative RMS distances after the step: reference from golden, target from golden, target
+    from reference (rank 0's weights; the golden is one float64 process on the global batch)."""
+
+    step: int
+    loss: tuple[float, float, float]
+    grad_norm: tuple[float, float, float]
+    update_norm: tuple[float, float, float]
+    weights: tuple[float, float, float]
+    furthest: str = ""  # the parameter furthest from the golden's against the reference's distance
+
+
+@dataclass(frozen=True)
+class Divergence(Value):
+    """Where a DDP job first went wrong: at ``step`` (1-based), on ``rank``, in ``parameter``;
+    ``against`` says what it was compared with: ``rank 0`` (the replicas, which DDP keeps
+    identical, disagree) or ``the golden`` (the trajectory left its band: ``figure``, its
+    ``error`` and the ``allowed`` band)."""
+
+    step: int
+    rank: int
+    parameter: str
+    against: str
+    figure: str = ""
+    error: float | None = None
+    allowed: float | None = None
+
+
+@dataclass(frozen=True)
 class WorldRun(Value):
     """One world size of the ladder: ``verdict`` **pass**, **fail** (a collective gave a wrong
     value), **hang** (``hang`` says where; every rank was stopped) or **error** (a rank raised or
@@ -112,6 +143,10 @@ class WorldRun(Value):
     startup_s: tuple[float, ...] = ()
     seconds: float = 0.0
     hang: Hang | None = None
+    mode: str = "collectives"
+    dtype: str = ""
+    training: tuple[TrainingStep, ...] = ()
+    divergence: Divergence | None = None
 
 
 @dataclass(frozen=True)
@@ -143,15 +178,55 @@ def judged(cell: CollectiveCell) -> CollectiveCell:
 
 
 def world_verdict(world: WorldRun) -> WorldRun:
-    """``world`` with its verdict following from its cells where it ran to the end."""
+    """``world`` with its verdict following from its cells (or its training steps) where it ran
+    to the end."""
     if world.verdict in ("hang", "error"):
         return world
+    if world.mode == "ddp":
+        return _training_verdict(world)
     cells = tuple(judged(c) for c in world.cells)
     if not cells:
         return replace(world, cells=cells, verdict="error", reason=world.reason or "no collective was measured")
     bad = [c for c in cells if c.verdict != "pass"]
     reason = "; ".join(cell_words(c) for c in bad[:3]) + (f"; {len(bad) - 3} more" if len(bad) > 3 else "")
     return replace(world, cells=cells, verdict="fail" if bad else "pass", reason=reason)
+
+
+def _training_verdict(world: WorldRun) -> WorldRun:
+    """A DDP job's verdict: **fail** when the replicas disagree (``divergence`` against rank 0)
+    or a step's figure left the band of :func:`~bakeoff.analysis.trajectory.judge_trajectory`;
+    else its **pass** or **drift**; **not_comparable** when the golden diverged."""
+    from bakeoff.analysis.trajectory import StepFigures, judge_trajectory
+
+    if not world.training:
+        return replace(world, verdict="error", reason=world.reason or "no training step was measured")
+    if world.divergence is not None and world.divergence.against == "rank 0":
+        return replace(world, verdict="fail", reason=divergence_words(world.divergence))
+    steps = [StepFigures(s.loss, s.grad_norm, s.update_norm, s.weights) for s in world.training]
+    judged = judge_trajectory(steps, world.dtype or "float32")
+    if judged.verdict != "fail":
+        reason = {"pass": "every step within the reference's step-1 noise of the CPU's gloo job",
+                  "drift": "drifted from the CPU's gloo job no faster than the dtype's own error grows",
+                  "not_comparable": "the float64 golden itself diverged"}[judged.verdict]  # fmt: skip
+        return replace(world, verdict=judged.verdict, reason=reason, divergence=None)
+    step = judged.first_step or 1
+    named = world.training[step - 1].furthest if step <= len(world.training) else ""
+    found = Divergence(step, 0, named, "the golden", judged.figure or "", judged.error, judged.band)
+    return replace(world, verdict="fail", reason=divergence_words(found), divergence=found)
+
+
+def divergence_words(found: Divergence) -> str:
+    """Where a DDP job went wrong, in words."""
+    where = f" in {found.parameter}" if found.parameter else ""
+    if found.against == "rank 0":
+        step = found.step
+        return f"rank {found.rank}'s weights differ from rank 0's after step {step}{where} (DDP keeps replicas equal)"
+    said = {"loss": "the loss", "grad_norm": "the gradient norm", "update_norm": "the update norm",
+            "weights": "the weights"}.get(found.figure, found.figure)  # fmt: skip
+    figure = (
+        f"{said} {found.error:.3g} off the golden, {found.allowed:.3g} allowed" if found.error is not None else said
+    )
+    return f"step {found.step} diverged ({figure}; furthest off{where or ': no parameter named'})"
 
 
 def dist_of(scenario: ScenarioResult | None) -> DistResult | None:
@@ -187,6 +262,8 @@ def world_words(world: WorldRun) -> str:
         missing = ", ".join(f"{r} ({h.where.get(str(r), 'no record')})" for r in h.missing) or "none"
         return (f"{head}: {h.collective} #{h.seq} did not complete within {h.after_s:g} s; waiting in it: "
                 f"rank {waiting}; did not arrive: rank {missing}; every rank was stopped")  # fmt: skip
+    if world.mode == "ddp":
+        return f"{head}: {len(world.training)} DDP steps: {world.reason}"
     if world.verdict == "pass":
         exact = sum(1 for c in world.cells if not c.max_error)
         return f"{head}: {len(world.cells)} collectives right ({exact} exact, the rest within the dtype's rounding)"

@@ -38,6 +38,19 @@ def _table(world: WorldRun) -> Table:
     return table
 
 
+def _steps(world: WorldRun) -> Table:
+    table = Table(title=f"{world.world} ranks: each DDP step (golden: one float64 process on the global batch; "
+                  "reference: the same job on the CPU with gloo)", title_justify="left")  # fmt: skip
+    for name in ("step", "loss golden", "loss target", "grad norm golden", "grad norm ref", "grad norm target",
+                 "weights off golden: ref", "target"):  # fmt: skip
+        table.add_column(name, justify="right")
+    for step in world.training:
+        table.add_row(str(step.step), f"{step.loss[0]:.6g}", f"{step.loss[2]:.6g}", f"{step.grad_norm[0]:.6g}",
+                      f"{step.grad_norm[1]:.6g}", f"{step.grad_norm[2]:.6g}", f"{step.weights[0]:.3g}",
+                      f"{step.weights[1]:.3g}")  # fmt: skip
+    return table
+
+
 def dist_view(result: DistResult) -> Group:
     """``result`` as one renderable: the headline, then each world size (see the module docstring)."""
     lines: list[Any] = [Text(f"dist {result.workload} on {result.target}: {result.verdict}",
@@ -50,5 +63,7 @@ def dist_view(result: DistResult) -> Group:
                           f"{world.seconds:.1f} s in all", style="dim"))  # fmt: skip
         if world.cells:
             lines.append(_table(world))
+        if world.training:
+            lines.append(_steps(world))
     lines += [Text(f"note: {note}", style="dim") for note in result.notes]
     return Group(*lines)

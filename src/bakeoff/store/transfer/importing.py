@@ -76,6 +76,9 @@ def _names_code(run: RunResult) -> str | None:
     recorded = run.workload.get("kind")
     if recorded == "fit":  # a fit map of a workload: its spec says what would be built
         recorded = spec_kind
+    if recorded == "dist":  # dist:collectives is bakeoff's own; dist:<workload> builds that workload
+        inner = str(run.workload.get("spec", "")).removeprefix("dist:")
+        recorded = spec_kind = "dist" if inner == "collectives" else inner.partition(":")[0]
     for kind in (recorded, spec_kind):
         if kind not in RERUNNABLE_WHEN_IMPORTED:
             return str(kind)

@@ -1,0 +1,147 @@
+"""DDP parity at one world size: the golden (one float64 process on the global batch), the CPU's
+gloo job and the target's job (:mod:`bakeoff.distributed.training`), combined step by step into
+a :class:`~bakeoff.scenarios.dist.WorldRun` whose verdict :func:`~bakeoff.scenarios.dist.world_verdict`
+judges: every rank's weights must equal rank 0's after every step (DDP applies one averaged
+gradient everywhere: the first step, rank and parameter that differ are named), and rank 0's
+trajectory must stay in the training check's band around the golden, with the CPU's gloo job as
+the reference's noise (the parameter furthest off at the first step outside it is named)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from bakeoff.distributed.ranks import RankGroup, RanksEnded
+from bakeoff.distributed.training import DdpJob, GoldenJob
+from bakeoff.errors import WorkloadError
+from bakeoff.launch.launchers import FreshProcess
+from bakeoff.launch.tempdirs import owned_tempdir
+from bakeoff.scenarios.dist import Divergence, TrainingStep, WorldRun, world_verdict
+
+__all__ = ["ddp_world"]
+
+
+def _group(target: Any, spec: str, world: int, settings: dict[str, Any], weights: Path) -> RanksEnded:
+    group = RankGroup(world)
+    jobs = [
+        DdpJob(
+            target,
+            spec,
+            rank,
+            world,
+            group.rendezvous,
+            settings["steps"],
+            settings["lr"],
+            settings["hang_s"] * 4 + 60,
+            str(weights) if rank == 0 else None,
+        )
+        for rank in range(world)
+    ]
+    return group.run(jobs, settings["timeout_s"], settings["hang_s"])
+
+
+def _stopped(world: int, ended: RanksEnded, which: str, backend: str, seconds: float) -> WorldRun | None:
+    """The world size as a hang or an error when ``which`` job did not end well."""
+    startup = tuple(ended.startup_s)
+    if ended.hang is not None:
+        reason = f"{which}: {ended.hang.collective} #{ended.hang.seq} did not complete"
+        return WorldRun(world, "hang", reason, backend, startup_s=startup, seconds=seconds, hang=ended.hang, mode="ddp")
+    failure = ended.failure
+    if failure is not None or any(o is None for o in ended.outcomes):
+        rank, outcome = failure if failure is not None else (ended.outcomes.index(None), None)
+        why = outcome.reason() if outcome is not None else "stopped"
+        return WorldRun(world, "error", f"{which} rank {rank}: {why}"[:600], backend, startup_s=startup,
+                        seconds=seconds, mode="ddp")  # fmt: skip
+    return None
+
+
+def _distance(a: Any, b: Any, scale: Any) -> float:
+    import torch
+
+    norm = float(torch.linalg.vector_norm(scale)) or 1.0
+    return float(torch.linalg.vector_norm(a - b)) / norm
+
+
+def _replicas(values: list[dict[str, Any]], names: list[str]) -> Divergence | None:
+    """The first step, rank and parameter whose checksums differ from rank 0's."""
+    for step in range(len(values[0]["steps"])):
+        first = values[0]["steps"][step]["checksums"]
+        for rank in range(1, len(values)):
+            mine = values[rank]["steps"][step]["checksums"]
+            for index, (a, b) in enumerate(zip(first, mine, strict=True)):
+                if a != b:
+                    return Divergence(step + 1, rank, names[index] if index < len(names) else f"#{index}", "rank 0")
+    return None
+
+
+def _furthest(golden: Any, reference: Any, target: Any, names: list[str], sizes: list[int]) -> str:
+    """The parameter whose target weights are furthest from the golden's against how far the
+    reference's are."""
+    worst, name, at = -1.0, "", 0
+    for parameter, size in zip(names, sizes, strict=True):
+        part = slice(at, at + size)
+        at += size
+        ratio = _distance(target[part], golden[part], golden[part]) / (
+            _distance(reference[part], golden[part], golden[part]) + 1e-12
+        )
+        if ratio > worst:
+            worst, name = ratio, parameter
+    return name
+
+
+def ddp_world(target: Any, reference: Any, spec: str, world: int, settings: dict[str, Any], backend: str) -> WorldRun:
+    """One world size of DDP parity (see the module docstring).
+
+    Raises:
+        WorkloadError: the workload does not build (the golden run said so): bad input, nothing
+            to store.
+    """
+    import torch
+    from safetensors.torch import load_file
+
+    began = time.monotonic()
+    here = owned_tempdir("dist")
+    try:
+        files = {name: here / f"{name}.safetensors" for name in ("golden", "reference", "target")}
+        golden = FreshProcess(("torch",), who="the golden run").run(
+            GoldenJob(spec, world, settings["steps"], settings["lr"], str(files["golden"])), settings["timeout_s"]
+        )
+        if not golden.ok:
+            if golden.error is not None and golden.error.type in ("SpecError", "WorkloadError"):
+                hint = "run `bakeoff workloads` to see what builds"
+                raise WorkloadError(f"{spec}: {golden.error.message}", hint=hint)
+            return WorldRun(world, "error", f"the golden run: {golden.reason()}"[:600], backend, mode="ddp")
+        ran = {}
+        for which, on in (("reference", reference), ("target", target)):
+            ended = _group(on, spec, world, settings, files[which])
+            stopped = _stopped(world, ended, f"the {which} job", backend, round(time.monotonic() - began, 2))
+            if stopped is not None:
+                return stopped
+            ran[which] = ([o.value for o in ended.outcomes if o is not None], ended.startup_s)
+        values, startup = ran["target"]
+        ref_values, _ = ran["reference"]
+        names, sizes = golden.value["names"], golden.value["sizes"]
+        weights = {name: load_file(str(path)) for name, path in files.items()}
+        steps = []
+        for number in range(1, settings["steps"] + 1):
+            key = f"step{number}"
+            g, r, t = (weights[name][key] for name in ("golden", "reference", "target"))
+
+            def row(figure: str, number: int = number) -> tuple[float, float, float]:
+                mean = lambda vs: sum(v["steps"][number - 1][figure] for v in vs) / len(vs)  # noqa: E731
+                return golden.value["steps"][number - 1][figure], mean(ref_values), mean(values)
+
+            distances = (_distance(r, g, g), _distance(t, g, g), _distance(t, r, g))
+            furthest = _furthest(g, r, t, names, sizes)
+            steps.append(TrainingStep(number, row("loss"), row("grad_norm"), row("update_norm"), distances, furthest))
+        divergence = _replicas(values, names)
+        dtype = target.dtype or str(torch.get_default_dtype()).removeprefix("torch.")
+        run = WorldRun(world, "pass", backend=backend, devices=tuple(v["device"] for v in values),
+                       startup_s=tuple(startup), seconds=round(time.monotonic() - began, 2), mode="ddp", dtype=dtype,
+                       training=tuple(steps), divergence=divergence)  # fmt: skip
+        return world_verdict(run)
+    finally:
+        import shutil
+
+        shutil.rmtree(here, ignore_errors=True)

@@ -1,0 +1,202 @@
+"""The training steps of ``bakeoff dist WORKLOAD``: the same K optimiser steps taken three ways.
+
+- the **golden**: one process on the CPU in float64 on the *global* batch (every rank's slice,
+  concatenated), as PyTorch's own DDP tests compare against;
+- the **reference**: the same N-rank DDP job on the CPU with gloo, in the target's dtype;
+- the **target**: the N-rank DDP job on the target's device and process-group backend.
+
+Every run builds the workload from its spec (the same seed: the same weights), and rank ``r`` at
+step ``k`` trains on the recipe's batch ``k * N + r`` (:mod:`bakeoff.workload.training`), so the
+golden's step ``k`` sees exactly the union of the ranks' batches. With a mean-reduced loss and
+equal slices, DDP's averaged gradient is the global batch's gradient: the runs differ only by
+rounding and by what the backend does.
+
+Each run returns per step its loss (the ranks' mean), the global gradient norm after the
+all-reduce, the update norm, and per parameter two checksums (float64 sum and sum of squares)
+of the weights after the step; rank 0 of each run (and the golden) writes its weights after each
+step to a safetensors file, from which the parent measures distances.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from bakeoff.distributed.ranks import enter, finished
+
+__all__ = ["DdpJob", "GoldenJob", "global_batch"]
+
+
+def global_batch(batches: list[tuple[tuple, dict]]) -> tuple[tuple, dict]:
+    """The ranks' batches as one: every tensor concatenated along its first dimension, every
+    other value taken as it is (it must be the same in each).
+
+    Raises:
+        ValueError: a non-tensor value that differs between the batches.
+    """
+    import torch
+
+    def joined(values: list[Any]) -> Any:
+        if isinstance(values[0], torch.Tensor):
+            return torch.cat(values, dim=0)
+        if any(v != values[0] for v in values[1:]):
+            raise ValueError("the ranks' batches differ in a value that is not a tensor")
+        return values[0]
+
+    args = tuple(joined([b[0][i] for b in batches]) for i in range(len(batches[0][0])))
+    kwargs = {key: joined([b[1][key] for b in batches]) for key in batches[0][1]}
+    return args, kwargs
+
+
+def _flat(params: list[Any]) -> Any:
+    import torch
+
+    return torch.cat([p.detach().to("cpu", torch.float64).flatten() for p in params])
+
+
+def _checksums(params: list[Any]) -> list[list[float]]:
+    import torch
+
+    out = []
+    for p in params:
+        host = p.detach().to("cpu", torch.float64)
+        out.append([float(host.sum()), float(host.pow(2).sum())])
+    return out
+
+
+def _norm(tensors: list[Any]) -> float:
+    import torch
+
+    return float(torch.sqrt(sum((t.double() ** 2).sum() for t in tensors))) if tensors else 0.0
+
+
+@dataclass(frozen=True)
+class _Steps:
+    """What one run does at each step, shared by the golden and the ranks."""
+
+    workload_spec: str
+    steps: int
+    lr: float
+
+    def train(self, model: Any, params: list[Any], batch_of: Any, loss_of: Any, weights_file: str | None,
+              rank_of_phase: bool = False) -> dict[str, Any]:  # fmt: skip
+        import torch
+        from safetensors.torch import save_file
+
+        optimizer = torch.optim.SGD(params, lr=self.lr)
+        rows = []
+        kept = {}
+        for step in range(self.steps):
+            if rank_of_phase:
+                enter(step + 1, f"training step {step + 1}")
+            args, kwargs = batch_of(step)
+            optimizer.zero_grad(set_to_none=True)
+            torch.manual_seed(1000 + step)
+            loss = loss_of(model(*args, **kwargs), args, kwargs)
+            loss.backward()
+            grads = [p.grad.detach().to("cpu", torch.float64) for p in params if p.grad is not None]
+            before = [p.detach().to("cpu", torch.float64, copy=True) for p in params]
+            optimizer.step()
+            update = _norm([p.detach().to("cpu", torch.float64) - b for p, b in zip(params, before, strict=True)])
+            rows.append({"loss": float(loss.detach().to("cpu", torch.float64)), "grad_norm": _norm(grads),
+                         "update_norm": update, "checksums": _checksums(params)})  # fmt: skip
+            if weights_file is not None:
+                kept[f"step{step + 1}"] = _flat(params).contiguous()
+        if weights_file is not None:
+            save_file(kept, weights_file)
+        return {"steps": rows}
+
+
+def _built(spec: str) -> tuple[Any, Any]:
+    from bakeoff.target.plugins import load_plugins
+    from bakeoff.workload.registry import build_workload
+
+    load_plugins()
+    workload = build_workload(spec)
+    workload.model.train()
+    return workload, workload.training_recipe()
+
+
+@dataclass(frozen=True)
+class GoldenJob:
+    """One process, float64, on the global batch of ``world`` ranks (see the module docstring)."""
+
+    workload_spec: str
+    world: int
+    steps: int
+    lr: float
+    weights_file: str
+    phase: str = "golden training"
+
+    def run(self) -> dict[str, Any]:
+        import torch
+
+        from bakeoff.target.execute import move_tensors
+
+        torch.set_num_threads(1)
+        workload, recipe = _built(self.workload_spec)
+        model = workload.model.to(torch.float64)
+        params = [p for p in model.parameters() if p.requires_grad]
+
+        def batch_of(step: int) -> tuple[tuple, dict]:
+            batch = global_batch([recipe.batch(step * self.world + r) for r in range(self.world)])
+            return move_tensors(batch, None, torch.float64)
+
+        steps = _Steps(self.workload_spec, self.steps, self.lr)
+        done = steps.train(model, params, batch_of, recipe.loss, self.weights_file)
+        names = [n for n, p in model.named_parameters() if p.requires_grad]
+        return {**done, "names": names, "sizes": [p.numel() for p in params], "loss_kind": recipe.kind}
+
+
+@dataclass(frozen=True)
+class DdpJob:
+    """Rank ``rank`` of a ``world``-rank DDP job of ``target`` (see the module docstring);
+    ``weights_file`` for rank 0 only."""
+
+    target: Any
+    workload_spec: str
+    rank: int
+    world: int
+    rendezvous: str
+    steps: int
+    lr: float
+    pg_timeout_s: float
+    weights_file: str | None = None
+    phase: str = "ddp training"
+
+    def run(self) -> dict[str, Any]:
+        from datetime import timedelta
+
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+
+        from bakeoff.distributed.collectives import _wait_for_every_rank, rank_device
+        from bakeoff.target.execute import move_tensors
+
+        torch.set_num_threads(1)
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        workload, recipe = _built(self.workload_spec)
+        device = rank_device(self.target, self.rank, self.world)
+        backend = dist.get_default_backend_for_device(self.target.device)
+        dist.init_process_group(backend, init_method=f"file://{self.rendezvous}", rank=self.rank,
+                                world_size=self.world, timeout=timedelta(seconds=self.pg_timeout_s))  # fmt: skip
+        dtype = getattr(torch, self.target.dtype) if self.target.dtype else None
+        try:
+            model = workload.model.to(device=device, dtype=dtype)
+            params = [p for p in model.parameters() if p.requires_grad]
+            ddp = DistributedDataParallel(model)
+
+            def batch_of(step: int) -> tuple[tuple, dict]:
+                return move_tensors(recipe.batch(step * self.world + self.rank), device, dtype)
+
+            began = time.monotonic()
+            steps = _Steps(self.workload_spec, self.steps, self.lr)
+            done = steps.train(ddp, params, batch_of, recipe.loss, self.weights_file, rank_of_phase=True)
+            finished(self.steps)
+            _wait_for_every_rank(self.world)
+        finally:
+            dist.destroy_process_group()
+        return {**done, "backend": backend, "device": str(device), "seconds": round(time.monotonic() - began, 3)}
