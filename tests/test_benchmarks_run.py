@@ -43,6 +43,15 @@ SCRIPTS: dict[str, tuple[list[str], list[str], list]] = {
         ],
         [],
     ),
+    "dist_collectives.py": (
+        ["--quick"],  # two gloo ranks on the cpu: one size, ten calls, against a plain loop; no DDP run
+        [
+            rf"\s+262144\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}",
+            rf"rank start \(spawn to ready, torch imported\): {NUMBER}, {NUMBER} s",
+            rf"collectives check, 2 ranks, every collective at 256KiB: {NUMBER} s wall",
+        ],
+        [pytest.mark.isolated],
+    ),
     "exec_audit_overhead.py": (
         ["--quick"],  # the CUDA-style training script of the exec tests, on the test device
         [

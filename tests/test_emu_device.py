@@ -170,6 +170,28 @@ del block
 probe("reset_peak_memory_stats", lambda: [mod.reset_peak_memory_stats(), mod.max_memory_allocated() - before])
 probe("reset_max_memory_allocated", lambda: [mod.reset_max_memory_allocated(), mod.max_memory_allocated() - before])
 probe("empty_cache", lambda: mod.empty_cache())
+
+
+def resized():  # a storage shrinks and grows through the device's allocator (FSDP2 frees this way)
+    held = torch.ones(1 << 18, device="emu")  # 1 MiB
+    base = mod.memory_allocated()
+    held.untyped_storage().resize_(0)
+    freed = base - mod.memory_allocated()
+    held.untyped_storage().resize_(1 << 20)
+    return [freed, mod.memory_allocated() - base]
+
+
+def streams():  # a synchronous device's streams and events: every wait already satisfied
+    side, event = mod.Stream(priority=-1), mod.Event()
+    with mod.stream(side):
+        side.wait_stream(mod.current_stream())
+        recorded = event.record()
+    mod.current_stream().wait_event(event)
+    return [recorded, event.query(), side.query(), type(mod.current_stream()).__name__]
+
+
+facts["resize"] = resized()
+probe("Stream", streams)
 probe("mem_get_info", lambda: [isinstance(x, int) and x > 0 for x in mod.mem_get_info()])
 probe("get_amp_supported_dtype", lambda: mod.get_amp_supported_dtype())
 emu.enable(autocast=["bf16"])
@@ -332,6 +354,7 @@ EXPECTED = {
     "reset_max_memory_allocated": [None, 0],
     "empty_cache": None,
     "mem_get_info": [True, True],
+    "Stream": [None, True, True, "Stream"],
 }
 
 
@@ -342,6 +365,11 @@ def test_the_device_module_has_what_pytorch_calls(facts, name):
     assert found["present"], f"torch.emu.{name} is missing"
     assert "error" not in found, found["error"]
     assert found["value"] == EXPECTED[name]
+
+
+@pytest.mark.emu
+def test_a_storage_shrinks_and_grows_through_the_devices_allocator(facts):
+    assert facts["resize"] == [1 << 20, 0]  # freed when resized to nothing, held again when grown back
 
 
 @pytest.mark.emu

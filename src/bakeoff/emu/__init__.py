@@ -182,11 +182,64 @@ class _EmuModule:
     autocast, ``torch.random``, ``torch.utils.checkpoint``, backend registration), each answering
     for emu: see the package's docstring. Not here: streams and events (emu's work is synchronous;
     ``torch.Stream``/``torch.Event`` on ``emu`` are what PyTorch gives), device properties and
-    capabilities (no hardware to describe).
+    capabilities (no hardware to describe). Streams and events are those of a synchronous
+    device, as ``torch.cpu``'s are: ``Stream``, ``Event``, ``current_stream`` and ``stream`` exist
+    for device-generic code (FSDP2 overlaps its collectives on side streams) and every wait is
+    already satisfied when it is asked for; ``torch.Stream(device="emu")`` itself is refused by
+    the device's C++ guard.
     """
 
     TEST_DEVICE = True
     device = _EmuDevice
+
+    class Stream:
+        """A stream of a synchronous device: its work is done when it is issued."""
+
+        def __init__(self, priority: int = -1, device: Any = None) -> None:
+            self.priority = priority
+
+        def wait_stream(self, stream: Any) -> None:
+            return None
+
+        def wait_event(self, event: Any) -> None:
+            return None
+
+        def record_event(self, event: Any = None) -> Any:
+            return event if event is not None else _EmuModule.Event()
+
+        def synchronize(self) -> None:
+            return None
+
+        def query(self) -> bool:
+            return True
+
+    class Event:
+        """An event of a synchronous device: complete when recorded."""
+
+        def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
+            self.enable_timing = enable_timing
+
+        def record(self, stream: Any = None) -> None:
+            return None
+
+        def query(self) -> bool:
+            return True
+
+        def synchronize(self) -> None:
+            return None
+
+        def wait(self, stream: Any = None) -> None:
+            return None
+
+    @staticmethod
+    def current_stream(device: Any = None) -> Any:
+        return _DEFAULT_STREAM
+
+    @staticmethod
+    def stream(stream: Any) -> Any:
+        import contextlib
+
+        return contextlib.nullcontext(stream)
 
     @staticmethod
     def is_available() -> bool:
@@ -460,3 +513,6 @@ def counters(reset: bool = False) -> dict[str, Any]:
 def reset_counters() -> None:
     if _ext is not None:
         _ext.reset_counters()
+
+
+_DEFAULT_STREAM = _EmuModule.Stream()

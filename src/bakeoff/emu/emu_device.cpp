@@ -104,6 +104,11 @@ struct EmuHooks final : at::PrivateUse1HooksInterface {
   at::Device getDeviceFromPtr(void*) const override { return emu_device(); }
   bool isPinnedPtr(const void*) const override { return false; }
   at::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  // Host memory: a storage grows or shrinks as a CPU one does, through its own (emu) allocator,
+  // so the device's accounting sees it (FSDP2 frees its unsharded parameters this way).
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    at::native::resize_bytes_cpu(storage.unsafeGetStorageImpl(), newsize);
+  }
 };
 
 // A CPU tensor sharing the storage of an emu tensor (emu memory is host memory).
