@@ -68,6 +68,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     marker = uuid.uuid4().hex
     found["hang"] = _dist(db, "--on", "emu", *_SMALL, "--hang-timeout", "4", fault="skip@1:5", marker=marker)
     found["hang_left"] = _marked(marker)
+    # both ranks stop joining from the second call of the first all_to_all: its output stays as poisoned
+    found["stale"] = _dist(db, "--on", "emu", "--sizes", "64", "--dtypes", "float32", "--iterations", "3",
+                           "--format", "json", fault="skip@0:26,skip@1:26")  # fmt: skip
+    found["slow"] = _dist(db, "--on", "cpu", "--sizes", "64", "--dtypes", "float32", "--iterations", "100000",
+                          "--timeout", "2", "--format", "json")  # fmt: skip
     ddp = ("arch:llama?layers=1", "--on", "emu?dtype=bfloat16", "--steps", "2", "--format", "json")
     found["ddp"] = _dist(db, *ddp, "--strict")
     found["ddp_avg"] = _dist(db, *ddp, fault="avg_twice@1")
@@ -143,6 +148,24 @@ def test_a_rank_that_leaves_the_collectives_is_a_hang_naming_the_collective_and_
     assert req["verdict"] == "not_met" and "hang" in req["reason"]
     hang = result["scenarios"][0]["facts"]["worlds"][0]["hang"]
     assert (hang["seq"], hang["waiting"], hang["missing"]) == (5, [0], [1])
+
+
+def test_a_collective_that_writes_nothing_and_a_barrier_that_does_not_wait_fail(runs):
+    world = _json(runs["stale"])["worlds"][0]
+    cells = {c["op"]: c for c in world["cells"]}
+    assert world["verdict"] == "fail"
+    before = ("all_reduce_sum", "all_reduce_avg", "all_reduce_max", "all_gather", "reduce_scatter", "broadcast")
+    assert all(cells[op]["verdict"] == "pass" for op in before)  # every call of these was joined
+    assert cells["all_to_all"]["verdict"] == "fail" and "got nan" in cells["all_to_all"]["detail"]
+    assert (
+        cells["barrier"]["verdict"] == "fail" and "before rank 1 entered it 200 ms late" in cells["barrier"]["detail"]
+    )
+
+
+def test_a_job_that_runs_past_its_timeout_while_progressing_is_not_called_a_hang(runs):
+    (world,) = _json(runs["slow"])["worlds"]
+    assert world["verdict"] == "error" and world["hang"] is None
+    assert world["reason"].startswith("did not finish within --timeout, at collective #")
 
 
 def test_every_run_is_stored_and_show_reads_the_same_verdicts(runs):

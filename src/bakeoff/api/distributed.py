@@ -70,6 +70,12 @@ def dist(
     if backend_for(target.device) is None:
         raise SpecError(f"PyTorch names no process-group backend for {target.device}",
                         hint="install the device's plugin, which registers its backend")  # fmt: skip
+    if target.device == "emu":  # the test device's seeded faults, refused here rather than in a rank
+        import os
+
+        from bakeoff.emu.collectives import ENV_FAULT, Faults
+
+        Faults.parse(os.environ.get(ENV_FAULT, ""), 0)
     store = _store_for(db)  # one that cannot be written is refused before any rank starts
     if workload == "collectives":
         found = check_collectives(target, values, progress)

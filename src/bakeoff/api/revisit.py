@@ -256,11 +256,16 @@ def dist_keywords(run: RunResult) -> dict[str, Any]:
     from bakeoff.settings.option import read_options
 
     stored = dict(run.settings["dist"])
-    on = stored.pop("on")
+    on = stored.pop("on", None)
+    hint = "repeat it with the same bakeoff dist command"
+    if not isinstance(on, str):
+        raise SpecError(f"run {run.run_id}: its stored settings name no target", hint=hint)
     try:
         values = read_options(DIST_OPTIONS, stored, "stored dist setting")
     except TypeError as exc:  # a setting of another release
-        raise SpecError(f"run {run.run_id}: {exc}", hint="repeat it with the same bakeoff dist command") from None
+        raise SpecError(f"run {run.run_id}: {exc}", hint=hint) from None
+    except SpecError as exc:
+        raise SpecError(f"run {run.run_id}: {exc.message}", hint=exc.hint or hint) from None
     return {"workload": run.workload["spec"].removeprefix("dist:"), "on": on, **values}
 
 

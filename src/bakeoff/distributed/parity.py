@@ -47,11 +47,15 @@ def _stopped(world: int, ended: RanksEnded, which: str, backend: str, seconds: f
     if ended.hang is not None:
         reason = f"{which}: {ended.hang.collective} #{ended.hang.seq} did not complete"
         return WorldRun(world, "hang", reason, backend, startup_s=startup, seconds=seconds, hang=ended.hang, mode="ddp")
+    if ended.timed_out:
+        return WorldRun(world, "error", f"{which}: did not finish within --timeout, {ended.timed_out}", backend,
+                        startup_s=startup, seconds=seconds, mode="ddp")  # fmt: skip
     failure = ended.failure
     if failure is not None or any(o is None for o in ended.outcomes):
         rank, outcome = failure if failure is not None else (ended.outcomes.index(None), None)
         why = outcome.reason() if outcome is not None else "stopped"
-        return WorldRun(world, "error", f"{which} rank {rank}: {why}"[:600], backend, startup_s=startup,
+        where = f" (last entered {ended.phases[rank]})" if rank in ended.phases else ""
+        return WorldRun(world, "error", f"{which} rank {rank}{where}: {why}"[:600], backend, startup_s=startup,
                         seconds=seconds, mode="ddp")  # fmt: skip
     return None
 

@@ -97,11 +97,17 @@ class RanksEnded:
     startup_s: list[float]
     hang: Hang | None = None
     stacks: dict[int, str] = field(default_factory=dict)
+    timed_out: str = ""  # the job still progressed when --timeout ended it: where it was
+    phases: dict[int, str] = field(default_factory=dict)  # what each rank last entered
 
     @property
     def failure(self) -> tuple[int, Outcome] | None:
         """The first rank that raised or died, with its outcome."""
         return next(((r, o) for r, o in enumerate(self.outcomes) if o is not None and not o.ok), None)
+
+
+def _said(phases: dict[int, dict[str, Any] | None]) -> dict[int, str]:
+    return {r: f"{p['what']} #{p['seq']}" for r, p in phases.items() if p}
 
 
 def diagnose(phases: dict[int, dict[str, Any] | None], replied: set[int], world: int, after_s: float) -> Hang:
@@ -209,13 +215,16 @@ class RankGroup:
                 seen, progress = phases, now
             if failed_at is not None and now - failed_at > _AFTER_FAILURE_S:
                 break  # the others wait for the failed rank in their next collective: stop them
-            if len(replied) < self.world and (now - progress > hang_s or now > deadline):
-                after = round(now - progress, 1) if now - progress > hang_s else timeout_s
-                hang = diagnose(phases, replied, self.world, after)
+            if len(replied) < self.world and now > deadline and now - progress <= hang_s:
+                furthest = max((p["seq"] for p in phases.values() if p), default=0)
+                where = f"at collective #{furthest}, {now - progress:.1f} s after the last one a rank entered"
+                return RanksEnded(outcomes, startup, timed_out=where, phases=_said(phases))
+            if len(replied) < self.world and now - progress > hang_s:
+                hang = diagnose(phases, replied, self.world, round(now - progress, 1))
                 stacks = {}
                 for rank in range(self.world):
                     if rank not in replied:
                         workers[rank].dump_stack()
                         stacks[rank] = workers[rank].crash_tail()
-                return RanksEnded(outcomes, startup, hang, stacks)
-        return RanksEnded(outcomes, startup)
+                return RanksEnded(outcomes, startup, hang, stacks, phases=_said(phases))
+        return RanksEnded(outcomes, startup, phases=_said(seen))

@@ -11,11 +11,10 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
-from bakeoff.analysis.requirements import Requirement, RequirementCheck
 from bakeoff.env import capture_environment
 from bakeoff.results.values import ErrorInfo, RunResult, TargetResult
 from bakeoff.scenarios.base import ScenarioResult
-from bakeoff.scenarios.dist import DistResult, WorldRun, world_verdict, world_words
+from bakeoff.scenarios.dist import DistResult, world_requirements, world_verdict, world_words
 from bakeoff.store.schema import utc_now
 from bakeoff.target.spec import Target
 
@@ -34,24 +33,6 @@ def dist_workload_record(result: DistResult, settings: dict[str, Any]) -> dict[s
     digest = hashlib.sha256(json.dumps([spec, asked], sort_keys=True).encode()).hexdigest()[:16]
     details = {**asked, "fingerprint_of": "the question asked (the check, world sizes, sizes, dtypes)"}
     return {"spec": spec, "kind": "dist", "fingerprint": digest, "seed": 0, "dtype": "as asked", "details": details}
-
-
-def _requirement(world: WorldRun) -> dict[str, Any]:
-    """A world size as a stored requirement: every collective right (the count of wrong ones is
-    its value), or, for DDP, the steps trained as the golden and the CPU's gloo job do (pass or
-    drift: the value is 0, and 1 when not)."""
-    if world.mode == "ddp":
-        rule = Requirement(f"DDP steps at {world.world} ranks", "ddp_diverged", "<=", 0.0, "", "dist")
-        met = world.verdict in ("pass", "drift")
-        value = None if world.verdict in ("hang", "error", "not_comparable") else float(not met)
-        verdict = "not_measured" if world.verdict == "not_comparable" else "met" if met else "not_met"
-        return RequirementCheck(rule, verdict, value, samples=len(world.training), confident=verdict != "not_measured",
-                                reason=world_words(world)).to_dict()  # fmt: skip
-    wrong = sum(1 for c in world.cells if c.verdict != "pass")
-    ran = world.verdict in ("pass", "fail")
-    rule = Requirement(f"collectives at {world.world} ranks", "wrong_collectives", "<=", 0.0, "", "dist")
-    return RequirementCheck(rule, "met" if world.verdict == "pass" else "not_met", float(wrong) if ran else None,
-                            samples=len(world.cells), confident=True, reason=world_words(world)).to_dict()  # fmt: skip
 
 
 def _error(result: DistResult) -> ErrorInfo | None:
@@ -78,7 +59,7 @@ def dist_run(result: DistResult, target: Target, settings: dict[str, Any]) -> Ru
         reason=error.message if error is not None else "",
         error=error,
         scenarios=(scenario,),
-        requirements=tuple(_requirement(w) for w in result.worlds),
+        requirements=world_requirements(result),
         notes=result.notes,
         duration_s=round(sum(w.seconds for w in result.worlds), 2),
     )

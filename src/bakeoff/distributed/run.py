@@ -79,11 +79,15 @@ def _combined(ended: RanksEnded, world: int, seconds: float, backend: str) -> Wo
     if ended.hang is not None:
         reason = f"{ended.hang.collective} #{ended.hang.seq} did not complete"
         return WorldRun(world, "hang", reason, backend, devices, startup_s=startup, seconds=seconds, hang=ended.hang)
+    if ended.timed_out:
+        return WorldRun(world, "error", f"did not finish within --timeout, {ended.timed_out}", backend, devices,
+                        startup_s=startup, seconds=seconds)  # fmt: skip
     failure = ended.failure
     if failure is not None or any(v is None for v in values):
         rank, outcome = failure if failure is not None else (values.index(None), None)
         why = outcome.reason() if outcome is not None else "stopped"
-        return WorldRun(world, "error", reason=f"rank {rank}: {why}"[:600], backend=backend, devices=devices,
+        where = f" (last entered {ended.phases[rank]})" if rank in ended.phases else ""
+        return WorldRun(world, "error", reason=f"rank {rank}{where}: {why}"[:600], backend=backend, devices=devices,
                         startup_s=startup, seconds=seconds)  # fmt: skip
     cells = tuple(_cell([v["cells"][i] for v in values], world) for i in range(len(first["cells"])))  # type: ignore[index]
     return WorldRun(world, "pass", backend=backend, devices=devices, cells=cells, startup_s=startup, seconds=seconds)

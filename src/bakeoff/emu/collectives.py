@@ -17,7 +17,9 @@ Seeded faults, for the tests of ``bakeoff dist`` (``BAKEOFF_EMU_DIST_FAULT``, co
 - ``bf16_low_bits``: every bfloat16 reduction (all_reduce, reduce_scatter) drops the low four
   bits of each result's mantissa;
 - ``skip@R:N``: rank ``R`` leaves the job's collectives at its ``N``-th: it returns from it, and
-  from every later one, at once without joining them (the other ranks wait in it: a hang).
+  from every later one, at once without joining them (the other ranks wait in it: a hang);
+- ``unreduced@N``: the ``N``-th reduce_scatter of every rank returns the rank's own share of
+  its input, not reduced over the ranks (FSDP: one unit's gradients are not reduced).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ __all__ = ["ENV_FAULT", "Faults", "register_process_group"]
 
 NAME = "emu"
 ENV_FAULT = "BAKEOFF_EMU_DIST_FAULT"
-_FAULT = re.compile(r"avg_twice@(\d+)|bf16_low_bits|skip@(\d+):([1-9]\d*)")
+_FAULT = re.compile(r"avg_twice@(\d+)|bf16_low_bits|skip@(\d+):([1-9]\d*)|unreduced@([1-9]\d*)")
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class Faults:
     avg_twice: bool = False
     bf16_low_bits: bool = False
     skip: int | None = None  # the 1-based number of the first collective this rank does not join
+    unreduced: int | None = None  # the 1-based number of the reduce_scatter left unreduced
 
     @classmethod
     def parse(cls, text: str, rank: int) -> Faults:
@@ -57,9 +60,11 @@ class Faults:
             matched = _FAULT.fullmatch(item)
             if matched is None:
                 raise SpecError(f"{ENV_FAULT}: {item!r} is not a fault",
-                                hint="use avg_twice@RANK, bf16_low_bits or skip@RANK:N")  # fmt: skip
+                                hint="use avg_twice@RANK, bf16_low_bits, skip@RANK:N or unreduced@N")  # fmt: skip
             if item == "bf16_low_bits":
                 found["bf16_low_bits"] = True
+            elif matched[4] is not None:
+                found["unreduced"] = int(matched[4])
             elif matched[1] is not None and int(matched[1]) == rank:
                 found["avg_twice"] = True
             elif matched[2] is not None and int(matched[2]) == rank:
@@ -104,6 +109,16 @@ def _process_group_class() -> type:
             self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
             self._faults = Faults.parse(os.environ.get(ENV_FAULT, ""), rank)
             self._calls = 0
+            self._scatters = 0
+
+        def _unreduced(self, output: Any, input: Any) -> Any | None:
+            """The seeded unreduced reduce_scatter: this rank's own share of ``input``, as is."""
+            self._scatters += 1
+            if self._faults.unreduced != self._scatters:
+                return None
+            share = input.numel() // self.size()
+            output.copy_(input.flatten()[self.rank() * share : (self.rank() + 1) * share].view_as(output))
+            return _done([output])
 
         def _skipped(self) -> bool:
             """Count this collective; True when a seeded fault makes this rank leave it out."""
@@ -167,6 +182,9 @@ def _process_group_class() -> type:
             return self._on_host(run, outputs, host_out, reduced=True)
 
         def _reduce_scatter_base(self, output: Any, input: Any, opts: Any) -> Any:
+            seeded = self._unreduced(output, input)
+            if seeded is not None:
+                return seeded
             (host_out,), (host_in,) = _host([output]), _host([input])
             run = lambda: self._gloo._reduce_scatter_base(host_out, host_in, opts)  # noqa: E731
             return self._on_host(run, [output], [host_out], reduced=True)

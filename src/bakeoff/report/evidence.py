@@ -304,11 +304,10 @@ def build_evidence(
         tags={k: tuple(v) for k, v in (tags or {}).items()},
         regressions=tuple(find_regressions(ordered, t)),
         thresholds=t,
-        # a fit map measures no correctness or speed: its answer is the map and its requirements
-        decisions={
-            run.run_id: decide_run(run, prices) for run in ordered if run.workload.get("kind") not in ("fit", "dist")
-        },
-        remedies={run.run_id: what_it_takes(run) for run in ordered},
+        # a fit map or a distributed check measures no speed against a baseline: its answer is its
+        # own, with its requirements; no decision is made and no speed remedy offered
+        decisions={run.run_id: decide_run(run, prices) for run in ordered if not _answers_alone(run)},
+        remedies={run.run_id: what_it_takes(run) for run in ordered if not _answers_alone(run)},
         plans={
             tag: (tuple(r.run_id for r in stages), plan_decision(stages))
             for tag, stages in plans_among(ordered, tags or {}).items()
@@ -321,3 +320,8 @@ def render_json(evidence: Evidence) -> str:
     and regressions."""
 
     return json.dumps(for_display(evidence.to_dict()), indent=1, default=str, allow_nan=False) + "\n"
+
+
+def _answers_alone(run: RunResult) -> bool:
+    """A run whose answer is its own (``bakeoff fit``, ``bakeoff dist``), not a comparison of speed."""
+    return run.workload.get("kind") in ("fit", "dist")

@@ -16,7 +16,7 @@ installed here) in ``unknown``, writes it back unchanged, and the reports name i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 from bakeoff.checks.compilation import Compilation
@@ -164,6 +164,19 @@ class TargetResult:
         placement = self.checks.get("placement")
         if self.status != "ok" and isinstance(placement, Placement) and placement.verdict != UNMEASURED:
             object.__setattr__(self, "checks", {**self.checks, "placement": unmeasured(placement, self.status)})
+        # A distributed answer's verdicts follow from its figures wherever it is read: its stored
+        # words (a crafted import's, an older release's) are judged again, and its requirements
+        # rebuilt from that judgement, so every format says the same.
+        spread = next((s for s in self.scenarios if s.name == "dist"), None)
+        if spread is not None:
+            from bakeoff.scenarios.dist import dist_of, world_requirements
+
+            found = dist_of(spread)
+            if found is not None:
+                rejudged = replace(spread, facts=found.to_dict())
+                scenarios = tuple(rejudged if s is spread else s for s in self.scenarios)
+                object.__setattr__(self, "scenarios", scenarios)
+                object.__setattr__(self, "requirements", world_requirements(found))
 
     @property
     def correctness(self) -> Correctness | None:
@@ -191,6 +204,10 @@ class TargetResult:
     def verdict(self) -> str | None:
         if self.correctness is not None:
             return self.correctness.verdict
+        spread = next((s for s in self.scenarios if s.name == "dist"), None)
+        if spread is not None and isinstance(spread.facts, Mapping):  # a distributed answer's own verdict
+            said = spread.facts.get("verdict")
+            return {"pass": "pass", "drift": "pass", "fail": "fail", "hang": "fail", "error": "error"}.get(said)
         return "error" if self.status == "error" else None
 
     def to_dict(self) -> dict[str, Any]:

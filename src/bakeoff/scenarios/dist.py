@@ -16,22 +16,43 @@ crafted document's "pass" beside a wrong value is not believed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from bakeoff.analysis.requirements import Requirement, RequirementCheck
 from bakeoff.codec import Value
 from bakeoff.scenarios.base import Scenario, ScenarioContext, ScenarioResult
 from bakeoff.units import human_bytes
 
 __all__ = ["CollectiveCell", "Dist", "DistResult", "Divergence", "Hang", "TrainingStep", "WorldRun", "busbw_factor",
-           "cell_words", "dist_of", "divergence_words", "world_words"]  # fmt: skip
+           "cell_words", "dist_of", "divergence_words", "world_requirements", "world_words"]  # fmt: skip
 
 #: The collectives checked, in the order each rank runs them.
 OPS = ("all_reduce_sum", "all_reduce_avg", "all_reduce_max", "all_gather", "reduce_scatter", "broadcast",
        "all_to_all", "barrier")  # fmt: skip
 #: How a world size ended, worst first.
 WORST_FIRST = ("hang", "error", "fail", "not_comparable", "drift", "pass")
+
+
+#: Significant bits of each dtype (the implicit bit included).
+_SIGNIFICAND = {"float32": 24, "float16": 11, "bfloat16": 8}
+
+
+def tolerance(op: str, world: int, dtype: str = "float32") -> float:
+    """Units in the last place a result may be off by (see the module docstring): 0 for what only
+    moves data or picks, and for a sum whose every partial sum the dtype holds exactly (the ramps'
+    seven fraction bits and the integer part of up to ``2 * world``: float32 always here, float16
+    up to 8 ranks); otherwise ``world / 2`` for a sum, half a unit more for an average."""
+    if op not in ("all_reduce_sum", "all_reduce_avg", "reduce_scatter"):
+        return 0.0
+    exact = 7 + math.ceil(math.log2(2 * world)) <= _SIGNIFICAND.get(dtype, 24)
+    if op == "all_reduce_avg" and world & (world - 1):
+        # dividing by a world that is not a power of two rounds (before the sum, as NCCL's
+        # average does, or after it): the sum is then inexact too
+        return world / 2 + 0.5
+    return 0.0 if exact else world / 2
 
 
 def busbw_factor(op: str, world: int) -> float | None:
@@ -169,12 +190,17 @@ class DistResult(Value):
         return next((v for v in WORST_FIRST if v in found), "not run")
 
 
-def judged(cell: CollectiveCell) -> CollectiveCell:
-    """``cell`` with its verdict following from its figures: an error stays an error; otherwise
-    pass exactly when its largest error is within its tolerance."""
+def judged(cell: CollectiveCell, world: int) -> CollectiveCell:
+    """``cell`` with its verdict following from its figures: an error stays an error; a cell
+    with no figure, a negative one or no timed call is an error; otherwise pass exactly when its
+    largest error is within the tolerance of its collective, dtype and world size (the rule's,
+    whatever a stored document says it was)."""
     if cell.verdict == "error" or cell.max_error is None:
         return cell if cell.verdict == "error" else replace(cell, verdict="error", detail=cell.detail or "no result")
-    return replace(cell, verdict="pass" if cell.max_error <= cell.tolerance else "fail")
+    if not (math.isfinite(cell.max_error) and cell.max_error >= 0) or cell.iterations < 1:
+        return replace(cell, verdict="error", detail="no valid figure (a negative or missing error, or no timed call)")
+    allowed = tolerance(cell.op, world, cell.dtype)
+    return replace(cell, tolerance=allowed, verdict="pass" if cell.max_error <= allowed else "fail")
 
 
 def world_verdict(world: WorldRun) -> WorldRun:
@@ -184,7 +210,7 @@ def world_verdict(world: WorldRun) -> WorldRun:
         return world
     if world.mode == "ddp":
         return _training_verdict(world)
-    cells = tuple(judged(c) for c in world.cells)
+    cells = tuple(judged(c, world.world) for c in world.cells)
     if not cells:
         return replace(world, cells=cells, verdict="error", reason=world.reason or "no collective was measured")
     bad = [c for c in cells if c.verdict != "pass"]
@@ -238,9 +264,53 @@ def dist_of(scenario: ScenarioResult | None) -> DistResult | None:
         found = DistResult.from_dict(scenario.facts)
     except (KeyError, TypeError, ValueError):
         return None
-    if any(w.world < 1 for w in found.worlds):
+    if any(not 2 <= w.world <= 64 or (w.devices and len(w.devices) != w.world) for w in found.worlds):
+        return None  # not a world size bakeoff starts, or not one device per rank
+    asked = _asked_counts(scenario.options)
+    return replace(found, worlds=tuple(world_verdict(_complete(w, asked)) for w in found.worlds))
+
+
+def _asked_counts(options: dict[str, Any]) -> dict[str, int] | None:
+    """How many cells of each collective the stored options asked for (None: not known)."""
+    sizes, dtypes = options.get("sizes"), options.get("dtypes")
+    if not isinstance(sizes, list | tuple) or not isinstance(dtypes, list | tuple) or not sizes or not dtypes:
         return None
-    return replace(found, worlds=tuple(world_verdict(w) for w in found.worlds))
+    return {op: 1 if op == "barrier" else len(sizes) * len(dtypes) for op in OPS}
+
+
+def _complete(world: WorldRun, asked: dict[str, int] | None) -> WorldRun:
+    """A collectives world whose cells are not the ones asked for is an error, not a pass."""
+    if world.mode != "collectives" or world.verdict not in ("pass", "fail") or asked is None:
+        return world
+    counted: dict[str, int] = {}
+    for cell in world.cells:
+        counted[cell.op] = counted.get(cell.op, 0) + 1
+    if counted == asked:
+        return world
+    return replace(world, verdict="error", reason="the stored answer does not hold every collective it asked for")
+
+
+def _requirement(world: WorldRun) -> dict[str, Any]:
+    """A world size as a stored requirement: every collective right (the count of wrong ones is
+    its value), or, for DDP, the steps trained as the golden and the CPU's gloo job do (pass or
+    drift: the value is 0, and 1 when not)."""
+    if world.mode == "ddp":
+        rule = Requirement(f"DDP steps at {world.world} ranks", "ddp_diverged", "<=", 0.0, "", "dist")
+        met = world.verdict in ("pass", "drift")
+        value = None if world.verdict in ("hang", "error", "not_comparable") else float(not met)
+        verdict = "not_measured" if world.verdict == "not_comparable" else "met" if met else "not_met"
+        return RequirementCheck(rule, verdict, value, samples=len(world.training), confident=verdict != "not_measured",
+                                reason=world_words(world)).to_dict()  # fmt: skip
+    wrong = sum(1 for c in world.cells if c.verdict != "pass")
+    ran = world.verdict in ("pass", "fail")
+    rule = Requirement(f"collectives at {world.world} ranks", "wrong_collectives", "<=", 0.0, "", "dist")
+    return RequirementCheck(rule, "met" if world.verdict == "pass" else "not_met", float(wrong) if ran else None,
+                            samples=len(world.cells), confident=True, reason=world_words(world)).to_dict()  # fmt: skip
+
+
+def world_requirements(found: DistResult) -> tuple[dict[str, Any], ...]:
+    """Each world size as a stored requirement, in the words every report reads."""
+    return tuple(_requirement(w) for w in found.worlds)
 
 
 def cell_words(cell: CollectiveCell) -> str:
@@ -248,6 +318,8 @@ def cell_words(cell: CollectiveCell) -> str:
     what = cell.op if not cell.size else f"{cell.op} {cell.dtype} {human_bytes(cell.size)}"
     if cell.verdict == "error":
         return f"{what}: error: {cell.detail}"
+    if cell.verdict == "fail" and cell.op == "barrier":
+        return f"{what}: did not wait for every rank ({cell.detail})"
     if cell.verdict == "fail":
         return f"{what}: wrong ({cell.detail}; {cell.max_error:.3g} ulp against {cell.tolerance:g} allowed)"
     return f"{what}: {'exact' if not cell.max_error else f'within {cell.max_error:.3g} ulp'}"
@@ -266,7 +338,9 @@ def world_words(world: WorldRun) -> str:
         return f"{head}: {len(world.training)} DDP steps: {world.reason}"
     if world.verdict == "pass":
         exact = sum(1 for c in world.cells if not c.max_error)
-        return f"{head}: {len(world.cells)} collectives right ({exact} exact, the rest within the dtype's rounding)"
+        rounded = len(world.cells) - exact
+        how = f"{exact} exact, {rounded} within the dtype's rounding" if rounded else "every one exact"
+        return f"{head}: {len(world.cells)} collectives right ({how})"
     return f"{head}: {world.reason}"
 
 

@@ -15,6 +15,8 @@ __all__ = ["DIST_OPTIONS", "MAX_RANKS"]
 
 #: The largest world size one machine's ranks are started for.
 MAX_RANKS = 64
+#: The largest message checked: each rank holds its expectation in float64 beside its buffers.
+MAX_SIZE = 64 * 1024**2
 #: The dtypes a collective is checked at.
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -27,7 +29,7 @@ def _check_ranks(value: Any, given: Mapping[str, Any]) -> tuple[int, ...]:
     hint = "e.g. --ranks 2,4,8"
     found = []
     for item in _items(value) if not isinstance(value, int) else [str(value)]:
-        if not item.isdigit() or not 2 <= int(item) <= MAX_RANKS:
+        if not (item.isascii() and item.isdigit()) or not 2 <= int(item) <= MAX_RANKS:
             raise SpecError(f"--ranks {item!r} is not a world size from 2 to {MAX_RANKS}", hint=hint)
         found.append(int(item))
     if not found:
@@ -42,8 +44,8 @@ def _check_sizes(value: Any, given: Mapping[str, Any]) -> tuple[int, ...]:
         size = size_bytes(item)
         if size is None:
             raise SpecError(f"--sizes {item!r} is not a message size", hint=hint)
-        if not 16 <= size <= 2**30:
-            raise SpecError(f"--sizes {item!r}: a message is checked from 16 B to 1 GiB", hint=hint)
+        if not 16 <= size <= MAX_SIZE:
+            raise SpecError(f"--sizes {item!r}: a message is checked from 16 B to 64 MiB", hint=hint)
         found.append(size)
     if not found:
         raise SpecError("--sizes names no message size", hint=hint)

@@ -12,6 +12,7 @@ generated from it.
 
 from __future__ import annotations
 
+import math
 import textwrap
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -82,9 +83,31 @@ def read_options(options: Mapping[str, Option], given: Mapping[str, Any], what: 
         raise TypeError(f"unknown {what} {unknown[0]!r}")
     values = {name: given.get(name, option.default) for name, option in options.items()}
     for name, option in options.items():
+        if option.bounds is not None and option.check is None and values[name] is not None:
+            values[name] = _within(option, values[name])  # as the command line reads it
         if option.check is not None:
             values[name] = option.check(values[name], values)
     return values
+
+
+def _within(option: Option, value: Any) -> Any:
+    """A numeric setting given as a keyword (or read back from a stored run) held to its bounds,
+    as the command line holds a typed one.
+
+    Raises:
+        SpecError: not a number of the setting's kind, or outside its bounds.
+    """
+    from bakeoff.errors import SpecError
+
+    bounds = option.bounds
+    assert bounds is not None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SpecError(f"{option.flag} must be a number, got {value!r}", hint=f"e.g. {option.flag} {bounds.example:g}")
+    if bounds.kind is int and not (math.isfinite(value) and float(value).is_integer()):
+        raise SpecError(
+            f"{option.flag} must be a whole number, got {value!r}", hint=f"e.g. {option.flag} {bounds.example:g}"
+        )
+    return bounds.kind(bounds.check(value, option.flag))
 
 
 def describe_options(options: Mapping[str, Option], indent: str, width: int = 100) -> str:
