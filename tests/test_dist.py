@@ -7,8 +7,9 @@ collectives at its fifth (the other waits in it: a hang, named; every rank stopp
 bakeoff itself is killed). Clean controls: the test device at 2 and 4 ranks, and gloo on the CPU
 at 2, whose sums round honestly (within the dtype's rounding, not all exact). DDP: two bfloat16
 steps of a one-layer Llama on the device pass against one float64 process on the global batch and
-the CPU's gloo job (differing from it by rounding); the same faults make rank 1's replica differ
-(named: step, rank, parameter) and the gradient norm leave its band at step 1.
+the CPU's gloo job (differing from it by rounding), under DDP and under FSDP2; the same faults
+make rank 1's replica differ (named: step, rank, parameter) and the gradient norm leave its band
+at step 1; an FSDP unit whose gradients are not reduced leaves it at step 1 too.
 """
 
 from __future__ import annotations
@@ -74,9 +75,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     found["slow"] = _dist(db, "--on", "cpu", "--sizes", "64", "--dtypes", "float32", "--iterations", "100000",
                           "--timeout", "2", "--format", "json")  # fmt: skip
     ddp = ("arch:llama?layers=1", "--on", "emu?dtype=bfloat16", "--steps", "2", "--format", "json")
-    found["ddp"] = _dist(db, *ddp, "--strict")
+    found["ddp"] = _dist(db, *ddp, "--mode", "ddp,fsdp", "--strict")
     found["ddp_avg"] = _dist(db, *ddp, fault="avg_twice@1")
     found["ddp_bf16"] = _dist(db, *ddp, fault="bf16_low_bits")
+    found["fsdp_unreduced"] = _dist(db, *ddp, "--mode", "fsdp", fault="unreduced@1")
     return found
 
 
@@ -180,19 +182,25 @@ def test_every_run_is_stored_and_show_reads_the_same_verdicts(runs):
             assert f"{world['world']} ranks (emu): {world['verdict']}" in text
 
 
-def test_ddp_steps_on_the_device_train_as_the_golden_and_the_cpus_gloo_job(runs):
+def test_ddp_and_fsdp_steps_on_the_device_train_as_the_golden_and_the_cpus_gloo_job(runs):
     ran = runs["ddp"]
     assert ran.returncode == 0, ran.stderr  # --strict: it passed
     found = _json(ran)
-    (world,) = found["worlds"]
-    assert found["workload"] == "arch:llama?layers=1" and world["mode"] == "ddp" and world["dtype"] == "bfloat16"
-    assert world["verdict"] == "pass" and len(world["training"]) == 2, world["reason"]
-    for step in world["training"]:
-        reference, _, apart = step["weights"]
-        assert (
-            0 < apart < reference
-        )  # the honest control differs from the CPU's job by rounding, less than bf16 from float64
-        assert abs(step["loss"][2] - step["loss"][0]) < 1e-2 * abs(step["loss"][0])
+    assert found["workload"] == "arch:llama?layers=1" and [w["mode"] for w in found["worlds"]] == ["ddp", "fsdp"]
+    for world in found["worlds"]:
+        assert world["dtype"] == "bfloat16" and world["verdict"] == "pass" and len(world["training"]) == 2, world
+        for step in world["training"]:
+            reference, _, apart = step["weights"]
+            assert 0 < apart < reference  # differs from the CPU's job by rounding, less than bf16 from float64
+            assert abs(step["loss"][2] - step["loss"][0]) < 1e-2 * abs(step["loss"][0])
+
+
+def test_an_fsdp_unit_whose_gradients_are_not_reduced_diverges_at_step_1(runs):
+    (world,) = _json(runs["fsdp_unreduced"])["worlds"]
+    assert world["mode"] == "fsdp" and world["verdict"] == "fail", world["reason"]
+    found = world["divergence"]
+    assert found["against"] == "the golden" and found["step"] == 1 and found["figure"] == "grad_norm"
+    assert found["error"] > 2 * found["allowed"] and found["parameter"].startswith("model.layers.0.")  # 3.4x in bf16
 
 
 def test_a_rank_whose_all_reduce_averages_again_is_named_with_the_step_and_parameter(runs):

@@ -22,7 +22,7 @@ _setting = functools.partial(setting_option, DIST_OPTIONS)
     "dist",
     epilog="\b\nExamples:\n"
     "  bakeoff dist collectives --on cuda --ranks 2,4,8\n"
-    "  bakeoff dist arch:llama --on cuda --ranks 2,4 --steps 5\n"
+    "  bakeoff dist arch:llama --on cuda --ranks 2,4 --mode ddp,fsdp --steps 5\n"
     "  BAKEOFF_EMU=1 bakeoff dist collectives --on emu --ranks 2,4 --sizes 4KiB,1MiB --dtypes float32,bfloat16",
 )
 @click.argument("workload", default="collectives", metavar="[collectives|WORKLOAD]")
@@ -31,6 +31,7 @@ _setting = functools.partial(setting_option, DIST_OPTIONS)
 @_setting("sizes")
 @_setting("dtypes")
 @_setting("iterations")
+@_setting("modes")
 @_setting("steps")
 @_setting("lr")
 @_setting("hang_s")
@@ -43,10 +44,10 @@ def dist_command(workload: str, on: str, strict: bool, db: str | None, fmt: str,
     its device) and check every collective (all_reduce sum, avg and max, all_gather,
     reduce_scatter, broadcast, all_to_all, barrier) at each size and dtype against its analytic
     value: exact where it only moves data, within the dtype's rounding where it sums. Given a
-    workload instead of `collectives`, train it --steps DDP steps on the target against one
-    float64 process on the global batch and the same job on the CPU with gloo: the replicas
-    must stay equal and the trajectory within the training check's band; the first diverging
-    step, rank and parameter are named.
+    workload instead of `collectives`, train it --steps steps under DDP and/or FSDP2 (--mode) on
+    the target against one float64 process on the global batch and the same job on the CPU with
+    gloo: DDP's replicas must stay equal, and the trajectory within the training check's band;
+    the first diverging step, rank and parameter are named.
 
     Each world size is a job of its own, run in turn (a ladder: 'works at 2, hangs at 8'). Each
     call is timed; the table gives the p50 and p99 of the slowest rank's calls, their ratio (the

@@ -1,4 +1,4 @@
-"""DDP parity at one world size: the golden (one float64 process on the global batch), the CPU's
+"""DDP or FSDP2 parity at one world size: the golden (one float64 process on the global batch), the CPU's
 gloo job and the target's job (:mod:`bakeoff.distributed.training`), combined step by step into
 a :class:`~bakeoff.scenarios.dist.WorldRun` whose verdict :func:`~bakeoff.scenarios.dist.world_verdict`
 judges: every rank's weights must equal rank 0's after every step (DDP applies one averaged
@@ -19,44 +19,59 @@ from bakeoff.launch.launchers import FreshProcess
 from bakeoff.launch.tempdirs import owned_tempdir
 from bakeoff.scenarios.dist import Divergence, TrainingStep, WorldRun, world_verdict
 
-__all__ = ["ddp_world"]
+__all__ = ["training_world"]
 
 
-def _group(target: Any, spec: str, world: int, settings: dict[str, Any], weights: Path) -> RanksEnded:
+def _group(target: Any, spec: str, world: int, settings: dict[str, Any], weights: Path, mode: str) -> RanksEnded:
+    """The job's ranks; rank r keeps its weights in ``weights`` + ``.r`` (DDP: rank 0 alone)."""
     group = RankGroup(world)
     jobs = [
-        DdpJob(
-            target,
-            spec,
-            rank,
-            world,
-            group.rendezvous,
-            settings["steps"],
-            settings["lr"],
-            settings["hang_s"] * 4 + 60,
-            str(weights) if rank == 0 else None,
-        )
+        DdpJob(target, spec, rank, world, group.rendezvous, settings["steps"], settings["lr"],
+               settings["hang_s"] * 4 + 60, f"{weights}.{rank}" if rank == 0 or mode == "fsdp" else None, mode)
         for rank in range(world)
-    ]
+    ]  # fmt: skip
     return group.run(jobs, settings["timeout_s"], settings["hang_s"])
 
 
-def _stopped(world: int, ended: RanksEnded, which: str, backend: str, seconds: float) -> WorldRun | None:
+def _weights(path: Path, values: list[dict[str, Any]], mode: str) -> dict[str, Any]:
+    """Each step's whole weights (float64, flat, in parameter order): rank 0's for DDP, the ranks'
+    shards put back together for FSDP (each parameter's shards in rank order)."""
+    import torch
+    from safetensors.torch import load_file
+
+    if mode != "fsdp":
+        return load_file(f"{path}.0")
+    shards = [load_file(f"{path}.{rank}") for rank in range(len(values))]
+    sizes = [v["shard_sizes"] for v in values]
+    whole = {}
+    for key in shards[0]:
+        offsets = [0] * len(values)
+        pieces = []
+        for index in range(len(sizes[0])):
+            for rank in range(len(values)):
+                size = sizes[rank][index]
+                pieces.append(shards[rank][key][offsets[rank] : offsets[rank] + size])
+                offsets[rank] += size
+        whole[key] = torch.cat(pieces)
+    return whole
+
+
+def _stopped(world: int, ended: RanksEnded, which: str, backend: str, seconds: float, mode: str) -> WorldRun | None:
     """The world size as a hang or an error when ``which`` job did not end well."""
     startup = tuple(ended.startup_s)
     if ended.hang is not None:
         reason = f"{which}: {ended.hang.collective} #{ended.hang.seq} did not complete"
-        return WorldRun(world, "hang", reason, backend, startup_s=startup, seconds=seconds, hang=ended.hang, mode="ddp")
+        return WorldRun(world, "hang", reason, backend, startup_s=startup, seconds=seconds, hang=ended.hang, mode=mode)
     if ended.timed_out:
         return WorldRun(world, "error", f"{which}: did not finish within --timeout, {ended.timed_out}", backend,
-                        startup_s=startup, seconds=seconds, mode="ddp")  # fmt: skip
+                        startup_s=startup, seconds=seconds, mode=mode)  # fmt: skip
     failure = ended.failure
     if failure is not None or any(o is None for o in ended.outcomes):
         rank, outcome = failure if failure is not None else (ended.outcomes.index(None), None)
         why = outcome.reason() if outcome is not None else "stopped"
         where = f" (last entered {ended.phases[rank]})" if rank in ended.phases else ""
         return WorldRun(world, "error", f"{which} rank {rank}{where}: {why}"[:600], backend, startup_s=startup,
-                        seconds=seconds, mode="ddp")  # fmt: skip
+                        seconds=seconds, mode=mode)  # fmt: skip
     return None
 
 
@@ -94,8 +109,10 @@ def _furthest(golden: Any, reference: Any, target: Any, names: list[str], sizes:
     return name
 
 
-def ddp_world(target: Any, reference: Any, spec: str, world: int, settings: dict[str, Any], backend: str) -> WorldRun:
-    """One world size of DDP parity (see the module docstring).
+def training_world(
+    target: Any, reference: Any, spec: str, world: int, settings: dict[str, Any], backend: str, mode: str
+) -> WorldRun:
+    """One world size of DDP or FSDP parity (see the module docstring).
 
     Raises:
         WorkloadError: the workload does not build (the golden run said so): bad input, nothing
@@ -115,18 +132,20 @@ def ddp_world(target: Any, reference: Any, spec: str, world: int, settings: dict
             if golden.error is not None and golden.error.type in ("SpecError", "WorkloadError"):
                 hint = "run `bakeoff workloads` to see what builds"
                 raise WorkloadError(f"{spec}: {golden.error.message}", hint=hint)
-            return WorldRun(world, "error", f"the golden run: {golden.reason()}"[:600], backend, mode="ddp")
+            return WorldRun(world, "error", f"the golden run: {golden.reason()}"[:600], backend, mode=mode)
         ran = {}
         for which, on in (("reference", reference), ("target", target)):
-            ended = _group(on, spec, world, settings, files[which])
-            stopped = _stopped(world, ended, f"the {which} job", backend, round(time.monotonic() - began, 2))
+            ended = _group(on, spec, world, settings, files[which], mode)
+            stopped = _stopped(world, ended, f"the {which} job", backend, round(time.monotonic() - began, 2), mode)
             if stopped is not None:
                 return stopped
             ran[which] = ([o.value for o in ended.outcomes if o is not None], ended.startup_s)
         values, startup = ran["target"]
         ref_values, _ = ran["reference"]
         names, sizes = golden.value["names"], golden.value["sizes"]
-        weights = {name: load_file(str(path)) for name, path in files.items()}
+        weights = {"golden": load_file(str(files["golden"]))}
+        weights["reference"] = _weights(files["reference"], ref_values, mode)
+        weights["target"] = _weights(files["target"], values, mode)
         steps = []
         for number in range(1, settings["steps"] + 1):
             key = f"step{number}"
@@ -139,10 +158,10 @@ def ddp_world(target: Any, reference: Any, spec: str, world: int, settings: dict
             distances = (_distance(r, g, g), _distance(t, g, g), _distance(t, r, g))
             furthest = _furthest(g, r, t, names, sizes)
             steps.append(TrainingStep(number, row("loss"), row("grad_norm"), row("update_norm"), distances, furthest))
-        divergence = _replicas(values, names)
+        divergence = _replicas(values, names) if mode == "ddp" else None  # FSDP's ranks hold shards, not replicas
         dtype = target.dtype or str(torch.get_default_dtype()).removeprefix("torch.")
         run = WorldRun(world, "pass", backend=backend, devices=tuple(v["device"] for v in values),
-                       startup_s=tuple(startup), seconds=round(time.monotonic() - began, 2), mode="ddp", dtype=dtype,
+                       startup_s=tuple(startup), seconds=round(time.monotonic() - began, 2), mode=mode, dtype=dtype,
                        training=tuple(steps), divergence=divergence)  # fmt: skip
         return world_verdict(run)
     finally:

@@ -21,12 +21,12 @@ from bakeoff.target.spec import Target
 __all__ = ["ASKED", "dist_run", "dist_workload_record"]
 
 #: The settings that make the question, by mode: two runs compare only when they asked the same.
-ASKED = {"collectives": ("ranks", "sizes", "dtypes", "iterations"), "ddp": ("ranks", "steps", "lr")}
+ASKED = {"collectives": ("ranks", "sizes", "dtypes", "iterations"), "training": ("ranks", "modes", "steps", "lr")}
 
 
 def dist_workload_record(result: DistResult, settings: dict[str, Any]) -> dict[str, Any]:
     """The workload a dist run is stored as: ``dist:<workload>``, fingerprinted by the question."""
-    keys = ASKED.get(result.mode, ASKED["collectives"])
+    keys = ASKED["collectives" if result.mode == "collectives" else "training"]
     asked = {key: list(settings[key]) if isinstance(settings[key], tuple) else settings[key] for key in keys}
     asked["check"] = result.mode
     spec = f"dist:{result.workload}"

@@ -115,23 +115,26 @@ def _cell(per_rank: list[dict[str, Any]], world: int) -> CollectiveCell:
 def check_training(
     target: Any, workload: str, settings: dict[str, Any], progress: Callable[[str], None] | None = None
 ) -> DistResult:
-    """DDP parity of ``workload`` at every world size of ``settings["ranks"]`` in turn: the golden
+    """DDP and/or FSDP2 parity of ``workload`` at every world size of ``settings["ranks"]`` in turn
+    (each of ``settings["modes"]``): the golden
     (one float64 process on the global batch), the same job on the CPU with gloo and on the
     target (:mod:`bakeoff.distributed.parity`)."""
     from dataclasses import replace
 
-    from bakeoff.distributed.parity import ddp_world
+    from bakeoff.distributed.parity import training_world
 
     reference = replace(target, device="cpu", index=None)
     worlds = []
     for world in settings["ranks"]:
-        if progress is not None:
-            progress(f"{world} ranks on {target.spec}: {settings['steps']} DDP steps of {workload}")
-        worlds.append(ddp_world(target, reference, workload, world, settings, backend_for(target.device) or ""))
+        for mode in settings["modes"]:
+            if progress is not None:
+                progress(f"{world} ranks on {target.spec}: {settings['steps']} {mode.upper()} steps of {workload}")
+            backend = backend_for(target.device) or ""
+            worlds.append(training_world(target, reference, workload, world, settings, backend, mode))
     notes = (
         f"{settings['steps']} SGD steps (lr {settings['lr']:g}); rank r trains on batch k*N+r at step k, the golden on "
         "their concatenation in float64; the reference is the same job on the CPU with gloo",
         "judged by the training check's band around the golden without its local re-run of a step: a model whose "
         "training amplifies rounding can leave it (docs/dist.md)",
     )
-    return DistResult(workload, target.spec, "ddp", tuple(worlds), notes)
+    return DistResult(workload, target.spec, ",".join(settings["modes"]), tuple(worlds), notes)

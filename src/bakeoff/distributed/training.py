@@ -50,41 +50,52 @@ def global_batch(batches: list[tuple[tuple, dict]]) -> tuple[tuple, dict]:
     return args, kwargs
 
 
+def _local(t: Any) -> Any:
+    """A parameter's or gradient's values held by this process (an FSDP shard's own part)."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def _host(t: Any) -> Any:
+    import torch
+
+    return _local(t).detach().to("cpu", torch.float64)
+
+
 def _flat(params: list[Any]) -> Any:
     import torch
 
-    return torch.cat([p.detach().to("cpu", torch.float64).flatten() for p in params])
+    return torch.cat([_host(p).flatten() for p in params])
 
 
 def _checksums(params: list[Any]) -> list[list[float]]:
-    import torch
-
     out = []
     for p in params:
-        host = p.detach().to("cpu", torch.float64)
+        host = _host(p)
         out.append([float(host.sum()), float(host.pow(2).sum())])
     return out
 
 
-def _norm(tensors: list[Any]) -> float:
-    import torch
-
-    return float(torch.sqrt(sum((t.double() ** 2).sum() for t in tensors))) if tensors else 0.0
+def _squares(tensors: list[Any]) -> float:
+    return float(sum(float((t**2).sum()) for t in tensors)) if tensors else 0.0
 
 
 @dataclass(frozen=True)
 class _Steps:
-    """What one run does at each step, shared by the golden and the ranks."""
+    """What one run does at each step, shared by the golden and the ranks. ``summed`` adds a
+    sum of squares over the ranks when each holds a shard (FSDP); the identity otherwise."""
 
     workload_spec: str
     steps: int
     lr: float
 
     def train(self, model: Any, params: list[Any], batch_of: Any, loss_of: Any, weights_file: str | None,
-              rank_of_phase: bool = False) -> dict[str, Any]:  # fmt: skip
+              rank_of_phase: bool = False, summed: Any = None) -> dict[str, Any]:  # fmt: skip
+        import math
+
         import torch
         from safetensors.torch import save_file
 
+        total = summed or (lambda x: x)
         optimizer = torch.optim.SGD(params, lr=self.lr)
         rows = []
         kept = {}
@@ -96,17 +107,18 @@ class _Steps:
             torch.manual_seed(1000 + step)
             loss = loss_of(model(*args, **kwargs), args, kwargs)
             loss.backward()
-            grads = [p.grad.detach().to("cpu", torch.float64) for p in params if p.grad is not None]
-            before = [p.detach().to("cpu", torch.float64, copy=True) for p in params]
+            grads = [_host(p.grad) for p in params if p.grad is not None]
+            before = [_host(p).clone() for p in params]
             optimizer.step()
-            update = _norm([p.detach().to("cpu", torch.float64) - b for p, b in zip(params, before, strict=True)])
-            rows.append({"loss": float(loss.detach().to("cpu", torch.float64)), "grad_norm": _norm(grads),
-                         "update_norm": update, "checksums": _checksums(params)})  # fmt: skip
+            update = [_host(p) - b for p, b in zip(params, before, strict=True)]
+            norms = math.sqrt(total(_squares(grads))), math.sqrt(total(_squares(update)))
+            rows.append({"loss": float(loss.detach().to("cpu", torch.float64)), "grad_norm": norms[0],
+                         "update_norm": norms[1], "checksums": _checksums(params)})  # fmt: skip
             if weights_file is not None:
                 kept[f"step{step + 1}"] = _flat(params).contiguous()
         if weights_file is not None:
             save_file(kept, weights_file)
-        return {"steps": rows}
+        return {"steps": rows, "shard_sizes": [_local(p).numel() for p in params]}
 
 
 def _built(spec: str) -> tuple[Any, Any]:
@@ -150,10 +162,28 @@ class GoldenJob:
         return {**done, "names": names, "sizes": [p.numel() for p in params], "loss_kind": recipe.kind}
 
 
+def _fully_sharded(model: Any, device: Any, world: int) -> Any:
+    """``model`` under FSDP2: each block of every ``ModuleList`` (a transformer's layers) a unit
+    of its own, then the root."""
+    from torch import nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(device.type, (world,))
+    for module in list(model.modules()):
+        if isinstance(module, nn.ModuleList):
+            for block in module:
+                if any(p.requires_grad for p in block.parameters()):
+                    fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
 @dataclass(frozen=True)
 class DdpJob:
-    """Rank ``rank`` of a ``world``-rank DDP job of ``target`` (see the module docstring);
-    ``weights_file`` for rank 0 only."""
+    """Rank ``rank`` of a ``world``-rank DDP (``mode`` ``ddp``: every rank a replica) or FSDP2
+    (``fsdp``: every rank a shard) job of ``target`` (see the module docstring); ``weights_file``
+    where the rank keeps its weights after each step (DDP: rank 0's; FSDP: every rank its shard)."""
 
     target: Any
     workload_spec: str
@@ -164,7 +194,8 @@ class DdpJob:
     lr: float
     pg_timeout_s: float
     weights_file: str | None = None
-    phase: str = "ddp training"
+    mode: str = "ddp"
+    phase: str = "distributed training"
 
     def run(self) -> dict[str, Any]:
         from datetime import timedelta
@@ -186,15 +217,26 @@ class DdpJob:
         dtype = getattr(torch, self.target.dtype) if self.target.dtype else None
         try:
             model = workload.model.to(device=device, dtype=dtype)
+            summed = None
+            if self.mode == "fsdp":
+                wrapped = _fully_sharded(model, device, self.world)
+
+                def summed(x: float) -> float:  # each rank holds a shard: the squares add up over the ranks
+                    t = torch.tensor([x], dtype=torch.float64, device=device)
+                    dist.all_reduce(t)
+                    return float(t.cpu()[0])
+
+            else:
+                wrapped = DistributedDataParallel(model)
             params = [p for p in model.parameters() if p.requires_grad]
-            ddp = DistributedDataParallel(model)
 
             def batch_of(step: int) -> tuple[tuple, dict]:
                 return move_tensors(recipe.batch(step * self.world + self.rank), device, dtype)
 
             began = time.monotonic()
             steps = _Steps(self.workload_spec, self.steps, self.lr)
-            done = steps.train(ddp, params, batch_of, recipe.loss, self.weights_file, rank_of_phase=True)
+            done = steps.train(wrapped, params, batch_of, recipe.loss, self.weights_file, rank_of_phase=True,
+                               summed=summed)  # fmt: skip
             finished(self.steps)
             _wait_for_every_rank(self.world)
         finally:

@@ -207,7 +207,8 @@ def settings_line(run: Any) -> str | None:
     if isinstance(spread, dict):  # bakeoff dist: a job per world size
         ranks = ", ".join(str(n) for n in spread.get("ranks") or ())
         if run.workload.get("spec") != "dist:collectives":
-            steps = f"{spread.get('steps')} DDP steps (SGD, lr {spread.get('lr')}) at {ranks} ranks"
+            modes = "/".join(str(m).upper() for m in spread.get("modes") or ("ddp",))
+            steps = f"{spread.get('steps')} {modes} steps (SGD, lr {spread.get('lr')}) at {ranks} ranks"
             return (
                 f"{steps}, one process each on the target's backend, against one float64 process and the CPU's gloo job"
             )

@@ -208,7 +208,7 @@ def world_verdict(world: WorldRun) -> WorldRun:
     to the end."""
     if world.verdict in ("hang", "error"):
         return world
-    if world.mode == "ddp":
+    if world.mode != "collectives":
         return _training_verdict(world)
     cells = tuple(judged(c, world.world) for c in world.cells)
     if not cells:
@@ -231,7 +231,7 @@ def _training_verdict(world: WorldRun) -> WorldRun:
     steps = [StepFigures(s.loss, s.grad_norm, s.update_norm, s.weights) for s in world.training]
     judged = judge_trajectory(steps, world.dtype or "float32")
     if judged.verdict != "fail":
-        reason = {"pass": "every step within the reference's step-1 noise of the CPU's gloo job",
+        reason = {"pass": "every step within the step-1 noise of the CPU's gloo job",
                   "drift": "drifted from the CPU's gloo job no faster than the dtype's own error grows",
                   "not_comparable": "the float64 golden itself diverged"}[judged.verdict]  # fmt: skip
         return replace(world, verdict=judged.verdict, reason=reason, divergence=None)
@@ -294,8 +294,8 @@ def _requirement(world: WorldRun) -> dict[str, Any]:
     """A world size as a stored requirement: every collective right (the count of wrong ones is
     its value), or, for DDP, the steps trained as the golden and the CPU's gloo job do (pass or
     drift: the value is 0, and 1 when not)."""
-    if world.mode == "ddp":
-        rule = Requirement(f"DDP steps at {world.world} ranks", "ddp_diverged", "<=", 0.0, "", "dist")
+    if world.mode != "collectives":
+        rule = Requirement(f"{world.mode.upper()} steps at {world.world} ranks", "diverged", "<=", 0.0, "", "dist")
         met = world.verdict in ("pass", "drift")
         value = None if world.verdict in ("hang", "error", "not_comparable") else float(not met)
         verdict = "not_measured" if world.verdict == "not_comparable" else "met" if met else "not_met"
@@ -334,8 +334,8 @@ def world_words(world: WorldRun) -> str:
         missing = ", ".join(f"{r} ({h.where.get(str(r), 'no record')})" for r in h.missing) or "none"
         return (f"{head}: {h.collective} #{h.seq} did not complete within {h.after_s:g} s; waiting in it: "
                 f"rank {waiting}; did not arrive: rank {missing}; every rank was stopped")  # fmt: skip
-    if world.mode == "ddp":
-        return f"{head}: {len(world.training)} DDP steps: {world.reason}"
+    if world.mode != "collectives":
+        return f"{head}: {len(world.training)} {world.mode.upper()} steps: {world.reason}"
     if world.verdict == "pass":
         exact = sum(1 for c in world.cells if not c.max_error)
         rounded = len(world.cells) - exact

@@ -64,6 +64,19 @@ def _check_dtypes(value: Any, given: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
+_MODES = ("ddp", "fsdp")
+
+
+def _check_modes(value: Any, given: Mapping[str, Any]) -> tuple[str, ...]:
+    found = _items(value)
+    for item in found:
+        if item not in _MODES:
+            raise SpecError(f"--mode {item!r} is not one of {', '.join(_MODES)}", hint="e.g. --mode ddp,fsdp")
+    if not found:
+        raise SpecError("--mode names no mode", hint="e.g. --mode ddp,fsdp")
+    return tuple(dict.fromkeys(found))
+
+
 #: Every setting of ``bakeoff dist``, in the order its value is checked.
 DIST_OPTIONS: dict[str, Option] = {
     option.keyword: option
@@ -103,6 +116,16 @@ DIST_OPTIONS: dict[str, Option] = {
             "Timed calls of each collective per size and dtype, after a warm one (collectives only).",
             bounds=Bounds(int, 1, 100_000, 50),
             example=5,
+        ),
+        Option(
+            "modes",
+            "--mode",
+            "ddp",
+            "How a workload trains across the ranks: ddp (every rank a replica), fsdp (FSDP2: every rank a shard), "
+            "or both.",
+            _check_modes,
+            metavar="ddp|fsdp[,...]",
+            example="fsdp",
         ),
         Option(
             "steps",

@@ -39,8 +39,8 @@ def _table(world: WorldRun) -> Table:
 
 
 def _steps(world: WorldRun) -> Table:
-    table = Table(title=f"{world.world} ranks: each DDP step (golden: one float64 process on the global batch; "
-                  "reference: the same job on the CPU with gloo)", title_justify="left")  # fmt: skip
+    said = f"{world.world} ranks: each {world.mode.upper()} step (golden: one float64 process on the global batch; "
+    table = Table(title=said + "reference: the same job on the CPU with gloo)", title_justify="left")
     for name in ("step", "loss golden", "loss target", "grad norm golden", "grad norm ref", "grad norm target",
                  "weights off golden: ref", "target"):  # fmt: skip
         table.add_column(name, justify="right")
