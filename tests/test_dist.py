@@ -8,8 +8,8 @@ bakeoff itself is killed). Clean controls: the test device at 2 and 4 ranks, and
 at 2, whose sums round honestly (within the dtype's rounding, not all exact). DDP: two bfloat16
 steps of a one-layer Llama on the device pass against one float64 process on the global batch and
 the CPU's gloo job (differing from it by rounding), under DDP and under FSDP2; the same faults
-make rank 1's replica differ (named: step, rank, parameter) and the gradient norm leave its band
-at step 1; an FSDP unit whose gradients are not reduced leaves it at step 1 too.
+make rank 1's replica differ (named: step, rank, parameter), and an FSDP unit whose gradients are
+not reduced leaves the band at step 1.
 """
 
 from __future__ import annotations
@@ -73,12 +73,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     found["stale"] = _dist(db, "--on", "emu", "--sizes", "64", "--dtypes", "float32", "--iterations", "3",
                            "--format", "json", fault="skip@0:26,skip@1:26")  # fmt: skip
     found["slow"] = _dist(db, "--on", "cpu", "--sizes", "64", "--dtypes", "float32", "--iterations", "100000",
-                          "--timeout", "2", "--format", "json")  # fmt: skip
+                          "--timeout", "1", "--format", "json")  # fmt: skip
     ddp = ("arch:llama?layers=1", "--on", "emu?dtype=bfloat16", "--steps", "2", "--format", "json")
     found["ddp"] = _dist(db, *ddp, "--mode", "ddp,fsdp", "--strict")
-    found["ddp_avg"] = _dist(db, *ddp, fault="avg_twice@1")
-    found["ddp_bf16"] = _dist(db, *ddp, fault="bf16_low_bits")
-    found["fsdp_unreduced"] = _dist(db, *ddp, "--mode", "fsdp", fault="unreduced@1")
+    # the faults show at step 1: one step each
+    found["ddp_avg"] = _dist(db, *ddp, "--steps", "1", fault="avg_twice@1")
+    found["fsdp_unreduced"] = _dist(db, *ddp, "--steps", "1", "--mode", "fsdp", fault="unreduced@1")
     return found
 
 
@@ -211,32 +211,24 @@ def test_a_rank_whose_all_reduce_averages_again_is_named_with_the_step_and_param
     assert "rank 1's weights differ from rank 0's after step 1 in model.embed_tokens.weight" in world["reason"]
 
 
-def test_bf16_gradient_reductions_that_drop_low_bits_diverge_at_step_1(runs):
-    world = _json(runs["ddp_bf16"])["worlds"][0]
-    assert world["verdict"] == "fail", world["reason"]
-    found = world["divergence"]
-    assert found["against"] == "the golden" and found["step"] == 1 and found["error"] > found["allowed"]
-    assert found["parameter"].startswith("model.") and "step 1 diverged" in world["reason"]
-
-
 def test_kill_9_of_bakeoff_during_a_hang_takes_every_rank_with_it(tmp_path):
     marker = uuid.uuid4().hex
     env = {**os.environ, **EMU_ENV, "BAKEOFF_EMU_DIST_FAULT": "skip@1:2", "BAKEOFF_TEST_MARK": marker}
     process = subprocess.Popen(
-        [sys.executable, "-m", "bakeoff", "dist", "--on", "emu", "--ranks", "3", *_SMALL, "--hang-timeout", "600",
+        [sys.executable, "-m", "bakeoff", "dist", "--on", "emu", *_SMALL, "--hang-timeout", "600",
          "--db", str(tmp_path / "b.db")],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 240
-        while len(_marked(marker)) < 4 and time.monotonic() < deadline:  # bakeoff and its three ranks
+        while len(_marked(marker)) < 3 and time.monotonic() < deadline:  # bakeoff and its two ranks
             time.sleep(0.5)
         time.sleep(3)  # the ranks meet and rank 1 leaves; the others wait
         ranks = [pid for pid in _marked(marker) if pid != process.pid]
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait()
-    assert len(ranks) >= 3, ranks
+    assert len(ranks) >= 2, ranks
     for _ in range(20):
         if not any(Path(f"/proc/{pid}").exists() for pid in ranks):
             break

@@ -193,7 +193,8 @@ def test_a_distributed_checks_bandwidth_and_tail_are_drawn_per_size_with_a_wrong
     def cell(op: str, size: int, p50: float, error: float = 0.0) -> CollectiveCell:
         speed = size / p50 / 1e3
         verdict = "pass" if error <= 1 else "fail"
-        return CollectiveCell(op, "float32", size, verdict, error, 1.0, p50_us=p50, p99_us=p50 * 3, busbw_gbs=speed)
+        return CollectiveCell(op, "float32", size, verdict, error, 1.0, p50_us=p50, p99_us=p50 * 3, busbw_gbs=speed,
+                              iterations=20)  # fmt: skip
 
     cells = (cell("all_reduce_sum", 4096, 100.0), cell("all_reduce_sum", 1 << 20, 900.0, error=7.0),
              cell("all_gather", 4096, 80.0), cell("all_gather", 1 << 20, 700.0))  # fmt: skip
