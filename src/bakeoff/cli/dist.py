@@ -50,8 +50,8 @@ def dist_command(workload: str, on: str, strict: bool, db: str | None, fmt: str,
     the first diverging step, rank and parameter are named.
 
     Each world size is a job of its own, run in turn (a ladder: 'works at 2, hangs at 8'). Each
-    call is timed; the table gives the p50 and p99 of the slowest rank's calls, their ratio (the
-    tail) and the bus bandwidth by nccl-tests' factors. A collective that does not complete
+    call is timed (by the rank that entered it last); the table gives the p50 and p99, their
+    ratio (the tail) and the bus bandwidth by nccl-tests' factors. A collective that does not complete
     within --hang-timeout is a hang naming it, its sequence number and the ranks that did not
     arrive; every rank is stopped. The answer is stored as a run: `bakeoff show RUN_ID` reads
     it. Exit code: 0 when the check ran, 1 with --strict when a world size did not pass, 2 on

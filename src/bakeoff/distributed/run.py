@@ -1,6 +1,6 @@
 """The ladder of world sizes: for each, a :class:`~bakeoff.distributed.ranks.RankGroup` runs the
 collectives check, and the ranks' figures become one :class:`~bakeoff.scenarios.dist.WorldRun`
-(each call's latency is the slowest rank's; a cell's largest error the worst rank's). A world
+(each call's latency is the last-entering rank's; a cell's largest error the worst rank's). A world
 size that fails, hangs or errs does not stop the ladder: "works at 2, hangs at 8" is the finding."""
 
 from __future__ import annotations
@@ -43,8 +43,9 @@ def check_collectives(
         if progress is not None:
             progress(f"{world} ranks on {target.spec}: collectives")
         worlds.append(_world(target, world, settings, backend_for(target.device) or ""))
-    notes = ("each call's latency is the slowest rank's; bus bandwidth from the median call by nccl-tests' "
-             "factors; ranks meet through a file store and run one thread each",)  # fmt: skip
+    notes = ("each call's latency is the time of the rank that entered it last (the others' include waiting for "
+             "it); bus bandwidth from the median call by nccl-tests' factors; ranks meet through a file store and run "
+             "one thread each",)  # fmt: skip
     if settings["iterations"] < 100:
         notes += (f"p99 of {settings['iterations']} calls is close to the slowest one",)
     return DistResult("collectives", target.spec, "collectives", tuple(worlds), notes)
@@ -97,7 +98,10 @@ def _cell(per_rank: list[dict[str, Any]], world: int) -> CollectiveCell:
     head = per_rank[0]
     op, dtype, size = head["op"], head["dtype"], head["size"]
     worst = max(range(world), key=lambda r: per_rank[r]["max_error"])
-    calls = [max(column) for column in zip(*(c["samples_us"] for c in per_rank), strict=False)]
+    # each call as the rank that entered it last timed it: every other rank's time holds its wait
+    # for that one (each rank checks the previous call's result between calls, untimed, and the
+    # ranks drift apart by it)
+    calls = [min(column) for column in zip(*(c["samples_us"] for c in per_rank), strict=False)]
     p50 = percentile(calls, 50) if calls else None
     p99 = percentile(calls, 99) if calls else None
     algbw = size / (p50 * 1e-6) / 1e9 if p50 and op != "barrier" else None

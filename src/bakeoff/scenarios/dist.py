@@ -76,8 +76,9 @@ class CollectiveCell(Value):
     units of the dtype's spacing at the result: 0 for a collective that moves data and does no
     arithmetic), **fail** (``detail`` names the rank, the element, the value and the expected
     one), **error** (the collective raised on a rank: ``detail``). ``max_error``: the worst
-    rank's largest error in the same units. Latency is per call, the slowest rank's for each
-    call; ``busbw_gbs`` from the median by :func:`busbw_factor`."""
+    rank's largest error in the same units. Each call's latency is the time of the rank that
+    entered it last (the others' time holds their wait for it); ``busbw_gbs`` from the median
+    by :func:`busbw_factor`."""
 
     op: str
     dtype: str
