@@ -31,8 +31,8 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
-from bakeoff.launch.job import Outcome, run_inline
-from bakeoff.launch.process import STARTUP_TIMEOUT_S, Worker, leave
+from bakeoff.launch.job import Outcome
+from bakeoff.launch.process import STARTUP_TIMEOUT_S, Worker, serve_jobs
 from bakeoff.launch.tempdirs import owned_tempdir
 from bakeoff.scenarios.dist import Hang
 
@@ -72,12 +72,7 @@ def serve_rank(conn: Any, phase_file: str, capture_dir: str) -> None:
         stream.flush()
     os.dup2(log, 1)
     os.dup2(log, 2)
-    while True:
-        command = conn.recv()
-        if command == "close":
-            conn.close()
-            leave()
-        conn.send(run_inline(command))
+    serve_jobs(conn, phase_file, capture_dir)
 
 
 def _read_phase(path: Path) -> dict[str, Any] | None:
