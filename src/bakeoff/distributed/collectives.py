@@ -20,12 +20,11 @@ collective waits for every other one before the group is torn down.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from bakeoff.distributed.ranks import enter, finished
+from bakeoff.distributed.ranks import enter, finished, join_group, wait_for_every_rank
 from bakeoff.scenarios.dist import OPS, tolerance
 from bakeoff.units import human_bytes
 
@@ -94,8 +93,6 @@ class CollectivesJob:
     phase: str = "collectives"
 
     def run(self) -> dict[str, Any]:
-        from datetime import timedelta
-
         import torch
         import torch.distributed as dist
 
@@ -103,12 +100,7 @@ class CollectivesJob:
         from bakeoff.target.plugins import load_plugins
 
         load_plugins()
-        torch.set_num_threads(1)
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # the ranks meet on this machine's loopback
-        device = rank_device(self.target, self.rank, self.world)
-        backend = dist.get_default_backend_for_device(self.target.device)
-        dist.init_process_group(backend, init_method=f"file://{self.rendezvous}", rank=self.rank,
-                                world_size=self.world, timeout=timedelta(seconds=self.pg_timeout_s))  # fmt: skip
+        device, backend = join_group(self.target, self.rank, self.world, self.rendezvous, self.pg_timeout_s)
         sync = synchronizer(self.target)
         seq = 0
         cells = []
@@ -121,7 +113,7 @@ class CollectivesJob:
                         cell, seq = self._cell(op, getattr(torch, dtype), size, device, sync, seq)
                         cells.append({"op": op, "dtype": "" if op == "barrier" else dtype, **cell})
             finished(seq)
-            _wait_for_every_rank(self.world)
+            wait_for_every_rank(self.world)
         finally:
             dist.destroy_process_group()
         return {"backend": backend, "device": str(device), "cells": cells}
@@ -192,36 +184,6 @@ class CollectivesJob:
             if i > 0:
                 samples.append(round(spent * 1e6, 3))
         return {"max_error": worst, "tolerance": 0.0, "detail": detail, "samples_us": samples, "size": 0}, seq
-
-
-def _wait_for_every_rank(world: int) -> None:
-    """Wait, through the process group's store, until every rank has made its last collective:
-    no rank tears the group down under one still waiting in a collective (that rank would see an
-    error where the job hangs). A rank that never gets there is the parent's hang to find."""
-    import torch.distributed as dist
-
-    store = dist.distributed_c10d._get_default_store()
-    store.add("bakeoff-finished", 1)
-    while store.add("bakeoff-finished", 0) < world:
-        time.sleep(0.02)
-
-
-def rank_device(target: Any, rank: int, world: int) -> Any:
-    """The device rank ``rank`` runs on: the target's own index when it names one, else one device
-    per rank where the device type has at least ``world`` of them, else its first."""
-    import torch
-
-    if target.device == "cpu":
-        return torch.device("cpu")
-    if target.index is not None:
-        return torch.device(target.device, target.index)
-    module = getattr(torch, target.device, None)
-    count = getattr(module, "device_count", lambda: 1)()
-    index = rank if count >= world else 0
-    set_device = getattr(module, "set_device", None)
-    if set_device is not None:
-        set_device(index)
-    return torch.device(target.device, index)
 
 
 def _collective(op: str, source: Any, world: int) -> tuple[Any, Any, Any]:

@@ -56,25 +56,6 @@ def _weights(path: Path, values: list[dict[str, Any]], mode: str) -> dict[str, A
     return whole
 
 
-def _stopped(world: int, ended: RanksEnded, which: str, backend: str, seconds: float, mode: str) -> WorldRun | None:
-    """The world size as a hang or an error when ``which`` job did not end well."""
-    startup = tuple(ended.startup_s)
-    if ended.hang is not None:
-        reason = f"{which}: {ended.hang.collective} #{ended.hang.seq} did not complete"
-        return WorldRun(world, "hang", reason, backend, startup_s=startup, seconds=seconds, hang=ended.hang, mode=mode)
-    if ended.timed_out:
-        return WorldRun(world, "error", f"{which}: did not finish within --timeout, {ended.timed_out}", backend,
-                        startup_s=startup, seconds=seconds, mode=mode)  # fmt: skip
-    failure = ended.failure
-    if failure is not None or any(o is None for o in ended.outcomes):
-        rank, outcome = failure if failure is not None else (ended.outcomes.index(None), None)
-        why = outcome.reason() if outcome is not None else "stopped"
-        where = f" (last entered {ended.phases[rank]})" if rank in ended.phases else ""
-        return WorldRun(world, "error", f"{which} rank {rank}{where}: {why}"[:600], backend, startup_s=startup,
-                        seconds=seconds, mode=mode)  # fmt: skip
-    return None
-
-
 def _distance(a: Any, b: Any, scale: Any) -> float:
     import torch
 
@@ -136,7 +117,7 @@ def training_world(
         ran = {}
         for which, on in (("reference", reference), ("target", target)):
             ended = _group(on, spec, world, settings, files[which], mode)
-            stopped = _stopped(world, ended, f"the {which} job", backend, round(time.monotonic() - began, 2), mode)
+            stopped = ended.stopped(world, backend, round(time.monotonic() - began, 2), mode, f"the {which} job")
             if stopped is not None:
                 return stopped
             ran[which] = ([o.value for o in ended.outcomes if o is not None], ended.startup_s)

@@ -34,9 +34,9 @@ from typing import Any
 from bakeoff.launch.job import Outcome
 from bakeoff.launch.process import STARTUP_TIMEOUT_S, Worker, serve_jobs
 from bakeoff.launch.tempdirs import owned_tempdir
-from bakeoff.scenarios.dist import Hang
+from bakeoff.scenarios.dist import Hang, WorldRun
 
-__all__ = ["RankGroup", "RanksEnded", "enter", "serve_rank"]
+__all__ = ["RankGroup", "RanksEnded", "enter", "join_group", "rank_device", "serve_rank", "wait_for_every_rank"]
 
 #: The file beside a rank's phase file that holds its output.
 OUTPUT_LOG = "output.log"
@@ -59,6 +59,54 @@ def enter(seq: int, what: str) -> None:
 def finished(seq: int) -> None:
     """Record that this rank made its ``seq`` collectives and left the job's last one."""
     enter(seq, "finished")
+
+
+def rank_device(target: Any, rank: int, world: int) -> Any:
+    """The device rank ``rank`` runs on: the target's own index when it names one, else one device
+    per rank where the device type has at least ``world`` of them, else its first."""
+    import torch
+
+    if target.device == "cpu":
+        return torch.device("cpu")
+    if target.index is not None:
+        return torch.device(target.device, target.index)
+    module = getattr(torch, target.device, None)
+    count = getattr(module, "device_count", lambda: 1)()
+    index = rank if count >= world else 0
+    set_device = getattr(module, "set_device", None)
+    if set_device is not None:
+        set_device(index)
+    return torch.device(target.device, index)
+
+
+def join_group(target: Any, rank: int, world: int, rendezvous: str, timeout_s: float) -> tuple[Any, str]:
+    """Join the job's process group as rank ``rank`` (inside a rank's job, with the target's
+    plugins loaded): one thread, on this machine's loopback, through the file store, on the
+    backend PyTorch names for the target's device. Returns the rank's device and the backend."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # the ranks meet on this machine's loopback
+    device = rank_device(target, rank, world)
+    backend = dist.get_default_backend_for_device(target.device)
+    dist.init_process_group(backend, init_method=f"file://{rendezvous}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=timeout_s))  # fmt: skip
+    return device, backend
+
+
+def wait_for_every_rank(world: int) -> None:
+    """Wait, through the process group's store, until every rank has made its last collective:
+    no rank tears the group down under one still waiting in a collective (that rank would see an
+    error where the job hangs). A rank that never gets there is the parent's hang to find."""
+    import torch.distributed as dist
+
+    store = dist.distributed_c10d._get_default_store()
+    store.add("bakeoff-finished", 1)
+    while store.add("bakeoff-finished", 0) < world:
+        time.sleep(0.02)
 
 
 def serve_rank(conn: Any, phase_file: str, capture_dir: str) -> None:
@@ -99,6 +147,27 @@ class RanksEnded:
     def failure(self) -> tuple[int, Outcome] | None:
         """The first rank that raised or died, with its outcome."""
         return next(((r, o) for r, o in enumerate(self.outcomes) if o is not None and not o.ok), None)
+
+    def stopped(self, world: int, backend: str, seconds: float, mode: str = "collectives", which: str = "",
+                devices: tuple[str, ...] = ()) -> WorldRun | None:  # fmt: skip
+        """The world size as a hang or an error when the job (``which``, if it has a name) did not
+        end with every rank's value; None when it did."""
+        said = {"backend": backend, "devices": devices, "startup_s": tuple(self.startup_s), "seconds": seconds,
+                "mode": mode}  # fmt: skip
+        named = f"{which}: " if which else ""
+        if self.hang is not None:
+            reason = f"{named}{self.hang.collective} #{self.hang.seq} did not complete"
+            return WorldRun(world, "hang", reason, hang=self.hang, **said)
+        if self.timed_out:
+            return WorldRun(world, "error", f"{named}did not finish within --timeout, {self.timed_out}", **said)
+        failure = self.failure
+        if failure is None and all(o is not None for o in self.outcomes):
+            return None
+        rank, outcome = failure if failure is not None else (self.outcomes.index(None), None)
+        why = outcome.reason() if outcome is not None else "stopped"
+        where = f" (last entered {self.phases[rank]})" if rank in self.phases else ""
+        who = f"{which} rank {rank}" if which else f"rank {rank}"
+        return WorldRun(world, "error", f"{who}{where}: {why}"[:600], **said)
 
 
 def _said(phases: dict[int, dict[str, Any] | None]) -> dict[int, str]:

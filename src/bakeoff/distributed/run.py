@@ -76,20 +76,10 @@ def _combined(ended: RanksEnded, world: int, seconds: float, backend: str) -> Wo
     first = next((v for v in values if v is not None), None)
     backend = first["backend"] if first else backend  # what the ranks ran, else what PyTorch names
     devices = tuple(v["device"] if v else "?" for v in values)
+    stopped = ended.stopped(world, backend, seconds, devices=devices)
+    if stopped is not None:
+        return stopped
     startup = tuple(ended.startup_s)
-    if ended.hang is not None:
-        reason = f"{ended.hang.collective} #{ended.hang.seq} did not complete"
-        return WorldRun(world, "hang", reason, backend, devices, startup_s=startup, seconds=seconds, hang=ended.hang)
-    if ended.timed_out:
-        return WorldRun(world, "error", f"did not finish within --timeout, {ended.timed_out}", backend, devices,
-                        startup_s=startup, seconds=seconds)  # fmt: skip
-    failure = ended.failure
-    if failure is not None or any(v is None for v in values):
-        rank, outcome = failure if failure is not None else (values.index(None), None)
-        why = outcome.reason() if outcome is not None else "stopped"
-        where = f" (last entered {ended.phases[rank]})" if rank in ended.phases else ""
-        return WorldRun(world, "error", reason=f"rank {rank}{where}: {why}"[:600], backend=backend, devices=devices,
-                        startup_s=startup, seconds=seconds)  # fmt: skip
     cells = tuple(_cell([v["cells"][i] for v in values], world) for i in range(len(first["cells"])))  # type: ignore[index]
     return WorldRun(world, "pass", backend=backend, devices=devices, cells=cells, startup_s=startup, seconds=seconds)
 

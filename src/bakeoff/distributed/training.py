@@ -19,12 +19,11 @@ step to a safetensors file, from which the parent measures distances.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from bakeoff.distributed.ranks import enter, finished
+from bakeoff.distributed.ranks import enter, finished, join_group, wait_for_every_rank
 
 __all__ = ["DdpJob", "GoldenJob", "global_batch"]
 
@@ -198,22 +197,15 @@ class DdpJob:
     phase: str = "distributed training"
 
     def run(self) -> dict[str, Any]:
-        from datetime import timedelta
 
         import torch
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel
 
-        from bakeoff.distributed.collectives import _wait_for_every_rank, rank_device
         from bakeoff.target.execute import move_tensors
 
-        torch.set_num_threads(1)
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         workload, recipe = _built(self.workload_spec)
-        device = rank_device(self.target, self.rank, self.world)
-        backend = dist.get_default_backend_for_device(self.target.device)
-        dist.init_process_group(backend, init_method=f"file://{self.rendezvous}", rank=self.rank,
-                                world_size=self.world, timeout=timedelta(seconds=self.pg_timeout_s))  # fmt: skip
+        device, backend = join_group(self.target, self.rank, self.world, self.rendezvous, self.pg_timeout_s)
         dtype = getattr(torch, self.target.dtype) if self.target.dtype else None
         try:
             model = workload.model.to(device=device, dtype=dtype)
@@ -238,7 +230,7 @@ class DdpJob:
             done = steps.train(wrapped, params, batch_of, recipe.loss, self.weights_file, rank_of_phase=True,
                                summed=summed)  # fmt: skip
             finished(self.steps)
-            _wait_for_every_rank(self.world)
+            wait_for_every_rank(self.world)
         finally:
             dist.destroy_process_group()
         return {**done, "backend": backend, "device": str(device), "seconds": round(time.monotonic() - began, 3)}

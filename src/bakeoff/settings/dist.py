@@ -52,29 +52,31 @@ def _check_sizes(value: Any, given: Mapping[str, Any]) -> tuple[int, ...]:
     return tuple(sorted(set(found)))
 
 
-def _check_dtypes(value: Any, given: Mapping[str, Any]) -> tuple[str, ...]:
+def _chosen(value: Any, flag: str, choices: tuple[str, ...], noun: str, example: str) -> tuple[str, ...]:
+    """The names ``value`` gives (a list, or comma-separated), each one of ``choices``, in order,
+    each once.
+
+    Raises:
+        SpecError: a name that is not one of them, or none at all.
+    """
     found = _items(value)
     for item in found:
-        if item not in DTYPES:
-            raise SpecError(
-                f"--dtypes {item!r} is not one of {', '.join(DTYPES)}", hint="e.g. --dtypes float32,bfloat16"
-            )
+        if item not in choices:
+            raise SpecError(f"{flag} {item!r} is not one of {', '.join(choices)}", hint=f"e.g. {flag} {example}")
     if not found:
-        raise SpecError("--dtypes names no dtype", hint="e.g. --dtypes float32,bfloat16")
+        raise SpecError(f"{flag} names no {noun}", hint=f"e.g. {flag} {example}")
     return tuple(dict.fromkeys(found))
+
+
+def _check_dtypes(value: Any, given: Mapping[str, Any]) -> tuple[str, ...]:
+    return _chosen(value, "--dtypes", DTYPES, "dtype", "float32,bfloat16")
 
 
 _MODES = ("ddp", "fsdp")
 
 
 def _check_modes(value: Any, given: Mapping[str, Any]) -> tuple[str, ...]:
-    found = _items(value)
-    for item in found:
-        if item not in _MODES:
-            raise SpecError(f"--mode {item!r} is not one of {', '.join(_MODES)}", hint="e.g. --mode ddp,fsdp")
-    if not found:
-        raise SpecError("--mode names no mode", hint="e.g. --mode ddp,fsdp")
-    return tuple(dict.fromkeys(found))
+    return _chosen(value, "--mode", _MODES, "mode", "ddp,fsdp")
 
 
 #: Every setting of ``bakeoff dist``, in the order its value is checked.
@@ -131,7 +133,7 @@ DIST_OPTIONS: dict[str, Option] = {
             "steps",
             "--steps",
             3,
-            "Optimiser steps (SGD) of a workload's DDP job, each rank on its own slice of the global batch.",
+            "Optimiser steps (SGD) of a workload's DDP or FSDP job, each rank on its own slice of the global batch.",
             bounds=Bounds(int, 1, 1000, 3),
             example=2,
         ),
@@ -139,7 +141,7 @@ DIST_OPTIONS: dict[str, Option] = {
             "lr",
             "--lr",
             0.01,
-            "The learning rate of a workload's DDP steps.",
+            "The learning rate of a workload's DDP or FSDP steps.",
             bounds=Bounds(float, 0, 10, 0.01, low_open=True),
             example=0.05,
         ),
