@@ -122,6 +122,25 @@ def test_a_run_past_its_timeout_is_stopped_with_what_it_started(server, tmp_path
     assert control.code == 0
 
 
+def test_runs_forked_together_end_as_a_group_the_first_failure_stopping_the_others(server, tmp_path):
+    from bakeoff.launch.group import forked_member, run_group
+
+    work = tmp_path / "work"
+    work.mkdir()
+    members = [
+        forked_member(server, f"fsentry:{entry}", argv, server.env, work, tmp_path / f"{i}.out", tmp_path / f"{i}.err")
+        for i, (entry, argv) in enumerate([("hang", []), ("report", ["0"]), ("exits", ["7"])])
+    ]  # fmt: skip
+    assert all(m is not None for m in members)
+    end = run_group(members, timeout_s=60, grace_s=0.5, linger_s=0.3)
+    assert end.failed_first == 2 and end.stopped == (0,)  # the run that exited 7; the hung one stopped
+    assert end.ran[1].code == 0 and end.ran[2].code == 1 and end.ran[0].code is not None
+    hung = json.loads(_text(tmp_path / "0.out"))
+    assert _gone(hung["pid"]) and _gone(hung["child"])  # what it started went with it
+    control, _, _ = _run(server, tmp_path, "report", ["0"])  # the server goes on
+    assert control.code == 0
+
+
 def test_a_server_that_cannot_import_its_modules_refuses_runs_so_the_caller_starts_fresh_ones(tmp_path):
     with ForkServer(["bakeoff_no_such_module"], dict(os.environ)) as broken:
         assert broken.run("os:getpid", [], dict(os.environ), tmp_path, tmp_path / "o", tmp_path / "e", 5.0) is None

@@ -47,6 +47,7 @@ def _replaced() -> dict[str, object]:
         "dist.init_process_group": dist.init_process_group,
         "c10d.init_process_group": distributed_c10d.init_process_group,
         "dist.new_group": dist.new_group,
+        "DistributedDataParallel.__init__": torch.nn.parallel.DistributedDataParallel.__dict__["__init__"],
     }
 
 
@@ -369,6 +370,29 @@ def test_the_process_group_backend_follows_the_device() -> None:
         finally:
             dist.destroy_process_group()
     assert remap.ledger.get("torch.distributed.init_process_group(backend=)").reason == "nccl -> gloo"
+
+
+def test_ddp_gets_no_device_ids_on_the_host_and_the_targets_device_of_the_same_index_elsewhere() -> None:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from bakeoff.script.remap_dist import _device_of
+
+    with Remapper({"cuda": "cpu"}) as remap:
+        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+        try:  # DDP refuses device_ids for a host module: the script's [0] would raise here
+            model = DDP(torch.nn.Linear(2, 2).cuda(), device_ids=[0], output_device=0)
+            assert model(torch.ones(1, 2, device="cuda")).shape == (1, 2)
+        finally:
+            dist.destroy_process_group()
+    rewrites = {r.api: r.reason for r in remap.ledger.rewrites}
+    assert rewrites["DistributedDataParallel(device_ids=)"] == "[0] -> None"
+    assert rewrites["DistributedDataParallel(output_device=)"] == "0 -> None"
+    assert "__wrapped__" not in DDP.__init__.__dict__  # put back
+    # on a device target an index stays an index of the target's device, a device becomes its
+    assert _device_of(1, DeviceMap({"cuda": "xpu"})) == 1
+    assert _device_of(1, DeviceMap({"cuda": "xpu:0"})) == 0  # ranks sharing the target's first device
+    assert _device_of(torch.device("cuda", 1), DeviceMap({"cuda": "xpu"})) == torch.device("xpu", 1)
+    assert _device_of(torch.device("cpu"), DeviceMap({"cuda": "xpu"})) == torch.device("cpu")  # not remapped
 
 
 def test_device_names_map_with_their_index() -> None:

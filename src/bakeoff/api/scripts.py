@@ -31,6 +31,7 @@ def exec_script(
     audit: bool = _DEFAULT.audit,
     files: bool = _DEFAULT.files,
     repeats: int = _DEFAULT.repeats,
+    nproc: int = _DEFAULT.nproc,
     workdir: PathLike | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> RunResult:
@@ -69,6 +70,7 @@ def exec_script(
     settings = ExecSettings.from_options(
         reference=reference, map_devices=map_devices, strict=strict, capture=capture,
         capture_modules=capture_modules, timeout_s=timeout_s, seed=seed, audit=audit, files=files, repeats=repeats,
+        nproc=nproc,
     )  # fmt: skip
     path = Path(script)
     folder = Path.cwd() if workdir is None else Path(workdir)
@@ -100,12 +102,12 @@ def resolve_reference(settings: ExecSettings) -> tuple[Target, bool]:
     """Where the reference of a script run with ``settings`` runs, and whether that is the
     script as written (its own device, unmapped): the ``reference`` asked for, else the
     script's own device (the first of the device map) where it exists here, else the CPU."""
-    from bakeoff.target.detect import unavailable_reason
+    from bakeoff.target.detect import extra_devices, unavailable_reason
     from bakeoff.target.spec import parse_target
 
     sources = settings.sources
     own = settings.reference is None and unavailable_reason(parse_target(sources[0])) is None
-    reference = parse_target(settings.reference or (sources[0] if own else "cpu"))
+    reference = parse_target(settings.reference or (sources[0] if own else "cpu"), extra_devices())
     return reference, own or reference.device in sources
 
 

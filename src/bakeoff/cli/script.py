@@ -36,6 +36,7 @@ _setting = functools.partial(setting_option, EXEC_OPTIONS, early=True)
     "  bakeoff exec --on emu --capture-modules '*.mlp' infer.py\n"
     "  bakeoff exec --on cpu+inductor,emu+aot_eager infer.py\n"
     "  bakeoff exec --on emu --repeats 5 train.py   # timed over 5 clean runs a side\n"
+    "  bakeoff exec --on emu --nproc 2 train_ddp.py   # two ranks, as torchrun --nproc-per-node 2\n"
     "  bakeoff exec --on emu --seed 1 train.py --seed 3 --on cpu   # the script's own --seed and --on",
 )
 @click.argument("script", type=click.Path(dir_okay=False))
@@ -54,6 +55,7 @@ _setting = functools.partial(setting_option, EXEC_OPTIONS, early=True)
 @_setting("audit")
 @_setting("files")
 @_setting("repeats")
+@_setting("nproc")
 @verbose_option
 @db_option
 @format_option

@@ -18,6 +18,8 @@ Seeded faults, for the tests of ``bakeoff dist`` (``BAKEOFF_EMU_DIST_FAULT``, co
   bits of each result's mantissa;
 - ``skip@R:N``: rank ``R`` leaves the job's collectives at its ``N``-th: it returns from it, and
   from every later one, at once without joining them (the other ranks wait in it: a hang);
+- ``stall@R:N``: rank ``R`` never returns from its ``N``-th collective (a collective that hangs
+  on one rank: the others wait in their next one);
 - ``unreduced@N``: the ``N``-th reduce_scatter of every rank returns the rank's own share of
   its input, not reduced over the ranks (FSDP: one unit's gradients are not reduced).
 """
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +39,7 @@ __all__ = ["ENV_FAULT", "Faults", "register_process_group"]
 
 NAME = "emu"
 ENV_FAULT = "BAKEOFF_EMU_DIST_FAULT"
-_FAULT = re.compile(r"avg_twice@(\d+)|bf16_low_bits|skip@(\d+):([1-9]\d*)|unreduced@([1-9]\d*)")
+_FAULT = re.compile(r"avg_twice@(\d+)|bf16_low_bits|skip@(\d+):([1-9]\d*)|unreduced@([1-9]\d*)|stall@(\d+):([1-9]\d*)")
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class Faults:
     bf16_low_bits: bool = False
     skip: int | None = None  # the 1-based number of the first collective this rank does not join
     unreduced: int | None = None  # the 1-based number of the reduce_scatter left unreduced
+    stall: int | None = None  # the 1-based number of the collective this rank never returns from
 
     @classmethod
     def parse(cls, text: str, rank: int) -> Faults:
@@ -59,8 +63,8 @@ class Faults:
         for item in filter(None, (part.strip() for part in text.split(","))):
             matched = _FAULT.fullmatch(item)
             if matched is None:
-                raise SpecError(f"{ENV_FAULT}: {item!r} is not a fault",
-                                hint="use avg_twice@RANK, bf16_low_bits, skip@RANK:N or unreduced@N")  # fmt: skip
+                hint = "use avg_twice@RANK, bf16_low_bits, skip@RANK:N, stall@RANK:N or unreduced@N"
+                raise SpecError(f"{ENV_FAULT}: {item!r} is not a fault", hint=hint)
             if item == "bf16_low_bits":
                 found["bf16_low_bits"] = True
             elif matched[4] is not None:
@@ -69,6 +73,8 @@ class Faults:
                 found["avg_twice"] = True
             elif matched[2] is not None and int(matched[2]) == rank:
                 found["skip"] = int(matched[3])
+            elif matched[5] is not None and int(matched[5]) == rank:
+                found["stall"] = int(matched[6])
         return cls(**found)
 
 
@@ -123,6 +129,8 @@ def _process_group_class() -> type:
         def _skipped(self) -> bool:
             """Count this collective; True when a seeded fault makes this rank leave it out."""
             self._calls += 1
+            while self._faults.stall == self._calls:  # the seeded hang: never back
+                time.sleep(1.0)
             return self._faults.skip is not None and self._calls >= self._faults.skip
 
         def getBackendName(self) -> str:

@@ -21,8 +21,10 @@ the server imported and what they read from the environment when imported (the s
 started with the runs' own environment and hash seed), ``sys.orig_argv``, and
 ``sys.modules["__main__"]`` outside the function's own work.
 
-The client, :class:`ForkServer`, runs one request at a time and returns a
-:class:`~bakeoff.launch.command.Ran` as :func:`~bakeoff.launch.command.run_command` does:
+The client, :class:`ForkServer`, forks runs (:meth:`~ForkServer.fork`, several at once: the ranks
+of a job) and reads their ends (:meth:`~ForkServer.exit_code`); :meth:`~ForkServer.run` runs one
+to its end and returns a :class:`~bakeoff.launch.command.Ran` as
+:func:`~bakeoff.launch.command.run_command` does:
 past its timeout, or on an interruption, the child gets SIGTERM and ``grace_s`` to end, then its
 whole group SIGKILL. When the server cannot run a request (it failed to start, or died), the
 client says so (None) and the caller starts a fresh process instead.
@@ -70,6 +72,7 @@ class ForkServer:
         self.broken: str | None = None
         self._lock = threading.Lock()
         self._buffer = b""
+        self._ended: dict[int, int] = {}  # pid -> wait status of forked runs not yet asked about
         request_r, self._requests = os.pipe()
         self._replies, reply_w = os.pipe()
         command = [sys.executable, "-m", "bakeoff.launch.forkserver", "--parent", str(os.getpid())]
@@ -123,6 +126,54 @@ class ForkServer:
                 self.close()
         return self._ready
 
+    def fork(
+        self,
+        entry: str,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: Path | str,
+        stdout: Path | str,
+        stderr: Path | str,
+    ) -> int | None:
+        """Start ``entry(argv)`` in a forked child and return its pid without waiting for it
+        (:meth:`exit_code` reads its end); several may run at once. None: the server could not
+        fork it (:attr:`broken` says why)."""
+        with self._lock:
+            if self.broken is not None or not self._wait_ready():
+                return None
+            request = {"entry": entry, "argv": list(argv), "env": dict(env), "cwd": str(cwd)}
+            request |= {"stdout": str(stdout), "stderr": str(stderr)}
+            reply: dict[str, Any] | None = None
+            try:
+                os.write(self._requests, json.dumps(request).encode() + b"\n")
+                deadline = time.monotonic() + READY_S
+                while True:  # an earlier run's end may come first
+                    reply = self._line(deadline)
+                    if reply is None or "status" not in reply:
+                        break
+                    self._ended[int(reply["pid"])] = int(reply["status"])
+            except (OSError, EOFError):
+                reply = None
+            if not reply or "pid" not in reply:
+                self.broken = f"the fork server did not fork the run: {(reply or {}).get('error', 'it ended')}"
+                self.close()
+                return None
+            return int(reply["pid"])
+
+    def exit_code(self, pid: int, wait_s: float = 0.0) -> int | None:
+        """The exit code of the forked run ``pid`` (negative: the signal it died of), waiting up
+        to ``wait_s`` for it to end; None: still running. EOFError: the server ended (and its
+        runs with it)."""
+        deadline = time.monotonic() + wait_s
+        with self._lock:
+            while pid not in self._ended:
+                reply = self._line(deadline)
+                if reply is None:
+                    return None
+                if "status" in reply:
+                    self._ended[int(reply["pid"])] = int(reply["status"])
+            return os.waitstatus_to_exitcode(self._ended.pop(pid))
+
     def run(
         self,
         entry: str,
@@ -137,54 +188,41 @@ class ForkServer:
         """Run ``entry(argv)`` in a forked child, to its end or ``timeout_s`` (then stopped,
         with ``grace_s``); an interruption of this process stops it too, and goes on. None: the
         server could not run it (:attr:`broken` says why)."""
-        with self._lock:
-            if self.broken is not None or not self._wait_ready():
-                return None
-            request = {"entry": entry, "argv": list(argv), "env": dict(env), "cwd": str(cwd)}
-            request |= {"stdout": str(stdout), "stderr": str(stderr)}
-            try:
-                os.write(self._requests, json.dumps(request).encode() + b"\n")
-                reply = self._line(time.monotonic() + READY_S)
-            except (OSError, EOFError):
-                reply = None
-            if not reply or "pid" not in reply:
-                self.broken = f"the fork server did not fork the run: {(reply or {}).get('error', 'it ended')}"
-                self.close()
-                return None
-            pid = int(reply["pid"])
-            try:
-                status = self._status(time.monotonic() + timeout_s)
-                if status is None:
-                    self._stop(pid, grace_s)
-                    return Ran(None)
-            except EOFError:
-                self.broken = "the fork server ended during a run"
-                _kill_group(pid)
-                return None
-            except BaseException:  # Ctrl-C or SIGTERM: the run's process group goes too
-                self._stop(pid, grace_s)
-                raise
-            return Ran(os.waitstatus_to_exitcode(status))
+        pid = self.fork(entry, argv, env, cwd, stdout, stderr)
+        if pid is None:
+            return None
+        try:
+            code = self.exit_code(pid, timeout_s)
+            if code is None:
+                self.stop(pid, grace_s)
+                return Ran(None)
+        except EOFError:
+            self.broken = "the fork server ended during a run"
+            _kill_group(pid)
+            return None
+        except BaseException:  # Ctrl-C or SIGTERM: the run's process group goes too
+            self.stop(pid, grace_s)
+            raise
+        return Ran(code)
 
-    def _status(self, deadline: float | None) -> int | None:
-        reply = self._line(deadline)
-        return None if reply is None else int(reply["status"])
-
-    def _stop(self, pid: int, grace_s: float) -> None:
-        """SIGTERM to the run and ``grace_s`` to end, then SIGKILL to its group; its status read."""
+    def stop(self, pid: int, grace_s: float) -> int | None:
+        """SIGTERM to the run ``pid`` and ``grace_s`` to end, then SIGKILL to its group; its exit
+        code (None: the server ended meanwhile)."""
         try:
             if grace_s > 0:
                 try:
                     os.kill(pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
-                if self._status(time.monotonic() + grace_s) is not None:
+                code = self.exit_code(pid, grace_s)
+                if code is not None:
                     _kill_group(pid)  # what it left in its group
-                    return
+                    return code
             _kill_group(pid)
-            self._status(time.monotonic() + 30.0)
+            return self.exit_code(pid, 30.0)
         except EOFError:
             self.broken = "the fork server ended during a run"
+            return None
 
     def close(self) -> None:
         """End the server (its runs die with it: each one watches it)."""

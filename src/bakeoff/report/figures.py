@@ -223,8 +223,14 @@ def settings_line(run: Any) -> str | None:
     if isinstance(script, dict):  # bakeoff exec: one run of a script per target
         script = current_names(script)
         mapped = ", ".join(str(e).partition("=")[0] for e in script.get("map_devices") or ()) or "nothing"
+        nproc = script.get("nproc") or 1
+        each = (
+            "each in a process and a copy of the working directory of its own"
+            if nproc == 1
+            else f"each as {nproc} ranks (torchrun's environment), processes sharing a copy of the working directory"
+        )
         return (
-            f"the script run once per target, each in a process and a copy of the working directory of its own; "
+            f"the script run once per target, {each}; "
             f"{mapped} remapped to each target's device; seed {script.get('seed')}, timeout {script.get('timeout_s')} s"
             + ("; strict" if script.get("strict") else "")
             + (

@@ -155,6 +155,22 @@ def _processes(server: ForkServer | None) -> str:
     return "each run was forked from one process that had imported PyTorch once (its import is in no run)"
 
 
+def ranks_device(target: Target, nproc: int) -> tuple[str, str | None]:
+    """The device a script's devices become on ``target`` when it runs as ``nproc`` ranks, and a
+    note when the ranks share one: a device type with fewer devices here than ranks gets its
+    first for every rank (each rank's ``cuda:LOCAL_RANK`` would name a device this machine
+    lacks), as ``bakeoff dist`` places its ranks."""
+    if nproc <= 1 or target.device == "cpu" or target.index is not None:
+        return target.torch_device, None
+    from bakeoff.target.detect import device_status
+
+    count = device_status(target.device).count
+    if count >= nproc:
+        return target.torch_device, None
+    shared = f"{target.device}:0"
+    return shared, f"the {nproc} ranks share {shared}: this machine has {count} {target.device} device(s)"
+
+
 def _compile_refusal(target: Target) -> str | None:
     """Why ``target``'s backend cannot compile a script's module calls here, or None."""
     from bakeoff.target.engines import engine_for
@@ -284,14 +300,14 @@ def exec_script(
     def once(target: Target, remap: bool, audited: bool, timing: bool = False, honest: bool = False) -> ScriptRun:
         """One run; a ``timing`` run is the script alone: no audit, captures, modules or files;
         an ``honest`` one runs under rounding noise (the honest reference)."""
-        mapping = {src: target.torch_device for src in settings.sources} if remap else {}
+        mapping = {src: ranks_device(target, settings.nproc)[0] for src in settings.sources} if remap else {}
         return run_script(
             located, argv, workdir, mapping, strict=settings.strict, captures=() if timing else settings.capture,
             seed=settings.seed, timeout_s=settings.timeout_s, skip=db_files,
             audit=target.torch_device if audited and not timing else None, files=settings.files and not timing,
             capture_modules=() if timing else settings.capture_modules,
             compile=target.spec.partition("+")[2] if remap and target.is_compiled else "", rounding_noise=honest,
-            server=server,
+            server=server, nproc=settings.nproc,
         )  # fmt: skip
 
     # every run forked from one warm process that imported PyTorch once, where the platform allows
@@ -331,7 +347,8 @@ def exec_script(
             say(f"running {script.name} on {target.spec}")
             run = once(target, True, settings.audit)
             context = ScriptContext(target, run, ref_run, honest, reference_name)
-            results.append(_result(target, run, False, context, timed=settings.repeats > 0))
+            shared = ranks_device(target, settings.nproc)[1]
+            results.append(_result(target, run, False, context, [shared] if shared else (), settings.repeats > 0))
             evidence.append(run)
         # the timing runs, in turns (the reference, then each target, N times): drift hits all alike
         timing: list[list[ScriptRun] | None] = [[] if settings.repeats and r.status == "ok" else None for r in results]

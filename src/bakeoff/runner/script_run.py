@@ -132,13 +132,13 @@ def copy_workdir(source: Path, into: Path, skip: Sequence[Path] = ()) -> Path:
 STOP_GRACE_S = 5.0
 
 
-def _log_lines(out: Path, log: OutputLog) -> None:
+def _log_lines(out: Path, log: OutputLog, who: str = "script") -> None:
     for source in ("stdout", "stderr"):
         path = out / f"{source}.txt"
         if path.exists():
             for line in path.read_text(errors="replace").splitlines():
                 if line.strip():
-                    log.add(source, "script", line.rstrip())
+                    log.add(source, who, line.rstrip())
 
 
 def _tail(out: Path, lines: int = 20) -> str:
@@ -187,6 +187,7 @@ def run_script(
     compile: str = "",
     rounding_noise: bool = False,
     server: ForkServer | None = None,
+    nproc: int = 1,
 ) -> ScriptRun:
     """Run ``script`` once in a copy of ``workdir`` under ``mapping`` (empty: as written);
     with ``audit`` (the target's device), audit where its work ran
@@ -197,58 +198,42 @@ def run_script(
     result by a few units of roundoff (:mod:`bakeoff.checks.rounding`, seeded by ``seed``);
     with ``server`` (started with :data:`~bakeoff.runner.script_worker.PRELOAD` in
     :func:`run_environment` of ``seed``), forked from that warm process instead of a fresh
-    interpreter (a fresh one when the server cannot).
+    interpreter (a fresh one when the server cannot); with ``nproc`` over 1, as that many ranks
+    of a torchrun-style job (:mod:`bakeoff.runner.script_ranks`).
 
     The run's temporary directory is named after this process, so that a later run removes it
     when this process was killed before it could (:mod:`bakeoff.launch.tempdirs`)."""
-    from bakeoff.runner.script_worker import read_audit
-    from bakeoff.script.capture import Captures
 
     base = owned_tempdir("exec")
     try:
         work = copy_workdir(workdir, base / "work", skip)
         before = stamp(work, SKIP_DIRS) if files else {}
-        out = base / "out"
-        out.mkdir()
         relative = (
             script.resolve().relative_to(workdir.resolve())
             if script.resolve().is_relative_to(workdir.resolve())
             else None
         )
         path = str(relative) if relative is not None else str(script.resolve())  # call sites read train.py:19
-        command = [sys.executable, "-m", WORKER, "--out", str(out), "--seed", str(seed)]
-        command += ["--audit", audit] if audit else []
-        command += ["--rounding-noise", str(seed)] if rounding_noise else []
-        command += [arg for src, dst in mapping.items() for arg in ("--map", f"{src}={dst}")]
-        command += ["--strict"] if strict else []
-        command += [arg for name in captures for arg in ("--capture", name)]
-        command += [arg for pattern in capture_modules for arg in ("--capture-modules", pattern)]
-        command += ["--compile", compile] if compile else []
-        command += ["--", path, *argv]
+
+        def arguments(out: Path, audited: str | None) -> list[str]:
+            """The worker's command line after ``python -m WORKER``."""
+            args = ["--out", str(out), "--seed", str(seed)]
+            args += ["--audit", audited] if audited else []
+            args += ["--rounding-noise", str(seed)] if rounding_noise else []
+            args += [arg for src, dst in mapping.items() for arg in ("--map", f"{src}={dst}")]
+            args += ["--strict"] if strict else []
+            args += [arg for name in captures for arg in ("--capture", name)]
+            args += [arg for pattern in capture_modules for arg in ("--capture-modules", pattern)]
+            args += ["--compile", compile] if compile else []
+            return [*args, "--", path, *argv]
+
         env = {**run_environment(seed), "PWD": str(work)}
-        # past its time, or on Ctrl-C: SIGTERM to the worker, which ends the script and then
-        # what the script started (a process detached with setsid included), then SIGKILL to
-        # the run's whole process group for anything left in it
-        ran = None
-        if server is not None and server.env == run_environment(seed):
-            streams = (out / "stdout.txt", out / "stderr.txt")
-            ran = server.run(f"{WORKER}:forked", command[3:], env, work, *streams, timeout_s, STOP_GRACE_S)
-        if ran is None:  # a fresh interpreter
-            with open(out / "stdout.txt", "wb") as stdout, open(out / "stderr.txt", "wb") as stderr:
-                ran = run_command(command, env, timeout_s, cwd=work, stdout=stdout, stderr=stderr, grace_s=STOP_GRACE_S)
-        code = ran.code
-        log = OutputLog()
-        _log_lines(out, log)
-        result_path = out / "result.json"
-        result = json.loads(result_path.read_text()) if result_path.exists() else {}
-        captured = {}
-        if (out / "captures.safetensors").exists():
-            found = Captures.from_safetensors(out / "captures.safetensors")
-            captured = {name: list(found[name]) for name in found.names()}
-        error = _failure(code, result, out, timeout_s)
-        result = with_children(result, out) if result else result
-        wall = result.get("wall_s") if code is not None else None
-        audited = read_audit(out) if audit else None
+        forks = server if server is not None and server.env == run_environment(seed) else None
+        if nproc > 1:
+            result, captured, error, log, audited = _ranks(arguments, env, work, base, nproc, timeout_s, audit, forks)
+        else:
+            result, captured, error, log, audited = _single(arguments, env, work, base, timeout_s, audit, forks)
+        wall = result.get("wall_s") if error is None or error.category != "timeout" else None
         outputs = None
         if files:
             ours = {p.resolve().relative_to(workdir.resolve()).as_posix() for p in skip if _inside(p, workdir)}
@@ -257,6 +242,110 @@ def run_script(
         return ScriptRun(status, wall, result, captured, error, log.entries(), audited, outputs)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+#: What one run (or rank) left: its result, captures, error, output and audit.
+_Read = tuple[dict[str, Any], dict[str, list[Any]], ErrorInfo | None, OutputLog, dict[str, Any] | None]
+
+
+def _read(out: Path, code: int | None, timeout_s: float, audit: str | None, log: OutputLog, who: str) -> _Read:
+    """What the worker that wrote to ``out`` left, its output added to ``log`` as ``who``'s."""
+    from bakeoff.runner.script_worker import read_audit
+    from bakeoff.script.capture import Captures
+
+    _log_lines(out, log, who)
+    result_path = out / "result.json"
+    result = json.loads(result_path.read_text()) if result_path.exists() else {}
+    captured = {}
+    if (out / "captures.safetensors").exists():
+        found = Captures.from_safetensors(out / "captures.safetensors")
+        captured = {name: list(found[name]) for name in found.names()}
+    error = _failure(code, result, out, timeout_s)
+    result = with_children(result, out) if result else result
+    return result, captured, error, log, read_audit(out) if audit else None
+
+
+def _single(
+    arguments: Any, env: dict[str, str], work: Path, base: Path, timeout_s: float, audit: str | None,
+    server: ForkServer | None,
+) -> _Read:  # fmt: skip
+    """One process: past its time, or on Ctrl-C, SIGTERM to the worker, which ends the script
+    and then what the script started (a process detached with setsid included), then SIGKILL to
+    the run's whole process group for anything left in it."""
+    out = base / "out"
+    out.mkdir()
+    args = arguments(out, audit)
+    ran = None
+    if server is not None:
+        streams = (out / "stdout.txt", out / "stderr.txt")
+        ran = server.run(f"{WORKER}:forked", args, env, work, *streams, timeout_s, STOP_GRACE_S)
+    if ran is None:  # a fresh interpreter
+        with open(out / "stdout.txt", "wb") as stdout, open(out / "stderr.txt", "wb") as stderr:
+            command = [sys.executable, "-m", WORKER, *args]
+            ran = run_command(command, env, timeout_s, cwd=work, stdout=stdout, stderr=stderr, grace_s=STOP_GRACE_S)
+    return _read(out, ran.code, timeout_s, audit, OutputLog(), "script")
+
+
+def _ranks(
+    arguments: Any, env: dict[str, str], work: Path, base: Path, nproc: int, timeout_s: float, audit: str | None,
+    server: ForkServer | None,
+) -> _Read:  # fmt: skip
+    """``nproc`` processes as one job, torchrun's way (:mod:`bakeoff.runner.script_ranks`)."""
+    import uuid
+
+    from bakeoff.launch.group import Member, forked_member, run_group, start_command, stop
+    from bakeoff.runner.script_ranks import free_port, hang_site, merged, torchrun_env
+    from bakeoff.runner.script_worker import STACKS
+
+    port, run_id = free_port(), uuid.uuid4().hex[:8]
+    outs = [base / "out" / f"rank{rank}" for rank in range(nproc)]
+    members: list[Member] = []
+    try:
+        for rank, out in enumerate(outs):
+            out.mkdir(parents=True)
+            rank_env = {**env, **torchrun_env(rank, nproc, port, env, run_id)}
+            args = arguments(out, audit if rank == 0 else None)  # the audit watches rank 0
+            streams = (out / "stdout.txt", out / "stderr.txt")
+            member = forked_member(server, f"{WORKER}:forked", args, rank_env, work, *streams) if server else None
+            if member is None:
+                with open(streams[0], "wb") as stdout, open(streams[1], "wb") as stderr:
+                    member = start_command([sys.executable, "-m", WORKER, *args], rank_env, work, stdout, stderr)
+            members.append(member)
+        end = run_group(members, timeout_s, STOP_GRACE_S, on_timeout=lambda running: _ask_stacks(members, running))
+    except BaseException:  # a start that failed half-way, or Ctrl-C: the ranks started go
+        stop(members)
+        raise
+    log = OutputLog()
+    read = [
+        _read(out, end.ran[rank].code, timeout_s, audit if rank == 0 else None, log, f"rank {rank}")
+        for rank, out in enumerate(outs)
+    ]
+    sites = {}
+    for rank in (r for r, ran in enumerate(end.ran) if ran.timed_out):
+        stacks = outs[rank] / STACKS
+        found = hang_site(stacks.read_text(errors="replace"), work.resolve()) if stacks.exists() else None
+        if found is not None:
+            sites[rank] = found
+    parts = [r[0] for r in read], [r[1] for r in read], [r[2] for r in read]
+    result, captured, error = merged(end, *parts, timeout_s, sites)
+    return result, captured, error, log, read[0][4]
+
+
+def _ask_stacks(members: Sequence[Any], running: Sequence[int], wait_s: float = 1.0) -> None:
+    """Ask each rank still running for its Python stacks (the worker's supervisor passes the
+    signal on; ``faulthandler`` writes them to :data:`STACKS`), and give them ``wait_s``."""
+    import time
+
+    from bakeoff.runner.script_worker import STACKS_SIGNAL
+
+    if STACKS_SIGNAL is None:
+        return
+    for i in running:
+        try:
+            os.kill(members[i].pid, STACKS_SIGNAL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    time.sleep(wait_s)
 
 
 def _inside(path: Path, directory: Path) -> bool:

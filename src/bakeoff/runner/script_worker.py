@@ -89,6 +89,8 @@ __all__ = [
     "PARENT_ENV",
     "PRELOAD",
     "PROCESSES",
+    "STACKS",
+    "STACKS_SIGNAL",
     "STDIN_CAP",
     "ScriptAudit",
     "forked",
@@ -96,6 +98,13 @@ __all__ = [
     "read_audit",
     "script_stdin",
 ]
+
+#: Asks a run for its Python stacks (:data:`STACKS`, written by ``faulthandler`` under its
+#: output directory): the supervisor passes it on to the run. How a hung rank is found.
+STACKS_SIGNAL = getattr(signal, "SIGUSR1", None)
+STACKS = "stacks.txt"
+#: The open file ``faulthandler`` writes the stacks to (kept for the life of the run).
+_stacks_file: Any = None
 
 #: The bakeoff process that started the worker: the worker dies with it (a ``kill -9`` included).
 PARENT_ENV = "BAKEOFF_EXEC_PARENT"
@@ -135,8 +144,9 @@ def _supervise(run: int, out: Path | None, stdin_note: str | None) -> int:
         except ProcessLookupError:
             pass
 
-    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        signal.signal(signum, forward)
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, STACKS_SIGNAL):
+        if signum is not None:
+            signal.signal(signum, forward)
     _, status = os.waitpid(run, 0)
     code = os.waitstatus_to_exitcode(status)
     killed = _end_descendants()
@@ -150,6 +160,21 @@ def _supervise(run: int, out: Path | None, stdin_note: str | None) -> int:
         os.kill(os.getpid(), -code)
         code = 128 - code
     return code
+
+
+def _answer_stacks(out: Path | None) -> None:
+    """Write every thread's Python stack to :data:`STACKS` under ``out`` on :data:`STACKS_SIGNAL`."""
+    global _stacks_file
+    if out is None or STACKS_SIGNAL is None:
+        return
+    import faulthandler
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        _stacks_file = open(out / STACKS, "w")
+        faulthandler.register(STACKS_SIGNAL, file=_stacks_file, all_threads=True)
+    except (OSError, RuntimeError, ValueError):
+        pass
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -195,6 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 die_with_parent(watched)
             return _supervise(run, _out_dir(argv), stdin_note)
         die_with_parent(supervisor)
+        _answer_stacks(_out_dir(argv))
     elif watched is not None:  # a kill -9 of bakeoff takes the script with it
         die_with_parent(watched)
     return launcher.main(argv, around=around)

@@ -168,6 +168,25 @@ MAPPED = (
     "device",
 )
 
+#: Functions whose first argument is a device: it is the target's (``set_device(1)`` on a target
+#: given as ``emu:0``, ranks sharing one device, sets ``emu:0``).
+_DEVICE_FIRST = frozenset({"set_device", "synchronize", "get_device_name"})
+
+
+def _on_target_device(args: tuple[Any, ...], kwargs: dict[str, Any], devices: DeviceMap) -> tuple[tuple, dict]:
+    """``args`` and ``kwargs`` with the first argument (or ``device=``), a device of the
+    script's, mapped to the target's (an index stays an index)."""
+    given = args[0] if args else kwargs.get("device")
+    found = devices.map(given) if given is not None else None
+    if found is None:
+        return args, kwargs
+    import torch
+
+    device = torch.device(found)
+    value = device.index if isinstance(given, int) and device.index is not None else device
+    return ((value, *args[1:]), kwargs) if args else (args, {**kwargs, "device": value})
+
+
 #: Names ``torch.accelerator`` answers when the target is the current accelerator.
 _ACCELERATOR = {"device_count", "synchronize"}
 
@@ -261,7 +280,8 @@ class CudaNamespace(types.ModuleType):
                 continue
             found = (_host(name) if kind == "cpu" else None) or _device_side(name, kind)
             if found is not None:
-                setattr(self, name, self._redirect(name, *found, getattr(real, name, None), kind, recorder))
+                mapped = devices if name in _DEVICE_FIRST else None
+                setattr(self, name, self._redirect(name, *found, getattr(real, name, None), kind, recorder, mapped))
 
     @staticmethod
     def _is_available(real: types.ModuleType, kind: str, recorder: Recorder) -> Callable[[], bool]:
@@ -299,13 +319,18 @@ class CudaNamespace(types.ModuleType):
         real: Callable[..., Any] | None,
         kind: str,
         recorder: Recorder,
+        devices: DeviceMap | None = None,
     ) -> Callable[..., Any]:
+        """``torch.cuda.NAME`` answered by ``function`` (with ``devices``, its first argument
+        mapped to the target's device first)."""
         api = f"torch.cuda.{name}"
 
         def redirected(*args: Any, **kwargs: Any) -> Any:
             if real is not None and caller_kind(1)[0] == "torch":
                 return real(*args, **kwargs)
             recorder.record(api, reason=f"-> {how}" if how.startswith("torch.") else f"on {kind}: {how}")
+            if devices is not None:
+                args, kwargs = _on_target_device(args, kwargs, devices)
             return function(*args, **kwargs)
 
         redirected.__name__ = redirected.__qualname__ = name

@@ -16,7 +16,8 @@ and :meth:`~Remapper.uninstall`, which restores every object it replaced):
   ``torch.amp.autocast``, ``torch.cuda.amp.autocast`` and the decorator forms all follow;
 * ``torch.load``'s ``map_location`` (and tensors saved on a remapped device when it is not given);
 * the process-group backend of ``torch.distributed.init_process_group`` and ``new_group``
-  (``nccl`` -> the target's, from PyTorch's own table) and their ``device_id``.
+  (``nccl`` -> the target's, from PyTorch's own table), their ``device_id``, and
+  ``DistributedDataParallel``'s ``device_ids``/``output_device`` (:mod:`bakeoff.script.remap_dist`).
 
 **Autocast**, decided here: ``autocast("cuda", dtype=D)`` becomes the target's autocast with the
 *same* dtype ``D`` (the CUDA default, float16, when none is given: the target's own default may
@@ -57,8 +58,9 @@ from torch.overrides import TorchFunctionMode
 from bakeoff.errors import RemapError
 from bakeoff.script.accelerator import accelerator_functions
 from bakeoff.script.cuda_namespace import CudaNamespace
-from bakeoff.script.devices import DeviceMap, map_backend
+from bakeoff.script.devices import DeviceMap
 from bakeoff.script.ledger import Ledger, Recorder
+from bakeoff.script.remap_dist import ddp_init, process_group
 from bakeoff.script.threads import in_new_threads
 
 __all__ = ["DTYPE_DOWNGRADES", "Remapper", "installed"]
@@ -292,11 +294,14 @@ class Remapper:
         if torch.distributed.is_available():
             import torch.distributed as dist
             from torch.distributed import distributed_c10d
+            from torch.nn.parallel import DistributedDataParallel
 
             for name in ("init_process_group", "new_group"):
-                wrapped = self._process_group(name, getattr(distributed_c10d, name))
+                wrapped = process_group(name, getattr(distributed_c10d, name), self.devices, self.recorder)
                 self._patch(distributed_c10d, name, wrapped)
                 self._patch(dist, name, wrapped)
+            init = ddp_init(DistributedDataParallel.__dict__["__init__"], self.devices, self.recorder)
+            self._patch(DistributedDataParallel, "__init__", init)
 
     # -- the redirections ------------------------------------------------------------------
 
@@ -483,30 +488,3 @@ class Remapper:
         load.__doc__ = original.__doc__
         load.__wrapped__ = original  # type: ignore[attr-defined]
         return load
-
-    def _process_group(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
-        remap = self
-        signature = inspect.signature(original)
-
-        def wrapped(*args: Any, **kwargs: Any) -> Any:
-            bound = signature.bind_partial(*args, **kwargs)
-            backend = bound.arguments.get("backend")
-            if isinstance(backend, str):
-                mapped = map_backend(backend, remap.devices)
-                if mapped != backend:
-                    remap.recorder.record(f"torch.distributed.{name}(backend=)", reason=f"{backend} -> {mapped}")
-                    bound.arguments["backend"] = mapped
-            device_id = bound.arguments.get("device_id")
-            if device_id is not None:
-                mapped_device = remap.devices.map(device_id)
-                if mapped_device is not None:
-                    remap.recorder.record(
-                        f"torch.distributed.{name}(device_id=)", reason=f"{device_id} -> {mapped_device}"
-                    )
-                    bound.arguments["device_id"] = torch.device(mapped_device)
-            return original(*bound.args, **bound.kwargs)
-
-        wrapped.__name__ = name
-        wrapped.__doc__ = original.__doc__
-        wrapped.__wrapped__ = original  # type: ignore[attr-defined]
-        return wrapped

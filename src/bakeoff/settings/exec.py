@@ -32,6 +32,8 @@ __all__ = ["EXEC_OPTIONS", "ExecSettings", "current_names", "run_settings"]
 
 #: Timed runs a side beyond the first.
 _REPEATS = Bounds(int, 0, 10_000, 5)
+#: Processes a run of a torchrun-style script starts (its ranks).
+_NPROC = Bounds(int, 1, 64, 2)
 #: A keyword -> its name in a stored run (the versioned format's), where the two differ.
 _STORED = {"map_devices": "map", "capture": "captures"}
 _RENAMED = {stored: keyword for keyword, stored in _STORED.items()}
@@ -56,6 +58,7 @@ class ExecSettings:
     audit: bool = True
     files: bool = True
     repeats: int = 0
+    nproc: int = 1
 
     @property
     def sources(self) -> list[str]:
@@ -242,6 +245,18 @@ EXEC_OPTIONS: dict[str, Option] = {
             bounds=_REPEATS,
             metavar="N",
             example=3,
+        ),
+        Option(
+            "nproc",
+            "--nproc",
+            _DEFAULT.nproc,
+            "Run the script as N ranks, as torchrun --nproc-per-node N would (RANK, WORLD_SIZE, "
+            "LOCAL_RANK, MASTER_ADDR/PORT set; nccl remapped), the reference too; each rank's captures "
+            "are compared with the reference's same rank.",
+            number_check(_NPROC, "--nproc"),
+            bounds=_NPROC,
+            metavar="N",
+            example=2,
         ),
     )
 }

@@ -166,13 +166,16 @@ def number_check(bounds: Bounds, flag: str) -> Check:
 
 
 def check_reference_device(value: str | None, given: Mapping[str, Any]) -> str | None:
-    """``--reference``: a device (no compile backend, dtype or mixed precision), or None."""
+    """``--reference``: a device (no compile backend, dtype or mixed precision), or None; a
+    plugin's device (PrivateUse1) too."""
     from bakeoff.errors import SpecError
-    from bakeoff.target.spec import parse_target
+    from bakeoff.target.detect import extra_devices
+    from bakeoff.target.spec import KNOWN_DEVICES, parse_target
 
     if value is None:
         return None
-    target = parse_target(value)
+    known = value.partition(":")[0].partition("+")[0].partition("?")[0] in KNOWN_DEVICES
+    target = parse_target(value, () if known else extra_devices())
     if target.is_compiled or target.dtype or target.amp:
         raise SpecError(f"--reference {target.spec}", hint="the reference is a device: cpu, cuda, xpu...")
     return value

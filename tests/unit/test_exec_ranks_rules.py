@@ -1,0 +1,112 @@
+"""The parts of ``bakeoff exec --nproc`` that decide what a run of N ranks says: the group that
+runs them as one job (the first failure stops the others; a timeout names who was still
+running), torchrun's environment, where a hung rank was, and the merge of the ranks' results
+into one run (each rank's captures under its own name, the first failure as the error)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from bakeoff.launch.command import Ran
+from bakeoff.launch.group import GroupEnd, run_group, start_command
+from bakeoff.results.values import ErrorInfo
+from bakeoff.runner.script_ranks import hang_site, merged, torchrun_env
+
+
+def _start(tmp_path: Path, code: str):
+    with open(tmp_path / f"{abs(hash(code))}.txt", "wb") as out:  # the child keeps its own copy
+        return start_command([sys.executable, "-c", code], {}, tmp_path, out, out)
+
+
+def test_the_first_member_that_fails_stops_the_others_after_the_linger(tmp_path):
+    members = [
+        _start(tmp_path, "import time; time.sleep(60)"),
+        _start(tmp_path, "import sys, time; time.sleep(0.3); sys.exit(3)"),
+        _start(tmp_path, "pass"),
+    ]
+    began = time.monotonic()
+    end = run_group(members, timeout_s=60, grace_s=0.5, linger_s=0.5)
+    assert time.monotonic() - began < 20  # not the sleeper's minute
+    assert end.failed_first == 1 and end.stopped == (0,)
+    assert [r.code for r in end.ran][1:] == [3, 0]
+    assert end.ran[0].code is not None and end.ran[0].code < 0  # stopped by a signal, not timed out
+    assert end.ended_s[2] is not None and end.ended_s[0] is None
+
+
+def test_a_group_past_its_timeout_says_who_was_still_running_and_asks_them_first(tmp_path):
+    members = [_start(tmp_path, "import time; time.sleep(60)"), _start(tmp_path, "pass")]
+    asked = []
+    end = run_group(members, timeout_s=1.5, grace_s=0.2, on_timeout=asked.append)
+    assert asked == [[0]]
+    assert end.failed_first is None and end.stopped == ()
+    assert end.ran[0].timed_out and end.ran[1].code == 0
+
+
+def test_torchruns_environment_for_each_rank():
+    env = torchrun_env(1, 4, 29500, {}, "abc")
+    assert {k: env[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")} == {
+        "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4"
+    }  # fmt: skip
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["OMP_NUM_THREADS"]) == ("127.0.0.1", "29500", "1")
+    assert torchrun_env(0, 2, 1, {"OMP_NUM_THREADS": "3"}, "x")["OMP_NUM_THREADS"] == "3"  # the user's kept
+
+
+_STACKS = """Thread 0x00007f1 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 327 in wait
+  File "/usr/lib/python3.11/threading.py", line 982 in run
+
+Current thread 0x00007f0 (most recent call first):
+  File "/venv/torch/distributed/distributed_c10d.py", line 2810 in all_reduce
+  File "/venv/torch/distributed/c10d_logger.py", line 81 in wrapper
+  File "/tmp/run/work/train.py", line 27 in main
+  File "/tmp/run/work/train.py", line 40 in <module>
+"""
+
+
+def test_a_hung_ranks_place_is_the_scripts_innermost_line_and_the_call_it_waits_in():
+    assert hang_site(_STACKS, Path("/tmp/run/work")) == "train.py:27, in all_reduce"
+    relative = _STACKS.replace("/tmp/run/work/train.py", "train.py")  # the script run by a relative path
+    assert hang_site(relative, Path("/tmp/run/work")) == "train.py:27, in all_reduce"
+    assert hang_site(_STACKS, Path("/elsewhere")) is None  # no thread in the script: nothing claimed
+
+
+def _results(*walls: float) -> list[dict]:
+    return [
+        {"wall_s": w, "devices": {"emu": 2}, "ledger": [{"api": "torch.device", "count": 2, "site": "t.py:3",
+                                                        "reason": "cuda -> emu"}],
+         "captures_missing": ["m:f"], "capture_times": {"loss": [0.1, 0.2]}, "inputs_read": [f"d{i}.txt"]}
+        for i, w in enumerate(walls)
+    ]  # fmt: skip
+
+
+def test_the_ranks_merge_into_one_run_each_rank_under_its_own_name():
+    end = GroupEnd((Ran(0), Ran(0)), None, (), (1.0, 1.2))
+    result, captured, error = merged(end, _results(1.0, 1.5), [{"loss": [1]}, {"loss": [2]}], [None, None], 60)
+    assert error is None
+    assert captured == {"rank0/loss": [1], "rank1/loss": [2]}
+    assert result["wall_s"] == 1.5  # the slowest rank
+    assert result["devices"] == {"emu": 4} and result["ledger"][0]["count"] == 4
+    assert result["inputs_read"] == ["d0.txt", "d1.txt"] and result["captures_missing"] == ["m:f"]
+    assert list(result["capture_times"]) == ["rank0/loss"]  # the spans are rank 0's
+    assert [r["exit"] for r in result["ranks"]] == [0, 0]
+
+
+def test_the_first_rank_to_fail_is_the_runs_error_and_the_ranks_stopped_after_it_are_named():
+    end = GroupEnd((Ran(-15), Ran(1), Ran(-15)), 1, (0, 2), (None, 0.5, None))
+    errors = [ErrorInfo("Killed", "died of SIGTERM", "crash"), ErrorInfo("ValueError", "bad shard"), None]
+    _, _, error = merged(end, _results(1.0, 1.0, 1.0), [{}, {}, {}], errors, 60)
+    assert error.type == "ValueError" and error.category == "exception"
+    assert error.message == "rank 1 of 3: bad shard; rank 0, 2 stopped after it"
+
+
+def test_a_timeout_names_each_rank_still_running_with_its_place_and_those_that_ended():
+    end = GroupEnd((Ran(None), Ran(0)), None, (), (None, 2.0))
+    timeout = ErrorInfo("Timeout", "no end", "timeout")
+    _, _, error = merged(end, _results(1.0, 1.0), [{}, {}], [timeout, None], 8, {0: "t.py:9, in barrier"})
+    assert error.category == "timeout"
+    assert error.message == (
+        "no end within 8 s: still running rank 0 at t.py:9, in barrier; rank 1 had ended "
+        "(a collective the others never joined?)"
+    )
