@@ -4,6 +4,8 @@ again from stored figures, the seeded faults' syntax and bad input refused in on
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from tests.conftest import cli_in_process
@@ -106,9 +108,41 @@ def test_the_backend_is_the_one_pytorch_names_for_the_device():
     assert backend_for("meta") is None  # no backend: refused up front, before a rank starts
 
 
+def _dist_result(*cells: CollectiveCell) -> Any:
+    from bakeoff.results.values import TargetResult
+    from bakeoff.target.spec import parse_target
+
+    verdict = "pass" if all(c.verdict == "pass" for c in cells) else "fail"
+    world = WorldRun(2, verdict, backend="emu", cells=cells)
+    facts = DistResult("collectives", "emu", "collectives", (world,)).to_dict()
+    return TargetResult(parse_target("cpu"), "ok", scenarios=(ScenarioResult("dist", "ok", facts=facts),))
+
+
+def test_a_regression_between_two_dist_runs_names_the_collective_that_went_wrong():
+    from bakeoff.verdicts.regressions.rules import compare_results
+
+    def cell(op: str, dtype: str, error: float) -> CollectiveCell:
+        return CollectiveCell(op, dtype, 64, "pass", max_error=error, tolerance=1.0, p50_us=10.0, iterations=3)
+
+    clean = _dist_result(cell("all_reduce_sum", "bfloat16", 0.5), cell("broadcast", "bfloat16", 0.0))
+    rounded = _dist_result(cell("all_reduce_sum", "bfloat16", 1.0), cell("broadcast", "bfloat16", 0.0))
+    dropped = _dist_result(cell("all_reduce_sum", "bfloat16", 8.0), cell("broadcast", "bfloat16", 0.0))
+    outcome, reason, metrics = compare_results(clean, dropped, before_fingerprint="f", after_fingerprint="f")
+    changed = {m.metric: m.outcome for m in metrics}
+    assert outcome == "regressed"
+    assert changed["collectives at 2 ranks: all_reduce_sum bfloat16 64 B"] == "regressed"
+    assert changed["collectives at 2 ranks"] == "regressed"
+    assert changed["collectives at 2 ranks: broadcast bfloat16 64 B"] == "unchanged"
+    assert "all_reduce_sum bfloat16 64 B" in reason and "broadcast" not in reason
+    # the control: another rounding within the allowance is no regression
+    outcome, reason, _ = compare_results(clean, rounded, before_fingerprint="f", after_fingerprint="f")
+    assert outcome == "unchanged", reason
+
+
 def test_seeded_faults_parse_per_rank_and_a_bad_one_is_refused():
     assert Faults.parse("avg_twice@1,skip@0:3", 1) == Faults(avg_twice=True)
     assert Faults.parse("avg_twice@1,skip@0:3", 0) == Faults(skip=3)
+    assert Faults.parse("stall@1:4", 1) == Faults(stall=4) and Faults.parse("stall@1:4", 0) == Faults()
     assert Faults.parse("bf16_low_bits", 5).bf16_low_bits
     with pytest.raises(SpecError, match="is not a fault"):
         Faults.parse("avg_thrice@1", 0)

@@ -205,6 +205,8 @@ class Scenario:
             lower is better).
         rates_are: what its :meth:`rates` count and their unit, for a regression's detail
             (``("best batch size's items/s", "item")``).
+        state_rank: the verdict words its :meth:`states` give, best highest (words of equal rank
+            are different kinds of failure).
         always: every trial runs it, timed by the session itself (single-stream).
         runs_last: it changes the model (training), so it runs after the checks.
         needs_grad: it runs with gradients enabled.
@@ -218,6 +220,7 @@ class Scenario:
     metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     compared: ClassVar[Mapping[str, str]] = {}
     rates_are: ClassVar[tuple[str, str]] = ("items/s", "item")
+    state_rank: ClassVar[Mapping[str, int]] = {}
     runs_last: ClassVar[bool] = False
     recorded_by: ClassVar[str] = ""
     needs_grad: ClassVar[bool] = False
@@ -275,6 +278,11 @@ class Scenario:
 
     def rates(self, scenario: ScenarioResult) -> Mapping[str, float | None]:
         """Higher-is-better single figures regressions compare (metric name -> value)."""
+        return {}
+
+    def states(self, scenario: ScenarioResult) -> Mapping[str, str]:
+        """Verdict-like parts of the result regressions compare (metric name -> a word of
+        :attr:`state_rank`): which part got worse, not only that the whole did."""
         return {}
 
     def judge(self, result: Any, scenario: ScenarioResult, check: Any) -> Any:

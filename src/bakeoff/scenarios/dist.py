@@ -17,9 +17,9 @@ crafted document's "pass" beside a wrong value is not believed.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from bakeoff.analysis.requirements import Requirement, RequirementCheck
 from bakeoff.codec import Value
@@ -350,12 +350,29 @@ class Dist(Scenario):
 
     name = "dist"
     recorded_by = "bakeoff dist"
+    state_rank: ClassVar[Mapping[str, int]] = {"pass": 2, "drift": 1, "fail": 0, "hang": 0, "error": 0}
 
     def not_applicable(self, context: ScenarioContext) -> str | None:
         return "distributed parity is checked by bakeoff dist, not in a trial"
 
     def run(self, context: ScenarioContext, options: dict) -> tuple[dict, dict]:
         raise NotImplementedError("bakeoff dist starts the ranks")
+
+    def states(self, scenario: ScenarioResult) -> dict[str, str]:
+        """Each world size's verdict, and each collective's within it: a regression names the
+        collective that went wrong. Bandwidth and latency are not compared between runs (on a
+        shared machine's loopback they moved 0.3-2.8x between runs minutes apart)."""
+        found = dist_of(scenario)
+        if found is None:
+            return {}
+        states = {}
+        for world in found.worlds:
+            head = f"{world.mode} at {world.world} ranks"
+            states[head] = world.verdict
+            for cell in world.cells:
+                what = cell.op if not cell.size else f"{cell.op} {cell.dtype} {human_bytes(cell.size)}"
+                states[f"{head}: {what}"] = cell.verdict
+        return states
 
     def figures(self, result: Any, scenario: ScenarioResult, estimate: Callable[..., str | None]) -> list[str]:
         found = dist_of(scenario)

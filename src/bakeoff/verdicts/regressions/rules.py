@@ -228,6 +228,14 @@ def _scenarios(before: TargetResult, after: TargetResult, t: Thresholds, noise: 
             changes.append(_samples_change(metric, sb.series.get(series, ()), sa.series.get(series, ()), t, noise))
         rb, ra = scenario.rates(sb), scenario.rates(sa)
         changes += [_rate_change(metric, rb[metric], ra.get(metric), t, noise, scenario.rates_are) for metric in rb]
+        before_states, after_states = scenario.states(sb), scenario.states(sa)
+        rank = dict(scenario.state_rank)
+        for metric in [*before_states, *(m for m in after_states if m not in before_states)]:
+            was, now = before_states.get(metric), after_states.get(metric)
+            if was is None or now is None:
+                changes.append(MetricChange(metric, "not_comparable", was, now, detail="checked on one side only"))
+            else:
+                changes.append(_ranked(metric, was, now, rank))
     return changes
 
 
