@@ -123,7 +123,7 @@ def test_a_run_past_its_timeout_is_stopped_with_what_it_started(server, tmp_path
 
 
 def test_runs_forked_together_end_as_a_group_the_first_failure_stopping_the_others(server, tmp_path):
-    from bakeoff.launch.group import forked_member, run_group
+    from bakeoff.launch.group import forked_member, run_group, stop
 
     work = tmp_path / "work"
     work.mkdir()
@@ -137,6 +137,9 @@ def test_runs_forked_together_end_as_a_group_the_first_failure_stopping_the_othe
     assert end.ran[1].code == 0 and end.ran[2].code == 1 and end.ran[0].code is not None
     hung = json.loads(_text(tmp_path / "0.out"))
     assert _gone(hung["pid"]) and _gone(hung["child"])  # what it started went with it
+    began = time.monotonic()
+    assert stop(members) == [r.code for r in end.ran]  # stopping ended runs again (Ctrl-C) waits for nothing
+    assert time.monotonic() - began < 5
     control, _, _ = _run(server, tmp_path, "report", ["0"])  # the server goes on
     assert control.code == 0
 

@@ -59,12 +59,15 @@ class _Command:
 class _Forked:
     server: ForkServer
     pid: int
+    code: int | None = None  # the server tells a run's end once: kept
 
     def exit_code(self, wait_s: float = 0.0) -> int | None:
-        try:
-            return self.server.exit_code(self.pid, wait_s)
-        except EOFError:  # the server ended, and its runs with it (each one watches it)
-            return -int(signal.SIGKILL)
+        if self.code is None:
+            try:
+                self.code = self.server.exit_code(self.pid, wait_s)
+            except EOFError:  # the server ended, and its runs with it (each one watches it)
+                self.code = -int(signal.SIGKILL)
+        return self.code
 
 
 def start_command(
