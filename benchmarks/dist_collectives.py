@@ -8,7 +8,9 @@ times the same number of all_reduce calls of the same size one by one, the slowe
 call, its median turned into bus bandwidth the same way. Printed: both, and their ratio (1 = the
 same figure). Then the cost of a check: each rank's start (spawn to ready, PyTorch imported) and
 the wall time of a two-rank collectives check and of a two-rank DDP parity run of the tiny Llama
-(``--quick`` leaves the DDP run out).
+(``--quick`` leaves the DDP run out). Last, the start of ``bakeoff exec --nproc 2``'s ranks: a
+two-rank script that only meets its peer (gloo, a barrier) run as one exec run does, forked from
+the warm process and as fresh interpreters, in turns: the median wall time of each and their ratio.
 
 Usage: .venv/bin/python benchmarks/dist_collectives.py [--sizes 1MiB,4MiB] [--iterations 50] [--ranks 2] [--quick]
 """
@@ -63,6 +65,34 @@ def plain_loop(world: int, size: int, iterations: int) -> float:
     return percentile(calls, 50)
 
 
+_MEET = """import torch.distributed as dist
+dist.init_process_group("gloo")
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def exec_rank_start(repeats: int) -> tuple[float, float]:
+    """The median wall time (s) of one ``exec --nproc 2`` run of a script that only meets its
+    peer: forked from the warm process, and as fresh interpreters, measured in turns."""
+    from bakeoff.launch.forkserver import ForkServer
+    from bakeoff.runner.script_run import run_environment, run_script
+    from bakeoff.runner.script_worker import PRELOAD
+
+    forked, fresh = [], []
+    with tempfile.TemporaryDirectory() as here, ForkServer(PRELOAD, run_environment(0)) as server:
+        work = Path(here)
+        (work / "meet.py").write_text(_MEET)
+        for _ in range(repeats):
+            for server_or_none, times in ((server, forked), (None, fresh)):
+                began = time.monotonic()
+                ran = run_script(work / "meet.py", [], work, {}, files=False, server=server_or_none, nproc=2,
+                                 timeout_s=120)  # fmt: skip
+                times.append(time.monotonic() - began)
+                assert ran.status == "ok", ran.error
+    return percentile(forked, 50), percentile(fresh, 50)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="1MiB,4MiB")
@@ -99,6 +129,9 @@ def main() -> None:
             trained = bakeoff.dist("arch:llama", "cpu", db=db, ranks="2", steps=3)
             print(f"DDP parity, tiny Llama, 2 ranks, 3 steps: {time.monotonic() - began:.1f} s wall "
                   f"({trained.verdict})")  # fmt: skip
+    forked, fresh = exec_rank_start(1 if args.quick else 5)
+    print(f"exec --nproc 2 run of a script that meets its peer: forked {forked:.2f} s, fresh {fresh:.2f} s "
+          f"(forked / fresh {forked / fresh:.2f})")  # fmt: skip
     sys.stdout.flush()
 
 

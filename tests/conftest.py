@@ -126,7 +126,7 @@ def cli_in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int,
 
 #: Modules whose tests share module-scoped work (a compiled model, a sweep, a Ray cluster): run
 #: on one worker under pytest-xdist (``--dist loadgroup``), so that work is done once.
-_SHARED_WORK = {
+SHARED_WORK = {
     "test_amp.py",
     "test_correctness_faults.py",
     "test_emu_device.py",
@@ -147,7 +147,11 @@ _SHARED_WORK = {
     "test_script_launch.py",
     "test_workloads.py",
     "test_suite_grouping.py",
+    "test_exec_ranks.py",
 }
+#: Modules where only the tests that read a module-scoped run share it: those tests carry an
+#: ``xdist_group`` of their own, and the module's other tests spread over the workers.
+GROUPED_BY_TEST = {"test_exec.py", "test_exec_isolation.py", "test_serve_example.py", "test_sweep_cell_baseline.py"}
 _UNIT = Path(__file__).parent / "unit"
 
 
@@ -160,5 +164,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         path = Path(str(item.fspath))
         if _UNIT not in path.parents:
             item.add_marker(slow)
-        if path.name in _SHARED_WORK:
+        if path.name in SHARED_WORK:
             item.add_marker(pytest.mark.xdist_group(path.stem))

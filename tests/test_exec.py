@@ -788,6 +788,7 @@ def public_style_honest(tmp_path_factory: pytest.TempPathFactory) -> subprocess.
 
 @pytest.mark.emu
 @_PUBLIC_STYLE
+@pytest.mark.xdist_group("test_exec_public_style")  # with the other reader of its run
 def test_a_public_style_script_runs_unchanged_to_the_end_on_the_test_device(public_style_honest, tmp_path):
     """The way public examples are written (device from torch.accelerator, bf16 autocast, a head
     tied to the embedding, its own --seed, a checkpoint saved and reloaded with
@@ -818,6 +819,7 @@ def test_a_public_style_script_runs_unchanged_to_the_end_on_the_test_device(publ
 
 @pytest.mark.emu
 @_PUBLIC_STYLE
+@pytest.mark.xdist_group("test_exec_public_style")
 def test_the_public_style_scripts_honest_run_passes_on_the_test_device(public_style_honest):
     """Its 8 losses under emu's bf16 autocast pass: emu's autocast casts other ops than the CPU's
     (log_softmax in bf16, the math attention in float32), and the honest reference lets any op

@@ -127,6 +127,7 @@ def test_a_terminal_on_stdin_is_no_input_and_no_wait(tmp_path: Path) -> None:
 
 
 @pytest.mark.xdist_group("exec_isolation_children_and_environment")
+@pytest.mark.xdist_group("test_exec_isolation_shared")  # with the other reader of its run
 def test_nothing_the_script_starts_outlives_its_run(children_and_environment) -> None:
     ran = children_and_environment["ran"]
     assert ran.returncode == 0, ran.stderr[-3000:]
@@ -193,6 +194,7 @@ def children_and_environment(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 @pytest.mark.xdist_group("exec_isolation_children_and_environment")
+@pytest.mark.xdist_group("test_exec_isolation_shared")
 def test_a_run_is_not_told_where_the_knowledge_base_is(children_and_environment) -> None:
     ran, tmp_path = children_and_environment["ran"], children_and_environment["tmp_path"]
     assert ran.returncode == 0, ran.stderr[-3000:]

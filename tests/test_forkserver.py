@@ -127,10 +127,16 @@ def test_runs_forked_together_end_as_a_group_the_first_failure_stopping_the_othe
 
     work = tmp_path / "work"
     work.mkdir()
-    members = [
-        forked_member(server, f"fsentry:{entry}", argv, server.env, work, tmp_path / f"{i}.out", tmp_path / f"{i}.err")
-        for i, (entry, argv) in enumerate([("hang", []), ("report", ["0"]), ("exits", ["7"])])
-    ]  # fmt: skip
+
+    def fork(i: int, entry: str, argv: list[str]):
+        return forked_member(server, f"fsentry:{entry}", argv, server.env, work, tmp_path / f"{i}.out",
+                             tmp_path / f"{i}.err")  # fmt: skip
+
+    members = [fork(0, "hang", [])]
+    deadline = time.monotonic() + 60
+    while not _text(tmp_path / "0.out") and time.monotonic() < deadline:  # it has started its child
+        time.sleep(0.05)
+    members += [fork(1, "report", ["0"]), fork(2, "exits", ["7"])]
     assert all(m is not None for m in members)
     end = run_group(members, timeout_s=60, grace_s=0.5, linger_s=0.3)
     assert end.failed_first == 2 and end.stopped == (0,)  # the run that exited 7; the hung one stopped

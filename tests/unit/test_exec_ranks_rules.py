@@ -5,7 +5,6 @@ into one run (each rank's captures under its own name, the first failure as the 
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -16,16 +15,13 @@ from bakeoff.runner.script_ranks import hang_site, merged, torchrun_env
 
 
 def _start(tmp_path: Path, code: str):
+    """A shell command as a member (starts in milliseconds, also on a loaded machine)."""
     with open(tmp_path / f"{abs(hash(code))}.txt", "wb") as out:  # the child keeps its own copy
-        return start_command([sys.executable, "-c", code], {}, tmp_path, out, out)
+        return start_command(["sh", "-c", code], {}, tmp_path, out, out)
 
 
 def test_the_first_member_that_fails_stops_the_others_after_the_linger(tmp_path):
-    members = [
-        _start(tmp_path, "import time; time.sleep(60)"),
-        _start(tmp_path, "import sys, time; time.sleep(0.3); sys.exit(3)"),
-        _start(tmp_path, "pass"),
-    ]
+    members = [_start(tmp_path, "sleep 60"), _start(tmp_path, "sleep 0.3; exit 3"), _start(tmp_path, "true")]
     began = time.monotonic()
     end = run_group(members, timeout_s=60, grace_s=0.5, linger_s=0.5)
     assert time.monotonic() - began < 20  # not the sleeper's minute
@@ -36,7 +32,7 @@ def test_the_first_member_that_fails_stops_the_others_after_the_linger(tmp_path)
 
 
 def test_a_group_past_its_timeout_says_who_was_still_running_and_asks_them_first(tmp_path):
-    members = [_start(tmp_path, "import time; time.sleep(60)"), _start(tmp_path, "pass")]
+    members = [_start(tmp_path, "sleep 60"), _start(tmp_path, "true")]
     asked = []
     end = run_group(members, timeout_s=1.5, grace_s=0.2, on_timeout=asked.append)
     assert asked == [[0]]

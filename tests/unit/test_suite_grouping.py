@@ -13,3 +13,17 @@ def test_a_module_that_shares_work_is_one_group(request: pytest.FixtureRequest) 
     if not getattr(request.config.option, "loadgroup", False):  # set on the workers of --dist loadgroup
         pytest.skip("not on a pytest-xdist worker of --dist loadgroup")
     assert request.node.nodeid.endswith("@test_suite_grouping"), request.node.nodeid
+
+
+def test_every_module_with_module_scoped_work_keeps_it_on_one_worker() -> None:
+    """A module-scoped fixture is computed once per worker that runs one of its tests: a module
+    that has one is a group of its own, or its readers carry an ``xdist_group`` (listed)."""
+    from pathlib import Path
+
+    from tests.conftest import GROUPED_BY_TEST, SHARED_WORK
+
+    root = Path(__file__).parents[1]
+    found = {p.name for p in [*root.glob("test_*.py"), *root.glob("unit/test_*.py")]
+             if 'scope="module"' in p.read_text()}  # fmt: skip
+    assert found, "no module-scoped fixture found: the search is wrong"
+    assert found <= SHARED_WORK | GROUPED_BY_TEST, sorted(found - SHARED_WORK - GROUPED_BY_TEST)
