@@ -97,6 +97,17 @@ def test_the_first_rank_to_fail_is_the_runs_error_and_the_ranks_stopped_after_it
     assert error.message == "rank 1 of 3: bad shard; rank 0, 2 stopped after it"
 
 
+def test_the_rank_whose_script_ended_first_is_the_cause_not_the_peer_the_group_saw_first():
+    # rank 1 raised; rank 0's gloo then saw the connection close, and its supervisor ended first
+    end = GroupEnd((Ran(1), Ran(1)), 0, (), (0.5, 0.6))
+    errors = [ErrorInfo("RuntimeError", "Connection closed by peer"), ErrorInfo("RuntimeError", "rank one exploded")]
+    _, _, error = merged(end, _results(1.0, 1.0), [{}, {}], errors, 60, ended={0: 100.2, 1: 100.1})
+    assert error.message == "rank 1 of 2: rank one exploded; then rank 0 failed too"
+    # the control: without the scripts' end times the group's order stands
+    _, _, error = merged(end, _results(1.0, 1.0), [{}, {}], errors, 60)
+    assert error.message.startswith("rank 0 of 2: Connection closed by peer")
+
+
 def test_a_timeout_names_each_rank_still_running_with_its_place_and_those_that_ended():
     end = GroupEnd((Ran(None), Ran(0)), None, (), (None, 2.0))
     timeout = ErrorInfo("Timeout", "no end", "timeout")

@@ -377,8 +377,8 @@ def test_ddp_gets_no_device_ids_on_the_host_and_the_targets_device_of_the_same_i
 
     from bakeoff.script.remap_dist import _device_of
 
-    with Remapper({"cuda": "cpu"}) as remap:
-        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+    with Remapper({"cuda": "cpu"}) as remap:  # PyTorch refuses a device_id on the host, as DDP its device_ids
+        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1, device_id=torch.device("cuda", 0))
         try:  # DDP refuses device_ids for a host module: the script's [0] would raise here
             model = DDP(torch.nn.Linear(2, 2).cuda(), device_ids=[0], output_device=0)
             assert model(torch.ones(1, 2, device="cuda")).shape == (1, 2)
@@ -387,6 +387,9 @@ def test_ddp_gets_no_device_ids_on_the_host_and_the_targets_device_of_the_same_i
     rewrites = {r.api: r.reason for r in remap.ledger.rewrites}
     assert rewrites["DistributedDataParallel(device_ids=)"] == "[0] -> None"
     assert rewrites["DistributedDataParallel(output_device=)"] == "0 -> None"
+    assert (
+        rewrites["torch.distributed.init_process_group(device_id=)"] == "cpu -> None (the host)"
+    )  # made by torch.device
     assert "__wrapped__" not in DDP.__init__.__dict__  # put back
     # on a device target an index stays an index of the target's device, a device becomes its
     assert _device_of(1, DeviceMap({"cuda": "xpu"})) == 1

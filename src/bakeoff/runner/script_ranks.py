@@ -65,6 +65,8 @@ def hang_site(stacks: str, work: Path) -> str | None:
     for block in re.split(r"\n(?=\S)", stacks):  # one block per thread
         frames = [m for m in map(frame.match, block.splitlines()) if m]
         for depth, found in enumerate(frames):
+            if found["file"].startswith("<"):  # <frozen importlib._bootstrap>, <string>: no file
+                continue
             path = Path(found["file"])
             path = path if path.is_absolute() else work / path  # the script, run from its directory
             if path.is_relative_to(work):
@@ -75,24 +77,46 @@ def hang_site(stacks: str, work: Path) -> str | None:
 
 
 def _ledger(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The ranks' rewrites summed per API, call site and reason, in the order they first came."""
-    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
+    """The ranks' rewrites summed per API and call site, in the order they first came (the
+    first rank's reason: rank 1's ``cuda:1 -> emu:0`` is rank 0's ``cuda:0 -> emu:0``); one
+    that may change numerics on any rank is flagged with that rank's reason."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
     for result in results:
         for rewrite in result.get("ledger") or ():
-            key = (rewrite.get("api", ""), rewrite.get("site", ""), rewrite.get("reason", ""))
-            if key in rows:
-                rows[key]["count"] += rewrite.get("count", 0)
-            else:
+            key = (rewrite.get("api", ""), rewrite.get("site", ""))
+            row = rows.get(key)
+            if row is None:
                 rows[key] = dict(rewrite)
+                continue
+            row["count"] = row.get("count", 0) + rewrite.get("count", 0)
+            if rewrite.get("numerics") and not row.get("numerics"):
+                row["numerics"], row["reason"] = True, rewrite.get("reason", "")
     return list(rows.values())
 
 
+def first_failed(end: GroupEnd, errors: Sequence[ErrorInfo | None], ended: Mapping[int, float]) -> int | None:
+    """The rank whose failure came first: of the ranks that failed (not those stopped after),
+    the one whose script ended earliest (``ended``: when each script's process ended, as its
+    supervisor saw it); the group's first where a time is missing. The group sees ends by
+    polling, and a supervisor ends after its script: a peer's "connection closed" can reach
+    the group before the error that caused it."""
+    failed = [r for r, e in enumerate(errors) if e is not None and r not in end.stopped]
+    timed = [r for r in failed if r in ended]
+    if timed and len(timed) == len(failed):
+        return min(timed, key=lambda r: ended[r])
+    return end.failed_first if end.failed_first is not None else (failed[0] if failed else None)
+
+
 def _error(
-    end: GroupEnd, errors: Sequence[ErrorInfo | None], timeout_s: float, sites: Mapping[int, str]
+    end: GroupEnd,
+    errors: Sequence[ErrorInfo | None],
+    timeout_s: float,
+    sites: Mapping[int, str],
+    ended: Mapping[int, float],
 ) -> ErrorInfo | None:
-    """The run's error: the first rank's that failed (the ranks stopped after it named), or the
-    timeout's (each rank still running named with where it was, ``sites``), or the lowest
-    failing rank's."""
+    """The run's error: the first rank's that failed (:func:`first_failed`; the ranks stopped
+    after it named), or the timeout's (each rank still running named with where it was,
+    ``sites``)."""
     world = len(errors)
     if end.failed_first is None and any(r.timed_out for r in end.ran):
         running = [r for r, ran in enumerate(end.ran) if ran.timed_out]
@@ -103,15 +127,14 @@ def _error(
             message += f"; rank {', '.join(map(str, ended))} had ended (a collective the others never joined?)"
         tail = next((e.traceback for e in errors if e is not None and e.traceback), "")
         return ErrorInfo("Timeout", message, "timeout", "script", tail)
-    first = (
-        end.failed_first
-        if end.failed_first is not None
-        else next((r for r, e in enumerate(errors) if e is not None), None)
-    )
+    first = first_failed(end, errors, ended)
     if first is None or errors[first] is None:
         return None
     error = errors[first]
     message = f"rank {first} of {world}: {error.message}"
+    after = [r for r, e in enumerate(errors) if e is not None and r != first and r not in end.stopped]
+    if after:
+        message += f"; then rank {', '.join(map(str, after))} failed too"
     if end.stopped:
         message += f"; rank {', '.join(map(str, end.stopped))} stopped after it"
     return ErrorInfo(error.type, message, error.category, error.phase, error.traceback)
@@ -124,9 +147,11 @@ def merged(
     errors: Sequence[ErrorInfo | None],
     timeout_s: float,
     sites: Mapping[int, str] | None = None,
+    ended: Mapping[int, float] | None = None,
 ) -> tuple[dict[str, Any], dict[str, list[Any]], ErrorInfo | None]:
     """The ranks' results, captures and errors as one run's (see the module docstring);
-    ``sites``: where each rank still running at the timeout was (:func:`hang_site`)."""
+    ``sites``: where each rank still running at the timeout was (:func:`hang_site`); ``ended``:
+    when each rank's script ended (:func:`first_failed`)."""
     base = dict(results[0]) if results and results[0] else {}
     present = [r for r in results if r]
     if present:
@@ -153,4 +178,4 @@ def merged(
         for rank in range(len(results))
     ]
     found = {rank_name(rank, name): values for rank, got in enumerate(captures) for name, values in got.items()}
-    return base, found, _error(end, errors, timeout_s, sites or {})
+    return base, found, _error(end, errors, timeout_s, sites or {}, ended or {})

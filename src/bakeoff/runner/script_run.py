@@ -165,7 +165,9 @@ def _failure(code: int | None, result: dict[str, Any], out: Path, timeout_s: flo
     if code != 0:
         message = f"the script exited with code {result.get('exit_code', code)}"
         if not result:
-            message = f"the launcher exited with code {code} without a result: {_tail(out, 3)}"
+            tail = _tail(out, 3)
+            message = f"the script's process exited with code {code} before bakeoff could record its result "
+            message += "(os._exit, or a crash in native code)" + (f": {tail}" if tail else "")
         return ErrorInfo("NonZeroExit", message, "exception", "script", _tail(out))
     return None
 
@@ -295,7 +297,7 @@ def _ranks(
 
     from bakeoff.launch.group import Member, forked_member, run_group, start_command, stop
     from bakeoff.runner.script_ranks import free_port, hang_site, merged, torchrun_env
-    from bakeoff.runner.script_worker import STACKS
+    from bakeoff.runner.script_worker import ENDED, STACKS
 
     port, run_id = free_port(), uuid.uuid4().hex[:8]
     outs = [base / "out" / f"rank{rank}" for rank in range(nproc)]
@@ -326,8 +328,14 @@ def _ranks(
         found = hang_site(stacks.read_text(errors="replace"), work.resolve()) if stacks.exists() else None
         if found is not None:
             sites[rank] = found
+    ended = {}
+    for rank, out in enumerate(outs):
+        try:
+            ended[rank] = float((out / ENDED).read_text())
+        except (OSError, ValueError):
+            pass
     parts = [r[0] for r in read], [r[1] for r in read], [r[2] for r in read]
-    result, captured, error = merged(end, *parts, timeout_s, sites)
+    result, captured, error = merged(end, *parts, timeout_s, sites, ended)
     return result, captured, error, log, read[0][4]
 
 

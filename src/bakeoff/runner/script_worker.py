@@ -73,6 +73,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,7 @@ from bakeoff.script.child_reports import PROCESSES
 
 __all__ = [
     "AUDIT",
+    "ENDED",
     "MAX_AUDITED_OPS",
     "PARENT_ENV",
     "PRELOAD",
@@ -103,6 +105,8 @@ __all__ = [
 #: output directory): the supervisor passes it on to the run. How a hung rank is found.
 STACKS_SIGNAL = getattr(signal, "SIGUSR1", None)
 STACKS = "stacks.txt"
+#: When the script's process ended (seconds since the epoch), written by its supervisor.
+ENDED = "ended.txt"
 #: The open file ``faulthandler`` writes the stacks to (kept for the life of the run).
 _stacks_file: Any = None
 
@@ -148,7 +152,13 @@ def _supervise(run: int, out: Path | None, stdin_note: str | None) -> int:
         if signum is not None:
             signal.signal(signum, forward)
     _, status = os.waitpid(run, 0)
+    ended = time.time()
     code = os.waitstatus_to_exitcode(status)
+    if out is not None and out.is_dir():  # when the script's process ended: which rank failed first
+        try:
+            (out / ENDED).write_text(repr(ended))
+        except OSError:
+            pass
     killed = _end_descendants()
     if out is not None and out.is_dir():
         try:

@@ -41,7 +41,13 @@ def process_group(
         device_id = bound.arguments.get("device_id")
         if device_id is not None:
             mapped_device = devices.map(device_id)
-            if mapped_device is not None:
+            if mapped_device is None and isinstance(device_id, torch.device) and device_id.type == "cpu":
+                mapped_device = device_id  # torch.device("cuda", 0), already made the host's by the remap
+            if mapped_device is not None and torch.device(mapped_device).type == "cpu":
+                # PyTorch takes an accelerator with an index only: on the host there is none to bind
+                recorder.record(f"torch.distributed.{name}(device_id=)", reason=f"{device_id} -> None (the host)")
+                del bound.arguments["device_id"]
+            elif mapped_device is not None:
                 recorder.record(f"torch.distributed.{name}(device_id=)", reason=f"{device_id} -> {mapped_device}")
                 bound.arguments["device_id"] = torch.device(mapped_device)
         return original(*bound.args, **bound.kwargs)

@@ -252,7 +252,8 @@ EXEC_OPTIONS: dict[str, Option] = {
             _DEFAULT.nproc,
             "Run the script as N ranks, as torchrun --nproc-per-node N would (RANK, WORLD_SIZE, "
             "LOCAL_RANK, MASTER_ADDR/PORT set; nccl remapped), the reference too; each rank's captures "
-            "are compared with the reference's same rank.",
+            "are compared with the reference's same rank [default: 1, one plain process without torchrun's "
+            "environment].",
             number_check(_NPROC, "--nproc"),
             bounds=_NPROC,
             metavar="N",

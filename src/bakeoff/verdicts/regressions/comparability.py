@@ -50,6 +50,8 @@ def _measured(run: RunResult, variant: str) -> dict[str, tuple[Any, str]]:
             names = sorted(map(str, script.get(key) or ()))
             found[name] = (names, ", ".join(names) or "none")
         found["seed"] = (script.get("seed", 0), str(script.get("seed", 0)))
+        nproc = script.get("nproc") or 1
+        found["ranks"] = (nproc, f"{nproc} rank{'s' if nproc != 1 else ''}")
         found["strict mode"] = (bool(script.get("strict", False)), _on(script.get("strict", False)))
         found["file comparison"] = (bool(script.get("files", True)), _on(script.get("files", True)))
         if script.get("repeats"):
