@@ -9,7 +9,8 @@ pass. Seeded faults (the device's backend, ``BAKEOFF_EMU_DIST_FAULT``): rank 1's
 averaged again (its gradients halved: rank 1's captures fail from its second step, rank 0's
 after the averaged gradients reach it); rank 1 that never returns from its fourth collective (a
 hang: the timeout names where each rank waited, and no rank is left running); ``kill -9`` of
-bakeoff mid-hang takes every rank with it.
+bakeoff mid-hang takes every rank with it. One step whose all_reduce is wrong on rank 1 leaves
+no capture after it: rank 1's final weights (each rank's DDP module's) are the evidence.
 """
 
 from __future__ import annotations
@@ -34,12 +35,12 @@ SCRIPT = Path(__file__).parent / "fixtures" / "scripts" / "train_ddp.py"
 _ROUNDS = {"BAKEOFF_EMU_WRONG": "aten::addmm=1.0000001"}
 
 
-def _exec(tmp: Path, *ours: str, env: dict[str, str] | None = None, wait: bool = True):
+def _exec(tmp: Path, *ours: str, env: dict[str, str] | None = None, wait: bool = True, args: tuple = ()):
     work = tmp / "work"
     work.mkdir(exist_ok=True)
     (work / SCRIPT.name).write_text(SCRIPT.read_text())
     command = [sys.executable, "-m", "bakeoff", "exec", "--on", "emu", "--nproc", "2", *ours]
-    command += ["--db", str(tmp / "b.db"), "--format", "json", SCRIPT.name]
+    command += ["--db", str(tmp / "b.db"), "--format", "json", SCRIPT.name, *args]
     environ = {**os.environ, **EMU_ENV, **(env or {})}
     if not wait:
         return subprocess.Popen(command, cwd=work, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -56,7 +57,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The runs the tests read, each made once: the control, the averaged-again fault, the hang."""
     found = {}
     found["clean"] = _doc(_exec(tmp_path_factory.mktemp("clean"), env=_ROUNDS))
-    found["avg"] = _doc(_exec(tmp_path_factory.mktemp("avg"), env={"BAKEOFF_EMU_DIST_FAULT": "avg_twice@1"}))
+    avg = {"BAKEOFF_EMU_DIST_FAULT": "avg_twice@1"}
+    found["avg"] = _doc(_exec(tmp_path_factory.mktemp("avg"), env=avg))
+    found["avg_one_step"] = _doc(_exec(tmp_path_factory.mktemp("avg1"), "--no-audit", env=avg, args=("--steps", "1")))
     marker = uuid.uuid4().hex
     stall = {"BAKEOFF_EMU_DIST_FAULT": "stall@1:4", "BAKEOFF_TEST_MARK": marker}
     # the job on the device is the reference: no healthy run has to finish within the timeout
@@ -72,9 +75,10 @@ def test_a_cuda_ddp_script_runs_as_two_ranks_on_the_device_and_each_rank_matches
     correctness = emu["correctness"]
     assert correctness["verdict"] == "pass", correctness["reason"]
     names = {o["name"] for o in correctness["outputs"]}
-    for rank in (0, 1):  # every rank's losses and outputs, against the reference's same rank
+    for rank in (0, 1):  # every rank's losses, outputs and final weights, against the reference's same rank
         assert {f"rank{rank}/loss[{step}]" for step in range(3)} <= names, names
         assert f"rank{rank}/module:DistributedDataParallel[2]" in names
+        assert f"rank{rank}/params:DistributedDataParallel[0]" in names
     assert {n for n in names if n.startswith("file:")} == {f"file:model.safetensors:{p}" for p in
                                                           ("0.weight", "0.bias", "2.weight", "2.bias")}  # fmt: skip
     # an honest control: another rounding, not the same bits
@@ -104,6 +108,17 @@ def test_an_all_reduce_averaged_again_on_rank_1_fails_rank_1_from_its_second_ste
     assert not passed["rank1/loss[1]"] and not passed["rank1/module:DistributedDataParallel[1]"]
     assert "rank1/module:DistributedDataParallel[1]" in correctness["reason"]
     assert not passed["file:model.safetensors:0.weight"]
+    assert not passed["rank1/params:DistributedDataParallel[0]"]  # each rank's final weights
+
+
+def test_one_step_whose_all_reduce_is_wrong_on_rank_1_fails_on_rank_1s_final_weights(runs):
+    # no capture comes after the one update: rank 1's losses and outputs, and the weights rank 0
+    # saves, are all right; only rank 1's final weights (its DDP module's, when it was freed) are not
+    correctness = runs["avg_one_step"]["results"][1]["correctness"]
+    assert correctness["verdict"] == "fail"
+    failed = [o["name"] for o in correctness["outputs"] if not o["passed"]]
+    assert failed == ["rank1/params:DistributedDataParallel[0]"], failed
+    assert "rank1/params:DistributedDataParallel[0]: rms error vs the reference" in correctness["reason"]
 
 
 def test_a_rank_that_never_returns_from_a_collective_is_a_timeout_naming_where_each_rank_waited(runs):

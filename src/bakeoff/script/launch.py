@@ -74,6 +74,7 @@ from bakeoff.script.devices import DeviceMap
 from bakeoff.script.inputs import InputFiles
 from bakeoff.script.launch_result import CAPTURES, FORMAT, RESULT, LaunchResult, ScriptError, read_result
 from bakeoff.script.modules import NONE, ModuleCalls, check_patterns
+from bakeoff.script.replicas import FinalWeights
 from bakeoff.script.returns import Returns
 
 _STARTED = time.perf_counter()
@@ -282,6 +283,9 @@ def launch(
                         if compiler is not None:
                             compiler.install()
                         own_compiles.install()
+                        weights = FinalWeights(recorded) if FinalWeights.wanted() else None
+                        if weights is not None:
+                            weights.install()
                         started = time.perf_counter()
                         startup_s = started - started_at
                         inputs.install()
@@ -289,6 +293,8 @@ def launch(
                             runpy.run_path(script, run_name="__main__")
                         finally:
                             wall_s = time.perf_counter() - started
+                            if weights is not None:
+                                weights.uninstall()
                             inputs.stop()
                             if returns is not None:
                                 returns.uninstall()
