@@ -117,3 +117,21 @@ def test_a_timeout_names_each_rank_still_running_with_its_place_and_those_that_e
         "no end within 8 s: still running rank 0 at t.py:9, in barrier; rank 1 had ended "
         "(a collective the others never joined?)"
     )
+
+
+def test_the_placement_shown_is_the_worst_ranks_and_a_note_says_whose():
+    from types import SimpleNamespace
+
+    from bakeoff.runner.script_ranks import worst_placement
+
+    def audit(verdict: str, compiled: str = "") -> dict:
+        return {"placement": SimpleNamespace(verdict=verdict), "compilation": compiled or None, "error": None}
+
+    chosen, note = worst_placement([audit("on_device", "rank 0's"), audit("left_on_host"), audit("fallbacks")])
+    assert chosen["placement"].verdict == "left_on_host" and chosen["compilation"] == "rank 0's"
+    each = "rank 0 on_device, rank 1 left_on_host, rank 2 fallbacks"
+    assert note == f"placement is rank 1's, the worst of 3 ranks ({each})"
+    # the control: every rank on the device is rank 0's audit, without a note
+    chosen, note = worst_placement([audit("on_device", "rank 0's"), audit("on_device")])
+    assert chosen["placement"].verdict == "on_device" and chosen["compilation"] == "rank 0's" and note == ""
+    assert worst_placement([None, None]) == (None, "")  # a killed job left no audit

@@ -220,6 +220,8 @@ def _notes(run: ScriptRun, timed: bool = False) -> list[str]:
     if run.wall_s is not None and run.result.get("compile"):
         notes.append("wall time includes compiling the root module calls (the compilation check has its time)")
     audit = run.audit or {}
+    if run.result.get("placement_of"):
+        notes.append(run.result["placement_of"])
     placement = audit.get("placement")
     if run.wall_s is not None and not timed and placement is not None and placement.verdict != "not_applicable":
         spent = (placement.signals.get("script") or {}).get("audit_s")

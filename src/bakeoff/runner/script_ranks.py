@@ -12,8 +12,8 @@ past the timeout, every rank still running is named.
 What comes back is one :class:`~bakeoff.runner.script_run.ScriptRun` (:func:`merged`): each
 rank's captures under ``rankR/NAME``, so that every rank is compared with the reference's same
 rank by the correctness check's own rules; the rewrites summed over the ranks; the wall time of
-the slowest rank. The placement audit watches rank 0 (the others run the same program; what
-differs on one rank alone, a rank-0-only evaluation say, is seen there only).
+the slowest rank. Every rank's run is audited; the placement shown is the worst rank's
+(:func:`worst_placement`), the compilation rank 0's.
 """
 
 from __future__ import annotations
@@ -27,7 +27,24 @@ from typing import Any
 from bakeoff.launch.group import GroupEnd
 from bakeoff.results.values import ErrorInfo
 
-__all__ = ["free_port", "hang_site", "merged", "rank_name", "torchrun_env"]
+__all__ = ["first_failed", "free_port", "hang_site", "merged", "rank_name", "torchrun_env", "worst_placement"]
+
+
+def worst_placement(audits: Sequence[Mapping[str, Any] | None]) -> tuple[dict[str, Any] | None, str]:
+    """The audit whose placement is the worst of the ranks' (rank 0's on a tie; its compilation
+    is rank 0's), and a note saying whose it is when another rank's differs."""
+    from bakeoff.checks.placement import RANK
+
+    found = [(rank, a) for rank, a in enumerate(audits) if a is not None and a.get("placement") is not None]
+    if not found:
+        return (dict(audits[0]) if audits and audits[0] is not None else None), ""
+    rank, worst = min(found, key=lambda ra: (RANK.get(ra[1]["placement"].verdict, 1), ra[0]))
+    chosen = {**worst, "compilation": (audits[0] or {}).get("compilation")}
+    verdicts = {r: a["placement"].verdict for r, a in found}
+    if len(set(verdicts.values())) == 1:
+        return chosen, ""
+    each = ", ".join(f"rank {r} {v}" for r, v in verdicts.items())
+    return chosen, f"placement is rank {rank}'s, the worst of {len(audits)} ranks ({each})"
 
 
 def rank_name(rank: int, name: str) -> str:

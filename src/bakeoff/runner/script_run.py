@@ -296,7 +296,7 @@ def _ranks(
     import uuid
 
     from bakeoff.launch.group import Member, forked_member, run_group, start_command, stop
-    from bakeoff.runner.script_ranks import free_port, hang_site, merged, torchrun_env
+    from bakeoff.runner.script_ranks import free_port, hang_site, merged, torchrun_env, worst_placement
     from bakeoff.runner.script_worker import ENDED, STACKS
 
     port, run_id = free_port(), uuid.uuid4().hex[:8]
@@ -306,7 +306,7 @@ def _ranks(
         for rank, out in enumerate(outs):
             out.mkdir(parents=True)
             rank_env = {**env, **torchrun_env(rank, nproc, port, env, run_id)}
-            args = arguments(out, audit if rank == 0 else None)  # the audit watches rank 0
+            args = arguments(out, audit)
             streams = (out / "stdout.txt", out / "stderr.txt")
             member = forked_member(server, f"{WORKER}:forked", args, rank_env, work, *streams) if server else None
             if member is None:
@@ -318,10 +318,7 @@ def _ranks(
         stop(members)
         raise
     log = OutputLog()
-    read = [
-        _read(out, end.ran[rank].code, timeout_s, audit if rank == 0 else None, log, f"rank {rank}")
-        for rank, out in enumerate(outs)
-    ]
+    read = [_read(out, end.ran[rank].code, timeout_s, audit, log, f"rank {rank}") for rank, out in enumerate(outs)]
     sites = {}
     for rank in (r for r, ran in enumerate(end.ran) if ran.timed_out):
         stacks = outs[rank] / STACKS
@@ -336,7 +333,10 @@ def _ranks(
             pass
     parts = [r[0] for r in read], [r[1] for r in read], [r[2] for r in read]
     result, captured, error = merged(end, *parts, timeout_s, sites, ended)
-    return result, captured, error, log, read[0][4]
+    audited, note = worst_placement([r[4] for r in read])
+    if note:
+        result["placement_of"] = note
+    return result, captured, error, log, audited
 
 
 def _ask_stacks(members: Sequence[Any], running: Sequence[int], wait_s: float = 1.0) -> None:
