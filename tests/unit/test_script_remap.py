@@ -398,6 +398,20 @@ def test_ddp_gets_no_device_ids_on_the_host_and_the_targets_device_of_the_same_i
     assert _device_of(torch.device("cpu"), DeviceMap({"cuda": "xpu"})) == torch.device("cpu")  # not remapped
 
 
+def test_a_host_run_on_a_machine_with_an_accelerator_tells_pytorch_its_device_is_the_host(monkeypatch) -> None:
+    # PyTorch's own code (FSDP2's default mesh) asks torch._C._get_accelerator, not torch.accelerator:
+    # on a machine with one, a host run would build its mesh there, beside a gloo process group
+    fake = torch.device("meta")
+    monkeypatch.setattr(torch._C, "_get_accelerator", lambda: fake)
+    with Remapper({"cuda": "cpu"}) as remap:
+        assert torch._C._get_accelerator() == torch.device("cpu")
+    assert torch._C._get_accelerator() is fake  # put back
+    asked = remap.ledger.get("torch._C._get_accelerator (asked by torch)")
+    assert asked.reason == "answered cpu: the run is on the host"
+    with Remapper({"cuda": "xpu"}):  # the control: a device target's answer is the truth
+        assert torch._C._get_accelerator() is fake
+
+
 def test_device_names_map_with_their_index() -> None:
     assert DeviceMap({"cuda": "cpu"}).map_name("cuda:3") == "cpu"
     assert DeviceMap({"cuda": "xpu"}).map_name("cuda:3") == "xpu:3"

@@ -137,6 +137,23 @@ def accelerator_functions(accelerator: Any, devices: DeviceMap, recorder: Record
     return functions
 
 
+def host_accelerator_query(devices: DeviceMap, recorder: Recorder) -> Callable[[], Any] | None:
+    """A stand-in for ``torch._C._get_accelerator`` on a run remapped to the host (None for a
+    device target: the truth is its answer). PyTorch's own code asks it, not
+    ``torch.accelerator``, where it picks a device by itself (FSDP2's default mesh,
+    ``init_process_group``'s device): on a machine with an accelerator a host run would put its
+    mesh there, beside a gloo process group. It answers the host, for PyTorch too."""
+    if next(iter(devices.targets.values()))[0] != "cpu":
+        return None
+    import torch
+
+    def get_accelerator() -> Any:
+        recorder.record("torch._C._get_accelerator (asked by torch)", reason="answered cpu: the run is on the host")
+        return torch.device("cpu")
+
+    return get_accelerator
+
+
 def _stand_in(
     name: str,
     real: Callable[..., Any],

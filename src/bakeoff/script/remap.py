@@ -56,7 +56,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from bakeoff.errors import RemapError
-from bakeoff.script.accelerator import accelerator_functions
+from bakeoff.script.accelerator import accelerator_functions, host_accelerator_query
 from bakeoff.script.cuda_namespace import CudaNamespace
 from bakeoff.script.devices import DeviceMap
 from bakeoff.script.ledger import Ledger, Recorder
@@ -283,6 +283,9 @@ class Remapper:
         # after the namespace, which asks the real torch.accelerator what the process has
         for name, function in accelerator_functions(torch.accelerator, self.devices, self.recorder).items():
             self._patch(torch.accelerator, name, function)
+        host = host_accelerator_query(self.devices, self.recorder)
+        if host is not None and torch._C._get_accelerator().type != "cpu":  # only where there is an accelerator
+            self._patch(torch._C, "_get_accelerator", host)
         self._patch(torch, "Generator", self._generator_class())
         autocast = torch.amp.autocast_mode.autocast
         self._patch(autocast, "__init__", self._autocast_init(autocast.__dict__["__init__"]))
