@@ -412,6 +412,17 @@ def test_a_host_run_on_a_machine_with_an_accelerator_tells_pytorch_its_device_is
         assert torch._C._get_accelerator() is fake
 
 
+def test_ranks_sharing_the_host_see_as_many_devices_as_ranks(monkeypatch) -> None:
+    # the usual guard of a torchrun script: assert torch.cuda.device_count() >= LOCAL_WORLD_SIZE
+    with Remapper({"cuda": "cpu"}):
+        assert torch.cuda.device_count() == 1  # the control: no torchrun, one device
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    with Remapper({"cuda": "cpu"}) as remap:
+        assert torch.cuda.device_count() == 4
+    reason = remap.ledger.get("torch.cuda.device_count").reason
+    assert "LOCAL_WORLD_SIZE (the ranks share the device)" in reason, reason
+
+
 def test_device_names_map_with_their_index() -> None:
     assert DeviceMap({"cuda": "cpu"}).map_name("cuda:3") == "cpu"
     assert DeviceMap({"cuda": "xpu"}).map_name("cuda:3") == "xpu:3"

@@ -173,6 +173,21 @@ MAPPED = (
 _DEVICE_FIRST = frozenset({"set_device", "synchronize", "get_device_name"})
 
 
+def _shared_count(count: Callable[[], int], how: str) -> tuple[Callable[[], int], str]:
+    """``device_count`` for ranks that share one device (the host, or a target given with its
+    index): the ranks of this machine (torchrun's ``LOCAL_WORLD_SIZE``), as many devices as they
+    need, since each rank's ``cuda:LOCAL_RANK`` is that one device. Without torchrun's
+    environment, the device's own answer."""
+    import os
+
+    def shared() -> int:
+        ranks = os.environ.get("LOCAL_WORLD_SIZE", "")
+        return max(count(), int(ranks)) if ranks.isdigit() else count()
+
+    otherwise = how.removeprefix("answered ")
+    return shared, f"under torchrun its LOCAL_WORLD_SIZE (the ranks share the device), else {otherwise}"
+
+
 def _on_target_device(args: tuple[Any, ...], kwargs: dict[str, Any], devices: DeviceMap) -> tuple[tuple, dict]:
     """``args`` and ``kwargs`` with the first argument (or ``device=``), a device of the
     script's, mapped to the target's (an index stays an index)."""
@@ -279,6 +294,8 @@ class CudaNamespace(types.ModuleType):
                     setattr(self, name, self._memory(name, answers, getattr(real, name, None), kind, recorder))
                 continue
             found = (_host(name) if kind == "cpu" else None) or _device_side(name, kind)
+            if name == "device_count" and found is not None and (kind == "cpu" or ":" in target):
+                found = _shared_count(*found)
             if found is not None:
                 mapped = devices if name in _DEVICE_FIRST else None
                 setattr(self, name, self._redirect(name, *found, getattr(real, name, None), kind, recorder, mapped))
