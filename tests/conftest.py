@@ -166,3 +166,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(slow)
         if path.name in SHARED_WORK:
             item.add_marker(pytest.mark.xdist_group(path.stem))
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker more than the cores. Most of the suite's time is spent in the
+    processes its tests start (a script's runs, ranks, servers, a Ray cluster) while the test's
+    own worker waits for them, so two workers on two cores left the cores idle about half the
+    time (a load average near 1 over minutes)."""
+    return (os.cpu_count() or 1) + 1
