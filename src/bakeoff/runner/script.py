@@ -299,10 +299,17 @@ def exec_script(
     db_files = [Path(f"{path}{suffix}") for path in keep_out for suffix in ("", "-wal", "-shm", "-journal")]
     env = capture_environment()
 
+    placed: dict[Target, tuple[str, str | None]] = {}  # each target's device for its ranks, probed once
+
+    def device_for(target: Target) -> tuple[str, str | None]:
+        if target not in placed:
+            placed[target] = ranks_device(target, settings.nproc)
+        return placed[target]
+
     def once(target: Target, remap: bool, audited: bool, timing: bool = False, honest: bool = False) -> ScriptRun:
         """One run; a ``timing`` run is the script alone: no audit, captures, modules or files;
         an ``honest`` one runs under rounding noise (the honest reference)."""
-        mapping = {src: ranks_device(target, settings.nproc)[0] for src in settings.sources} if remap else {}
+        mapping = {src: device_for(target)[0] for src in settings.sources} if remap else {}
         return run_script(
             located, argv, workdir, mapping, strict=settings.strict, captures=() if timing else settings.capture,
             seed=settings.seed, timeout_s=settings.timeout_s, skip=db_files,
@@ -349,7 +356,7 @@ def exec_script(
             say(f"running {script.name} on {target.spec}")
             run = once(target, True, settings.audit)
             context = ScriptContext(target, run, ref_run, honest, reference_name)
-            shared = ranks_device(target, settings.nproc)[1]
+            shared = device_for(target)[1]
             results.append(_result(target, run, False, context, [shared] if shared else (), settings.repeats > 0))
             evidence.append(run)
         # the timing runs, in turns (the reference, then each target, N times): drift hits all alike

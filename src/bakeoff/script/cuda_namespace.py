@@ -190,15 +190,11 @@ def _shared_count(count: Callable[[], int], how: str) -> tuple[Callable[[], int]
 
 def _on_target_device(args: tuple[Any, ...], kwargs: dict[str, Any], devices: DeviceMap) -> tuple[tuple, dict]:
     """``args`` and ``kwargs`` with the first argument (or ``device=``), a device of the
-    script's, mapped to the target's (an index stays an index)."""
+    script's, mapped to the target's (:meth:`~bakeoff.script.devices.DeviceMap.map_device`)."""
     given = args[0] if args else kwargs.get("device")
-    found = devices.map(given) if given is not None else None
-    if found is None:
+    value = devices.map_device(given) if given is not None else None
+    if value is None:
         return args, kwargs
-    import torch
-
-    device = torch.device(found)
-    value = device.index if isinstance(given, int) and device.index is not None else device
     return ((value, *args[1:]), kwargs) if args else (args, {**kwargs, "device": value})
 
 

@@ -78,6 +78,19 @@ class DeviceMap:
             return torch.device(mapped) if mapped is not None else None
         return None
 
+    def map_device(self, value: Any) -> Any:
+        """``value`` as :meth:`map` rewrites it, given back as a ``torch.device``, except that an
+        index stays an index where the target's device has one (``1`` -> ``1`` for ``xpu``, ``0``
+        for ``xpu:0``; the host's device for ``cpu``); None when it is not a remapped device."""
+        found = self.map(value)
+        if found is None:
+            return None
+        import torch
+
+        device = torch.device(found)
+        index = isinstance(value, int) and not isinstance(value, bool) and device.index is not None
+        return device.index if index else device
+
 
 def map_backend(
     backend: str | None, devices: DeviceMap, device_backends: Mapping[str, str] | None = None

@@ -62,13 +62,10 @@ def _device_of(value: Any, devices: DeviceMap) -> Any:
     """One entry of ``device_ids``/``output_device`` for the target: None on the CPU, else the
     target's device (an index stays an index of the target's device type). ``value`` itself
     when it is not a remapped device."""
-    found = devices.map(value)
-    if found is None:
+    mapped = devices.map_device(value)
+    if mapped is None:
         return value
-    mapped = torch.device(found)
-    if mapped.type == "cpu":
-        return None
-    return mapped.index if isinstance(value, int) and not isinstance(value, bool) else mapped
+    return None if isinstance(mapped, torch.device) and mapped.type == "cpu" else mapped
 
 
 def ddp_init(original: Callable[..., Any], devices: DeviceMap, recorder: Recorder) -> Callable[..., Any]:
