@@ -30,6 +30,48 @@ def db(tmp_path: Path) -> Path:
 
 
 EMU_ENV = {"BAKEOFF_EMU": "1"}
+#: The environment variable a test marks the processes it starts with (their children inherit it).
+MARK = "BAKEOFF_TEST_MARK"
+
+
+def marked(marker: str) -> list[int]:
+    """Processes whose environment carries ``MARK=marker``, by pid."""
+    found = []
+    needle = f"{MARK}={marker}".encode()
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if needle in environ.read_bytes().split(b"\0"):
+                found.append(int(environ.parent.name))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def kill_9_when_started(process: subprocess.Popen, marker: str, processes: int, settle_s: float) -> list[int]:
+    """``kill -9`` of ``process`` once ``processes`` marked processes run (it among them) and
+    ``settle_s`` more have passed; the pids of those it started that were running then."""
+    import time
+
+    try:
+        deadline = time.monotonic() + 240
+        while len(marked(marker)) < processes and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(settle_s)
+        started = [pid for pid in marked(marker) if pid != process.pid]
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    return started
+
+
+def still_running(pids: list[int], within_s: float = 10.0) -> list[int]:
+    """Those of ``pids`` still running after up to ``within_s`` for them to end."""
+    import time
+
+    deadline = time.monotonic() + within_s
+    while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return [pid for pid in pids if Path(f"/proc/{pid}").exists()]
 
 
 def cli_trial(

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
-from tests.conftest import EMU_ENV
+from tests.conftest import EMU_ENV, kill_9_when_started, marked, still_running
 
 pytestmark = [pytest.mark.isolated, pytest.mark.emu]
 
@@ -42,19 +40,6 @@ def _json(ran: subprocess.CompletedProcess) -> dict:
     return json.loads(ran.stdout)
 
 
-def _marked(marker: str) -> list[int]:
-    """Processes whose environment carries ``marker`` (the ranks inherit it), by pid."""
-    found = []
-    needle = f"BAKEOFF_TEST_MARK={marker}".encode()
-    for environ in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            if needle in environ.read_bytes().split(b"\0"):
-                found.append(int(environ.parent.name))
-        except (OSError, ValueError):
-            continue
-    return found
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """Every run the tests read, made once: the clean ladder on the device and on the CPU, each
@@ -68,7 +53,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     found["bf16"] = _dist(db, "--on", "emu", *_SMALL, "--format", "json", fault="bf16_low_bits")
     marker = uuid.uuid4().hex
     found["hang"] = _dist(db, "--on", "emu", *_SMALL, "--hang-timeout", "4", fault="skip@1:5", marker=marker)
-    found["hang_left"] = _marked(marker)
+    found["hang_left"] = marked(marker)
     # both ranks stop joining from the second call of the first all_to_all: its output stays as poisoned
     found["stale"] = _dist(db, "--on", "emu", "--sizes", "64", "--dtypes", "float32", "--iterations", "3",
                            "--format", "json", fault="skip@0:26,skip@1:26")  # fmt: skip
@@ -219,19 +204,8 @@ def test_kill_9_of_bakeoff_during_a_hang_takes_every_rank_with_it(tmp_path):
          "--db", str(tmp_path / "b.db")],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 240
-        while len(_marked(marker)) < 3 and time.monotonic() < deadline:  # bakeoff and its two ranks
-            time.sleep(0.5)
-        time.sleep(3)  # the ranks meet and rank 1 leaves; the others wait
-        ranks = [pid for pid in _marked(marker) if pid != process.pid]
-    finally:
-        process.send_signal(signal.SIGKILL)
-        process.wait()
+    # bakeoff and its two ranks; then 3 s for the ranks to meet and rank 1 to leave, the other waiting
+    ranks = kill_9_when_started(process, marker, 3, 3.0)
     assert len(ranks) >= 2, ranks
-    for _ in range(20):
-        if not any(Path(f"/proc/{pid}").exists() for pid in ranks):
-            break
-        time.sleep(0.5)
-    assert not [pid for pid in ranks if Path(f"/proc/{pid}").exists()]
+    assert not still_running(ranks)
     assert not (tmp_path / "b.db").exists()  # nothing half-stored

@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
-from tests.conftest import EMU_ENV
-from tests.test_dist import _marked
+from tests.conftest import EMU_ENV, kill_9_when_started, marked, still_running
 
 pytestmark = [pytest.mark.isolated, pytest.mark.emu]
 
@@ -64,7 +61,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     stall = {"BAKEOFF_EMU_DIST_FAULT": "stall@1:4", "BAKEOFF_TEST_MARK": marker}
     # the job on the device is the reference: no healthy run has to finish within the timeout
     found["hang"] = _doc(_exec(tmp_path_factory.mktemp("hang"), "--reference", "emu", "--timeout", "12", env=stall))
-    found["hang_left"] = _marked(marker)
+    found["hang_left"] = marked(marker)
     return found
 
 
@@ -135,19 +132,7 @@ def test_kill_9_of_bakeoff_mid_hang_takes_every_rank_with_it(tmp_path):
     marker = uuid.uuid4().hex
     env = {"BAKEOFF_EMU_DIST_FAULT": "stall@1:1", "BAKEOFF_TEST_MARK": marker}
     process = _exec(tmp_path, "--reference", "emu", "--timeout", "600", env=env, wait=False)
-    try:
-        deadline = time.monotonic() + 240
-        while len(_marked(marker)) < 4 and time.monotonic() < deadline:  # bakeoff, its fork server, two ranks
-            time.sleep(0.5)
-        time.sleep(2)
-        left = [pid for pid in _marked(marker) if pid != process.pid]
-    finally:
-        process.send_signal(signal.SIGKILL)
-        process.wait()
+    left = kill_9_when_started(process, marker, 4, 2.0)  # bakeoff, its fork server, two ranks
     assert len(left) >= 3, left
-    for _ in range(20):
-        if not any(Path(f"/proc/{pid}").exists() for pid in left):
-            break
-        time.sleep(0.5)
-    assert not [pid for pid in left if Path(f"/proc/{pid}").exists()]
+    assert not still_running(left)
     assert not (tmp_path / "b.db").exists()  # nothing half-stored
