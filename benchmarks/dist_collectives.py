@@ -6,7 +6,8 @@ all_reduce's median call and its nccl-tests bus bandwidth; the reference, measur
 run: a plain loop (``--ranks`` spawned processes, gloo, a file rendezvous, one thread each) that
 times the same number of all_reduce calls of the same size one by one, the slowest rank's per
 call, its median turned into bus bandwidth the same way. Printed: both, and their ratio (1 = the
-same figure). Then the cost of a check: each rank's start (spawn to ready, PyTorch imported) and
+same figure). Then the cost of a check: each rank's start (forked from the check's warm process, to ready; the
+first world waits for that process to import PyTorch) and
 the wall time of a two-rank collectives check and of a two-rank DDP parity run of the tiny Llama
 (``--quick`` leaves the DDP run out). Last, the start of ``bakeoff exec --nproc 2``'s ranks: a
 two-rank script that only meets its peer (gloo, a barrier) run as one exec run does, forked from
@@ -122,7 +123,8 @@ def main() -> None:
             print(f"{cell.size:>10} {cell.p50_us:>15.1f} {plain:>13.1f} {cell.busbw_gbs:>14.4f} {plain_bw:>12.4f} "
                   f"{ratio:>6.3f}")  # fmt: skip
         starts = ", ".join(f"{s:.2f}" for s in world.startup_s)
-        print(f"rank start (spawn to ready, torch imported): {starts} s")
+        print(f"rank start (forked from the check's warm process, to ready; the first world waits for its import of "
+              f"torch): {starts} s")  # fmt: skip
         print(f"collectives check, {args.ranks} ranks, every collective at {args.sizes}: {check_s:.1f} s wall")
         if not args.quick:
             began = time.monotonic()

@@ -190,6 +190,7 @@ SHARED_WORK = {
     "test_workloads.py",
     "test_suite_grouping.py",
     "test_exec_ranks.py",
+    "test_launch.py",
 }
 #: Modules where only the tests that read a module-scoped run share it: those tests carry an
 #: ``xdist_group`` of their own, and the module's other tests spread over the workers.

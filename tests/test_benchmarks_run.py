@@ -47,7 +47,8 @@ SCRIPTS: dict[str, tuple[list[str], list[str], list]] = {
         ["--quick"],  # two gloo ranks on the cpu: one size, ten calls, against a plain loop; no DDP run
         [
             rf"\s+262144\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}",
-            rf"rank start \(spawn to ready, torch imported\): {NUMBER}, {NUMBER} s",
+            rf"rank start \(forked from the check's warm process, to ready; the first world waits for its import of "
+            rf"torch\): {NUMBER}, {NUMBER} s",
             rf"collectives check, 2 ranks, every collective at 256KiB: {NUMBER} s wall",
             rf"exec --nproc 2 run of a script that meets its peer: forked {NUMBER} s, fresh {NUMBER} s "
             rf"\(forked / fresh {NUMBER}\)",

@@ -2,7 +2,9 @@
 whichever launcher ran it; a command's whole process group is stopped at its timeout.
 
 Each fault is seeded in a job of its own (a raise, an exit, a signal, SIGKILL, a hang, a job
-that does not pickle); the control is a job that finishes, run by the same launcher.
+that does not pickle); the control is a job that finishes, run by the same launcher. A fresh
+process is either spawned or forked from a fork server (as ``bakeoff dist``'s ranks are): each
+way a job ends reads the same from both.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from tests.conftest import FIXTURES
 
 from bakeoff.launch.command import run_command
 from bakeoff.launch.deaths import died
+from bakeoff.launch.forkserver import ForkServer, server_pid
 from bakeoff.launch.job import Outcome
 from bakeoff.launch.launchers import FreshProcess, Inline, Pooled
 from bakeoff.launch.pool import WorkerPool
@@ -36,7 +39,7 @@ class Seeded:
 
     def run(self) -> object:
         if self.what == "value":
-            return {"pid": os.getpid(), "answer": 42}
+            return {"pid": os.getpid(), "answer": 42, "forked_from": server_pid()}
         if self.what == "raise":
             raise ValueError("the seeded fault")
         if self.what == "exit":
@@ -63,10 +66,31 @@ class Unpicklable:
         return None
 
 
-def test_a_job_that_finishes_returns_its_value_in_a_fresh_process():
-    outcome = FreshProcess().run(Seeded("value"), timeout_s=60)
+@pytest.fixture(scope="module")
+def fork_server():
+    with ForkServer(("torch", "bakeoff.launch.process"), dict(os.environ)) as server:
+        yield server
+
+
+@pytest.fixture(params=["spawned", "forked"])
+def fresh(request: pytest.FixtureRequest) -> FreshProcess:
+    """A fresh process per job, spawned or forked from the module's fork server."""
+    return FreshProcess(server=request.getfixturevalue("fork_server") if request.param == "forked" else None)
+
+
+def test_a_job_that_finishes_returns_its_value_in_a_fresh_process(fresh):
+    outcome = fresh.run(Seeded("value"), timeout_s=60)
     assert outcome.ok and outcome.value["answer"] == 42
     assert outcome.value["pid"] != os.getpid()
+    # forked from the server where one was given, a spawned interpreter where not
+    assert outcome.value["forked_from"] == (fresh.server.process.pid if fresh.server else None)
+
+
+def test_a_server_that_cannot_fork_leaves_the_worker_spawned():
+    with ForkServer(("no_such_module_anywhere",), dict(os.environ)) as broken:
+        outcome = FreshProcess(server=broken).run(Seeded("value"), timeout_s=60)
+        assert broken.broken and "no_such_module_anywhere" in broken.broken
+    assert outcome.ok and outcome.value["answer"] == 42 and outcome.value["forked_from"] is None
 
 
 @pytest.mark.parametrize(
@@ -78,8 +102,8 @@ def test_a_job_that_finishes_returns_its_value_in_a_fresh_process():
         ("kill", "out_of_memory", "SIGKILL", "worker killed by SIGKILL (most likely the out-of-memory killer)"),
     ],
 )
-def test_each_way_a_job_dies_is_its_outcome_with_its_category(what, category, kind, said):
-    outcome = FreshProcess().run(Seeded(what), timeout_s=60)
+def test_each_way_a_job_dies_is_its_outcome_with_its_category(fresh, what, category, kind, said):
+    outcome = fresh.run(Seeded(what), timeout_s=60)
     assert not outcome.ok and outcome.value is None
     error = outcome.error
     assert (error.category, error.type, error.phase) == (category, kind, "seeded"), error
@@ -90,9 +114,9 @@ def test_each_way_a_job_dies_is_its_outcome_with_its_category(what, category, ki
         assert "test_launch.py" in error.traceback
 
 
-def test_a_hung_job_times_out_with_the_stack_it_was_stuck_in():
+def test_a_hung_job_times_out_with_the_stack_it_was_stuck_in(fresh):
     began = time.monotonic()
-    outcome = FreshProcess().run(Seeded("hang"), timeout_s=1.5)
+    outcome = fresh.run(Seeded("hang"), timeout_s=1.5)
     assert time.monotonic() - began < 60
     assert outcome.error.category == "timeout" and outcome.error.type == "Timeout"
     assert outcome.error.message == "no reply to 'seeded' within 1.5 s"

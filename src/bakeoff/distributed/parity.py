@@ -22,9 +22,11 @@ from bakeoff.scenarios.dist import Divergence, TrainingStep, WorldRun, world_ver
 __all__ = ["training_world"]
 
 
-def _group(target: Any, spec: str, world: int, settings: dict[str, Any], weights: Path, mode: str) -> RanksEnded:
+def _group(
+    target: Any, spec: str, world: int, settings: dict[str, Any], weights: Path, mode: str, server: Any
+) -> RanksEnded:
     """The job's ranks; rank r keeps its weights in ``weights`` + ``.r`` (DDP: rank 0 alone)."""
-    group = RankGroup(world)
+    group = RankGroup(world, server=server)
     jobs = [
         DdpJob(target, spec, rank, world, group.rendezvous, settings["steps"], settings["lr"],
                settings["hang_s"] * 4 + 60, f"{weights}.{rank}" if rank == 0 or mode == "fsdp" else None, mode)
@@ -91,9 +93,17 @@ def _furthest(golden: Any, reference: Any, target: Any, names: list[str], sizes:
 
 
 def training_world(
-    target: Any, reference: Any, spec: str, world: int, settings: dict[str, Any], backend: str, mode: str
+    target: Any,
+    reference: Any,
+    spec: str,
+    world: int,
+    settings: dict[str, Any],
+    backend: str,
+    mode: str,
+    server: Any = None,
 ) -> WorldRun:
-    """One world size of DDP or FSDP parity (see the module docstring).
+    """One world size of DDP or FSDP parity (see the module docstring); every process forked from
+    ``server`` where one is given.
 
     Raises:
         WorkloadError: the workload does not build (the golden run said so): bad input, nothing
@@ -106,7 +116,7 @@ def training_world(
     here = owned_tempdir("dist")
     try:
         files = {name: here / f"{name}.safetensors" for name in ("golden", "reference", "target")}
-        golden = FreshProcess(("torch",), who="the golden run").run(
+        golden = FreshProcess(("torch",), who="the golden run", server=server).run(
             GoldenJob(spec, world, settings["steps"], settings["lr"], str(files["golden"])), settings["timeout_s"]
         )
         if not golden.ok:
@@ -116,7 +126,7 @@ def training_world(
             return WorldRun(world, "error", f"the golden run: {golden.reason()}"[:600], backend, mode=mode)
         ran = {}
         for which, on in (("reference", reference), ("target", target)):
-            ended = _group(on, spec, world, settings, files[which], mode)
+            ended = _group(on, spec, world, settings, files[which], mode, server)
             stopped = ended.stopped(world, backend, round(time.monotonic() - began, 2), mode, f"the {which} job")
             if stopped is not None:
                 return stopped

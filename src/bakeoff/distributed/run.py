@@ -10,11 +10,16 @@ from collections.abc import Callable
 from typing import Any
 
 from bakeoff.distributed.collectives import CollectivesJob
-from bakeoff.distributed.ranks import RankGroup, RanksEnded
+from bakeoff.distributed.ranks import RANK_PRELOAD, RankGroup, RanksEnded, rank_server
+from bakeoff.launch.forkserver import ForkServer
 from bakeoff.scenarios.dist import CollectiveCell, DistResult, WorldRun, busbw_factor, world_verdict
 from bakeoff.stats import percentile
 
 __all__ = ["backend_for", "check_collectives", "check_training"]
+
+#: What a training check's fork server imports beyond PyTorch: the workloads' builders (the
+#: golden run and every rank build the model).
+TRAINING_PRELOAD = ("bakeoff.workload.registry", "transformers")
 
 
 def backend_for(device: str) -> str | None:
@@ -39,10 +44,11 @@ def check_collectives(
 ) -> DistResult:
     """Every world size of ``settings["ranks"]`` in turn (see the module docstring)."""
     worlds = []
-    for world in settings["ranks"]:
-        if progress is not None:
-            progress(f"{world} ranks on {target.spec}: collectives")
-        worlds.append(_world(target, world, settings, backend_for(target.device) or ""))
+    with rank_server() as server:
+        for world in settings["ranks"]:
+            if progress is not None:
+                progress(f"{world} ranks on {target.spec}: collectives")
+            worlds.append(_world(target, world, settings, backend_for(target.device) or "", server))
     notes = ("each call's latency is the time of the rank that entered it last (the others' include waiting for "
              "it); bus bandwidth from the median call by nccl-tests' factors; ranks meet through a file store and run "
              "one thread each",)  # fmt: skip
@@ -51,9 +57,9 @@ def check_collectives(
     return DistResult("collectives", target.spec, "collectives", tuple(worlds), notes)
 
 
-def _world(target: Any, world: int, settings: dict[str, Any], backend: str) -> WorldRun:
+def _world(target: Any, world: int, settings: dict[str, Any], backend: str, server: ForkServer | None) -> WorldRun:
     began = time.monotonic()
-    group = RankGroup(world)
+    group = RankGroup(world, server=server)
     jobs = [
         CollectivesJob(
             target,
@@ -119,12 +125,13 @@ def check_training(
 
     reference = replace(target, device="cpu", index=None)
     worlds = []
-    for world in settings["ranks"]:
-        for mode in settings["modes"]:
-            if progress is not None:
-                progress(f"{world} ranks on {target.spec}: {settings['steps']} {mode.upper()} steps of {workload}")
-            backend = backend_for(target.device) or ""
-            worlds.append(training_world(target, reference, workload, world, settings, backend, mode))
+    with rank_server((*RANK_PRELOAD, *TRAINING_PRELOAD)) as server:
+        for world in settings["ranks"]:
+            for mode in settings["modes"]:
+                if progress is not None:
+                    progress(f"{world} ranks on {target.spec}: {settings['steps']} {mode.upper()} steps of {workload}")
+                backend = backend_for(target.device) or ""
+                worlds.append(training_world(target, reference, workload, world, settings, backend, mode, server))
     notes = (
         f"{settings['steps']} SGD steps (lr {settings['lr']:g}); rank r trains on batch k*N+r at step k, the golden on "
         "their concatenation in float64; the reference is the same job on the CPU with gloo",

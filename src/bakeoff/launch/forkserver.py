@@ -48,7 +48,7 @@ from typing import Any
 from bakeoff.launch.command import Ran
 from bakeoff.launch.reaping import death_signal
 
-__all__ = ["ForkServer", "server_pid"]
+__all__ = ["ForkServer", "forkable", "server_pid"]
 
 #: How long the server may take to import its modules before the client gives up on it.
 READY_S = 120.0
@@ -56,6 +56,12 @@ READY_S = 120.0
 _POLL_S = 0.02
 #: The server's own pid, in the server and in every run it forked (None elsewhere).
 _SERVER: int | None = None
+
+
+def forkable() -> bool:
+    """Whether this platform runs work forked from a warm server (Linux); elsewhere each run is
+    a fresh interpreter."""
+    return sys.platform.startswith("linux")
 
 
 def server_pid() -> int | None:

@@ -49,14 +49,16 @@ def _on(worker: Worker, job: Job, timeout_s: float, who: str) -> Outcome:
 
 @dataclass(frozen=True)
 class FreshProcess:
-    """A spawned interpreter per job, importing ``preload`` first; its start-up has its own,
-    longer allowance (:data:`~bakeoff.launch.process.STARTUP_TIMEOUT_S`)."""
+    """A spawned interpreter per job, importing ``preload`` first (or one forked from ``server``, a
+    fork server that imported them); its start-up has its own, longer allowance
+    (:data:`~bakeoff.launch.process.STARTUP_TIMEOUT_S`)."""
 
     preload: tuple[str, ...] = ()
     who: str = "worker"
+    server: Any = None  # a fork server that imported ``preload``: the interpreter is forked from it
 
     def run(self, job: Job, timeout_s: float) -> Outcome:
-        worker = Worker(self.preload)
+        worker = Worker(self.preload, server=self.server)
         try:
             outcome = _on(worker, job, timeout_s, self.who)
         except BaseException:  # Ctrl-C here: the job is not waited for

@@ -20,15 +20,20 @@ bakeoff process when the parent was killed.
 
 from __future__ import annotations
 
+import importlib
+import json
 import multiprocessing
 import os
+import select
 import shutil
 import signal
+import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from multiprocessing.connection import Connection
 from typing import Any
 
 from bakeoff.launch.deaths import died, timed_out
@@ -41,6 +46,8 @@ _STACK_SIGNAL = getattr(signal, "SIGUSR1", None)  # asks a hung worker for its P
 #: How long a worker may take to start and import what it preloads (torch, transformers) on a
 #: busy machine; a step's timeout counts from then.
 STARTUP_TIMEOUT_S = 300.0
+#: The longest path a Unix socket takes, less its final byte; a longer temporary directory spawns.
+_SOCKET_PATH_MAX = 100
 #: How much of the crash log (faulthandler's stacks) an error keeps.
 CRASH_LOG_CHARS = 4000
 
@@ -149,6 +156,50 @@ def _interrupts_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
+def forked_worker(argv: list[str]) -> int:
+    """A worker forked from a fork server (:class:`Worker` given a ``server``): it takes its
+    parent's module search path (as a spawned one does), connects back to its parent through the
+    socket ``argv[0]``, then lives as a spawned worker does, dying with the server (which dies
+    with bakeoff)."""
+    path, crash_log, phase_file, capture_dir, serve_name, search_path, *preload = argv
+    sys.path[:] = json.loads(search_path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    module, _, function = serve_name.partition(":")
+    serve = getattr(importlib.import_module(module), function)
+    _worker(Connection(sock.detach()), crash_log, os.getppid(), phase_file, capture_dir, tuple(preload), serve)
+    return 0
+
+
+class _Forked:
+    """A worker's process forked by a fork server, read as ``multiprocessing`` reads a spawned
+    one (``is_alive``, ``join``, ``kill``, ``exitcode``, ``pid``); killing it kills its process
+    group (what it started with it)."""
+
+    def __init__(self, server: Any, pid: int) -> None:
+        self.server = server
+        self.pid = pid
+        self.exitcode: int | None = None
+
+    def join(self, timeout: float | None = None) -> None:
+        if self.exitcode is None:
+            try:
+                self.exitcode = self.server.exit_code(self.pid, STARTUP_TIMEOUT_S if timeout is None else timeout)
+            except EOFError:  # the server ended, and its runs with it
+                self.exitcode = -signal.SIGKILL
+
+    def is_alive(self) -> bool:
+        self.join(0)
+        return self.exitcode is None
+
+    def kill(self) -> None:
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
 class Worker:
     """A spawned worker process and the files it leaves for the parent (crash log, phase, output).
 
@@ -157,6 +208,11 @@ class Worker:
     ``name`` is the process's ``multiprocessing`` name, which tells the worker (and a workload's
     code) what it serves. A worker that starts workers of its own must not be a ``daemon``
     (multiprocessing refuses); its owner then ends it explicitly, as every owner does anyway.
+
+    Given a ``server`` (a :class:`~bakeoff.launch.forkserver.ForkServer` that imported what the
+    worker preloads), the worker is forked from it instead, in a session of its own, and talks to
+    its parent over a socket in its temporary directory: the interpreter's start-up is paid once
+    per server. Where the server cannot fork it, it is spawned.
     """
 
     def __init__(
@@ -165,6 +221,7 @@ class Worker:
         serve: Serve = serve_jobs,
         name: str = "bakeoff-worker",
         daemon: bool = True,
+        server: Any = None,
     ) -> None:
         self._tmp = owned_tempdir("worker")  # a later process removes it if this one is killed
         self.crash_log = self._tmp / "crash.log"
@@ -174,17 +231,54 @@ class Worker:
         self.broken = False
         self.ready = False
         self.retired = False
-        ctx = multiprocessing.get_context("spawn")
-        self.conn, child = ctx.Pipe(duplex=True)
-        self.process = ctx.Process(
-            target=_worker,
-            args=(child, str(self.crash_log), os.getpid(), str(self.phase_file), str(self.capture_dir), preload, serve),
-            name=name,
-            daemon=daemon,
-        )
-        with _interrupts_held():
-            self.process.start()
-        child.close()
+        self._listening: socket.socket | None = None
+        self.conn: Any = None
+        self.process: Any = None
+        files = (str(self.crash_log), str(self.phase_file), str(self.capture_dir))
+        if server is not None and len(str(self._tmp / "conn")) < _SOCKET_PATH_MAX:
+            self.process = self._fork(server, files, preload, serve)
+        if self.process is None:
+            ctx = multiprocessing.get_context("spawn")
+            self.conn, child = ctx.Pipe(duplex=True)
+            self.process = ctx.Process(
+                target=_worker, args=(child, files[0], os.getpid(), *files[1:], preload, serve), name=name,
+                daemon=daemon,
+            )  # fmt: skip
+            with _interrupts_held():
+                self.process.start()
+            child.close()
+
+    def _fork(self, server: Any, files: tuple[str, ...], preload: tuple[str, ...], serve: Serve) -> _Forked | None:
+        path = str(self._tmp / "conn")
+        self._listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listening.bind(path)  # in this process's own temporary directory: no one else's to reach
+        self._listening.listen(1)
+        argv = [path, *files, f"{serve.__module__}:{serve.__qualname__}", json.dumps(sys.path), *preload]
+        out, err = (str(self._tmp / f"{name}.log") for name in ("stdout", "stderr"))
+        pid = server.fork("bakeoff.launch.process:forked_worker", argv, dict(os.environ), os.getcwd(), out, err)
+        if pid is None:
+            self._listening.close()
+            self._listening = None
+            return None
+        return _Forked(server, pid)
+
+    def _accepted(self, timeout_s: float) -> bool:
+        """A forked worker's connection back, within ``timeout_s`` (False: it ended or did not
+        connect in time)."""
+        if self.conn is not None:
+            return True
+        deadline = time.monotonic() + timeout_s
+        assert self._listening is not None
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self._listening], [], [], min(0.1, max(0.0, deadline - time.monotonic())))
+            if ready:
+                sock, _ = self._listening.accept()
+                self.conn = Connection(sock.detach())
+                self._listening.close()
+                return True
+            if not self.process.is_alive():
+                return False
+        return False
 
     @property
     def alive(self) -> bool:
@@ -195,8 +289,11 @@ class Worker:
         False if it died or did not get there within ``timeout_s``."""
         if self.ready:
             return True
+        began = time.monotonic()
+        if not self._accepted(timeout_s):
+            return False
         try:
-            if self.conn.poll(timeout_s):
+            if self.conn.poll(max(0.0, timeout_s - (time.monotonic() - began))):
                 self.ready = self.conn.recv() == "ready"
         except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
             self.ready = False
@@ -218,6 +315,8 @@ class Worker:
         """Send ``command`` without waiting: an empty outcome, or the error of a worker that died
         before it could take it."""
         try:
+            if not self._accepted(STARTUP_TIMEOUT_S):
+                raise BrokenPipeError
             self.conn.send(command)
         except (BrokenPipeError, ConnectionResetError, OSError):
             return self._dead(who, f"before '{what}' reached it" if what else "", what)
@@ -235,6 +334,8 @@ class Worker:
         """The worker's next message within ``timeout_s``, or the error of its death (``when``
         says what it was doing; by default, ``what``) or silence."""
         try:
+            if not self._accepted(timeout_s):
+                raise EOFError
             # poll() returns early on a message *or* on the pipe closing because the worker died;
             # only a poll that runs out of time is a timeout (a dying worker may still be alive).
             if self.conn.poll(max(0.0, timeout_s)):
@@ -260,9 +361,11 @@ class Worker:
 
     def crash_tail(self, chars: int = CRASH_LOG_CHARS) -> str:
         """The end of what ``faulthandler`` wrote (a crash's or a dumped hang's stacks)."""
-        if not self.crash_log.exists():
-            return ""
-        return self.crash_log.read_text(encoding="utf-8", errors="replace")[-chars:]
+        for log in (self.crash_log, self._tmp / "stderr.log"):  # a forked worker's start-up error: the latter
+            said = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+            if said.strip():
+                return said[-chars:]
+        return ""
 
     def dump_stack(self) -> None:
         """Ask a hung worker to write its Python stack to the crash log (faulthandler answers
@@ -283,7 +386,7 @@ class Worker:
 
     def retire(self) -> None:
         """Ask the worker to leave, without waiting for it: :meth:`close` waits later."""
-        if not self.broken and self.process.is_alive():
+        if not self.broken and self.process.is_alive() and self.conn is not None:
             try:
                 self.conn.send("close")
             except (BrokenPipeError, ConnectionResetError, OSError):
@@ -295,7 +398,7 @@ class Worker:
         """End the worker (asking it to leave, unless ``kill``) and remove its files."""
         asked = self.retired
         self.broken = True
-        if not kill and self.process.is_alive():
+        if not kill and self.process.is_alive() and self.conn is not None:
             if not asked:
                 try:
                     self.conn.send("close")
@@ -305,5 +408,7 @@ class Worker:
         if self.process.is_alive():
             self.process.kill()
         self.process.join(10)
-        self.conn.close()
+        for opened in (self.conn, self._listening):
+            if opened is not None:
+                opened.close()
         shutil.rmtree(self._tmp, ignore_errors=True)

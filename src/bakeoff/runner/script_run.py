@@ -31,6 +31,7 @@ from bakeoff.errors import SpecError
 from bakeoff.launch.command import run_command
 from bakeoff.launch.deaths import died
 from bakeoff.launch.forkserver import ForkServer
+from bakeoff.launch.forkserver import forkable as forking_supported
 from bakeoff.launch.tempdirs import owned_tempdir
 from bakeoff.results.librarylog import OutputLog
 from bakeoff.results.values import ErrorInfo
@@ -96,7 +97,7 @@ def forkable() -> bool:
     (:mod:`bakeoff.launch.forkserver`): on Linux. It shows a script what a fresh launcher
     would: that launcher too imports PyTorch, in the same environment, before the script's
     first statement, so a change the script makes to its environment reaches PyTorch no sooner."""
-    return sys.platform.startswith("linux")
+    return forking_supported()
 
 
 def copy_workdir(source: Path, into: Path, skip: Sequence[Path] = ()) -> Path:

@@ -154,7 +154,8 @@ class WorldRun(Value):
     """One world size of the ladder: ``verdict`` **pass**, **fail** (a collective gave a wrong
     value), **hang** (``hang`` says where; every rank was stopped) or **error** (a rank raised or
     died: ``reason``); ``backend`` the process-group backend the ranks ran, ``devices`` each
-    rank's device, ``startup_s`` each rank's start (spawn to ready, torch imported)."""
+    rank's device, ``startup_s`` each rank's start (to ready, torch imported: forked from the check's warm
+    process, whose own import the first world waits for, or spawned)."""
 
     world: int
     verdict: str
