@@ -74,37 +74,82 @@ def still_running(pids: list[int], within_s: float = 10.0) -> list[int]:
     return [pid for pid in pids if Path(f"/proc/{pid}").exists()]
 
 
+#: Environment variables a CLI run forked from the warm process (:func:`bakeoff_cli`) may set or
+#: change: bakeoff's own, pytest's, the terminal's and the temporary directory. Any other (PyTorch's, the
+#: thread libraries', the interpreter's) may be read when a module is imported, before the fork:
+#: a run that changes one is a fresh interpreter.
+_FORKABLE_ENV = ("BAKEOFF_", "PYTEST_", "COLUMNS", "LINES", "TERM", "NO_COLOR", "FORCE_COLOR", "TMPDIR", "TEMP", "TMP")
+_cli_server: dict = {}
+
+
+def _forking_cli(env: dict[str, str]):
+    """This worker's fork server for CLI runs in ``env`` (started on first use), or None."""
+    from bakeoff.launch.forkserver import ForkServer, forkable
+
+    if not forkable() or os.environ.get("BAKEOFF_TEST_FRESH_CLI"):
+        return None
+    if "server" not in _cli_server:
+        import atexit
+
+        _cli_server["env"] = dict(os.environ)
+        _cli_server["server"] = ForkServer(("torch", "bakeoff.cli.main", "tests.forked_cli"), _cli_server["env"])
+        atexit.register(_cli_server["server"].close)
+    started_in = _cli_server["env"]
+    changed = {k for k in {*env, *started_in} if env.get(k) != started_in.get(k)}
+    if any(not k.startswith(_FORKABLE_ENV) for k in changed) or _cli_server["server"].broken:
+        return None
+    return _cli_server["server"]
+
+
+def bakeoff_cli(
+    *args: str, env: dict | None = None, cwd: Path | str | None = None, timeout: float | None = None,
+    input: str | None = None,
+) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """``python -m bakeoff ARGS`` with its output captured, as ``subprocess.run(...,
+    capture_output=True, text=True)`` gives it: forked from a warm process of this test worker
+    that imported PyTorch and the CLI once (an interpreter's start-up is seconds on a loaded
+    machine), in a session, directory and environment of its own, running what ``python -m
+    bakeoff`` runs (tests/forked_cli.py). ``env`` is the whole environment (default: this
+    process's). A run whose environment differs in what a module reads at import, or with
+    ``BAKEOFF_TEST_FRESH_CLI`` set, is a fresh interpreter; a test that signals the process
+    itself starts it with ``subprocess``."""
+    import tempfile
+
+    full = dict(os.environ if env is None else env)
+    command = [sys.executable, "-m", "bakeoff", *args]
+    server = _forking_cli(full)
+    if server is not None:
+        with tempfile.TemporaryDirectory(prefix="bakeoff-cli-") as here:
+            stdin, stdout, stderr = (Path(here) / name for name in ("stdin", "stdout", "stderr"))
+            if input is None:  # as this worker's own stdin is (pytest-xdist's)
+                stdin = Path(os.devnull)
+            else:
+                stdin.write_text(input)
+            ran = server.run("tests.forked_cli:main", [str(stdin), *args], full, str(cwd or os.getcwd()), stdout,
+                             stderr, timeout_s=timeout or 3600.0, grace_s=5.0)  # fmt: skip
+            if ran is not None:
+                out, err = (f.read_text(errors="replace") if f.exists() else "" for f in (stdout, stderr))
+                if ran.code is None:
+                    raise subprocess.TimeoutExpired(command, timeout or 3600.0, out, err)
+                return subprocess.CompletedProcess(command, ran.code, out, err)
+    return subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=full, timeout=timeout, input=input)
+
+
 def cli_trial(
     workload: str, on: str, tmp_path: Path, *extra: str, env: dict | None = None, command: list[str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m bakeoff trial`` in a fresh process: targets in-process, 3 samples, JSON out.
+    """``python -m bakeoff trial`` in a process of its own (:func:`bakeoff_cli`; ``command``: run
+    that instead): targets in-process, 3 samples, JSON out.
 
-    A fresh process keeps process-wide state (the emu device's PrivateUse1 name, OpenVINO's
+    A process of its own keeps process-wide state (the emu device's PrivateUse1 name, OpenVINO's
     dynamo settings) out of pytest's own process.
     """
-    return subprocess.run(
-        [
-            *(command or [sys.executable, "-m", "bakeoff"]),
-            "trial",
-            workload,
-            "--on",
-            on,
-            "--db",
-            str(tmp_path / "b.db"),
-            "--in-process",
-            "--samples",
-            "3",
-            "--min-time",
-            "0",
-            "--format",
-            "json",
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        timeout=600,
-    )
+    args = ["trial", workload, "--on", on, "--db", str(tmp_path / "b.db"), "--in-process", "--samples", "3",
+            "--min-time", "0", "--format", "json", *extra]  # fmt: skip
+    if command is None:
+        return bakeoff_cli(*args, env={**os.environ, **(env or {})}, timeout=600)
+    return subprocess.run([*command, *args], capture_output=True, text=True, env={**os.environ, **(env or {})},
+                          timeout=600)  # fmt: skip
 
 
 def cli_result(workload: str, target: str, tmp_path: Path, *extra: str, **kwargs) -> dict:

@@ -141,7 +141,8 @@ SCRIPTS: dict[str, tuple[list[str], list[str], list]] = {
             r"identical grades and categories: yes",
             rf"ray start-up: {NUMBER} s; overhead per cell beyond it: [+-]{NUMBER} s",
         ],
-        [pytest.mark.isolated],
+        # on the worker of the Ray tests: two local Ray clusters at once took minutes on two cores
+        [pytest.mark.isolated, pytest.mark.xdist_group("test_sweep_ray")],
     ),
     "training_parity.py": (
         ["--quick"],

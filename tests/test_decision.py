@@ -5,21 +5,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
-from tests.conftest import cli_trial, py_workload
+from tests.conftest import bakeoff_cli, cli_trial, py_workload
 
 import bakeoff
 
 
 def show(*args: str, tmp_path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bakeoff", "show", *args, "--db", str(tmp_path / "b.db")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-    )
+    return bakeoff_cli("show", *args, "--db", str(tmp_path / "b.db"), timeout=300, cwd=tmp_path)
 
 
 def test_a_wrong_target_is_ruled_out_and_the_correct_one_recommended_by_cost(tmp_path):

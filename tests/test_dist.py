@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from tests.conftest import EMU_ENV, kill_9_when_started, marked, still_running
+from tests.conftest import EMU_ENV, bakeoff_cli, kill_9_when_started, marked, still_running
 
 pytestmark = [pytest.mark.isolated, pytest.mark.emu]
 
@@ -31,8 +31,7 @@ _SMALL = ("--sizes", "64,4KiB", "--dtypes", "float32,bfloat16", "--iterations", 
 
 def _dist(db: Path, *args: str, fault: str = "", marker: str = "", timeout: float = 300):
     env = {**os.environ, **EMU_ENV, "BAKEOFF_EMU_DIST_FAULT": fault, "BAKEOFF_TEST_MARK": marker}
-    return subprocess.run([sys.executable, "-m", "bakeoff", "dist", *args, "--db", str(db)], capture_output=True,
-                          text=True, env=env, timeout=timeout)  # fmt: skip
+    return bakeoff_cli("dist", *args, "--db", str(db), env=env, timeout=timeout)
 
 
 def _json(ran: subprocess.CompletedProcess) -> dict:
@@ -126,8 +125,7 @@ def test_a_rank_that_leaves_the_collectives_is_a_hang_naming_the_collective_and_
     assert "every rank was stopped" in out
     assert not runs["hang_left"]  # no rank outlives the command
     run_id = out.rsplit("`bakeoff show ", 1)[1].split("`")[0]
-    shown = subprocess.run([sys.executable, "-m", "bakeoff", "show", run_id, "--db", str(runs["db"]), "--format",
-                            "json"], capture_output=True, text=True, env={**os.environ, **EMU_ENV})  # fmt: skip
+    shown = bakeoff_cli("show", run_id, "--db", str(runs["db"]), "--format", "json", env={**os.environ, **EMU_ENV})
     stored = json.loads(shown.stdout)
     (result,) = stored["results"]
     assert result["status"] == "error" and result["error"]["category"] == "timeout"
@@ -158,8 +156,7 @@ def test_a_job_that_runs_past_its_timeout_while_progressing_is_not_called_a_hang
 def test_every_run_is_stored_and_show_reads_the_same_verdicts(runs):
     for name in ("emu", "avg", "bf16"):
         found = _json(runs[name])
-        shown = subprocess.run([sys.executable, "-m", "bakeoff", "show", found["run_id"], "--db", str(runs["db"])],
-                               capture_output=True, text=True, env={**os.environ, **EMU_ENV})  # fmt: skip
+        shown = bakeoff_cli("show", found["run_id"], "--db", str(runs["db"]), env={**os.environ, **EMU_ENV})
         assert shown.returncode == 0, shown.stderr
         text = " ".join(shown.stdout.split())
         assert f"dist collectives on emu: {found['verdict']}" in text

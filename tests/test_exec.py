@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.conftest import EMU_ENV
+from tests.conftest import EMU_ENV, bakeoff_cli
 
 SCRIPTS = Path(__file__).parent / "fixtures" / "scripts"
 pytestmark = pytest.mark.isolated
@@ -44,14 +44,10 @@ def _exec(tmp_path: Path, script: str, *args: str, env: dict[str, str] | None = 
     (work / script).write_text((SCRIPTS / script).read_text())
     split = args.index("--on") if "--on" in args else next((i for i, a in enumerate(args) if a in _OURS), len(args))
     ours, theirs = args[split:], args[:split]
-    return subprocess.run(
-        [sys.executable, "-m", "bakeoff", "exec", *ours, "--db", str(tmp_path / "b.db"), script, *theirs],
-        capture_output=True,
-        text=True,
-        cwd=work,
-        env={**os.environ, **EMU_ENV, **(env or {})},
-        timeout=timeout,
-    )
+    return bakeoff_cli(
+        "exec", *ours, "--db", str(tmp_path / "b.db"), script, *theirs, cwd=work,
+        env={**os.environ, **EMU_ENV, **(env or {})}, timeout=timeout,
+    )  # fmt: skip
 
 
 def test_a_cuda_training_script_runs_on_the_test_device_with_its_ledger_and_the_autocast_flagged(tmp_path):
@@ -109,9 +105,9 @@ def test_a_cuda_training_script_runs_on_the_test_device_with_its_ledger_and_the_
     flat = _shown_verbose(tmp_path, doc["run_id"])
     assert "the script run once per target" in flat and "torch.cuda.synchronize" in flat
     # repeated from elsewhere: the same script, arguments and targets, from the directory it ran in
-    rerun = subprocess.run(
-        [sys.executable, "-m", "bakeoff", "rerun", doc["run_id"], "--db", str(tmp_path / "b.db"), "--format", "json"],
-        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, **EMU_ENV},
+    rerun = bakeoff_cli(
+        "rerun", doc["run_id"], "--db", str(tmp_path / "b.db"), "--format", "json", cwd=tmp_path,
+        env={**os.environ, **EMU_ENV},
     )  # fmt: skip
     assert rerun.returncode == 0, rerun.stderr
     (again,) = json.loads(rerun.stdout)["runs"]
@@ -125,10 +121,9 @@ def test_a_cuda_training_script_runs_on_the_test_device_with_its_ledger_and_the_
 
 def _shown_verbose(tmp_path: Path, run_id: str) -> str:
     """``bakeoff show RUN_ID --verbose`` of a stored run, its words on one line."""
-    shown = subprocess.run(
-        [sys.executable, "-m", "bakeoff", "show", run_id, "--db", str(tmp_path / "b.db"), "--verbose"],
-        capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"},
-    )  # fmt: skip
+    shown = bakeoff_cli(
+        "show", run_id, "--db", str(tmp_path / "b.db"), "--verbose", env={**os.environ, "COLUMNS": "200"}
+    )
     assert shown.returncode == 0, shown.stderr
     return " ".join(shown.stdout.split())
 
@@ -313,10 +308,11 @@ def test_bad_input_is_one_line_and_stores_nothing(tmp_path):
         (["misbehaves.py", "--on", "cdua"], "unknown device 'cdua'"),
         (["misbehaves.py", "--on", "emu", "--map", "cuda=xpu"], "--map cuda=xpu: the targets run on emu"),
     ):
-        ran = _exec(tmp_path, "misbehaves.py", *args[1:]) if args[0] != "missing.py" else subprocess.run(
-            [sys.executable, "-m", "bakeoff", "exec", "--db", str(tmp_path / "b.db"), "missing.py"],
-            capture_output=True, text=True, cwd=tmp_path,
-        )  # fmt: skip
+        ran = (
+            _exec(tmp_path, "misbehaves.py", *args[1:])
+            if args[0] != "missing.py"
+            else bakeoff_cli("exec", "--db", str(tmp_path / "b.db"), "missing.py", cwd=tmp_path)
+        )
         assert ran.returncode == 2 and line in ran.stderr and len(ran.stderr.strip().splitlines()) == 1, ran.stderr
     assert not (tmp_path / "b.db").exists()
 
@@ -693,8 +689,7 @@ def test_bakeoffs_options_go_before_the_script_and_everything_after_it_is_the_sc
     (work / "accelerator_pick.py").write_text((SCRIPTS / "accelerator_pick.py").read_text())
 
     def bakeoff_exec(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "bakeoff", "exec", *args], capture_output=True, text=True,
-                              cwd=work, env={**os.environ, **EMU_ENV}, timeout=300)  # fmt: skip
+        return bakeoff_cli("exec", *args, cwd=work, env={**os.environ, **EMU_ENV}, timeout=300)
 
     db = str(tmp_path / "b.db")
     for args, first in ((["accelerator_pick.py", "--seed", "3", "--on", "emu", "--db", db], "--on"),

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.conftest import EMU_ENV
+from tests.conftest import EMU_ENV, bakeoff_cli
 
 pytestmark = pytest.mark.isolated
 
@@ -67,6 +67,11 @@ def _exec(tmp_path: Path, name: str, source: str, *ours: str, stdin=None, input:
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
     (work / name).write_text(source)
+    if stdin is None:
+        return bakeoff_cli(
+            "exec", *ours, "--format", "json", "--db", str(tmp_path / "b.db"), name, cwd=work,
+            env={**os.environ, **EMU_ENV, **(env or {})}, timeout=300, input=input,
+        )  # fmt: skip
     return subprocess.run(
         [sys.executable, "-m", "bakeoff", "exec", *ours, "--format", "json", "--db", str(tmp_path / "b.db"), name],
         capture_output=True,

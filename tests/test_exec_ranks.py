@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from tests.conftest import EMU_ENV, kill_9_when_started, marked, still_running
+from tests.conftest import EMU_ENV, bakeoff_cli, kill_9_when_started, marked, still_running
 
 pytestmark = [pytest.mark.isolated, pytest.mark.emu]
 
@@ -41,7 +41,7 @@ def _exec(tmp: Path, *ours: str, env: dict[str, str] | None = None, wait: bool =
     environ = {**os.environ, **EMU_ENV, **(env or {})}
     if not wait:
         return subprocess.Popen(command, cwd=work, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return subprocess.run(command, cwd=work, env=environ, capture_output=True, text=True, timeout=300)
+    return bakeoff_cli(*command[3:], cwd=work, env=environ, timeout=300)
 
 
 def _doc(ran: subprocess.CompletedProcess) -> dict:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from tests.conftest import bakeoff_cli
 
 import bakeoff
 from bakeoff.store.db import Store
@@ -22,10 +23,6 @@ HOSTILE = Path(__file__).parent / "fixtures" / "hostile_models.py"
 def spec(function: str, **options: str) -> str:
     query = "&".join(f"{k}={v}" for k, v in options.items())
     return f"py:{HOSTILE}:{function}" + (f"?{query}" if query else "")
-
-
-def bakeoff_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bakeoff", *args], capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.isolated
@@ -167,13 +164,7 @@ def test_a_timeout_stores_where_the_worker_hung(tmp_path):
 @pytest.mark.parametrize("command", ["trial", "baseline"])
 @pytest.mark.parametrize("function", ["fails_eagerly", "exits"])
 def test_a_refused_workload_creates_no_knowledge_base(command, function, tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "bakeoff", command, spec(function)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=300,
-    )
+    result = bakeoff_cli(command, spec(function), cwd=tmp_path, timeout=300)
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("bakeoff: error: ")
     assert list(tmp_path.iterdir()) == []  # no bakeoff.db, no artifacts folder

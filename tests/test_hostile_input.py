@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.conftest import bakeoff_cli
 
 import bakeoff as bakeoff_api
 
 
 def bakeoff(*args: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None):
-    return subprocess.run(
-        [sys.executable, "-m", "bakeoff", *args], capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env
-    )
+    return bakeoff_cli(*args, cwd=cwd, timeout=timeout, env=env)
 
 
 @pytest.mark.parametrize(

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from tests.conftest import cli_trial, py_workload
+from tests.conftest import bakeoff_cli, cli_trial, py_workload
 
 SAID = {
     "warnings": "fixture-lib: this op is deprecated",
@@ -25,7 +24,7 @@ SAID = {
 
 
 def _bakeoff(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bakeoff", *args], capture_output=True, text=True, timeout=300)
+    return bakeoff_cli(*args, timeout=300)
 
 
 def _trial(factory: str, on: str, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:

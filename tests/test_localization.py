@@ -11,10 +11,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
-from tests.conftest import EMU_ENV, FIXTURES, cli_trial, fresh_process_json
+from tests.conftest import EMU_ENV, FIXTURES, bakeoff_cli, cli_trial, fresh_process_json
 
 LLAMA = "arch:llama?layers=2&hidden=32&intermediate=64&vocab=128"
 FAULTY = f"py:{FIXTURES / 'localize_models.py'}:llama_faulty"
@@ -137,10 +136,7 @@ def _emu_of(ran: subprocess.CompletedProcess[str]) -> tuple[dict, dict]:
 
 
 def _bakeoff(tmp_path, *args: str, env: dict) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bakeoff", *args, "--db", str(tmp_path / "b.db")],
-        capture_output=True, text=True, env={**os.environ, **env}, timeout=600,
-    )  # fmt: skip
+    return bakeoff_cli(*args, "--db", str(tmp_path / "b.db"), env={**os.environ, **env}, timeout=600)
 
 
 @pytest.mark.emu

@@ -10,20 +10,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from tests.conftest import cli_trial, py_workload
+from tests.conftest import bakeoff_cli, cli_trial, py_workload
 from tests.revisit_data import REQUIREMENTS, XSS, environment, failed_result, make_run, target_result, update_series
 
 from bakeoff.store import Store
 
 
 def bakeoff(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bakeoff", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
+    return bakeoff_cli(*args, timeout=timeout, env={**os.environ, **(env or {})})
 
 
 @pytest.fixture

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
-from tests.conftest import cli_trial, py_workload
+from tests.conftest import bakeoff_cli, cli_trial, py_workload
 
 import bakeoff
 from bakeoff.measure.timing import TimingSettings
@@ -363,14 +361,10 @@ def test_requirements_are_kept_with_the_workload_and_strict_fails_when_one_is_mi
 
 
 def test_table_output_shows_scenarios_and_requirements(tmp_path):
-    result = subprocess.run(
-        [
-            sys.executable, "-m", "bakeoff", "trial", LLAMA, "--on", "cpu", "--db", str(tmp_path / "t.db"),
-            "--in-process", "--samples", "5", "--min-time", "0",
-            "--scenario", "generation?prompt=4&tokens=3&runs=2", "--require", "ttft<=10s", "--require", "p50<=1us",
-            "--verbose",
-        ],
-        capture_output=True, text=True, timeout=300,
+    result = bakeoff_cli(
+        "trial", LLAMA, "--on", "cpu", "--db", str(tmp_path / "t.db"), "--in-process", "--samples", "5",
+        "--min-time", "0", "--scenario", "generation?prompt=4&tokens=3&runs=2", "--require", "ttft<=10s",
+        "--require", "p50<=1us", "--verbose", timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     out = result.stdout

@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from tests.conftest import EMU_ENV, cli_result, cli_trial
+from tests.conftest import EMU_ENV, bakeoff_cli, cli_result, cli_trial
 
 import bakeoff
 
@@ -143,9 +143,7 @@ PLACEMENT_FIGURES = (
 def test_emu_in_worker_processes_gives_the_in_process_placement(emu_in_process, tmp_path):
     command = [sys.executable, "-m", "bakeoff", "trial", signal_workload("syncs_and_matmul"), "--on", "emu"]
     command += ["--db", str(tmp_path / "w.db"), "--samples", "3", "--min-time", "0", "--format", "json"]
-    completed = subprocess.run(
-        command, capture_output=True, text=True, env={**os.environ, **UNSUPPORTED_MM}, timeout=600
-    )
+    completed = bakeoff_cli(*command[3:], env={**os.environ, **UNSUPPORTED_MM}, timeout=600)
     worker = _results(completed)["emu"]
     assert worker["status"] == "ok", worker.get("reason") or worker["error"]
     assert worker["correctness"]["verdict"] == "pass"
@@ -192,9 +190,7 @@ def test_inductor_cache_miss_then_hit_and_a_cold_cache_misses_again(tmp_path):
     # --cold-compile-cache: the same warm directory is set, yet the worker's compiler gets an empty one
     command = [sys.executable, "-m", "bakeoff", "trial", signal_workload("tiny_linear"), "--on", target]
     command += ["--db", str(tmp_path / "b.db"), "--samples", "3", "--min-time", "0", "--format", "json"]
-    completed = subprocess.run(
-        [*command, "--cold-compile-cache"], capture_output=True, text=True, env={**os.environ, **env}, timeout=600
-    )
+    completed = bakeoff_cli(*command[3:], "--cold-compile-cache", env={**os.environ, **env}, timeout=600)
     cold = _results(completed)[target]
     assert compilations(cold) == ["miss"]
     assert cold["compilation"]["cache"] == "cold (empty cache)"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from tests.conftest import stored_cells, sweep_until_stored
+from tests.conftest import bakeoff_cli, stored_cells, sweep_until_stored
 
 from bakeoff.store import Store
 
@@ -53,9 +53,7 @@ CLEAN = [spec("fine"), spec("fine", label=CRAFTED), *(spec("fine", width=w) for 
 
 
 def bakeoff(*args: str, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bakeoff", *args], capture_output=True, text=True, timeout=timeout, env=env or os.environ
-    )
+    return bakeoff_cli(*args, timeout=timeout, env=env or dict(os.environ))
 
 
 @pytest.fixture(scope="module")
