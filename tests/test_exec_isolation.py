@@ -93,8 +93,11 @@ def _alive(pid: int) -> bool:
 
 
 def test_piped_stdin_reaches_every_run_alike(tmp_path: Path) -> None:
-    ran = _exec(tmp_path, "reads_stdin.py", READS_STDIN, "--on", "emu", input="twelve bytes")
+    temp = tmp_path / "tmp"  # where the runs' shared copy of the input is kept
+    temp.mkdir()
+    ran = _exec(tmp_path, "reads_stdin.py", READS_STDIN, "--on", "emu", input="twelve bytes", env={"TMPDIR": str(temp)})
     assert ran.returncode == 0, ran.stderr[-3000:]
+    assert not list(temp.iterdir())  # that copy too is gone once bakeoff ends
     reference, emu = json.loads(ran.stdout)["results"]
     for result in (reference, emu):
         assert result["status"] == "ok", result.get("error")

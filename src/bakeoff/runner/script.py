@@ -62,6 +62,7 @@ from bakeoff.launch.forkserver import ForkServer
 from bakeoff.results.values import ErrorInfo, Latency, RunResult, TargetResult
 from bakeoff.runner.script_checks import script_checks
 from bakeoff.runner.script_run import ScriptRun, copy_workdir, forkable, run_environment, run_script
+from bakeoff.runner.script_stdin import remove_shared_stdin
 from bakeoff.runner.script_timing import span_samples, speedups, timed
 from bakeoff.runner.script_worker import PRELOAD
 from bakeoff.script.child_reports import child_notes
@@ -370,6 +371,7 @@ def exec_script(
         processes = _processes(server)
         if server is not None:
             server.close()
+        remove_shared_stdin()
     span_ms = [
         span_samples(t if t is not None else [e] if e is not None else [])
         for t, e in zip(timing, evidence, strict=True)

@@ -15,7 +15,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-__all__ = ["STDIN_CAP", "STDIN_IDLE_S", "script_stdin"]
+__all__ = ["STDIN_CAP", "STDIN_IDLE_S", "remove_shared_stdin", "script_stdin"]
 
 #: At most this much of bakeoff's stdin is given to the runs (the rest is not read; a note says so).
 STDIN_CAP = 16 << 20
@@ -42,17 +42,29 @@ def _read_stdin() -> tuple[bytes, str]:
     return b"".join(chunks)[:STDIN_CAP], "cap"
 
 
+def _folder(parent: int) -> Path:
+    from bakeoff.launch.tempdirs import host_tag
+
+    return Path(tempfile.gettempdir()) / f"bakeoff-exec-{parent}-{host_tag()}-stdinbuf"
+
+
+def remove_shared_stdin() -> None:
+    """Remove the copy of this bakeoff process's stdin that its runs shared, once they have ended
+    (a process killed before it could leaves it to the next one, see :func:`_shared_stdin`)."""
+    import shutil
+
+    shutil.rmtree(_folder(os.getpid()), ignore_errors=True)
+
+
 def _shared_stdin(parent: str) -> tuple[bytes, str]:
     """:func:`_read_stdin` once per bakeoff process ``parent``: the first run reads it and keeps
     it for the others in a directory named after that process (removed once it has ended, as
     :mod:`bakeoff.launch.tempdirs` removes the directories of a process killed before it could)."""
     import fcntl
 
-    from bakeoff.launch.tempdirs import host_tag
-
     if not parent.isdigit():
         return _read_stdin()
-    folder = Path(tempfile.gettempdir()) / f"bakeoff-exec-{parent}-{host_tag()}-stdinbuf"
+    folder = _folder(int(parent))
     try:
         folder.mkdir(mode=0o700, exist_ok=True)
         found = folder.lstat()
