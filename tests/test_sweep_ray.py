@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from tests.conftest import stored_cells, sweep_until_stored
+from tests.conftest import bakeoff_cli, stored_cells, sweep_until_stored
 
 from bakeoff.store import Store
 from bakeoff.sweep.ray_executor import cell_resources, cell_timeout, missing_resource
@@ -66,6 +66,8 @@ def bakeoff(
         env["BAKEOFF_EMU"] = "1"
     env.pop("RAY_TMPDIR", None)
     env.pop("RAY_ADDRESS", None)
+    if python == ("-m", "bakeoff"):
+        return bakeoff_cli(*args, timeout=timeout, env=env)
     return subprocess.run([sys.executable, *python, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
