@@ -438,10 +438,10 @@ def test_a_build_baton_left_by_a_killed_builder_does_not_block_the_next_load():
     script = textwrap.dedent(
         """
         import json, sys
-        import bakeoff.emu as emu
-        stale = emu._cache_dir() / "lock"
+        import bakeoff.emu.extension as extension
+        stale = extension.cache_dir() / "lock"
         stale.touch()  # what a killed builder leaves
-        emu._load_extension()
+        extension.load_extension()
         print(json.dumps({"loaded": True, "stale_left": stale.exists()}))
         """
     )

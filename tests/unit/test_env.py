@@ -79,13 +79,13 @@ def test_the_test_devices_build_directory_is_one_per_checkout(tmp_path, monkeypa
     # two checkouts sharing one build directory rebuilt it in turns
     import shutil
 
-    from bakeoff import emu
+    from bakeoff.emu import extension
 
     monkeypatch.setenv("BAKEOFF_CACHE", str(tmp_path / "cache"))
-    here = emu._cache_dir()
-    assert here == emu._cache_dir()  # the same checkout finds its build again
+    here = extension.cache_dir()
+    assert here == extension.cache_dir()  # the same checkout finds its build again
     other = tmp_path / "checkout" / "emu_device.cpp"
     other.parent.mkdir()
-    shutil.copy(emu._SOURCE, other)
-    monkeypatch.setattr(emu, "_SOURCE", other)
-    assert emu._cache_dir() != here  # the same source elsewhere builds apart
+    shutil.copy(extension.SOURCE, other)
+    monkeypatch.setattr(extension, "SOURCE", other)
+    assert extension.cache_dir() != here  # the same source elsewhere builds apart

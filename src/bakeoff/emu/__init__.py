@@ -36,13 +36,11 @@ registers its own.
 
 from __future__ import annotations
 
-import hashlib
 import os
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
+from bakeoff.emu.extension import load_extension
 from bakeoff.errors import BakeoffError
 
 __all__ = [
@@ -72,63 +70,7 @@ _AUTOCAST_DTYPES = {
 }
 #: The factor a wrong op's outputs are scaled by when the switch gives none.
 WRONG_FACTOR = 1.01
-_SOURCE = Path(__file__).with_name("emu_device.cpp")
 _ext: Any = None
-
-
-def _cache_dir() -> Path:
-    """The extension's build directory: one per source, torch build *and checkout*. torch's
-    loader rebuilds whenever the source's path or the include paths (torch's location) differ
-    from the last build's, so two checkouts sharing one directory rebuilt it in turns (an exec
-    of three targets took minutes instead of seconds while another checkout's tests ran)."""
-    import torch
-
-    base = Path(
-        os.environ.get("BAKEOFF_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "bakeoff"
-    )
-    where = f"{_SOURCE.resolve()}\0{Path(torch.__file__).resolve()}".encode()
-    digest = hashlib.sha256(_SOURCE.read_bytes() + torch.__version__.encode() + b"\0" + where).hexdigest()[:12]
-    path = base / f"emu-{digest}"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-@contextmanager
-def _builder_lock(cache: Path) -> Iterator[None]:
-    """Be the only process here loading (and maybe building) the extension, and clear a baton
-    left by one that was killed mid-build. torch marks a build with a ``lock`` file and makes
-    every later load wait until the file is gone, for ever if its builder died; every loader
-    here takes this ``flock`` first, and the kernel releases it when its holder dies, so a
-    ``lock`` file seen while holding it belongs to nobody alive."""
-    try:
-        import fcntl
-    except ImportError:  # no flock here: torch's own baton only
-        yield
-        return
-    with open(cache / "bakeoff-build.lock", "w", encoding="utf-8") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        (cache / "lock").unlink(missing_ok=True)
-        yield
-
-
-def _load_extension() -> Any:
-    from torch.utils.cpp_extension import load
-
-    cache = _cache_dir()
-    try:
-        with _builder_lock(cache):
-            return load(
-                name="bakeoff_emu",
-                sources=[str(_SOURCE)],
-                build_directory=str(cache),
-                extra_cflags=["-O1"],
-                verbose=False,
-            )
-    except Exception as exc:  # no compiler, no ninja, headers missing
-        raise BakeoffError(
-            f"could not build the emu test device: {type(exc).__name__}: {str(exc)[:300]}",
-            hint="it needs g++ and ninja (pip install ninja)",
-        ) from exc
 
 
 def _device_index(device: Any) -> int:
@@ -477,7 +419,7 @@ def enable(
                 f"cannot enable the emu test device: PrivateUse1 is already '{current}'",
                 hint="run emu in a process without another out-of-tree device",
             )
-        ext = _load_extension()
+        ext = load_extension()
         ext.register_hooks()
         torch.utils.rename_privateuse1_backend(NAME)
         torch._register_device_module(NAME, _EmuModule)
