@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.launch.command import Ran
-from bakeoff.launch.reaping import death_signal
+from bakeoff.launch.reaping import death_signal, kill_group
 
 __all__ = ["ForkServer", "forkable", "server_pid"]
 
@@ -204,7 +204,7 @@ class ForkServer:
                 return Ran(None)
         except EOFError:
             self.broken = "the fork server ended during a run"
-            _kill_group(pid)
+            kill_group(pid)
             return None
         except BaseException:  # Ctrl-C or SIGTERM: the run's process group goes too
             self.stop(pid, grace_s)
@@ -222,9 +222,9 @@ class ForkServer:
                     pass
                 code = self.exit_code(pid, grace_s)
                 if code is not None:
-                    _kill_group(pid)  # what it left in its group
+                    kill_group(pid)  # what it left in its group
                     return code
-            _kill_group(pid)
+            kill_group(pid)
             return self.exit_code(pid, 30.0)
         except EOFError:
             self.broken = "the fork server ended during a run"
@@ -246,14 +246,6 @@ class ForkServer:
             self.process = None
         if self.broken is None:
             self.broken = "the fork server was closed"
-
-
-def _kill_group(pid: int) -> None:
-    for kill in (os.killpg, os.kill):  # the group, and the run itself if it had not made it yet
-        try:
-            kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 # -- the server --------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from typing import Any
 
 from bakeoff.launch.deaths import died, timed_out
 from bakeoff.launch.job import Outcome, run_inline
+from bakeoff.launch.reaping import kill_group
 from bakeoff.launch.tempdirs import owned_tempdir
 
 __all__ = ["STARTUP_TIMEOUT_S", "Worker", "die_with_parent", "leave", "serve_jobs"]
@@ -193,11 +194,7 @@ class _Forked:
         return self.exitcode is None
 
     def kill(self) -> None:
-        for kill in (os.killpg, os.kill):
-            try:
-                kill(self.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        kill_group(self.pid)
 
 
 class Worker:

@@ -15,12 +15,13 @@ Off Linux the controls do nothing: a caller says what it then cannot clean up.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["death_signal", "end_all", "reap", "running", "subreaper"]
+__all__ = ["death_signal", "end_all", "kill_group", "reap", "running", "subreaper"]
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -33,6 +34,16 @@ def _prctl(option: int, value: int) -> None:
         try:
             ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
         except (OSError, AttributeError):
+            pass
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL to the process group ``pid`` leads, and to ``pid`` itself (a process that had not
+    yet made its own group when it was stopped); gone already is no error."""
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
             pass
 
 

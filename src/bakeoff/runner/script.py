@@ -58,10 +58,10 @@ from typing import Any
 from bakeoff.checks.base import ScriptContext
 from bakeoff.checks.script_outputs import listed
 from bakeoff.env import capture_environment
-from bakeoff.launch.forkserver import ForkServer
+from bakeoff.launch.forkserver import ForkServer, forkable
 from bakeoff.results.values import ErrorInfo, Latency, RunResult, TargetResult
 from bakeoff.runner.script_checks import script_checks
-from bakeoff.runner.script_run import ScriptRun, copy_workdir, forkable, run_environment, run_script
+from bakeoff.runner.script_run import ScriptRun, copy_workdir, run_environment, run_script
 from bakeoff.runner.script_stdin import remove_shared_stdin
 from bakeoff.runner.script_timing import span_samples, speedups, timed
 from bakeoff.runner.script_worker import PRELOAD
@@ -320,7 +320,10 @@ def exec_script(
             server=server, nproc=settings.nproc,
         )  # fmt: skip
 
-    # every run forked from one warm process that imported PyTorch once, where the platform allows
+    # every run forked from one warm process that imported PyTorch once, where the platform allows:
+    # it shows a script what a fresh launcher would (that launcher too imports PyTorch, in the same
+    # environment, before the script's first statement, so a change the script makes to its
+    # environment reaches PyTorch no sooner)
     server = ForkServer(PRELOAD, run_environment(settings.seed)) if forkable() else None
     try:
         say(f"running {script.name} as the reference on {'its own device' if as_written else reference.spec}")

@@ -10,9 +10,9 @@ log, audit and the files it wrote; a timeout, a signal, the script's exception o
 exit is the run's :class:`~bakeoff.results.values.ErrorInfo`. The run's temporary directory is
 named after this process, so that a later run removes it when this one was killed.
 
-Given a fork server (:mod:`bakeoff.launch.forkserver`, started once per ``bakeoff exec`` for a
-platform that :func:`forkable` allows), the same worker runs forked from that warm process, in a
-process group of its own, stopped the same way: the reference and every target alike, each
+Given a fork server (:mod:`bakeoff.launch.forkserver`, started once per ``bakeoff exec`` where
+:func:`~bakeoff.launch.forkserver.forkable` allows), the same worker runs forked from that warm
+process, in a process group of its own, stopped the same way: the reference and every target alike, each
 without the seconds of importing PyTorch again.
 """
 
@@ -31,7 +31,6 @@ from bakeoff.errors import SpecError
 from bakeoff.launch.command import run_command
 from bakeoff.launch.deaths import died
 from bakeoff.launch.forkserver import ForkServer
-from bakeoff.launch.forkserver import forkable as forking_supported
 from bakeoff.launch.tempdirs import owned_tempdir
 from bakeoff.results.librarylog import OutputLog
 from bakeoff.results.values import ErrorInfo
@@ -46,7 +45,6 @@ __all__ = [
     "WORKER",
     "ScriptRun",
     "copy_workdir",
-    "forkable",
     "run_environment",
     "run_script",
 ]
@@ -90,14 +88,6 @@ def run_environment(seed: int) -> dict[str, str]:
     for name in _KEPT_FROM_SCRIPTS:  # where bakeoff keeps its own files is none of the script's business
         env.pop(name, None)
     return env
-
-
-def forkable() -> bool:
-    """Whether runs are forked from a warm process that imported PyTorch
-    (:mod:`bakeoff.launch.forkserver`): on Linux. It shows a script what a fresh launcher
-    would: that launcher too imports PyTorch, in the same environment, before the script's
-    first statement, so a change the script makes to its environment reaches PyTorch no sooner."""
-    return forking_supported()
 
 
 def copy_workdir(source: Path, into: Path, skip: Sequence[Path] = ()) -> Path:
