@@ -9,6 +9,7 @@ way a job ends reads the same from both.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import sys
@@ -40,6 +41,8 @@ class Seeded:
     def run(self) -> object:
         if self.what == "value":
             return {"pid": os.getpid(), "answer": 42, "forked_from": server_pid()}
+        if self.what == "memory":
+            return {"rss_file_kb": _rss_file_kb(os.getpid()), "name": multiprocessing.current_process().name}
         if self.what == "raise":
             raise ValueError("the seeded fault")
         if self.what == "exit":
@@ -55,6 +58,12 @@ class Seeded:
 
 def _stuck_here() -> None:
     time.sleep(600)
+
+
+def _rss_file_kb(pid: int) -> int:
+    """The resident size of process ``pid``'s file-backed pages (its libraries' code), in KiB."""
+    status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
+    return int(status.split("RssFile:")[1].split()[0])
 
 
 @dataclass(frozen=True)
@@ -84,6 +93,32 @@ def test_a_job_that_finishes_returns_its_value_in_a_fresh_process(fresh):
     assert outcome.value["pid"] != os.getpid()
     # forked from the server where one was given, a spawned interpreter where not
     assert outcome.value["forked_from"] == (fresh.server.process.pid if fresh.server else None)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forked workers are Linux's")
+def test_a_forked_workers_resident_memory_starts_where_its_servers_is(fork_server):
+    """The kernel gives a forked child none of its parent's library pages until it touches them:
+    without map_like, a forked worker's peak memory would read tens of MiB below a spawned one's."""
+    from bakeoff.launch.residency import map_like
+
+    outcome = FreshProcess(server=fork_server).run(Seeded("memory"), timeout_s=60)
+    server = _rss_file_kb(fork_server.process.pid)
+    assert outcome.ok and outcome.value["name"] == "bakeoff-worker"  # named as a spawned worker is
+    assert outcome.value["rss_file_kb"] >= 0.9 * server
+    parent, (read, write) = os.getpid(), os.pipe()
+    child = os.fork()  # the control: a plain fork of this process, before and after map_like
+    if child == 0:
+        before = _rss_file_kb(os.getpid())
+        mapped = map_like(parent)
+        os.write(write, f"{before} {_rss_file_kb(os.getpid())} {mapped}".encode())
+        os._exit(0)
+    os.close(write)
+    before, after, mapped = (int(v) for v in os.read(read, 100).split())
+    os.waitpid(child, 0)
+    os.close(read)
+    here = _rss_file_kb(parent)
+    assert before < 0.5 * here  # what a forked worker's figures would start from
+    assert after >= 0.9 * here and mapped > (after - before) * 1024 * 0.5
 
 
 def test_a_server_that_cannot_fork_leaves_the_worker_spawned():
@@ -232,3 +267,41 @@ def test_a_worker_killed_while_it_starts_is_a_death_not_a_start_that_never_came(
     assert time.monotonic() - started < 60  # not the start-up allowance
     assert outcome.error is not None and outcome.error.category == "out_of_memory", outcome  # how SIGKILL reads
     assert "did not start" not in outcome.reason() and "SIGKILL" in outcome.reason(), outcome.reason()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forked workers are Linux's")
+def test_the_shared_server_is_kept_until_an_import_time_variable_changes(monkeypatch):
+    from bakeoff.launch.warm import shared_server
+
+    first = shared_server(("json",))
+    monkeypatch.setenv("BAKEOFF_SOMETHING_OF_ITS_OWN", "1")  # read again by every worker
+    monkeypatch.setenv("TMPDIR", str(Path.cwd()))
+    assert shared_server(("json",)) is first
+    other = shared_server(("json", "csv"))  # another preload: a server of its own, the first kept
+    assert other is not first and first.broken is None
+    monkeypatch.setenv("TORCH_SHOW_CPP_STACKTRACES", "1")  # may be read when PyTorch is imported
+    second = shared_server(("json",))
+    assert second is not first and first.broken == "the fork server was closed" and first.process is None
+    assert second.env["TORCH_SHOW_CPP_STACKTRACES"] == "1"
+    outcome = FreshProcess(server=second).run(Seeded("value"), timeout_s=60)
+    assert outcome.ok and outcome.value["forked_from"] == second.process.pid
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forked workers are Linux's")
+def test_a_server_past_the_kept_number_is_ended_only_once_its_workers_have(monkeypatch):
+    import bakeoff.launch.warm as warm
+    from bakeoff.launch.process import Worker
+
+    warm.close_servers()
+    monkeypatch.setattr(warm, "KEPT", 1)
+    busy = warm.shared_server(("json",))
+    worker = Worker(server=busy)
+    assert worker.started(60).ok and busy.process is not None
+    second = warm.shared_server(("csv",))
+    assert busy.broken is None and worker.alive  # its worker still runs: kept past the number
+    worker.close()
+    assert busy.idle
+    third = warm.shared_server(("json", "csv"))
+    assert busy.broken == "the fork server was closed" and second.broken == "the fork server was closed"
+    assert third.broken is None
+    warm.close_servers()

@@ -64,7 +64,7 @@ def load_plugins(
     names, metrics, found = set(taken), set(claimed), []
 
     def say(line: str) -> None:
-        if multiprocessing.parent_process() is None:  # a worker's parent has said it already
+        if multiprocessing.current_process().name == "MainProcess":  # not a worker: its parent said it already
             print(line, file=sys.stderr)
 
     for entry in sorted(entry_points(group=group), key=lambda e: e.name):

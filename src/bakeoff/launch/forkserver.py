@@ -79,6 +79,7 @@ class ForkServer:
         self._lock = threading.Lock()
         self._buffer = b""
         self._ended: dict[int, int] = {}  # pid -> wait status of forked runs not yet asked about
+        self._running: set[int] = set()  # forked runs whose end no one has asked about yet
         request_r, self._requests = os.pipe()
         self._replies, reply_w = os.pipe()
         command = [sys.executable, "-m", "bakeoff.launch.forkserver", "--parent", str(os.getpid())]
@@ -164,7 +165,13 @@ class ForkServer:
                 self.broken = f"the fork server did not fork the run: {(reply or {}).get('error', 'it ended')}"
                 self.close()
                 return None
+            self._running.add(int(reply["pid"]))
             return int(reply["pid"])
+
+    @property
+    def idle(self) -> bool:
+        """Whether every run it forked has ended and been asked about (:meth:`exit_code`)."""
+        return not self._running
 
     def exit_code(self, pid: int, wait_s: float = 0.0) -> int | None:
         """The exit code of the forked run ``pid`` (negative: the signal it died of), waiting up
@@ -178,6 +185,7 @@ class ForkServer:
                     return None
                 if "status" in reply:
                     self._ended[int(reply["pid"])] = int(reply["status"])
+            self._running.discard(pid)
             return os.waitstatus_to_exitcode(self._ended.pop(pid))
 
     def run(

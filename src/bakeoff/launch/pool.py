@@ -10,6 +10,11 @@ parent's own work.
 With ``reuse=False`` a worker serves one job only and is ended when it is released: a pool
 that only starts processes early (a single trial's, whose every session must have a process
 of its own).
+
+Given a ``server`` (a :class:`~bakeoff.launch.forkserver.ForkServer` importing ``preload``:
+:func:`bakeoff.launch.warm.shared_server`), the workers that preload are forked from it, on
+demand (the server's own start is what overlaps the caller's work; a fork takes milliseconds);
+a ``clean`` one is spawned.
 """
 
 from __future__ import annotations
@@ -30,10 +35,12 @@ class WorkerPool:
         reuse: bool = True,
         serve: Serve = serve_jobs,
         name: str = "bakeoff-worker",
+        server: Any = None,
     ) -> None:
         self.preload = preload
         self.reuse = reuse
         self.serve, self.name = serve, name
+        self.server = server
         self._idle: dict[Any, list[Worker]] = {}
         self._spare: list[Worker] = []
         self._retired: list[Worker] = []
@@ -41,11 +48,14 @@ class WorkerPool:
 
     def _spawn(self, preload: bool = True) -> Worker:
         self.started += 1
-        return Worker(self.preload if preload else (), serve=self.serve, name=self.name)
+        if not preload:
+            return Worker((), serve=self.serve, name=self.name)
+        return Worker(self.preload, serve=self.serve, name=self.name, server=self.server)
 
     def prestart(self, count: int) -> None:
-        """Spawn up to ``count`` workers not yet given to any key."""
-        while len(self._spare) < count:
+        """Spawn up to ``count`` workers not yet given to any key (none with a server: each
+        one is forked when it is asked for)."""
+        while self.server is None and len(self._spare) < count:
             self._spare.append(self._spawn())
 
     def trim(self, count: int) -> None:

@@ -29,6 +29,7 @@ import shutil
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -39,6 +40,7 @@ from typing import Any
 from bakeoff.launch.deaths import died, timed_out
 from bakeoff.launch.job import Outcome, run_inline
 from bakeoff.launch.reaping import kill_group
+from bakeoff.launch.residency import map_like
 from bakeoff.launch.tempdirs import owned_tempdir
 
 __all__ = ["STARTUP_TIMEOUT_S", "Worker", "die_with_parent", "leave", "serve_jobs"]
@@ -162,8 +164,11 @@ def forked_worker(argv: list[str]) -> int:
     parent's module search path (as a spawned one does), connects back to its parent through the
     socket ``argv[0]``, then lives as a spawned worker does, dying with the server (which dies
     with bakeoff)."""
-    path, crash_log, phase_file, capture_dir, serve_name, search_path, *preload = argv
+    path, crash_log, phase_file, capture_dir, serve_name, name, search_path, *preload = argv
     sys.path[:] = json.loads(search_path)
+    multiprocessing.current_process().name = name  # what it serves, as a spawned worker's says
+    map_like(os.getppid())  # its resident memory starts where a spawned worker's would
+    tempfile.tempdir = None  # the run's TMPDIR, read again (the server's may differ)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(path)
     module, _, function = serve_name.partition(":")
@@ -233,7 +238,7 @@ class Worker:
         self.process: Any = None
         files = (str(self.crash_log), str(self.phase_file), str(self.capture_dir))
         if server is not None and len(str(self._tmp / "conn")) < _SOCKET_PATH_MAX:
-            self.process = self._fork(server, files, preload, serve)
+            self.process = self._fork(server, files, preload, serve, name)
         if self.process is None:
             ctx = multiprocessing.get_context("spawn")
             self.conn, child = ctx.Pipe(duplex=True)
@@ -245,12 +250,14 @@ class Worker:
                 self.process.start()
             child.close()
 
-    def _fork(self, server: Any, files: tuple[str, ...], preload: tuple[str, ...], serve: Serve) -> _Forked | None:
+    def _fork(
+        self, server: Any, files: tuple[str, ...], preload: tuple[str, ...], serve: Serve, name: str
+    ) -> _Forked | None:
         path = str(self._tmp / "conn")
         self._listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listening.bind(path)  # in this process's own temporary directory: no one else's to reach
         self._listening.listen(1)
-        argv = [path, *files, f"{serve.__module__}:{serve.__qualname__}", json.dumps(sys.path), *preload]
+        argv = [path, *files, f"{serve.__module__}:{serve.__qualname__}", name, json.dumps(sys.path), *preload]
         out, err = (str(self._tmp / f"{name}.log") for name in ("stdout", "stderr"))
         pid = server.fork("bakeoff.launch.process:forked_worker", argv, dict(os.environ), os.getcwd(), out, err)
         if pid is None:

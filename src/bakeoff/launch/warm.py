@@ -1,0 +1,90 @@
+"""Warm fork servers kept for the life of this process: one per preload and environment.
+
+A trial gives each target session a worker process of its own (:class:`~bakeoff.launch.process.Worker`).
+Spawned, each one pays an interpreter's start-up and its imports (PyTorch, transformers: 1.5 to
+2.5 s of CPU apiece); forked from a :class:`~bakeoff.launch.forkserver.ForkServer` that imported
+them once, it pays a fork. :func:`shared_server` keeps that server for every later request of this
+process with the same preload (the next trial of a notebook, a test session, a plan), so it is
+started once. A process keeps up to :data:`KEPT` servers (one per preload: the workload's kind
+and architecture); past that, the one unused longest is ended, unless a worker forked from it is
+still running.
+
+What a forked worker starts from is the server's state, and the server has run nothing: no op of
+torch, no compile, no device plugin, no thread. What one target's session changes in its process
+(a compile backend's settings, a PrivateUse1 registration) still cannot reach another target's.
+The server is started with this process's environment, because PyTorch and its libraries read
+some variables when they are imported; a request made after the environment changed starts a
+new server (the old one is ended). Variables read again by the worker do not count: bakeoff's
+own, pytest's, the terminal's, and the temporary directory (``tempfile`` forgets the server's).
+A worker that must import in an environment of its own (a target's switches) is spawned as
+before, and so is every worker where the platform cannot fork (:func:`~bakeoff.launch.forkserver.forkable`)
+or the server failed to start.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from collections.abc import Mapping, Sequence
+
+from bakeoff.launch.forkserver import ForkServer, forkable
+
+__all__ = ["close_servers", "environment_key", "shared_server"]
+
+#: Variables a forked worker reads afresh, so a change to them needs no new server.
+_READ_AGAIN_PREFIXES = ("BAKEOFF_", "PYTEST_")
+_READ_AGAIN = frozenset({"COLUMNS", "LINES", "TERM", "NO_COLOR", "FORCE_COLOR", "TMPDIR", "TEMP", "TMP"})
+
+#: How many servers a process keeps (each an idle interpreter with its imports: 250-400 MiB);
+#: beyond it, the longest unused idle one is ended.
+KEPT = 3
+
+_servers: dict[tuple[str, ...], tuple[tuple[tuple[str, str], ...], ForkServer]] = {}  # oldest use first
+_lock = threading.Lock()
+_registered: list[bool] = []
+
+
+def environment_key(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The part of ``env`` a server's imports may have read: what must match for it to serve."""
+    kept = (
+        (name, value)
+        for name, value in env.items()
+        if name not in _READ_AGAIN and not name.startswith(_READ_AGAIN_PREFIXES)
+    )
+    return tuple(sorted(kept))
+
+
+def shared_server(preload: Sequence[str]) -> ForkServer | None:
+    """This process's fork server for ``preload`` (started now when there is none, or when the
+    environment changed since it started); None where workers cannot be forked. The server
+    imports while the caller goes on: the first fork waits for it."""
+    if not forkable():
+        return None
+    wanted = tuple(preload)
+    key = environment_key(os.environ)
+    with _lock:
+        kept = _servers.pop(wanted, None)
+        if kept is not None:
+            started_in, server = kept
+            if started_in == key and server.broken is None:
+                _servers[wanted] = kept  # now the latest used
+                return server
+            server.close()
+        unused = [preload for preload, (_key, server) in _servers.items() if server.idle]
+        for preload in unused[: max(0, len(_servers) + 1 - KEPT)]:
+            _servers.pop(preload)[1].close()
+        if not _registered:
+            atexit.register(close_servers)
+            _registered.append(True)
+        server = ForkServer(wanted, os.environ)
+        _servers[wanted] = (key, server)
+        return server
+
+
+def close_servers() -> None:
+    """End every server kept (each also dies with this process)."""
+    with _lock:
+        for _key, server in _servers.values():
+            server.close()
+        _servers.clear()
