@@ -1,8 +1,11 @@
 """A single trial starts its workers before it builds the workload, and ends every one of them.
 
-The workload here records, when the trial's own process builds it, which worker processes are
-already running (its children started by ``multiprocessing``'s spawn); the rounds of each
-result record the pid of the worker that timed them.
+Where workers are forked (Linux), the trial's fork server is what starts before the build, and
+each session's worker is forked from it on demand; where they are spawned (elsewhere, or when the
+server cannot start: the ``spawned`` fixture), the first wave of workers starts before the build.
+The workload here records, when the trial's own process (or a worker) builds it, which spawned
+workers and fork servers are already running; the rounds of each result record the pid of the
+worker that timed them.
 """
 
 from __future__ import annotations
@@ -32,17 +35,25 @@ FACTORY = textwrap.dedent("""
 
 
     def _record():  # the trial process's workers alive as this process (the trial's, or a worker) builds
+        from bakeoff.launch.forkserver import server_pid
+
         parent = int(os.environ["BAKEOFF_TEST_PARENT"])
-        workers = []
+        workers, servers = [], []
         for child in psutil.Process(parent).children():
             try:
-                if "spawn_main" in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+                line = " ".join(child.cmdline())
+                if child.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                if "spawn_main" in line:
                     workers.append(child.pid)
+                elif "bakeoff.launch.forkserver" in line:
+                    servers.append(child.pid)
             except psutil.NoSuchProcess:
                 pass
         where = "trial" if os.getpid() == parent else "worker"
+        row = {"in": where, "workers": workers, "servers": servers, "pid": os.getpid(), "forked_from": server_pid()}
         with open(os.environ["BAKEOFF_TEST_RECORD"], "a", encoding="utf-8") as handle:
-            handle.write(json.dumps({"in": where, "workers": workers}) + "\\n")
+            handle.write(json.dumps(row) + "\\n")
 
 
     def watched():
@@ -76,14 +87,23 @@ def watched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("BAKEOFF_TEST_PARENT", str(os.getpid()))
     monkeypatch.setenv("BAKEOFF_TEST_RECORD", str(record))
 
-    def at_build(where: str = "trial") -> list[list[int]]:
-        """The workers alive at each build in the trial's process (or in a worker), in order."""
+    def at_build(where: str = "trial", what: str = "workers") -> list:
+        """The spawned workers alive at each build in the trial's process (or in a worker), in
+        order; ``what``: another field of the record (``servers``, ``pid``, ``forked_from``)."""
         if not record.exists():
             return []
         rows = [json.loads(line) for line in record.read_text(encoding="utf-8").splitlines()]
-        return [row["workers"] for row in rows if row["in"] == where]
+        return [row[what] for row in rows if row["in"] == where]
 
     return f"py:{factory}", at_build
+
+
+@pytest.fixture
+def spawned(monkeypatch: pytest.MonkeyPatch):
+    """As where workers cannot be forked (not Linux, or no fork server): each one is spawned."""
+    import bakeoff.launch.warm
+
+    monkeypatch.setattr(bakeoff.launch.warm, "forkable", lambda: False)
 
 
 @pytest.fixture
@@ -98,7 +118,7 @@ def _pids(result) -> set[int]:
     return {r["pid"] for r in result.conditions["rounds"]}
 
 
-def test_the_reference_worker_is_running_before_the_workload_is_built(watched, db):
+def test_the_reference_worker_is_running_before_the_workload_is_built(spawned, watched, db):
     spec, at_build = watched
     assert not _workers_alive()
     run = bakeoff.trial(f"{spec}:watched", on="cpu", db=db, **FAST)
@@ -110,7 +130,7 @@ def test_the_reference_worker_is_running_before_the_workload_is_built(watched, d
     assert not _workers_alive()
 
 
-def test_a_worker_started_for_a_target_skipped_as_unavailable_is_stopped_before_timing(watched, cores, db):
+def test_a_worker_started_for_a_target_skipped_as_unavailable_is_stopped_before_timing(spawned, watched, cores, db):
     spec, at_build = watched
     run = bakeoff.trial(f"{spec}:watched", on="cpu,neuron", db=db, **FAST)
     ref, skipped = run.results
@@ -123,7 +143,7 @@ def test_a_worker_started_for_a_target_skipped_as_unavailable_is_stopped_before_
     assert not _workers_alive()
 
 
-def test_each_replicate_has_a_process_of_its_own_in_turns_or_one_after_another(watched, cores, db):
+def test_each_replicate_has_a_process_of_its_own_in_turns_or_one_after_another(spawned, watched, cores, db):
     spec, at_build = watched
     turns = bakeoff.trial(f"{spec}:watched", on="cpu", db=db, replicates=2, **FAST)
     assert len(_pids(turns.results[0])) == 2
@@ -136,7 +156,7 @@ def test_each_replicate_has_a_process_of_its_own_in_turns_or_one_after_another(w
     assert not _workers_alive()
 
 
-def test_a_target_with_environment_switches_gets_no_early_worker(watched, cores, db):
+def test_a_target_with_environment_switches_gets_no_early_worker(spawned, watched, cores, db):
     spec, at_build = watched
     run = bakeoff.trial(f"{spec}:watched", on="cpu?threads=1", db=db, env=["BAKEOFF_FIXTURE_SCALE=1"], **FAST)
     assert [r.status for r in run.results] == ["ok", "ok"]
@@ -147,7 +167,7 @@ def test_a_target_with_environment_switches_gets_no_early_worker(watched, cores,
     assert not _workers_alive()
 
 
-def test_no_more_workers_start_early_than_the_cores_allow_beside_the_trial(watched, db):
+def test_no_more_workers_start_early_than_the_cores_allow_beside_the_trial(spawned, watched, db):
     from bakeoff.runner.workers import _parallel_imports
 
     spec, at_build = watched
@@ -158,7 +178,7 @@ def test_no_more_workers_start_early_than_the_cores_allow_beside_the_trial(watch
     assert not _workers_alive()
 
 
-def test_workers_started_early_end_when_the_workload_does_not_build(watched, db):
+def test_workers_started_early_end_when_the_workload_does_not_build(spawned, watched, db):
     spec, at_build = watched
     with pytest.raises(bakeoff.BakeoffError, match="seeded: this factory cannot build"):
         bakeoff.trial(f"{spec}:broken", on="cpu", db=db, **FAST)
@@ -189,3 +209,50 @@ def test_a_worker_ignores_ctrl_c_from_its_first_instruction():
     assert worker.process.is_alive()
     worker.close()
     assert worker.process.exitcode == 0
+
+
+def _server_children(server: int) -> list[int]:
+    try:
+        return [c.pid for c in psutil.Process(server).children() if c.status() != psutil.STATUS_ZOMBIE]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def test_forked_each_session_has_a_process_of_its_own_from_the_server_started_before_the_build(watched, db):
+    spec, at_build = watched
+    run = bakeoff.trial(f"{spec}:watched", on="cpu,cpu?threads=2", db=db, replicates=2, **FAST)
+    assert [r.verdict for r in run.results] == ["pass", "pass"]
+    (servers,) = at_build(what="servers")
+    assert len(servers) == 1 and not at_build()[0]  # the server was up as the trial built; nothing spawned
+    (server,) = servers
+    pids = [_pids(r) for r in run.results]
+    assert all(len(p) == 2 for p in pids) and pids[0].isdisjoint(pids[1])  # a process per session
+    assert set(at_build("worker", "forked_from")) == {server}  # every session's worker, forked from it
+    assert set(at_build("worker", "pid")) == pids[0] | pids[1]
+    assert not _server_children(server)  # every worker ended with the trial; the server stays for the next
+    again = bakeoff.trial(f"{spec}:watched", on="cpu", db=db, **FAST)
+    assert at_build(what="servers")[1] == [server]  # the next trial of this process reuses it
+    assert _pids(again.results[0]).isdisjoint(pids[0] | pids[1])
+    assert not _server_children(server)
+
+
+def test_forked_a_target_with_environment_switches_is_spawned_and_sees_them(watched, db):
+    spec, at_build = watched
+    run = bakeoff.trial(f"{spec}:watched", on="cpu?threads=1", db=db, env=["BAKEOFF_FIXTURE_SCALE=1"], **FAST)
+    assert [r.status for r in run.results] == ["ok", "ok"]
+    forked = dict(zip(at_build("worker", "pid"), at_build("worker", "forked_from"), strict=True))
+    (reference,) = _pids(run.results[0])
+    (switched,) = _pids(run.results[1])
+    assert forked[reference] is not None  # forked from the server
+    assert forked[switched] is None  # spawned: it imports with the switch set
+    assert not _workers_alive()
+
+
+def test_forked_a_workload_that_does_not_build_leaves_no_worker(watched, db):
+    spec, at_build = watched
+    with pytest.raises(bakeoff.BakeoffError, match="seeded: this factory cannot build"):
+        bakeoff.trial(f"{spec}:broken", on="cpu,cpu?threads=2", db=db, **FAST)
+    (servers,) = at_build(what="servers")
+    assert servers and all(not _server_children(s) for s in servers)
+    assert not _workers_alive()
+    assert not db.exists()

@@ -1,8 +1,9 @@
 """Run a target's session in its own worker process, so a crash, hang or OOM becomes a result.
 
-The session is a job with steps on a :class:`~bakeoff.launch.process.Worker` (a spawned
-interpreter: compile backends and device plugins that change process-global state cannot leak
-between targets, and peak memory is measured per target). The worker keeps its target prepared and runs the
+The session is a job with steps on a :class:`~bakeoff.launch.process.Worker` (a process of its
+own, spawned or forked from a server that has run nothing: compile backends and device plugins
+that change process-global state cannot leak between targets, and peak memory is measured per
+target). The worker keeps its target prepared and runs the
 session's steps on command (``start``, ``round``, ``scenarios``, ``finish``), so the parent can
 time several targets in turns. If the worker dies or a step outlives the timeout, the parent
 records why (signal, exit code, timeout) with the tail of the Python-level traceback that
@@ -100,8 +101,8 @@ def serve_sessions(conn: Any, phase_file: str, capture_dir: str) -> None:
 class SessionPool(WorkerPool):
     """Warm workers that serve target sessions, one kind per target and environment switches."""
 
-    def __init__(self, preload: tuple[str, ...] = ("torch",), reuse: bool = True) -> None:
-        super().__init__(preload, reuse, serve=serve_sessions, name=TARGET_WORKER)
+    def __init__(self, preload: tuple[str, ...] = ("torch",), reuse: bool = True, server: Any = None) -> None:
+        super().__init__(preload, reuse, serve=serve_sessions, name=TARGET_WORKER, server=server)
 
     @staticmethod
     def key_of(job: TargetJob) -> Any:

@@ -1,9 +1,12 @@
 """A trial's worker processes, started early: their imports overlap the parent's own work.
 
 An isolated trial gives each target session a worker of its own (a
-:class:`~bakeoff.runner.isolation.SessionPool` without reuse); :func:`start_workers` starts the
-first wave before the workload is built, as many as the machine can import in parallel, each
-preloading what the workload needs (:func:`preload_for`).
+:class:`~bakeoff.runner.isolation.SessionPool` without reuse). Where the platform forks, the
+workers are forked from this process's warm server for the workload's kind
+(:func:`bakeoff.launch.warm.shared_server`, importing :func:`server_preload`), which
+:func:`start_workers` starts before the workload is built; elsewhere it spawns the first wave
+then, as many as the machine can import in parallel, each preloading what the workload needs
+(:func:`preload_for`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,15 @@ from bakeoff.settings import TrialSettings
 from bakeoff.target.spec import Target
 from bakeoff.workload.base import WorkloadSpec
 
-__all__ = ["first_wave", "preload_for", "preloaded_sessions", "session_factory", "start_workers"]
+__all__ = [
+    "SESSION_MODULES",
+    "first_wave",
+    "preload_for",
+    "preloaded_sessions",
+    "server_preload",
+    "session_factory",
+    "start_workers",
+]
 
 
 def preload_for(spec: WorkloadSpec, model_module: bool = True) -> tuple[str, ...]:
@@ -32,6 +43,17 @@ def preload_for(spec: WorkloadSpec, model_module: bool = True) -> tuple[str, ...
         module = spec.name.replace("-", "_")
         modules.append(f"transformers.models.{module}.modeling_{module}")
     return tuple(modules)
+
+
+#: What a trial's fork server imports beside the workload's libraries: a session's own modules.
+SESSION_MODULES = ("bakeoff.runner.isolation", "bakeoff.runner.session")
+
+
+def server_preload(spec: WorkloadSpec) -> tuple[str, ...]:
+    """What the fork server of ``spec``'s workers imports: what each worker preloads (the
+    architecture's modeling module too: imported once, not once per target) and a session's
+    modules."""
+    return (*preload_for(spec), *SESSION_MODULES)
 
 
 def _parallel_imports() -> int:
@@ -64,7 +86,8 @@ def preloaded_sessions(targets: Sequence[Target], settings: TrialSettings) -> in
 def start_workers(
     spec: WorkloadSpec, settings: TrialSettings | None = None, targets: Sequence[Target] | None = None
 ) -> Any:
-    """Start a single trial's workers now, so that their imports overlap this process's own
+    """Start a single trial's workers now (where they are forked, the server they are forked
+    from, unless this process has it already), so that their imports overlap this process's own
     work (parsing the targets, building the workload, the baseline); None without isolation.
 
     Without ``targets`` only the reference's worker starts (every trial has one): the caller
@@ -75,9 +98,10 @@ def start_workers(
     settings = settings or TrialSettings()
     if not settings.isolate:
         return None
+    from bakeoff.launch.warm import shared_server
     from bakeoff.runner.isolation import SessionPool
 
-    pool = SessionPool(preload_for(spec), reuse=False)
+    pool = SessionPool(preload_for(spec), reuse=False, server=shared_server(server_preload(spec)))
     try:
         wanted = 1 if targets is None else first_wave(preloaded_sessions(targets, settings), settings)
         pool.prestart(wanted)

@@ -81,7 +81,10 @@ def _warm_pool(preload: tuple[str, ...], workers: int) -> CellPool:
             import atexit
 
             atexit.register(_close_pools)
-        pool = _POOLS[preload] = CellPool(preload=preload)
+        from bakeoff.launch.warm import shared_server
+        from bakeoff.runner.workers import SESSION_MODULES
+
+        pool = _POOLS[preload] = CellPool(preload=preload, server=shared_server((*preload, *SESSION_MODULES)))
         pool.prestart(workers)
     return pool
 

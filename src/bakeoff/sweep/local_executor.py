@@ -1,13 +1,15 @@
 """The ``local`` executor of a sweep: each pending cell in a warm cell runner, stored here.
 
 The cell runner is a worker process (:class:`~bakeoff.launch.process.Worker`, named
-``bakeoff-cell-runner``) that has imported torch (and transformers, for a population of Hugging
+``bakeoff-cell-runner``, forked from this process's warm server where the platform allows:
+:mod:`bakeoff.launch.warm`) that has imported torch (and transformers, for a population of Hugging
 Face workloads) once and serves cell after cell with the same body a Ray task runs
 (:func:`~bakeoff.sweep.cell.run_cell`): it builds the workload, computes the baseline and runs
-the trial, its targets in warm workers of its own pool. This process only sends the cells and
-stores what comes back (the baseline, then the cell with its run, in one transaction). It hands
-the runner the next cell before it stores the last one, so the runner never waits for the
-knowledge base; a cell handed over but not stored when the sweep is stopped runs again on resume.
+the trial, its targets in warm workers of its own pool (forked from its own server, where it
+can). This process only sends the cells and stores what comes back (the baseline, then the cell
+with its run, in one transaction). It hands the runner the next cell before it stores the last
+one, so the runner never waits for the knowledge base; a cell handed over but not stored when
+the sweep is stopped runs again on resume.
 
 So a workload whose build crashes the interpreter, never returns, or is killed for memory costs
 its own cell and nothing else: the runner is ended (its target workers die with it: they are
@@ -35,6 +37,7 @@ from typing import Any
 
 from bakeoff.launch.job import Outcome
 from bakeoff.launch.process import Worker, leave
+from bakeoff.launch.warm import shared_server
 from bakeoff.results.values import RunResult
 from bakeoff.settings import TrialSettings
 from bakeoff.store.db import Store
@@ -147,7 +150,8 @@ def local_cells(
         if position is None:
             return None
         if runner is None:
-            runner = Worker(preload, serve=_serve_cells, name=RUNNER_NAME, daemon=False)
+            server = shared_server((*preload, __name__))
+            runner = Worker(preload, serve=_serve_cells, name=RUNNER_NAME, daemon=False, server=server)
         if status is not None:
             status(spec)
         began = time.monotonic()
