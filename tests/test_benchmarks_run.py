@@ -149,6 +149,17 @@ SCRIPTS: dict[str, tuple[list[str], list[str], list]] = {
         [rf"\s+0 emu\s+{NUMBER}s (pass|drift)", r"false alarms \(fail on a clean target\): 0 of 2"],
         [pytest.mark.emu],
     ),
+    "trial_workers.py": (
+        # one trial with spawned workers, one forked; a plain torch model: no transformers to import
+        ["--quick", "--workload", py_workload("mlp"), "--on", "cpu"],
+        [
+            rf"round 1 spawned\s+wall\s+{NUMBER} s\s+cpu\s+{NUMBER} s\s+cpu ok p50 {NUMBER} ms peak {NUMBER} MiB",
+            rf"round 1 forked\s+wall\s+{NUMBER} s",
+            rf"wall_s\s+{NUMBER} /\s+{NUMBER} = {NUMBER}",
+            rf"cpu\s+peak MiB\s+{NUMBER} /\s+{NUMBER} = {NUMBER}",
+        ],
+        [pytest.mark.isolated],
+    ),
     "timing_fidelity.py": (
         ["--quick"],
         [
