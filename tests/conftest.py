@@ -235,6 +235,7 @@ SHARED_WORK = {
     "test_workloads.py",
     "test_suite_grouping.py",
     "test_exec_ranks.py",
+    "test_exec_nodes.py",
     "test_launch.py",
 }
 #: Modules where only the tests that read a module-scoped run share it: those tests carry an

@@ -121,7 +121,7 @@ def _stored(settings: TrialSettings) -> dict[str, Any]:
 #: version of the run format: see docs/architecture.md, "The result format's rule").
 STORED_EXEC_KEYS = sorted(
     ["argv", "map", "strict", "captures", "capture_modules", "repeats", "seed", "timeout_s", "as_written", "audit",
-     "workdir", "files", "nproc"]
+     "workdir", "files", "nproc", "nodes"]
 )  # fmt: skip
 
 

@@ -135,3 +135,65 @@ def test_the_placement_shown_is_the_worst_ranks_and_a_note_says_whose():
     chosen, note = worst_placement([audit("on_device", "rank 0's"), audit("on_device")])
     assert chosen["placement"].verdict == "on_device" and chosen["compilation"] == "rank 0's" and note == ""
     assert worst_placement([None, None]) == (None, "")  # a killed job left no audit
+
+
+def test_nodes_parse_and_refuse_with_one_line_each():
+    import pytest
+
+    from bakeoff.errors import SpecError
+    from bakeoff.runner.script_ranks import job_port
+    from bakeoff.settings.nodes import Nodes
+
+    assert Nodes.parse("1/2@10.0.0.1:29500") == Nodes(1, 2, "10.0.0.1", 29500)
+    assert Nodes.parse("0/4@[fe80::1]:29500").host == "fe80::1"
+    assert str(Nodes.parse("0/4@[fe80::1]:29500")) == "0/4@[fe80::1]:29500"
+    assert str(Nodes.parse(" 0/1@node-a.cluster:80 ")) == "0/1@node-a.cluster:80"
+    for bad, said in (
+        ("2/2@h:1", "the node rank must be below the number of nodes"),
+        ("0/0@h:1", "the node rank must be below the number of nodes"),
+        ("0/2@h:70000", "the port must be 1 to 65535"),
+        ("0/2@h", "is not NODE_RANK/NNODES@HOST:PORT"),
+        ("0/2@h;rm -rf /:1", "is not NODE_RANK/NNODES@HOST:PORT"),
+        ("-1/2@h:1", "is not NODE_RANK/NNODES@HOST:PORT"),
+    ):
+        with pytest.raises(SpecError, match=said):
+            Nodes.parse(bad)
+    assert job_port(Nodes(0, 2, "h", 29500), 3) == 29503
+    with pytest.raises(SpecError, match="job 40 of this run would need port 65575"):
+        job_port(Nodes(0, 2, "h", 65535), 40)
+
+
+def test_torchruns_environment_for_a_rank_of_a_job_across_machines():
+    from bakeoff.settings.nodes import Nodes
+
+    env = torchrun_env(1, 4, 29503, {}, "abc", Nodes(2, 3, "10.0.0.1", 29500))
+    assert {k: env[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "ROLE_RANK")} == {
+        "RANK": "9", "LOCAL_RANK": "1", "WORLD_SIZE": "12", "LOCAL_WORLD_SIZE": "4", "ROLE_RANK": "9"
+    }  # fmt: skip
+    assert (env["GROUP_RANK"], env["GROUP_WORLD_SIZE"], env["ROLE_WORLD_SIZE"]) == ("2", "3", "12")
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("10.0.0.1", "29503")
+
+
+def test_a_machines_ranks_merge_under_their_global_ranks():
+    from bakeoff.settings.nodes import Nodes
+
+    nodes = Nodes(1, 2, "h", 1)
+    end = GroupEnd((Ran(0), Ran(0)), None, (), (1.0, 1.2))
+    result, captured, error = merged(
+        end, _results(1.0, 1.5), [{"loss": [1]}, {"loss": [2]}], [None] * 2, 60, nodes=nodes
+    )
+    assert error is None and captured == {"rank2/loss": [1], "rank3/loss": [2]}
+    assert [r["rank"] for r in result["ranks"]] == [2, 3] and list(result["capture_times"]) == ["rank2/loss"]
+    end = GroupEnd((Ran(0), Ran(1)), 1, (), (0.5, 0.6))
+    errors = [None, ErrorInfo("ValueError", "bad shard")]
+    _, _, error = merged(end, _results(1.0, 1.0), [{}, {}], errors, 60, nodes=nodes)
+    assert error.message == "rank 3 of 4: bad shard"
+    end = GroupEnd((Ran(None), Ran(None)), None, (), (None, None))
+    timeout = ErrorInfo("Timeout", "no end", "timeout")
+    _, _, error = merged(
+        end, _results(1.0, 1.0), [{}, {}], [timeout, timeout], 8, {1: "t.py:9, in barrier"}, nodes=nodes
+    )
+    assert error.message == (
+        "no end within 8 s: still running rank 2 (where: unknown); rank 3 at t.py:9, in barrier "
+        "(this machine's ranks only: 2 of 4; another machine's may not have come)"
+    )

@@ -420,7 +420,8 @@ def test_a_script_run_gives_the_exec_keywords_and_one_without_its_directory_is_r
         "exec": {
             "script": "train.py", "args": ["--steps", "3"], "on": ["xpu"], "reference": "cpu", "map_devices": ["cuda"],
             "strict": True, "capture": ["train:evaluate"], "timeout_s": 30.0, "seed": 7, "audit": False,
-            "files": True, "capture_modules": ["@roots"], "repeats": 0, "nproc": 1, "workdir": "/home/team/project",
+            "files": True, "capture_modules": ["@roots"], "repeats": 0, "nproc": 1, "nodes": "",
+            "workdir": "/home/team/project",
         },
         "env": [],
     }  # fmt: skip

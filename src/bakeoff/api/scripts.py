@@ -32,6 +32,7 @@ def exec_script(
     files: bool = _DEFAULT.files,
     repeats: int = _DEFAULT.repeats,
     nproc: int = _DEFAULT.nproc,
+    nodes: str = _DEFAULT.nodes,
     workdir: PathLike | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> RunResult:
@@ -70,7 +71,7 @@ def exec_script(
     settings = ExecSettings.from_options(
         reference=reference, map_devices=map_devices, strict=strict, capture=capture,
         capture_modules=capture_modules, timeout_s=timeout_s, seed=seed, audit=audit, files=files, repeats=repeats,
-        nproc=nproc,
+        nproc=nproc, nodes=nodes,
     )  # fmt: skip
     path = Path(script)
     folder = Path.cwd() if workdir is None else Path(workdir)

@@ -37,6 +37,7 @@ _setting = functools.partial(setting_option, EXEC_OPTIONS, early=True)
     "  bakeoff exec --on cpu+inductor,emu+aot_eager infer.py\n"
     "  bakeoff exec --on emu --repeats 5 train.py   # timed over 5 clean runs a side\n"
     "  bakeoff exec --on emu --nproc 2 train_ddp.py   # two ranks, as torchrun --nproc-per-node 2\n"
+    "  bakeoff exec --on emu --nproc 8 --nodes 1/2@10.0.0.1:29500 train_ddp.py   # machine 1 of 2\n"
     "  bakeoff exec --on emu --seed 1 train.py --seed 3 --on cpu   # the script's own --seed and --on",
 )
 @click.argument("script", type=click.Path(dir_okay=False))
@@ -56,6 +57,7 @@ _setting = functools.partial(setting_option, EXEC_OPTIONS, early=True)
 @_setting("files")
 @_setting("repeats")
 @_setting("nproc")
+@_setting("nodes")
 @verbose_option
 @db_option
 @format_option

@@ -61,6 +61,7 @@ from bakeoff.env import capture_environment
 from bakeoff.launch.forkserver import ForkServer, forkable
 from bakeoff.results.values import ErrorInfo, Latency, RunResult, TargetResult
 from bakeoff.runner.script_checks import script_checks
+from bakeoff.runner.script_ranks import job_port
 from bakeoff.runner.script_run import ScriptRun, copy_workdir, run_environment, run_script
 from bakeoff.runner.script_stdin import remove_shared_stdin
 from bakeoff.runner.script_timing import span_samples, speedups, timed
@@ -307,9 +308,18 @@ def exec_script(
             placed[target] = ranks_device(target, settings.nproc)
         return placed[target]
 
-    def once(target: Target, remap: bool, audited: bool, timing: bool = False, honest: bool = False) -> ScriptRun:
-        """One run; a ``timing`` run is the script alone: no audit, captures, modules or files;
-        an ``honest`` one runs under rounding noise (the honest reference)."""
+    others = [t for t in targets if t != reference]
+    nodes = settings.node_layout
+    if nodes is not None:  # every job's port exists before the first job runs
+        job_port(nodes, 2 + len(others) + settings.repeats * (1 + len(others)) - 1)
+
+    def once(
+        target: Target, remap: bool, audited: bool, job: int, timing: bool = False, honest: bool = False
+    ) -> ScriptRun:
+        """One run, the run's job at position ``job`` (fixed whatever runs before it: across
+        machines, the same job of each meets at its port); a ``timing`` run is the script alone:
+        no audit, captures, modules or files; an ``honest`` one runs under rounding noise (the
+        honest reference)."""
         mapping = {src: device_for(target)[0] for src in settings.sources} if remap else {}
         return run_script(
             located, argv, workdir, mapping, strict=settings.strict, captures=() if timing else settings.capture,
@@ -317,7 +327,7 @@ def exec_script(
             audit=target.torch_device if audited and not timing else None, files=settings.files and not timing,
             capture_modules=() if timing else settings.capture_modules,
             compile=target.spec.partition("+")[2] if remap and target.is_compiled else "", rounding_noise=honest,
-            server=server, nproc=settings.nproc,
+            server=server, nproc=settings.nproc, nodes=nodes, job=job,
         )  # fmt: skip
 
     # every run forked from one warm process that imported PyTorch once, where the platform allows:
@@ -327,7 +337,7 @@ def exec_script(
     server = ForkServer(PRELOAD, run_environment(settings.seed)) if forkable() else None
     try:
         say(f"running {script.name} as the reference on {'its own device' if as_written else reference.spec}")
-        ref_run = once(reference, not as_written, False)
+        ref_run = once(reference, not as_written, False, 0)
         ref_run = _misplaced(ref_run, reference.spec, settings.sources[0] if as_written else reference.torch_device)
         read = input_digests(workdir, ref_run.result.get("inputs_read") or ())  # as the reference read them
         workload = script_workload(located, argv, shown=script, inputs=read)
@@ -335,7 +345,7 @@ def exec_script(
         honest, honest_notes = None, []
         if ref_run.status == "ok":
             say(f"running {script.name} again as the honest reference (every op within a few units of roundoff)")
-            honest = once(reference, not as_written, False, honest=True)
+            honest = once(reference, not as_written, False, 1, honest=True)
             if honest.status != "ok":
                 why = clip(honest.error.message, 200) if honest.error else "it failed"
                 honest_notes.append(
@@ -358,7 +368,7 @@ def exec_script(
                 evidence.append(None)
                 continue
             say(f"running {script.name} on {target.spec}")
-            run = once(target, True, settings.audit)
+            run = once(target, True, settings.audit, 2 + others.index(target))
             context = ScriptContext(target, run, ref_run, honest, reference_name)
             shared = device_for(target)[1]
             results.append(_result(target, run, False, context, [shared] if shared else (), settings.repeats > 0))
@@ -366,10 +376,11 @@ def exec_script(
         # the timing runs, in turns (the reference, then each target, N times): drift hits all alike
         timing: list[list[ScriptRun] | None] = [[] if settings.repeats and r.status == "ok" else None for r in results]
         for i in range(settings.repeats):
-            for result, runs in zip(results, timing, strict=True):
+            for j, (result, runs) in enumerate(zip(results, timing, strict=True)):
                 if runs is not None:
                     say(f"timing {script.name} on {result.target.spec} ({i + 1} of {settings.repeats})")
-                    runs.append(once(result.target, not (result.is_reference and as_written), False, timing=True))
+                    job = 2 + len(others) + i * len(results) + j
+                    runs.append(once(result.target, not (result.is_reference and as_written), False, job, timing=True))
     finally:
         processes = _processes(server)
         if server is not None:

@@ -14,6 +14,14 @@ rank's captures under ``rankR/NAME``, so that every rank is compared with the re
 rank by the correctness check's own rules; the rewrites summed over the ranks; the wall time of
 the slowest rank. Every rank's run is audited; the placement shown is the worst rank's
 (:func:`worst_placement`), the compilation rank 0's.
+
+Across machines (``--nodes NODE_RANK/NNODES@HOST:PORT``, :class:`~bakeoff.settings.nodes.Nodes`), each machine runs the
+same ``bakeoff exec`` command with its own node rank: its ranks are ``NODE_RANK x N`` to ``NODE_RANK
+x N + N - 1`` of a world of ``NNODES x N``, they meet the others' at ``HOST`` (node 0's address),
+and each job of the run (the reference, the honest reference, each target, each timed repeat)
+has a port of its own, ``PORT`` plus the job's fixed position (:func:`job_port`), so that the
+same job of every machine meets, and never another. Each machine compares and stores its own
+ranks, named by their global rank.
 """
 
 from __future__ import annotations
@@ -24,15 +32,42 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bakeoff.errors import SpecError
 from bakeoff.launch.group import GroupEnd
 from bakeoff.results.values import ErrorInfo
+from bakeoff.settings.nodes import Nodes
 
-__all__ = ["first_failed", "free_port", "hang_site", "merged", "rank_name", "torchrun_env", "worst_placement"]
+__all__ = [
+    "first_failed",
+    "free_port",
+    "hang_site",
+    "job_port",
+    "merged",
+    "rank_name",
+    "torchrun_env",
+    "worst_placement",
+]
 
 
-def worst_placement(audits: Sequence[Mapping[str, Any] | None]) -> tuple[dict[str, Any] | None, str]:
-    """The audit whose placement is the worst of the ranks' (rank 0's on a tie; its compilation
-    is rank 0's), and a note saying whose it is when another rank's differs."""
+def job_port(nodes: Nodes, position: int) -> int:
+    """The port the job at ``position`` of a run meets at (see the module docstring).
+
+    Raises:
+        SpecError: the run has more jobs than ports are left above ``nodes.port``.
+    """
+    port = nodes.port + position
+    if port > 65535:
+        raise SpecError(
+            f"--nodes {nodes}: job {position} of this run would need port {port}",
+            hint="choose a lower port: each job of the run (every target and timed repeat) takes the next one",
+        )
+    return port
+
+
+def worst_placement(audits: Sequence[Mapping[str, Any] | None], offset: int = 0) -> tuple[dict[str, Any] | None, str]:
+    """The audit whose placement is the worst of this machine's ranks' (the first's on a tie;
+    its compilation is the first's), and a note saying whose it is when another rank's differs
+    (ranks named from ``offset``, this machine's first global rank)."""
     from bakeoff.checks.placement import RANK
 
     found = [(rank, a) for rank, a in enumerate(audits) if a is not None and a.get("placement") is not None]
@@ -43,8 +78,8 @@ def worst_placement(audits: Sequence[Mapping[str, Any] | None]) -> tuple[dict[st
     verdicts = {r: a["placement"].verdict for r, a in found}
     if len(set(verdicts.values())) == 1:
         return chosen, ""
-    each = ", ".join(f"rank {r} {v}" for r, v in verdicts.items())
-    return chosen, f"placement is rank {rank}'s, the worst of {len(audits)} ranks ({each})"
+    each = ", ".join(f"rank {offset + r} {v}" for r, v in verdicts.items())
+    return chosen, f"placement is rank {offset + rank}'s, the worst of {len(audits)} ranks ({each})"
 
 
 def rank_name(rank: int, name: str) -> str:
@@ -59,12 +94,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def torchrun_env(rank: int, world: int, port: int, env: Mapping[str, str], run_id: str) -> dict[str, str]:
-    """The variables torchrun sets for rank ``rank`` of ``world`` on one machine."""
-    ranks = {"RANK": rank, "LOCAL_RANK": rank, "ROLE_RANK": rank, "WORLD_SIZE": world}
-    ranks |= {"LOCAL_WORLD_SIZE": world, "ROLE_WORLD_SIZE": world, "GROUP_RANK": 0, "GROUP_WORLD_SIZE": 1}
+def torchrun_env(
+    local: int, nproc: int, port: int, env: Mapping[str, str], run_id: str, nodes: Nodes | None = None
+) -> dict[str, str]:
+    """The variables torchrun sets for local rank ``local`` of ``nproc`` on this machine: node 0
+    of 1 on the loopback, or ``nodes``'s place in a job across machines."""
+    node, count = (nodes.rank, nodes.count) if nodes is not None else (0, 1)
+    rank, world = node * nproc + local, count * nproc
+    ranks = {"RANK": rank, "LOCAL_RANK": local, "ROLE_RANK": rank, "WORLD_SIZE": world}
+    ranks |= {"LOCAL_WORLD_SIZE": nproc, "ROLE_WORLD_SIZE": world, "GROUP_RANK": node, "GROUP_WORLD_SIZE": count}
     found = {name: str(value) for name, value in ranks.items()}
-    found |= {"ROLE_NAME": "default", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    host = nodes.host if nodes is not None else "127.0.0.1"
+    found |= {"ROLE_NAME": "default", "MASTER_ADDR": host, "MASTER_PORT": str(port)}
     found |= {"TORCHELASTIC_RUN_ID": run_id, "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0"}
     found["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS", "1")
     return found
@@ -130,30 +171,41 @@ def _error(
     timeout_s: float,
     sites: Mapping[int, str],
     ended: Mapping[int, float],
+    offset: int = 0,
+    world: int | None = None,
 ) -> ErrorInfo | None:
     """The run's error: the first rank's that failed (:func:`first_failed`; the ranks stopped
     after it named), or the timeout's (each rank still running named with where it was,
-    ``sites``)."""
-    world = len(errors)
+    ``sites``). Ranks are named by their global rank (this machine's first is ``offset``, of
+    ``world``, all of the job's ranks: by default this machine's)."""
+    world = world or len(errors)
+
+    def named(ranks: Sequence[int]) -> str:
+        return ", ".join(str(offset + r) for r in ranks)
+
     if end.failed_first is None and any(r.timed_out for r in end.ran):
         running = [r for r, ran in enumerate(end.ran) if ran.timed_out]
-        ended = [r for r in range(world) if r not in running]
-        where = "; ".join(f"rank {r} at {sites[r]}" if r in sites else f"rank {r} (where: unknown)" for r in running)
+        done = [r for r in range(len(errors)) if r not in running]
+        where = "; ".join(
+            f"rank {offset + r} at {sites[r]}" if r in sites else f"rank {offset + r} (where: unknown)" for r in running
+        )
         message = f"no end within {timeout_s:g} s: still running {where}"
-        if ended:
-            message += f"; rank {', '.join(map(str, ended))} had ended (a collective the others never joined?)"
+        if done:
+            message += f"; rank {named(done)} had ended (a collective the others never joined?)"
+        if world > len(errors):
+            message += f" (this machine's ranks only: {len(errors)} of {world}; another machine's may not have come)"
         tail = next((e.traceback for e in errors if e is not None and e.traceback), "")
         return ErrorInfo("Timeout", message, "timeout", "script", tail)
     first = first_failed(end, errors, ended)
     if first is None or errors[first] is None:
         return None
     error = errors[first]
-    message = f"rank {first} of {world}: {error.message}"
+    message = f"rank {offset + first} of {world}: {error.message}"
     after = [r for r, e in enumerate(errors) if e is not None and r != first and r not in end.stopped]
     if after:
-        message += f"; then rank {', '.join(map(str, after))} failed too"
+        message += f"; then rank {named(after)} failed too"
     if end.stopped:
-        message += f"; rank {', '.join(map(str, end.stopped))} stopped after it"
+        message += f"; rank {named(end.stopped)} stopped after it"
     return ErrorInfo(error.type, message, error.category, error.phase, error.traceback)
 
 
@@ -165,10 +217,14 @@ def merged(
     timeout_s: float,
     sites: Mapping[int, str] | None = None,
     ended: Mapping[int, float] | None = None,
+    nodes: Nodes | None = None,
 ) -> tuple[dict[str, Any], dict[str, list[Any]], ErrorInfo | None]:
-    """The ranks' results, captures and errors as one run's (see the module docstring);
-    ``sites``: where each rank still running at the timeout was (:func:`hang_site`); ``ended``:
-    when each rank's script ended (:func:`first_failed`)."""
+    """This machine's ranks' results, captures and errors as one run's (see the module
+    docstring); ``sites``: where each rank still running at the timeout was (:func:`hang_site`);
+    ``ended``: when each rank's script ended (:func:`first_failed`); ``nodes``: this machine's
+    place in a job across machines (its ranks are then named by their global rank)."""
+    offset = nodes.rank * len(results) if nodes is not None else 0
+    world = nodes.count * len(results) if nodes is not None else len(results)
     base = dict(results[0]) if results and results[0] else {}
     present = [r for r in results if r]
     if present:
@@ -183,16 +239,18 @@ def merged(
         base["inputs_read"] = sorted({p for r in present for p in r.get("inputs_read") or ()})
         missing = [set(r.get("captures_missing") or ()) for r in present]
         base["captures_missing"] = sorted(set.intersection(*missing)) if len(missing) == len(results) else []
-        # the spans between captures are rank 0's: the ranks' clocks interleave
-        base["capture_times"] = {rank_name(0, n): t for n, t in (results[0].get("capture_times") or {}).items()}
+        # the spans between captures are this machine's first rank's: the ranks' clocks interleave
+        base["capture_times"] = {rank_name(offset, n): t for n, t in (results[0].get("capture_times") or {}).items()}
     base["ranks"] = [
         {
-            "rank": rank,
+            "rank": offset + rank,
             "exit": end.ran[rank].code,
             "wall_s": (results[rank] or {}).get("wall_s"),
             **({"error": errors[rank].message} if errors[rank] is not None else {}),
         }
         for rank in range(len(results))
     ]
-    found = {rank_name(rank, name): values for rank, got in enumerate(captures) for name, values in got.items()}
-    return base, found, _error(end, errors, timeout_s, sites or {}, ended or {})
+    found = {
+        rank_name(offset + rank, name): values for rank, got in enumerate(captures) for name, values in got.items()
+    }
+    return base, found, _error(end, errors, timeout_s, sites or {}, ended or {}, offset, world)

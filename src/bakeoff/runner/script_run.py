@@ -37,6 +37,7 @@ from bakeoff.results.values import ErrorInfo
 from bakeoff.script.child_reports import with_children
 from bakeoff.script.children import ENV as CHILDREN_ENV
 from bakeoff.script.outputs import Outputs, read_outputs, stamp, written
+from bakeoff.settings.nodes import Nodes
 
 __all__ = [
     "MAX_WORKDIR_BYTES",
@@ -181,6 +182,8 @@ def run_script(
     rounding_noise: bool = False,
     server: ForkServer | None = None,
     nproc: int = 1,
+    nodes: Nodes | None = None,
+    job: int = 0,
 ) -> ScriptRun:
     """Run ``script`` once in a copy of ``workdir`` under ``mapping`` (empty: as written);
     with ``audit`` (the target's device), audit where its work ran
@@ -192,7 +195,8 @@ def run_script(
     with ``server`` (started with :data:`~bakeoff.runner.script_worker.PRELOAD` in
     :func:`run_environment` of ``seed``), forked from that warm process instead of a fresh
     interpreter (a fresh one when the server cannot); with ``nproc`` over 1, as that many ranks
-    of a torchrun-style job (:mod:`bakeoff.runner.script_ranks`).
+    of a torchrun-style job (:mod:`bakeoff.runner.script_ranks`); with ``nodes``, as this
+    machine's ``nproc`` ranks of a job across machines, the run's job at position ``job``.
 
     The run's temporary directory is named after this process, so that a later run removes it
     when this process was killed before it could (:mod:`bakeoff.launch.tempdirs`)."""
@@ -222,8 +226,9 @@ def run_script(
 
         env = {**run_environment(seed), "PWD": str(work)}
         forks = server if server is not None and server.env == run_environment(seed) else None
-        if nproc > 1:
-            result, captured, error, log, audited = _ranks(arguments, env, work, base, nproc, timeout_s, audit, forks)
+        if nproc > 1 or nodes is not None:
+            ranks = _Ranks(nproc, nodes, job)
+            result, captured, error, log, audited = _ranks(arguments, env, work, base, ranks, timeout_s, audit, forks)
         else:
             result, captured, error, log, audited = _single(arguments, env, work, base, timeout_s, audit, forks)
         wall = result.get("wall_s") if error is None or error.category != "timeout" else None
@@ -279,24 +284,36 @@ def _single(
     return _read(out, ran.code, timeout_s, audit, OutputLog(), "script")
 
 
+@dataclass(frozen=True)
+class _Ranks:
+    """A run's ranks on this machine: ``nproc`` of them, this machine's place in a job across
+    machines (``nodes``, None: the loopback alone) and the run's job position there."""
+
+    nproc: int
+    nodes: Nodes | None = None
+    job: int = 0
+
+
 def _ranks(
-    arguments: Any, env: dict[str, str], work: Path, base: Path, nproc: int, timeout_s: float, audit: str | None,
+    arguments: Any, env: dict[str, str], work: Path, base: Path, ranks: _Ranks, timeout_s: float, audit: str | None,
     server: ForkServer | None,
 ) -> _Read:  # fmt: skip
-    """``nproc`` processes as one job, torchrun's way (:mod:`bakeoff.runner.script_ranks`)."""
+    """``ranks.nproc`` processes as one job, torchrun's way (:mod:`bakeoff.runner.script_ranks`)."""
     import uuid
 
     from bakeoff.launch.group import Member, forked_member, run_group, start_command, stop
-    from bakeoff.runner.script_ranks import free_port, hang_site, merged, torchrun_env, worst_placement
+    from bakeoff.runner.script_ranks import free_port, hang_site, job_port, merged, torchrun_env, worst_placement
     from bakeoff.runner.script_worker import ENDED, STACKS
 
-    port, run_id = free_port(), uuid.uuid4().hex[:8]
+    nproc, nodes = ranks.nproc, ranks.nodes
+    port = job_port(nodes, ranks.job) if nodes is not None else free_port()
+    run_id = uuid.uuid4().hex[:8] if nodes is None else f"bakeoff-{nodes.host}-{port}"  # alike on every machine
     outs = [base / "out" / f"rank{rank}" for rank in range(nproc)]
     members: list[Member] = []
     try:
         for rank, out in enumerate(outs):
             out.mkdir(parents=True)
-            rank_env = {**env, **torchrun_env(rank, nproc, port, env, run_id)}
+            rank_env = {**env, **torchrun_env(rank, nproc, port, env, run_id, nodes)}
             args = arguments(out, audit)
             streams = (out / "stdout.txt", out / "stderr.txt")
             member = forked_member(server, f"{WORKER}:forked", args, rank_env, work, *streams) if server else None
@@ -309,7 +326,10 @@ def _ranks(
         stop(members)
         raise
     log = OutputLog()
-    read = [_read(out, end.ran[rank].code, timeout_s, audit, log, f"rank {rank}") for rank, out in enumerate(outs)]
+    offset = nodes.rank * nproc if nodes is not None else 0
+    read = [
+        _read(out, end.ran[rank].code, timeout_s, audit, log, f"rank {offset + rank}") for rank, out in enumerate(outs)
+    ]
     sites = {}
     for rank in (r for r, ran in enumerate(end.ran) if ran.timed_out):
         stacks = outs[rank] / STACKS
@@ -323,8 +343,8 @@ def _ranks(
         except (OSError, ValueError):
             pass
     parts = [r[0] for r in read], [r[1] for r in read], [r[2] for r in read]
-    result, captured, error = merged(end, *parts, timeout_s, sites, ended)
-    audited, note = worst_placement([r[4] for r in read])
+    result, captured, error = merged(end, *parts, timeout_s, sites, ended, nodes)
+    audited, note = worst_placement([r[4] for r in read], offset)
     if note:
         result["placement_of"] = note
     return result, captured, error, log, audited

@@ -19,6 +19,7 @@ from typing import Any
 
 from bakeoff.errors import SpecError
 from bakeoff.settings.bounds import SEED, TIMEOUT, Bounds
+from bakeoff.settings.nodes import Nodes
 from bakeoff.settings.option import (
     Option,
     check_device_map,
@@ -59,6 +60,12 @@ class ExecSettings:
     files: bool = True
     repeats: int = 0
     nproc: int = 1
+    nodes: str = ""
+
+    @property
+    def node_layout(self) -> Nodes | None:
+        """This machine's place in a job across machines, None for a job on this machine alone."""
+        return Nodes.parse(self.nodes) if self.nodes else None
 
     @property
     def sources(self) -> list[str]:
@@ -121,6 +128,10 @@ def run_settings(
 
 
 # -- the checks: each turns a keyword's value into its field's, or raises SpecError ----------
+
+
+def _check_nodes(value: str, given: Mapping[str, Any]) -> str:
+    return str(Nodes.parse(str(value))) if value else ""
 
 
 def _check_capture(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[str, ...]:
@@ -258,6 +269,19 @@ EXEC_OPTIONS: dict[str, Option] = {
             bounds=_NPROC,
             metavar="N",
             example=2,
+        ),
+        Option(
+            "nodes",
+            "--nodes",
+            _DEFAULT.nodes,
+            "Run as one machine of a job across NNODES machines, torchrun's static rendezvous: "
+            "NODE_RANK/NNODES@HOST:PORT, the same command on every machine with its own NODE_RANK, "
+            "HOST node 0's address; this machine's --nproc ranks are NODE_RANK x N to NODE_RANK x N + "
+            "N - 1, and each job of the run (the reference, the honest reference, each target, each "
+            "timed repeat) meets at PORT plus its position [default: this machine alone].",
+            _check_nodes,
+            metavar="NODE_RANK/NNODES@HOST:PORT",
+            example="0/1@127.0.0.1:29400",
         ),
     )
 }
