@@ -8,8 +8,9 @@ bakeoff itself is killed). Clean controls: the test device at 2 and 4 ranks, and
 at 2, whose sums round honestly (within the dtype's rounding, not all exact). DDP: two bfloat16
 steps of a one-layer Llama on the device pass against one float64 process on the global batch and
 the CPU's gloo job (differing from it by rounding), under DDP and under FSDP2; the same faults
-make rank 1's replica differ (named: step, rank, parameter), and an FSDP unit whose gradients are
-not reduced leaves the band at step 1.
+make rank 1's replica differ (named: step, rank, parameter), an FSDP unit whose gradients are
+not reduced leaves the band at step 1, and a rank stuck in DDP's gradient all_reduce is a hang
+named by its step and bucket.
 """
 
 from __future__ import annotations
@@ -63,6 +64,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     # the faults show at step 1: one step each
     found["ddp_avg"] = _dist(db, *ddp, "--steps", "1", fault="avg_twice@1")
     found["fsdp_unreduced"] = _dist(db, *ddp, "--steps", "1", "--mode", "fsdp", fault="unreduced@1")
+    # rank 1 never returns from its fifth collective: DDP's first gradient all_reduce (after four
+    # of DDP's own set-up collectives), issued by the comm hook in the middle of backward
+    marker = uuid.uuid4().hex
+    found["ddp_hang"] = _dist(db, *ddp, "--steps", "1", "--mode", "ddp", "--hang-timeout", "4", fault="stall@1:5",
+                              marker=marker)  # fmt: skip
+    found["ddp_hang_left"] = marked(marker)
     return found
 
 
@@ -191,6 +198,16 @@ def test_a_rank_whose_all_reduce_averages_again_is_named_with_the_step_and_param
     assert world["divergence"] == {"step": 1, "rank": 1, "parameter": "model.embed_tokens.weight", "against": "rank 0",
                                    "figure": "", "error": None, "allowed": None}  # fmt: skip
     assert "rank 1's weights differ from rank 0's after step 1 in model.embed_tokens.weight" in world["reason"]
+
+
+def test_a_hang_inside_ddps_gradient_all_reduce_is_named_by_its_step_and_bucket(runs):
+    (world,) = _json(runs["ddp_hang"])["worlds"]
+    assert world["mode"] == "ddp" and world["verdict"] == "hang", world["reason"]
+    hang = world["hang"]
+    assert hang["collective"] == "step 1: DDP gradient all_reduce (bucket 0)"  # not "training step 1" alone
+    assert hang["waiting"] == [0, 1] and hang["missing"] == []  # rank 1 stuck in it, rank 0 waiting for rank 1
+    assert "the target job" in world["reason"]  # the CPU's gloo reference finished: the device's job hung
+    assert not runs["ddp_hang_left"]
 
 
 def test_kill_9_of_bakeoff_during_a_hang_takes_every_rank_with_it(tmp_path):

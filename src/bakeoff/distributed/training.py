@@ -15,6 +15,11 @@ Each run returns per step its loss (the ranks' mean), the global gradient norm a
 all-reduce, the update norm, and per parameter two checksums (float64 sum and sum of squares)
 of the weights after the step; rank 0 of each run (and the golden) writes its weights after each
 step to a safetensors file, from which the parent measures distances.
+
+A rank records what it enters (:class:`Entered`): each step, and under DDP each gradient
+all_reduce it issues (a comm hook, PyTorch's own ``allreduce_hook``: the gradient divided by the
+world size, then summed, as DDP's built-in reduction does), so that a hang inside DDP's own
+collectives is named by the step and bucket it waits in, not by its step alone.
 """
 
 from __future__ import annotations
@@ -25,7 +30,34 @@ from typing import Any
 
 from bakeoff.distributed.ranks import enter, finished, join_group, wait_for_every_rank
 
-__all__ = ["DdpJob", "GoldenJob", "global_batch"]
+__all__ = ["DdpJob", "Entered", "GoldenJob", "global_batch"]
+
+
+class Entered:
+    """A rank's count of what it entered, in its phase file (:func:`~bakeoff.distributed.ranks.enter`):
+    each training step, and each DDP gradient all_reduce (:func:`recorded_all_reduce`)."""
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self.step = 0
+
+    def step_begins(self, step: int) -> None:
+        self.step, self.seq = step, self.seq + 1
+        enter(self.seq, f"training step {step}")
+
+    def all_reduce(self, bucket: int) -> None:
+        self.seq += 1
+        enter(self.seq, f"step {self.step}: DDP gradient all_reduce (bucket {bucket})")
+
+
+def recorded_all_reduce(entered, bucket):
+    """DDP's comm hook: record the bucket's all_reduce, then reduce it as DDP does. (Unannotated:
+    DDP refuses a hook whose ``bucket`` is annotated as anything but ``GradBucket``, and under
+    postponed annotations even that is a string.)"""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    entered.all_reduce(bucket.index())
+    return allreduce_hook(None, bucket)
 
 
 def global_batch(batches: list[tuple[tuple, dict]]) -> tuple[tuple, dict]:
@@ -88,7 +120,7 @@ class _Steps:
     lr: float
 
     def train(self, model: Any, params: list[Any], batch_of: Any, loss_of: Any, weights_file: str | None,
-              rank_of_phase: bool = False, summed: Any = None) -> dict[str, Any]:  # fmt: skip
+              entered: Entered | None = None, summed: Any = None) -> dict[str, Any]:  # fmt: skip
         import math
 
         import torch
@@ -99,8 +131,8 @@ class _Steps:
         rows = []
         kept = {}
         for step in range(self.steps):
-            if rank_of_phase:
-                enter(step + 1, f"training step {step + 1}")
+            if entered is not None:
+                entered.step_begins(step + 1)
             args, kwargs = batch_of(step)
             optimizer.zero_grad(set_to_none=True)
             torch.manual_seed(1000 + step)
@@ -207,6 +239,7 @@ class DdpJob:
         workload, recipe = _built(self.workload_spec)
         device, backend = join_group(self.target, self.rank, self.world, self.rendezvous, self.pg_timeout_s)
         dtype = getattr(torch, self.target.dtype) if self.target.dtype else None
+        entered = Entered()
         try:
             model = workload.model.to(device=device, dtype=dtype)
             summed = None
@@ -220,6 +253,7 @@ class DdpJob:
 
             else:
                 wrapped = DistributedDataParallel(model)
+                wrapped.register_comm_hook(entered, recorded_all_reduce)
             params = [p for p in model.parameters() if p.requires_grad]
 
             def batch_of(step: int) -> tuple[tuple, dict]:
@@ -227,9 +261,8 @@ class DdpJob:
 
             began = time.monotonic()
             steps = _Steps(self.workload_spec, self.steps, self.lr)
-            done = steps.train(wrapped, params, batch_of, recipe.loss, self.weights_file, rank_of_phase=True,
-                               summed=summed)  # fmt: skip
-            finished(self.steps)
+            done = steps.train(wrapped, params, batch_of, recipe.loss, self.weights_file, entered, summed)
+            finished(entered.seq)
             wait_for_every_rank(self.world)
         finally:
             dist.destroy_process_group()
