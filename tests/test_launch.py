@@ -305,3 +305,20 @@ def test_a_server_past_the_kept_number_is_ended_only_once_its_workers_have(monke
     assert busy.broken == "the fork server was closed" and second.broken == "the fork server was closed"
     assert third.broken is None
     warm.close_servers()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forked workers are Linux's")
+def test_a_server_replaced_while_its_worker_runs_is_ended_only_after_it(monkeypatch):
+    import bakeoff.launch.warm as warm
+    from bakeoff.launch.process import Worker
+
+    old = warm.shared_server(("json", "csv", "textwrap"))
+    worker = Worker(server=old)
+    assert worker.started(60).ok
+    monkeypatch.setenv("TORCH_SHOW_CPP_STACKTRACES", "0")  # read at import: a new server for what follows
+    new = warm.shared_server(("json", "csv", "textwrap"))
+    assert new is not old and old.broken is None and worker.alive  # the running worker is not killed
+    assert worker.request(Seeded("value"), 60).ok
+    worker.close()
+    warm.shared_server(("json", "csv", "textwrap"))  # the next request ends the old one, now idle
+    assert old.broken == "the fork server was closed" and new.broken is None

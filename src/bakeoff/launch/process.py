@@ -258,7 +258,7 @@ class Worker:
         self._listening.bind(path)  # in this process's own temporary directory: no one else's to reach
         self._listening.listen(1)
         argv = [path, *files, f"{serve.__module__}:{serve.__qualname__}", name, json.dumps(sys.path), *preload]
-        out, err = (str(self._tmp / f"{name}.log") for name in ("stdout", "stderr"))
+        out, err = (str(self._tmp / f"{stream}.log") for stream in ("stdout", "stderr"))
         pid = server.fork("bakeoff.launch.process:forked_worker", argv, dict(os.environ), os.getcwd(), out, err)
         if pid is None:
             self._listening.close()

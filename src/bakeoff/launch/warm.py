@@ -14,8 +14,9 @@ torch, no compile, no device plugin, no thread. What one target's session change
 (a compile backend's settings, a PrivateUse1 registration) still cannot reach another target's.
 The server is started with this process's environment, because PyTorch and its libraries read
 some variables when they are imported; a request made after the environment changed starts a
-new server (the old one is ended). Variables read again by the worker do not count: bakeoff's
-own, pytest's, the terminal's, and the temporary directory (``tempfile`` forgets the server's).
+new server (the old one is ended once no worker forked from it runs). Variables read again by
+the worker do not count: bakeoff's own, pytest's, the terminal's, and the temporary directory
+(``tempfile`` forgets the server's).
 A worker that must import in an environment of its own (a target's switches) is spawned as
 before, and so is every worker where the platform cannot fork (:func:`~bakeoff.launch.forkserver.forkable`)
 or the server failed to start.
@@ -41,6 +42,7 @@ _READ_AGAIN = frozenset({"COLUMNS", "LINES", "TERM", "NO_COLOR", "FORCE_COLOR", 
 KEPT = 3
 
 _servers: dict[tuple[str, ...], tuple[tuple[tuple[str, str], ...], ForkServer]] = {}  # oldest use first
+_outdated: list[ForkServer] = []  # replaced while workers forked from it still ran
 _lock = threading.Lock()
 _registered: list[bool] = []
 
@@ -64,16 +66,22 @@ def shared_server(preload: Sequence[str]) -> ForkServer | None:
     wanted = tuple(preload)
     key = environment_key(os.environ)
     with _lock:
+        for server in [s for s in _outdated if s.idle]:
+            _outdated.remove(server)
+            server.close()
         kept = _servers.pop(wanted, None)
         if kept is not None:
             started_in, server = kept
             if started_in == key and server.broken is None:
                 _servers[wanted] = kept  # now the latest used
                 return server
-            server.close()
-        unused = [preload for preload, (_key, server) in _servers.items() if server.idle]
-        for preload in unused[: max(0, len(_servers) + 1 - KEPT)]:
-            _servers.pop(preload)[1].close()
+            if server.idle:
+                server.close()
+            else:  # its workers still run in the old environment: it ends with them, or at exit
+                _outdated.append(server)
+        unused = [other for other, (_key, server) in _servers.items() if server.idle]
+        for other in unused[: max(0, len(_servers) + 1 - KEPT)]:
+            _servers.pop(other)[1].close()
         if not _registered:
             atexit.register(close_servers)
             _registered.append(True)
@@ -85,6 +93,7 @@ def shared_server(preload: Sequence[str]) -> ForkServer | None:
 def close_servers() -> None:
     """End every server kept (each also dies with this process)."""
     with _lock:
-        for _key, server in _servers.values():
+        for server in [*(server for _key, server in _servers.values()), *_outdated]:
             server.close()
         _servers.clear()
+        _outdated.clear()
