@@ -10,7 +10,7 @@ steps of a one-layer Llama on the device pass against one float64 process on the
 the CPU's gloo job (differing from it by rounding), under DDP and under FSDP2; the same faults
 make rank 1's replica differ (named: step, rank, parameter), an FSDP unit whose gradients are
 not reduced leaves the band at step 1, and a rank stuck in DDP's gradient all_reduce is a hang
-named by its step and bucket.
+named by its step and bucket, while a workload whose build outlasts the hang timeout is none.
 """
 
 from __future__ import annotations
@@ -67,9 +67,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     # rank 1 never returns from its fifth collective: DDP's first gradient all_reduce (after four
     # of DDP's own set-up collectives), issued by the comm hook in the middle of backward
     marker = uuid.uuid4().hex
-    found["ddp_hang"] = _dist(db, *ddp, "--steps", "1", "--mode", "ddp", "--hang-timeout", "4", fault="stall@1:5",
+    found["ddp_hang"] = _dist(db, *ddp, "--steps", "1", "--mode", "ddp", "--hang-timeout", "8", fault="stall@1:5",
                               marker=marker)  # fmt: skip
     found["ddp_hang_left"] = marked(marker)
+    # the control: a workload whose build outlasts --hang-timeout (each rank builds before its
+    # first collective) is not a hang
+    slow = f"py:{Path(__file__).parent / 'fixtures' / 'sweep_models.py'}:fine?slow=3"
+    found["slow_build"] = _dist(db, slow, "--on", "cpu", "--mode", "ddp", "--steps", "1", "--hang-timeout", "1",
+                                "--format", "json")  # fmt: skip
     return found
 
 
@@ -208,6 +213,11 @@ def test_a_hang_inside_ddps_gradient_all_reduce_is_named_by_its_step_and_bucket(
     assert hang["waiting"] == [0, 1] and hang["missing"] == []  # rank 1 stuck in it, rank 0 waiting for rank 1
     assert "the target job" in world["reason"]  # the CPU's gloo reference finished: the device's job hung
     assert not runs["ddp_hang_left"]
+
+
+def test_a_build_longer_than_the_hang_timeout_is_no_hang(runs):
+    (world,) = _json(runs["slow_build"])["worlds"]
+    assert world["verdict"] == "pass" and world["hang"] is None, world["reason"]
 
 
 def test_kill_9_of_bakeoff_during_a_hang_takes_every_rank_with_it(tmp_path):

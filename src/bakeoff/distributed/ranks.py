@@ -10,7 +10,9 @@ phase files while it waits:
 - every rank replied: the job's values, rank by rank;
 - a rank raised or died: every other rank is stopped (they would wait in their next collective
   for it), and the first failure is the job's;
-- no rank entered anything new for ``hang_s`` while some had not replied: a **hang**. Each rank
+- no rank entered anything new for ``hang_s`` while some had not replied, once one rank had
+  entered the process group's set-up (a rank's job builds its workload first, which is no
+  collective: ``timeout_s`` bounds that): a **hang**. Each rank
   is asked for its Python stack, then every rank is killed. The hang names the lowest-numbered
   collective a rank was waiting in, the ranks waiting in it and those that did not arrive (still
   before it, or already past it), from the phase files.
@@ -106,6 +108,7 @@ def join_group(target: Any, rank: int, world: int, rendezvous: str, timeout_s: f
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # the ranks meet on this machine's loopback
     device = rank_device(target, rank, world)
     backend = dist.get_default_backend_for_device(target.device)
+    enter(0, "init_process_group")  # what came before (the build) is no collective: not a hang's
     dist.init_process_group(backend, init_method=f"file://{rendezvous}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=timeout_s))  # fmt: skip
     return device, backend
@@ -313,11 +316,14 @@ class RankGroup:
                 seen, progress = phases, now
             if failed_at is not None and now - failed_at > _AFTER_FAILURE_S:
                 break  # the others wait for the failed rank in their next collective: stop them
-            if len(replied) < self.world and now > deadline and now - progress <= hang_s:
+            started = any(p is not None for p in phases.values())  # before: building, bounded by timeout_s
+            if len(replied) < self.world and now > deadline and (not started or now - progress <= hang_s):
                 furthest = max((p["seq"] for p in phases.values() if p), default=0)
                 where = f"at collective #{furthest}, {now - progress:.1f} s after the last one a rank entered"
+                if not started:
+                    where = "while building: no rank had reached the process group"
                 return RanksEnded(outcomes, startup, timed_out=where, phases=_said(phases))
-            if len(replied) < self.world and now - progress > hang_s:
+            if len(replied) < self.world and started and now - progress > hang_s:
                 hang = diagnose(phases, replied, self.world, round(now - progress, 1))
                 stacks = {}
                 for rank in range(self.world):

@@ -41,6 +41,10 @@ class Entered:
         self.seq = 0
         self.step = 0
 
+    def set_up(self, what: str) -> None:
+        self.seq += 1
+        enter(self.seq, what)
+
     def step_begins(self, step: int) -> None:
         self.step, self.seq = step, self.seq + 1
         enter(self.seq, f"training step {step}")
@@ -244,6 +248,7 @@ class DdpJob:
             model = workload.model.to(device=device, dtype=dtype)
             summed = None
             if self.mode == "fsdp":
+                entered.set_up("FSDP2 set-up (fully_shard)")
                 wrapped = _fully_sharded(model, device, self.world)
 
                 def summed(x: float) -> float:  # each rank holds a shard: the squares add up over the ranks
@@ -252,6 +257,7 @@ class DdpJob:
                     return float(t.cpu()[0])
 
             else:
+                entered.set_up("DDP set-up (the weights checked and broadcast)")
                 wrapped = DistributedDataParallel(model)
                 wrapped.register_comm_hook(entered, recorded_all_reduce)
             params = [p for p in model.parameters() if p.requires_grad]
