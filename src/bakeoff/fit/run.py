@@ -81,10 +81,24 @@ class PredictEach:
         return answers
 
 
+def _forked_from(workload_spec: str) -> Any:
+    """This process's warm server for a fit of ``workload_spec`` (each prediction and probe is a
+    fresh process forked from it: :mod:`bakeoff.launch.warm`), or None where processes are spawned."""
+    from bakeoff.launch.warm import shared_server
+    from bakeoff.workload.base import parse_workload, preload_for
+
+    return shared_server((*preload_for(parse_workload(workload_spec)), *_FIT_MODULES))
+
+
+#: What a fit's fork server imports beside the workload's libraries.
+_FIT_MODULES = ("bakeoff.fit.predict", "bakeoff.fit.probe")
+
+
 def _predict(job: Predict | PredictEach, timeout_s: float) -> list[Any]:
     from bakeoff.launch.launchers import FreshProcess
 
-    outcome = FreshProcess(preload=("torch",), who="the prediction process").run(job, timeout_s)
+    server = _forked_from(job.workload_spec if isinstance(job, Predict) else job.jobs[0].workload_spec)
+    outcome = FreshProcess(preload=("torch",), who="the prediction process", server=server).run(job, timeout_s)
     if not outcome.ok:
         raise WorkloadError(
             f"predicting the peaks of {job.workload_spec} failed: {outcome.reason()[:400]}",
@@ -99,7 +113,9 @@ def _probe(workload_spec: str, target: Any, point: tuple[int, int | None], train
     from bakeoff.launch.launchers import FreshProcess
 
     job = Probe(workload_spec, target, point[0], point[1], training, optimizer)
-    outcome = FreshProcess(preload=("torch",), who="the memory probe").run(job, timeout_s)
+    outcome = FreshProcess(preload=("torch",), who="the memory probe", server=_forked_from(workload_spec)).run(
+        job, timeout_s
+    )
     if outcome.ok:
         return outcome.value
     if outcome.error is not None and outcome.error.category == "out_of_memory":

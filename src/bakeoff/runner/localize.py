@@ -23,7 +23,10 @@ from typing import Any
 
 from bakeoff.errors import SpecError
 from bakeoff.launch.launchers import FreshProcess
+from bakeoff.launch.warm import shared_server
 from bakeoff.results.values import RunResult, TargetResult
+from bakeoff.runner.workers import server_preload
+from bakeoff.workload.base import parse_workload
 
 __all__ = ["check_timeout", "localize_measured", "localize_stored", "needs_localizing", "split_off"]
 
@@ -98,7 +101,13 @@ def _in_worker(
     from bakeoff.checks.localization import LocalizationCheck
 
     options = {**{k: o.default for k, o in LocalizationCheck.options.items()}, **(options or {})}
-    outcome = FreshProcess(who="the localisation worker").run(LocalizeJob(job, dtype, results, options), timeout_s)
+    # forked from this process's warm server (the trial's own, where this process ran it), unless
+    # the target's environment switches must be set before anything imports
+    launcher = FreshProcess(who="the localisation worker")
+    if not job.env:
+        preload = server_preload(parse_workload(job.workload_spec))
+        launcher = FreshProcess(preload, who="the localisation worker", server=shared_server(preload))
+    outcome = launcher.run(LocalizeJob(job, dtype, results, options), timeout_s)
     if outcome.ok:
         return outcome.value
     error = outcome.error

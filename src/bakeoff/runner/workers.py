@@ -18,7 +18,7 @@ from typing import Any
 from bakeoff.runner.job import TargetJob, with_reference
 from bakeoff.settings import TrialSettings
 from bakeoff.target.spec import Target
-from bakeoff.workload.base import WorkloadSpec
+from bakeoff.workload.base import WorkloadSpec, preload_for
 
 __all__ = [
     "SESSION_MODULES",
@@ -29,20 +29,6 @@ __all__ = [
     "session_factory",
     "start_workers",
 ]
-
-
-def preload_for(spec: WorkloadSpec, model_module: bool = True) -> tuple[str, ...]:
-    """What a worker for ``spec`` will import to build it: torch, and for a Hugging Face
-    workload transformers with (``arch:``, and ``model_module``) the architecture's modeling
-    module. A name that does not import is only a hint missed: the session that needs it
-    reports the failure."""
-    if spec.kind not in ("arch", "hf"):
-        return ("torch",)
-    modules = ["torch", "transformers", "transformers.models.auto.modeling_auto"]
-    if spec.kind == "arch" and model_module:
-        module = spec.name.replace("-", "_")
-        modules.append(f"transformers.models.{module}.modeling_{module}")
-    return tuple(modules)
 
 
 #: What a trial's fork server imports beside the workload's libraries: a session's own modules.

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from bakeoff.workload.training import TrainingRecipe
 
-__all__ = ["KINDS", "BuiltWorkload", "WorkloadSpec", "fingerprint_of", "parse_workload"]
+__all__ = ["KINDS", "BuiltWorkload", "WorkloadSpec", "fingerprint_of", "parse_workload", "preload_for"]
 
 KINDS = {
     "arch": "arch:<model_type>[?layers=2&hidden=64&...] - tiny random-weight Hugging Face model",
@@ -190,3 +190,17 @@ def fingerprint_of(workload: BuiltWorkload) -> str:
     _hash_inputs(h, "args", workload.args)
     _hash_inputs(h, "kwargs", workload.kwargs)
     return h.hexdigest()[:16]
+
+
+def preload_for(spec: WorkloadSpec, model_module: bool = True) -> tuple[str, ...]:
+    """What a worker for ``spec`` will import to build it: torch, and for a Hugging Face
+    workload transformers with (``arch:``, and ``model_module``) the architecture's modeling
+    module. A name that does not import is only a hint missed: the session that needs it
+    reports the failure."""
+    if spec.kind not in ("arch", "hf"):
+        return ("torch",)
+    modules = ["torch", "transformers", "transformers.models.auto.modeling_auto"]
+    if spec.kind == "arch" and model_module:
+        module = spec.name.replace("-", "_")
+        modules.append(f"transformers.models.{module}.modeling_{module}")
+    return tuple(modules)
