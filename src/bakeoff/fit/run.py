@@ -97,11 +97,13 @@ _FIT_MODULES = ("bakeoff.fit.predict", "bakeoff.fit.probe")
 def _predict(job: Predict | PredictEach, timeout_s: float) -> list[Any]:
     from bakeoff.launch.launchers import FreshProcess
 
-    server = _forked_from(job.workload_spec if isinstance(job, Predict) else job.jobs[0].workload_spec)
-    outcome = FreshProcess(preload=("torch",), who="the prediction process", server=server).run(job, timeout_s)
+    spec = job.workload_spec if isinstance(job, Predict) else job.jobs[0].workload_spec
+    outcome = FreshProcess(preload=("torch",), who="the prediction process", server=_forked_from(spec)).run(
+        job, timeout_s
+    )
     if not outcome.ok:
         raise WorkloadError(
-            f"predicting the peaks of {job.workload_spec} failed: {outcome.reason()[:400]}",
+            f"predicting the peaks of {spec} failed: {outcome.reason()[:400]}",
             hint="the workload must build and run under fake tensors, and vary its batch (and seq)",
         )
     return outcome.value
