@@ -244,27 +244,10 @@ GROUPED_BY_TEST = {"test_exec.py", "test_exec_isolation.py", "test_serve_example
 _UNIT = Path(__file__).parent / "unit"
 
 
-#: Modules whose shared work is one long unit on one worker (seconds in a clean-clone run), run
-#: first: started last, one of them kept a worker busy for minutes after the others had finished.
-LONGEST_FIRST = (
-    "test_dist.py",  # 137
-    "test_sweep.py",  # 130
-    "test_sweep_ray.py",  # 103
-    "test_exec_ranks.py",  # 70
-    "test_localization.py",  # 64
-    "test_fit.py",  # 59
-    "test_signals.py",  # 51
-    "test_exec_nodes.py",  # 51
-)
-
-
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups once to name the tests
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test outside ``tests/unit`` ``slow`` (the fast tier is ``-m "not slow"``), keep
-    the tests of a module that shares module-scoped work on one xdist worker, and put the
-    longest of those first (:data:`LONGEST_FIRST`), so that short tests fill the end."""
-    rank = {name: position for position, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(rank)))  # stable: the rest in order
+    """Mark every test outside ``tests/unit`` ``slow`` (the fast tier is ``-m "not slow"``), and
+    keep the tests of a module that shares module-scoped work on one xdist worker."""
     slow = pytest.mark.slow
     for item in items:
         path = Path(str(item.fspath))
