@@ -309,9 +309,15 @@ def exec_script(
         return placed[target]
 
     others = [t for t in targets if t != reference]
+
+    def timing_job(repeat: int, index: int) -> int:
+        """The position of the ``repeat``-th timed run of result ``index`` (the reference's is 0):
+        after the reference (0), the honest reference (1) and each target's audited run (2...)."""
+        return 2 + len(others) + repeat * (1 + len(others)) + index
+
     nodes = settings.node_layout
-    if nodes is not None:  # every job's port exists before the first job runs
-        job_port(nodes, 2 + len(others) + settings.repeats * (1 + len(others)) - 1)
+    if nodes is not None:  # every job's port exists before the first job runs: the last is one before
+        job_port(nodes, timing_job(settings.repeats, 0) - 1)  # where a further repeat would start
 
     def once(
         target: Target, remap: bool, audited: bool, job: int, timing: bool = False, honest: bool = False
@@ -379,8 +385,8 @@ def exec_script(
             for j, (result, runs) in enumerate(zip(results, timing, strict=True)):
                 if runs is not None:
                     say(f"timing {script.name} on {result.target.spec} ({i + 1} of {settings.repeats})")
-                    job = 2 + len(others) + i * len(results) + j
-                    runs.append(once(result.target, not (result.is_reference and as_written), False, job, timing=True))
+                    remap = not (result.is_reference and as_written)
+                    runs.append(once(result.target, remap, False, timing_job(i, j), timing=True))
     finally:
         processes = _processes(server)
         if server is not None:

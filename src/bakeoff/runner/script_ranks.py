@@ -39,6 +39,7 @@ from bakeoff.settings.nodes import Nodes
 
 __all__ = [
     "first_failed",
+    "first_rank",
     "free_port",
     "hang_site",
     "job_port",
@@ -47,6 +48,11 @@ __all__ = [
     "torchrun_env",
     "worst_placement",
 ]
+
+
+def first_rank(nodes: Nodes | None, nproc: int) -> int:
+    """The global rank of this machine's first of ``nproc`` ranks (0 on the loopback alone)."""
+    return nodes.rank * nproc if nodes is not None else 0
 
 
 def job_port(nodes: Nodes, position: int) -> int:
@@ -223,7 +229,7 @@ def merged(
     docstring); ``sites``: where each rank still running at the timeout was (:func:`hang_site`);
     ``ended``: when each rank's script ended (:func:`first_failed`); ``nodes``: this machine's
     place in a job across machines (its ranks are then named by their global rank)."""
-    offset = nodes.rank * len(results) if nodes is not None else 0
+    offset = first_rank(nodes, len(results))
     world = nodes.count * len(results) if nodes is not None else len(results)
     base = dict(results[0]) if results and results[0] else {}
     present = [r for r in results if r]

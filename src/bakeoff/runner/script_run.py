@@ -302,7 +302,15 @@ def _ranks(
     import uuid
 
     from bakeoff.launch.group import Member, forked_member, run_group, start_command, stop
-    from bakeoff.runner.script_ranks import free_port, hang_site, job_port, merged, torchrun_env, worst_placement
+    from bakeoff.runner.script_ranks import (
+        first_rank,
+        free_port,
+        hang_site,
+        job_port,
+        merged,
+        torchrun_env,
+        worst_placement,
+    )
     from bakeoff.runner.script_worker import ENDED, STACKS
 
     nproc, nodes = ranks.nproc, ranks.nodes
@@ -326,7 +334,7 @@ def _ranks(
         stop(members)
         raise
     log = OutputLog()
-    offset = nodes.rank * nproc if nodes is not None else 0
+    offset = first_rank(nodes, nproc)
     read = [
         _read(out, end.ran[rank].code, timeout_s, audit, log, f"rank {offset + rank}") for rank, out in enumerate(outs)
     ]
