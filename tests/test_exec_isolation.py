@@ -97,7 +97,8 @@ def test_piped_stdin_reaches_every_run_alike(tmp_path: Path) -> None:
     temp.mkdir()
     ran = _exec(tmp_path, "reads_stdin.py", READS_STDIN, "--on", "emu", input="twelve bytes", env={"TMPDIR": str(temp)})
     assert ran.returncode == 0, ran.stderr[-3000:]
-    assert not list(temp.iterdir())  # that copy too is gone once bakeoff ends
+    # that copy too is gone once bakeoff ends (PyTorch's compiler names its cache directory there)
+    assert not [path for path in temp.iterdir() if not path.name.startswith("torchinductor_")]
     reference, emu = json.loads(ran.stdout)["results"]
     for result in (reference, emu):
         assert result["status"] == "ok", result.get("error")

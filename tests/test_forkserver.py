@@ -40,6 +40,10 @@ ENTRY = textwrap.dedent(
     def exits(argv):
         sys.exit(argv[0])
 
+    def imported(argv):
+        print(json.dumps(argv[0] in sys.modules))
+        return 0
+
     def thread(argv):
         def late():
             time.sleep(0.3)
@@ -109,6 +113,15 @@ def test_exceptions_exits_and_threads_end_as_an_interpreter_would(server, tmp_pa
     marker = tmp_path / "joined.txt"
     assert _run(server, tmp_path, "thread", [str(marker)])[0].code == 0
     assert marker.read_text() == "joined"  # the non-daemon thread ran to its end before the exit
+
+
+def test_a_module_imported_later_is_in_the_runs_after_it_and_one_that_fails_leaves_runs_fresh(server, tmp_path):
+    assert _run(server, tmp_path, "imported", ["colorsys"])[1].strip() == "false"
+    assert server.preload("colorsys")
+    assert _run(server, tmp_path, "imported", ["colorsys"])[1].strip() == "true"
+    assert not server.preload("no_such_module_anywhere")
+    assert "no_such_module_anywhere" in server.broken
+    assert _run(server, tmp_path, "imported", ["colorsys"])[0] is None  # the caller starts a fresh one
 
 
 def test_a_run_past_its_timeout_is_stopped_with_what_it_started(server, tmp_path):

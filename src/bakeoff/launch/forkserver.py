@@ -6,14 +6,16 @@ bakeoff: seconds on a loaded machine) paid once per ``bakeoff exec`` instead of 
     python -m bakeoff.launch.forkserver --parent PID --fds R,W MODULE...
 
 The server imports the modules, does nothing else (no op of torch runs, no thread starts) and
-serves requests read from fd ``R``, one JSON line each: a function (``module:function``, called
-with a list of arguments, returning the exit code), an environment, a working directory, and
-the files that become stdout and stderr. For each, it forks a child that starts a session of its
-own (a process group, stopped as a whole like a command of :mod:`bakeoff.launch.command`),
-replaces its environment, directory (``sys.path[0]`` too, as ``python -m`` sets it, and
-``multiprocessing``'s start directory, where a spawned child finds a relative ``__main__``),
-stdout and stderr, dies with the server, calls the function and ends as an interpreter ends (non-daemon threads joined,
-``atexit`` run, streams flushed) without tearing down every module. The server writes the
+serves requests read from fd ``R``, one JSON line each: a module to import in the server itself
+(:meth:`ForkServer.preload`: the runs forked after it start with it imported), or a function
+(``module:function``, called with a list of arguments, returning the exit code), an
+environment, a working directory, and the files that become stdout and stderr. For each, it
+forks a child that starts a session of its own (a process group, stopped as a whole like a
+command of :mod:`bakeoff.launch.command`), replaces its environment, directory
+(``sys.path[0]`` too, as ``python -m`` sets it, and ``multiprocessing``'s start directory,
+where a spawned child finds a relative ``__main__``), stdout and stderr, dies with the server,
+calls the function and ends as an interpreter ends (non-daemon threads joined, ``atexit`` run,
+streams flushed) without tearing down every module. The server writes the
 child's pid, then its wait status, to fd ``W``. It dies with ``PID`` (the bakeoff process).
 
 A forked run differs from a fresh interpreter in what was settled before the fork: the modules
@@ -133,6 +135,20 @@ class ForkServer:
                 self.close()
         return self._ready
 
+    def _request(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Send ``request`` and return its reply (None: none came, or the server ended), keeping
+        the ends of earlier runs that come before it. The caller holds the lock."""
+        try:
+            os.write(self._requests, json.dumps(dict(request)).encode() + b"\n")
+            deadline = time.monotonic() + READY_S
+            while True:  # an earlier run's end may come first
+                reply = self._line(deadline)
+                if reply is None or "status" not in reply:
+                    return reply
+                self._ended[int(reply["pid"])] = int(reply["status"])
+        except (OSError, EOFError):
+            return None
+
     def fork(
         self,
         entry: str,
@@ -150,23 +166,26 @@ class ForkServer:
                 return None
             request = {"entry": entry, "argv": list(argv), "env": dict(env), "cwd": str(cwd)}
             request |= {"stdout": str(stdout), "stderr": str(stderr)}
-            reply: dict[str, Any] | None = None
-            try:
-                os.write(self._requests, json.dumps(request).encode() + b"\n")
-                deadline = time.monotonic() + READY_S
-                while True:  # an earlier run's end may come first
-                    reply = self._line(deadline)
-                    if reply is None or "status" not in reply:
-                        break
-                    self._ended[int(reply["pid"])] = int(reply["status"])
-            except (OSError, EOFError):
-                reply = None
+            reply = self._request(request)
             if not reply or "pid" not in reply:
                 self.broken = f"the fork server did not fork the run: {(reply or {}).get('error', 'it ended')}"
                 self.close()
                 return None
             self._running.add(int(reply["pid"]))
             return int(reply["pid"])
+
+    def preload(self, module: str) -> bool:
+        """Import ``module`` in the server, so that the runs forked after it start with it
+        imported; False: it could not (the server is then closed, and later runs are fresh)."""
+        with self._lock:
+            if self.broken is not None or not self._wait_ready():
+                return False
+            reply = self._request({"import": module})
+            if not reply or reply.get("imported") != module:
+                self.broken = f"the fork server did not import {module}: {(reply or {}).get('error', 'it ended')}"
+                self.close()
+                return False
+            return True
 
     @property
     def idle(self) -> bool:
@@ -349,6 +368,14 @@ def serve(parent: int, request_fd: int, reply_fd: int, preload: Sequence[str]) -
         while b"\n" in buffer:
             line, _, buffer = buffer.partition(b"\n")
             request = json.loads(line)
+            if "import" in request:  # a module the runs forked from now on start with
+                try:
+                    importlib.import_module(request["import"])
+                except BaseException as exc:
+                    _send(reply_fd, {"error": f"importing {request['import']}: {type(exc).__name__}: {exc}"})
+                else:
+                    _send(reply_fd, {"imported": request["import"]})
+                continue
             try:
                 pid = os.fork()
             except OSError as exc:

@@ -65,7 +65,7 @@ from bakeoff.runner.script_ranks import job_port
 from bakeoff.runner.script_run import ScriptRun, copy_workdir, run_environment, run_script
 from bakeoff.runner.script_stdin import remove_shared_stdin
 from bakeoff.runner.script_timing import span_samples, speedups, timed
-from bakeoff.runner.script_worker import PRELOAD
+from bakeoff.runner.script_worker import COMPILER, PRELOAD
 from bakeoff.script.child_reports import child_notes
 from bakeoff.script.modules import budget
 from bakeoff.settings.exec import ExecSettings, run_settings
@@ -345,6 +345,8 @@ def exec_script(
         say(f"running {script.name} as the reference on {'its own device' if as_written else reference.spec}")
         ref_run = once(reference, not as_written, False, 0)
         ref_run = _misplaced(ref_run, reference.spec, settings.sources[0] if as_written else reference.torch_device)
+        if server is not None and ref_run.compiler_imported and settings.nproc == 1 and nodes is None:
+            server.preload(COMPILER)  # the runs after it start with PyTorch's compiler imported
         read = input_digests(workdir, ref_run.result.get("inputs_read") or ())  # as the reference read them
         workload = script_workload(located, argv, shown=script, inputs=read)
         reference_name = "the script as written" if as_written else f"the script on {reference.spec}"

@@ -63,7 +63,8 @@ MAX_WORKDIR_BYTES = 512 * 2**20
 class ScriptRun:
     """One run of the script: what the launcher wrote (``result``, the captures by name and
     call), how the process ended (``status`` ok or error, with ``error``) and the files it wrote
-    in its working directory (``outputs``; None when they were not looked at)."""
+    in its working directory (``outputs``; None when they were not looked at); whether the script
+    imported PyTorch's compiler (``compiler_imported``)."""
 
     status: str
     wall_s: float | None
@@ -73,6 +74,7 @@ class ScriptRun:
     log: tuple[dict[str, Any], ...] = ()
     audit: dict[str, Any] | None = None
     outputs: Outputs | None = None
+    compiler_imported: bool = False
 
 
 #: The module a run's process runs.
@@ -194,12 +196,50 @@ def run_script(
     result by a few units of roundoff (:mod:`bakeoff.checks.rounding`, seeded by ``seed``);
     with ``server`` (started with :data:`~bakeoff.runner.script_worker.PRELOAD` in
     :func:`run_environment` of ``seed``), forked from that warm process instead of a fresh
-    interpreter (a fresh one when the server cannot); with ``nproc`` over 1, as that many ranks
+    interpreter (a fresh one when the server cannot, and again in a fresh one when the script
+    changes a variable the server's preloaded compiler read:
+    :mod:`bakeoff.script.compiler_preload`); with ``nproc`` over 1, as that many ranks
     of a torchrun-style job (:mod:`bakeoff.runner.script_ranks`); with ``nodes``, as this
     machine's ``nproc`` ranks of a job across machines, the run's job at position ``job``.
 
     The run's temporary directory is named after this process, so that a later run removes it
     when this process was killed before it could (:mod:`bakeoff.launch.tempdirs`)."""
+
+    def attempt(forks: ForkServer | None) -> ScriptRun | None:
+        return _attempt(
+            script, argv, workdir, mapping, strict=strict, captures=captures, seed=seed, timeout_s=timeout_s,
+            skip=skip, audit=audit, files=files, capture_modules=capture_modules, compile=compile,
+            rounding_noise=rounding_noise, server=forks, ranks=_Ranks(nproc, nodes, job),
+        )  # fmt: skip
+
+    forks = server if server is not None and server.env == run_environment(seed) else None
+    run = attempt(forks) if forks is not None else None
+    # None: no server, or the script changed what the server's preloaded compiler read
+    return run if run is not None else attempt(None)  # type: ignore[return-value]
+
+
+def _attempt(
+    script: Path,
+    argv: Sequence[str],
+    workdir: Path,
+    mapping: Mapping[str, str],
+    *,
+    strict: bool,
+    captures: Sequence[str],
+    seed: int,
+    timeout_s: float,
+    skip: Sequence[Path],
+    audit: str | None,
+    files: bool,
+    capture_modules: Sequence[str],
+    compile: str,
+    rounding_noise: bool,
+    server: ForkServer | None,
+    ranks: _Ranks,
+) -> ScriptRun | None:
+    """:func:`run_script` once, forked from ``server`` where it is given; None when a forked run
+    must start again in a fresh interpreter (:mod:`bakeoff.script.compiler_preload`)."""
+    from bakeoff.runner.script_worker import COMPILER_USED, FRESH
 
     base = owned_tempdir("exec")
     try:
@@ -225,19 +265,20 @@ def run_script(
             return [*args, "--", path, *argv]
 
         env = {**run_environment(seed), "PWD": str(work)}
-        forks = server if server is not None and server.env == run_environment(seed) else None
-        if nproc > 1 or nodes is not None:
-            ranks = _Ranks(nproc, nodes, job)
-            result, captured, error, log, audited = _ranks(arguments, env, work, base, ranks, timeout_s, audit, forks)
+        if ranks.nproc > 1 or ranks.nodes is not None:
+            result, captured, error, log, audited = _ranks(arguments, env, work, base, ranks, timeout_s, audit, server)
         else:
-            result, captured, error, log, audited = _single(arguments, env, work, base, timeout_s, audit, forks)
+            result, captured, error, log, audited = _single(arguments, env, work, base, timeout_s, audit, server)
+        if server is not None and any((base / "out").rglob(FRESH)):
+            return None
         wall = result.get("wall_s") if error is None or error.category != "timeout" else None
         outputs = None
         if files:
             ours = {p.resolve().relative_to(workdir.resolve()).as_posix() for p in skip if _inside(p, workdir)}
             outputs = read_outputs(work, written(work, before, SKIP_DIRS, ours))
         status = "ok" if error is None else "error"
-        return ScriptRun(status, wall, result, captured, error, log.entries(), audited, outputs)
+        compiler = any((base / "out").rglob(COMPILER_USED))
+        return ScriptRun(status, wall, result, captured, error, log.entries(), audited, outputs, compiler)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -86,7 +86,11 @@ from bakeoff.script.child_reports import PROCESSES
 
 __all__ = [
     "AUDIT",
+    "COMPILER",
+    "COMPILER_USED",
     "ENDED",
+    "FRESH",
+    "FRESH_EXIT",
     "MAX_AUDITED_OPS",
     "PARENT_ENV",
     "PRELOAD",
@@ -187,12 +191,13 @@ def _answer_stacks(out: Path | None) -> None:
         pass
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, preloaded: bool = False) -> int:
     """The command line: ``[--audit DEVICE | --rounding-noise SEED]`` then the launcher's own
     arguments; ``--rounding-noise`` runs the script under
     :class:`bakeoff.checks.rounding.RoundingNoise` (the honest reference of ``bakeoff exec``).
     On POSIX the script runs in a forked child of this process, which supervises it (see the
-    module docstring)."""
+    module docstring). ``preloaded``: PyTorch's compiler was imported before the run began
+    (:mod:`bakeoff.script.compiler_preload`, whose guard then watches the script)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     device = None
     split = argv.index("--") if "--" in argv else len(argv)
@@ -233,20 +238,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         _answer_stacks(_out_dir(argv))
     elif watched is not None:  # a kill -9 of bakeoff takes the script with it
         die_with_parent(watched)
-    return launcher.main(argv, around=around)
+    out = _out_dir(argv)
+    if preloaded and out is not None:
+        from bakeoff.script.compiler_preload import guard
 
+        guard(out / FRESH, FRESH_EXIT)
+    code = launcher.main(argv, around=around)
+    if out is not None and "torch._dynamo" in sys.modules:
+        (out / COMPILER_USED).touch()
+    return code
+
+
+#: The file a forked run leaves in its output directory when it must start again in a fresh
+#: interpreter (:mod:`bakeoff.script.compiler_preload`; it names the variable), and its exit code.
+FRESH = "fresh.txt"
+FRESH_EXIT = 75
 
 #: What a fork server (:mod:`bakeoff.launch.forkserver`) imports before it forks runs: what a
 #: run's process imports before the script's first statement, except what enabling a device does.
 PRELOAD = ("torch", "numpy", "bakeoff.runner.script_worker", "bakeoff.script.remap", "bakeoff.checks.rounding")
+#: PyTorch's compiler, which a script's first optimizer imports: a single process's runs after the
+#: first that imported it are forked from a server that imported this too
+#: (:mod:`bakeoff.script.compiler_preload`: a run that changes what it read starts fresh). Not a
+#: job's ranks: with the compiler imported before ``init_process_group``, a DDP job's rank can
+#: deadlock tearing down its gloo process group (a gloo thread waits for the GIL its destructor
+#: holds), a hang the script would not have as written.
+COMPILER = "bakeoff.script.compiler_preload"
+#: The file a run leaves in its output directory when its script imported PyTorch's compiler.
+COMPILER_USED = "compiler-imported"
 
 
 def forked(argv: Sequence[str]) -> int:
-    """:func:`main` in a run forked from a fork server that imported :data:`PRELOAD`: the
+    """:func:`main` in a run forked from a fork server that imported :data:`PRELOAD` (and
+    perhaps :data:`COMPILER`): the
     launcher's clock and directory start here (:func:`bakeoff.script.launch.restart`), and the
     run dies with the server (which dies with bakeoff)."""
     launcher.restart()
-    return main(argv)
+    return main(argv, preloaded=COMPILER in sys.modules)
 
 
 if __name__ == "__main__":
