@@ -70,6 +70,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     found["ddp_hang"] = _dist(db, *ddp, "--steps", "1", "--mode", "ddp", "--hang-timeout", "8", fault="stall@1:5",
                               marker=marker)  # fmt: skip
     found["ddp_hang_left"] = marked(marker)
+    # rank 1 never returns from its third collective: FSDP2's all_gather of the first layer in step 1's forward
+    found["fsdp_hang"] = _dist(db, *ddp, "--steps", "1", "--mode", "fsdp", "--hang-timeout", "8", fault="stall@1:3")
     # the control: a workload whose build outlasts --hang-timeout (each rank builds before its
     # first collective) is not a hang; the 3 s it allows is for one rank reaching the group before
     # the other, which a loaded machine makes seconds apart
@@ -214,6 +216,13 @@ def test_a_hang_inside_ddps_gradient_all_reduce_is_named_by_its_step_and_bucket(
     assert hang["waiting"] == [0, 1] and hang["missing"] == []  # rank 1 stuck in it, rank 0 waiting for rank 1
     assert "the target job" in world["reason"]  # the CPU's gloo reference finished: the device's job hung
     assert not runs["ddp_hang_left"]
+
+
+def test_a_hang_inside_fsdps_all_gather_is_named_by_its_step_and_unit(runs):
+    (world,) = _json(runs["fsdp_hang"])["worlds"]
+    assert world["mode"] == "fsdp" and world["verdict"] == "hang", world["reason"]
+    assert world["hang"]["collective"] == "step 1: FSDP all_gather (model.layers.0)"  # not "training step 1" alone
+    assert world["hang"]["waiting"] == [0, 1]
 
 
 def test_a_build_longer_than_the_hang_timeout_is_no_hang(runs):

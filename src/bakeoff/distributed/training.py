@@ -19,7 +19,8 @@ step to a safetensors file, from which the parent measures distances.
 A rank records what it enters (:class:`Entered`): each step, and under DDP each gradient
 all_reduce it issues (a comm hook, PyTorch's own ``allreduce_hook``: the gradient divided by the
 world size, then summed, as DDP's built-in reduction does), so that a hang inside DDP's own
-collectives is named by the step and bucket it waits in, not by its step alone.
+collectives is named by the step and bucket it waits in, not by its step alone; under FSDP2, each
+all_gather and gradient reduce_scatter by its step and unit (:func:`record_fsdp`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 
 from bakeoff.distributed.ranks import enter, finished, join_group, wait_for_every_rank
 
-__all__ = ["DdpJob", "Entered", "GoldenJob", "global_batch"]
+__all__ = ["DdpJob", "Entered", "GoldenJob", "global_batch", "record_fsdp"]
 
 
 class Entered:
@@ -52,6 +53,10 @@ class Entered:
     def all_reduce(self, bucket: int) -> None:
         self.seq += 1
         enter(self.seq, f"step {self.step}: DDP gradient all_reduce (bucket {bucket})")
+
+    def fsdp(self, collective: str, unit: str) -> None:
+        self.seq += 1
+        enter(self.seq, f"step {self.step}: FSDP {collective} ({unit})")
 
 
 def recorded_all_reduce(entered, bucket):
@@ -197,6 +202,38 @@ class GoldenJob:
         return {**done, "names": names, "sizes": [p.numel() for p in params], "loss_kind": recipe.kind}
 
 
+def _unit(fsdp_params: Any) -> str:
+    """The FSDP unit whose parameters ``fsdp_params`` are: their names' common prefix."""
+    parts = [name.split(".")[:-1] for p in fsdp_params if (name := getattr(p, "_param_fqn", None))]
+    common = []
+    for level in zip(*parts, strict=False):
+        if len(set(level)) != 1:
+            break
+        common.append(level[0])
+    return ".".join(common) or "the root"
+
+
+def record_fsdp(entered: Entered) -> None:
+    """Record, in this rank, each FSDP2 all_gather and gradient reduce_scatter by its step and
+    unit, by wrapping the two functions FSDP2's parameter groups call for them
+    (``torch.distributed.fsdp._fully_shard._fsdp_param_group``); where they are not found (another
+    PyTorch), a hang inside them is named by its step alone."""
+    try:
+        from torch.distributed.fsdp._fully_shard import _fsdp_param_group as group
+    except ImportError:
+        return
+    for name, collective in (("foreach_all_gather", "all_gather"), ("foreach_reduce", "gradient reduce_scatter")):
+        original = getattr(group, name, None)
+        if original is None:
+            continue
+
+        def recorded(fsdp_params: Any, *args: Any, _original: Any = original, _what: str = collective, **kw: Any):
+            entered.fsdp(_what, _unit(fsdp_params))
+            return _original(fsdp_params, *args, **kw)
+
+        setattr(group, name, recorded)
+
+
 def _fully_sharded(model: Any, device: Any, world: int) -> Any:
     """``model`` under FSDP2: each block of every ``ModuleList`` (a transformer's layers) a unit
     of its own, then the root."""
@@ -250,6 +287,7 @@ class DdpJob:
             if self.mode == "fsdp":
                 entered.set_up("FSDP2 set-up (fully_shard)")
                 wrapped = _fully_sharded(model, device, self.world)
+                record_fsdp(entered)
 
                 def summed(x: float) -> float:  # each rank holds a shard: the squares add up over the ranks
                     t = torch.tensor([x], dtype=torch.float64, device=device)
