@@ -113,10 +113,26 @@ def bakeoff_cli(
     process's). A run whose environment differs in what a module reads at import, or with
     ``BAKEOFF_TEST_FRESH_CLI`` set, is a fresh interpreter; a test that signals the process
     itself starts it with ``subprocess``."""
+    return _python("main", ["-m", "bakeoff", *args], list(args), env, cwd, timeout, input)
+
+
+def python_script(
+    script: Path, *args: str, env: dict | None = None, cwd: Path | str | None = None, timeout: float | None = None
+) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """``python SCRIPT ARGS`` as :func:`bakeoff_cli` runs the CLI: forked from this worker's warm
+    process where the environment allows (what runs is what ``python SCRIPT`` runs: the script as
+    ``__main__``, its directory first on the module path), else a fresh interpreter."""
+    return _python("script", [str(script), *args], [str(script), *args], env, cwd, timeout, None)
+
+
+def _python(
+    entry: str, argv: list[str], forked_argv: list[str], env: dict | None, cwd: Path | str | None,
+    timeout: float | None, input: str | None,
+) -> subprocess.CompletedProcess[str]:  # fmt: skip
     import tempfile
 
     full = dict(os.environ if env is None else env)
-    command = [sys.executable, "-m", "bakeoff", *args]
+    command = [sys.executable, *argv]
     server = _forking_cli(full)
     if server is not None:
         with tempfile.TemporaryDirectory(prefix="bakeoff-cli-") as here:
@@ -125,8 +141,8 @@ def bakeoff_cli(
                 stdin = Path(os.devnull)
             else:
                 stdin.write_text(input)
-            ran = server.run("tests.forked_cli:main", [str(stdin), *args], full, str(cwd or os.getcwd()), stdout,
-                             stderr, timeout_s=timeout or 3600.0, grace_s=5.0)  # fmt: skip
+            ran = server.run(f"tests.forked_cli:{entry}", [str(stdin), *forked_argv], full, str(cwd or os.getcwd()),
+                             stdout, stderr, timeout_s=timeout or 3600.0, grace_s=5.0)  # fmt: skip
             if ran is not None:
                 out, err = (f.read_text(errors="replace") if f.exists() else "" for f in (stdout, stderr))
                 if ran.code is None:

@@ -2,18 +2,17 @@
 
 The figures themselves are not judged here (no timed assertions on a shared machine): this keeps
 the scripts from rotting as the library changes under them. A new script must be listed below.
+Each runs forked from the test worker's warm process (``python_script``): a figure of its own
+start-up is not a fresh interpreter's here.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from tests.conftest import py_workload
+from tests.conftest import py_workload, python_script
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
@@ -178,15 +177,7 @@ def test_every_benchmark_is_listed() -> None:
 @pytest.mark.parametrize("script", [pytest.param(name, marks=marks) for name, (_, _, marks) in sorted(SCRIPTS.items())])
 def test_benchmark_runs_with_tiny_arguments(script: str, tmp_path: Path) -> None:
     arguments, expected, _ = SCRIPTS[script]
-    path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)
-    done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / script), *arguments],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": path},
-        timeout=600,
-    )
+    done = python_script(BENCHMARKS / script, *arguments, cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     for pattern in expected:
         assert re.search(pattern, done.stdout), f"{script} did not print /{pattern}/:\n{done.stdout[-3000:]}"
