@@ -18,8 +18,10 @@ from bakeoff.stats import percentile
 __all__ = ["backend_for", "check_collectives", "check_training"]
 
 #: What a training check's fork server imports beyond PyTorch: the workloads' builders (the
-#: golden run and every rank build the model).
-TRAINING_PRELOAD = ("bakeoff.workload.registry", "transformers")
+#: golden run and every rank build the model) and DDP's and FSDP2's modules; with it, what the
+#: workload's own build imports (:func:`~bakeoff.workload.base.preload_for`: an architecture's
+#: configuration and modeling modules), once rather than in every rank.
+TRAINING_PRELOAD = ("bakeoff.workload.registry", "transformers", "torch.nn.parallel", "torch.distributed.fsdp")
 
 
 def backend_for(device: str) -> str | None:
@@ -125,7 +127,9 @@ def check_training(
 
     reference = replace(target, device="cpu", index=None)
     worlds = []
-    with rank_server((*RANK_PRELOAD, *TRAINING_PRELOAD)) as server:
+    from bakeoff.workload.base import parse_workload, preload_for
+
+    with rank_server((*RANK_PRELOAD, *TRAINING_PRELOAD, *preload_for(parse_workload(workload)))) as server:
         for world in settings["ranks"]:
             for mode in settings["modes"]:
                 if progress is not None:
