@@ -174,18 +174,19 @@ class ForkServer:
             self._running.add(int(reply["pid"]))
             return int(reply["pid"])
 
-    def preload(self, module: str) -> bool:
+    def preload(self, module: str) -> float | None:
         """Import ``module`` in the server, so that the runs forked after it start with it
-        imported; False: it could not (the server is then closed, and later runs are fresh)."""
+        imported; the seconds the import took there. None: it could not (the server is then
+        closed, and later runs are fresh)."""
         with self._lock:
             if self.broken is not None or not self._wait_ready():
-                return False
+                return None
             reply = self._request({"import": module})
             if not reply or reply.get("imported") != module:
                 self.broken = f"the fork server did not import {module}: {(reply or {}).get('error', 'it ended')}"
                 self.close()
-                return False
-            return True
+                return None
+            return float(reply["seconds"])
 
     @property
     def idle(self) -> bool:
@@ -369,12 +370,13 @@ def serve(parent: int, request_fd: int, reply_fd: int, preload: Sequence[str]) -
             line, _, buffer = buffer.partition(b"\n")
             request = json.loads(line)
             if "import" in request:  # a module the runs forked from now on start with
+                started = time.perf_counter()
                 try:
                     importlib.import_module(request["import"])
                 except BaseException as exc:
                     _send(reply_fd, {"error": f"importing {request['import']}: {type(exc).__name__}: {exc}"})
                 else:
-                    _send(reply_fd, {"imported": request["import"]})
+                    _send(reply_fd, {"imported": request["import"], "seconds": time.perf_counter() - started})
                 continue
             try:
                 pid = os.fork()

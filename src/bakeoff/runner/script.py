@@ -345,8 +345,14 @@ def exec_script(
         say(f"running {script.name} as the reference on {'its own device' if as_written else reference.spec}")
         ref_run = once(reference, not as_written, False, 0)
         ref_run = _misplaced(ref_run, reference.spec, settings.sources[0] if as_written else reference.torch_device)
+        preloaded_notes = []
         if server is not None and ref_run.compiler_imported and settings.nproc == 1 and nodes is None:
-            server.preload(COMPILER)  # the runs after it start with PyTorch's compiler imported
+            seconds = server.preload(COMPILER)  # the runs after it start with PyTorch's compiler imported
+            if seconds is not None and ref_run.wall_s is not None and settings.repeats == 0:  # timed: from later runs
+                preloaded_notes.append(
+                    "its wall time includes importing PyTorch's compiler (torch._dynamo, which the script's "
+                    "optimizer or compile imported), which the runs after it had imported before they started"
+                )
         read = input_digests(workdir, ref_run.result.get("inputs_read") or ())  # as the reference read them
         workload = script_workload(located, argv, shown=script, inputs=read)
         reference_name = "the script as written" if as_written else f"the script on {reference.spec}"
@@ -361,7 +367,7 @@ def exec_script(
                     "captures are judged by allclose to the reference alone, blind to the spread rounding makes"
                 )
                 honest = None
-        results = [_result(reference, ref_run, True, None, honest_notes, timed=settings.repeats > 0)]
+        results = [_result(reference, ref_run, True, None, [*preloaded_notes, *honest_notes], settings.repeats > 0)]
         evidence: list[ScriptRun | None] = [ref_run]
         for target in targets:
             if target == reference:
