@@ -205,82 +205,59 @@ def run_script(
     The run's temporary directory is named after this process, so that a later run removes it
     when this process was killed before it could (:mod:`bakeoff.launch.tempdirs`)."""
 
-    def attempt(forks: ForkServer | None) -> ScriptRun | None:
-        return _attempt(
-            script, argv, workdir, mapping, strict=strict, captures=captures, seed=seed, timeout_s=timeout_s,
-            skip=skip, audit=audit, files=files, capture_modules=capture_modules, compile=compile,
-            rounding_noise=rounding_noise, server=forks, ranks=_Ranks(nproc, nodes, job),
-        )  # fmt: skip
+    from bakeoff.runner.script_worker import COMPILER_USED, FRESH
+
+    ranks = _Ranks(nproc, nodes, job)
+
+    def attempt(server: ForkServer | None) -> ScriptRun | None:
+        """The run once, forked from ``server`` where it is given; None when a forked run must
+        start again in a fresh interpreter (:mod:`bakeoff.script.compiler_preload`)."""
+        base = owned_tempdir("exec")
+        try:
+            work = copy_workdir(workdir, base / "work", skip)
+            before = stamp(work, SKIP_DIRS) if files else {}
+            relative = (
+                script.resolve().relative_to(workdir.resolve())
+                if script.resolve().is_relative_to(workdir.resolve())
+                else None
+            )
+            path = str(relative) if relative is not None else str(script.resolve())  # call sites read train.py:19
+
+            def arguments(out: Path, audited: str | None) -> list[str]:
+                """The worker's command line after ``python -m WORKER``."""
+                args = ["--out", str(out), "--seed", str(seed)]
+                args += ["--audit", audited] if audited else []
+                args += ["--rounding-noise", str(seed)] if rounding_noise else []
+                args += [arg for src, dst in mapping.items() for arg in ("--map", f"{src}={dst}")]
+                args += ["--strict"] if strict else []
+                args += [arg for name in captures for arg in ("--capture", name)]
+                args += [arg for pattern in capture_modules for arg in ("--capture-modules", pattern)]
+                args += ["--compile", compile] if compile else []
+                return [*args, "--", path, *argv]
+
+            env = {**run_environment(seed), "PWD": str(work)}
+            if ranks.nproc > 1 or ranks.nodes is not None:
+                read = _ranks(arguments, env, work, base, ranks, timeout_s, audit, server)
+            else:
+                read = _single(arguments, env, work, base, timeout_s, audit, server)
+            result, captured, error, log, audited = read
+            if server is not None and any((base / "out").rglob(FRESH)):
+                return None
+            wall = result.get("wall_s") if error is None or error.category != "timeout" else None
+            outputs = None
+            if files:
+                ours = {p.resolve().relative_to(workdir.resolve()).as_posix() for p in skip if _inside(p, workdir)}
+                outputs = read_outputs(work, written(work, before, SKIP_DIRS, ours))
+            status = "ok" if error is None else "error"
+            compiler = any((base / "out").rglob(COMPILER_USED))
+            return ScriptRun(status, wall, result, captured, error, log.entries(), audited, outputs, compiler)
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
 
     forks = server if server is not None and server.env == run_environment(seed) else None
     run = attempt(forks) if forks is not None else None
     # None: no server, or the script changed what the server's preloaded compiler read
     return run if run is not None else attempt(None)  # type: ignore[return-value]
-
-
-def _attempt(
-    script: Path,
-    argv: Sequence[str],
-    workdir: Path,
-    mapping: Mapping[str, str],
-    *,
-    strict: bool,
-    captures: Sequence[str],
-    seed: int,
-    timeout_s: float,
-    skip: Sequence[Path],
-    audit: str | None,
-    files: bool,
-    capture_modules: Sequence[str],
-    compile: str,
-    rounding_noise: bool,
-    server: ForkServer | None,
-    ranks: _Ranks,
-) -> ScriptRun | None:
-    """:func:`run_script` once, forked from ``server`` where it is given; None when a forked run
-    must start again in a fresh interpreter (:mod:`bakeoff.script.compiler_preload`)."""
-    from bakeoff.runner.script_worker import COMPILER_USED, FRESH
-
-    base = owned_tempdir("exec")
-    try:
-        work = copy_workdir(workdir, base / "work", skip)
-        before = stamp(work, SKIP_DIRS) if files else {}
-        relative = (
-            script.resolve().relative_to(workdir.resolve())
-            if script.resolve().is_relative_to(workdir.resolve())
-            else None
-        )
-        path = str(relative) if relative is not None else str(script.resolve())  # call sites read train.py:19
-
-        def arguments(out: Path, audited: str | None) -> list[str]:
-            """The worker's command line after ``python -m WORKER``."""
-            args = ["--out", str(out), "--seed", str(seed)]
-            args += ["--audit", audited] if audited else []
-            args += ["--rounding-noise", str(seed)] if rounding_noise else []
-            args += [arg for src, dst in mapping.items() for arg in ("--map", f"{src}={dst}")]
-            args += ["--strict"] if strict else []
-            args += [arg for name in captures for arg in ("--capture", name)]
-            args += [arg for pattern in capture_modules for arg in ("--capture-modules", pattern)]
-            args += ["--compile", compile] if compile else []
-            return [*args, "--", path, *argv]
-
-        env = {**run_environment(seed), "PWD": str(work)}
-        if ranks.nproc > 1 or ranks.nodes is not None:
-            result, captured, error, log, audited = _ranks(arguments, env, work, base, ranks, timeout_s, audit, server)
-        else:
-            result, captured, error, log, audited = _single(arguments, env, work, base, timeout_s, audit, server)
-        if server is not None and any((base / "out").rglob(FRESH)):
-            return None
-        wall = result.get("wall_s") if error is None or error.category != "timeout" else None
-        outputs = None
-        if files:
-            ours = {p.resolve().relative_to(workdir.resolve()).as_posix() for p in skip if _inside(p, workdir)}
-            outputs = read_outputs(work, written(work, before, SKIP_DIRS, ours))
-        status = "ok" if error is None else "error"
-        compiler = any((base / "out").rglob(COMPILER_USED))
-        return ScriptRun(status, wall, result, captured, error, log.entries(), audited, outputs, compiler)
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 #: What one run (or rank) left: its result, captures, error, output and audit.

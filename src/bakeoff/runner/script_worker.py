@@ -191,13 +191,13 @@ def _answer_stacks(out: Path | None) -> None:
         pass
 
 
-def main(argv: Sequence[str] | None = None, preloaded: bool = False) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """The command line: ``[--audit DEVICE | --rounding-noise SEED]`` then the launcher's own
     arguments; ``--rounding-noise`` runs the script under
     :class:`bakeoff.checks.rounding.RoundingNoise` (the honest reference of ``bakeoff exec``).
     On POSIX the script runs in a forked child of this process, which supervises it (see the
-    module docstring). ``preloaded``: PyTorch's compiler was imported before the run began
-    (:mod:`bakeoff.script.compiler_preload`, whose guard then watches the script)."""
+    module docstring). Where PyTorch's compiler was imported before the run began (a run forked
+    from a server that preloaded :data:`COMPILER`), its guard watches the script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     device = None
     split = argv.index("--") if "--" in argv else len(argv)
@@ -239,7 +239,7 @@ def main(argv: Sequence[str] | None = None, preloaded: bool = False) -> int:
     elif watched is not None:  # a kill -9 of bakeoff takes the script with it
         die_with_parent(watched)
     out = _out_dir(argv)
-    if preloaded and out is not None:
+    if COMPILER in sys.modules and out is not None:
         from bakeoff.script.compiler_preload import guard
 
         guard(out / FRESH, FRESH_EXIT)
@@ -274,7 +274,7 @@ def forked(argv: Sequence[str]) -> int:
     launcher's clock and directory start here (:func:`bakeoff.script.launch.restart`), and the
     run dies with the server (which dies with bakeoff)."""
     launcher.restart()
-    return main(argv, preloaded=COMPILER in sys.modules)
+    return main(argv)
 
 
 if __name__ == "__main__":
