@@ -43,9 +43,9 @@ SCRIPTS: dict[str, tuple[list[str], list[str], list]] = {
         [],
     ),
     "dist_collectives.py": (
-        ["--quick"],  # two gloo ranks on the cpu: one size, ten calls, against a plain loop; no DDP run
+        ["--quick"],  # two gloo ranks on the cpu, one size, ten calls, one round against a plain loop
         [
-            rf"\s+262144\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}",
+            rf"(?m)^\s+262144\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER} {NUMBER}$",
             rf"rank start \(forked from the check's warm process, to ready; the first world waits for its import of "
             rf"torch\): {NUMBER}, {NUMBER} s",
             rf"collectives check, 2 ranks, every collective at 256KiB: {NUMBER} s wall",
