@@ -247,6 +247,7 @@ SHARED_WORK = {
     "test_quality.py",
     "test_coldstart.py",
     "test_dist.py",
+    "test_dist_watch.py",
     "test_script_launch.py",
     "test_workloads.py",
     "test_suite_grouping.py",

@@ -11,7 +11,7 @@ import torch
 from tests.conftest import cli_in_process
 
 from bakeoff.distributed.collectives import _error, elements, expected, ramp, tolerance
-from bakeoff.distributed.ranks import diagnose
+from bakeoff.distributed.ranks import TEARDOWN, diagnose
 from bakeoff.emu.collectives import Faults
 from bakeoff.errors import SpecError
 from bakeoff.scenarios.base import ScenarioResult
@@ -79,6 +79,11 @@ def test_a_hang_names_the_lowest_collective_waited_in_and_the_ranks_that_did_not
     assert hang.where["1"] == "finished (made 9 collectives)" and hang.where["0"] == "last entered all_gather #7"
     before = diagnose({0: None, 1: None}, set(), 2, 5.0)
     assert before.seq == 0 and before.missing == (0, 1) and before.where["0"] == "entered no collective"
+    done = {0: {"seq": 9, "what": "finished"}, 1: {"seq": 9, "what": "finished"}}
+    teardown = diagnose(done, set(), 2, 5.0)  # every rank made its last collective and none ended
+    assert (teardown.collective, teardown.seq, teardown.waiting, teardown.missing) == (TEARDOWN, 9, (0, 1), ())
+    said = world_words(WorldRun(2, "hang", backend="gloo", hang=teardown))
+    assert "the process group's teardown, after the last collective #9 did not complete within 5 s" in said, said
     words = world_words(WorldRun(4, "hang", backend="gloo", hang=hang))
     assert "broadcast #6 did not complete within 5 s; waiting in it: rank 3; did not arrive: rank 0 (last" in words
 

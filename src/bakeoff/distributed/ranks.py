@@ -15,7 +15,8 @@ phase files while it waits:
   collective: ``timeout_s`` bounds that): a **hang**. Each rank
   is asked for its Python stack, then every rank is killed. The hang names the lowest-numbered
   collective a rank was waiting in, the ranks waiting in it and those that did not arrive (still
-  before it, or already past it), from the phase files.
+  before it, or already past it), from the phase files; where every rank still running had made
+  its last collective, the process group's teardown.
 
 No rank outlives :meth:`RankGroup.run` (a ``kill -9`` of bakeoff included: each worker dies with
 its parent).
@@ -63,6 +64,8 @@ _POLL_S = 0.25
 RANK_PRELOAD = ("torch", "torch.distributed", "bakeoff.distributed.collectives", "bakeoff.distributed.training")
 
 _phase_fd: int | None = None
+#: What a hang is named where every rank still running had made its last collective.
+TEARDOWN = "the process group's teardown, after the last collective"
 
 
 def enter(seq: int, what: str) -> None:
@@ -156,11 +159,13 @@ def rank_server(preload: tuple[str, ...] = RANK_PRELOAD) -> Iterator[ForkServer 
         server.close()
 
 
-def _read_phase(path: Path) -> dict[str, Any] | None:
+def _read_phase(path: Path, before: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """What the rank last entered; ``before`` (the last reading) where the file is caught in the
+    middle of a write."""
     try:
         return json.loads(path.read_bytes().rstrip() or b"null")
     except (OSError, ValueError):
-        return None
+        return before
 
 
 @dataclass
@@ -219,7 +224,13 @@ def diagnose(phases: dict[int, dict[str, Any] | None], replied: set[int], world:
             return f"finished (made {phase['seq']} collectives)"
         return f"last entered {phase['what']} #{phase['seq']}"
 
-    stuck = {r: p for r, p in phases.items() if r not in replied and p is not None and p["what"] != "finished"}
+    running = {r: p for r, p in phases.items() if r not in replied and p is not None}
+    stuck = {r: p for r, p in running.items() if p["what"] != "finished"}
+    if running and not stuck:  # every rank still running made its last collective: the teardown hangs
+        seq = max(p["seq"] for p in running.values())
+        waiting = tuple(sorted(running))
+        missing = tuple(r for r in range(world) if r not in waiting)
+        return Hang(TEARDOWN, seq, waiting, missing, {str(r): where(r) for r in range(world)}, after_s)
     if not stuck:
         return Hang("(before the first collective)", 0, (), tuple(range(world)),
                     {str(r): where(r) for r in range(world)}, after_s)  # fmt: skip
@@ -311,7 +322,7 @@ class RankGroup:
                 if not outcome.ok and failed_at is None:
                     failed_at = time.monotonic()
             now = time.monotonic()
-            phases = {r: _read_phase(w.phase_file) for r, w in enumerate(workers)}
+            phases = {r: _read_phase(w.phase_file, seen.get(r)) for r, w in enumerate(workers)}
             if phases != seen:
                 seen, progress = phases, now
             if failed_at is not None and now - failed_at > _AFTER_FAILURE_S:

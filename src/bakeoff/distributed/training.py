@@ -21,6 +21,14 @@ all_reduce it issues (a comm hook, PyTorch's own ``allreduce_hook``: the gradien
 world size, then summed, as DDP's built-in reduction does), so that a hang inside DDP's own
 collectives is named by the step and bucket it waits in, not by its step alone; under FSDP2, each
 all_gather and gradient reduce_scatter by its step and unit (:func:`record_fsdp`).
+
+That hook is Python: gloo's worker thread, completing a bucket's all_reduce, releases the hook's
+Python callback, for which it takes the GIL. Destroying the process group joins that thread, and
+the rank whose job ended dropped DDP's reducer (the group's last holder) with the GIL held: when
+the thread had not yet released the callback, both waited for ever (py-spy: the main thread in
+``~ProcessGroupGloo``'s join under ``Reducer`` deallocation, the gloo thread in
+``gil_scoped_acquire``). A rank's job therefore keeps its wrapped model (:data:`_KEPT`) until its
+process ends (every rank process is killed after its one job).
 """
 
 from __future__ import annotations
@@ -32,6 +40,9 @@ from typing import Any
 from bakeoff.distributed.ranks import enter, finished, join_group, wait_for_every_rank
 
 __all__ = ["DdpJob", "Entered", "GoldenJob", "global_batch", "record_fsdp"]
+
+#: The wrapped models of this rank process's jobs, never released (see the module docstring).
+_KEPT: list[Any] = []
 
 
 class Entered:
@@ -298,6 +309,7 @@ class DdpJob:
                 entered.set_up("DDP set-up (the weights checked and broadcast)")
                 wrapped = DistributedDataParallel(model)
                 wrapped.register_comm_hook(entered, recorded_all_reduce)
+            _KEPT.append(wrapped)
             params = [p for p in model.parameters() if p.requires_grad]
 
             def batch_of(step: int) -> tuple[tuple, dict]:
