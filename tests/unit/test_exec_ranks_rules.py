@@ -197,3 +197,14 @@ def test_a_machines_ranks_merge_under_their_global_ranks():
         "no end within 8 s: still running rank 2 (where: unknown); rank 3 at t.py:9, in barrier "
         "(this machine's ranks only: 2 of 4; another machine's may not have come)"
     )
+
+
+def test_gloo_is_given_an_interface_only_where_its_own_choice_would_fail(monkeypatch):
+    from bakeoff.runner import script_ranks
+    from bakeoff.runner.script_ranks import gloo_interface
+
+    assert gloo_interface("127.0.0.1", {}) is None  # a job on the loopback: gloo's loopback is right
+    assert gloo_interface("10.0.0.1", {"GLOO_SOCKET_IFNAME": "eth1"}) is None  # the user's own is kept
+    # a hostname that resolves to an address other machines may reach: gloo's own choice stands
+    monkeypatch.setattr(script_ranks.socket, "getaddrinfo", lambda *a, **k: [(2, 2, 17, "", ("10.0.0.5", 0))])
+    assert gloo_interface("10.0.0.1", {}) is None

@@ -50,6 +50,7 @@ import dataclasses
 import datetime
 import hashlib
 import json
+import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -61,7 +62,7 @@ from bakeoff.env import capture_environment
 from bakeoff.launch.forkserver import ForkServer, forkable
 from bakeoff.results.values import ErrorInfo, Latency, RunResult, TargetResult
 from bakeoff.runner.script_checks import script_checks
-from bakeoff.runner.script_ranks import job_port
+from bakeoff.runner.script_ranks import gloo_interface, job_port
 from bakeoff.runner.script_run import ScriptRun, copy_workdir, run_environment, run_script
 from bakeoff.runner.script_stdin import remove_shared_stdin
 from bakeoff.runner.script_timing import span_samples, speedups, timed
@@ -318,6 +319,9 @@ def exec_script(
     nodes = settings.node_layout
     if nodes is not None:  # every job's port exists before the first job runs: the last is one before
         job_port(nodes, timing_job(settings.repeats, 0) - 1)  # where a further repeat would start
+        chosen = gloo_interface(nodes.host, os.environ)
+        if chosen is not None:
+            say(f"the ranks get GLOO_SOCKET_IFNAME={chosen[0]}: {chosen[1]}")
 
     def once(
         target: Target, remap: bool, audited: bool, job: int, timing: bool = False, honest: bool = False

@@ -21,13 +21,20 @@ x N + N - 1`` of a world of ``NNODES x N``, they meet the others' at ``HOST`` (n
 and each job of the run (the reference, the honest reference, each target, each timed repeat)
 has a port of its own, ``PORT`` plus the job's fixed position (:func:`job_port`), so that the
 same job of every machine meets, and never another. Each machine compares and stores its own
-ranks, named by their global rank.
+ranks, named by their global rank. gloo (the CPU reference's backend, and any gloo job) tells the
+other machines to reach this one's ranks at the address this machine's hostname resolves to;
+where that is a loopback address (a common ``/etc/hosts``), no other machine could, so the ranks
+get ``GLOO_SOCKET_IFNAME``, the interface that reaches ``HOST`` (:func:`gloo_interface`), unless
+it is set.
 """
 
 from __future__ import annotations
 
+import fcntl
+import ipaddress
 import re
 import socket
+import struct
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +48,7 @@ __all__ = [
     "first_failed",
     "first_rank",
     "free_port",
+    "gloo_interface",
     "hang_site",
     "job_port",
     "merged",
@@ -100,6 +108,57 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _interface_of(address: str) -> str | None:
+    """The network interface holding IPv4 ``address``, None where none does (Linux's
+    ``SIOCGIFADDR``, interface by interface)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _index, name in socket.if_nameindex():
+            try:
+                answer = fcntl.ioctl(probe.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+            except OSError:
+                continue  # an interface without an IPv4 address
+            if socket.inet_ntoa(answer[20:24]) == address:
+                return name
+    return None
+
+
+def gloo_interface(host: str, env: Mapping[str, str]) -> tuple[str, str] | None:
+    """``(interface, why)`` when gloo must be told which interface this machine's ranks use in a
+    job that meets at ``host`` (see the module docstring); None where ``GLOO_SOCKET_IFNAME`` is
+    set, the hostname resolves to an address other machines may reach, the job is on the loopback,
+    or the interface is not found (IPv4 only)."""
+    if env.get("GLOO_SOCKET_IFNAME"):
+        return None
+    name = socket.gethostname()
+    try:
+        resolved = sorted({info[4][0] for info in socket.getaddrinfo(name, None)})
+    except OSError:
+        resolved = []  # gloo then falls back to the loopback address itself
+    if resolved and not all(_loopback(address) for address in resolved):
+        return None
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, 9))  # no packet is sent: the kernel picks the route and the local address
+            local = probe.getsockname()[0]
+    except OSError:
+        return None
+    if _loopback(local):
+        return None
+    interface = _interface_of(local)
+    if interface is None:
+        return None
+    said = ", ".join(resolved) if resolved else "nothing"
+    return interface, (f"this machine's hostname {name} resolves to {said}, which gloo would give the other "
+                       f"machines; {interface} ({local}) reaches {host}")  # fmt: skip
+
+
 def torchrun_env(
     local: int, nproc: int, port: int, env: Mapping[str, str], run_id: str, nodes: Nodes | None = None
 ) -> dict[str, str]:
@@ -114,6 +173,9 @@ def torchrun_env(
     found |= {"ROLE_NAME": "default", "MASTER_ADDR": host, "MASTER_PORT": str(port)}
     found |= {"TORCHELASTIC_RUN_ID": run_id, "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0"}
     found["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS", "1")
+    chosen = gloo_interface(nodes.host, env) if nodes is not None else None
+    if chosen is not None:
+        found["GLOO_SOCKET_IFNAME"] = chosen[0]
     return found
 
 
