@@ -154,9 +154,9 @@ def gloo_interface(host: str, env: Mapping[str, str]) -> tuple[str, str] | None:
     interface = _interface_of(local)
     if interface is None:
         return None
-    said = ", ".join(resolved) if resolved else "nothing"
-    return interface, (f"this machine's hostname {name} resolves to {said}, which gloo would give the other "
-                       f"machines; {interface} ({local}) reaches {host}")  # fmt: skip
+    said = (f"resolves to {', '.join(resolved)}, a loopback address gloo would give the other machines" if resolved
+            else "does not resolve, so gloo would give the other machines a loopback address")  # fmt: skip
+    return interface, f"this machine's hostname {name} {said}; {interface} ({local}) reaches {host}"
 
 
 def torchrun_env(
