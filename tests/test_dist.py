@@ -73,8 +73,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     # rank 1 never returns from its third collective: FSDP2's all_gather of the first layer in step 1's forward
     found["fsdp_hang"] = _dist(db, *ddp, "--steps", "1", "--mode", "fsdp", "--hang-timeout", "8", fault="stall@1:3")
     # the control: a workload whose build outlasts --hang-timeout (each rank builds before its
-    # first collective) is not a hang; the 3 s it allows is for one rank reaching the group before
-    # the other, which a loaded machine makes seconds apart
+    # first collective) is not a hang, however far apart a loaded machine makes the two ranks
     slow = f"py:{Path(__file__).parent / 'fixtures' / 'sweep_models.py'}:fine?slow=6"
     found["slow_build"] = _dist(db, slow, "--on", "cpu", "--mode", "ddp", "--steps", "1", "--hang-timeout", "3",
                                 "--format", "json")  # fmt: skip

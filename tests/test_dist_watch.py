@@ -1,8 +1,9 @@
 """How :class:`~bakeoff.distributed.ranks.RankGroup` names a hang, with two real CPU ranks (gloo)
 forked from one rank server: a rank stopped inside its all_reduce is a hang in that all_reduce;
 ranks stopped after their last collective (a process group's teardown that never ends) are a hang
-in the teardown, not "before the first collective" as they once read; the clean control, each
-rank making its all_reduce and leaving, is no hang at a four-second hang timeout (a loaded machine
+in the teardown, not "before the first collective" as they once read; the clean controls, each
+rank making its all_reduce and leaving, and one rank building for seconds while the other waits
+for it in the group's set-up, are no hang at a four-second hang timeout (a loaded machine
 makes one rank seconds late)."""
 
 from __future__ import annotations
@@ -29,6 +30,13 @@ def _run(server, **job):
 
 def test_ranks_that_make_their_collective_and_leave_are_no_hang(server):
     ended = _run(server)
+    assert ended.hang is None and not ended.timed_out, (ended.hang, ended.timed_out)
+    assert [o.value for o in ended.outcomes] == [{"sum": 8.0}] * 2
+
+
+def test_a_rank_building_longer_than_the_hang_timeout_while_its_peer_waits_in_the_set_up_is_no_hang(server):
+    # rank 0 waits in init_process_group #0 for 9 s, more than twice the hang timeout
+    ended = _run(server, build_rank=1, build_s=9.0)
     assert ended.hang is None and not ended.timed_out, (ended.hang, ended.timed_out)
     assert [o.value for o in ended.outcomes] == [{"sum": 8.0}] * 2
 

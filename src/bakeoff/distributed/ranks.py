@@ -10,9 +10,10 @@ phase files while it waits:
 - every rank replied: the job's values, rank by rank;
 - a rank raised or died: every other rank is stopped (they would wait in their next collective
   for it), and the first failure is the job's;
-- no rank entered anything new for ``hang_s`` while some had not replied, once one rank had
+- no rank entered anything new for ``hang_s`` while some had not replied, once every rank had
   entered the process group's set-up (a rank's job builds its workload first, which is no
-  collective: ``timeout_s`` bounds that): a **hang**. Each rank
+  collective: ``timeout_s`` bounds that, and a rank waiting in the set-up for one still
+  building waits for no collective yet): a **hang**. Each rank
   is asked for its Python stack, then every rank is killed. The hang names the lowest-numbered
   collective a rank was waiting in, the ranks waiting in it and those that did not arrive (still
   before it, or already past it), from the phase files; where every rank still running had made
@@ -208,6 +209,10 @@ class RanksEnded:
         return WorldRun(world, "error", f"{who}{where}: {why}"[:600], **said)
 
 
+def _ranks_words(ranks: list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
 def _said(phases: dict[int, dict[str, Any] | None]) -> dict[int, str]:
     return {r: f"{p['what']} #{p['seq']}" for r, p in phases.items() if p}
 
@@ -327,12 +332,13 @@ class RankGroup:
                 seen, progress = phases, now
             if failed_at is not None and now - failed_at > _AFTER_FAILURE_S:
                 break  # the others wait for the failed rank in their next collective: stop them
-            started = any(p is not None for p in phases.values())  # before: building, bounded by timeout_s
+            building = [r for r, p in phases.items() if p is None and r not in replied]  # bounded by timeout_s
+            started = not building
             if len(replied) < self.world and now > deadline and (not started or now - progress <= hang_s):
                 furthest = max((p["seq"] for p in phases.values() if p), default=0)
                 where = f"at collective #{furthest}, {now - progress:.1f} s after the last one a rank entered"
                 if not started:
-                    where = "while building: no rank had reached the process group"
+                    where = f"while building: {_ranks_words(building)} had not reached the process group"
                 return RanksEnded(outcomes, startup, timed_out=where, phases=_said(phases))
             if len(replied) < self.world and started and now - progress > hang_s:
                 hang = diagnose(phases, replied, self.world, round(now - progress, 1))
