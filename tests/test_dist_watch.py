@@ -22,10 +22,10 @@ def server():
         yield shared
 
 
-def _run(server, **job):
+def _run(server, timeout_s: float = 60.0, **job):
     group = RankGroup(2, RANK_PRELOAD, server)
     jobs = [OneAllReduce(rank, 2, group.rendezvous, **job) for rank in range(2)]
-    return group.run(jobs, 60.0, 4.0)
+    return group.run(jobs, timeout_s, 4.0)
 
 
 def test_ranks_that_make_their_collective_and_leave_are_no_hang(server):
@@ -39,6 +39,12 @@ def test_a_rank_building_longer_than_the_hang_timeout_while_its_peer_waits_in_th
     ended = _run(server, build_rank=1, build_s=9.0)
     assert ended.hang is None and not ended.timed_out, (ended.hang, ended.timed_out)
     assert [o.value for o in ended.outcomes] == [{"sum": 8.0}] * 2
+
+
+def test_a_build_past_the_timeout_is_a_timeout_naming_the_rank_still_building(server):
+    ended = _run(server, timeout_s=3.0, build_rank=1, build_s=15.0)
+    assert ended.hang is None
+    assert ended.timed_out == "while building: rank 1 had not reached the process group", ended.timed_out
 
 
 def test_a_rank_stopped_inside_its_all_reduce_is_a_hang_naming_it(server):
