@@ -209,10 +209,6 @@ class RanksEnded:
         return WorldRun(world, "error", f"{who}{where}: {why}"[:600], **said)
 
 
-def _ranks_words(ranks: list[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
-
-
 def _said(phases: dict[int, dict[str, Any] | None]) -> dict[int, str]:
     return {r: f"{p['what']} #{p['seq']}" for r, p in phases.items() if p}
 
@@ -338,7 +334,7 @@ class RankGroup:
                 furthest = max((p["seq"] for p in phases.values() if p), default=0)
                 where = f"at collective #{furthest}, {now - progress:.1f} s after the last one a rank entered"
                 if not started:
-                    where = f"while building: {_ranks_words(building)} had not reached the process group"
+                    where = f"while building: rank {', '.join(map(str, building))} had not reached the process group"
                 return RanksEnded(outcomes, startup, timed_out=where, phases=_said(phases))
             if len(replied) < self.world and started and now - progress > hang_s:
                 hang = diagnose(phases, replied, self.world, round(now - progress, 1))

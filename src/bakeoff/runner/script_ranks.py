@@ -173,9 +173,6 @@ def torchrun_env(
     found |= {"ROLE_NAME": "default", "MASTER_ADDR": host, "MASTER_PORT": str(port)}
     found |= {"TORCHELASTIC_RUN_ID": run_id, "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0"}
     found["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS", "1")
-    chosen = gloo_interface(nodes.host, env) if nodes is not None else None
-    if chosen is not None:
-        found["GLOO_SOCKET_IFNAME"] = chosen[0]
     return found
 
 

@@ -323,6 +323,7 @@ def _ranks(
     from bakeoff.runner.script_ranks import (
         first_rank,
         free_port,
+        gloo_interface,
         hang_site,
         job_port,
         merged,
@@ -335,11 +336,14 @@ def _ranks(
     port = job_port(nodes, ranks.job) if nodes is not None else free_port()
     run_id = uuid.uuid4().hex[:8] if nodes is None else f"bakeoff-{nodes.host}-{port}"  # alike on every machine
     outs = [base / "out" / f"rank{rank}" for rank in range(nproc)]
+    gloo = gloo_interface(nodes.host, env) if nodes is not None else None  # once for the job's ranks
     members: list[Member] = []
     try:
         for rank, out in enumerate(outs):
             out.mkdir(parents=True)
             rank_env = {**env, **torchrun_env(rank, nproc, port, env, run_id, nodes)}
+            if gloo is not None:
+                rank_env["GLOO_SOCKET_IFNAME"] = gloo[0]
             args = arguments(out, audit)
             streams = (out / "stdout.txt", out / "stderr.txt")
             member = forked_member(server, f"{WORKER}:forked", args, rank_env, work, *streams) if server else None
