@@ -1,20 +1,22 @@
 """Do bakeoff dist's bandwidth figures agree with a plain torch.distributed loop, and what does a
 two-rank check cost?
 
-For each message size, ``bakeoff dist collectives`` on the CPU (gloo) at ``--ranks`` measures the
-all_reduce's median call and its nccl-tests bus bandwidth; the reference: a plain loop
+For each message size, ``bakeoff dist collectives`` on the CPU (gloo) at ``--ranks`` measures
+the all_reduce's median call and its nccl-tests bus bandwidth; the reference: a plain loop
 (``--ranks`` spawned processes, gloo, a file rendezvous, one thread each) that times the same
 number of all_reduce calls of the same size one by one, each call as the rank that entered it
 last timed it (the lowest of the ranks' times: bakeoff's own estimator), its median turned into
 bus bandwidth the same way. The two are measured in turns, ``--rounds`` times (the check, then
 the loop), and the medians over the rounds compared: printed, each round's ratio and the ratio
-of the medians (1 = the same figure). Then the cost of a check: each rank's start (forked from
-the check's warm process, to ready; the first world waits for that process to import PyTorch)
-and the wall time of a two-rank collectives check and of a two-rank DDP parity run of the tiny
-Llama (``--quick`` leaves the DDP run out). Last, the start of ``bakeoff exec --nproc 2``'s
-ranks: a two-rank script that only meets its peer (gloo, a barrier) run as one exec run does,
-forked from the warm process and as fresh interpreters, in turns: the median wall time of each
-and their ratio.
+of the medians (1 = the same figure). The plain loop runs a second time in each round, and the
+same ratio between its two runs is printed: how far two runs of one loop differ here, the floor
+under which a difference between bakeoff and the loop is not a finding. Then the cost of a
+check: each rank's start (forked from the check's warm process, to ready; the first world waits
+for that process to import PyTorch) and the wall time of a two-rank collectives check and of a
+two-rank DDP parity run of the tiny Llama (``--quick`` leaves the DDP run out). Last, the start
+of ``bakeoff exec --nproc 2``'s ranks: a two-rank script that only meets its peer (gloo, a
+barrier) run as one exec run does, forked from the warm process and as fresh interpreters, in
+turns: the median wall time of each and their ratio.
 
 Usage: .venv/bin/python benchmarks/dist_collectives.py [--sizes 1MiB,4MiB] [--iterations 50] [--ranks 2]
        [--rounds 5] [--quick]
@@ -117,6 +119,7 @@ def main() -> None:
         args.sizes, args.iterations, args.rounds = "256KiB", 10, 1
     ours: dict[int, list[float]] = {}
     plain: dict[int, list[float]] = {}
+    again: dict[int, list[float]] = {}  # the plain loop a second time: the comparison's own noise
     with tempfile.TemporaryDirectory() as here:
         db = Path(here) / "b.db"
         for _ in range(args.rounds):
@@ -127,8 +130,9 @@ def main() -> None:
             (world,) = found.worlds
             for size, p50 in _all_reduce_p50(world).items():
                 ours.setdefault(size, []).append(p50)
-            for size, p50 in plain_loop(args.ranks, sorted(ours), args.iterations).items():
-                plain.setdefault(size, []).append(p50)
+            for runs in (plain, again):
+                for size, p50 in plain_loop(args.ranks, sorted(ours), args.iterations).items():
+                    runs.setdefault(size, []).append(p50)
         factor = busbw_factor("all_reduce_sum", args.ranks) or 1.0
         print(f"bakeoff dist collectives on cpu (gloo) and a plain loop, {args.ranks} ranks, all_reduce sum, "
               f"{args.iterations} calls per size, {args.rounds} rounds in turns")  # fmt: skip
@@ -140,6 +144,12 @@ def main() -> None:
             rounds = " ".join(f"{b / a:.2f}" for a, b in zip(ours[size], plain[size], strict=True))
             print(f"{size:>10} {mine:>15.1f} {theirs:>13.1f} {mine_bw:>14.4f} {their_bw:>12.4f} "
                   f"{mine_bw / their_bw:>6.3f} {rounds}")  # fmt: skip
+        print("the plain loop against itself (run again after it in each round: how far two runs of the same loop "
+              "differ here)")  # fmt: skip
+        for size in sorted(ours):
+            rounds = " ".join(f"{b / a:.2f}" for a, b in zip(plain[size], again[size], strict=True))
+            ratio = percentile(again[size], 50) / percentile(plain[size], 50)
+            print(f"{size:>10} plain / plain again, bus bandwidth: {ratio:.3f} (each round: {rounds})")
         starts = ", ".join(f"{s:.2f}" for s in world.startup_s)
         print(f"rank start (forked from the check's warm process, to ready; the first world waits for its import of "
               f"torch): {starts} s")  # fmt: skip

@@ -46,6 +46,7 @@ SCRIPTS: dict[str, tuple[list[str], list[str], list]] = {
         ["--quick"],  # two gloo ranks on the cpu, one size, ten calls, one round against a plain loop
         [
             rf"(?m)^\s+262144\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER} {NUMBER}$",
+            rf"(?m)^\s+262144 plain / plain again, bus bandwidth: {NUMBER} \(each round: {NUMBER}\)$",
             rf"rank start \(forked from the check's warm process, to ready; the first world waits for its import of "
             rf"torch\): {NUMBER}, {NUMBER} s",
             rf"collectives check, 2 ranks, every collective at 256KiB: {NUMBER} s wall",
