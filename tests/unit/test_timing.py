@@ -312,6 +312,19 @@ def test_time_pass_warmup_calls_the_first_shape_untimed() -> None:
     assert (first.calls, second.calls) == (2 + 3, 1 + 1)
 
 
+_OPEN: list = []
+
+
+@pytest.fixture(autouse=True)
+def _close_sessions():
+    """Close the sessions a test made: each holds a capture directory of its own."""
+    yield
+    while _OPEN:
+        session = _OPEN.pop()
+        session.prepared = None  # scripted calls, not a prepared model: nothing of theirs to close
+        session._close()
+
+
 def _session(clock: FakeClock, round_warmup: int, profile: bool = False):
     """A session already past ``start``: its calls are scripted, so no model is built."""
     from bakeoff.runner.job import TargetJob
@@ -330,6 +343,7 @@ def _session(clock: FakeClock, round_warmup: int, profile: bool = False):
         profile=InputProfile(requests, "seq=8,16") if profile else None,
     )
     session = TargetSession(job, clock)
+    _OPEN.append(session)
     session.sync, session.phase = _no_sync, "timing"
     session.prepared = type("Prepared", (), {"compile_summary": None})()
     return session, requests
