@@ -170,7 +170,10 @@ def _supervise(run: int, out: Path | None, stdin_note: str | None) -> int:
         except OSError:
             pass
     if code < 0:
-        signal.signal(-code, signal.SIG_DFL)
+        try:
+            signal.signal(-code, signal.SIG_DFL)
+        except (OSError, ValueError):  # SIGKILL and SIGSTOP take no handler: theirs is the default already
+            pass
         os.kill(os.getpid(), -code)
         code = 128 - code
     return code
