@@ -3,6 +3,7 @@ reads the death as the script's: SIGKILL (the out-of-memory killer's) too, which
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 
@@ -18,6 +19,7 @@ def test_the_supervisor_dies_of_the_signal_its_script_died_of(signum: int) -> No
         try:
             script = os.fork()
             if script == 0:
+                faulthandler.disable()  # pytest's: it would print this process's stack on SIGSEGV
                 os.kill(os.getpid(), signum)
                 os._exit(0)
             os._exit(_supervise(script, None, None))
