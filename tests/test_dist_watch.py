@@ -59,3 +59,13 @@ def test_ranks_stopped_after_their_last_collective_are_a_hang_in_the_teardown(se
     hang = ended.hang
     assert (hang.collective, hang.seq, hang.waiting, hang.missing) == (TEARDOWN, 1, (0, 1), ())
     assert hang.where == {"0": "finished (made 1 collectives)", "1": "finished (made 1 collectives)"}
+
+
+def test_a_rank_killed_inside_a_collective_is_named_and_not_its_peer_that_then_fails(server):
+    # rank 1 dies by SIGKILL; rank 0, waiting for it in the all_reduce, then fails or is stopped:
+    # whichever is heard first, the world names rank 1 and its signal
+    ended = _run(server, die_rank=1, die_after_s=1.0)
+    world = ended.stopped(2, "gloo", 1.0)
+    assert world is not None and world.verdict == "error", world
+    assert world.reason.startswith("rank 1 (last entered all_reduce #1): "), world.reason
+    assert "killed by SIGKILL" in world.reason, world.reason

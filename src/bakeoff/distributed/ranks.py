@@ -181,11 +181,17 @@ class RanksEnded:
     stacks: dict[int, str] = field(default_factory=dict)
     timed_out: str = ""  # the job still progressed when --timeout ended it: where it was
     phases: dict[int, str] = field(default_factory=dict)  # what each rank last entered
+    failed: list[int] = field(default_factory=list)  # the ranks that raised or died, in the order heard
 
     @property
     def failure(self) -> tuple[int, Outcome] | None:
-        """The first rank that raised or died, with its outcome."""
-        return next(((r, o) for r, o in enumerate(self.outcomes) if o is not None and not o.ok), None)
+        """The rank whose failure is the cause, with its outcome: the first that died (a signal,
+        the out-of-memory killer: its peers then raise in their next collective, "connection reset
+        by peer", whichever is heard first), else the first that raised."""
+        order = self.failed + [r for r in range(len(self.outcomes)) if r not in self.failed]
+        failures = [(r, o) for r in order if (o := self.outcomes[r]) is not None and not o.ok]
+        died = [(r, o) for r, o in failures if o.error is not None and o.error.category != "exception"]
+        return (died or failures or [None])[0]
 
     def stopped(self, world: int, backend: str, seconds: float, mode: str = "collectives", which: str = "",
                 devices: tuple[str, ...] = ()) -> WorldRun | None:  # fmt: skip
@@ -206,7 +212,9 @@ class RanksEnded:
         why = outcome.reason() if outcome is not None else "stopped"
         where = f" (last entered {self.phases[rank]})" if rank in self.phases else ""
         who = f"{which} rank {rank}" if which else f"rank {rank}"
-        return WorldRun(world, "error", f"{who}{where}: {why}"[:600], **said)
+        others = [r for r, o in enumerate(self.outcomes) if r != rank and o is not None and not o.ok]
+        after = f"; rank {', '.join(map(str, others))} failed too" if others and failure is not None else ""
+        return WorldRun(world, "error", f"{who}{where}: {why[:500]}{after}", **said)
 
 
 def _said(phases: dict[int, dict[str, Any] | None]) -> dict[int, str]:
@@ -296,7 +304,7 @@ class RankGroup:
                     outcomes = [None] * self.world
                     outcomes[rank] = sent
                     return RanksEnded(outcomes, startup)
-            ended = self._watch(workers, startup, timeout_s, hang_s)
+            ended = self._watch(workers, startup, timeout_s, hang_s, [job.phase for job in jobs])
             ended.outcomes = [_with_output(o, w) for o, w in zip(ended.outcomes, workers, strict=True)]
             return ended
         finally:
@@ -304,24 +312,28 @@ class RankGroup:
                 worker.close(kill=True)
             shutil.rmtree(self.dir, ignore_errors=True)
 
-    def _watch(self, workers: list[Worker], startup: list[float], timeout_s: float, hang_s: float) -> RanksEnded:
+    def _watch(
+        self, workers: list[Worker], startup: list[float], timeout_s: float, hang_s: float, phases_of: list[str]
+    ) -> RanksEnded:
         outcomes: list[Outcome | None] = [None] * self.world
         replied: set[int] = set()
         seen: dict[int, Any] = {}
         deadline = time.monotonic() + timeout_s
         progress = time.monotonic()
         failed_at: float | None = None
+        failed: list[int] = []
         while len(replied) < self.world:
             pending = {workers[r].conn: r for r in range(self.world) if r not in replied}
             for conn in wait(list(pending), timeout=_POLL_S):
                 rank = pending[conn]  # type: ignore[index]
-                got = workers[rank].receive(0, f"rank {rank}", "the job")
+                got = workers[rank].receive(0, f"rank {rank}", phases_of[rank])
                 outcome = got.value if got.ok else got  # the worker's reply is the job's outcome
                 outcomes[rank] = outcome
                 replied.add(rank)
                 progress = time.monotonic()
-                if not outcome.ok and failed_at is None:
-                    failed_at = time.monotonic()
+                if not outcome.ok:
+                    failed.append(rank)
+                    failed_at = failed_at or time.monotonic()
             now = time.monotonic()
             phases = {r: _read_phase(w.phase_file, seen.get(r)) for r, w in enumerate(workers)}
             if phases != seen:
@@ -335,7 +347,7 @@ class RankGroup:
                 where = f"at collective #{furthest}, {now - progress:.1f} s after the last one a rank entered"
                 if not started:
                     where = f"while building: rank {', '.join(map(str, building))} had not reached the process group"
-                return RanksEnded(outcomes, startup, timed_out=where, phases=_said(phases))
+                return RanksEnded(outcomes, startup, timed_out=where, phases=_said(phases), failed=failed)
             if len(replied) < self.world and started and now - progress > hang_s:
                 hang = diagnose(phases, replied, self.world, round(now - progress, 1))
                 stacks = {}
@@ -343,5 +355,5 @@ class RankGroup:
                     if rank not in replied:
                         workers[rank].dump_stack()
                         stacks[rank] = workers[rank].crash_tail()
-                return RanksEnded(outcomes, startup, hang, stacks, phases=_said(phases))
-        return RanksEnded(outcomes, startup, phases=_said(seen))
+                return RanksEnded(outcomes, startup, hang, stacks, phases=_said(phases), failed=failed)
+        return RanksEnded(outcomes, startup, phases=_said(seen), failed=failed)
