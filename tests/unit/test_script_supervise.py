@@ -20,6 +20,8 @@ def test_the_supervisor_dies_of_the_signal_its_script_died_of(signum: int) -> No
             script = os.fork()
             if script == 0:
                 faulthandler.disable()  # pytest's: it would print this process's stack on SIGSEGV
+                if signum != signal.SIGKILL:  # a handler an earlier test left in this worker (the CLI's SIGTERM)
+                    signal.signal(signum, signal.SIG_DFL)
                 os.kill(os.getpid(), signum)
                 os._exit(0)
             os._exit(_supervise(script, None, None))
