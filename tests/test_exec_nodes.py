@@ -96,7 +96,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     found["avg"] = _docs(*(_node(tmp, node, 2, port, fault, "--no-audit", args=("--steps", "2")) for node in (0, 1)))
     tmp, port = tmp_path_factory.mktemp("alone"), _free_ports(1)
     # the device as the reference too: one job, the run's first, waits for its peer and times out
-    (found["alone"],) = _docs(_node(tmp, 0, 2, port, _ROUNDS, "--reference", "emu", "--timeout", "8"))
+    said: list[str] = []
+    (found["alone"],) = _docs(_node(tmp, 0, 2, port, _ROUNDS, "--reference", "emu", "--timeout", "8"), said=said)
+    found["alone_said"], found["alone_port"] = said[0], port
     return found
 
 
@@ -132,7 +134,11 @@ def test_a_machine_whose_peer_never_comes_times_out_saying_only_its_ranks_were_t
     assert emu["is_reference"] and emu["status"] == "error" and emu["error"]["category"] == "timeout"
     message = emu["error"]["message"]
     assert message.startswith("no end within 8 s: still running rank 0 at train_ddp.py:"), message
-    assert "this machine's ranks only: 1 of 2; another machine's may not have come" in message
+    # the call it waits in, not bakeoff's wrapper of it
+    assert ", in init_process_group (this machine's ranks only: 1 of 2; another machine's may not have come" in message
+    said = " ".join(runs["alone_said"].split())  # told while it waits, not only after --timeout
+    assert (f"node 0 of 2: this machine's 1 rank(s) of each run meet the other machines' at "
+            f"127.0.0.1:{runs['alone_port']}, waiting for them up to --timeout (8 s)") in said, said  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -66,6 +66,16 @@ def test_a_hung_ranks_place_is_the_scripts_innermost_line_and_the_call_it_waits_
     relative = _STACKS.replace("/tmp/run/work/train.py", "train.py")  # the script run by a relative path
     assert hang_site(relative, Path("/tmp/run/work")) == "train.py:27, in all_reduce"
     assert hang_site(_STACKS, Path("/elsewhere")) is None  # no thread in the script: nothing claimed
+    # a rank waiting in init_process_group, called through the remap's wrapper of it: the wrapper is bakeoff's
+    import bakeoff.script.remap_dist as remap_dist
+
+    setting_up = f"""Current thread 0x00007f0 (most recent call first):
+  File "/venv/torch/distributed/distributed_c10d.py", line 1710 in init_process_group
+  File "/venv/torch/distributed/c10d_logger.py", line 95 in wrapper
+  File "{remap_dist.__file__}", line 53 in wrapped
+  File "/tmp/run/work/train.py", line 2 in <module>
+"""
+    assert hang_site(setting_up, Path("/tmp/run/work")) == "train.py:2, in init_process_group"
 
 
 def _results(*walls: float) -> list[dict]:
@@ -208,3 +218,16 @@ def test_gloo_is_given_an_interface_only_where_its_own_choice_would_fail(monkeyp
     # a hostname that resolves to an address other machines may reach: gloo's own choice stands
     monkeypatch.setattr(script_ranks.socket, "getaddrinfo", lambda *a, **k: [(2, 2, 17, "", ("10.0.0.5", 0))])
     assert gloo_interface("10.0.0.1", {}) is None
+
+
+def test_a_run_across_machines_says_it_ran_this_machines_ranks_only():
+    from types import SimpleNamespace
+
+    from bakeoff.report.figures import settings_line
+
+    exec_settings = {"nproc": 1, "nodes": "0/2@127.0.0.1:29500", "seed": 0, "timeout_s": 8.0}
+    line = settings_line(SimpleNamespace(settings={"exec": exec_settings}))
+    assert "each as this machine's 1 of 2 ranks (node 0 of 2, meeting at 127.0.0.1:29500;" in line, line
+    assert "of its own" not in line  # a process of its own is one machine's single run, not a rank's
+    alone = settings_line(SimpleNamespace(settings={"exec": {**exec_settings, "nodes": ""}}))
+    assert "each in a process and a copy of the working directory of its own" in alone, alone

@@ -17,6 +17,7 @@ from bakeoff.scenarios.base import rounds_text
 from bakeoff.scenarios.registry import known_scenario
 from bakeoff.settings import TrialSettings
 from bakeoff.settings.exec import current_names
+from bakeoff.settings.nodes import Nodes
 from bakeoff.stats import samples_needed
 from bakeoff.units import clip, figure, human_bytes
 from bakeoff.verdicts.metrics import metric_estimate
@@ -229,6 +230,15 @@ def settings_line(run: Any) -> str | None:
             if nproc == 1
             else f"each as {nproc} ranks (torchrun's environment), processes sharing a copy of the working directory"
         )
+        if script.get("nodes"):  # this machine's ranks of a job across machines
+            try:
+                nodes = Nodes.parse(str(script["nodes"]))
+            except BakeoffError:
+                nodes = None
+            if nodes is not None:
+                each = (f"each as this machine's {nproc} of {nproc * nodes.count} ranks (node {nodes.rank} of "
+                        f"{nodes.count}, meeting at {nodes.host}:{nodes.port}; torchrun's environment), sharing a "
+                        f"copy of the working directory")  # fmt: skip
         return (
             f"the script run once per target, {each}; "
             f"{mapped} remapped to each target's device; seed {script.get('seed')}, timeout {script.get('timeout_s')} s"

@@ -346,6 +346,10 @@ def exec_script(
     # environment reaches PyTorch no sooner)
     server = ForkServer(PRELOAD, run_environment(settings.seed)) if forkable() else None
     try:
+        if nodes is not None:  # each run waits for the other machines' ranks: say where, and for how long
+            say(f"node {nodes.rank} of {nodes.count}: this machine's {settings.nproc} rank(s) of each run meet the "
+                f"other machines' at {nodes.host}:{nodes.port}, waiting for them up to --timeout "
+                f"({settings.timeout_s:g} s)")  # fmt: skip
         say(f"running {script.name} as the reference on {'its own device' if as_written else reference.spec}")
         ref_run = once(reference, not as_written, False, 0)
         ref_run = _misplaced(ref_run, reference.spec, settings.sources[0] if as_written else reference.torch_device)

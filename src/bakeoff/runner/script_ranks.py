@@ -178,6 +178,8 @@ def torchrun_env(
 
 #: Functions that only pass a call on (decorators, ``Module.__call__``): not the call a rank waits in.
 _WRAPPERS = frozenset({"wrapper", "inner", "_fn", "decorate_context", "_call_impl", "_wrapped_call_impl"})
+#: bakeoff's own source: its remap's wrappers (``init_process_group``'s) pass a call on too.
+_OURS = str(Path(__file__).resolve().parents[1]) + "/"
 
 
 def hang_site(stacks: str, work: Path) -> str | None:
@@ -193,7 +195,8 @@ def hang_site(stacks: str, work: Path) -> str | None:
             path = Path(found["file"])
             path = path if path.is_absolute() else work / path  # the script, run from its directory
             if path.is_relative_to(work):
-                called = [f["func"] for f in reversed(frames[:depth]) if f["func"] not in _WRAPPERS]
+                called = [f["func"] for f in reversed(frames[:depth])
+                          if f["func"] not in _WRAPPERS and not f["file"].startswith(_OURS)]  # fmt: skip
                 inner = called[0] if called else found["func"]
                 return f"{path.relative_to(work).as_posix()}:{found['line']}, in {inner}"
     return None
