@@ -86,6 +86,7 @@ def test_every_collective_is_right_on_the_device_at_2_and_4_ranks_and_on_the_cpu
         assert ran.returncode == 0, ran.stderr
         found = _json(ran)
         assert found["verdict"] == "pass" and [w["world"] for w in found["worlds"]] == worlds
+        assert "p99 of 3 calls is close to the slowest one" in found["notes"], found["notes"]  # about its table
         for world in found["worlds"]:
             assert world["verdict"] == "pass" and world["backend"] == backend, world["reason"]
             cells = world["cells"]
@@ -137,6 +138,7 @@ def test_a_rank_that_leaves_the_collectives_is_a_hang_naming_the_collective_and_
     assert "2 ranks (emu): hang: all_reduce_avg float32 64 B #5 did not complete within" in out, out  # 4 calls a cell
     assert "waiting in it: rank 0; did not arrive: rank 1 (finished (made" in out
     assert "every rank was stopped" in out
+    assert "each call's latency" not in out and "p99 of" not in out  # no table of calls to explain
     assert not runs["hang_left"]  # no rank outlives the command
     run_id = out.rsplit("`bakeoff show ", 1)[1].split("`")[0]
     shown = bakeoff_cli("show", run_id, "--db", str(runs["db"]), "--format", "json", env={**os.environ, **EMU_ENV})

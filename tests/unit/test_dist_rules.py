@@ -264,3 +264,9 @@ def test_the_api_and_a_stored_run_hold_numbers_to_the_options_bounds(tmp_path, g
     store.save_run(type(run)(**{**run.__dict__, "settings": {"dist": tampered}}))
     with pytest.raises(SpecError, match=f"run {run.run_id}: " + line):
         rerun_keywords(store.get_run(run.run_id))
+
+
+def test_a_count_of_steps_reads_as_english():
+    from bakeoff.scenarios.dist import steps_words
+
+    assert (steps_words(1, "DDP"), steps_words(3, "SGD")) == ("1 DDP step", "3 SGD steps")

@@ -12,7 +12,7 @@ from typing import Any
 from bakeoff.distributed.collectives import CollectivesJob
 from bakeoff.distributed.ranks import RANK_PRELOAD, RankGroup, RanksEnded, rank_server
 from bakeoff.launch.forkserver import ForkServer
-from bakeoff.scenarios.dist import CollectiveCell, DistResult, WorldRun, busbw_factor, world_verdict
+from bakeoff.scenarios.dist import CollectiveCell, DistResult, WorldRun, busbw_factor, steps_words, world_verdict
 from bakeoff.stats import percentile
 
 __all__ = ["backend_for", "check_collectives", "check_training"]
@@ -51,11 +51,14 @@ def check_collectives(
             if progress is not None:
                 progress(f"{world} ranks on {target.spec}: collectives")
             worlds.append(_world(target, world, settings, backend_for(target.device) or "", server))
-    notes = ("each call's latency is the time of the rank that entered it last (the others' include waiting for "
-             "it); bus bandwidth from the median call by nccl-tests' factors; ranks meet through a file store and run "
-             "one thread each",)  # fmt: skip
-    if settings["iterations"] < 100:
-        notes += (f"p99 of {settings['iterations']} calls is close to the slowest one",)
+    notes: tuple[str, ...] = ()
+    if any(w.cells for w in worlds):  # about the table of calls: none where every world size failed before it
+        notes = ("each call's latency is the time of the rank that entered it last (the others' include waiting "
+                 "for it); bus bandwidth from the median call by nccl-tests' factors; ranks meet through a file "
+                 "store and run one thread each",)  # fmt: skip
+        calls = settings["iterations"]
+        if calls < 100:
+            notes += (f"p99 of {calls} calls is close to the slowest one" if calls > 1 else "p99 is the one call",)
     return DistResult("collectives", target.spec, "collectives", tuple(worlds), notes)
 
 
@@ -133,12 +136,13 @@ def check_training(
         for world in settings["ranks"]:
             for mode in settings["modes"]:
                 if progress is not None:
-                    progress(f"{world} ranks on {target.spec}: {settings['steps']} {mode.upper()} steps of {workload}")
+                    steps = steps_words(settings["steps"], mode.upper())
+                    progress(f"{world} ranks on {target.spec}: {steps} of {workload}")
                 backend = backend_for(target.device) or ""
                 worlds.append(training_world(target, reference, workload, world, settings, backend, mode, server))
     notes = (
-        f"{settings['steps']} SGD steps (lr {settings['lr']:g}); rank r trains on batch k*N+r at step k, the golden on "
-        "their concatenation in float64; the reference is the same job on the CPU with gloo",
+        f"{steps_words(settings['steps'], 'SGD')} (lr {settings['lr']:g}); rank r trains on batch k*N+r at step k, "
+        "the golden on their concatenation in float64; the reference is the same job on the CPU with gloo",
         "judged by the training check's band around the golden without its local re-run of a step: a model whose "
         "training amplifies rounding can leave it (docs/dist.md)",
     )

@@ -14,6 +14,7 @@ from bakeoff.errors import BakeoffError
 from bakeoff.metrics import metric_percentile
 from bakeoff.results.values import TargetResult
 from bakeoff.scenarios.base import rounds_text
+from bakeoff.scenarios.dist import steps_words
 from bakeoff.scenarios.registry import known_scenario
 from bakeoff.settings import TrialSettings
 from bakeoff.settings.exec import current_names
@@ -209,7 +210,7 @@ def settings_line(run: Any) -> str | None:
         ranks = ", ".join(str(n) for n in spread.get("ranks") or ())
         if run.workload.get("spec") != "dist:collectives":
             modes = "/".join(str(m).upper() for m in spread.get("modes") or ("ddp",))
-            steps = f"{spread.get('steps')} {modes} steps (SGD, lr {spread.get('lr')}) at {ranks} ranks"
+            steps = f"{steps_words(spread.get('steps'), modes)} (SGD, lr {spread.get('lr')}) at {ranks} ranks"
             return (
                 f"{steps}, one process each on the target's backend, against one float64 process and the CPU's gloo job"
             )

@@ -27,7 +27,7 @@ from bakeoff.scenarios.base import Scenario, ScenarioContext, ScenarioResult
 from bakeoff.units import human_bytes
 
 __all__ = ["CollectiveCell", "Dist", "DistResult", "Divergence", "Hang", "TrainingStep", "WorldRun", "busbw_factor",
-           "cell_words", "dist_of", "divergence_words", "world_requirements", "world_words"]  # fmt: skip
+           "cell_words", "dist_of", "divergence_words", "steps_words", "world_requirements", "world_words"]  # fmt: skip
 
 #: The collectives checked, in the order each rank runs them.
 OPS = ("all_reduce_sum", "all_reduce_avg", "all_reduce_max", "all_gather", "reduce_scatter", "broadcast",
@@ -327,6 +327,11 @@ def cell_words(cell: CollectiveCell) -> str:
     return f"{what}: {'exact' if not cell.max_error else f'within {cell.max_error:.3g} ulp'}"
 
 
+def steps_words(count: Any, kind: str) -> str:
+    """``3 DDP steps``, ``1 DDP step``."""
+    return f"{count} {kind} step{'' if count == 1 else 's'}"
+
+
 def world_words(world: WorldRun) -> str:
     """One world size in a line: how it ended and why."""
     head = f"{world.world} ranks ({world.backend or 'no backend'}): {world.verdict}"
@@ -337,7 +342,7 @@ def world_words(world: WorldRun) -> str:
         return (f"{head}: {h.collective} #{h.seq} did not complete within {h.after_s:g} s; waiting in it: "
                 f"rank {waiting}; did not arrive: rank {missing}; every rank was stopped")  # fmt: skip
     if world.mode != "collectives":
-        return f"{head}: {len(world.training)} {world.mode.upper()} steps: {world.reason}"
+        return f"{head}: {steps_words(len(world.training), world.mode.upper())}: {world.reason}"
     if world.verdict == "pass":
         exact = sum(1 for c in world.cells if not c.max_error)
         rounded = len(world.cells) - exact
