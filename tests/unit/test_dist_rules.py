@@ -169,6 +169,11 @@ def test_seeded_faults_parse_per_rank_and_a_bad_one_is_refused():
         (["--hang-timeout", "0"], "--hang-timeout"),
         (["resnet"], "bakeoff dist checks collectives or trains a workload: malformed workload 'resnet'"),
         (["arch:llama", "--on", "cpu?amp=bfloat16"], "bakeoff dist runs without autocast"),
+        # a setting the run would not use: refused, not silently dropped
+        (["--mode", "fsdp"], "--mode applies to a workload's DDP or FSDP training, not to the collectives check"),
+        (["collectives", "--steps", "5"], "--steps applies to a workload's DDP or FSDP training"),
+        (["arch:llama", "--sizes", "64"], "--sizes applies to the collectives check, not to a workload's training"),
+        (["arch:llama", "--iterations", "5"], "--iterations applies to the collectives check"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_stores_nothing(capsys, tmp_path, args, line):

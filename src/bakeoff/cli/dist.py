@@ -57,8 +57,13 @@ def dist_command(workload: str, on: str, strict: bool, db: str | None, fmt: str,
     it. Exit code: 0 when the check ran, 1 with --strict when a world size did not pass, 2 on
     bad input.
     """
-    from bakeoff import api
+    from click.core import ParameterSource
 
+    from bakeoff import api
+    from bakeoff.settings.dist import check_applies
+
+    ctx = click.get_current_context()
+    check_applies(workload, {k for k in settings if ctx.get_parameter_source(k) is ParameterSource.COMMANDLINE})
     result = api.dist(workload, on, db=db, progress=progress(), **settings)
     if fmt == "json":
         emit_json(result.to_dict())

@@ -11,7 +11,7 @@ from bakeoff.settings.bounds import TIMEOUT, Bounds
 from bakeoff.settings.fit import size_bytes
 from bakeoff.settings.option import Option, texts
 
-__all__ = ["DIST_OPTIONS", "MAX_RANKS"]
+__all__ = ["COLLECTIVES_ONLY", "DIST_OPTIONS", "MAX_RANKS", "TRAINING_ONLY", "check_applies"]
 
 #: The largest world size one machine's ranks are started for.
 MAX_RANKS = 64
@@ -163,3 +163,27 @@ DIST_OPTIONS: dict[str, Option] = {
         ),
     )
 }
+
+#: The settings of the collectives check alone, and those of a workload's training alone.
+COLLECTIVES_ONLY = ("sizes", "dtypes", "iterations")
+TRAINING_ONLY = ("modes", "steps", "lr")
+
+
+def check_applies(workload: str, given: Any) -> None:
+    """Refuse a setting ``given`` on the command line that the run would not use: a message size
+    for a workload's training, a training step for the collectives check.
+
+    Raises:
+        SpecError: naming the first such flag and what it applies to.
+    """
+    collectives = workload == "collectives"
+    unused = TRAINING_ONLY if collectives else COLLECTIVES_ONLY
+    for keyword in unused:
+        if keyword in given:
+            flag = DIST_OPTIONS[keyword].flag
+            if collectives:
+                hint = f"drop {flag}, or name a workload: bakeoff dist arch:llama {flag} ..."
+                raise SpecError(f"{flag} applies to a workload's DDP or FSDP training, not to the collectives check",
+                                hint=hint)  # fmt: skip
+            hint = f"drop {flag}, or run bakeoff dist collectives {flag} ..."
+            raise SpecError(f"{flag} applies to the collectives check, not to a workload's training", hint=hint)
