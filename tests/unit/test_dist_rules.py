@@ -275,3 +275,16 @@ def test_a_count_of_steps_reads_as_english():
     from bakeoff.scenarios.dist import steps_words
 
     assert (steps_words(1, "DDP"), steps_words(3, "SGD")) == ("1 DDP step", "3 SGD steps")
+
+
+def test_the_steps_table_gives_the_loss_and_gradient_norm_of_golden_reference_and_target():
+    from rich.console import Console
+
+    from bakeoff.report.terminal import dist_view
+    from bakeoff.scenarios.dist import DistResult, TrainingStep
+
+    step = TrainingStep(1, (2.5, 2.25, 2.125), (1.5, 1.25, 1.125), (0.1, 0.1, 0.1), (1e-7, 2e-7, 3e-7), "w")
+    console = Console(width=240, record=True)
+    console.print(dist_view(DistResult("arch:llama", "emu", "ddp", (_ddp((step,)),))))
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in console.export_text().splitlines()]
+    assert ["1", "2.5", "2.25", "2.125", "1.5", "1.25", "1.125"] in [row[:7] for row in rows]

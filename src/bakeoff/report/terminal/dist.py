@@ -41,13 +41,12 @@ def _table(world: WorldRun) -> Table:
 def _steps(world: WorldRun) -> Table:
     said = f"{world.world} ranks: each {world.mode.upper()} step (golden: one float64 process on the global batch; "
     table = Table(title=said + "reference: the same job on the CPU with gloo)", title_justify="left")
-    for name in ("step", "loss golden", "loss target", "grad norm golden", "grad norm ref", "grad norm target",
-                 "weights off golden: ref", "target"):  # fmt: skip
+    for name in ("step", "loss golden", "loss ref", "loss target", "grad norm golden", "grad norm ref",
+                 "grad norm target", "weights off golden: ref", "target"):  # fmt: skip
         table.add_column(name, justify="right")
     for step in world.training:
-        table.add_row(str(step.step), f"{step.loss[0]:.6g}", f"{step.loss[2]:.6g}", f"{step.grad_norm[0]:.6g}",
-                      f"{step.grad_norm[1]:.6g}", f"{step.grad_norm[2]:.6g}", f"{step.weights[0]:.3g}",
-                      f"{step.weights[1]:.3g}")  # fmt: skip
+        table.add_row(str(step.step), *(f"{v:.6g}" for v in (*step.loss, *step.grad_norm)),
+                      f"{step.weights[0]:.3g}", f"{step.weights[1]:.3g}")  # fmt: skip
     return table
 
 
