@@ -550,3 +550,17 @@ def test_targets_never_timed_are_recommended_on_qualifying_alone_and_say_so():
     assert (two.outcome, two.basis, two.tied) == ("tie", "qualification", ("cpu+aot_eager",))
     timed = decide([REF, fast("cpu+inductor", 2.0, 1.8, 2.2)])  # control: a measured speed ranks as before
     assert (timed.outcome, timed.target, timed.basis) == ("recommended", "cpu+inductor", "speed")
+
+
+def test_a_run_of_the_reference_alone_says_there_was_no_target_to_decide_on():
+    from rich.console import Console
+
+    from bakeoff.report.terminal import decision_view
+
+    alone = decide([replace(REF, candidate=False)])  # exec --on cpu: the one target is the reference
+    assert (alone.outcome, alone.target) == ("none", None)
+    assert alone.lines[0] == "no target was run but the reference (cpu), which targets are compared with: name one"
+    console = Console(width=200, record=True)
+    console.print(decision_view(alone))
+    assert "no target was run but the reference (cpu)" in console.export_text()
+    assert decide([]).lines == ("no target was measured",)  # nothing at all: no reference to name

@@ -284,8 +284,11 @@ def _decide(standings: Sequence[Standing], unmeasured: Iterable[str] = ()) -> De
             lines.append(f"{s.target} ({_figure_of(s, basis, ref)}) is undecided: {'; '.join(s.doubts)}")
         lines += _not_by_cost(pool, shown, basis) + _ruled_out(standings)
         return Decision("inconclusive", best.target, basis, tuple(lines), (), tuple(standings), unmeasured)
-    if not standings:
-        return Decision("none", None, basis, ("no target was measured",), (), (), unmeasured)
+    if not standings:  # the reference alone (exec --on cpu: the target is the reference), or nothing measured
+        said = "no target was measured"
+        if ref is not None:
+            said = f"no target was run but the reference ({ref.target}), which targets are compared with: name one"
+        return Decision("none", None, basis, (said,), (), (), unmeasured)
     closest = sorted(standings, key=lambda s: (len(s.misses), len(s.doubts), _key(s, "speed")))[0]
     lines.append(f"closest: {closest.target}, ruled out by {'; '.join(closest.misses)}")
     lines += _ruled_out(s for s in standings if s is not closest)
