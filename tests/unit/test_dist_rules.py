@@ -288,3 +288,12 @@ def test_the_steps_table_gives_the_loss_and_gradient_norm_of_golden_reference_an
     console.print(dist_view(DistResult("arch:llama", "emu", "ddp", (_ddp((step,)),))))
     rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in console.export_text().splitlines()]
     assert ["1", "2.5", "2.25", "2.125", "1.5", "1.25", "1.125"] in [row[:7] for row in rows]
+
+
+def test_a_size_that_is_not_a_whole_number_of_elements_per_rank_is_noted_as_rounded():
+    from bakeoff.distributed.run import rounded_sizes
+
+    said = rounded_sizes({"ranks": (2, 3), "dtypes": ("float32", "bfloat16"), "sizes": (64, 4096)})
+    assert said == ("at 3 ranks a message holds a whole number of elements per rank: 64 B float32 -> 60 B, "
+                    "4,096 B float32 -> 4,092 B, 64 B bfloat16 -> 60 B, 4,096 B bfloat16 -> 4,092 B",)  # fmt: skip
+    assert rounded_sizes({"ranks": (2, 4), "dtypes": ("float32", "bfloat16"), "sizes": (64, 4096)}) == ()

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bakeoff.distributed.collectives import CollectivesJob
+from bakeoff.distributed.collectives import CollectivesJob, elements
 from bakeoff.distributed.ranks import RANK_PRELOAD, RankGroup, RanksEnded, rank_server
 from bakeoff.launch.forkserver import ForkServer
 from bakeoff.scenarios.dist import CollectiveCell, DistResult, WorldRun, busbw_factor, steps_words, world_verdict
@@ -59,7 +59,26 @@ def check_collectives(
         calls = settings["iterations"]
         if calls < 100:
             notes += (f"p99 of {calls} calls is close to the slowest one" if calls > 1 else "p99 is the one call",)
+        notes += rounded_sizes(settings)
     return DistResult("collectives", target.spec, "collectives", tuple(worlds), notes)
+
+
+def rounded_sizes(settings: dict[str, Any]) -> tuple[str, ...]:
+    """A note per world size whose messages are not the sizes asked for: each rank holds a whole
+    number of elements, the same on every rank, so a size is rounded down to a multiple of the
+    ranks' elements (64 B of float32 at 3 ranks: 60 B)."""
+    notes = []
+    for world in settings["ranks"]:
+        moved = []
+        for dtype in settings["dtypes"]:
+            itemsize = 4 if dtype == "float32" else 2  # DTYPES: float32, bfloat16, float16
+            for size in settings["sizes"]:
+                held = elements("all_reduce_sum", size, itemsize, world) * itemsize
+                if held != size:
+                    moved.append(f"{size:,} B {dtype} -> {held:,} B")
+        if moved:
+            notes.append(f"at {world} ranks a message holds a whole number of elements per rank: {', '.join(moved)}")
+    return tuple(notes)
 
 
 def _world(target: Any, world: int, settings: dict[str, Any], backend: str, server: ForkServer | None) -> WorldRun:
