@@ -559,7 +559,10 @@ def test_a_run_of_the_reference_alone_says_there_was_no_target_to_decide_on():
 
     alone = decide([replace(REF, candidate=False)])  # exec --on cpu: the one target is the reference
     assert (alone.outcome, alone.target) == ("none", None)
-    assert alone.lines[0] == "no target was run but the reference (cpu), which targets are compared with: name one"
+    assert (
+        alone.lines[0]
+        == "no target was run but the reference (cpu), which targets are compared with: name one with --on"
+    )
     console = Console(width=200, record=True)
     console.print(decision_view(alone))
     assert "no target was run but the reference (cpu)" in console.export_text()

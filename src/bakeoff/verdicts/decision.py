@@ -287,7 +287,8 @@ def _decide(standings: Sequence[Standing], unmeasured: Iterable[str] = ()) -> De
     if not standings:  # the reference alone (exec --on cpu: the target is the reference), or nothing measured
         said = "no target was measured"
         if ref is not None:
-            said = f"no target was run but the reference ({ref.target}), which targets are compared with: name one"
+            said = (f"no target was run but the reference ({ref.target}), which targets are compared with: name one "
+                    "with --on")  # fmt: skip
         return Decision("none", None, basis, (said,), (), (), unmeasured)
     closest = sorted(standings, key=lambda s: (len(s.misses), len(s.doubts), _key(s, "speed")))[0]
     lines.append(f"closest: {closest.target}, ruled out by {'; '.join(closest.misses)}")
