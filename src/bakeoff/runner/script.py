@@ -319,9 +319,9 @@ def exec_script(
     nodes = settings.node_layout
     if nodes is not None:  # every job's port exists before the first job runs: the last is one before
         job_port(nodes, timing_job(settings.repeats, 0) - 1)  # where a further repeat would start
-        chosen = gloo_interface(nodes.host, os.environ)
-        if chosen is not None:
-            say(f"the ranks get GLOO_SOCKET_IFNAME={chosen[0]}: {chosen[1]}")
+    chosen = gloo_interface(nodes.host, os.environ) if nodes is not None else None  # once for every job's ranks
+    if chosen is not None:
+        say(f"the ranks get GLOO_SOCKET_IFNAME={chosen[0]}: {chosen[1]}")
 
     def once(
         target: Target, remap: bool, audited: bool, job: int, timing: bool = False, honest: bool = False
@@ -337,7 +337,7 @@ def exec_script(
             audit=target.torch_device if audited and not timing else None, files=settings.files and not timing,
             capture_modules=() if timing else settings.capture_modules,
             compile=target.spec.partition("+")[2] if remap and target.is_compiled else "", rounding_noise=honest,
-            server=server, nproc=settings.nproc, nodes=nodes, job=job,
+            server=server, nproc=settings.nproc, nodes=nodes, job=job, gloo_ifname=chosen[0] if chosen else "",
         )  # fmt: skip
 
     # every run forked from one warm process that imported PyTorch once, where the platform allows:

@@ -186,6 +186,7 @@ def run_script(
     nproc: int = 1,
     nodes: Nodes | None = None,
     job: int = 0,
+    gloo_ifname: str = "",
 ) -> ScriptRun:
     """Run ``script`` once in a copy of ``workdir`` under ``mapping`` (empty: as written);
     with ``audit`` (the target's device), audit where its work ran
@@ -200,14 +201,16 @@ def run_script(
     changes a variable the server's preloaded compiler read:
     :mod:`bakeoff.script.compiler_preload`); with ``nproc`` over 1, as that many ranks
     of a torchrun-style job (:mod:`bakeoff.runner.script_ranks`); with ``nodes``, as this
-    machine's ``nproc`` ranks of a job across machines, the run's job at position ``job``.
+    machine's ``nproc`` ranks of a job across machines, the run's job at position ``job``, its ranks
+    given ``GLOO_SOCKET_IFNAME=gloo_ifname`` where that is not empty
+    (:func:`~bakeoff.runner.script_ranks.gloo_interface`, decided once for the whole exec).
 
     The run's temporary directory is named after this process, so that a later run removes it
     when this process was killed before it could (:mod:`bakeoff.launch.tempdirs`)."""
 
     from bakeoff.runner.script_worker import COMPILER_USED, FRESH
 
-    ranks = _Ranks(nproc, nodes, job)
+    ranks = _Ranks(nproc, nodes, job, gloo_ifname)
 
     def attempt(server: ForkServer | None) -> ScriptRun | None:
         """The run once, forked from ``server`` where it is given; None when a forked run must
@@ -310,6 +313,7 @@ class _Ranks:
     nproc: int
     nodes: Nodes | None = None
     job: int = 0
+    gloo_ifname: str = ""  # the interface gloo is told to use, where it must be
 
 
 def _ranks(
@@ -323,7 +327,6 @@ def _ranks(
     from bakeoff.runner.script_ranks import (
         first_rank,
         free_port,
-        gloo_interface,
         hang_site,
         job_port,
         merged,
@@ -336,14 +339,13 @@ def _ranks(
     port = job_port(nodes, ranks.job) if nodes is not None else free_port()
     run_id = uuid.uuid4().hex[:8] if nodes is None else f"bakeoff-{nodes.host}-{port}"  # alike on every machine
     outs = [base / "out" / f"rank{rank}" for rank in range(nproc)]
-    gloo = gloo_interface(nodes.host, env) if nodes is not None else None  # once for the job's ranks
     members: list[Member] = []
     try:
         for rank, out in enumerate(outs):
             out.mkdir(parents=True)
             rank_env = {**env, **torchrun_env(rank, nproc, port, env, run_id, nodes)}
-            if gloo is not None:
-                rank_env["GLOO_SOCKET_IFNAME"] = gloo[0]
+            if ranks.gloo_ifname:
+                rank_env["GLOO_SOCKET_IFNAME"] = ranks.gloo_ifname
             args = arguments(out, audit)
             streams = (out / "stdout.txt", out / "stderr.txt")
             member = forked_member(server, f"{WORKER}:forked", args, rank_env, work, *streams) if server else None
