@@ -67,11 +67,13 @@ def rounded_sizes(settings: dict[str, Any]) -> tuple[str, ...]:
     """A note per world size whose messages are not the sizes asked for: each rank holds a whole
     number of elements, the same on every rank, so a size is rounded down to a multiple of the
     ranks' elements (64 B of float32 at 3 ranks: 60 B)."""
+    import torch
+
     notes = []
     for world in settings["ranks"]:
         moved = []
         for dtype in settings["dtypes"]:
-            itemsize = 4 if dtype == "float32" else 2  # DTYPES: float32, bfloat16, float16
+            itemsize = torch.finfo(getattr(torch, dtype)).bits // 8
             for size in settings["sizes"]:
                 held = elements("all_reduce_sum", size, itemsize, world) * itemsize
                 if held != size:
