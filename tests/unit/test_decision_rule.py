@@ -567,3 +567,32 @@ def test_a_run_of_the_reference_alone_says_there_was_no_target_to_decide_on():
     console.print(decision_view(alone))
     assert "no target was run but the reference (cpu)" in console.export_text()
     assert decide([]).lines == ("no target was measured",)  # nothing at all: no reference to name
+
+
+def test_every_report_heads_a_reference_alone_as_nothing_to_decide_and_a_miss_with_its_closest():
+    from tests.revisit_data import make_run, target_result
+
+    from bakeoff.env import Environment
+    from bakeoff.report.evidence import build_evidence
+    from bakeoff.report.html import render_html
+    from bakeoff.report.markdown import render_markdown
+    from bakeoff.report.terminal import decision_view
+
+    env = Environment({"cpu_count": 2, "threads": {"intra_op": 1}})
+    alone = make_run("r1", "2026-12-01T00:00:00+00:00", env, (target_result("cpu", 2.0),),
+                     settings={"reference": "cpu", "reference_added": True})  # fmt: skip
+    decision = decide_run(alone)
+    assert (decision.outcome, decision.target, decision.said) == ("none", None, "nothing")
+    evidence = build_evidence([alone], generated_at="2026-12-01T00:00:00+00:00")
+    markdown, html = render_markdown(evidence), render_html(evidence)
+    assert "**Decision**: nothing to decide" in markdown
+    assert ">nothing to decide</span></p>" in html
+    assert "nothing to decide" in _plain(decision_view(decision)).splitlines()[0]
+    for text in (markdown, html, _plain(decision_view(decision))):
+        assert "no target was run but the reference (cpu)" in text
+        assert "no target qualifies" not in text and "<strong>-</strong>" not in text and "**-**" not in text
+        assert "(by speed" not in text  # no basis: nothing was ranked
+    # the control: every target missing something is still headed with the closest, by name
+    missed = decide([replace(REF, candidate=False), fast("cpu+inductor", 2.0, 1.8, 2.2, misses=("outputs differ",))])
+    assert (missed.outcome, missed.target, missed.said) == ("none", "cpu+inductor", "none")
+    assert "no target qualifies; closest: cpu+inductor" in _plain(decision_view(missed))

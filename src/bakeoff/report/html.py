@@ -272,6 +272,7 @@ _DECISION_SAID = {
     "tie": ("no clear winner; best estimate", "#9a6700"),
     "inconclusive": ("inconclusive; best candidate", "#9a6700"),
     "none": ("no target qualifies; closest", "#cf222e"),
+    "nothing": ("nothing to decide", "#57606a"),
 }
 
 

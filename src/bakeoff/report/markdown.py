@@ -83,12 +83,16 @@ _SAID = {
     "tie": "no clear winner; best estimate",
     "inconclusive": "inconclusive; best candidate",
     "none": "no target qualifies; closest",
+    "nothing": "nothing to decide",
 }
 
 
 def decision_markdown(decision: Decision) -> list[str]:
     """The decision block: outcome, why (each line with its figure), what could not run, the rule."""
-    out = [f"**Decision** (by {decision.basis}): {_SAID[decision.outcome]}: **{md(decision.target or '-')}**", ""]
+    if decision.said == "nothing":
+        out = [f"**Decision**: {_SAID['nothing']}", ""]
+    else:
+        out = [f"**Decision** (by {decision.basis}): {_SAID[decision.outcome]}: **{md(decision.target or '-')}**", ""]
     if decision.cost_basis:
         out.append(f"- cost basis: {md(decision.cost_basis)}")
     out += [f"- {md(line)}" for line in decision.lines]

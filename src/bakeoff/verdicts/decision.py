@@ -117,6 +117,13 @@ class Decision(Value):
     rule: str = RULE
     cost_basis: str = ""
 
+    @property
+    def said(self) -> str:
+        """The outcome a report heads the decision with: ``nothing`` where there was no target
+        to decide on (outcome ``none`` with no closest target: the reference alone, or nothing
+        measured), else :attr:`outcome`."""
+        return "nothing" if self.outcome == "none" and self.target is None else self.outcome
+
     def brief_lines(self) -> tuple[str, ...]:
         """:attr:`lines` with the targets that qualify too but lost (their figures are in the
         table above the decision) said in one line."""

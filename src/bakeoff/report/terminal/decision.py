@@ -25,14 +25,18 @@ _OUTCOME = {
     "tie": ("no clear winner, best estimate: ", "bold yellow"),
     "inconclusive": ("inconclusive, best candidate: ", "bold yellow"),
     "none": ("no target qualifies; closest: ", "bold red"),
+    "nothing": ("nothing to decide", "bold"),
 }
 
 
 def decision_view(decision: Decision, verbose: bool = True) -> Group:
     """The decision block: the outcome, the lines that say why, what could not run, the rule
     (in one line unless ``verbose``)."""
-    said, style = _OUTCOME[decision.outcome]
-    head = Text.assemble(("decision ", "bold"), f"(by {decision.basis}) ", (said, style), decision.target or "-")
+    said, style = _OUTCOME[decision.said]
+    if decision.said == "nothing":
+        head = Text.assemble(("decision: ", "bold"), (said, style))
+    else:
+        head = Text.assemble(("decision ", "bold"), f"(by {decision.basis}) ", (said, style), decision.target or "-")
     lines = [Text(f"  {line}") for line in (decision.lines if verbose else decision.brief_lines())]
     if decision.cost_basis:
         lines.insert(0, Text(f"  cost basis: {decision.cost_basis}"))
