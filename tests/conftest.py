@@ -230,6 +230,7 @@ def cli_in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int,
 #: Modules whose tests share module-scoped work (a compiled model, a sweep, a Ray cluster): run
 #: on one worker under pytest-xdist (``--dist loadgroup``), so that work is done once.
 SHARED_WORK = {
+    "test_script_audit_host_work.py",
     "test_amp.py",
     "test_correctness_faults.py",
     "test_emu_device.py",

@@ -20,13 +20,16 @@ Verdicts:
     fallbacks           some ops ran on the host (or a backend reports fallbacks), or tensors
                         were copied to the host and back in the middle of the forward pass
     left_on_host        parameters/buffers (or device-map entries) are not on the target
-                        device, or host state is copied to the device on every forward pass
+                        device, or host state is copied to the device on every forward pass,
+                        or (a script or service) the work itself ran on host data: no op call,
+                        or less of the arithmetic than the host's, on the device
     engine_did_not_run  the target's engine handed back most of its work (it ran under half of
                         the op calls given to it): what ran was mostly PyTorch
     not_applicable      a CPU target: there is no other place the work could have run (unless
                         a CPU compile backend reports that it handed work back: then fallbacks)
     unknown             not measured: the target's run failed or was skipped, so whatever its
-                        audit saw covers only what ran before it stopped (:func:`unmeasured`)
+                        audit saw covers only what ran before it stopped (:func:`unmeasured`),
+                        or a script or service ran no PyTorch op while audited
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ __all__ = [
     "audit_module",
     "audit_placement",
     "judge",
+    "judge_host_work",
     "unmeasured",
 ]
 
@@ -211,6 +215,50 @@ def judge(
         where = ", ".join(sorted({s["module"] for s in round_trips})[:3])
         return "fallbacks", f"tensors copied to the host and back during the forward pass (in {where})"
     return "on_device", "every op ran on the target device; nothing left on the host"
+
+
+#: Ops that make or fill a tensor: a script that only makes one on the host and moves it has not
+#: worked on the host (the spawning parent of a script whose work is in its child processes).
+_MAKES = frozenset(
+    f"aten::{name}"
+    for name in (
+        "zeros ones empty empty_strided full rand randn randint randperm arange linspace eye scalar_tensor "
+        "lift_fresh lift_fresh_copy zeros_like ones_like empty_like full_like rand_like randn_like "
+        "uniform_ normal_ zero_ fill_ bernoulli_ random_"
+    ).split()
+)
+
+
+def judge_host_work(
+    recorder: PlacementRecorder, host_only: Mapping[str, int], fallback_ops: Mapping[str, int], whose: str
+) -> tuple[str, str]:
+    """The verdict and explanation of a script's (or service's) audit that :func:`judge` found
+    ``on_device``, given the op calls that ran on host data only (``host_only``). Those are the
+    script's own host work (its preprocessing, its metrics) beside a device that did the work;
+    but where no PyTorch op ran at all the placement is ``unknown``, and where they are all the
+    work there was (more than making tensors, which a script then moves) or most of the
+    arithmetic, the work itself never reached the device: ``left_on_host``."""
+    on_device, device_flops = recorder.device_counts(fallback_ops)
+    if not recorder.ops_total:
+        return UNMEASURED, f"no PyTorch op ran in the {whose} while it was audited: where its work ran is not known"
+    if not host_only:
+        return "on_device", "every op ran on the target device; nothing left on the host"
+    worked = any(name.split(".")[0] not in _MAKES for name in host_only)
+    if (not on_device and worked) or recorder.flops_host > device_flops:
+        return "left_on_host", (
+            f"the work ran on host data: {sum(host_only.values())} op call(s) on the host "
+            f"({top_counts(host_only)}) against {on_device} on the device"
+            + (f", {recorder.flops_host:.3g} FLOPs against {device_flops:.3g}" if recorder.flops_host else "")
+            + f"; is the {whose} given the target's device?"
+        )
+    copies = recorder.ops_total - on_device - sum(host_only.values())
+    return "on_device", (
+        f"every op on the device's data ran on the device ({on_device} op calls); "
+        f"{sum(host_only.values())} op call(s) ran on host data only (the {whose}'s own host work: "
+        f"{top_counts(host_only)})"
+        + (f"; {copies} op call(s) copied data between the host and the device" if copies > 0 else "")
+        + "; nothing left on the host"
+    )
 
 
 def audit_placement(prepared: Any, target: Any, probe: Any | None) -> Any:

@@ -23,7 +23,7 @@ from typing import Any
 
 from bakeoff.checks.compilation import Compilation
 from bakeoff.checks.dispatch_audit import HOST_SYNC_OPS, PlacementRecorder, off_device_map_entries
-from bakeoff.checks.placement import Placement, judge, top_counts
+from bakeoff.checks.placement import Placement, judge, judge_host_work
 from bakeoff.script.ledger import call_site
 from bakeoff.script.threads import in_new_threads
 
@@ -410,17 +410,9 @@ class ScriptAudit:
                 f"host tensors copied to the device again and again: {count} repeated copies, {size} B, at {where}; "
                 "create them on the device, or move them there once" + also
             )
-        if verdict == "on_device" and host_only:  # say what the host did, so the words match the counts
-            on_device = recorder.device_counts(fallback_ops)[0]
-            copies = recorder.ops_total - on_device - sum(host_only.values())
+        if verdict == "on_device":  # the host's own work: the script's, or the work itself
             whose = "service" if self._what else "script"
-            explanation = (
-                f"every op on the device's data ran on the device ({on_device} op calls); "
-                f"{sum(host_only.values())} op call(s) ran on host data only (the {whose}'s own host work: "
-                f"{top_counts(host_only)})"
-                + (f"; {copies} op call(s) copied data between the host and the device" if copies > 0 else "")
-                + "; nothing left on the host"
-            )
+            verdict, explanation = judge_host_work(recorder, host_only, fallback_ops, whose)
         scope = self._what or "every ATen op of the whole script run (its main thread and autograd's)"
         if self._past_window:
             scope = (

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from bakeoff.analysis.cost import SERVICE_BASIS, Cost, Price, cost_of, parse_prices, price_for, streams_of
 from bakeoff.analysis.requirements import requirement_state
 from bakeoff.checks.comparison import Correctness
+from bakeoff.checks.placement import UNMEASURED
 from bakeoff.checks.registry import guarded, registered_checks
 from bakeoff.codec import Value
 from bakeoff.emu import NAME as TEST_DEVICE
@@ -128,7 +129,9 @@ def standing_of(
     if r.correctness is not None and r.correctness.overflowed:
         native = (r.correctness.drift or {}).get("reference")
         misses.append(f"outputs not finite in {r.target.dtype} where {native} is finite (the dtype overflows)")
-    if r.status == "ok" and r.placement is not None and r.placement.verdict not in _PLACED:
+    if r.status == "ok" and r.placement is not None and r.placement.verdict == UNMEASURED:
+        doubts.append(f"placement unknown: {clip(r.placement.explanation, 160)}")  # nothing to place was seen
+    elif r.status == "ok" and r.placement is not None and r.placement.verdict not in _PLACED:
         misses.append(f"work left the device: placement {r.placement.verdict}")
     elif r.placement is None and r.status == "ok" and r.target.device != "cpu":
         doubts.append("placement not audited: where the work ran is unknown")
