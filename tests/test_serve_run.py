@@ -119,6 +119,10 @@ def test_the_search_brackets_a_single_servers_capacity_and_the_decision_costs_it
         search_steps=3, peak=100.0, headroom=0.25, prices=("emu=$2/h", "cpu=$1/h"), audit=False,
     )  # fmt: skip
     reference, emu = run.results
+    # the control: every step's answers are compared with the reference's, and the same service passes
+    stepped = emu.scenarios[0].facts["responses_elsewhere"]
+    assert emu.correctness.verdict == "pass" and all(e["differing"] == 0 for e in stepped), emu.correctness.reason
+    assert sum(e["traffic"].startswith("the search's step at ") for e in stepped) == len(stepped) - 1  # and cold
     for result in (reference, emu):
         assert result.status == "ok", result.error
         search = result.scenarios[0].facts["search"]
@@ -142,6 +146,31 @@ def test_the_search_brackets_a_single_servers_capacity_and_the_decision_costs_it
     assert code == 0 and "highest rate within the objectives" in out
     if reference.scenarios[0].facts["search"]["low"] is not None:  # priced at the searched rate
         assert "searched service rate x 1" in out
+
+
+def test_wrong_answers_of_a_fresh_replica_and_of_a_later_search_step_fail_the_target(tmp_path: Path) -> None:
+    # on emu only: the first 5 answers (the cold replica's 25) and every answer from the 154th
+    # (after 25 cold, 3 warm-up and 125 measured requests: the search's next step) are 1% off
+    run = _serve(tmp_path, " --fault-on emu --fault-wrong-first 5 --fault-wrong-from 154", search=True, search_steps=2,
+                 audit=False)  # fmt: skip
+    reference, emu = run.results
+    assert reference.status == "ok" and emu.status == "ok", (reference.error, emu.error)
+    facts = emu.scenarios[0].facts
+    assert facts["responses"]["differing"] == 0  # the measured traffic alone would pass
+    elsewhere = {entry["traffic"]: entry for entry in facts["responses_elsewhere"]}
+    cold = elsewhere.pop("the cold replica's traffic")
+    assert (cold["compared"], cold["differing"]) == (25, 4)  # the first of the 5 is sin(0): 0, however scaled
+    # every answer of a search step is off but sin(0)'s (one body in the traffic's 40)
+    assert elsewhere and all(e["differing"] >= 0.9 * e["compared"] > 0 for e in elsewhere.values()), [
+        (k, e["compared"], e["differing"], e["not_compared_reference"], e["not_compared_target"])
+        for k, e in elsewhere.items()
+    ]
+    assert emu.correctness.verdict == "fail"
+    assert "in the cold replica's traffic, 4 of 25 responses differ from the reference's: request 1 at $.value" in (
+        emu.correctness.reason
+    )
+    assert "in the search's step at " in emu.correctness.reason
+    assert reference.scenarios[0].facts["responses_elsewhere"] == []  # the reference is what they are compared with
 
 
 def test_a_service_that_compiles_each_new_shape_shows_it_in_its_cold_replica_and_not_once_warm(tmp_path: Path) -> None:

@@ -231,6 +231,56 @@ def test_logprobs_before_a_near_tie_are_still_compared() -> None:
     assert parity.verdict == "fail" and parity.first[0].path == "$.choices[0].top_logprobs[0].5"
 
 
+def test_at_a_near_tie_a_token_that_was_no_candidate_or_an_answer_of_another_shape_fails() -> None:
+    reference = [generation([5, 6, 7, 8], REF_TOP, "abcd")]
+    junk = consistent(compare_responses(run(reference), run([generation([5, 6, 999, 999], TGT_TOP, "abxy")])))
+    assert junk.verdict == "fail" and junk.near_ties == 0  # 999 is neither of the tied 7 and 3
+    assert junk.first[0].path == "$.choices[0].token_ids[2]"
+    garbage = {"choices": [{"token_ids": [5, 6, 3], "text": "garbage", "finish_reason": 3}]}
+    shape = consistent(compare_responses(run(reference), run([garbage])))
+    assert shape.verdict == "fail"  # the tie itself is fine; the logprobs gone and a number for a reason are not
+    assert [(d.path, d.reason) for d in shape.first] == [("$.choices[0].top_logprobs", "missing on the target")]
+    assert shape.differing == 1 and "finish_reason" not in shape.reason  # one request; its first difference shown
+    # the control: the tied runner-up taken, the rest of the object in its shape: a near tie
+    tied = consistent(compare_responses(run(reference), run([generation([5, 6, 3, 2], TGT_TOP, "abxy")])))
+    assert tied.near_ties == 1
+
+
+def test_candidates_near_equal_at_the_cut_may_fall_either_side_of_it_and_one_clearly_above_fails() -> None:
+    # bfloat16 ranks the second and third candidates (near-equal) the other way: 585 drops out, 176 comes in
+    ref = {"token_ids": [11, 12], "logprobs": [{"11": -0.3, "585": -6.4954}, {"12": -0.1, "4": -3.0}]}
+    honest = {"token_ids": [11, 12], "logprobs": [{"11": -0.3004, "176": -6.4970}, {"12": -0.1001, "4": -3.002}]}
+    parity = consistent(compare_responses(run([ref]), run([honest]), dtype="bfloat16"))
+    assert parity.verdict == "pass", parity.reason
+    # a candidate the reference ranks well above the target's lowest, missing on the target
+    dropped = {"token_ids": [11, 12], "logprobs": [{"11": -0.3, "176": -9.0}, {"12": -0.1, "4": -3.0}]}
+    fault = consistent(compare_responses(run([ref]), run([dropped]), dtype="bfloat16"))
+    assert fault.verdict == "fail"
+    assert (fault.first[0].path, fault.first[0].reference, fault.first[0].target) == ("$.logprobs[0].585", "-6.4954",
+                                                                                      "(missing)")  # fmt: skip
+    assert fault.first[0].reason == "not among the target's candidates, whose lowest is -9"
+    # a shared candidate's number is still compared at the tolerance
+    off = {"token_ids": [11, 12], "logprobs": [{"11": -0.36, "176": -6.4970}, {"12": -0.1, "4": -3.0}]}
+    assert consistent(compare_responses(run([ref]), run([off]), dtype="bfloat16")).first[0].path == "$.logprobs[0].11"
+
+
+def test_openai_style_top_logprobs_are_candidates_and_a_token_field_is_no_candidate() -> None:
+    def chat(top: list[dict[str, Any]], token: str = "a") -> dict[str, Any]:
+        return {"logprobs": {"content": [{"token": token, "logprob": -0.1, "top_logprobs": top}]}}
+
+    ref = [{"token": "a", "logprob": -0.1}, {"token": "b", "logprob": -4.00}, {"token": "c", "logprob": -4.001}]
+    swapped = [{"token": "a", "logprob": -0.1}, {"token": "c", "logprob": -4.0005}, {"token": "b", "logprob": -4.0}]
+    assert consistent(compare_responses(run([chat(ref)]), run([chat(swapped)]), dtype="bfloat16")).verdict == "pass"
+    wrong = [{"token": "a", "logprob": -0.1}, {"token": "b", "logprob": -4.0}, {"token": "z", "logprob": -9.0}]
+    parity = consistent(compare_responses(run([chat(ref)]), run([chat(wrong)]), dtype="bfloat16"))
+    assert parity.verdict == "fail" and parity.first[0].path == "$.logprobs.content[0].top_logprobs.c"
+    # one position's own object (its token and number) is walked as an object: its token id exactly
+    one = {"logprobs": [{"token": 1000, "logprob": -0.3}]}
+    other = {"logprobs": [{"token": 1001, "logprob": -0.3}]}
+    parity = consistent(compare_responses(run([one]), run([other]), dtype="bfloat16"))
+    assert parity.verdict == "fail" and parity.first[0].path == "$.logprobs[0].token"
+
+
 # -- failed requests and nothing compared ------------------------------------------------------
 
 

@@ -62,7 +62,7 @@ from bakeoff.serve.objectives import (
     latency_series,
     parse_objectives,
 )
-from bakeoff.serve.responses import ResponseParity, compare_responses, load_compare
+from bakeoff.serve.responses import ResponseParity, answers_by_body, compare_by_body, compare_responses, load_compare
 from bakeoff.serve.schedule import from_trace, parse_schedule
 from bakeoff.serve.search import RateSearch, SearchPlan
 from bakeoff.serve.traffic import Traffic, read_traffic
@@ -73,6 +73,8 @@ from bakeoff.store.schema import utc_now
 from bakeoff.target.detect import unavailable_reason
 from bakeoff.target.spec import Target
 from bakeoff.units import duration
+
+Places = Callable[[int], int]
 
 __all__ = ["serve_service", "service_workload"]
 
@@ -105,14 +107,22 @@ def _requirement(verdict: ObjectiveVerdict, judgement: ServiceJudgement) -> dict
     return RequirementCheck(req, "not_measured", **{**common, "reason": f"the run was not judged: {why}"}).to_dict()
 
 
-def _correctness(parity: ResponseParity, reference: str, dtype: str) -> Correctness:
+def _correctness(
+    parity: ResponseParity, reference: str, dtype: str, elsewhere: Sequence[tuple[str, ResponseParity]] = ()
+) -> Correctness:
     """The target's responses as its correctness: a request the reference answered and the
-    target did not (an error status, a timeout, a refused connection) is a wrong answer too."""
+    target did not (an error status, a timeout, a refused connection) is a wrong answer too.
+    ``elsewhere``: the answers of its other traffic (the cold replica's, each search step's),
+    each labelled; a differing one fails the target as the measured traffic's would."""
     verdict = {"pass": "pass", "fail": "fail"}.get(parity.verdict, "not_comparable")
     reason = parity.reason
     if parity.not_compared_target:
         verdict = "fail"
         reason = f"{parity.not_compared_target} request(s) the reference answered failed on the target; {reason}"
+    wrong = [(label, other) for label, other in elsewhere if other.differing]
+    if wrong:
+        verdict = "fail"
+        reason = f"{reason}; " + "; ".join(f"in {label}, {other.reason}" for label, other in wrong)
     return Correctness(verdict, reason, f"the service on {reference}", tolerance_for(dtype))
 
 
@@ -124,6 +134,7 @@ def _result(
     settings: ServeSettings,
     objectives: Sequence[Any],
     reference_spec: str,
+    elsewhere: Sequence[tuple[str, ResponseParity]] = (),
 ) -> TargetResult:
     load, lifecycle = measured.load, measured.lifecycle
     judgement = None
@@ -151,7 +162,9 @@ def _result(
         notes.append(measured.audit_note)
     if audited.get("error"):
         notes.append(f"placement audit: {audited['error']}")
-    checks: dict[str, Any] = {"correctness": _correctness(parity, reference_spec, settings.dtype)} if parity else {}
+    checks: dict[str, Any] = {}
+    if parity is not None:
+        checks["correctness"] = _correctness(parity, reference_spec, settings.dtype, elsewhere)
     for name in ("placement", "compilation"):
         if audited.get(name) is not None:
             checks[name] = audited[name]
@@ -165,6 +178,7 @@ def _result(
         "warmup": measured.warmup, "warmed": measured.warmed, "warmup_s": measured.warmup_s,
         "lifecycle": lifecycle.to_dict(), "judgement": judgement.to_dict() if judgement else None,
         "responses": parity.to_dict() if parity else None,
+        "responses_elsewhere": [{"traffic": label, **other.to_dict()} for label, other in elsewhere],
         "search": measured.search.to_dict() if measured.search else None, "capacity": capacity, "cold": cold,
     }  # fmt: skip
     series = {}
@@ -199,10 +213,13 @@ def _result(
     )
 
 
-def _search_plan(settings: ServeSettings, traffic: Traffic, objectives: Sequence[Requirement]) -> SearchPlan:
+def _search_plan(
+    settings: ServeSettings, traffic: Traffic, objectives: Sequence[Requirement], sent: list[tuple[float, LoadRun]]
+) -> SearchPlan:
     """The search's steps: each at least ``--min-duration`` (with a margin for a drawn schedule's
     span), :data:`~bakeoff.serve.objectives.MIN_REQUESTS` requests and the requests the tightest
-    percentile needs to be claimed; a recorded trace is replayed whole, scaled to each rate."""
+    percentile needs to be claimed; a recorded trace is replayed whole, scaled to each rate.
+    Each step's rate and load run are appended to ``sent`` (their answers are compared after)."""
     quantiles = [found[1] for found in map(latency_series, (o.metric for o in objectives)) if found is not None]
     claim = max((requests_to_claim(q, 0.99) for q in quantiles), default=0)
     schedule = parse_schedule(settings.arrivals)
@@ -214,6 +231,7 @@ def _search_plan(settings: ServeSettings, traffic: Traffic, objectives: Sequence
         return traffic.take(count), list(schedule.times(rate, count, seed=settings.seed + 1))
 
     def judge(load: Any, rate: float) -> ServiceJudgement:
+        sent.append((rate, load))
         return judge_run(load, objectives, offered_rate=rate, min_duration_s=settings.min_duration_s)
 
     return SearchPlan(settings.rate, settings.search_steps, plan, judge)
@@ -275,6 +293,33 @@ def _cold(
     return facts, note
 
 
+def _places(traffic: Traffic, cold: tuple[list[Any], list[float]] | None) -> tuple[Places, Places]:
+    """Where request ``i`` of a run stands in the traffic file: in the measured traffic and a
+    search step's (the file cycled, or a trace in its order), and in the cold traffic (a trace's
+    first seconds are not always its first lines)."""
+    count = len(traffic.bodies)
+    where = {id(body): i for i, body in enumerate(traffic.bodies)}
+    cold_places = [where[id(body)] for body in cold[0]] if cold is not None else []
+    return (lambda i: i % count), (lambda i: cold_places[i] if i < len(cold_places) else -1)
+
+
+def _elsewhere(
+    answers: dict[int, Any], places: tuple[Places, Places], measured: Measured,
+    steps: Sequence[tuple[float, LoadRun]], settings: ServeSettings,
+) -> list[tuple[str, ResponseParity]]:  # fmt: skip
+    """The target's answers outside its measured traffic (its cold replica's, each search step's)
+    against the reference's to the same bodies, each labelled (the measured traffic, the search's
+    first step when it decided, is compared on its own)."""
+    if not answers:
+        return []
+    runs = [("the cold replica's traffic", measured.cold, places[1])] if measured.cold is not None else []
+    runs += [
+        (f"the search's step at {rate:.3g}/s", load, places[0]) for rate, load in steps if load is not measured.load
+    ]
+    options = {"dtype": settings.dtype, "compare": settings.compare or None}
+    return [(label, compare_by_body(answers, load, place, **options)) for label, load, place in runs]
+
+
 def _folder(spec: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", spec)
 
@@ -315,6 +360,8 @@ def serve_service(
     results: list[TargetResult] = []
     try:
         ref_measured = None
+        answers: dict[int, Any] = {}  # the reference's answer to each body of the traffic
+        places = _places(traffic, cold_plan)
         for target in [reference, *(t for t in targets if t != reference)]:
             reason = unavailable_reason(target)
             if reason is None and (target.is_compiled or target.amp is not None or target.dtype):
@@ -323,6 +370,7 @@ def serve_service(
                 results.append(TargetResult(target=target, status="skipped", reason=reason))
                 continue
             say(f"starting the service on {target.spec}, then {len(bodies)} requests at {settings.rate:g}/s")
+            steps: list[tuple[float, LoadRun]] = []
             measured = measure_service(
                 command,
                 out=base / _folder(target.spec),
@@ -336,15 +384,24 @@ def serve_service(
                 start_timeout_s=settings.start_timeout_s,
                 request_timeout_s=settings.request_timeout_s,
                 audit=settings.audit and target.device != "cpu",
-                search=_search_plan(settings, traffic, objectives) if settings.searches else None,
+                search=_search_plan(settings, traffic, objectives, steps) if settings.searches else None,
                 cold=cold_plan,
                 clients=settings.clients,
             )
             is_reference = target == reference
             against = None if is_reference else ref_measured
-            results.append(_result(target, measured, against, is_reference, settings, objectives, reference.spec))
+            elsewhere = [] if is_reference else _elsewhere(answers, places, measured, steps, settings)
+            results.append(
+                _result(target, measured, against, is_reference, settings, objectives, reference.spec, elsewhere)
+            )
             if is_reference:
                 ref_measured = measured
+                ran = [
+                    (measured.load, places[0]),
+                    (measured.cold, places[1]),
+                    *((load, places[0]) for _, load in steps),
+                ]
+                answers = answers_by_body((load, place) for load, place in ran if load is not None)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     run = RunResult(

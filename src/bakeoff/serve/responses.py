@@ -13,15 +13,24 @@ counts never overlap. Each pair of bodies is then judged by one rule:
   (``atol = rtol = TOLERANCE[dtype]``; 1e-4 in float32, 1e-2 in bfloat16). Another engine's
   rounding (a few units of roundoff) passes; a 1% error of a number above ~0.01 fails in every
   float dtype but bfloat16. A body that is not JSON is compared as bytes, exactly.
+* **Candidates**: one position's top candidates (an item of a ``logprobs``/``top_logprobs`` list
+  mapping token to number, or a ``top_logprobs`` list of objects with a ``token`` and a
+  ``logprob``) are compared as sets cut at their lowest: a candidate both sides list must agree
+  in its number, one listed on one side only passes where it is not above the other side's
+  lowest (within the tolerance): two near-equal candidates at the cut fall either side of it as
+  another engine's rounding orders them. A different count of candidates is a difference.
 * **Near ties**: an object holding generated ``token_ids`` (or ``tokens``: a list of integers)
   beside per-position ``top_logprobs`` (or ``logprobs``: each position a mapping of candidate to
   number, a list of numbers, or a list of objects with a ``logprob``), whose token lists part at
   position ``k`` where the reference's two best candidates are within the same allclose rule,
-  is a near tie, as in the greedy check (:mod:`bakeoff.checks.greedy`): either token is right.
-  It is reported, not counted as a difference; the logprobs before ``k`` are still compared,
-  and the rest of that object (later tokens, its text, its finish reason) follows the parted
-  generation and is not. Unlike the greedy check there is no float64 copy to ask: the gap is the
-  reference service's own, and whether the target took the runner-up is not checked.
+  is a near tie, as in the greedy check (:mod:`bakeoff.checks.greedy`): either token is right,
+  where the target's token is one of the reference's candidates within the rule of its best
+  (where candidates name no token, a list of bare numbers, that is not checked). It is
+  reported, not counted as a difference; the logprobs before ``k`` are still compared, and the
+  rest of that object (later tokens, its text, its finish reason) follows the parted generation:
+  its values are not compared, but its keys and their kinds are (a key missing, extra, or a
+  number where the reference has text is a difference). Unlike the greedy check there is no
+  float64 copy to ask: the gap is the reference service's own.
 * **A user's function** ``f(reference_body: bytes, target_body: bytes) -> bool | (bool, reason)``
   given as a callable or ``"module:function"`` (the current directory on ``sys.path``). Its
   exception is a difference naming the exception; it never stops the comparison.
@@ -38,17 +47,25 @@ import json
 import math
 import re
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 from bakeoff.analysis.tolerance import tolerance_for
 from bakeoff.codec import Value
 from bakeoff.errors import SpecError
-from bakeoff.serve.load import LoadRun
+from bakeoff.serve.load import LoadRun, Sent
 
-__all__ = ["CANNOT_SEE", "Difference", "ResponseParity", "compare_responses", "load_compare"]
+__all__ = [
+    "CANNOT_SEE",
+    "Difference",
+    "ResponseParity",
+    "answers_by_body",
+    "compare_by_body",
+    "compare_responses",
+    "load_compare",
+]
 
 CANNOT_SEE = (
     "a systematic error below the tolerance (no golden, no bias test), errors of numbers near zero "
@@ -57,6 +74,12 @@ CANNOT_SEE = (
 #: Keys that hold generated token ids, and keys that hold their per-position candidates.
 TOKEN_KEYS = ("token_ids", "tokens")
 LOGPROB_KEYS = ("top_logprobs", "logprobs")
+#: A path that holds one position's candidates: an item of a logprobs list, or a ``top_logprobs`` list itself.
+_CANDIDATES = re.compile(r"\.(?:top_logprobs|logprobs)\[\d+\]$|\.top_logprobs$")
+#: The key that names a candidate's token in a list of candidate objects.
+_TOKEN_OF = ("token", "token_id", "id")
+#: Keys of one candidate's own object: a mapping holding one is that object, not token -> number.
+_FIELDS = frozenset({*_TOKEN_OF, "logprob", "prob", "rank"})
 CLIP = 80
 _SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 Found = list[tuple[str, str, str, str]]  # (path, reference, target, reason)
@@ -187,6 +210,31 @@ def compare_responses(
     )
 
 
+def answers_by_body(runs: Iterable[tuple[LoadRun, Callable[[int], int]]]) -> dict[int, Sent]:
+    """The reference's answer to each body of the traffic, from the first of ``runs`` that answered
+    it: each run with the function that gives its request ``i``'s place in the traffic file."""
+    found: dict[int, Sent] = {}
+    for run, place in runs:
+        for sent in run.requests:
+            if sent.error is None:
+                found.setdefault(place(sent.index), sent)
+    return found
+
+
+def compare_by_body(
+    answers: Mapping[int, Sent], target: LoadRun, place: Callable[[int], int], **options: Any
+) -> ResponseParity:
+    """``target``'s answers (a run of other traffic than the reference's: a cold replica's, a
+    search step's; ``place`` gives its request ``i``'s place in the traffic file) against the
+    reference's answer to the same body (:func:`answers_by_body`), as :func:`compare_responses`
+    compares them. A request that failed on the target, or whose body the reference never
+    answered, is left out: under a rate the service cannot keep, failures are the objectives' to
+    judge, not the answers'."""
+    kept = tuple(s for s in target.requests if s.error is None and place(s.index) in answers)
+    ours = tuple(replace(answers[place(s.index)], index=s.index) for s in kept)
+    return compare_responses(LoadRun(ours, target.wall_s), LoadRun(kept, target.wall_s), **options)
+
+
 def _name(function: Any) -> str:
     return f"{getattr(function, '__module__', '?')}:{getattr(function, '__qualname__', repr(function))}"
 
@@ -245,6 +293,8 @@ def _walk(r: Any, t: Any, path: str, tol: float, found: Found, tied: Found) -> N
                 found.append((path, _show(r), _show(t), "differs"))
         elif not _close(float(r), float(t), tol):
             found.append((path, _show(r), _show(t), _off(float(r), float(t))))
+    elif _CANDIDATES.search(path) and (rc := _candidates(r)) is not None and (tc := _candidates(t)) is not None:
+        _walk_candidates(rc, tc, path, tol, found)
     elif isinstance(r, dict) and isinstance(t, dict):
         if _near_tie(r, t, path, tol, found, tied):
             return
@@ -291,9 +341,57 @@ def _near_tie(r: dict, t: dict, path: str, tol: float, found: Found, tied: Found
     top = _top_two(candidates[k]) if k < len(candidates) else None
     if top is None or not _close(top[0], top[1], tol):
         return False
+    named = _candidates(candidates[k])  # where candidates carry their token: the target's must be a tied one
+    if named is not None and k < len(theirs):
+        chosen = named.get(str(theirs[k]))
+        if chosen is None or not _close(top[0], chosen, tol):
+            return False
     where = f"{path}.{tokens}[{k}]"
     shown = [_show(x[k]) if k < len(x) else "(ended)" for x in (ours, theirs)]
     tied.append((where, shown[0], shown[1], f"near tie: the reference's top two {top[0]:.6g} and {top[1]:.6g}"))
     if isinstance(t.get(logprobs), list):
         _walk(candidates[:k], t[logprobs][:k], f"{path}.{logprobs}", tol, found, tied)
+    for key in r:  # what follows the parted generation is not compared, but it is still there, as it was
+        if key not in t:
+            found.append((f"{path}.{key}", _show(r[key]), "(missing)", "missing on the target"))
+        elif key != tokens and _kind(r[key]) != _kind(t[key]):
+            found.append((f"{path}.{key}", _show(r[key]), _show(t[key]), f"{_kind(r[key])} vs {_kind(t[key])}"))
+    for key in (k for k in t if k not in r):
+        found.append((f"{path}.{key}", "(missing)", _show(t[key]), "extra on the target"))
     return True
+
+
+def _candidates(value: Any) -> dict[str, float] | None:
+    """One position's candidates as token -> number: a mapping of token to number, or a list of
+    objects each with a ``logprob`` and its ``token`` (``token_id``, ``id``); None for any other
+    shape (a list of bare numbers names no token)."""
+    if isinstance(value, dict) and value and all(_number(v) for v in value.values()) and not value.keys() & _FIELDS:
+        return {str(key): float(v) for key, v in value.items()}
+    if isinstance(value, list) and value and all(isinstance(v, dict) and _number(v.get("logprob")) for v in value):
+        names = [next((v[key] for key in _TOKEN_OF if key in v), None) for v in value]
+        if all(isinstance(name, (str, int)) and not isinstance(name, bool) for name in names):
+            return {str(name): float(v["logprob"]) for name, v in zip(names, value, strict=True)}
+    return None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _walk_candidates(r: dict[str, float], t: dict[str, float], path: str, tol: float, found: Found) -> None:
+    """One position's top candidates on each side, as sets cut at their lowest: a candidate both
+    sides list must agree in its number; one listed on one side only passes where its number is
+    not above the other side's lowest listed (within the tolerance): two near-equal candidates at
+    the cut may fall either side of it, as another engine's rounding orders them. A different
+    count of candidates is a difference."""
+    for key in r.keys() & t.keys():
+        if not _close(r[key], t[key], tol):
+            found.append((f"{path}.{key}", _show(r[key]), _show(t[key]), _off(r[key], t[key])))
+    for here, there, side in ((r, t, "target"), (t, r, "reference")):
+        cut = min(there.values())
+        for key in sorted(here.keys() - there.keys()):
+            if here[key] > cut and not _close(here[key], cut, tol):
+                shown = (_show(here[key]), "(missing)") if side == "target" else ("(missing)", _show(here[key]))
+                found.append((f"{path}.{key}", *shown, f"not among the {side}'s candidates, whose lowest is {cut:.6g}"))
+    if len(r) != len(t):
+        found.append((path, _show(r), _show(t), f"{len(r)} candidates vs {len(t)}"))
