@@ -16,10 +16,11 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
-from tests.conftest import EMU_ENV, bakeoff_cli
+from tests.conftest import EMU_ENV, MARK, bakeoff_cli, marked, still_running
 
 pytestmark = pytest.mark.isolated
 
@@ -178,6 +179,42 @@ def test_a_run_stopped_at_its_timeout_takes_what_it_detached_with_it(tmp_path: P
     while _alive(detached) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(detached)  # left its process group, yet ended with the run
+
+
+STARTS_CHILDREN_AND_WAITS = """
+import subprocess
+import time
+
+started = [subprocess.Popen(["sleep", "300"]), subprocess.Popen(["sleep", "300"], start_new_session=True)]
+shell = subprocess.run(["sh", "-c", "setsid sleep 300 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True)
+open(PIDS, "w").write(" ".join([*(str(p.pid) for p in started), shell.stdout.strip()]))
+time.sleep(600)
+"""
+
+
+def test_a_kill_9_of_bakeoff_takes_what_the_script_started_with_it(tmp_path: Path) -> None:
+    # the script's own children: one in its process group, two that left it (setsid); the run's
+    # supervisor used to die of the parent-death SIGKILL at once, leaving them to init
+    pids = tmp_path / "pids.txt"
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "waits.py").write_text(STARTS_CHILDREN_AND_WAITS.replace("PIDS", repr(str(pids))))
+    marker = uuid.uuid4().hex
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bakeoff", "exec", "--on", "cpu", "--db", str(tmp_path / "b.db"), "waits.py"],
+        cwd=work, env={**os.environ, MARK: marker}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while not (pids.exists() and len(pids.read_text().split()) == 3) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        children = [int(pid) for pid in pids.read_text().split()]
+        ours = [pid for pid in marked(marker) if pid != process.pid]
+    finally:
+        process.kill()
+        process.wait()
+    assert ours and set(children) <= set(ours)  # the control: they ran, marked as the run's
+    assert still_running(children) == [] and still_running(ours) == []
 
 
 LOOKS_FOR_THE_DATABASE = """

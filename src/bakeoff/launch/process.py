@@ -58,18 +58,25 @@ CRASH_LOG_CHARS = 4000
 Serve = Callable[[Any, str, str], None]
 
 
-def die_with_parent(parent_pid: int) -> None:
-    """Make sure this process cannot outlive ``parent_pid`` (a ``kill -9`` of bakeoff included)."""
+def die_with_parent(parent_pid: int, signum: int = signal.SIGKILL) -> None:
+    """Make sure this process cannot outlive ``parent_pid`` (a ``kill -9`` of bakeoff included):
+    it gets ``signum`` when that parent ends (SIGKILL by default; another signal is for a process
+    whose handler must end what it started first, and then itself)."""
     from bakeoff.launch.reaping import death_signal
 
-    death_signal(signal.SIGKILL)
+    def orphaned() -> None:
+        if signum == signal.SIGKILL:
+            os._exit(1)
+        os.kill(os.getpid(), signum)
+
+    death_signal(signum)
     if os.getppid() != parent_pid:  # the parent died before the signal was armed
-        os._exit(1)
+        orphaned()
 
     def watch() -> None:
         while os.getppid() == parent_pid:
             time.sleep(1.0)
-        os._exit(1)
+        orphaned()
 
     threading.Thread(target=watch, name="bakeoff-parent-watch", daemon=True).start()
 

@@ -131,6 +131,27 @@ def _end_descendants() -> list[str]:
     return end_all(lambda: [p for p in me.children(recursive=True) if running(p)], _GRACE_S, _REAP_S)
 
 
+#: What the supervisor gets when the process that started it ends (a ``kill -9`` of bakeoff):
+#: caught, so that it kills the run and everything the run started before it goes itself (with
+#: SIGKILL, the script's own children would outlive it, reparented to init).
+ORPHANED_SIGNAL = getattr(signal, "SIGUSR2", None)
+
+
+def _end_when_orphaned() -> None:
+    """On :data:`ORPHANED_SIGNAL`, kill every descendant (the run, and what it started: a
+    subreaper's orphans included) and exit."""
+
+    def orphaned(_signum: int, _frame: Any) -> None:
+        import psutil
+
+        me = psutil.Process()
+        end_all(lambda: [p for p in me.children(recursive=True) if running(p)], 0.0, _REAP_S)
+        os._exit(1)
+
+    if ORPHANED_SIGNAL is not None:
+        signal.signal(ORPHANED_SIGNAL, orphaned)
+
+
 def _out_dir(argv: Sequence[str]) -> Path | None:
     split = argv.index("--") if "--" in argv else len(argv)
     for at, arg in enumerate(argv[:split]):
@@ -234,8 +255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         supervisor = os.getpid()
         run = os.fork()
         if run:
-            if watched is not None:  # a kill -9 of bakeoff takes the supervisor, and so the run, with it
-                die_with_parent(watched)
+            if watched is not None:  # a kill -9 of bakeoff: the supervisor ends the run and what it started
+                _end_when_orphaned()
+                die_with_parent(watched, ORPHANED_SIGNAL or signal.SIGKILL)
             return _supervise(run, _out_dir(argv), stdin_note)
         die_with_parent(supervisor)
         _answer_stacks(_out_dir(argv))
