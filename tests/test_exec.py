@@ -318,6 +318,11 @@ def test_bad_input_is_one_line_and_stores_nothing(tmp_path):
             else bakeoff_cli("exec", "--db", str(tmp_path / "b.db"), "missing.py", cwd=tmp_path)
         )
         assert ran.returncode == 2 and line in ran.stderr and len(ran.stderr.strip().splitlines()) == 1, ran.stderr
+    # another command's option before the script: not taken for the script's name
+    ran = bakeoff_cli("exec", "--db", str(tmp_path / "b.db"), "--timing", "none", "missing.py", cwd=tmp_path)
+    assert ran.returncode == 2 and ran.stderr.strip() == (
+        "bakeoff: error: No such option '--timing'. (see `bakeoff exec --help`)"
+    ), ran.stderr
     assert not (tmp_path / "b.db").exists()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -89,6 +90,32 @@ def test_report_checks_its_output_path_before_reading_anything(tmp_path):
     )
     with pytest.raises(bakeoff_api.BakeoffError, match="it is a directory"):
         bakeoff_api.report(json=tmp_path, db=tmp_path / "none.db")
+
+
+@pytest.mark.parametrize("command", [["history"], ["show", "abc"], ["report", "--markdown", "r.md"]])
+def test_a_command_that_only_reads_leaves_an_empty_file_given_as_its_db_empty(command, tmp_path):
+    empty = tmp_path / "e.db"
+    empty.touch()
+    result = bakeoff(*command, "--db", str(empty), cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"bakeoff: error: no database at {empty} (an empty file) (check --db / BAKEOFF_DB, or run a trial first)"
+    )
+    assert empty.stat().st_size == 0 and sorted(p.name for p in tmp_path.iterdir()) == ["e.db"]
+
+
+def test_an_artifacts_directory_that_cannot_be_made_is_one_line_and_stores_no_run(tmp_path):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the baselines would go")
+    env = {**os.environ, "BAKEOFF_ARTIFACTS": str(blocker)}
+    result = bakeoff("trial", "arch:llama?layers=1", "--on", "cpu", "--db", str(tmp_path / "b.db"), env=env)
+    assert result.returncode == 2, result.stderr[-2000:]
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"bakeoff: error: cannot write the baseline to {blocker}/baselines/") and line.endswith(
+        ": Not a directory (make that directory writable, or choose another --db path or BAKEOFF_ARTIFACTS)"
+    ), line
+    assert "Traceback" not in result.stderr
+    assert bakeoff("history", "--db", str(tmp_path / "b.db")).stdout.count("arch:llama") == 0
 
 
 @pytest.mark.parametrize("command", [["history"], ["trial", "arch:llama"]])

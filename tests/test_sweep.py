@@ -376,7 +376,9 @@ def test_ctrl_c_stops_a_sweep_keeping_every_finished_cell(tmp_path):
     stored = stored_cells(db)
     assert 1 <= stored < len(specs)
     (sweep,) = Store.open(db, create=False).list_sweeps()
-    assert f"resume it with bakeoff sweep --resume {sweep.id}" in err  # printed before the first cell
+    # printed before the first cell and when stopped, with the --db the sweep was given: the hint runs as it reads
+    assert f"resume it with bakeoff sweep --resume {sweep.id} --db {db}" in err
+    assert f"bakeoff sweep --resume {sweep.id} --db {db} finishes it" in err
     resumed = bakeoff("sweep", "--resume", sweep.id, "--db", str(db), "--format", "json")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert sorted(c.workload_spec for c in Store.open(db, create=False).sweep_cells(sweep.id)) == sorted(specs)

@@ -223,3 +223,15 @@ def test_an_exec_run_that_captured_only_a_string_is_stored_and_read(tmp_path):
     )
     assert reported.returncode == 0, reported.stderr
     assert doc["run_id"] in (tmp_path / "r.md").read_text()
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_hints_to_show_a_run_again_carry_the_db_it_was_given(name):
+    from bakeoff.store.connection import db_flag
+
+    run = _stored(name)
+    assert db_flag(None) == "" and db_flag("my runs/k.db") == " --db 'my runs/k.db'"
+    given = " ".join(_terminal(run_view(run, where="my runs/k.db", width=160, db_flag=db_flag("my runs/k.db"))).split())
+    assert f"show again with `bakeoff show {run.run_id} --db 'my runs/k.db'`" in given
+    plain = " ".join(_terminal(run_view(run, where="bakeoff.db", width=160)).split())  # the control: the default
+    assert f"show again with `bakeoff show {run.run_id}`" in plain and "--db" not in plain

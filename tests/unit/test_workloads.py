@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from pathlib import Path
 
@@ -379,6 +380,21 @@ def test_py_module_with_import_error(tmp_path: Path) -> None:
     path.write_text("import torch\nraise ImportError('needs a thing')\n")
     with pytest.raises(WorkloadError, match=r"importing .* failed: ImportError: needs a thing"):
         build_workload(f"py:{path}:make")
+
+
+def test_a_module_that_parses_its_arguments_at_import_sees_only_its_own_file(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "train.py"
+    path.write_text(
+        "import argparse, sys, torch\n"
+        "seen = list(sys.argv)\n"
+        "args = argparse.ArgumentParser().parse_args()  # bakeoff's arguments would be 'unrecognized'\n"
+        "def make():\n"
+        "    return torch.nn.Linear(2, 2), torch.ones(1, 2)\n"
+    )
+    monkeypatch.setattr(sys, "argv", ["bakeoff", "trial", f"py:{path}:make", "--on", "cpu"])
+    build_workload(f"py:{path}:make")
+    (module,) = [m for m in sys.modules.values() if getattr(m, "__file__", None) == str(path)]
+    assert module.seen == [str(path)] and sys.argv[0] == "bakeoff"  # restored after the import
 
 
 def test_py_module_with_syntax_error(tmp_path: Path) -> None:

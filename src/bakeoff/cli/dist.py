@@ -68,11 +68,11 @@ def dist_command(workload: str, on: str, strict: bool, db: str | None, fmt: str,
     if fmt == "json":
         emit_json(result.to_dict())
     else:
-        from bakeoff.report.terminal import dist_view
-        from bakeoff.store.connection import display_db_url, resolve_db_url
+        from bakeoff.report.terminal import dist_view, stored_line
+        from bakeoff.store.connection import db_flag, display_db_url, resolve_db_url
 
         shown = console()
         shown.print(dist_view(result))
-        shown.print(f"stored in {display_db_url(resolve_db_url(db))}; show again with `bakeoff show {result.run_id}`")
+        shown.print(stored_line(display_db_url(resolve_db_url(db)), result.run_id, db_flag(db)))
     if strict and result.verdict != "pass":
         raise SystemExit(EXIT_FAILED)

@@ -92,7 +92,7 @@ def _finish_run(
     from bakeoff.analysis.cost import parse_prices
     from bakeoff.report.evidence import readable
     from bakeoff.results.codec import run_to_json
-    from bakeoff.store.connection import display_db_url, resolve_db_url
+    from bakeoff.store.connection import db_flag, display_db_url, resolve_db_url
 
     run = readable(run)
     parsed = None if not prices else parse_prices(prices)
@@ -112,7 +112,8 @@ def _finish_run(
 
         console = _console()
         where = display_db_url(resolve_db_url(db))
-        console.print(run_view(run, where=where, width=console.width, prices=parsed, verbose=verbose))
+        shown = run_view(run, where=where, width=console.width, prices=parsed, verbose=verbose, db_flag=db_flag(db))
+        console.print(shown)
     if (strict or strict_placement) and run.failures(placement=strict_placement, requirements=strict):
         raise SystemExit(EXIT_FAILED)
 

@@ -76,8 +76,13 @@ def exec_command(
     N more runs without the audit, and compares the time between captures span by span.
     Exit code: 0 when the runs were made, 1 with --strict when a target failed, 2 on bad input.
     """
+    from pathlib import Path
+
     from bakeoff import api
     from bakeoff.cli.main import _finish_run
+
+    if script.startswith("-") and not Path(script).exists():  # an option bakeoff exec does not have
+        raise click.NoSuchOption(script)
 
     _check_order(click.get_current_context(), script, args)
     with workload_output_to_stderr():

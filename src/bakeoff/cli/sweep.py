@@ -38,7 +38,7 @@ class _Bar:
     redrawn between cells only (no refresh thread), so nothing draws while a workload's output
     is being captured."""
 
-    def __init__(self) -> None:
+    def __init__(self, db_flag: str = "") -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         self.progress = Progress(
@@ -55,6 +55,7 @@ class _Bar:
         self.task: Any = None
         self.current = ""
         self.sweep_id: str | None = None
+        self.db_flag = db_flag  # the --db the resume hint needs
         self.stopped = False
 
     def status(self, message: str) -> None:
@@ -69,9 +70,12 @@ class _Bar:
         workload shown stays the one ``status`` named last: the runner may be on the next
         cell before this one is stored."""
         if self.task is None:
+            from rich.markup import escape
+
             sweep_id = self.sweep_id = done.sweep_id
             console(stderr=True).print(
-                f"[dim]· sweep {sweep_id} (resume it with bakeoff sweep --resume {sweep_id})[/dim]"
+                f"[dim]· sweep {sweep_id} (resume it with bakeoff sweep --resume {sweep_id}"
+                f"{escape(self.db_flag)})[/dim]"
             )
             self.progress.start()
             self.task = self.progress.add_task("sweep", total=done.total, completed=done.done, failures=0, current="")
@@ -155,7 +159,9 @@ def sweep_command(
         from bakeoff.sweep.expect import read_expectations
 
         expected = read_expectations(expect)  # a bad file is refused before the sweep runs
-    bar = _Bar()
+    from bakeoff.store.connection import db_flag
+
+    bar = _Bar(db_flag(db))
     try:
         with workload_output_to_stderr():
             found = api.sweep(
@@ -167,7 +173,7 @@ def sweep_command(
         bar.stop()
         if type(exc) is not KeyboardInterrupt:
             raise  # SIGTERM, which unwinds like Ctrl-C: its own line and exit code
-        where = f"bakeoff sweep --resume {bar.sweep_id} finishes it" if bar.sweep_id else "nothing ran yet"
+        where = f"bakeoff sweep --resume {bar.sweep_id}{bar.db_flag} finishes it" if bar.sweep_id else "nothing ran yet"
         click.echo(f"bakeoff: interrupted: every finished cell is stored; {where}", err=True)
         raise SystemExit(130) from None
     finally:

@@ -28,7 +28,7 @@ from bakeoff.checks.baseline import (
     shape_tag,
 )
 from bakeoff.env import Environment
-from bakeoff.errors import SpecError
+from bakeoff.errors import SpecError, StoreError
 from bakeoff.hashing import file_sha256
 from bakeoff.metrics import parse_requirement
 from bakeoff.results.values import BaselineInfo
@@ -207,7 +207,13 @@ def ensure_baseline(
         path="",
     )
     path = keeping.baseline_file(draft)
-    save_references(path, refs)
+    try:
+        save_references(path, refs)
+    except OSError as exc:  # a directory the knowledge base's artifacts cannot be written to
+        raise StoreError(
+            f"cannot write the baseline to {path.parent}: {exc.strerror or exc}",
+            hint="make that directory writable, or choose another --db path or BAKEOFF_ARTIFACTS",
+        ) from exc
     info = replace(draft, path=str(path), sha256=file_sha256(path))
     keeping.save_baseline(info, env)
     return info, [reason, *notes]

@@ -21,6 +21,7 @@ from bakeoff.errors import StoreError
 
 __all__ = [
     "DEFAULT_DB",
+    "db_flag",
     "dialect_insert",
     "display_db_url",
     "guarded",
@@ -57,6 +58,16 @@ def resolve_db_url(db: str | os.PathLike[str] | None) -> str:
     if "://" in value:
         return value
     return f"sqlite:///{Path(value).expanduser().resolve()}"
+
+
+def db_flag(db: str | os.PathLike[str] | None) -> str:
+    """What a command printed as a hint needs to read the same knowledge base: `` --db DB`` where
+    ``--db`` was given, else "" (the default, or ``BAKEOFF_DB``, applies again)."""
+    if db is None:
+        return ""
+    import shlex
+
+    return f" --db {shlex.quote(str(db))}"
 
 
 def display_db_url(url: str) -> str:
@@ -126,6 +137,10 @@ def set_sqlite_pragmas(engine: Engine) -> None:
         cursor.close()
 
 
+#: Words of a database error that says it was not allowed to write, not that the file is damaged.
+_DENIED = ("readonly", "read-only", "unable to open", "permission", "not permitted")
+
+
 def guarded(method: Callable[..., T]) -> Callable[..., T]:
     """Turn database errors in a method of an object with a ``display_url`` into one StoreError line."""
 
@@ -135,9 +150,13 @@ def guarded(method: Callable[..., T]) -> Callable[..., T]:
             return method(self, *args, **kwargs)
         except SQLAlchemyError as exc:
             detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+            denied = any(word in detail.lower() for word in _DENIED)
             raise StoreError(
                 f"database {self.display_url} could not be read or written: {detail}",
-                hint="check the file or server; restore a damaged database from a backup",
+                hint="make the file and its directory writable (SQLite writes a journal beside the file), or choose "
+                "another --db path"
+                if denied
+                else "check the file or server; restore a damaged database from a backup",
             ) from exc
 
     return wrapper

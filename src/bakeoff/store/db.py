@@ -421,6 +421,8 @@ def _check_sqlite_path(path: Path, create: bool, write: bool = False) -> None:
         raise StoreError(f"database path {path} is a directory", hint="pass a file path, e.g. --db results.db")
     if not create and not path.exists():
         raise StoreError(f"no database at {path}", hint="check --db / BAKEOFF_DB, or run a trial first")
+    if not create and path.is_file() and path.stat().st_size == 0:  # a reader must not make it one
+        raise StoreError(f"no database at {path} (an empty file)", hint="check --db / BAKEOFF_DB, or run a trial first")
     if not path.parent.exists():
         raise StoreError(f"directory {path.parent} does not exist", hint="create it or choose another --db path")
     if not write:

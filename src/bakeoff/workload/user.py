@@ -36,6 +36,8 @@ def load_module(target: str) -> Any:
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
+        argv = sys.argv
+        sys.argv = [str(path)]  # as `python FILE` gives it: a module that parses its arguments finds none of ours
         try:
             spec.loader.exec_module(module)
         except (Exception, SystemExit) as exc:  # sys.exit() in a workload is its error, not bakeoff's exit
@@ -43,6 +45,8 @@ def load_module(target: str) -> Any:
             raise WorkloadError(
                 f"importing {target} failed: {type(exc).__name__}: {exc}", hint="fix the error in your module"
             ) from exc
+        finally:
+            sys.argv = argv
         return module
     if str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))

@@ -12,7 +12,7 @@ from bakeoff.report.terminal.decision import decision_view, plan_view, remedies_
 from bakeoff.report.terminal.dist import dist_view
 from bakeoff.report.terminal.fit import fit_view
 from bakeoff.report.terminal.listings import baseline_view, checks_view, history_table, targets_view, workloads_view
-from bakeoff.report.terminal.run import run_view
+from bakeoff.report.terminal.run import run_view, stored_line
 from bakeoff.report.terminal.sections import buckets_view, log_view, requirements_view, scenarios_view
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "requirements_view",
     "run_view",
     "scenarios_view",
+    "stored_line",
     "targets_view",
     "workloads_view",
 ]

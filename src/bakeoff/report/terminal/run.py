@@ -302,9 +302,11 @@ def run_view(
     width: int | None = None,
     prices: Sequence[Price] | None = None,
     verbose: bool = False,
+    db_flag: str = "",
 ) -> Group:
     """One run: its identity, the comparison table, the decision and what each target would take,
-    and how to find it again. A summary unless ``verbose``: the summary's table leaves out the
+    and how to find it again (``db_flag``: the ``--db`` its hints need, from
+    :func:`~bakeoff.store.connection.db_flag`). A summary unless ``verbose``: the summary's table leaves out the
     columns of detail, and each target's notes, the scenario and requirement tables are for
     ``verbose``.
 
@@ -312,7 +314,7 @@ def run_view(
     and a line says so: every figure stays in ``--format json``.
     """
     if run.workload.get("kind") in ("fit", "dist"):
-        return _answer_run(run, where)
+        return _answer_run(run, where, db_flag)
     decision = decide_run(run, prices)
     standings = {s.target: s for s in decision.standings}
     priced = any(s.cost is not None or s.cost_note for s in standings.values())
@@ -379,16 +381,21 @@ def run_view(
         parts.append(
             Text(
                 f"each target's notes, the scenarios, requirements and buckets in full: `bakeoff show {run.run_id} "
-                "--verbose`",
+                f"--verbose{db_flag}`",
                 style="dim",
             )
         )
     if where:
-        parts.append(Text.assemble("stored in ", (where, "bold"), f"; show again with `bakeoff show {run.run_id}`"))
+        parts.append(stored_line(where, run.run_id, db_flag))
     return Group(*parts)
 
 
-def _answer_run(run: RunResult, where: str | None) -> Group:
+def stored_line(where: str, run_id: str, db_flag: str = "") -> Text:
+    """Where a run was stored, and the command that shows it again."""
+    return Text.assemble("stored in ", (where, "bold"), f"; show again with `bakeoff show {run_id}{db_flag}`")
+
+
+def _answer_run(run: RunResult, where: str | None, db_flag: str = "") -> Group:
     """A stored ``bakeoff fit`` map or ``bakeoff dist`` answer: its header, then the answer as the
     command printed it (neither times the workload against a baseline: the trial's table and
     decision would say nothing)."""
@@ -403,5 +410,5 @@ def _answer_run(run: RunResult, where: str | None) -> Group:
         unreadable = Text(f"{target_label(result)}: the fit map is unreadable")
         parts.append(fit_view(found) if found is not None else unreadable)
     if where:
-        parts.append(Text.assemble("stored in ", (where, "bold"), f"; show again with `bakeoff show {run.run_id}`"))
+        parts.append(stored_line(where, run.run_id, db_flag))
     return Group(*parts)
