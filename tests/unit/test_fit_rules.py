@@ -125,14 +125,14 @@ def test_a_stored_map_is_judged_again_and_one_that_cannot_be_a_map_is_not_drawn(
     from bakeoff.scenarios.fit import FitEdge, FitRequirement, FitResult, fit_of
 
     over = FitPoint(2, None, 3 * 2**30, 3 * 2**30, False)  # predicted over the capacity, never run
-    missed = FitRequirement("fits batch=2", "not met", 3 * 2**30, False, "predicted")
+    missed = FitRequirement("fits batch=2", "not measured", 3 * 2**30, False, "predicted")
     whole = FitResult("arch:gpt2", "cpu", False, "adamw", "batch=1,2", 2**30, "--memory", "none", "none",
                       points=(FitPoint(1, None, 10, 10, True), over), requirements=(missed,))  # fmt: skip
     assert fit_of(ScenarioResult("fit", "ok", facts=whole.to_dict())) == whole
     # a crafted file's "met, measured" on a point that was never run is judged again from the point
     forged = replace(whole, requirements=(FitRequirement("fits batch=2", "met", 10, True),))
     (judged,) = fit_of(ScenarioResult("fit", "ok", facts=forged.to_dict())).requirements
-    assert (judged.verdict, judged.measured, judged.how) == ("not met", False, "predicted")
+    assert (judged.verdict, judged.measured, judged.how) == ("not measured", False, "predicted")
     for broken in (
         {"capacity": 0},
         {"points": "x"},
@@ -143,3 +143,21 @@ def test_a_stored_map_is_judged_again_and_one_that_cannot_be_a_map_is_not_drawn(
     ):
         assert fit_of(ScenarioResult("fit", "ok", facts={**whole.to_dict(), **broken})) is None, broken
     assert fit_of(ScenarioResult("service", "ok", facts=whole.to_dict())) is None
+
+
+def test_a_required_point_is_met_or_not_only_when_measured_and_figures_rounded_alike_show_their_bytes():
+    from bakeoff.scenarios.fit import FitPoint, judge_point, requirement_words
+
+    mib = 2**20
+    over = FitPoint(16, 64, 34 * mib, 34 * mib, False)  # predicted over the capacity, never run
+    judged = judge_point("fits batch=16&seq=64", over, 20 * mib)
+    assert (judged.verdict, judged.how) == ("not measured", "predicted")
+    assert requirement_words(judged, 20 * mib) == "34.0 MiB predicted, of 20.0 MiB: never run on the target"
+    ran = judge_point("fits batch=16&seq=64", FitPoint(16, 64, 34 * mib, 34 * mib, False, measured=30 * mib), 20 * mib)
+    assert (ran.verdict, ran.measured) == ("not met", True)  # the control: measured over it
+    edge = 4_850_944  # one byte over a capacity that prints the same
+    tight = judge_point("fits batch=64", FitPoint(64, None, edge, edge, False, measured=edge), edge - 1)
+    assert tight.verdict == "not met"
+    assert requirement_words(tight, edge - 1) == "4,850,944 B measured on the target, of 4,850,943 B"
+    fits = judge_point("fits batch=64", FitPoint(64, None, edge, edge, True, measured=edge), edge)
+    assert (fits.verdict, requirement_words(fits, edge)) == ("met", "4.6 MiB measured on the target, of 4.6 MiB")

@@ -303,3 +303,20 @@ def test_a_report_within_the_limit_is_left_as_it_is():
     text = render_markdown(_evidence())
     assert text == render_markdown(_evidence(), limit=len(text) + text.count("\n"))
     assert "Left out" not in text and "(shortened)" not in text
+
+
+def test_an_undecided_requirement_says_so_in_the_short_word_too():
+    from dataclasses import replace
+
+    from tests.revisit_data import target_result
+
+    from bakeoff.report.evidence import answers_for
+
+    few = {"text": "p90<=100ms", "metric": "p90", "verdict": "met", "enough": False, "confident": False}
+    answer = answers_for(replace(target_result("cpu+inductor", 1.0), requirements=(few,))).requirements
+    assert (answer.state, answer.word) == ("unknown", "0 of 1 met, 1 too few samples")
+    assert answer.text == "0 of 1 met; 1 too few samples"
+    # the control: a conclusive miss keeps its short word
+    miss = {**few, "verdict": "not_met", "enough": True, "confident": True}
+    answer = answers_for(replace(target_result("cpu+inductor", 1.0), requirements=(miss,))).requirements
+    assert (answer.state, answer.word) == ("no", "0 of 1 met")

@@ -101,3 +101,16 @@ def test_an_unknown_placement_of_a_finished_run_is_a_doubt_and_a_host_one_a_miss
     assert unknown.misses == () and unknown.doubts == (f"placement unknown: {said}",)
     host = standing_of(target_result("cuda", 1.0, placement=Placement("left_on_host", "x")))
     assert host.misses == ("work left the device: placement left_on_host",)
+
+
+def test_the_reports_answer_an_unknown_placement_as_unknown():
+    from tests.revisit_data import target_result
+
+    from bakeoff.checks.placement import Placement
+    from bakeoff.report.evidence import answers_for
+
+    said = "no PyTorch op ran in the service while it was audited: where its work ran is not known"
+    answer = answers_for(target_result("cuda", 1.0, placement=Placement("unknown", said))).placement
+    assert (answer.state, answer.text) == ("unknown", said)
+    host = answers_for(target_result("cuda", 1.0, placement=Placement("left_on_host", "x"))).placement
+    assert host.state == "no"  # the control

@@ -2,7 +2,7 @@
 
 A replica sustains its objectives up to a rate between ``low`` and ``high`` requests per second
 (:mod:`bakeoff.serve.search`'s bracket: met at ``low``, not met at ``high``). A peak of ``peak``
-requests per second with ``headroom`` (a share kept free: 0.2 plans for 120% of the peak) then
+requests per second with ``headroom`` (a share above the peak: 0.2 plans for 120% of it) then
 needs at most ``ceil(peak * (1 + headroom) / low)`` replicas (the capacity shown to hold) and at
 least ``ceil(peak * (1 + headroom) / high)`` (the capacity shown not to hold: fewer is known too
 few). With a price per replica-hour, each count costs ``count * price * 730`` a month.

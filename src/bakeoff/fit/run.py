@@ -251,9 +251,9 @@ def fit_workload(
                                   "timeout" in seen, key in on_grid))  # fmt: skip
         return found
 
-    if probing:  # a required point expected to fit is measured before the edges are drawn
+    if probing:  # a required point is measured before the edges are drawn: a prediction alone is no verdict
         for point in required:
-            if next(p for p in points_now() if (p.batch, p.seq) == point).fits and point not in measured:
+            if point not in measured:
                 probe(point, "requirement")
     verified: dict[int | None, str] = {}
     if probing:  # every row's edge is measured; one that does not fit moves down and is measured again

@@ -113,6 +113,8 @@ def _placement_answer(result: TargetResult) -> Answer:
     if p.verdict == "not_applicable":
         said = ["a CPU target: the work cannot have run anywhere else", *([share] if share else []), *notes]
         return Answer("yes", "; ".join(said))
+    if p.verdict == "unknown":  # nothing to place was seen (a script or service that ran no PyTorch op)
+        return Answer("unknown", p.explanation or "not measured")
     if p.verdict == "on_device":
         return Answer("yes", "; ".join(["all on the device" + (f" ({share})" if share else ""), *notes]))
     state = "partly" if p.verdict == "fallbacks" else "no"
@@ -133,8 +135,9 @@ def _requirements(result: TargetResult) -> Answer:
         failed = [r.get("text", "?") for r, state in zip(items, states, strict=True) if state == "not met"]
         return Answer("no", text + "; not met: " + "; ".join(failed), word)
     open_ = [state for state in STATES if state in states and state not in ("met", "not applicable")]
-    if open_:
-        return Answer("unknown", text + "; " + ", ".join(f"{states.count(s)} {s}" for s in open_), word)
+    if open_:  # the short word too: "0 of 1 met" alone reads as a miss
+        said = ", ".join(f"{states.count(s)} {s}" for s in open_)
+        return Answer("unknown", f"{text}; {said}", f"{word}, {said}")
     return Answer("yes", text, word)
 
 

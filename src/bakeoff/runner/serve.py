@@ -171,7 +171,8 @@ def _result(
     if target.device == "cpu" and lifecycle.ready_s is not None:
         checks["placement"] = host_placement("the service on the host (not audited: nothing to place)")
     if fatal is not None and load is not None:
-        notes.append(f"the service {fatal.phase}: its figures up to the fault are kept, the run is not judged a pass")
+        kept = "its figures up to the fault are kept, the run is not judged a pass"
+        notes.append(f"the service failed ({fatal.type}): {kept}")
     answered = load.latencies() if load is not None else []
     facts: dict[str, Any] = {
         "rate": settings.rate, "arrivals": settings.arrivals, "requests": len(load.requests) if load else 0,

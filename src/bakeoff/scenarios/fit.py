@@ -85,9 +85,10 @@ class FitEdge(Value):
 @dataclass(frozen=True)
 class FitRequirement(Value):
     """``fits batch=B&seq=S``: ``verdict`` **met** (the target ran it within the capacity), **not
-    met** (the device refused it, the step failed there, or its peak was measured, or predicted
-    and never run, over the capacity) or **not measured** (predicted to fit but never run on the
-    target: the CPU, ``--predict-only``, a probe that timed out). ``how`` the verdict is known:
+    met** (the device refused it, the step failed there, or its peak was measured over the
+    capacity) or **not measured** (never run to the end on the target: the CPU,
+    ``--predict-only``, a probe that timed out; a prediction alone, either side of the capacity,
+    is no verdict). ``how`` the verdict is known:
     measured, predicted, out of memory, failed or timed out (``why``: the failure); ``peak`` the
     measured peak, else the expected one; ``measured`` whether a peak was measured."""
 
@@ -118,24 +119,23 @@ def judge_point(text: str, point: FitPoint, capacity: int) -> FitRequirement:
         return FitRequirement(text, "not met", peak, False, "failed", point.error)
     if point.measured is not None:
         return FitRequirement(text, "met" if point.measured <= capacity else "not met", peak, True)
-    if point.expected > capacity:
-        return FitRequirement(text, "not met", peak, False, "predicted")
     return FitRequirement(text, "not measured", peak, False, "timed out" if point.timed_out else "predicted")
 
 
 def requirement_words(req: FitRequirement, capacity: int) -> str:
     """Why a required point's verdict is what it is, with its figure said as what it is."""
-    of = f"of {human_bytes(capacity)}"
+    shown, of = human_bytes(req.peak), f"of {human_bytes(capacity)}"
+    if shown == human_bytes(capacity) and req.peak != capacity:  # rounded alike, on two sides of the limit
+        shown, of = f"{req.peak:,} B", f"of {capacity:,} B"
     if req.how == "out of memory":
         return f"the device ran out of memory running it{': ' + req.why[:160] if req.why else ''}"
     if req.how == "failed":
         return f"the step failed on the target: {req.why[:200]}"
     if req.how == "timed out":
-        return f"its probe did not end in time ({human_bytes(req.peak)} predicted, {of}): not run to the end"
+        return f"its probe did not end in time ({shown} predicted, {of}): not run to the end"
     if req.how == "predicted":
-        ran = "never run on the target" if req.verdict != "not met" else "not run on the target"
-        return f"{human_bytes(req.peak)} predicted, {of}: {ran}"
-    return f"{human_bytes(req.peak)} measured on the target, {of}"
+        return f"{shown} predicted, {of}: never run on the target"
+    return f"{shown} measured on the target, {of}"
 
 
 @dataclass(frozen=True)
@@ -206,8 +206,8 @@ def edge_words(edge: FitEdge) -> str:
     beyond = f"; batch {edge.beyond} does not" if edge.beyond is not None else "; every batch of the grid fits"
     how = "measured on the target" if edge.verified else "predicted, not verified on the target"
     margin = f", {edge.margin:.0%} of the capacity left" if edge.margin is not None else ""
-    dominates = edge.dominates or "nothing"
-    return f"{where}largest batch that fits {edge.batch} ({how}){margin}, {dominates} dominate its peak{beyond}"
+    dominated = f", its peak dominated by {edge.dominates}" if edge.dominates else ""
+    return f"{where}largest batch that fits {edge.batch} ({how}){margin}{dominated}{beyond}"
 
 
 class Fit(Scenario):

@@ -172,7 +172,7 @@ def _check_headroom(value: Any, given: Mapping[str, Any]) -> float:
     try:
         share = float(text.removesuffix("%")) / (100 if text.endswith("%") else 1)
     except ValueError:
-        raise SpecError(f"--headroom {value!r}", hint="a share of capacity kept free, e.g. 20% or 0.2") from None
+        raise SpecError(f"--headroom {value!r}", hint="a share above the peak to plan for, e.g. 20% or 0.2") from None
     return number_check(_HEADROOM, "--headroom")(share, given)
 
 
@@ -375,7 +375,7 @@ SERVE_OPTIONS: dict[str, Option] = {
             "headroom",
             "--headroom",
             _DEFAULT.headroom,
-            "The share of capacity the plan keeps free at the peak, e.g. 20% or 0.2.",
+            "How far above the peak the plan provisions, e.g. 20% or 0.2: replicas for the peak x 1.2.",
             _check_headroom,
             metavar="SHARE",
             example=0.5,
