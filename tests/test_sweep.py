@@ -185,6 +185,10 @@ def test_coverage_command_and_reports(swept, tmp_path):
     assert "| aten::_fused_thing not implemented (NotImplementedError) |" in md.read_text(encoding="utf-8")
     listed = bakeoff("sweeps", "--db", str(swept["db"]), "--format", "json")
     assert json.loads(listed.stdout)[0]["stored"] == len(POPULATION)
+    shown = bakeoff("show", sweep_id[:8], "--db", str(swept["db"]))  # a sweep's id where a run's goes
+    assert shown.returncode == 2 and shown.stderr.strip().endswith(
+        f"({sweep_id} is a sweep: read it with `bakeoff coverage {sweep_id}`)"
+    ), shown.stderr
     for option in ("--html", "--markdown"):  # a page that cannot be written: one line, exit 2
         nowhere = bakeoff("coverage", sweep_id, "--db", str(swept["db"]), option, str(tmp_path / "no" / "c.page"))
         assert nowhere.returncode == 2 and "does not exist" in nowhere.stderr, nowhere.stderr

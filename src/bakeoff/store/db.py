@@ -312,9 +312,19 @@ class Store(SweepTables):
 
     @guarded
     def resolve_run_id(self, prefix: str) -> str:
-        """The full id of the one run whose id starts with ``prefix``."""
+        """The full id of the one run whose id starts with ``prefix`` (a sweep's id is pointed
+        to the command that reads a sweep)."""
         hint = "run `bakeoff history` to list run ids"
-        return resolve_prefix(self.engine, self.display_url, schema.runs.c.id, prefix, "run", hint)
+        try:
+            return resolve_prefix(self.engine, self.display_url, schema.runs.c.id, prefix, "run", hint)
+        except StoreError as exc:
+            if not exc.message.startswith("no run "):
+                raise
+            try:
+                sweep = resolve_prefix(self.engine, self.display_url, schema.sweeps.c.id, prefix, "sweep", hint)
+            except StoreError:
+                raise exc from None
+            raise StoreError(exc.message, hint=f"{sweep} is a sweep: read it with `bakeoff coverage {sweep}`") from None
 
     @guarded
     def get_run(self, run_id: str) -> RunResult:
