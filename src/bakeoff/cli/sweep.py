@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import click
+from rich.markup import escape
 
 from bakeoff.cli.app import cli
 from bakeoff.cli.common import (
@@ -31,6 +32,31 @@ from bakeoff.settings import COUNT, SWEEP_OPTIONS
 __all__ = ["coverage_command", "sweep_command", "sweeps_command"]
 
 _setting = functools.partial(setting_option, SWEEP_OPTIONS, early=True)
+
+
+def _say_unfinished(population: str, on: Sequence[str], db: str | None, flag: str) -> None:
+    """Before a new sweep: a line naming the newest unfinished sweep of the same workloads on the
+    same targets in ``db``, and the command that finishes it (the new sweep starts all the same)."""
+    from bakeoff.api.common import _targets
+    from bakeoff.errors import BakeoffError
+    from bakeoff.store.db import Store
+    from bakeoff.sweep.population import resolve_population
+
+    try:
+        store = Store.open(db, create=False)
+        specs = list(resolve_population(population).specs)
+        targets = tuple(t.spec for t in _targets(list(on) or "cpu"))
+        records = store.list_sweeps()
+    except BakeoffError:  # no database yet, or input the sweep itself refuses in its own words
+        return
+    for record in records:
+        if record.specs == specs and tuple(record.targets) == targets and record.done < len(specs):
+            console(stderr=True).print(
+                f"[dim]· sweep {record.id} of these workloads on these targets stopped at {record.done} of "
+                f"{len(specs)} cells: bakeoff sweep --resume {record.id}{escape(flag)} finishes it; this starts "
+                "a new one[/dim]"
+            )
+            return
 
 
 class _Bar:
@@ -70,8 +96,6 @@ class _Bar:
         workload shown stays the one ``status`` named last: the runner may be on the next
         cell before this one is stored."""
         if self.task is None:
-            from rich.markup import escape
-
             sweep_id = self.sweep_id = done.sweep_id
             console(stderr=True).print(
                 f"[dim]· sweep {sweep_id} (resume it with bakeoff sweep --resume {sweep_id}"
@@ -162,6 +186,8 @@ def sweep_command(
     from bakeoff.store.connection import db_flag
 
     bar = _Bar(db_flag(db))
+    if resume is None and population is not None:
+        _say_unfinished(population, on, db, bar.db_flag)
     try:
         with workload_output_to_stderr():
             found = api.sweep(
