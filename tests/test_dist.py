@@ -140,7 +140,8 @@ def test_a_rank_that_leaves_the_collectives_is_a_hang_naming_the_collective_and_
     assert "every rank was stopped" in out
     assert "each call's latency" not in out and "p99 of" not in out  # no table of calls to explain
     assert not runs["hang_left"]  # no rank outlives the command
-    run_id = out.rsplit("`bakeoff show ", 1)[1].split("`")[0]
+    run_id, *flag = out.rsplit("`bakeoff show ", 1)[1].split("`")[0].split()
+    assert flag == ["--db", str(runs["db"])]  # the hint shows the run again as it is written
     shown = bakeoff_cli("show", run_id, "--db", str(runs["db"]), "--format", "json", env={**os.environ, **EMU_ENV})
     stored = json.loads(shown.stdout)
     (result,) = stored["results"]

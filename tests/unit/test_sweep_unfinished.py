@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bakeoff.cli.sweep import _say_unfinished
 from bakeoff.settings import sweep_keywords
 from bakeoff.store.db import Store
@@ -30,3 +32,16 @@ def test_a_new_sweep_names_the_unfinished_one_of_its_workloads_and_targets(tmp_p
     _say_unfinished(str(population), ("cpu",), str(db), "")
     _say_unfinished(str(population), ("cpu",), str(tmp_path / "none.db"), "")
     assert capsys.readouterr().err == "" and not (tmp_path / "none.db").exists()
+
+
+def test_an_interrupt_python_dropped_is_raised_again_at_the_next_callback() -> None:
+    from bakeoff.cli.sweep import _Bar
+
+    bar = _Bar()
+    bar.status("starting the Ray cluster")  # the control: no interrupt, nothing raised
+    with pytest.raises(KeyboardInterrupt):
+        bar.on_ctrl_c(2, None)  # Ctrl-C, raised where Python may drop it (inside a __del__)
+    with pytest.raises(KeyboardInterrupt):
+        bar.status("building arch:llama")  # raised again: the sweep stops at its next step
+    with pytest.raises(KeyboardInterrupt):
+        bar.cell(None)

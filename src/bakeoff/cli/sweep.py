@@ -59,6 +59,18 @@ def _say_unfinished(population: str, on: Sequence[str], db: str | None, flag: st
             return
 
 
+def _handle_sigint(handler: Any) -> Any:
+    """Make ``handler`` SIGINT's (where signals can be handled: the main thread); the one before."""
+    import signal
+
+    if handler is None:  # none was set from Python (or this is not the main thread): nothing to restore
+        return None
+    try:
+        return signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread: Python's own stays
+        return None
+
+
 class _Bar:
     """A live bar on stderr: cells done, failures so far, the workload running, an ETA. It is
     redrawn between cells only (no refresh thread), so nothing draws while a workload's output
@@ -83,9 +95,22 @@ class _Bar:
         self.sweep_id: str | None = None
         self.db_flag = db_flag  # the --db the resume hint needs
         self.stopped = False
+        self.ctrl_c = False
+
+    def on_ctrl_c(self, _signum: int, _frame: Any) -> None:
+        """SIGINT's handler while the sweep runs: Python's own, remembered. An interrupt raised
+        inside an object's ``__del__`` (a library's, while Ray starts) is dropped with a warning;
+        the next callback raises it again, so that Ctrl-C always stops the sweep."""
+        self.ctrl_c = True
+        raise KeyboardInterrupt
+
+    def _again(self) -> None:
+        if self.ctrl_c:
+            raise KeyboardInterrupt
 
     def status(self, message: str) -> None:
         """The workload the sweep runs now (or what the Ray cluster is doing)."""
+        self._again()
         self.current = message
         if self.task is not None:
             self.progress.update(self.task, current=message)
@@ -95,6 +120,7 @@ class _Bar:
         """Before the first cell: the sweep's id, and the bar; after each: the counts. The
         workload shown stays the one ``status`` named last: the runner may be on the next
         cell before this one is stored."""
+        self._again()
         if self.task is None:
             sweep_id = self.sweep_id = done.sweep_id
             console(stderr=True).print(
@@ -188,6 +214,7 @@ def sweep_command(
     bar = _Bar(db_flag(db))
     if resume is None and population is not None:
         _say_unfinished(population, on, db, bar.db_flag)
+    previous = _handle_sigint(bar.on_ctrl_c)
     try:
         with workload_output_to_stderr():
             found = api.sweep(
@@ -195,6 +222,7 @@ def sweep_command(
                 env=env, limit=limit, progress=bar.cell, status=bar.status, executor=executor,
                 ray_address=ray_address,
             )  # fmt: skip
+        bar._again()  # an interrupt dropped after the last callback: the sweep ended, but it was asked to stop
     except KeyboardInterrupt as exc:  # one line, instead of the generic "interrupted"
         bar.stop()
         if type(exc) is not KeyboardInterrupt:
@@ -203,6 +231,7 @@ def sweep_command(
         click.echo(f"bakeoff: interrupted: every finished cell is stored; {where}", err=True)
         raise SystemExit(130) from None
     finally:
+        _handle_sigint(previous)
         bar.stop()
     _print_coverage(found, fmt, no_matrix, expect, expected, write_expect)
 
