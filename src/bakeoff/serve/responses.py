@@ -286,8 +286,7 @@ def _off(r: float, t: float) -> str:
 
 
 def _walk(r: Any, t: Any, path: str, tol: float, found: Found, tied: Found) -> None:
-    numbers = (int, float)
-    if isinstance(r, numbers) and isinstance(t, numbers) and not isinstance(r, bool) and not isinstance(t, bool):
+    if _number(r) and _number(t):
         if type(r) is int and type(t) is int:
             if r != t:
                 found.append((path, _show(r), _show(t), "differs"))
@@ -298,13 +297,7 @@ def _walk(r: Any, t: Any, path: str, tol: float, found: Found, tied: Found) -> N
     elif isinstance(r, dict) and isinstance(t, dict):
         if _near_tie(r, t, path, tol, found, tied):
             return
-        for key in r:
-            if key in t:
-                _walk(r[key], t[key], f"{path}.{key}", tol, found, tied)
-            else:
-                found.append((f"{path}.{key}", _show(r[key]), "(missing)", "missing on the target"))
-        for key in (k for k in t if k not in r):
-            found.append((f"{path}.{key}", "(missing)", _show(t[key]), "extra on the target"))
+        _by_key(r, t, path, found, lambda key: _walk(r[key], t[key], f"{path}.{key}", tol, found, tied))
     elif isinstance(r, list) and isinstance(t, list):
         for i, (a, b) in enumerate(zip(r, t, strict=False)):
             _walk(a, b, f"{path}[{i}]", tol, found, tied)
@@ -316,6 +309,18 @@ def _walk(r: Any, t: Any, path: str, tol: float, found: Found, tied: Found) -> N
         found.append((path, _show(r), _show(t), "differs"))
 
 
+def _by_key(r: dict, t: dict, path: str, found: Found, both: Callable[[Any], None]) -> None:
+    """Each key of ``r`` in order, given to ``both`` where ``t`` has it too, else a difference
+    (missing on the target); then each key only ``t`` has (extra on the target)."""
+    for key in r:
+        if key in t:
+            both(key)
+        else:
+            found.append((f"{path}.{key}", _show(r[key]), "(missing)", "missing on the target"))
+    for key in (k for k in t if k not in r):
+        found.append((f"{path}.{key}", "(missing)", _show(t[key]), "extra on the target"))
+
+
 def _ids(value: Any) -> bool:
     return isinstance(value, list) and all(type(v) is int for v in value)
 
@@ -324,9 +329,7 @@ def _top_two(entry: Any) -> tuple[float, float] | None:
     """The two best candidates' numbers at one position, None where the shape is not known."""
     values = entry.values() if isinstance(entry, dict) else entry if isinstance(entry, list) else ()
     values = [v.get("logprob") if isinstance(v, dict) else v for v in values]
-    numbers = sorted(
-        (float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)), reverse=True
-    )
+    numbers = sorted((float(v) for v in values if _number(v)), reverse=True)
     return (numbers[0], numbers[1]) if len(numbers) >= 2 else None
 
 
@@ -351,13 +354,12 @@ def _near_tie(r: dict, t: dict, path: str, tol: float, found: Found, tied: Found
     tied.append((where, shown[0], shown[1], f"near tie: the reference's top two {top[0]:.6g} and {top[1]:.6g}"))
     if isinstance(t.get(logprobs), list):
         _walk(candidates[:k], t[logprobs][:k], f"{path}.{logprobs}", tol, found, tied)
-    for key in r:  # what follows the parted generation is not compared, but it is still there, as it was
-        if key not in t:
-            found.append((f"{path}.{key}", _show(r[key]), "(missing)", "missing on the target"))
-        elif key != tokens and _kind(r[key]) != _kind(t[key]):
+
+    def same_kind(key: Any) -> None:  # what follows the parted generation is not compared, but it is still there
+        if key != tokens and _kind(r[key]) != _kind(t[key]):
             found.append((f"{path}.{key}", _show(r[key]), _show(t[key]), f"{_kind(r[key])} vs {_kind(t[key])}"))
-    for key in (k for k in t if k not in r):
-        found.append((f"{path}.{key}", "(missing)", _show(t[key]), "extra on the target"))
+
+    _by_key(r, t, path, found, same_kind)
     return True
 
 
