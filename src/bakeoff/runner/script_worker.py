@@ -122,13 +122,13 @@ _GRACE_S = 1.0
 _REAP_S = 10.0
 
 
-def _end_descendants() -> list[str]:
-    """Kill what the script started that is still running (after :data:`_GRACE_S` to end by
-    itself) and reap it: ``name (pid N)`` of each one killed."""
+def _end_descendants(grace_s: float = _GRACE_S) -> list[str]:
+    """Kill what the script started that is still running (after ``grace_s`` to end by itself)
+    and reap it: ``name (pid N)`` of each one killed."""
     import psutil
 
     me = psutil.Process()
-    return end_all(lambda: [p for p in me.children(recursive=True) if running(p)], _GRACE_S, _REAP_S)
+    return end_all(lambda: [p for p in me.children(recursive=True) if running(p)], grace_s, _REAP_S)
 
 
 #: What the supervisor gets when the process that started it ends (a ``kill -9`` of bakeoff):
@@ -142,10 +142,7 @@ def _end_when_orphaned() -> None:
     subreaper's orphans included) and exit."""
 
     def orphaned(_signum: int, _frame: Any) -> None:
-        import psutil
-
-        me = psutil.Process()
-        end_all(lambda: [p for p in me.children(recursive=True) if running(p)], 0.0, _REAP_S)
+        _end_descendants(grace_s=0.0)
         os._exit(1)
 
     if ORPHANED_SIGNAL is not None:
