@@ -230,11 +230,16 @@ _MAKES = frozenset(
 
 
 def judge_host_work(
-    recorder: PlacementRecorder, host_only: Mapping[str, int], fallback_ops: Mapping[str, int], whose: str
+    recorder: PlacementRecorder,
+    host_only: Mapping[str, int],
+    fallback_ops: Mapping[str, int],
+    whose: str,
+    explanation: str,
 ) -> tuple[str, str]:
     """The verdict and explanation of a script's (or service's) audit that :func:`judge` found
-    ``on_device``, given the op calls that ran on host data only (``host_only``). Those are the
-    script's own host work (its preprocessing, its metrics) beside a device that did the work;
+    ``on_device`` (with ``explanation``), given the op calls that ran on host data only
+    (``host_only``). Those are the script's own host work (its preprocessing, its metrics) beside
+    a device that did the work;
     but where no PyTorch op ran at all the placement is ``unknown``, and where they are all the
     work there was (more than making tensors, which a script then moves) or most of the
     arithmetic, the work itself never reached the device: ``left_on_host``."""
@@ -242,7 +247,7 @@ def judge_host_work(
     if not recorder.ops_total:
         return UNMEASURED, f"no PyTorch op ran in the {whose} while it was audited: where its work ran is not known"
     if not host_only:
-        return "on_device", "every op ran on the target device; nothing left on the host"
+        return "on_device", explanation
     worked = any(name.split(".")[0] not in _MAKES for name in host_only)
     if (not on_device and worked) or recorder.flops_host > device_flops:
         return "left_on_host", (

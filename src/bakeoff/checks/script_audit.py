@@ -412,7 +412,7 @@ class ScriptAudit:
             )
         if verdict == "on_device":  # the host's own work: the script's, or the work itself
             whose = "service" if self._what else "script"
-            verdict, explanation = judge_host_work(recorder, host_only, fallback_ops, whose)
+            verdict, explanation = judge_host_work(recorder, host_only, fallback_ops, whose, explanation)
         scope = self._what or "every ATen op of the whole script run (its main thread and autograd's)"
         if self._past_window:
             scope = (
