@@ -44,6 +44,11 @@ ENTRY = textwrap.dedent(
         print(json.dumps(argv[0] in sys.modules))
         return 0
 
+    def frozen(argv):
+        import gc
+        print(gc.get_freeze_count())
+        return 0
+
     def thread(argv):
         def late():
             time.sleep(0.3)
@@ -104,6 +109,17 @@ def test_a_run_gets_its_own_session_environment_directory_streams_and_exit_code(
     second, out, _ = _run(server, tmp_path, "report", ["0"], MARK="two")
     assert second.code == 0 and json.loads(out)["mark"] == "two"  # streams truncated, env replaced
     assert json.loads(out)["pid"] != seen["pid"]
+
+
+def test_what_the_server_imported_is_out_of_the_collectors_reach_in_every_run(server, tmp_path):
+    """Frozen after the preload and after each later import: a run's full collection would
+    otherwise write to, and so copy, every page the imports filled."""
+    _, out, _ = _run(server, tmp_path, "frozen", [])
+    after_preload = int(out)
+    assert after_preload > 0
+    assert server.preload("xml.dom.minidom") is not None
+    _, out, _ = _run(server, tmp_path, "frozen", [])
+    assert int(out) > after_preload
 
 
 def test_exceptions_exits_and_threads_end_as_an_interpreter_would(server, tmp_path):

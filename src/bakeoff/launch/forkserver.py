@@ -5,9 +5,12 @@ bakeoff: seconds on a loaded machine) paid once per ``bakeoff exec`` instead of 
 
     python -m bakeoff.launch.forkserver --parent PID --fds R,W MODULE...
 
-The server imports the modules, does nothing else (no op of torch runs, no thread starts) and
-serves requests read from fd ``R``, one JSON line each: a module to import in the server itself
-(:meth:`ForkServer.preload`: the runs forked after it start with it imported), or a function
+The server imports the modules, does nothing else (no op of torch runs, no thread starts),
+moves what they made out of the collector's reach (``gc.freeze``: a forked run's first full
+collection would otherwise touch, and so copy, every page they fill: about 0.2 s of CPU a run
+with PyTorch and transformers imported) and serves requests read from fd ``R``, one JSON line
+each: a module to import in the server itself (:meth:`ForkServer.preload`: the runs forked
+after it start with it imported), or a function
 (``module:function``, called with a list of arguments, returning the exit code), an
 environment, a working directory, and the files that become stdout and stderr. For each, it
 forks a child that starts a session of its own (a process group, stopped as a whole like a
@@ -34,6 +37,7 @@ client says so (None) and the caller starts a fresh process instead.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -348,6 +352,7 @@ def serve(parent: int, request_fd: int, reply_fd: int, preload: Sequence[str]) -
     except BaseException as exc:  # the client falls back to fresh processes
         _send(reply_fd, {"ready": False, "error": f"importing {name}: {type(exc).__name__}: {exc}"})
         return
+    gc.freeze()
     _send(reply_fd, {"ready": True})
     buffer = b""
     while os.getppid() == parent:
@@ -376,6 +381,7 @@ def serve(parent: int, request_fd: int, reply_fd: int, preload: Sequence[str]) -
                 except BaseException as exc:
                     _send(reply_fd, {"error": f"importing {request['import']}: {type(exc).__name__}: {exc}"})
                 else:
+                    gc.freeze()
                     _send(reply_fd, {"imported": request["import"], "seconds": time.perf_counter() - started})
                 continue
             try:
