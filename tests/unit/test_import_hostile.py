@@ -243,12 +243,14 @@ def test_same_run_id_with_other_content_than_the_database_is_a_conflict(tmp_path
     line = _run_line(records, recorded_run(1).run_id)
     records[line - 1]["run"]["run_id"] = NATIVE
     path = _write(tmp_path / "clash.jsonl", records)
-    _refused(
+    db = _team(tmp_path)
+    _refused(  # the hint reads the database the import was into, as given
         capsys,
         path,
-        _team(tmp_path),
+        db,
         f"{path}, line {line}: run {NATIVE} is in the database with other content "
-        f"(nothing was imported: compare the stored run (`bakeoff show {NATIVE}`) with the file's and keep one)",
+        f"(nothing was imported: compare the stored run (`bakeoff show {NATIVE} --db {db}`) with the file's and "
+        "keep one)",
     )
 
 

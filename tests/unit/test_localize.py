@@ -108,3 +108,20 @@ def test_a_mixed_precision_target_is_not_localised_against_an_fp32_reference():
     context.results["correctness"] = Correctness("fail")
     value = LocalizationCheck().run(context)
     assert value.verdict == "not_comparable" and "amp=bfloat16" in value.reason
+
+
+def test_an_origins_error_is_said_against_the_allowed_error_its_ratio_was_taken_to():
+    """The ratio is the error over the allowed error (m times the reference's error plus the
+    dtype's rounding at the values' scale), never over the reference's error alone: the words
+    give the allowed error, so the three figures agree."""
+    import re
+
+    from bakeoff.checks.localization import _against_allowed
+    from bakeoff.checks.localize_values import Origin
+
+    origin = Origin("model.layers.0.mlp.act_fn", "SiLU", 0, 3, 0.0099999, 1.23e-7, 27364.0, 2.0)
+    said = _against_allowed(origin)
+    ratio, allowed = (float(x) for x in re.match(r"(\S+)x the allowed (\S+) \(2x the reference's error", said).groups())
+    assert abs(origin.target_err / allowed - ratio) / ratio < 0.01, said
+    assert allowed > 2 * origin.reference_err  # the dtype's rounding is part of it
+    assert "beyond the allowed" in _against_allowed(Origin("m", "M", 0, 0, float("inf"), 0.0, float("inf"), 2.0))

@@ -93,9 +93,10 @@ def export_runs(
 
 def import_runs(path: PathLike, *, db: PathLike | None = None) -> ImportSummary:
     """Add what a JSON-lines export holds that the database lacks (importing twice adds nothing)."""
+    from bakeoff.store.connection import db_flag
     from bakeoff.store.transfer import import_
 
-    return import_(lambda: Store.open(db), path)  # opened once the whole file has been checked
+    return import_(lambda: Store.open(db), path, db_flag(db))  # opened once the whole file has been checked
 
 
 def note(run_id: str, text: str, *, db: PathLike | None = None, author: str | None = None) -> Note:

@@ -33,6 +33,7 @@ what it says. Its value is :mod:`bakeoff.checks.localize_values`, the judging of
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -162,8 +163,8 @@ class LocalizationCheck(Check):
         }.get(first.replay, first.replay)
         lines = [
             f"diverges first in {first.module} ({first.cls}, call {first.call}): error {first.target_err:.3g} vs "
-            f"the reference's {first.reference_err:.3g} ({first.ratio:.3g}x the allowed {first.tolerance:g}x); "
-            f"{said}" + (f"; {first.downstream} later calls diverged with it" if value.calls else "")
+            f"the reference's {first.reference_err:.3g}, {_against_allowed(first)}; {said}"
+            + (f"; {first.downstream} later calls diverged with it" if value.calls else "")
         ]
         if first.ops:
             lines.append(f"inside {first.module}: {first.ops}")
@@ -203,6 +204,15 @@ class LocalizationCheck(Check):
                 {"data": data, "layout": layout},
             )
         ]
+
+
+def _against_allowed(first: Origin) -> str:
+    """The origin's error against the error it was allowed (``tolerance`` times the reference's
+    error, plus the dtype's rounding at the values' scale), in figures that agree with each other."""
+    rule = f"{first.tolerance:g}x the reference's error and the dtype's rounding at the values' scale"
+    if first.ratio > 0 and math.isfinite(first.ratio):
+        return f"{first.ratio:.3g}x the allowed {first.target_err / first.ratio:.3g} ({rule})"
+    return f"beyond the allowed ({rule})"
 
 
 def _globs(text: str) -> tuple[str, ...]:

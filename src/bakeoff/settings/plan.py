@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bakeoff.errors import SpecError
-from bakeoff.settings.bounds import TIMEOUT
+from bakeoff.settings.bounds import TIMEOUT, WEEK_S
 from bakeoff.settings.option import Option
 
 __all__ = ["LOCALIZE_OPTIONS", "PLAN_OPTIONS", "PLAN_TRIAL_KEYWORDS", "parse_budget"]
@@ -29,7 +29,7 @@ def parse_budget(text: str) -> float:
     """``10min``, ``90s``, ``1.5h`` or a number of seconds -> seconds.
 
     Raises:
-        SpecError: anything else, or a budget under a minute.
+        SpecError: anything else, or a budget under a minute or over a week.
     """
     found = _BUDGET.match(text)
     if found is None:
@@ -37,6 +37,8 @@ def parse_budget(text: str) -> float:
     seconds = float(found.group(1)) * _SECONDS[found.group(2)]
     if seconds < 60:
         raise SpecError(f"budget {text!r} is under a minute", hint="give a plan at least --budget 1min")
+    if seconds > WEEK_S:
+        raise SpecError(f"budget {text!r} is over a week", hint="give a plan at most --budget 168h")
     return seconds
 
 

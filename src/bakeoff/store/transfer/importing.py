@@ -125,11 +125,12 @@ def check_rerunnable(store: Store, run: RunResult) -> None:
     )
 
 
-def import_(store: Store | Callable[[], Store], path: str | os.PathLike[str]) -> ImportSummary:
+def import_(store: Store | Callable[[], Store], path: str | os.PathLike[str], db_flag: str = "") -> ImportSummary:
     """Add the runs, baselines, requirements, notes and tags of an export that ``store`` lacks.
 
     ``store`` may be a callable that opens it: called only after the whole file was checked,
-    so a refused file leaves no new database behind. Every run added is recorded as imported
+    so a refused file leaves no new database behind; ``db_flag`` (`` --db DB``) goes into the
+    commands its hints name. Every run added is recorded as imported
     (:func:`imported_from`); those whose workload names code are listed in the summary's
     ``not_rerunnable`` (:func:`check_rerunnable` refuses them).
 
@@ -143,7 +144,7 @@ def import_(store: Store | Callable[[], Store], path: str | os.PathLike[str]) ->
     records = read(source)
     if callable(store):
         store = store()
-    runs_present, baselines_present = present(store, records, source)
+    runs_present, baselines_present = present(store, records, source, db_flag)
     keys = ("runs", "runs_present", "baselines", "baselines_present", "requirements", "notes", "tags")
     counts = dict.fromkeys(keys, 0)
     held: list[str] = []

@@ -286,9 +286,10 @@ def _stored_ids(store: Store, column: Any, ids: list[str]) -> set[str]:
     return found
 
 
-def present(store: Store, records: _Records, path: Path) -> tuple[set[str], set[str]]:
+def present(store: Store, records: _Records, path: Path, db_flag: str = "") -> tuple[set[str], set[str]]:
     """The ids of the file's runs and baselines the database holds already, with the same
-    content; one it holds with other content is refused before anything is written."""
+    content; one it holds with other content is refused before anything is written (the hint's
+    ``bakeoff show`` carries ``db_flag``, the ``--db`` that reads this database)."""
     runs = _stored_ids(store, schema.runs.c.id, [run.run_id for _, run, *_ in records.runs])
     compared: set[str] = set()
     for number, run, *_ in records.runs:
@@ -299,8 +300,8 @@ def present(store: Store, records: _Records, path: Path) -> tuple[set[str], set[
                     path,
                     number,
                     f"run {run.run_id} is in the database with other content",
-                    hint=f"nothing was imported: compare the stored run (`bakeoff show {run.run_id}`) with the "
-                    "file's and keep one",
+                    hint=f"nothing was imported: compare the stored run (`bakeoff show {run.run_id}{db_flag}`) "
+                    "with the file's and keep one",
                 )
     baselines = _stored_ids(store, schema.baselines.c.id, [info.id for _, info, _ in records.baselines])
     if baselines:
