@@ -132,7 +132,8 @@ def _localized(
         return None
     if isinstance(outcome, dict):
         value = Localization.from_dict(outcome)
-        value = replace(value, reason=value.reason + said)
+        empty = "" if value.verdict == "localized" else "no module call diverged"  # as the value says it
+        value = replace(value, reason=(value.reason or empty) + said)
     else:
         value = Localization("not_comparable", reason=outcome)
     return replace(value, at=_now(), earlier=())
@@ -194,7 +195,7 @@ def localize_stored(
 
     Raises:
         SpecError: the timeout is not a positive, finite number of seconds; the target is not
-            in the run, is its reference, or did not fail.
+            in the run, is its reference, or did not fail; a target to localise cannot run here.
     """
     from bakeoff.checks.localization import Localization, kept_with
     from bakeoff.runner.job import TargetJob
@@ -220,6 +221,19 @@ def localize_stored(
                 f"no target of run {run.run_id} failed its correctness or training check: nothing to localise",
                 hint="localisation looks for where a failed check goes wrong",
             )
+    from bakeoff.target.detect import unavailable_reason
+    from bakeoff.target.plugins import load_plugins
+
+    load_plugins()  # as parsing the target would have: its device may be a plugin's
+    missing = [(r.target.spec, unavailable_reason(r.target)) for r in chosen]
+    missing = [(spec, reason) for spec, reason in missing if reason is not None]
+    if missing:  # refused before anything runs or is stored: a record of the failure to run would hide the real one
+        spec, reason = missing[0]
+        raise SpecError(
+            f"target {spec} of run {run.run_id} cannot run here: {reason}",
+            hint="localise it where its device is"
+            + ("" if target is not None or len(chosen) == len(missing) else ", or name another: RUN:TARGET"),
+        )
     found = []
     for result in chosen:
         if progress:
