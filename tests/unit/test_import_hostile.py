@@ -209,6 +209,48 @@ def test_huge_baseline_seed_is_refused_in_one_line(tmp_path, capsys):
     _refused(capsys, path, _team(tmp_path), f"{path}, line {line}: an integer beyond 64 bits {FROM_EXPORT}")
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("texts", "p90<=5ms", 'texts are not a list of texts ("p90<=5ms")'),
+        ("texts", ["p90<=5ms", 5], 'texts are not a list of texts (["p90<=5ms", 5])'),
+        ("texts", ["garbage"], "requirement 'garbage': "),
+        ("workload_spec", None, "names no workload (workload_spec null)"),
+        ("updated_at", 5, "updated_at 5 is not an ISO 8601 time"),
+    ],
+)
+def test_a_requirements_record_of_the_wrong_kind_is_refused(tmp_path, capsys, field, value, said):
+    """A string of texts was stored split into characters, under a workload named "None"."""
+    records = _records(tmp_path)
+    good = {"kind": "requirements", "workload_spec": "arch:llama", "updated_at": "2026-12-01T00:00:00+00:00",
+            "texts": ["p90<=5ms"]}  # fmt: skip
+    path = _write(tmp_path / "requirements.jsonl", [*records, {**good, field: value}])
+    db = _team(tmp_path)
+    before = _dump(db)
+    code, out, err = _cli(capsys, "import", str(path), "--db", str(db))
+    assert (code, out) == (2, "") and err.startswith(f"bakeoff: error: {path}, line {len(records) + 1}: "), err
+    assert said in err and err.count("\n") == 1, err
+    assert _dump(db) == before
+    _write(path, [*records, good])  # the control: the same record, well formed, is kept
+    code, out, err = _cli(capsys, "import", str(path), "--db", str(db))
+    assert code == 0 and "1 requirements update" in out, out + err
+
+
+@pytest.mark.parametrize("where", ["run", "note"])
+def test_a_time_that_is_not_a_time_is_refused(tmp_path, capsys, where):
+    """'yesterday' as a run's time was listed, and sorted first, by history."""
+    records = _records(tmp_path)
+    line = _run_line(records, recorded_run(0).run_id)
+    if where == "run":
+        records[line - 1]["run"]["created_at"] = "yesterday"
+        said = f'run {recorded_run(0).run_id}\'s created_at "yesterday" is not an ISO 8601 time'
+    else:
+        records[line - 1]["notes"][0]["created_at"] = "yesterday"
+        said = 'a note\'s created_at "yesterday" is not an ISO 8601 time'
+    path = _write(tmp_path / "times.jsonl", records)
+    _refused(capsys, path, _team(tmp_path), f"{path}, line {line}: {said} {FROM_EXPORT}")
+
+
 # -- headers and identities -----------------------------------------------------------------
 
 

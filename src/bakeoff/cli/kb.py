@@ -145,8 +145,10 @@ def import_command(file: str, db: str | None, fmt: str) -> None:
 
     Importing the same file twice adds nothing; runs already present keep their results and
     gain any notes and tags the file has for them. The file is checked whole first, and nothing
-    is imported from one that is not a regular file, is past a size cap, is from a newer
-    bakeoff, is malformed, or gives a run id to other content than the database has for it.
+    is imported from one that is not a regular file, is past a size cap, is in an export
+    format or holds a run document newer than this bakeoff reads, is malformed (a time that is
+    not one, a requirement `--require` would refuse), or gives a run id to other content than
+    the database has for it.
     An imported run whose workload names code (a script, a py: module, a model directory) is
     listed, and `bakeoff rerun` refuses it: run it yourself once you have read it.
     """

@@ -211,6 +211,7 @@ def _run_record(
         raise _refused(
             path, number, f"run id {run.run_id[:40]!r} is not one bakeoff makes (up to 32 letters and digits)"
         )
+    _timestamp(path, number, f"run {run.run_id}'s created_at", run.created_at)
     notes = []
     for note in record.get("notes", []):
         text = str(note["text"]).strip()
@@ -222,9 +223,46 @@ def _run_record(
                 hint="shorten the note in the file, or keep the text elsewhere and note where",
             )
         text = check_note_text(text)
-        notes.append({"created_at": note["created_at"], "text": text, "author": note.get("author")})
+        created = _timestamp(path, number, "a note's created_at", note["created_at"])
+        notes.append({"created_at": created, "text": text, "author": note.get("author")})
     tags = [check_tag(t) for t in record.get("tags", [])]
     return run, str(record.get("bakeoff_version") or "unknown"), notes, tags
+
+
+def _timestamp(path: Path, number: int, what: str, value: Any) -> str:
+    """``value``, an ISO 8601 time as bakeoff writes them; refused otherwise (a text such as
+    "yesterday" would be listed, and sorted, as a time)."""
+    import datetime
+
+    try:
+        parsed = datetime.datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        parsed = None
+    if parsed is None:
+        raise _refused(path, number, f"{what} {json.dumps(value)[:40]} is not an ISO 8601 time")
+    return value
+
+
+def _requirements_record(path: Path, number: int, record: dict[str, Any]) -> dict[str, Any]:
+    """A workload's kept requirements, each text one that ``--require`` takes."""
+    from bakeoff.metrics import parse_requirement
+
+    spec, texts = record["workload_spec"], record["texts"]
+    if not isinstance(spec, str) or not spec.strip():
+        raise _refused(path, number, f"a requirements record names no workload (workload_spec {json.dumps(spec)[:40]})")
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        raise _refused(
+            path, number, f"a requirements record's texts are not a list of texts ({json.dumps(texts)[:40]})"
+        )
+    for text in texts:
+        try:
+            parse_requirement(text)
+        except BakeoffError as exc:
+            raise _refused(
+                path, number, f"requirement {text[:40]!r}: {exc.message}", hint=exc.hint or _FROM_EXPORT
+            ) from exc
+    return {"workload_spec": spec, "updated_at": _timestamp(path, number, "updated_at", record["updated_at"]),
+            "texts": texts}  # fmt: skip
 
 
 def read(path: Path) -> _Records:
@@ -258,13 +296,7 @@ def _records(path: Path, lines: Iterator[tuple[int, str]]) -> _Records:
                 _once(path, number, "baseline", info.id, _baseline_document(info, env), baselines_seen)
                 records.baselines.append((number, info, env))
             elif kind == "requirements":
-                records.requirements.append(
-                    {
-                        "workload_spec": str(record["workload_spec"]),
-                        "updated_at": str(record["updated_at"]),
-                        "texts": [str(t) for t in record["texts"]],
-                    }
-                )
+                records.requirements.append(_requirements_record(path, number, record))
             else:
                 raise _refused(path, number, f"unknown record kind {str(kind)[:40]!r}")
         except StoreError:
