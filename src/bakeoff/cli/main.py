@@ -76,6 +76,21 @@ def _plan_settings(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
+_clear_requirements_option = click.option(
+    "--clear-requirements", is_flag=True, help="Forget the workload's kept requirements."
+)
+
+
+def _requirements_given(settings: dict[str, Any], clear: bool) -> None:
+    """``settings["requirements"]`` as the run takes them: [] with --clear-requirements (the
+    kept ones forgotten), None without --require (the kept ones apply), else those given."""
+    from bakeoff.errors import SpecError
+
+    if clear and settings["requirements"]:
+        raise SpecError("--clear-requirements with --require", hint="give one or the other")
+    settings["requirements"] = [] if clear else (list(settings["requirements"]) or None)
+
+
 def _finish_run(
     run: Any,
     fmt: str,
@@ -153,7 +168,7 @@ def _finish_run(
 )
 @_setting("prices", early=True)
 @_setting("requirements")
-@click.option("--clear-requirements", is_flag=True, help="Forget the workload's kept requirements.")
+@_clear_requirements_option
 @_setting("interleave")
 @_setting("replicates")
 @_setting("process_spread")
@@ -191,13 +206,11 @@ def trial(
 
     if not settings["isolate"] and settings["timeout_s"] is not None:
         raise SpecError("--timeout needs worker processes", hint="drop --in-process, or drop --timeout")
-    if clear_requirements and settings["requirements"]:
-        raise SpecError("--clear-requirements with --require", hint="give one or the other")
+    _requirements_given(settings, clear_requirements)
     if settings["timeout_s"] is None:
         settings["timeout_s"] = TRIAL_OPTIONS["timeout_s"].default
     if localize and "localization" not in settings["checks"]:
         settings["checks"] = [*settings["checks"], "localization"]
-    settings["requirements"] = [] if clear_requirements else (list(settings["requirements"]) or None)
     with workload_output_to_stderr():
         # the reference's worker starts importing before this process imports the rest
         from bakeoff.runner.workers import start_workers
@@ -219,9 +232,12 @@ def trial(
               help="Target specs to plan for (comma-separated or repeated); options you set are kept.")  # fmt: skip
 @setting_option(PLAN_OPTIONS, "budget")
 @_plan_settings
+@_clear_requirements_option
 @_db_option
 @_format_option
-def plan(workload: str, on: Sequence[str], budget: str, db: str | None, fmt: str, **settings: Any) -> None:
+def plan(
+    workload: str, on: Sequence[str], budget: str, clear_requirements: bool, db: str | None, fmt: str, **settings: Any
+) -> None:
     """Search the adjustments for WORKLOAD within a time budget and recommend a variant.
 
     Tries the targets as given (padded to buckets with a profile), then, as the budget allows,
@@ -231,7 +247,7 @@ def plan(workload: str, on: Sequence[str], budget: str, db: str | None, fmt: str
     """
     from bakeoff import api
 
-    settings["requirements"] = list(settings["requirements"]) or None
+    _requirements_given(settings, clear_requirements)
     with workload_output_to_stderr():
         found = api.plan(workload, on=on, budget=budget, db=db, progress=_progress(), **settings)
     if fmt == "json":
