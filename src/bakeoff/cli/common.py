@@ -126,8 +126,25 @@ def report_options(coverage: bool = False) -> Callable[[Callable[..., Any]], Cal
 
 
 def report_paths(params: Mapping[str, Any]) -> dict[str, str | None]:
-    """The paths :func:`report_options` read, by format name (the API's keywords)."""
-    return {name.removesuffix("_path"): value for name, value in params.items() if name.endswith("_path")}
+    """The paths :func:`report_options` read, by format name (the API's keywords).
+
+    Raises:
+        SpecError: two formats given one file (the later would overwrite the earlier).
+    """
+    import os
+
+    paths = {name.removesuffix("_path"): value for name, value in params.items() if name.endswith("_path")}
+    seen: dict[str, str] = {}
+    for name, value in paths.items():
+        if value:
+            other = seen.setdefault(os.path.realpath(value), name)
+            if other != name:
+                from bakeoff.errors import SpecError
+
+                raise SpecError(
+                    f"--{other} and --{name} name one file, {value}", hint="give each report a file of its own"
+                )
+    return paths
 
 
 db_option = click.option(

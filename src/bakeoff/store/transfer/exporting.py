@@ -90,11 +90,15 @@ def export(
     """Write the selected runs (all, one workload's, or one tag's) to ``path``.
 
     Raises:
-        StoreError: an unknown format, or a file that cannot be written.
+        StoreError: an unknown format, a tag or workload no stored run has (nothing is written,
+            as the report refuses them), or a file that cannot be written.
     """
     if fmt not in FORMATS:
         raise StoreError(f"unknown export format {fmt!r}", hint="use jsonl (for import) or csv (for spreadsheets)")
     index = _selected(store, workload, tag)
+    if not index and (workload is not None or tag is not None):
+        chosen = f"tagged {tag!r}" if tag is not None else f"of workload {workload!r}"
+        raise StoreError(f"no runs {chosen}", hint="run `bakeoff history` to see what is stored")
     try:  # written whole or not at all, and never over the database (replacing refuses it first)
         with replacing(path, store.url, newline="") as out:
             if fmt == "csv":
