@@ -254,6 +254,13 @@ def test_a_time_that_is_not_a_time_is_refused(tmp_path, capsys, where):
 # -- headers and identities -----------------------------------------------------------------
 
 
+def test_an_export_an_editor_saved_with_a_byte_order_mark_imports(tmp_path, capsys):
+    path = _write(tmp_path / "bom.jsonl", _records(tmp_path))
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    code, out, err = _cli(capsys, "import", str(path), "--db", str(_team(tmp_path)))
+    assert (code, err) == (0, "") and out.startswith("imported 2 runs"), out + err
+
+
 @pytest.mark.parametrize(("version", "shown"), [(0, "0"), (-1, "-1"), (True, "true"), ("1", '"1"'), (1.0, "1.0")])
 def test_schema_version_that_no_export_has_is_refused(tmp_path, capsys, version, shown):
     records = _records(tmp_path)

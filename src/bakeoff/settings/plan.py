@@ -18,8 +18,8 @@ from bakeoff.settings.option import Option
 
 __all__ = ["LOCALIZE_OPTIONS", "PLAN_OPTIONS", "PLAN_TRIAL_KEYWORDS", "parse_budget"]
 
-_BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|min|m|h)?\s*$")
-_SECONDS = {"s": 1, "sec": 1, None: 1, "min": 60, "m": 60, "h": 3600}
+_BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|min|m|h)?\s*$")
+_SECONDS = {"ms": 0.001, "s": 1, "sec": 1, None: 1, "min": 60, "m": 60, "h": 3600}
 
 #: The trial settings a plan takes (each stage is a trial with them).
 PLAN_TRIAL_KEYWORDS = ("profile", "requirements", "prices", "min_samples", "min_seconds", "isolate")

@@ -108,7 +108,7 @@ def _lines(path: Path) -> Generator[tuple[int, str], None, None]:
                     raise _too_big(path, read)
                 if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
                     raise _refused(path, number, f"longer than {MAX_LINE_BYTES} bytes")
-                text = raw.decode("utf-8")
+                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")  # an editor's byte-order mark
                 if text.strip():
                     yield number, text
         except UnicodeDecodeError as exc:
