@@ -1,0 +1,177 @@
+"""The fork server's own side (:class:`~bakeoff.launch.forkserver.ForkServer` is its client)::
+
+    python -m bakeoff.launch.forkserver --parent PID --fds R,W MODULE...
+
+The server imports the modules, does nothing else (no op of torch runs, no thread starts),
+moves what they made out of the collector's reach (``gc.freeze``: a forked run's first full
+collection would otherwise touch, and so copy, every page they fill: about 0.2 s of CPU a run
+with PyTorch and transformers imported) and serves requests read from fd ``R``, one JSON line
+each: a module to import in the server itself (:meth:`~bakeoff.launch.forkserver.ForkServer.preload`:
+the runs forked after it start with it imported), or a function
+(``module:function``, called with a list of arguments, returning the exit code), an
+environment, a working directory, and the files that become stdout and stderr. For each, it
+forks a child that starts a session of its own (a process group, stopped as a whole like a
+command of :mod:`bakeoff.launch.command`), replaces its environment, directory
+(``sys.path[0]`` too, as ``python -m`` sets it, and ``multiprocessing``'s start directory,
+where a spawned child finds a relative ``__main__``), stdout and stderr, dies with the server,
+calls the function and ends as an interpreter ends (non-daemon threads joined, ``atexit`` run,
+streams flushed) without tearing down every module. The server writes the
+child's pid, then its wait status, to fd ``W``. It dies with ``PID`` (the bakeoff process).
+
+A forked run differs from a fresh interpreter in what was settled before the fork: the modules
+the server imported and what they read from the environment when imported (the server is
+started with the runs' own environment and hash seed), ``sys.orig_argv``, and
+``sys.modules["__main__"]`` outside the function's own work.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import json
+import os
+import select
+import signal
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bakeoff.launch.reaping import death_signal
+
+__all__ = ["main", "serve", "server_pid"]
+
+#: How often the server looks for ended children and a dead parent (seconds).
+_POLL_S = 0.02
+#: The server's own pid, in the server and in every run it forked (None elsewhere).
+_SERVER: int | None = None
+
+
+def server_pid() -> int | None:
+    """The pid of the fork server this process was forked from (None: not forked by one)."""
+    return _SERVER
+
+
+def _arm_parent_death(parent: int | None) -> None:
+    """SIGKILL when ``parent`` dies (Linux); elsewhere the loop's own check of the parent."""
+    death_signal(signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _send(fd: int, reply: Mapping[str, Any]) -> None:
+    os.write(fd, json.dumps(dict(reply)).encode() + b"\n")
+
+
+def _end(code: int) -> None:
+    """End a forked run as an interpreter ends (non-daemon threads joined first), without its
+    teardown of every module."""
+    from bakeoff.launch.process import leave
+
+    try:
+        threading._shutdown()  # type: ignore[attr-defined]
+    except Exception:  # a thread that cannot be joined does not keep the run
+        pass
+    leave(code)
+
+
+def _child(request: Mapping[str, Any], fds: Sequence[int]) -> None:
+    """The forked run: never returns."""
+    code = 1
+    try:
+        os.setsid()
+        _arm_parent_death(_SERVER)  # the run dies with the server, as the server with bakeoff
+        for fd in fds:
+            os.close(fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        for target, name in ((1, "stdout"), (2, "stderr")):
+            opened = os.open(request[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(opened, target)
+            os.close(opened)
+        sys.path[0] = os.getcwd()
+        started_in = sys.modules.get("multiprocessing.process")
+        if started_in is not None:  # where a spawned child finds a relative __main__, set at import
+            started_in.ORIGINAL_DIR = os.getcwd()  # type: ignore[attr-defined]
+        sys.argv = [request["entry"], *request["argv"]]
+        importlib.invalidate_caches()
+        module, _, function = request["entry"].partition(":")
+        returned = getattr(importlib.import_module(module), function)(list(request["argv"]))
+        code = returned if isinstance(returned, int) else 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+    except BaseException:  # the run's own failure, printed as Python would
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        _end(code)
+
+
+def serve(parent: int, request_fd: int, reply_fd: int, preload: Sequence[str]) -> None:
+    """The server's loop (see the module docstring)."""
+    global _SERVER
+    _arm_parent_death(parent)
+    _SERVER = os.getpid()
+    try:
+        for name in preload:
+            importlib.import_module(name)
+    except BaseException as exc:  # the client falls back to fresh processes
+        _send(reply_fd, {"ready": False, "error": f"importing {name}: {type(exc).__name__}: {exc}"})
+        return
+    gc.freeze()
+    _send(reply_fd, {"ready": True})
+    buffer = b""
+    while os.getppid() == parent:
+        ready, _, _ = select.select([request_fd], [], [], _POLL_S)
+        while True:  # the runs that ended
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            _send(reply_fd, {"pid": pid, "status": status})
+        if not ready:
+            continue
+        chunk = os.read(request_fd, 1 << 16)
+        if not chunk:
+            return
+        buffer += chunk
+        while b"\n" in buffer:
+            line, _, buffer = buffer.partition(b"\n")
+            request = json.loads(line)
+            if "import" in request:  # a module the runs forked from now on start with
+                started = time.perf_counter()
+                try:
+                    importlib.import_module(request["import"])
+                except BaseException as exc:
+                    _send(reply_fd, {"error": f"importing {request['import']}: {type(exc).__name__}: {exc}"})
+                else:
+                    gc.freeze()
+                    _send(reply_fd, {"imported": request["import"], "seconds": time.perf_counter() - started})
+                continue
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                _send(reply_fd, {"error": f"fork failed: {exc}"})
+                continue
+            if pid == 0:
+                _child(request, (request_fd, reply_fd))
+            _send(reply_fd, {"pid": pid})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bakeoff.launch.forkserver")
+    parser.add_argument("--parent", type=int, required=True, help="the process the server dies with")
+    parser.add_argument("--fds", required=True, help="R,W: the request and reply pipes")
+    parser.add_argument("preload", nargs="*", help="the modules imported before any fork")
+    args = parser.parse_args(argv)
+    request_fd, reply_fd = (int(fd) for fd in args.fds.split(","))
+    serve(args.parent, request_fd, reply_fd, args.preload)
+    return 0
