@@ -14,6 +14,10 @@ import pytest
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# Every process the suite starts hashes as a run of `bakeoff exec` does (its default --seed 0), so
+# that the fork servers the runs start can be clones of this worker's template (see _forking_cli).
+os.environ.setdefault("PYTHONHASHSEED", "0")
+
 FIXTURES = Path(__file__).parent / "fixtures"
 MODELS = FIXTURES / "models.py"
 
@@ -74,31 +78,49 @@ def still_running(pids: list[int], within_s: float = 10.0) -> list[int]:
     return [pid for pid in pids if Path(f"/proc/{pid}").exists()]
 
 
-#: Environment variables a CLI run forked from the warm process (:func:`bakeoff_cli`) may set or
-#: change: bakeoff's own, pytest's, the terminal's and the temporary directory. Any other (PyTorch's, the
-#: thread libraries', the interpreter's) may be read when a module is imported, before the fork:
-#: a run that changes one is a fresh interpreter.
-_FORKABLE_ENV = ("BAKEOFF_", "PYTEST_", "COLUMNS", "LINES", "TERM", "NO_COLOR", "FORCE_COLOR", "TMPDIR", "TEMP", "TMP")
 _cli_server: dict = {}
 
 
 def _forking_cli(env: dict[str, str]):
-    """This worker's fork server for CLI runs in ``env`` (started on first use), or None."""
+    """This worker's fork server for CLI runs in ``env``, or None: a fresh interpreter.
+
+    A CLI run may change the variables a forked worker reads again (bakeoff's own, pytest's, the
+    terminal's, the temporary directory: :func:`bakeoff.launch.clones.environment_key`); any
+    other may be read when a module is imported, before the fork, so a run that changes one is a
+    fresh interpreter. The server is a clone of this worker's template that imported PyTorch
+    alone: so are the servers the CLI runs start themselves (an exec's, a dist check's, a trial's
+    workers'), where their environment and preload allow, or of the template that imported
+    transformers too, where they preload it (:mod:`bakeoff.launch.clones`).
+
+    The servers are started in this worker's environment, and started again when it changed
+    (libraries the tests run in this process set variables of their own: Ray's RAY_CLIENT_MODE,
+    inductor's TORCHINDUCTOR_CACHE_DIR, which every later run then inherits) or when the CLI's
+    server broke."""
+    import atexit
+
+    from bakeoff.launch.clones import environment_key
     from bakeoff.launch.forkserver import ForkServer, forkable
 
     if not forkable() or os.environ.get("BAKEOFF_TEST_FRESH_CLI"):
         return None
-    if "server" not in _cli_server:
-        import atexit
-
-        _cli_server["env"] = dict(os.environ)
-        _cli_server["server"] = ForkServer(("torch", "bakeoff.cli.main", "tests.forked_cli"), _cli_server["env"])
-        atexit.register(_cli_server["server"].close)
-    started_in = _cli_server["env"]
-    changed = {k for k in {*env, *started_in} if env.get(k) != started_in.get(k)}
-    if any(not k.startswith(_FORKABLE_ENV) for k in changed) or _cli_server["server"].broken:
-        return None
-    return _cli_server["server"]
+    key = environment_key(env)
+    if _cli_server.get("key") != key or _cli_server["servers"][-1].broken:
+        if key != environment_key(os.environ):  # a test's own environment
+            return None
+        for server in _cli_server.pop("servers", ()):
+            server.close()
+        here = dict(os.environ)
+        started = (
+            ForkServer(("torch", "transformers", "transformers.models.auto.modeling_auto"), here, clones=True),
+            ForkServer(("torch",), here, clones=True),  # handed the first: CLI runs reach both
+            ForkServer(("torch", "bakeoff.cli.main", "tests.forked_cli"), here),
+        )
+        _cli_server.update(key=key, servers=started)
+        if not _cli_server.get("registered"):
+            atexit.register(lambda: [server.close() for server in _cli_server.get("servers", ())])
+            _cli_server["registered"] = True
+    server = _cli_server["servers"][-1]
+    return None if server.broken else server
 
 
 def bakeoff_cli(

@@ -39,15 +39,15 @@ FACTORY = textwrap.dedent("""
 
         parent = int(os.environ["BAKEOFF_TEST_PARENT"])
         workers, servers = [], []
-        for child in psutil.Process(parent).children():
+        for child in psutil.Process(parent).children(recursive=True):  # a clone is a template's child
             try:
                 line = " ".join(child.cmdline())
                 if child.status() == psutil.STATUS_ZOMBIE:
                     continue
-                if "spawn_main" in line:
+                if "spawn_main" in line and child.ppid() == parent:
                     workers.append(child.pid)
-                elif "bakeoff.launch.forkserver" in line:
-                    servers.append(child.pid)
+                elif "bakeoff.launch.forkserver" in line and not (child.ppid() == parent and "--clones" in line):
+                    servers.append(child.pid)  # a server started fresh or cloned (not a template itself)
             except psutil.NoSuchProcess:
                 pass
         where = "trial" if os.getpid() == parent else "worker"

@@ -104,7 +104,7 @@ def test_a_run_gets_its_own_session_environment_directory_streams_and_exit_code(
     seen = json.loads(out)
     assert first is not None and first.code == 3
     assert seen["cwd"] == str(tmp_path / "work") and seen["mark"] == "one" and seen["argv"] == ["3"]
-    assert seen["pgid"] == seen["pid"] == seen["sid"] != server.process.pid  # a group of its own
+    assert seen["pgid"] == seen["pid"] == seen["sid"] != server.pid  # a group of its own
     assert err.strip() == "to stderr"
     second, out, _ = _run(server, tmp_path, "report", ["0"], MARK="two")
     assert second.code == 0 and json.loads(out)["mark"] == "two"  # streams truncated, env replaced
@@ -194,7 +194,7 @@ def test_a_kill_9_of_the_client_leaves_neither_the_server_nor_its_run(tmp_path):
         from bakeoff.launch.forkserver import ForkServer
         tmp = Path({str(tmp_path)!r})
         server = ForkServer(["fsentry"], {{**os.environ, "PYTHONPATH": str(tmp)}})
-        print(server.process.pid, flush=True)
+        print(server.pid, flush=True)
         server.run("fsentry:hang", [], server.env, tmp, tmp / "out.txt", tmp / "err.txt", 600.0)
         """
     )

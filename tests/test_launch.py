@@ -92,7 +92,7 @@ def test_a_job_that_finishes_returns_its_value_in_a_fresh_process(fresh):
     assert outcome.ok and outcome.value["answer"] == 42
     assert outcome.value["pid"] != os.getpid()
     # forked from the server where one was given, a spawned interpreter where not
-    assert outcome.value["forked_from"] == (fresh.server.process.pid if fresh.server else None)
+    assert outcome.value["forked_from"] == (fresh.server.pid if fresh.server else None)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forked workers are Linux's")
@@ -102,7 +102,7 @@ def test_a_forked_workers_resident_memory_starts_where_its_servers_is(fork_serve
     from bakeoff.launch.residency import map_like
 
     outcome = FreshProcess(server=fork_server).run(Seeded("memory"), timeout_s=60)
-    server = _rss_file_kb(fork_server.process.pid)
+    server = _rss_file_kb(fork_server.pid)
     assert outcome.ok and outcome.value["name"] == "bakeoff-worker"  # named as a spawned worker is
     assert outcome.value["rss_file_kb"] >= 0.9 * server
     parent, (read, write) = os.getpid(), os.pipe()
@@ -284,7 +284,7 @@ def test_the_shared_server_is_kept_until_an_import_time_variable_changes(monkeyp
     assert second is not first and first.broken == "the fork server was closed" and first.process is None
     assert second.env["TORCH_SHOW_CPP_STACKTRACES"] == "1"
     outcome = FreshProcess(server=second).run(Seeded("value"), timeout_s=60)
-    assert outcome.ok and outcome.value["forked_from"] == second.process.pid
+    assert outcome.ok and outcome.value["forked_from"] == second.pid
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forked workers are Linux's")

@@ -21,6 +21,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -29,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bakeoff.launch import clones as _clones
 from bakeoff.launch.command import Ran
 from bakeoff.launch.reaping import kill_group
 from bakeoff.launch.server_loop import server_pid
@@ -47,34 +49,87 @@ def forkable() -> bool:
 
 class ForkServer:
     """A server importing ``preload`` in ``env`` (see the module docstring); :meth:`run` runs
-    one request, :meth:`close` ends the server (a run still going is stopped first)."""
+    one request, :meth:`close` ends the server (a run still going is stopped first).
 
-    def __init__(self, preload: Sequence[str], env: Mapping[str, str]) -> None:
+    Where this process can reach a template that fits (:mod:`bakeoff.launch.clones`), the server
+    is a fork of it (:attr:`cloned`) instead of a fresh interpreter. With ``clones``, the server
+    is itself a template: this process's later servers, and those of the processes forked from
+    it, are its clones where they fit."""
+
+    def __init__(self, preload: Sequence[str], env: Mapping[str, str], clones: bool = False) -> None:
         self.env = dict(env)
         self.broken: str | None = None
+        self._preload = list(preload)
         self._lock = threading.Lock()
         self._buffer = b""
         self._ended: dict[int, int] = {}  # pid -> wait status of forked runs not yet asked about
         self._running: set[int] = set()  # forked runs whose end no one has asked about yet
+        self._ready: bool | None = None
+        self._pid: int | None = None  # a clone's, from its first reply
+        self._watch: int | None = None  # a clone's pidfd (it is the template's child, not ours)
+        self._offered: int | None = None  # a template's: this process's end of its channel
+        self.process: subprocess.Popen[bytes] | None = None
+        self._open = True
+        channel = None if clones else _clones.request(preload, self.env)
+        self.cloned = channel is not None and self._adopt(channel)
+        if self.cloned:
+            return
         request_r, self._requests = os.pipe()
         self._replies, reply_w = os.pipe()
         command = [sys.executable, "-m", "bakeoff.launch.forkserver", "--parent", str(os.getpid())]
-        command += ["--fds", f"{request_r},{reply_w}", *preload]
+        command += ["--fds", f"{request_r},{reply_w}"]
+        passed = [request_r, reply_w]
+        handed = _clones.handed_down(self.env)
+        for template in handed:  # its runs and clones reach them too
+            command += ["--offers", f"{template.fd}:{','.join(template.preload)}"]
+        if clones and _clones.supported():
+            listen, ask = (end.detach() for end in socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET))
+            command += ["--clones", f"{listen},{ask}"]
+            passed += [listen, ask]
+            self._offered = ask
         try:
-            self.process: subprocess.Popen[bytes] | None = subprocess.Popen(
-                command,
+            self.process = subprocess.Popen(
+                [*command, *preload],
                 env=self.env,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
-                pass_fds=(request_r, reply_w),
+                pass_fds=[*passed, *(template.fd for template in handed)],
                 start_new_session=True,
             )
         except OSError as exc:
-            self.process, self.broken = None, f"the fork server did not start: {exc}"
+            self.broken = f"the fork server did not start: {exc}"
         finally:
-            os.close(request_r)
-            os.close(reply_w)
-        self._ready: bool | None = None
+            for fd in passed[:2] + passed[2:3]:  # the ends the server keeps; this process asks on the last
+                os.close(fd)
+        if self._offered is not None:
+            if self.process is None:
+                os.close(self._offered)
+                self._offered = None
+            else:
+                _clones.offer(self._offered, preload, self.env)
+
+    @property
+    def pid(self) -> int | None:
+        """The server's pid (None: not started)."""
+        return self.process.pid if self.process is not None else self._pid
+
+    def _adopt(self, channel: int) -> bool:
+        """Serve through a clone on ``channel`` (one socket both ways): its pid is its first word
+        (so it exists once this returns, as a fresh server does once started), watched through a
+        pidfd, as it is the template's child, not this process's. False: no clone came (the
+        channel is closed; the caller starts a fresh server)."""
+        self._requests = self._replies = channel
+        try:
+            reply = self._line(time.monotonic() + READY_S)
+            self._pid = int(reply["cloned"]) if reply else None  # type: ignore[index]
+            self._watch = os.pidfd_open(self._pid) if self._pid else None
+        except (EOFError, KeyError, ValueError, OSError):  # it ended already, or said something else
+            self._pid = None
+        if self._watch is None:
+            self._pid, self._buffer = None, b""
+            os.close(channel)
+            return False
+        return True
 
     def __enter__(self) -> ForkServer:
         return self
@@ -160,6 +215,9 @@ class ForkServer:
                 self.broken = f"the fork server did not import {module}: {(reply or {}).get('error', 'it ended')}"
                 self.close()
                 return None
+            self._preload.append(module)
+            if self._offered is not None:  # its clones start with it imported too
+                _clones.offer(self._offered, self._preload, self.env)
             return float(reply["seconds"])
 
     @property
@@ -234,18 +292,32 @@ class ForkServer:
 
     def close(self) -> None:
         """End the server (its runs die with it: each one watches it)."""
-        if self.process is not None:
-            for fd in (self._requests, self._replies):
+        if self._offered is not None:
+            _clones.withdraw(self._offered)
+            os.close(self._offered)
+            self._offered = None
+        if self._open:
+            self._open = False
+            for fd in {self._requests, self._replies}:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.process.wait()
-            self.process = None
+            if self.process is not None:
+                try:
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.process.wait()
+                self.process = None
+            elif self._watch is not None:  # a clone
+                try:
+                    signal.pidfd_send_signal(self._watch, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                select.select([self._watch], [], [], 30.0)  # readable once it has ended
+                os.close(self._watch)
+                self._watch = None
         if self.broken is None:
             self.broken = "the fork server was closed"
 

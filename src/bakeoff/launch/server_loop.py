@@ -26,19 +26,23 @@ started with the runs' own environment and hash seed), ``sys.orig_argv``, and
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import json
 import os
 import select
 import signal
+import socket
 import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from bakeoff.launch import clones as _clones
 from bakeoff.launch.reaping import death_signal
+from bakeoff.launch.residency import map_like
 
 __all__ = ["main", "serve", "server_pid"]
 
@@ -82,7 +86,7 @@ def _child(request: Mapping[str, Any], fds: Sequence[int]) -> None:
     try:
         os.setsid()
         _arm_parent_death(_SERVER)  # the run dies with the server, as the server with bakeoff
-        for fd in fds:
+        for fd in set(fds):
             os.close(fd)
         os.chdir(request["cwd"])
         os.environ.clear()
@@ -111,10 +115,20 @@ def _child(request: Mapping[str, Any], fds: Sequence[int]) -> None:
         _end(code)
 
 
-def serve(parent: int, request_fd: int, reply_fd: int, preload: Sequence[str]) -> None:
-    """The server's loop (see the module docstring)."""
+def serve(
+    parent: int,
+    request_fd: int,
+    reply_fd: int,
+    preload: Sequence[str],
+    channel: tuple[int, int] | None = None,
+    watch: int | None = None,
+) -> None:
+    """The server's loop (see the module docstring). A template reads clone requests on the
+    first end of ``channel`` (its descendants ask on the second); a clone watches its ``parent``
+    (the requester, not its parent process) through the pidfd ``watch``."""
     global _SERVER
-    _arm_parent_death(parent)
+    if watch is None:
+        _arm_parent_death(parent)
     _SERVER = os.getpid()
     try:
         for name in preload:
@@ -122,11 +136,20 @@ def serve(parent: int, request_fd: int, reply_fd: int, preload: Sequence[str]) -
     except BaseException as exc:  # the client falls back to fresh processes
         _send(reply_fd, {"ready": False, "error": f"importing {name}: {type(exc).__name__}: {exc}"})
         return
+    listening = None
+    if channel is not None:
+        listening = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=channel[0])
+        _clones.offer(channel[1], preload, os.environ)
+    imported = list(preload)
     gc.freeze()
     _send(reply_fd, {"ready": True})
     buffer = b""
-    while os.getppid() == parent:
-        ready, _, _ = select.select([request_fd], [], [], _POLL_S)
+    cloned: set[int] = set()  # clones are not runs: their ends are nobody's business
+    waited = [fd for fd in (request_fd, listening, watch) if fd is not None]
+    while watch is not None or os.getppid() == parent:
+        ready, _, _ = select.select(waited, [], [], _POLL_S)
+        if watch is not None and watch in ready:  # the requester ended
+            return
         while True:  # the runs that ended
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -134,8 +157,15 @@ def serve(parent: int, request_fd: int, reply_fd: int, preload: Sequence[str]) -
                 break
             if pid == 0:
                 break
-            _send(reply_fd, {"pid": pid, "status": status})
-        if not ready:
+            if pid in cloned:
+                cloned.discard(pid)
+            else:
+                _send(reply_fd, {"pid": pid, "status": status})
+        if listening is not None and listening in ready:
+            clone = _clone(listening, (request_fd, reply_fd, listening.fileno()))
+            if clone is not None:
+                cloned.add(clone)
+        if request_fd not in ready:
             continue
         chunk = os.read(request_fd, 1 << 16)
         if not chunk:
@@ -152,6 +182,9 @@ def serve(parent: int, request_fd: int, reply_fd: int, preload: Sequence[str]) -
                     _send(reply_fd, {"error": f"importing {request['import']}: {type(exc).__name__}: {exc}"})
                 else:
                     gc.freeze()
+                    imported.append(request["import"])
+                    if channel is not None:
+                        _clones.offer(channel[1], imported, os.environ)
                     _send(reply_fd, {"imported": request["import"], "seconds": time.perf_counter() - started})
                 continue
             try:
@@ -160,8 +193,58 @@ def serve(parent: int, request_fd: int, reply_fd: int, preload: Sequence[str]) -
                 _send(reply_fd, {"error": f"fork failed: {exc}"})
                 continue
             if pid == 0:
-                _child(request, (request_fd, reply_fd))
+                theirs = [listening.fileno()] if listening is not None else []  # its runs ask on the other end
+                _child(request, (request_fd, reply_fd, *theirs, *([watch] if watch is not None else [])))
             _send(reply_fd, {"pid": pid})
+
+
+def _clone(listening: socket.socket, template_fds: Sequence[int]) -> int | None:
+    """A template's side of a clone request read from ``listening``: the clone's pid (None: none
+    was started). The clone closes ``template_fds``, takes the request's environment and serves
+    the requester on the socket the request carried (:mod:`bakeoff.launch.clones`)."""
+    try:
+        received = _clones.receive(listening)
+    except OSError:
+        return None
+    if received is None:
+        return None
+    asked, fd, stdin = received
+    template = os.getpid()
+    try:
+        pid = os.fork()
+    except OSError:
+        pid = None  # the requester reads the end of the socket, and starts a fresh server
+    if pid != 0:
+        for each in (fd, stdin):
+            if each is not None:
+                os.close(each)
+        return pid
+    code = 1
+    try:  # the clone: never returns
+        _send(fd, {"cloned": os.getpid()})  # its first word: the requester waits for it
+        os.setsid()
+        _arm_parent_death(template)  # it dies with the template, as runs die with their server
+        for each in set(template_fds):
+            os.close(each)
+        map_like(template)  # its resident memory starts where a fresh server's would (as a worker's does)
+        if stdin is not None:  # the requester's, as a fresh server inherits it
+            os.dup2(stdin, 0)
+            os.close(stdin)
+        else:
+            with contextlib.suppress(OSError):
+                os.close(0)
+        os.environ.clear()
+        os.environ.update(asked["env"])
+        if "tempfile" in sys.modules:  # the request's TMPDIR, read again
+            sys.modules["tempfile"].tempdir = None
+        os.chdir(asked["cwd"])  # where a fresh server (python -m) would start: first on the module path
+        sys.path[0] = os.getcwd()
+        serve(int(asked["client"]), fd, fd, asked["preload"], watch=os.pidfd_open(int(asked["client"])))
+        code = 0
+    except BaseException:  # the requester reads the end of the socket, and starts a fresh server
+        pass
+    finally:
+        os._exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -170,8 +253,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bakeoff.launch.forkserver")
     parser.add_argument("--parent", type=int, required=True, help="the process the server dies with")
     parser.add_argument("--fds", required=True, help="R,W: the request and reply pipes")
+    parser.add_argument(
+        "--clones", help="R,A: a template's channel: it reads clone requests on R, its descendants ask on A"
+    )
+    parser.add_argument("--offers", action="append", default=[], help="FD:MODULE,...: a template handed down")
     parser.add_argument("preload", nargs="*", help="the modules imported before any fork")
     args = parser.parse_args(argv)
+    for offer in args.offers:  # the client's templates, started in this environment
+        fd, _, modules = offer.partition(":")
+        _clones.offer(int(fd), modules.split(","), os.environ)
     request_fd, reply_fd = (int(fd) for fd in args.fds.split(","))
-    serve(args.parent, request_fd, reply_fd, args.preload)
+    channel = tuple(int(fd) for fd in args.clones.split(",")) if args.clones else None
+    serve(args.parent, request_fd, reply_fd, args.preload, channel)  # type: ignore[arg-type]
     return 0

@@ -15,8 +15,10 @@ torch, no compile, no device plugin, no thread. What one target's session change
 The server is started with this process's environment, because PyTorch and its libraries read
 some variables when they are imported; a request made after the environment changed starts a
 new server (the old one is ended once no worker forked from it runs). Variables read again by
-the worker do not count: bakeoff's own, pytest's, the terminal's, and the temporary directory
-(``tempfile`` forgets the server's).
+the worker do not count (:func:`~bakeoff.launch.clones.environment_key`): bakeoff's own,
+pytest's, the terminal's, the shell's working directories, and the temporary directory
+(``tempfile`` forgets the server's). Where this process reaches a template that fits, the server
+is its clone (:mod:`bakeoff.launch.clones`).
 A worker that must import in an environment of its own (a target's switches) is spawned as
 before, and so is every worker where the platform cannot fork (:func:`~bakeoff.launch.forkserver.forkable`)
 or the server failed to start.
@@ -27,34 +29,21 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
+from bakeoff.launch.clones import EnvKey, environment_key
 from bakeoff.launch.forkserver import ForkServer, forkable
 
-__all__ = ["close_servers", "environment_key", "shared_server"]
-
-#: Variables a forked worker reads afresh, so a change to them needs no new server.
-_READ_AGAIN_PREFIXES = ("BAKEOFF_", "PYTEST_")
-_READ_AGAIN = frozenset({"COLUMNS", "LINES", "TERM", "NO_COLOR", "FORCE_COLOR", "TMPDIR", "TEMP", "TMP"})
+__all__ = ["close_servers", "shared_server"]
 
 #: How many servers a process keeps (each an idle interpreter with its imports: 250-400 MiB);
 #: beyond it, the longest unused idle one is ended.
 KEPT = 3
 
-_servers: dict[tuple[str, ...], tuple[tuple[tuple[str, str], ...], ForkServer]] = {}  # oldest use first
+_servers: dict[tuple[str, ...], tuple[EnvKey, ForkServer]] = {}  # oldest use first
 _outdated: list[ForkServer] = []  # replaced while workers forked from it still ran
 _lock = threading.Lock()
 _registered: list[bool] = []
-
-
-def environment_key(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """The part of ``env`` a server's imports may have read: what must match for it to serve."""
-    kept = (
-        (name, value)
-        for name, value in env.items()
-        if name not in _READ_AGAIN and not name.startswith(_READ_AGAIN_PREFIXES)
-    )
-    return tuple(sorted(kept))
 
 
 def shared_server(preload: Sequence[str]) -> ForkServer | None:

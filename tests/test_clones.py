@@ -1,0 +1,216 @@
+"""Fork servers cloned from a warm template (bakeoff.launch.clones): a server whose preload and
+environment fit is a fork of the template and runs what a fresh server runs, with the hash seed
+its environment asks for; one that does not fit (another hash seed, a variable read at import, a
+preload without the template's modules) starts fresh; a run of the template starts its own
+servers as clones; a kill -9 of the requester leaves neither its clone nor the clone's run, and
+the template's end takes its clones with it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from bakeoff.launch.clones import environment_key
+from bakeoff.launch.forkserver import ForkServer
+
+pytestmark = [pytest.mark.isolated, pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's")]
+
+ENTRY = textwrap.dedent(
+    """
+    import json, os, sys, time
+
+    def report(argv):
+        print(json.dumps({"pid": os.getpid(), "ppid": os.getppid(), "hash": hash("bakeoff"),
+                          "modules": [name for name in argv if name in sys.modules]}))
+        return 0
+
+    def nested(argv):  # a run that starts a server of its own, as bakeoff exec in a CLI run does
+        from bakeoff.launch.forkserver import ForkServer
+        out, hang = argv
+        with ForkServer(["csentry", "colorsys"], dict(os.environ)) as server:
+            if hang:
+                pid = server.fork("csentry:sleep", [], dict(os.environ), os.getcwd(), out + ".run", out + ".err")
+                print(json.dumps({"server": server.pid, "run": pid, "cloned": server.cloned}), flush=True)
+                time.sleep(600)
+            ran = server.run("csentry:report", ["colorsys"], dict(os.environ), os.getcwd(), out, out + ".err", 30.0)
+            print(json.dumps({"cloned": server.cloned, "server": server.pid, "code": ran.code if ran else None}))
+        return 0
+
+    def sleep(argv):
+        time.sleep(600)
+
+    def read_stdin(argv):
+        print(json.dumps({"stdin": sys.stdin.read()}))
+        return 0
+
+    def parents(argv):  # the parent of a server of each preload (comma-separated) this run starts
+        from bakeoff.launch.forkserver import ForkServer
+        found = []
+        for preload in argv:
+            with ForkServer(preload.split(","), dict(os.environ)) as server:
+                server.preload("json")  # a request: it is ready
+                stat = open(f"/proc/{server.pid}/stat").read()
+                found.append(int(stat.rpartition(")")[2].split()[1]))
+        print(json.dumps({"parents": found}))
+        return 0
+    """
+)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "csentry.py").write_text(ENTRY)
+    (tmp_path / "work").mkdir()
+    path = os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return {**os.environ, "PYTHONPATH": path, "PYTHONHASHSEED": "7"}
+
+
+@pytest.fixture
+def template(env: dict[str, str]):
+    with ForkServer(["csentry"], env, clones=True) as started:
+        yield started
+
+
+def _run(server: ForkServer, tmp_path: Path, entry: str, *argv: str) -> dict:
+    out = tmp_path / "out.txt"
+    ran = server.run(f"csentry:{entry}", list(argv), server.env, tmp_path / "work", out, tmp_path / "err.txt", 60.0)
+    assert ran is not None and ran.code == 0, (tmp_path / "err.txt").read_text()
+    return json.loads(out.read_text().splitlines()[-1])
+
+
+def _fresh_hash(env: dict[str, str]) -> int:
+    return int(subprocess.run([sys.executable, "-c", "print(hash('bakeoff'))"], env=env, capture_output=True,
+                              text=True, check=True).stdout)  # fmt: skip
+
+
+def _gone(pid: int, within_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_server_that_fits_is_a_fork_of_the_template_with_its_hash_seed_and_others_start_fresh(
+    template, env, tmp_path, monkeypatch
+):
+    here = tmp_path / "here"  # a module in the requester's directory, as `python -m` would find it
+    here.mkdir()
+    (here / "probe_here.py").write_text("")
+    monkeypatch.chdir(here)
+    with ForkServer(["csentry", "colorsys", "probe_here"], {**env, "BAKEOFF_ANYTHING": "read again"}) as clone:
+        seen = _run(clone, tmp_path, "report", "colorsys", "probe_here")
+        assert clone.cloned and psutil.Process(clone.pid).ppid() == template.pid
+        assert seen["ppid"] == clone.pid and seen["modules"] == ["colorsys", "probe_here"]  # its own preload
+        assert seen["hash"] == _fresh_hash(env)  # the seed of PYTHONHASHSEED=7, as a fresh interpreter's
+    assert _gone(clone.pid)
+    # the controls: what a module may read at import differs, or the preload lacks the template's
+    for server_env, preload in (({**env, "PYTHONHASHSEED": "8"}, ["csentry"]), ({**env, "OMP_NUM_THREADS": "1"},
+                                ["csentry"]), (env, ["colorsys"])):  # fmt: skip
+        with ForkServer(preload, server_env) as fresh:
+            seen = _run(fresh, tmp_path, "report")
+            assert not fresh.cloned and psutil.Process(fresh.pid).ppid() == os.getpid()
+            assert seen["hash"] == _fresh_hash(server_env)
+    assert _fresh_hash({**env, "PYTHONHASHSEED": "8"}) != _fresh_hash(env)  # the seed is what was compared
+    assert _run(template, tmp_path, "report")["ppid"] == template.pid  # the template serves its own runs on
+
+
+def test_a_run_of_the_template_starts_its_servers_as_clones_and_a_kill_9_of_it_leaves_none(template, tmp_path):
+    seen = _run(template, tmp_path, "nested", str(tmp_path / "nested.txt"), "")
+    assert seen["cloned"] and seen["code"] == 0
+    assert json.loads((tmp_path / "nested.txt").read_text())["modules"] == ["colorsys"]
+    assert _gone(seen["server"])  # closed with the run that started it
+
+    out = tmp_path / "hung.txt"
+    requester = template.fork("csentry:nested", [str(tmp_path / "x"), "hang"], template.env, tmp_path / "work", out,
+                              tmp_path / "hung.err")  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (out.exists() and out.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    started = json.loads(out.read_text())
+    assert started["cloned"]
+    assert not _gone(started["server"], within_s=0.3) and not _gone(started["run"], within_s=0.3)  # the control
+    os.kill(requester, 9)
+    assert template.exit_code(requester, 30.0) == -9
+    assert _gone(started["server"]) and _gone(started["run"])
+
+
+def test_a_template_started_after_another_hands_it_down_and_the_one_that_imported_most_is_asked(env, tmp_path):
+    with (
+        ForkServer(["csentry", "colorsys"], env, clones=True) as more,
+        ForkServer(["csentry"], env, clones=True) as less,
+    ):
+        assert not less.cloned  # a template is never a clone
+        seen = _run(less, tmp_path, "parents", "csentry", "csentry,colorsys,textwrap", "csentry,textwrap")
+        assert seen["parents"] == [less.pid, more.pid, less.pid]
+
+
+def test_the_templates_end_takes_its_clones_and_later_servers_start_fresh(env, tmp_path):
+    template = ForkServer(["csentry"], env, clones=True)
+    clone = ForkServer(["csentry"], env)
+    assert _run(clone, tmp_path, "report")["ppid"] == clone.pid and clone.cloned
+    template.close()
+    assert _gone(clone.pid)
+    ran = clone.run("csentry:report", [], env, tmp_path / "work", tmp_path / "o", tmp_path / "e", 10.0)
+    assert ran is None and clone.broken  # the caller starts a fresh process instead
+    clone.close()
+    with ForkServer(["csentry"], env) as after:
+        assert not after.cloned and _run(after, tmp_path, "report")["ppid"] == after.pid
+
+
+def test_a_template_killed_without_a_word_leaves_later_servers_fresh(env, tmp_path):
+    with ForkServer(["csentry"], env, clones=True) as template:
+        os.kill(template.pid, 9)
+        assert _gone(template.pid)
+        with ForkServer(["csentry"], env) as after:  # still offered here, but no one reads the request
+            assert not after.cloned and _run(after, tmp_path, "report")["ppid"] == after.pid
+
+
+def test_a_clone_serves_with_the_requesters_stdin_as_a_fresh_server_would(template, env, tmp_path):
+    given = tmp_path / "stdin.txt"
+    given.write_text("the requester's")
+    saved = os.dup(0)
+    try:
+        with open(given) as handle:
+            os.dup2(handle.fileno(), 0)
+        clone = ForkServer(["csentry"], env)
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+    with clone:
+        assert clone.cloned and _run(clone, tmp_path, "read_stdin")["stdin"] == "the requester's"
+
+
+def test_a_clones_resident_memory_starts_where_its_templates_is(template, env, tmp_path):
+    """As a forked worker's (bakeoff.launch.residency): a clone's peak memory is the base of every
+    run's figures, and must read as a fresh server's would."""
+
+    def rss_file_kb(pid: int) -> int:
+        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+        return int(fields["RssFile"].split()[0])
+
+    with ForkServer(["csentry"], env) as clone:
+        _run(clone, tmp_path, "report")
+        assert clone.cloned and rss_file_kb(clone.pid) >= 0.9 * rss_file_kb(template.pid)
+
+
+def test_an_execs_run_environment_differs_from_its_own_only_where_a_clone_may_differ():
+    """The runs of ``bakeoff exec`` (and of its fork server) get this process's environment with
+    the hash seed fixed and bakeoff's own variables changed: a template started in this
+    environment with that hash seed fits them."""
+    from bakeoff.runner.script_run import run_environment
+
+    for seed in (0, 3):
+        assert environment_key(run_environment(seed)) == environment_key({**os.environ, "PYTHONHASHSEED": str(seed)})
