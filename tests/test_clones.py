@@ -54,12 +54,14 @@ ENTRY = textwrap.dedent(
     def parents(argv):  # the parent of a server of each preload (comma-separated) this run starts
         from bakeoff.launch.forkserver import ForkServer
         found = []
+        if argv[0].startswith("umask="):  # a process a fresh server would inherit another umask from
+            os.umask(int(argv.pop(0).partition("=")[2], 8))
         for preload in argv:
             with ForkServer(preload.split(","), dict(os.environ)) as server:
                 server.preload("json")  # a request: it is ready
                 stat = open(f"/proc/{server.pid}/stat").read()
                 found.append(int(stat.rpartition(")")[2].split()[1]))
-        print(json.dumps({"parents": found}))
+        print(json.dumps({"parents": found, "me": os.getpid()}))
         return 0
     """
 )
@@ -115,7 +117,8 @@ def test_a_server_that_fits_is_a_fork_of_the_template_with_its_hash_seed_and_oth
         assert clone.cloned and psutil.Process(clone.pid).ppid() == template.pid
         assert seen["ppid"] == clone.pid and seen["modules"] == ["colorsys", "probe_here"]  # its own preload
         assert seen["hash"] == _fresh_hash(env)  # the seed of PYTHONHASHSEED=7, as a fresh interpreter's
-    assert _gone(clone.pid)
+        pid = clone.pid
+    assert _gone(pid) and clone.pid is None
     # the controls: what a module may read at import differs, or the preload lacks the template's
     for server_env, preload in (({**env, "PYTHONHASHSEED": "8"}, ["csentry"]), ({**env, "OMP_NUM_THREADS": "1"},
                                 ["csentry"]), (env, ["colorsys"])):  # fmt: skip
@@ -155,6 +158,43 @@ def test_a_template_started_after_another_hands_it_down_and_the_one_that_importe
         assert not less.cloned  # a template is never a clone
         seen = _run(less, tmp_path, "parents", "csentry", "csentry,colorsys,textwrap", "csentry,textwrap")
         assert seen["parents"] == [less.pid, more.pid, less.pid]
+
+
+def test_the_template_refuses_what_its_requesters_record_of_it_no_longer_fits(env, tmp_path):
+    """A record handed down before the template imported more, and a requester whose umask a
+    fresh server would inherit: the template refuses both, and the requester starts fresh."""
+    more, less = ForkServer(["csentry", "colorsys"], env, clones=True), ForkServer(["csentry"], env, clones=True)
+    with more, less:
+        assert more.preload("textwrap") is not None  # less's record of it still says csentry, colorsys
+        seen = _run(less, tmp_path, "parents", "csentry,colorsys,json", "csentry,colorsys,textwrap")
+        assert seen["parents"] == [seen["me"], more.pid]  # refused, then (the control) cloned
+        seen = _run(less, tmp_path, "parents", "umask=077", "csentry")
+        assert seen["parents"] == [seen["me"]]
+        assert _run(less, tmp_path, "parents", "csentry")["parents"] == [less.pid]  # the control
+
+
+def test_a_template_started_without_stdin_gives_its_clones_the_requesters(env, tmp_path):
+    """The template's own fd 0 is then its request pipe (the lowest free descriptor), and its
+    sys.stdin reads that: a clone still reads the requester's stdin through both."""
+    saved = os.dup(0)
+    try:
+        os.close(0)
+        template = ForkServer(["csentry"], env, clones=True)
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+    given = tmp_path / "stdin.txt"
+    given.write_text("the requester's")
+    saved = os.dup(0)
+    try:
+        with open(given) as handle:
+            os.dup2(handle.fileno(), 0)
+        clone = ForkServer(["csentry"], env)
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+    with template, clone:
+        assert clone.cloned and _run(clone, tmp_path, "read_stdin")["stdin"] == "the requester's"
 
 
 def test_the_templates_end_takes_its_clones_and_later_servers_start_fresh(env, tmp_path):

@@ -4,10 +4,10 @@ A :class:`~bakeoff.launch.forkserver.ForkServer` started with ``clones=True`` is
 the process that started it, the template itself and everything forked from the template (its
 runs, the servers cloned from it and their runs) start a later :class:`ForkServer` by asking the
 template for it (:func:`request`). The template forks a child that takes the request's
-environment, imports what the request preloads beyond what the template imported, and serves the
-requester as a fresh server serves its client: a session of its own; it ends when the requester
-ends (watched through a pidfd), and with the template. A fresh server pays an interpreter's
-start-up and PyTorch's import (1.5-2 s of CPU on a two-core machine); a clone pays a fork.
+environment, imports what the request preloads beyond what the template imported, and serves
+the requester as a fresh server serves its client, in a session of its own. A fresh server pays
+an interpreter's start-up and PyTorch's import (1.5-2 s of CPU on a two-core machine); a clone
+pays a fork.
 
 A clone starts where a fresh server of the request would, so a request is cloned only when
 
@@ -15,24 +15,35 @@ A clone starts where a fresh server of the request would, so a request is cloned
   the fresh server, imported in another order), and ran nothing (as no fork server does);
 - the environments agree in every variable a module may read when it is imported
   (:func:`environment_key`), ``PYTHONHASHSEED`` included: the hash seed is settled when an
-  interpreter starts, and a clone keeps the template's (set alike in both, or random in both).
+  interpreter starts, and a clone keeps the template's (set alike in both; where it is unset in
+  both, every clone of one template shares the template's random seed);
+- the requester's process has what a fresh server would inherit from it alike with the
+  template's (:func:`process_key`: ignored and blocked signals, umask, resource limits, CPU
+  affinity, priority, cgroup, OOM score adjustment).
 
-Any other request, or one made where the platform has no pidfd (Linux before 5.3), or where the
-template has ended, starts a fresh interpreter as before. A clone maps the file-backed pages its
-template has resident (:func:`~bakeoff.launch.residency.map_like`), so that its resident memory,
-the base of every run's memory figures, starts where a fresh server's would. What a clone cannot
-match: ``sys.orig_argv`` (the template's command line), and where the modules the template
-imported were found (its own directory first on the module path: a clone starts in the
-requester's, as a fresh server would, for what it imports itself).
+The requester checks the first two against its record of the template; the template checks all
+three again (its record may be out of date) and refuses a request that does not fit. Any request
+refused or not made (no template fits, the platform has no pidfd: Linux before 5.3, the template
+has ended) starts a fresh interpreter as before. A clone takes the request's environment,
+working directory (first on its module path, as ``python -m`` puts it) and stdin, and maps the
+file-backed pages its template has resident (:func:`~bakeoff.launch.residency.map_like`), so that
+its resident memory, the base of every run's memory figures, starts where a fresh server's
+would. What a clone cannot match: ``sys.orig_argv`` (the template's command line), where the
+modules the template imported were found (the template's directory, not the requester's), and
+state a module seeded when imported (numpy's global random state is the template's in every
+clone, as it is in every run of one server). A clone ends when its requester ends (a pidfd) and
+when its template ends (its parent); its runs end with it.
 
 The channel is a ``SOCK_SEQPACKET`` socket pair made by the template's client: the template
 reads requests from one end; the other is offered in this module's :data:`_templates`,
 inherited by every process forked from the template. A request is one message (JSON: the
-preload, the environment, the requester's pid) carrying the clone's end of a fresh stream socket
-pair, over which the clone then serves (requests and replies both). Only processes holding the
-channel (the template's own descendants, and its client) can ask. A fresh server is handed the
-channels of its client's templates started in its environment (:func:`handed_down`), so that a
-template started after another reaches its runs and clones too.
+preload, the environment, the requester's pid, directory and process) carrying the clone's end
+of a fresh stream socket pair and the requester's stdin; the clone's first word on that socket
+is its pid with a pidfd of itself (its pid may be reused once it ends; the pidfd cannot), and it
+then serves there (requests and replies both). Only processes holding the channel (the
+template's own descendants, and its client) can ask. A fresh server is handed the channels of
+its client's templates started in its environment (:func:`handed_down`), so that a template
+started after another reaches its runs and clones too.
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +62,9 @@ __all__ = [
     "environment_key",
     "handed_down",
     "offer",
+    "process_key",
     "receive",
+    "refusal",
     "request",
     "supported",
     "withdraw",
@@ -63,6 +77,8 @@ _READ_AGAIN = frozenset(
 )
 #: The largest request a template reads (an environment of a few thousand variables).
 _MAX_REQUEST = 1 << 20
+#: What a request holds.
+_KEYS = frozenset({"preload", "env", "client", "cwd", "process"})
 
 EnvKey = tuple[tuple[str, str], ...]
 
@@ -93,6 +109,8 @@ class Template:
 
 #: The templates this process may ask for new servers, the latest offered last.
 _templates: list[Template] = []
+_lock = threading.Lock()
+os.register_at_fork(after_in_child=lambda: globals().update(_lock=threading.Lock()))
 
 
 def supported() -> bool:
@@ -107,51 +125,91 @@ def supported() -> bool:
     return True
 
 
+def process_key() -> list[Any]:
+    """What a fresh server inherits from the process that starts it, beside the environment:
+    the signals it ignores or blocks, its umask, resource limits, CPU affinity, priority, cgroup
+    and OOM score adjustment. A clone has its template's, so they must match (Linux: where
+    clones are :func:`supported`)."""
+    import resource
+    import signal
+
+    pythons_own = (1 << (signal.SIGPIPE - 1)) | (1 << (signal.SIGXFSZ - 1))  # ignored by every interpreter
+    status = dict(line.split(":", 1) for line in _read("/proc/self/status").splitlines() if ":" in line)
+    ignored = int(status.get("SigIgn", "0").strip() or "0", 16) & ~pythons_own
+    limits = [[name, *resource.getrlimit(getattr(resource, name))] for name in sorted(dir(resource))
+              if name.startswith("RLIMIT_")]  # fmt: skip
+    return [
+        ignored,
+        status.get("SigBlk", "").strip(),
+        status.get("Umask", "").strip(),
+        limits,
+        sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [],
+        os.getpriority(os.PRIO_PROCESS, 0),
+        _read("/proc/self/cgroup"),
+        _read("/proc/self/oom_score_adj").strip(),
+    ]
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
 def offer(fd: int, preload: Sequence[str], env: Mapping[str, str]) -> None:
     """Offer the template at the end ``fd`` of a channel (again, after it imported more) to this
     process and what it forks from now on. Of the templates that fit a request, the one that
     imported the most modules is asked (the latest offered, of those alike)."""
-    withdraw(fd)
-    _templates.append(Template(fd, tuple(preload), environment_key(env)))
+    with _lock:
+        _templates[:] = [template for template in _templates if template.fd != fd]
+        _templates.append(Template(fd, tuple(preload), environment_key(env)))
 
 
 def handed_down(env: Mapping[str, str]) -> list[Template]:
     """The templates this process hands down to a fresh server it starts in ``env``: those
     whose environment is the server's (the server offers them again to its runs and clones)."""
     key = environment_key(env)
-    return [template for template in _templates if template.key == key]
+    with _lock:
+        return [template for template in _templates if template.key == key]
 
 
 def withdraw(fd: int) -> None:
-    """The template at ``fd`` has ended: this process no longer asks it."""
-    _templates[:] = [template for template in _templates if template.fd != fd]
+    """The template at ``fd`` has ended, or did not answer: this process no longer asks it."""
+    with _lock:
+        _templates[:] = [template for template in _templates if template.fd != fd]
 
 
-def request(preload: Sequence[str], env: Mapping[str, str]) -> int | None:
+def request(preload: Sequence[str], env: Mapping[str, str]) -> tuple[int, int] | None:
     """Ask this process's template for a server of ``preload`` in ``env``: the end of the new
-    server's socket (it replies "ready" on it, as a fresh server does on its pipe), or None where
-    no template fits the request or it could not be asked (the caller starts a fresh server)."""
-    fitting = [each for each in _templates if each.fits(preload, env)]
-    if not fitting:
-        return None
-    template = max(reversed(fitting), key=lambda each: len(each.preload))  # the most imported already
+    server's socket (its first word is its pid and a pidfd; then it replies "ready", as a fresh
+    server does on its pipe) and the template's channel, or None where no template fits the
+    request or it could not be asked (the caller starts a fresh server). The template checks
+    the request again against what it imported and started with, and refuses one that does not
+    fit (a word, then the end of the socket)."""
     try:
         asked = {"preload": list(preload), "env": dict(env), "client": os.getpid(), "cwd": os.getcwd()}
     except OSError:  # no working directory to start in
         return None
+    asked["process"] = process_key()
     message = json.dumps(asked).encode()
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        passed = [theirs.fileno(), *([0] if _open(0) else [])]  # a fresh server inherits this stdin
-        channel = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=os.dup(template.fd))
-        with channel:
-            socket.send_fds(channel, [message], passed)
-    except OSError:  # the template ended, or the request is too large: a fresh server instead
+    passed = [theirs.fileno(), *([0] if _open(0) else [])]  # a fresh server inherits this stdin
+    with _lock:  # the template's fd stays its own until the request is sent
+        fitting = [each for each in _templates if each.fits(preload, env)]
+        template = max(reversed(fitting), key=lambda each: len(each.preload)) if fitting else None
+        try:
+            if template is not None:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=os.dup(template.fd)) as channel:
+                    socket.send_fds(channel, [message], passed)
+        except OSError:  # the template ended, or the request is too large: a fresh server instead
+            template = None
+    theirs.close()
+    if template is None:
         ours.close()
         return None
-    finally:
-        theirs.close()
-    return ours.detach()
+    return ours.detach(), template.fd
 
 
 def _open(fd: int) -> bool:
@@ -164,15 +222,36 @@ def _open(fd: int) -> bool:
 
 def receive(channel: socket.socket) -> tuple[dict[str, Any], int, int | None] | None:
     """The template's side: the next request on ``channel``, the clone's socket it carries and
-    the requester's stdin (None: it had none); None: a malformed message, whose descriptors are
+    the requester's stdin (None: it had none), each moved to a descriptor above 2 that a command
+    the clone starts does not inherit; None: a malformed message, whose descriptors are
     closed."""
-    message, fds, _flags, _address = socket.recv_fds(channel, _MAX_REQUEST, 4)
+    import fcntl
+
+    message, received, _flags, _address = socket.recv_fds(channel, _MAX_REQUEST, 4)
+    fds = []
+    for fd in received:  # never 0-2: the template's creator may have had none of them open
+        fds.append(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3))
+        os.close(fd)
     try:
         asked = json.loads(message)
-        if len(fds) in (1, 2) and isinstance(asked, dict) and {"preload", "env", "client", "cwd"} <= asked.keys():
+        if len(fds) in (1, 2) and isinstance(asked, dict) and _KEYS <= asked.keys():
             return asked, fds[0], fds[1] if len(fds) == 2 else None
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
     for fd in fds:
         os.close(fd)
+    return None
+
+
+def refusal(asked: Mapping[str, Any], imported: Sequence[str], key: EnvKey, process: list[Any]) -> str | None:
+    """Why a template that imported ``imported``, started in an environment of ``key`` and whose
+    process is now ``process`` (:func:`process_key`) does not clone for ``asked`` (None: it does).
+    The requester checked the first two against its own record of the template, which may be
+    older than the template's last import."""
+    if not set(imported) <= set(asked["preload"]):
+        return f"the template imported {sorted(set(imported) - set(asked['preload']))}, which the request does not"
+    if environment_key(asked["env"]) != key:
+        return "the request's environment differs from the template's in a variable read at import"
+    if asked["process"] != json.loads(json.dumps(process)):
+        return "the requester's process differs from the template's (signals, limits, affinity, priority or cgroup)"
     return None

@@ -70,22 +70,22 @@ class ForkServer:
         self._offered: int | None = None  # a template's: this process's end of its channel
         self.process: subprocess.Popen[bytes] | None = None
         self._open = True
-        channel = None if clones else _clones.request(preload, self.env)
-        self.cloned = channel is not None and self._adopt(channel)
+        asked = None if clones else _clones.request(preload, self.env)
+        self.cloned = asked is not None and self._adopt(*asked)
         if self.cloned:
             return
         request_r, self._requests = os.pipe()
         self._replies, reply_w = os.pipe()
         command = [sys.executable, "-m", "bakeoff.launch.forkserver", "--parent", str(os.getpid())]
         command += ["--fds", f"{request_r},{reply_w}"]
-        passed = [request_r, reply_w]
+        passed = kept = [request_r, reply_w]  # kept: the ends the server keeps, closed here once started
         handed = _clones.handed_down(self.env)
         for template in handed:  # its runs and clones reach them too
             command += ["--offers", f"{template.fd}:{','.join(template.preload)}"]
         if clones and _clones.supported():
             listen, ask = (end.detach() for end in socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET))
             command += ["--clones", f"{listen},{ask}"]
-            passed += [listen, ask]
+            passed, kept = [*passed, listen, ask], [*kept, listen]  # this process asks on ask too
             self._offered = ask
         try:
             self.process = subprocess.Popen(
@@ -99,7 +99,7 @@ class ForkServer:
         except OSError as exc:
             self.broken = f"the fork server did not start: {exc}"
         finally:
-            for fd in passed[:2] + passed[2:3]:  # the ends the server keeps; this process asks on the last
+            for fd in kept:
                 os.close(fd)
         if self._offered is not None:
             if self.process is None:
@@ -113,23 +113,26 @@ class ForkServer:
         """The server's pid (None: not started)."""
         return self.process.pid if self.process is not None else self._pid
 
-    def _adopt(self, channel: int) -> bool:
-        """Serve through a clone on ``channel`` (one socket both ways): its pid is its first word
-        (so it exists once this returns, as a fresh server does once started), watched through a
-        pidfd, as it is the template's child, not this process's. False: no clone came (the
-        channel is closed; the caller starts a fresh server)."""
+    def _adopt(self, channel: int, template: int) -> bool:
+        """Serve through a clone on ``channel`` (one socket both ways). Its first word is its pid
+        and a pidfd of it (so it exists once this returns, as a fresh server does once started,
+        and is held by the pidfd: it is the template's child, not this process's, and its pid
+        may be reused once it ends). False: the template refused the request, or did not answer
+        (it is then not asked again); the channel is closed and the caller starts a fresh
+        server."""
         self._requests = self._replies = channel
-        try:
-            reply = self._line(time.monotonic() + READY_S)
-            self._pid = int(reply["cloned"]) if reply else None  # type: ignore[index]
-            self._watch = os.pidfd_open(self._pid) if self._pid else None
-        except (EOFError, KeyError, ValueError, OSError):  # it ended already, or said something else
-            self._pid = None
-        if self._watch is None:
-            self._pid, self._buffer = None, b""
-            os.close(channel)
-            return False
-        return True
+        word, self._watch, self._buffer = _first_word(channel, time.monotonic() + READY_S)
+        if self._watch is not None and word is not None and "cloned" in word:
+            self._pid = int(word["cloned"])
+            return True
+        if self._watch is not None:
+            os.close(self._watch)
+            self._watch = None
+        if word is None or "refused" not in word:
+            _clones.withdraw(template)
+        os.close(channel)
+        self._buffer = b""
+        return False
 
     def __enter__(self) -> ForkServer:
         return self
@@ -315,11 +318,32 @@ class ForkServer:
                     signal.pidfd_send_signal(self._watch, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-                select.select([self._watch], [], [], 30.0)  # readable once it has ended
+                ended = select.poll()
+                ended.register(self._watch, select.POLLIN)
+                ended.poll(30_000)  # readable once it has ended
                 os.close(self._watch)
-                self._watch = None
+                self._watch = self._pid = None
         if self.broken is None:
             self.broken = "the fork server was closed"
+
+
+def _first_word(channel: int, deadline: float) -> tuple[dict[str, Any] | None, int | None, bytes]:
+    """A clone's first line on ``channel``, the descriptor that came with it and what came
+    after the line (None, None: nothing before ``deadline``, or the end of the socket)."""
+    remaining = max(0.0, deadline - time.monotonic())
+    if not select.select([channel], [], [], remaining)[0]:
+        return None, None, b""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=os.dup(channel)) as sock:
+        try:
+            data, fds, _flags, _address = socket.recv_fds(sock, 1 << 16, 1)
+        except OSError:
+            return None, None, b""
+    line, _, rest = data.partition(b"\n")
+    try:
+        word = json.loads(line) if line else None
+    except ValueError:
+        word = None
+    return (word if isinstance(word, dict) else None), (fds[0] if fds else None), rest
 
 
 if __name__ == "__main__":  # the server: the real module's main, so that its runs find server_pid()

@@ -130,6 +130,7 @@ def serve(
     if watch is None:
         _arm_parent_death(parent)
     _SERVER = os.getpid()
+    started_in = _clones.environment_key(os.environ)  # before an import sets a variable of its own
     try:
         for name in preload:
             importlib.import_module(name)
@@ -139,6 +140,7 @@ def serve(
     listening = None
     if channel is not None:
         listening = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=channel[0])
+        os.set_inheritable(channel[1], False)  # its runs keep it; a command they start does not
         _clones.offer(channel[1], preload, os.environ)
     imported = list(preload)
     gc.freeze()
@@ -162,7 +164,7 @@ def serve(
             else:
                 _send(reply_fd, {"pid": pid, "status": status})
         if listening is not None and listening in ready:
-            clone = _clone(listening, (request_fd, reply_fd, listening.fileno()))
+            clone = _clone(listening, (request_fd, reply_fd, listening.fileno()), imported, started_in)
             if clone is not None:
                 cloned.add(clone)
         if request_fd not in ready:
@@ -198,10 +200,13 @@ def serve(
             _send(reply_fd, {"pid": pid})
 
 
-def _clone(listening: socket.socket, template_fds: Sequence[int]) -> int | None:
+def _clone(listening: socket.socket, template_fds: Sequence[int], imported: Sequence[str], key: Any) -> int | None:
     """A template's side of a clone request read from ``listening``: the clone's pid (None: none
-    was started). The clone closes ``template_fds``, takes the request's environment and serves
-    the requester on the socket the request carried (:mod:`bakeoff.launch.clones`)."""
+    was started). A request that does not fit what the template ``imported``, the ``key`` of the
+    environment it started in and its process as it is now (what a clone would inherit) is
+    refused (a word, then the end of the socket). The
+    clone closes ``template_fds``, takes the request's environment and serves the requester on
+    the socket the request carried (:mod:`bakeoff.launch.clones`)."""
     try:
         received = _clones.receive(listening)
     except OSError:
@@ -209,9 +214,13 @@ def _clone(listening: socket.socket, template_fds: Sequence[int]) -> int | None:
     if received is None:
         return None
     asked, fd, stdin = received
+    why = _clones.refusal(asked, imported, key, _clones.process_key())
+    if why is not None:
+        with contextlib.suppress(OSError):
+            _send(fd, {"refused": why})
     template = os.getpid()
     try:
-        pid = os.fork()
+        pid = None if why is not None else os.fork()
     except OSError:
         pid = None  # the requester reads the end of the socket, and starts a fresh server
     if pid != 0:
@@ -221,7 +230,10 @@ def _clone(listening: socket.socket, template_fds: Sequence[int]) -> int | None:
         return pid
     code = 1
     try:  # the clone: never returns
-        _send(fd, {"cloned": os.getpid()})  # its first word: the requester waits for it
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=os.dup(fd)) as first:
+            itself = os.pidfd_open(os.getpid())  # the requester holds this clone, not a pid that may be reused
+            socket.send_fds(first, [json.dumps({"cloned": os.getpid()}).encode() + b"\n"], [itself])
+            os.close(itself)
         os.setsid()
         _arm_parent_death(template)  # it dies with the template, as runs die with their server
         for each in set(template_fds):
@@ -230,19 +242,22 @@ def _clone(listening: socket.socket, template_fds: Sequence[int]) -> int | None:
         if stdin is not None:  # the requester's, as a fresh server inherits it
             os.dup2(stdin, 0)
             os.close(stdin)
+            sys.stdin = sys.__stdin__ = open(0, closefd=False)  # as an interpreter makes it
         else:
             with contextlib.suppress(OSError):
                 os.close(0)
+            sys.stdin = sys.__stdin__ = None  # type: ignore[assignment]
         os.environ.clear()
         os.environ.update(asked["env"])
         if "tempfile" in sys.modules:  # the request's TMPDIR, read again
             sys.modules["tempfile"].tempdir = None
         os.chdir(asked["cwd"])  # where a fresh server (python -m) would start: first on the module path
         sys.path[0] = os.getcwd()
+        importlib.invalidate_caches()  # the template's directory listings may be out of date
         serve(int(asked["client"]), fd, fd, asked["preload"], watch=os.pidfd_open(int(asked["client"])))
         code = 0
-    except BaseException:  # the requester reads the end of the socket, and starts a fresh server
-        pass
+    except BaseException:  # the requester reads the end of the socket: before the first word, it
+        pass  # starts a fresh server; after it, the server is broken and its runs start fresh
     finally:
         os._exit(code)
 
@@ -261,6 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for offer in args.offers:  # the client's templates, started in this environment
         fd, _, modules = offer.partition(":")
+        os.set_inheritable(int(fd), False)  # its runs keep it; a command they start does not
         _clones.offer(int(fd), modules.split(","), os.environ)
     request_fd, reply_fd = (int(fd) for fd in args.fds.split(","))
     channel = tuple(int(fd) for fd in args.clones.split(",")) if args.clones else None
