@@ -130,7 +130,8 @@ def serve(
     if watch is None:
         _arm_parent_death(parent)
     _SERVER = os.getpid()
-    started_in = _clones.environment_key(os.environ)  # before an import sets a variable of its own
+    started_env = dict(os.environ)  # before an import sets a variable of its own
+    started_in = _clones.environment_key(started_env)
     try:
         for name in preload:
             importlib.import_module(name)
@@ -141,7 +142,7 @@ def serve(
     if channel is not None:
         listening = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=channel[0])
         os.set_inheritable(channel[1], False)  # its runs keep it; a command they start does not
-        _clones.offer(channel[1], preload, os.environ)
+        _clones.offer(channel[1], preload, started_env)
     imported = list(preload)
     gc.freeze()
     _send(reply_fd, {"ready": True})
@@ -186,7 +187,7 @@ def serve(
                     gc.freeze()
                     imported.append(request["import"])
                     if channel is not None:
-                        _clones.offer(channel[1], imported, os.environ)
+                        _clones.offer(channel[1], imported, started_env)
                     _send(reply_fd, {"imported": request["import"], "seconds": time.perf_counter() - started})
                 continue
             try:
