@@ -68,6 +68,23 @@ def kill_9_when_started(process: subprocess.Popen, marker: str, processes: int, 
     return started
 
 
+def gone(pid: int, within_s: float = 10.0) -> bool:
+    """Whether process ``pid`` has ended (a zombie has) within ``within_s``."""
+    import time
+
+    import psutil
+
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def still_running(pids: list[int], within_s: float = 10.0) -> list[int]:
     """Those of ``pids`` still running after up to ``within_s`` for them to end."""
     import time

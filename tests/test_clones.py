@@ -7,6 +7,7 @@ the template's end takes its clones with it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from tests.conftest import gone as _gone
 
 from bakeoff.launch.clones import environment_key
 from bakeoff.launch.forkserver import ForkServer
@@ -93,16 +95,21 @@ def _fresh_hash(env: dict[str, str]) -> int:
                               text=True, check=True).stdout)  # fmt: skip
 
 
-def _gone(pid: int, within_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.05)
-    return False
+@contextlib.contextmanager
+def _stdin(path: Path | None, text: str = ""):
+    """This process's fd 0 reads ``text`` from ``path`` (None: fd 0 is closed) until the end."""
+    saved = os.dup(0)
+    try:
+        if path is None:
+            os.close(0)
+        else:
+            path.write_text(text)
+            with open(path) as handle:
+                os.dup2(handle.fileno(), 0)
+        yield
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
 
 
 def test_a_server_that_fits_is_a_fork_of_the_template_with_its_hash_seed_and_others_start_fresh(
@@ -176,23 +183,10 @@ def test_the_template_refuses_what_its_requesters_record_of_it_no_longer_fits(en
 def test_a_template_started_without_stdin_gives_its_clones_the_requesters(env, tmp_path):
     """The template's own fd 0 is then its request pipe (the lowest free descriptor), and its
     sys.stdin reads that: a clone still reads the requester's stdin through both."""
-    saved = os.dup(0)
-    try:
-        os.close(0)
+    with _stdin(None):
         template = ForkServer(["csentry"], env, clones=True)
-    finally:
-        os.dup2(saved, 0)
-        os.close(saved)
-    given = tmp_path / "stdin.txt"
-    given.write_text("the requester's")
-    saved = os.dup(0)
-    try:
-        with open(given) as handle:
-            os.dup2(handle.fileno(), 0)
+    with _stdin(tmp_path / "stdin.txt", "the requester's"):
         clone = ForkServer(["csentry"], env)
-    finally:
-        os.dup2(saved, 0)
-        os.close(saved)
     with template, clone:
         assert clone.cloned and _run(clone, tmp_path, "read_stdin")["stdin"] == "the requester's"
 
@@ -219,16 +213,8 @@ def test_a_template_killed_without_a_word_leaves_later_servers_fresh(env, tmp_pa
 
 
 def test_a_clone_serves_with_the_requesters_stdin_as_a_fresh_server_would(template, env, tmp_path):
-    given = tmp_path / "stdin.txt"
-    given.write_text("the requester's")
-    saved = os.dup(0)
-    try:
-        with open(given) as handle:
-            os.dup2(handle.fileno(), 0)
+    with _stdin(tmp_path / "stdin.txt", "the requester's"):
         clone = ForkServer(["csentry"], env)
-    finally:
-        os.dup2(saved, 0)
-        os.close(saved)
     with clone:
         assert clone.cloned and _run(clone, tmp_path, "read_stdin")["stdin"] == "the requester's"
 

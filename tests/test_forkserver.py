@@ -14,8 +14,8 @@ import textwrap
 import time
 from pathlib import Path
 
-import psutil
 import pytest
+from tests.conftest import gone as _gone
 
 from bakeoff.launch.forkserver import ForkServer
 
@@ -85,18 +85,6 @@ def _run(server: ForkServer, tmp_path: Path, entry: str, argv: list[str], timeou
 
 def _text(path: Path) -> str:
     return path.read_text().strip() if path.exists() else ""
-
-
-def _gone(pid: int, within_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_a_run_gets_its_own_session_environment_directory_streams_and_exit_code(server, tmp_path):
