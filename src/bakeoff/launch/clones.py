@@ -188,6 +188,11 @@ def request(preload: Sequence[str], env: Mapping[str, str]) -> tuple[int, int] |
     request or it could not be asked (the caller starts a fresh server). The template checks
     the request again against what it imported and started with, and refuses one that does not
     fit (a word, then the end of the socket)."""
+    with _lock:
+        fitting = [each for each in _templates if each.fits(preload, env)]
+    if not fitting:  # most processes: no template at all
+        return None
+    template: Template | None = max(reversed(fitting), key=lambda each: len(each.preload))
     try:
         asked = {"preload": list(preload), "env": dict(env), "client": os.getpid(), "cwd": os.getcwd()}
     except OSError:  # no working directory to start in
@@ -197,12 +202,12 @@ def request(preload: Sequence[str], env: Mapping[str, str]) -> tuple[int, int] |
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     passed = [theirs.fileno(), *([0] if _open(0) else [])]  # a fresh server inherits this stdin
     with _lock:  # the template's fd stays its own until the request is sent
-        fitting = [each for each in _templates if each.fits(preload, env)]
-        template = max(reversed(fitting), key=lambda each: len(each.preload)) if fitting else None
         try:
-            if template is not None:
+            if template in _templates:  # not withdrawn (and its fd closed) meanwhile
                 with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=os.dup(template.fd)) as channel:
                     socket.send_fds(channel, [message], passed)
+            else:
+                template = None
         except OSError:  # the template ended, or the request is too large: a fresh server instead
             template = None
     theirs.close()

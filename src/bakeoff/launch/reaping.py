@@ -5,7 +5,8 @@
 * :func:`subreaper`: this process becomes the parent of every orphan among its descendants (a
   process that left its group with ``setsid`` and whose own parent ended included:
   ``PR_SET_CHILD_SUBREAPER``), so that it can find and end them;
-* :func:`reap`: collect every child that has ended, without waiting; :func:`running`: whether a
+* :func:`reap`: collect every child that has ended, without waiting (:func:`ended`: and say which,
+  with its wait status); :func:`running`: whether a
   ``psutil`` process is still running (a zombie has ended); :func:`end_all`: kill what is left
   of a set of processes, after a moment to end by itself, and name each one killed.
 
@@ -18,10 +19,10 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["death_signal", "end_all", "kill_group", "reap", "running", "subreaper"]
+__all__ = ["death_signal", "end_all", "ended", "kill_group", "reap", "running", "subreaper"]
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -57,15 +58,23 @@ def subreaper() -> None:
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
-def reap() -> None:
-    """Collect every child that has ended (a subreaper's orphans too), without waiting."""
+def ended() -> Iterator[tuple[int, int]]:
+    """Collect every child that has ended (a subreaper's orphans too), without waiting: each
+    one's pid and wait status."""
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
+        yield pid, status
+
+
+def reap() -> None:
+    """Collect every child that has ended (a subreaper's orphans too), without waiting."""
+    for _ in ended():
+        pass
 
 
 def running(process: Any) -> bool:

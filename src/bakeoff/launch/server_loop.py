@@ -41,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bakeoff.launch import clones as _clones
-from bakeoff.launch.reaping import death_signal
+from bakeoff.launch.reaping import death_signal, ended
 from bakeoff.launch.residency import map_like
 
 __all__ = ["main", "serve", "server_pid"]
@@ -153,13 +153,7 @@ def serve(
         ready, _, _ = select.select(waited, [], [], _POLL_S)
         if watch is not None and watch in ready:  # the requester ended
             return
-        while True:  # the runs that ended
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
+        for pid, status in ended():  # the runs that ended
             if pid in cloned:
                 cloned.discard(pid)
             else:
