@@ -27,3 +27,31 @@ def test_every_module_with_module_scoped_work_keeps_it_on_one_worker() -> None:
              if 'scope="module"' in p.read_text()}  # fmt: skip
     assert found, "no module-scoped fixture found: the search is wrong"
     assert found <= SHARED_WORK | GROUPED_BY_TEST, sorted(found - SHARED_WORK - GROUPED_BY_TEST)
+
+
+def test_the_tests_on_the_clock_are_one_unit_handed_out_first_and_then_the_largest_groups() -> None:
+    """Work is handed out in tests/conftest.py's order (``--no-loadscope-reorder``): the tests
+    that wait on the clock one after another on one worker, from the start, beside the busy ones."""
+    from pathlib import Path
+
+    from tests.conftest import ON_THE_CLOCK_GROUP, _work_order
+
+    class Item:
+        def __init__(self, name: str, group: str | None = None) -> None:
+            self.nodeid, self.fspath = f"tests/{name}::t", Path("tests") / name
+            self.marks = [pytest.mark.xdist_group(group).mark] if group else []
+
+        def iter_markers(self, name: str) -> list:
+            return [m for m in self.marks if m.name == name]
+
+    alone, pair, clock, trio = (
+        Item("test_a.py"),
+        Item("test_b.py", "b"),
+        Item("test_serve_run.py", ON_THE_CLOCK_GROUP),
+        Item("test_c.py", "c"),
+    )
+    order = _work_order(
+        [alone, pair, clock, trio, Item("test_b.py", "b"), trio, Item("test_serve_load.py", ON_THE_CLOCK_GROUP), trio]
+    )
+    assert [len(unit) for unit in order] == [2, 3, 2, 1]
+    assert order[0][0] is clock and order[-1] == [alone]
