@@ -215,13 +215,19 @@ def cli_result(workload: str, target: str, tmp_path: Path, *extra: str, **kwargs
     return found
 
 
+def python_code(code: str, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -c CODE ARGS`` as :func:`bakeoff_cli` runs the CLI: in a process of its own, so
+    that process-wide state (such as the emu device's switches) stays out of pytest's process,
+    forked from this worker's warm process (PyTorch and the CLI imported, nothing run) where the
+    environment allows, else a fresh interpreter. A test of what a fresh interpreter imports
+    starts one with ``subprocess``."""
+    return _python("code", ["-c", code, *args], [code, *args], None, None, timeout, None)
+
+
 def fresh_process_json(script: str, cases: list, timeout: int = 900) -> dict:
-    """What ``script`` prints as JSON on its last line, run in a fresh Python process with the
-    JSON-encoded ``cases`` as its argument (process-wide state, such as the emu device's
-    switches, stays out of pytest's process)."""
-    ran = subprocess.run(
-        [sys.executable, "-c", script, json.dumps(cases)], capture_output=True, text=True, timeout=timeout
-    )
+    """What ``script`` prints as JSON on its last line, run by :func:`python_code` with the
+    JSON-encoded ``cases`` as its argument."""
+    ran = python_code(script, json.dumps(cases), timeout=timeout)
     assert ran.returncode == 0, ran.stderr[-3000:]
     return json.loads(ran.stdout.splitlines()[-1])
 

@@ -8,12 +8,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from tests.conftest import EMU_ENV, FIXTURES, cli_in_process, fresh_process_json
+from tests.conftest import EMU_ENV, FIXTURES, bakeoff_cli, cli_in_process, fresh_process_json
 
 from bakeoff import api
 from bakeoff.analysis.requirements import requirement_state
@@ -26,27 +24,8 @@ GRID = "batch=1,2,...,64&seq=64"
 
 def _fit(workload: str, *extra: str, db: Path, on: str = "emu", exit_code: int = 0) -> dict:
     grid = [] if "--grid" in extra else ["--grid", GRID]
-    ran = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bakeoff",
-            "fit",
-            workload,
-            "--on",
-            on,
-            *grid,
-            "--db",
-            str(db),
-            "--format",
-            "json",
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **EMU_ENV},
-        timeout=600,
-    )
+    ran = bakeoff_cli("fit", workload, "--on", on, *grid, "--db", str(db), "--format", "json", *extra,
+                      env={**os.environ, **EMU_ENV}, timeout=600)  # fmt: skip
     assert ran.returncode == exit_code, ran.stderr[-3000:]
     return json.loads(ran.stdout)
 

@@ -10,12 +10,11 @@ import itertools
 import json
 import re
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from tests.conftest import EMU_ENV, MODELS, cli_trial, py_workload
+from tests.conftest import EMU_ENV, MODELS, cli_trial, py_workload, python_code
 
 from bakeoff.checks.placement import ENGINE_MOSTLY_HANDED_BACK, VERDICTS, audit_module, judge
 
@@ -402,7 +401,7 @@ EMU_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.emu
 def test_emu_behaves_like_an_out_of_tree_accelerator():
-    result = subprocess.run([sys.executable, "-c", EMU_SCRIPT], capture_output=True, text=True, timeout=600)
+    result = python_code(EMU_SCRIPT, timeout=600)
     assert result.returncode == 0, result.stderr
     facts = json.loads(result.stdout.strip().splitlines()[-1])
     assert facts["device"] == "emu:0" and facts["is_emu"] is True
@@ -445,6 +444,6 @@ def test_a_build_baton_left_by_a_killed_builder_does_not_block_the_next_load():
         print(json.dumps({"loaded": True, "stale_left": stale.exists()}))
         """
     )
-    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    ran = python_code(script, timeout=600)
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert json.loads(ran.stdout.splitlines()[-1]) == {"loaded": True, "stale_left": False}

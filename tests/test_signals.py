@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from tests.conftest import EMU_ENV, bakeoff_cli, cli_result, cli_trial
+from tests.conftest import EMU_ENV, bakeoff_cli, cli_result, cli_trial, python_code
 
 import bakeoff
 
@@ -251,7 +251,7 @@ OPENVINO_REFUSES = textwrap.dedent("""
 
 def _openvino_watch(refuse: bool) -> dict:
     script = f"REFUSE = {refuse}\n" + OPENVINO_REFUSES
-    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    completed = python_code(script, timeout=600)
     assert completed.returncode == 0, completed.stderr[-3000:]
     return json.loads(completed.stdout.strip().splitlines()[-1])
 

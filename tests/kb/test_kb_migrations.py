@@ -7,12 +7,12 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from sqlalchemy import MetaData, Table, create_engine, inspect, select, text
 from sqlalchemy.engine import make_url
+from tests.conftest import bakeoff_cli
 from tests.kb.runs import V1_CONTENT, V1_DB, recorded_baseline, variant
 
 from bakeoff.errors import StoreError
@@ -25,9 +25,7 @@ V1_TABLES = ("meta", "environments", "baselines", "runs", "target_results", "tim
 
 
 def bakeoff(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bakeoff", *args], capture_output=True, text=True, cwd=cwd, timeout=120
-    )
+    return bakeoff_cli(*args, cwd=cwd, timeout=120)
 
 
 @pytest.fixture

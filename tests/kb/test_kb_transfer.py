@@ -5,12 +5,12 @@ from __future__ import annotations
 import csv
 import json
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
+from tests.conftest import bakeoff_cli
 from tests.kb.runs import environment, recorded_baseline, recorded_run, variant
 
 from bakeoff.errors import StoreError
@@ -22,9 +22,7 @@ COUNTED = (tables.runs, tables.target_results, tables.timing_samples, tables.env
 
 
 def bakeoff(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bakeoff", *args], capture_output=True, text=True, cwd=cwd, timeout=120
-    )
+    return bakeoff_cli(*args, cwd=cwd, timeout=120)
 
 
 def _counts(store: Store) -> list[int]:
