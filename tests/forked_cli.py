@@ -1,6 +1,6 @@
 """``python -m bakeoff ARGS`` (:func:`main`), ``python SCRIPT ARGS`` (:func:`script`) or
 ``python -c CODE ARGS`` (:func:`code`) in a process forked from a warm one (see ``bakeoff_cli``,
-``python_script`` and ``fresh_process_json`` in tests/conftest.py): what runs is what ``python -m
+``python_script`` and ``python_code`` in tests/conftest.py): what runs is what ``python -m
 bakeoff`` runs (``runpy`` sets ``sys.argv[0]`` and ``__main__`` as ``-m`` does), what ``python
 SCRIPT`` runs or what ``python -c`` runs, with its standard input from a file."""
 
