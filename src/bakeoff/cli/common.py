@@ -228,6 +228,17 @@ def _shown_console() -> Any:
     return ShownConsole
 
 
+def show_stored(view: Any, run_id: str, db: str | None) -> None:
+    """Print a command's ``view`` of its answer, then the line saying where the run was stored
+    and how to read it again."""
+    from bakeoff.report.terminal import stored_line
+    from bakeoff.store.connection import db_flag, display_db_url, resolve_db_url
+
+    shown = console()
+    shown.print(view)
+    shown.print(stored_line(display_db_url(resolve_db_url(db)), run_id, db_flag(db)))
+
+
 def progress() -> Any:
     err = console(stderr=True)
     return lambda message: err.print(f"[dim]· {message}[/dim]")

@@ -10,7 +10,15 @@ from typing import Any
 import click
 
 from bakeoff.cli.app import cli
-from bakeoff.cli.common import EXIT_FAILED, console, db_option, emit_json, format_option, progress, setting_option
+from bakeoff.cli.common import (
+    EXIT_FAILED,
+    db_option,
+    emit_json,
+    format_option,
+    progress,
+    setting_option,
+    show_stored,
+)
 from bakeoff.settings.dist import DIST_OPTIONS
 
 __all__ = ["dist_command"]
@@ -68,11 +76,8 @@ def dist_command(workload: str, on: str, strict: bool, db: str | None, fmt: str,
     if fmt == "json":
         emit_json(result.to_dict())
     else:
-        from bakeoff.report.terminal import dist_view, stored_line
-        from bakeoff.store.connection import db_flag, display_db_url, resolve_db_url
+        from bakeoff.report.terminal import dist_view
 
-        shown = console()
-        shown.print(dist_view(result))
-        shown.print(stored_line(display_db_url(resolve_db_url(db)), result.run_id, db_flag(db)))
+        show_stored(dist_view(result), result.run_id, db)
     if strict and result.verdict != "pass":
         raise SystemExit(EXIT_FAILED)
