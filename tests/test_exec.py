@@ -6,11 +6,10 @@ from the reference's), a script that fails only off the CPU, one that hangs, one
 one value wrong in one file the script writes, a file written under another name.
 The clean controls: the same inference script without the fault passes on the test device, and
 so do the files the writing script leaves (its pickles listed, never loaded).
-from the reference's), a script that fails only off the CPU, one that hangs, one that exits 3.
-The clean control: the same inference script without the fault passes on the test device.
 Module captures: a block that scales its output off the CPU fails exactly that block and those
 after it; compiled targets (aot_eager) list their compile, count graphs, and report a seeded
-graph break and a wrong output.
+graph break and a wrong output. Placement: a host tensor copied to the device in every step, and
+an op the device hands to the host, each found with its line.
 """
 
 from __future__ import annotations

@@ -259,7 +259,8 @@ def test_compare_runs_and_targets(series_db):
         ),
         (
             ["report", "--workload", "arch:gpt2", "--json", "x.json"],
-            "bakeoff: error: no runs of 'arch:gpt2' in {db} (run a trial first, or check --db)",
+            "bakeoff: error: no runs of 'arch:gpt2' in {db} (run `bakeoff history` to see what is stored, "
+            "or check --db)",
         ),
     ],
 )

@@ -35,13 +35,19 @@ def test_two_report_formats_into_one_file_are_refused(capsys, tmp_path, db):
 
 @pytest.mark.parametrize(
     ("option", "value", "said"),
-    [("--tag", "nosuch", "tagged 'nosuch'"), ("--workload", "arch:none", "of workload 'arch:none'")],
+    [("--tag", "nosuch", "tagged 'nosuch'"), ("--workload", "arch:none", "of 'arch:none'")],
 )
 def test_an_export_of_a_selection_no_run_has_is_refused_and_writes_nothing(capsys, tmp_path, db, option, value, said):
     out_file = tmp_path / "n.jsonl"
     code, out, err = cli_in_process(capsys, "export", option, value, "-o", str(out_file), "--db", str(db))
     assert (code, out) == (2, "")
-    assert err == f"bakeoff: error: no runs {said} (run `bakeoff history` to see what is stored)\n"
+    assert err == (
+        f"bakeoff: error: no runs {said} in {db} (run `bakeoff history` to see what is stored, or check --db)\n"
+    )
     assert not out_file.exists()
+    # the report of the same selection is refused in the same words
+    report = tmp_path / "n.json"
+    assert cli_in_process(capsys, "report", option, value, "--json", str(report), "--db", str(db)) == (2, "", err)
+    assert not report.exists()
     code, out, _ = cli_in_process(capsys, "export", "--tag", "kept", "-o", str(out_file), "--db", str(db))
     assert code == 0 and out.startswith("exported 1 run"), out

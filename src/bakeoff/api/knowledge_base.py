@@ -25,21 +25,17 @@ def select_runs(
     store: Store, run_ids: Iterable[str] = (), *, workload: str | None = None, tag: str | None = None
 ) -> list[RunResult]:
     """Stored runs chosen by id prefixes, a workload or a tag (everything when none is given), oldest first."""
-    from bakeoff.errors import StoreError
-    from bakeoff.store.selection import run_headers
+    from bakeoff.store.selection import no_runs, run_headers
 
     run_ids = list(run_ids)
     if run_ids:
         ids = list(dict.fromkeys(store.resolve_run_id(i) for i in run_ids))
     elif tag is not None:
         ids = list(store.run_ids_with_tag(tag))
-        if not ids:
-            raise StoreError(f"no runs tagged {tag!r}", hint="run `bakeoff history` to see what is stored")
     else:
         ids = [h.run_id for h in run_headers(store, workload=workload)]
-        if not ids:
-            what = f"no runs of {workload!r}" if workload else "no runs"
-            raise StoreError(f"{what} in {store.display_url}", hint="run a trial first, or check --db")
+    if not ids:
+        raise no_runs(store, workload, tag)
     return sorted((store.get_run(i) for i in ids), key=lambda r: (r.created_at, r.run_id))
 
 

@@ -17,7 +17,7 @@ from bakeoff.errors import StoreError
 from bakeoff.store import schema
 from bakeoff.store.db import Store
 
-__all__ = ["RunHeader", "run_headers"]
+__all__ = ["RunHeader", "no_runs", "run_headers"]
 
 
 @dataclass(frozen=True)
@@ -83,3 +83,14 @@ def run_headers(
             hint="check the file or server; restore a damaged database from a backup",
         ) from exc
     return [RunHeader(run_id, *heads[run_id], tuple(keys[run_id])) for run_id in heads]
+
+
+def no_runs(store: Store, workload: str | None = None, tag: str | None = None) -> StoreError:
+    """The one error for a selection that matched no stored run (a report's, an export's): what was
+    asked for, in which knowledge base, and how to see what it holds."""
+    if tag is not None:
+        what = f"no runs tagged {tag!r}"
+    else:
+        what = f"no runs of {workload!r}" if workload is not None else "no runs"
+    hint = "run `bakeoff history` to see what is stored, or check --db"
+    return StoreError(f"{what} in {store.display_url}", hint=hint)

@@ -24,6 +24,7 @@ from bakeoff.results.values import RunResult
 from bakeoff.store.artifacts import baseline_name
 from bakeoff.store.db import Store
 from bakeoff.store.schema import utc_now
+from bakeoff.store.selection import no_runs
 from bakeoff.version import __version__
 
 __all__ = ["CSV_COLUMNS", "EXPORT_SCHEMA", "EXPORT_VERSION", "FORMATS", "ExportSummary", "export"]
@@ -97,8 +98,7 @@ def export(
         raise StoreError(f"unknown export format {fmt!r}", hint="use jsonl (for import) or csv (for spreadsheets)")
     index = _selected(store, workload, tag)
     if not index and (workload is not None or tag is not None):
-        chosen = f"tagged {tag!r}" if tag is not None else f"of workload {workload!r}"
-        raise StoreError(f"no runs {chosen}", hint="run `bakeoff history` to see what is stored")
+        raise no_runs(store, workload, tag)
     try:  # written whole or not at all, and never over the database (replacing refuses it first)
         with replacing(path, store.url, newline="") as out:
             if fmt == "csv":
