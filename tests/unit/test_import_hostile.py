@@ -251,6 +251,41 @@ def test_a_time_that_is_not_a_time_is_refused(tmp_path, capsys, where):
     _refused(capsys, path, _team(tmp_path), f"{path}, line {line}: {said} {FROM_EXPORT}")
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("speedup", {"$float": "inf"}, "speedup Infinity is not one a measurement gives (above 0, at most 1e6)"),
+        ("speedup", 1e300, "speedup 1e+300 is not one a measurement gives (above 0, at most 1e6)"),
+        ("speedup", -2.0, "speedup -2.0 is not one a measurement gives (above 0, at most 1e6)"),
+        ("speedup", {"$float": "nan"}, "speedup NaN is not one a measurement gives (above 0, at most 1e6)"),
+        ("samples_ms", [1.5, -3.0], "a latency sample that is not a time in milliseconds (finite, not negative)"),
+        ("first_call_ms", {"$float": "inf"}, "first_call_ms Infinity is not a finite, non-negative number"),
+        ("break_even_requests", -1.0, "break_even_requests -1.0 is not a finite, non-negative number"),
+    ],
+)
+def test_a_timing_figure_no_measurement_gives_is_refused(tmp_path, capsys, field, value, said):
+    """A speed-up of 1e300 would be printed, and decided on, as a measured one."""
+    records = _records(tmp_path)
+    line = _run_line(records, recorded_run(0).run_id)
+    result = records[line - 1]["run"]["results"][1]
+    honest = json.loads(json.dumps(records))
+    if field == "samples_ms":
+        result["latency"]["samples_ms"] = value
+    else:
+        result[field] = value
+    path = _write(tmp_path / "figures.jsonl", records)
+    where = f"run {recorded_run(0).run_id}'s target {result['target']}"
+    _refused(capsys, path, _team(tmp_path), f"{path}, line {line}: {where}: {said} {FROM_EXPORT}")
+    # the control: a large but honest speed-up (a thousand times) is kept as it was written
+    honest[line - 1]["run"]["results"][1]["speedup"] = 1000.0
+    _write(path, honest)
+    (tmp_path / "control").mkdir()
+    db = _team(tmp_path / "control")
+    code, out, err = _cli(capsys, "import", str(path), "--db", str(db))
+    assert (code, err) == (0, "") and out.startswith("imported 2 runs"), out + err
+    assert Store.open(db).get_run(recorded_run(0).run_id).results[1].speedup == 1000.0
+
+
 # -- headers and identities -----------------------------------------------------------------
 
 

@@ -51,6 +51,9 @@ _INT_RANGE = range(-(2**63), 2**63)
 #: used in keys, so it holds no markup, control or wildcard characters.
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,31}")
 _FROM_EXPORT = "pass a file written by `bakeoff export --format jsonl`"
+#: The largest speed-up an imported result may say: a million times the reference's speed is
+#: past any engine's; a larger figure (1e300, Infinity) is no measurement's.
+MAX_SPEEDUP = 1e6
 
 
 @dataclass(frozen=True)
@@ -212,6 +215,10 @@ def _run_record(
             path, number, f"run id {run.run_id[:40]!r} is not one bakeoff makes (up to 32 letters and digits)"
         )
     _timestamp(path, number, f"run {run.run_id}'s created_at", run.created_at)
+    for result in run.results:
+        problem = _timing_problem(result)
+        if problem is not None:
+            raise _refused(path, number, f"run {run.run_id}'s target {result.target.spec}: {problem}")
     notes = []
     for note in record.get("notes", []):
         text = str(note["text"]).strip()
@@ -227,6 +234,28 @@ def _run_record(
         notes.append({"created_at": created, "text": text, "author": note.get("author")})
     tags = [check_tag(t) for t in record.get("tags", [])]
     return run, str(record.get("bakeoff_version") or "unknown"), notes, tags
+
+
+def _timing_problem(result: Any) -> str | None:
+    """Why a result's timing figures are none a measurement gives, else None: a latency that is
+    not a finite, non-negative time, or a speed-up or break-even that is not a finite positive
+    (non-negative) number. Another engine's figures are never judged here, only their range:
+    a speed-up of 1e300 or Infinity would be printed as a measured one."""
+    import math
+
+    def finite(value: Any) -> bool:
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+    samples = result.latency.samples_ms if result.latency is not None else ()
+    if not all(finite(v) and v >= 0 for v in samples):
+        return "a latency sample that is not a time in milliseconds (finite, not negative)"
+    if result.speedup is not None and not (finite(result.speedup) and 0 < result.speedup <= MAX_SPEEDUP):
+        return f"speedup {json.dumps(result.speedup)[:40]} is not one a measurement gives (above 0, at most 1e6)"
+    for name in ("first_call_ms", "break_even_requests"):
+        value = getattr(result, name)
+        if value is not None and not (finite(value) and value >= 0):
+            return f"{name} {json.dumps(value)[:40]} is not a finite, non-negative number"
+    return None
 
 
 def _timestamp(path: Path, number: int, what: str, value: Any) -> str:
