@@ -1,16 +1,20 @@
 """Do bakeoff dist's bandwidth figures agree with a plain torch.distributed loop, and what does a
 two-rank check cost?
 
-For each message size, ``bakeoff dist collectives`` on the CPU (gloo) at ``--ranks`` measures
-the all_reduce's median call and its nccl-tests bus bandwidth; the reference: a plain loop
-(``--ranks`` spawned processes, gloo, a file rendezvous, one thread each) that times the same
-number of all_reduce calls of the same size one by one, each call as the rank that entered it
-last timed it (the lowest of the ranks' times: bakeoff's own estimator), its median turned into
-bus bandwidth the same way. The two are measured in turns, ``--rounds`` times (the check, then
-the loop), and the medians over the rounds compared: printed, each round's ratio and the ratio
-of the medians (1 = the same figure). The plain loop runs a second time in each round, and the
-same ratio between its two runs is printed: how far two runs of one loop differ here, the floor
-under which a difference between bakeoff and the loop is not a finding. Then the cost of a
+For each message size, ``bakeoff dist collectives`` on ``--on`` (the CPU with gloo by default;
+``cuda`` with nccl, ``emu`` or a plugin's device with the backend PyTorch names for it) at
+``--ranks`` measures the all_reduce's median call and its nccl-tests bus bandwidth; the reference:
+a plain loop (``--ranks`` spawned processes on the same backend, a file rendezvous, one thread
+each, one device per rank where the device type has as many as ranks, else its first, the device
+synchronised after each call) that times the same number of all_reduce calls of the same size
+one by one, each call as the rank that entered it last timed it (the lowest of the ranks' times:
+bakeoff's own estimator), its median turned into bus bandwidth the same way. nccl cannot put two
+ranks on one GPU: on ``cuda`` the ranks need a GPU each. The two are measured in turns,
+``--rounds`` times (the check, then the loop), and the medians over the rounds compared:
+printed, each round's ratio and the ratio of the medians (1 = the same figure). The plain loop
+runs a second time in each round, and the same ratio between its two runs is printed: how far
+two runs of one loop differ here, the floor under which a difference between bakeoff and the
+loop is not a finding. Then the cost of a
 check: each rank's start (forked from the check's warm process, to ready; the first world waits
 for that process to import PyTorch) and the wall time of a two-rank collectives check and of a
 two-rank DDP parity run of the tiny Llama (``--quick`` leaves the DDP run out). Last, the start
@@ -18,14 +22,15 @@ of ``bakeoff exec --nproc 2``'s ranks: a two-rank script that only meets its pee
 barrier) run as one exec run does, forked from the warm process and as fresh interpreters, in
 turns: the median wall time of each and their ratio.
 
-Usage: .venv/bin/python benchmarks/dist_collectives.py [--sizes 1MiB,4MiB] [--iterations 50] [--ranks 2]
-       [--rounds 5] [--quick]
+Usage: .venv/bin/python benchmarks/dist_collectives.py [--on cpu] [--sizes 1MiB,4MiB] [--iterations 50]
+       [--ranks 2] [--rounds 5] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import sys
 import tempfile
 import time
@@ -36,21 +41,37 @@ from bakeoff.scenarios.dist import busbw_factor
 from bakeoff.stats import percentile
 
 
-def _plain_rank(rank: int, world: int, rendezvous: str, sizes: list[int], iterations: int, out: object) -> None:
+def _plain_rank(
+    rank: int, world: int, rendezvous: str, sizes: list[int], iterations: int, device: str, out: object
+) -> None:
     import torch
     import torch.distributed as dist
 
+    if device != "cpu":  # a plugin's device and its backend, as the user's own code would load them
+        from bakeoff.target.plugins import load_plugins
+
+        load_plugins()
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world)
+    module = getattr(torch, device, None) if device != "cpu" else None
+    count = module.device_count() if module is not None and hasattr(module, "device_count") else 1
+    index = rank if count >= world else 0
+    if module is not None and hasattr(module, "set_device"):
+        module.set_device(index)
+    place = torch.device(device, index) if module is not None else torch.device("cpu")
+    sync = module.synchronize if module is not None else (lambda: None)
+    backend = dist.get_default_backend_for_device(device)
+    dist.init_process_group(backend, init_method=f"file://{rendezvous}", rank=rank, world_size=world)
     times: dict[int, list[float]] = {}
     for size in sizes:
-        source = torch.ones(size // 4)
+        source = torch.ones(size // 4, device=place)
         buffer = source.clone()
         times[size] = []
         for i in range(iterations + 1):
             buffer.copy_(source)
+            sync()
             began = time.perf_counter()
             dist.all_reduce(buffer)
+            sync()
             if i:
                 times[size].append((time.perf_counter() - began) * 1e6)
     dist.barrier()
@@ -58,13 +79,15 @@ def _plain_rank(rank: int, world: int, rendezvous: str, sizes: list[int], iterat
     out.put((rank, times))  # type: ignore[attr-defined]
 
 
-def plain_loop(world: int, sizes: list[int], iterations: int) -> dict[int, float]:
-    """Each size's median all_reduce call (us) in a plain gloo loop, each call as the rank that
-    entered it last timed it (the lowest of the ranks' times, as bakeoff takes it)."""
+def plain_loop(world: int, sizes: list[int], iterations: int, device: str = "cpu") -> dict[int, float]:
+    """Each size's median all_reduce call (us) in a plain loop on ``device`` and its backend, each
+    call as the rank that entered it last timed it (the lowest of the ranks' times, as bakeoff
+    takes it)."""
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     with tempfile.TemporaryDirectory() as here:
-        ranks = [ctx.Process(target=_plain_rank, args=(r, world, str(Path(here) / "rdv"), sizes, iterations, out))
+        rendezvous = str(Path(here) / "rdv")
+        ranks = [ctx.Process(target=_plain_rank, args=(r, world, rendezvous, sizes, iterations, device, out))
                  for r in range(world)]  # fmt: skip
         for p in ranks:
             p.start()
@@ -109,6 +132,7 @@ def _all_reduce_p50(world: object) -> dict[int, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--on", default="cpu", help="the device: cpu (gloo), cuda (nccl, a GPU per rank), emu...")
     parser.add_argument("--sizes", default="1MiB,4MiB")
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--ranks", type=int, default=2)
@@ -117,6 +141,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.sizes, args.iterations, args.rounds = "256KiB", 10, 1
+    if args.on.split(":")[0] == "emu":
+        os.environ.setdefault("BAKEOFF_EMU", "1")  # the bundled test device, in this process and its ranks
     ours: dict[int, list[float]] = {}
     plain: dict[int, list[float]] = {}
     again: dict[int, list[float]] = {}  # the plain loop a second time: the comparison's own noise
@@ -124,17 +150,20 @@ def main() -> None:
         db = Path(here) / "b.db"
         for _ in range(args.rounds):
             began = time.monotonic()
-            found = bakeoff.dist("collectives", "cpu", db=db, ranks=str(args.ranks), sizes=args.sizes,
+            found = bakeoff.dist("collectives", args.on, db=db, ranks=str(args.ranks), sizes=args.sizes,
                                  dtypes="float32", iterations=args.iterations)  # fmt: skip
             check_s = time.monotonic() - began
             (world,) = found.worlds
+            if world.verdict != "pass":  # no figure to compare: say why, and stop
+                sys.exit(f"bakeoff dist collectives on {args.on}: {world.verdict}: {world.reason or world.hang}")
             for size, p50 in _all_reduce_p50(world).items():
                 ours.setdefault(size, []).append(p50)
             for runs in (plain, again):
-                for size, p50 in plain_loop(args.ranks, sorted(ours), args.iterations).items():
+                for size, p50 in plain_loop(args.ranks, sorted(ours), args.iterations, args.on).items():
                     runs.setdefault(size, []).append(p50)
         factor = busbw_factor("all_reduce_sum", args.ranks) or 1.0
-        print(f"bakeoff dist collectives on cpu (gloo) and a plain loop, {args.ranks} ranks, all_reduce sum, "
+        print(f"bakeoff dist collectives on {args.on} ({world.backend}) and a plain loop, {args.ranks} ranks, "
+              f"all_reduce sum, "
               f"{args.iterations} calls per size, {args.rounds} rounds in turns")  # fmt: skip
         heads = ("size", "bakeoff p50 us", "plain p50 us", "bakeoff busbw", "plain busbw", "ratio", "each round")
         print(" ".join(f"{h:>{w}}" for h, w in zip(heads, (10, 15, 13, 14, 12, 6, 0), strict=True)))
@@ -157,7 +186,7 @@ def main() -> None:
               f"(the last round)")  # fmt: skip
         if not args.quick:
             began = time.monotonic()
-            trained = bakeoff.dist("arch:llama", "cpu", db=db, ranks="2", steps=3)
+            trained = bakeoff.dist("arch:llama", args.on, db=db, ranks="2", steps=3)
             print(f"DDP parity, tiny Llama, 2 ranks, 3 steps: {time.monotonic() - began:.1f} s wall "
                   f"({trained.verdict})")  # fmt: skip
     forked, fresh = exec_rank_start(1 if args.quick else 5)

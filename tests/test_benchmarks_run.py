@@ -43,8 +43,10 @@ SCRIPTS: dict[str, tuple[list[str], list[str], list]] = {
         [],
     ),
     "dist_collectives.py": (
-        ["--quick"],  # two gloo ranks on the cpu, one size, ten calls, one round against a plain loop
+        # two ranks on the test device and its backend, one size, ten calls, one round against a plain loop
+        ["--quick", "--on", "emu"],
         [
+            r"bakeoff dist collectives on emu \(emu\) and a plain loop, 2 ranks",
             rf"(?m)^\s+262144\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER} {NUMBER}$",
             rf"(?m)^\s+262144 plain / plain again, bus bandwidth: {NUMBER} \(each round: {NUMBER}\)$",
             rf"rank start \(forked from the check's warm process, to ready; the first world waits for its import of "
