@@ -297,3 +297,41 @@ def test_a_size_that_is_not_a_whole_number_of_elements_per_rank_is_noted_as_roun
     assert said == ("at 3 ranks a message holds a whole number of elements per rank: 64 B float32 -> 60 B, "
                     "4,096 B float32 -> 4,092 B, 64 B bfloat16 -> 60 B, 4,096 B bfloat16 -> 4,092 B",)  # fmt: skip
     assert rounded_sizes({"ranks": (2, 4), "dtypes": ("float32", "bfloat16"), "sizes": (64, 4096)}) == ()
+
+
+_NCCL = "nccl cannot put two ranks on one device"
+
+
+@pytest.mark.parametrize(
+    ("spec", "gpus", "backend", "said"),
+    [
+        ("cuda", 1, "nccl", f"{_NCCL}, and this machine has 1 cuda device(s) for 4 ranks"),
+        ("cuda", 2, "nccl", f"{_NCCL}, and this machine has 2 cuda device(s) for 4 ranks"),
+        ("cuda:1", 8, "nccl", f"{_NCCL}, and cuda:1 names one device for 4 ranks"),
+        ("cuda", 4, "nccl", None),  # the control: a GPU per rank
+        ("cuda", 1, "gloo", None),  # gloo shares a device between ranks
+        ("emu", 1, "emu", None),  # so does the test device's backend
+        ("cpu", 1, "gloo", None),
+    ],
+)
+def test_ranks_a_backend_cannot_share_one_device_are_refused_before_they_start(monkeypatch, spec, gpus, backend, said):
+    """NCCL ends a group whose ranks share a GPU ("Duplicate GPU detected"): on a one-GPU machine
+    a ladder of 2 and 4 ranks is refused up front, by name, not left to fail in every rank."""
+    from bakeoff.distributed import run
+    from bakeoff.target import detect
+    from bakeoff.target.spec import parse_target
+
+    monkeypatch.setattr(detect, "device_status", lambda device: detect.DeviceInfo(device, True, gpus, "stand-in"))
+    assert run.shared_device_refusal(parse_target(spec, extra_devices=("emu",)), (2, 4), backend) == said
+
+
+def test_dist_on_a_device_its_ranks_would_share_is_refused_in_one_line(capsys, monkeypatch):
+    from bakeoff.distributed import run
+
+    monkeypatch.setattr(run, "shared_device_refusal", lambda target, worlds, backend: f"{backend} refuses {worlds}")
+    code, out, err = cli_in_process(capsys, "dist", "collectives", "--on", "cpu", "--ranks", "2,4")
+    assert (code, out) == (2, "")
+    assert err == (
+        "bakeoff: error: gloo refuses (2, 4) (ask for at most one rank per device (--ranks), or run where each rank "
+        "has a device)\n"
+    )

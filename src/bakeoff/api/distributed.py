@@ -45,7 +45,7 @@ def dist(
             targets, a malformed size or world size).
     """
     from bakeoff.distributed.record import dist_run
-    from bakeoff.distributed.run import backend_for, check_collectives, check_training
+    from bakeoff.distributed.run import backend_for, check_collectives, check_training, shared_device_refusal
     from bakeoff.workload.base import parse_workload
 
     if workload != "collectives":
@@ -67,9 +67,15 @@ def dist(
     unavailable = unavailable_reason(target)
     if unavailable is not None:
         raise SpecError(f"{target.spec} cannot run here: {unavailable}", hint="run `bakeoff targets` to see what can")
-    if backend_for(target.device) is None:
+    backend = backend_for(target.device)
+    if backend is None:
         raise SpecError(f"PyTorch names no process-group backend for {target.device}",
                         hint="install the device's plugin, which registers its backend")  # fmt: skip
+    shared = shared_device_refusal(target, values["ranks"], backend)
+    if shared is not None:
+        hint = (f"use --on {target.device}: each rank then gets a device of its own" if target.index is not None
+                else "ask for at most one rank per device (--ranks), or run where each rank has a device")  # fmt: skip
+        raise SpecError(shared, hint=hint)
     if target.device == "emu":  # the test device's seeded faults, refused here rather than in a rank
         import os
 

@@ -6,7 +6,7 @@ size that fails, hangs or errs does not stop the ladder: "works at 2, hangs at 8
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from bakeoff.distributed.collectives import CollectivesJob, elements
@@ -15,7 +15,11 @@ from bakeoff.launch.forkserver import ForkServer
 from bakeoff.scenarios.dist import CollectiveCell, DistResult, WorldRun, busbw_factor, steps_words, world_verdict
 from bakeoff.stats import percentile
 
-__all__ = ["backend_for", "check_collectives", "check_training"]
+__all__ = ["ONE_RANK_PER_DEVICE", "backend_for", "check_collectives", "check_training", "shared_device_refusal"]
+
+#: Process-group backends that refuse two ranks on one device: NCCL ends a group whose ranks share
+#: a GPU with "Duplicate GPU detected" (ncclInvalidUsage) at its first collective.
+ONE_RANK_PER_DEVICE = frozenset({"nccl"})
 
 #: What a training check's fork server imports beyond PyTorch: the workloads' builders (the
 #: golden run and every rank build the model) and DDP's and FSDP2's modules; with it, what the
@@ -39,6 +43,24 @@ def backend_for(device: str) -> str | None:
         return str(dist.get_default_backend_for_device(device))
     except (ValueError, RuntimeError, KeyError):
         return None
+
+
+def shared_device_refusal(target: Any, worlds: Sequence[int], backend: str) -> str | None:
+    """Why the largest of ``worlds`` cannot run on ``target`` here with ``backend``, a backend that
+    puts one rank on each device (:data:`ONE_RANK_PER_DEVICE`), where the ranks would share one
+    (the target names one device, or this machine has fewer than ranks); None when they need not."""
+    largest = max(worlds, default=1)
+    if backend not in ONE_RANK_PER_DEVICE or target.device == "cpu" or largest < 2:
+        return None
+    if target.index is not None:
+        return f"{backend} cannot put two ranks on one device, and {target.spec} names one device for {largest} ranks"
+    from bakeoff.target.detect import device_status
+
+    count = device_status(target.device).count
+    if count >= largest:
+        return None
+    return (f"{backend} cannot put two ranks on one device, and this machine has {count} {target.device} "
+            f"device(s) for {largest} ranks")  # fmt: skip
 
 
 def check_collectives(
