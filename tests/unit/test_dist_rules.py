@@ -335,3 +335,20 @@ def test_dist_on_a_device_its_ranks_would_share_is_refused_in_one_line(capsys, m
         "bakeoff: error: gloo refuses (2, 4) (ask for at most one rank per device (--ranks), or run where each rank "
         "has a device)\n"
     )
+
+
+def test_exec_ranks_sharing_one_gpu_are_told_nccl_cannot_run_so(monkeypatch):
+    """exec cannot refuse: the script picks its backend (gloo shares a GPU); the note says it."""
+    from bakeoff.runner.script import ranks_device
+    from bakeoff.target import detect
+    from bakeoff.target.spec import parse_target
+
+    monkeypatch.setattr(detect, "device_status", lambda device: detect.DeviceInfo(device, True, 1, "stand-in"))
+    device, note = ranks_device(parse_target("cuda"), 2)
+    assert device == "cuda:0"
+    assert note == (
+        "the 2 ranks share cuda:0: this machine has 1 cuda device(s) (nccl refuses two ranks on one device: "
+        "a script on nccl cannot run so here)"
+    )
+    monkeypatch.setattr(detect, "device_status", lambda device: detect.DeviceInfo(device, True, 2, "stand-in"))
+    assert ranks_device(parse_target("cuda"), 2) == ("cuda", None)  # the control: a GPU per rank

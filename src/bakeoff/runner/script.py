@@ -171,7 +171,13 @@ def ranks_device(target: Target, nproc: int) -> tuple[str, str | None]:
     if count >= nproc:
         return target.torch_device, None
     shared = f"{target.device}:0"
-    return shared, f"the {nproc} ranks share {shared}: this machine has {count} {target.device} device(s)"
+    note = f"the {nproc} ranks share {shared}: this machine has {count} {target.device} device(s)"
+    from bakeoff.distributed.run import ONE_RANK_PER_DEVICE, backend_for
+
+    backend = backend_for(target.device)
+    if backend in ONE_RANK_PER_DEVICE:  # the script may pick gloo itself; a group on this one fails
+        note += f" ({backend} refuses two ranks on one device: a script on {backend} cannot run so here)"
+    return shared, note
 
 
 def _compile_refusal(target: Target) -> str | None:
