@@ -50,11 +50,19 @@ def _exec(tmp_path: Path, script: str, *args: str, env: dict[str, str] | None = 
 
 
 def test_a_cuda_training_script_runs_on_the_test_device_with_its_ledger_and_the_autocast_flagged(tmp_path):
-    ran = _exec(tmp_path, "train_cuda.py", "--steps", "3", "--on", "emu", "--format", "json")
+    on = "emu,emu?dtype=bfloat16,emu?amp=bfloat16"
+    ran = _exec(tmp_path, "train_cuda.py", "--steps", "3", "--on", on, "--format", "json")
     assert ran.returncode == 0, ran.stderr
     doc = json.loads(ran.stdout)
     assert doc["workload"]["kind"] == "script" and doc["workload"]["spec"] == "script:train_cuda.py --steps 3"
-    reference, emu = doc["results"]
+    reference, emu, *cast = doc["results"]
+    # a dtype or autocast of the target's is not one exec can apply to a script: not run, and why,
+    # never a pass of the script as written under the target's name
+    assert [(c["target"], c["status"], c["reason"]) for c in cast] == [
+        ("emu?dtype=bfloat16", "skipped",
+         "dtype=bfloat16 is not applied by bakeoff exec: a script's own tensors decide their dtype"),
+        ("emu?amp=bfloat16", "skipped", "emu has no autocast: amp=bfloat16 would silently run in full precision"),
+    ]  # fmt: skip
     assert reference["is_reference"] and reference["target"] == "cpu" and reference["status"] == "ok"
     assert emu["target"] == "emu" and emu["status"] == "ok", emu.get("error")
     # its optimizer imported PyTorch's compiler: the runs after the reference started with it
@@ -115,7 +123,9 @@ def test_a_cuda_training_script_runs_on_the_test_device_with_its_ledger_and_the_
     assert rerun.returncode == 0, rerun.stderr
     (again,) = json.loads(rerun.stdout)["runs"]
     assert again["run_id"] != doc["run_id"] and again["workload"]["spec"] == doc["workload"]["spec"]
-    assert [r["target"] for r in again["results"]] == ["cpu", "emu"]
+    assert [(r["target"], r["status"]) for r in again["results"]] == [
+        ("cpu", "ok"), ("emu", "ok"), ("emu?dtype=bfloat16", "skipped"), ("emu?amp=bfloat16", "skipped")
+    ]  # fmt: skip
     repeated = again["results"][1]
     assert repeated["status"] == "ok" and repeated["correctness"]["verdict"] == "pass"
     assert any("autocast" in n for n in repeated["notes"])  # the autocast, again

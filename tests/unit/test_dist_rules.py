@@ -352,3 +352,13 @@ def test_exec_ranks_sharing_one_gpu_are_told_nccl_cannot_run_so(monkeypatch):
     )
     monkeypatch.setattr(detect, "device_status", lambda device: detect.DeviceInfo(device, True, 2, "stand-in"))
     assert ranks_device(parse_target("cuda"), 2) == ("cuda", None)  # the control: a GPU per rank
+
+
+def test_a_target_dtype_the_collectives_check_would_ignore_is_refused(capsys):
+    """The collectives check's dtypes are --dtypes: ``emu?dtype=bf16`` ran float32 under its name."""
+    code, out, err = cli_in_process(capsys, "dist", "collectives", "--on", "cpu?dtype=bf16", "--ranks", "2")
+    assert (code, out) == (2, "")
+    assert err == (
+        "bakeoff: error: the collectives check takes its dtypes from --dtypes: cpu?dtype=bfloat16 names one "
+        "(use --on cpu --dtypes bfloat16)\n"
+    )

@@ -61,6 +61,9 @@ def dist(
     (target,) = targets
     if target.amp is not None:
         raise SpecError(f"bakeoff dist runs without autocast: {target.spec} asks for it", hint="drop ?amp=...")
+    if target.dtype is not None and workload == "collectives":
+        raise SpecError(f"the collectives check takes its dtypes from --dtypes: {target.spec} names one",
+                        hint=f"use --on {target.device} --dtypes {target.dtype}")  # fmt: skip
     if target.is_compiled:
         raise SpecError(f"bakeoff dist runs collectives eagerly: {target.spec} names a compile backend",
                         hint=f"use --on {target.device}")  # fmt: skip

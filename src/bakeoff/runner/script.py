@@ -389,6 +389,9 @@ def exec_script(
             reason = unavailable_reason(target)
             if reason is None and target.amp is not None:
                 reason = f"amp={target.amp} is not applied by bakeoff exec: a script's own torch.autocast decides"
+            if reason is None and target.dtype is not None:
+                reason = f"dtype={target.dtype} is not applied by bakeoff exec: a script's own tensors decide"
+                reason += " their dtype"
             if reason is None and target.is_compiled:
                 reason = _compile_refusal(target)
             if reason is not None:
