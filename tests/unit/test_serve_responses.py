@@ -82,6 +82,10 @@ def consistent(parity: ResponseParity) -> ResponseParity:
     elif parity.verdict == "pass":
         assert reason.startswith(f"all {parity.compared} responses match")
         assert (f"{parity.near_ties} of them at a near tie" in reason) is (parity.near_ties > 0)
+    elif parity.compared:  # too few compared: the reference failed on the rest
+        asked = parity.compared + parity.not_compared_reference
+        assert reason.startswith(f"only {parity.compared} of {asked} requests could be compared (under 90%)")
+        assert parity.compared < 0.9 * asked
     else:
         assert reason.startswith("no response compared") and parity.compared == 0
     for d in parity.first:
@@ -295,7 +299,25 @@ def test_failed_requests_are_counted_apart_and_not_compared() -> None:
         )
     )
     assert (parity.compared, parity.not_compared_reference, parity.not_compared_target) == (3, 2, 1)
-    assert parity.verdict == "pass" and parity.differing == 0
+    # the reference answered 3 of 5 requests the target could be checked on: too few for a pass
+    assert parity.verdict == "not_compared" and parity.differing == 0
+
+
+@pytest.mark.parametrize(
+    ("answered", "failed", "verdict"),
+    [(200, 162, "not_compared"), (200, 20, "pass"), (200, 21, "not_compared"), (10, 1, "pass")],
+)
+def test_a_reference_that_failed_partway_leaves_a_pass_only_where_it_answered_nine_in_ten(
+    answered: int, failed: int, verdict: str
+) -> None:
+    """A reference service that died after 38 of 200 requests: the target's 162 later answers
+    (wrong, here) were never checked, and its 38 matching ones made it 'pass'."""
+    reference = [response(i) for i in range(answered)]
+    target = [response(i) if i < answered - failed else scaled(response(i), 1.5) for i in range(answered)]
+    gone = {i: "connection" for i in range(answered - failed, answered)}
+    parity = consistent(compare_responses(run(reference, failed=gone), run(target)))
+    assert (parity.compared, parity.not_compared_reference, parity.differing) == (answered - failed, failed, 0)
+    assert parity.verdict == verdict
 
 
 def test_a_request_missing_from_the_target_is_not_compared() -> None:

@@ -3,7 +3,10 @@
 Two load runs sent the same bodies (:mod:`bakeoff.serve.load`); requests are paired by
 :attr:`~bakeoff.serve.load.Sent.index`. A request that failed (or is missing) on either side is
 not compared and is counted apart: on the reference's side first, then the target's, so the two
-counts never overlap. Each pair of bodies is then judged by one rule:
+counts never overlap. No difference is a pass only where the reference answered at least
+:data:`MIN_COMPARED_SHARE` (90%) of the requests: a reference that failed on more (a service that
+died partway) leaves the target's answers to them unchecked, and the verdict says so
+(``not_compared``, never a pass). Each pair of bodies is then judged by one rule:
 
 * **JSON** (the default): both bodies are parsed and walked together. Keys must match (a missing
   or extra key is a difference at its path, ``$.choices[0].text``), lists must have the same
@@ -59,6 +62,7 @@ from bakeoff.serve.load import LoadRun, Sent
 
 __all__ = [
     "CANNOT_SEE",
+    "MIN_COMPARED_SHARE",
     "Difference",
     "ResponseParity",
     "answers_by_body",
@@ -98,6 +102,11 @@ class Difference(Value):
     reason: str
 
 
+#: The share of the requests the reference must have answered for a target's answers to pass:
+#: the rest of the target's answers have nothing to be compared with.
+MIN_COMPARED_SHARE = 0.9
+
+
 @dataclass(frozen=True)
 class ResponseParity(Value):
     """Responses of the target against the reference's (see the module docstring): how many pairs
@@ -119,11 +128,18 @@ class ResponseParity(Value):
 
     @property
     def verdict(self) -> str:
-        """``fail`` when a response differs, ``pass`` when some were compared and none did,
-        ``not_compared`` when none could be (never a pass)."""
+        """``fail`` when a response differs; ``pass`` when none did and the reference answered at
+        least :data:`MIN_COMPARED_SHARE` of the requests (a pass says the target's answers were
+        checked, not a few of them); else ``not_compared`` (never a pass)."""
         if self.differing:
             return "fail"
-        return "pass" if self.compared else "not_compared"
+        return "pass" if self.compared and not self.too_few_compared else "not_compared"
+
+    @property
+    def too_few_compared(self) -> bool:
+        """Whether the reference failed on more than 1 - :data:`MIN_COMPARED_SHARE` of the
+        requests, so that too few of the target's answers had an answer to be compared with."""
+        return self.compared < MIN_COMPARED_SHARE * (self.compared + self.not_compared_reference)
 
     @property
     def reason(self) -> str:
@@ -136,6 +152,10 @@ class ResponseParity(Value):
             else ""
         )
         if self.verdict == "not_compared":
+            if self.compared:
+                return (f"only {self.compared} of {self.compared + self.not_compared_reference} requests could be "
+                        f"compared (under {MIN_COMPARED_SHARE:.0%}): the reference failed on the rest, so the "
+                        f"target's answers to them were never checked; {self.compared} matched{tail}")  # fmt: skip
             return f"no response compared{tail or ' (no requests)'}"
         if self.verdict == "pass":
             ties = f", {self.near_ties} of them at a near tie" if self.near_ties else ""
