@@ -91,9 +91,13 @@ class Service(Scenario):
             lines.append(f"ready {ready:.2f} s after its process started")
         judgement = facts.get("judgement")
         if judgement:
+            timed_out = (judgement.get("errors") or {}).get("timeout", 0)
+            # these intervals are of the answers; a timed-out request has none (the table's p50,
+            # p90 and p99 count it at its wait, the objectives above every answer)
+            of = f" (of the {judgement.get('answered')} answered; {timed_out} timed out)" if timed_out else ""
             for q in (50.0, 99.0):
-                lines.append(f"p{q:g} {_ms(_quantile(judgement, q, 'schedule'))} from the schedule")
-            lines.append(f"p99 {_ms(_quantile(judgement, 99.0, 'send'))} from the send")
+                lines.append(f"p{q:g} {_ms(_quantile(judgement, q, 'schedule'))} from the schedule{of}")
+            lines.append(f"p99 {_ms(_quantile(judgement, 99.0, 'send'))} from the send{of}")
             for anchor, what in (("ttft", "time to first token"), ("tpot", "time per output token")):
                 if _quantile(judgement, 50.0, anchor) is not None:
                     shown = ", ".join(f"p{q:g} {_ms(_quantile(judgement, q, anchor))}" for q in (50.0, 99.0))

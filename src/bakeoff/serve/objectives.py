@@ -43,8 +43,10 @@ is invalid, else ``inconclusive``.
 A request that timed out counts as an error *and*, for a percentile objective, as slower than
 every answer and the objective (it waited past its timeout): a service that times out its
 slowest requests does not flatter its p99. A refused connection or an error status has no
-latency and counts in the error rate and goodput only. The latency summary is of the answered
-requests alone. The correlation limits of :mod:`bakeoff.analysis.tail` apply.
+latency and counts in the error rate and goodput only. The latency summary (each percentile's
+interval) is of the answered requests alone; the run's own latency figures (the table's p50, p90
+and p99) count a timed-out request at its wait (:mod:`bakeoff.runner.serve`). The correlation
+limits of :mod:`bakeoff.analysis.tail` apply.
 """
 
 from __future__ import annotations

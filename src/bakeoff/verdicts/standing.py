@@ -89,6 +89,9 @@ def _requirement(item: dict) -> tuple[str | None, str | None]:
     if state == "too few samples":
         return None, f"{text}: {value} from too few samples ({item.get('samples')})"
     if state == "not met":
+        if item.get("value") is None:  # no figure (a percentile among timed-out requests): its reason says why
+            reason = item.get("reason") or "no figure"
+            return (reason if reason.startswith(f"{text} not met") else f"{text} not met: {reason}"), None
         return f"{text} not met: {value}{interval}", None
     return None, f"{text} not conclusive: {value}, its interval{interval} straddles the limit"
 
