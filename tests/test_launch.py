@@ -56,6 +56,35 @@ class Seeded:
         raise AssertionError(self.what)
 
 
+@dataclass(frozen=True)
+class LeavesBehind:
+    """A job whose code starts a process in a session of its own, which sleeps: ``once`` forked
+    (its parent is the worker), or ``twice`` (a daemon: its parent ends at once, so it is an
+    orphan); each one's pid is returned."""
+
+    how: str
+    phase: str = "leaves"
+
+    def run(self) -> object:
+        read, write = os.pipe()
+        child = os.fork()
+        if child == 0:
+            os.close(read)
+            os.setsid()
+            if self.how == "twice" and os.fork() != 0:
+                os._exit(0)
+            os.write(write, str(os.getpid()).encode())
+            os.close(write)
+            time.sleep(600)
+            os._exit(0)
+        os.close(write)
+        pid = int(os.read(read, 32))
+        os.close(read)
+        if self.how == "twice":
+            os.waitpid(child, 0)
+        return {"left": pid}
+
+
 def _stuck_here() -> None:
     time.sleep(600)
 
@@ -93,6 +122,29 @@ def test_a_job_that_finishes_returns_its_value_in_a_fresh_process(fresh):
     assert outcome.value["pid"] != os.getpid()
     # forked from the server where one was given, a spawned interpreter where not
     assert outcome.value["forked_from"] == (fresh.server.pid if fresh.server else None)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forked workers are Linux's")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the worker is its jobs' subreaper on Linux")
+@pytest.mark.parametrize("how", ["once", "twice"])
+def test_what_a_job_started_in_a_session_of_its_own_does_not_outlive_its_worker(fresh, how):
+    """A fit's workload forked a child that called setsid() and slept: it outlived bakeoff."""
+    import psutil
+
+    outcome = fresh.run(LeavesBehind(how), timeout_s=60)
+    assert outcome.ok, outcome.reason()
+    left = outcome.value["left"]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(left).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(left, signal.SIGKILL)
+        raise AssertionError(f"process {left}, started by the job in a session of its own, still runs")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forked workers are Linux's")

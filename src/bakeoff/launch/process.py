@@ -39,7 +39,7 @@ from typing import Any
 
 from bakeoff.launch.deaths import died, timed_out
 from bakeoff.launch.job import Outcome, run_inline
-from bakeoff.launch.reaping import kill_group
+from bakeoff.launch.reaping import end_all, kill_group, running, subreaper
 from bakeoff.launch.residency import map_like
 from bakeoff.launch.tempdirs import owned_tempdir
 
@@ -123,6 +123,7 @@ def _worker(
     import importlib
 
     die_with_parent(parent_pid)
+    subreaper()  # a workload's double-forked daemon stays a descendant, for close() to end
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):  # as its own children would have it (see _interrupts_held)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
@@ -182,6 +183,16 @@ def forked_worker(argv: list[str]) -> int:
     serve = getattr(importlib.import_module(module), function)
     _worker(Connection(sock.detach()), crash_log, os.getppid(), phase_file, capture_dir, tuple(preload), serve)
     return 0
+
+
+def _descendants(pid: int | None) -> list[Any]:
+    """``psutil`` processes below ``pid`` (none where it has ended or cannot be read)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True) if pid is not None else []
+    except psutil.Error:
+        return []
 
 
 class _Forked:
@@ -317,7 +328,7 @@ class Worker:
         waited = max(timeout_s, STARTUP_TIMEOUT_S)
         if self.wait_ready(waited):
             return Outcome()
-        self.process.join(timeout=2.0)  # one killed a moment ago may not be reaped yet: not a hang
+        self._ended(2.0)  # one killed a moment ago may not be reaped yet: not a hang
         if self.process.is_alive():
             return self._hung(f"{who} did not start within {waited:g} s", "start-up")
         return self._dead(who, "at start-up", "start-up")
@@ -357,17 +368,17 @@ class Worker:
 
     def _dead(self, who: str, when: str, phase: str) -> Outcome:
         self.broken = True
-        self.process.join(10)
+        self._ended(10)
         if self.process.is_alive():  # closed its end of the pipe but will not exit
             self.process.kill()
-            self.process.join(10)
+            self._ended(10)
         return Outcome(error=died(self.process.exitcode, who, when, phase, self.crash_tail()))
 
     def _hung(self, message: str, phase: str) -> Outcome:
         self.broken = True
         self.dump_stack()
         self.process.kill()
-        self.process.join(10)
+        self._ended(10)
         return Outcome(error=timed_out(message, phase, self.crash_tail()))
 
     def crash_tail(self, chars: int = CRASH_LOG_CHARS) -> str:
@@ -405,20 +416,34 @@ class Worker:
         self.broken = True
         self.retired = True
 
+    def _ended(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for the worker's process to end, by its exit status: a
+        process its job left running holds the spawned worker's sentinel open, so ``join``
+        would wait the whole time for a worker that has ended."""
+        deadline = time.monotonic() + timeout_s
+        while self.process.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
     def close(self, kill: bool = False) -> None:
-        """End the worker (asking it to leave, unless ``kill``) and remove its files."""
+        """End the worker (asking it to leave, unless ``kill``), then what its jobs started that
+        outlived it (a process in a session of its own, which its group's kill misses: the
+        worker is their subreaper, so they are its descendants until it ends), and remove its
+        files."""
         asked = self.retired
         self.broken = True
+        started = _descendants(self.process.pid)
         if not kill and self.process.is_alive() and self.conn is not None:
             if not asked:
                 try:
                     self.conn.send("close")
                 except (BrokenPipeError, ConnectionResetError, OSError):
                     pass
-            self.process.join(30)
+            self._ended(30)
         if self.process.is_alive():
             self.process.kill()
-        self.process.join(10)
+        self._ended(10)
+        if started:
+            end_all(lambda: [p for p in started if running(p)], settle_s=0.0, reap_s=5.0)
         for opened in (self.conn, self._listening):
             if opened is not None:
                 opened.close()
