@@ -118,6 +118,21 @@ def test_the_rank_whose_script_ended_first_is_the_cause_not_the_peer_the_group_s
     assert error.message.startswith("rank 0 of 2: Connection closed by peer")
 
 
+def test_a_rank_that_exited_cleanly_before_the_failure_is_named_beside_it():
+    """Rank 1 called os._exit(0) at its first step; rank 0's gloo then saw the connection reset,
+    and the error named rank 0 alone."""
+    end = GroupEnd((Ran(1), Ran(0)), 0, (), (0.6, 0.5))
+    errors = [ErrorInfo("RuntimeError", "Connection reset by peer"), None]
+    _, _, error = merged(end, _results(1.0, 1.0), [{}, {}], errors, 60, ended={0: 100.2, 1: 100.1})
+    assert error.message == (
+        "rank 1 ended without an error while its peers ran (a collective it never joined?); then rank 0 of 2: "
+        "Connection reset by peer"
+    )
+    # the control: a rank that ended cleanly after the failure is no part of it
+    _, _, error = merged(end, _results(1.0, 1.0), [{}, {}], errors, 60, ended={0: 100.1, 1: 100.2})
+    assert error.message == "rank 0 of 2: Connection reset by peer"
+
+
 def test_a_timeout_names_each_rank_still_running_with_its_place_and_those_that_ended():
     end = GroupEnd((Ran(None), Ran(0)), None, (), (None, 2.0))
     timeout = ErrorInfo("Timeout", "no end", "timeout")

@@ -269,6 +269,12 @@ def _error(
         return None
     error = errors[first]
     message = f"rank {offset + first} of {world}: {error.message}"
+    # a rank whose script exited cleanly before it: its peers' next collective had no partner
+    # (said first: the peer's own error, a transport's, is long)
+    early = [r for r, e in enumerate(errors) if e is None and r in ended and first in ended and ended[r] < ended[first]]
+    if early:
+        alone = f"rank {named(early)} ended without an error while its peers ran (a collective it never joined?)"
+        message = f"{alone}; then {message}"
     after = [r for r, e in enumerate(errors) if e is not None and r != first and r not in end.stopped]
     if after:
         message += f"; then rank {named(after)} failed too"
