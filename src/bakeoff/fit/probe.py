@@ -33,6 +33,7 @@ class Probe:
         from bakeoff.fit.step import run_step
         from bakeoff.target.execute import device_peak_memory, place_inputs, place_model, reset_device_peak_memory
         from bakeoff.target.plugins import load_plugins
+        from bakeoff.units import clip
         from bakeoff.workload.registry import build_workload
 
         load_plugins()
@@ -49,7 +50,7 @@ class Probe:
                      lambda args, kwargs: place_inputs(workload, target, args, kwargs), self.optimizer,
                      amp=(target.device, target.amp) if target.amp else None)  # fmt: skip
         except (torch.OutOfMemoryError, MemoryError) as exc:
-            return {"out_of_memory": str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}
+            return {"out_of_memory": clip(str(exc).splitlines()[0], 300) if str(exc) else type(exc).__name__}
         peak = device_peak_memory(target)
         if peak is None:
             raise RuntimeError(f"{target.device} reports no allocator peak")

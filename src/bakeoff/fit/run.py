@@ -23,7 +23,7 @@ from bakeoff.errors import SpecError, WorkloadError
 from bakeoff.scenarios.fit import FitEdge, FitPoint, FitResult, judge_point
 from bakeoff.settings.fit import fits_text, parse_fits
 from bakeoff.settings.grid import parse_grid
-from bakeoff.units import human_bytes
+from bakeoff.units import clip, human_bytes
 
 __all__ = ["Predict", "fit_workload"]
 
@@ -103,7 +103,7 @@ def _predict(job: Predict | PredictEach, timeout_s: float) -> list[Any]:
     )
     if not outcome.ok:
         raise WorkloadError(
-            f"predicting the peaks of {spec} failed: {outcome.reason()[:400]}",
+            f"predicting the peaks of {spec} failed: {clip(outcome.reason(), 400)}",
             hint="the workload must build and run under fake tensors, and vary its batch (and seq)",
         )
     return outcome.value
@@ -123,8 +123,8 @@ def _probe(workload_spec: str, target: Any, point: tuple[int, int | None], train
     if outcome.error is not None and outcome.error.category == "out_of_memory":
         return {"out_of_memory": outcome.reason()}
     if outcome.error is not None and outcome.error.category in ("timeout", "hang"):
-        return {"timeout": outcome.reason()[:300]}
-    return {"error": outcome.reason()[:300]}
+        return {"timeout": clip(outcome.reason(), 300)}
+    return {"error": clip(outcome.reason(), 300)}
 
 
 def _where(point: tuple[int, int | None]) -> str:
@@ -220,7 +220,8 @@ def fit_workload(
                 if m2 is None:
                     failed = got2.get("error") or got2.get("timeout") or "the device ran out of memory"
                     notes.append(f"the second calibration probe ({_where(point)}) did not measure a peak "
-                                 f"({failed[:160]}): the points are expected from the first probe alone")  # fmt: skip
+                                 f"({clip(failed, 160)}): the points are expected from the first probe "
+                                 "alone")  # fmt: skip
                 if m2 is not None and p2 != p1 and not trusted:  # something the prediction cannot see grew
                     notes.append(
                         f"the second calibration probe ({_where(point)}) measured {human_bytes(m2)} where "
@@ -277,7 +278,7 @@ def fit_workload(
                 what = point.error or (
                     "out of memory" if point.out_of_memory else f"measured {human_bytes(point.measured)}"
                 )
-                notes.append(f"{_where(key)} did not fit on {target.spec} ({what[:160]}): the edge moved down")
+                notes.append(f"{_where(key)} did not fit on {target.spec} ({clip(what, 160)}): the edge moved down")
     points = points_now()
     edges = [replace(e, verified=e.seq in verified) for e in _edges(points, capacity)]
     if not probing:
@@ -352,7 +353,7 @@ def _moves(
     moves = []
     for (what, _), answer in zip(variants, answers, strict=True):
         if isinstance(answer, dict):
-            moves.append(f"{what}: not predicted ({answer['error'][:120]})")
+            moves.append(f"{what}: not predicted ({clip(answer['error'], 120)})")
             continue
         expected = int(offset + slope * answer[0]["peak"]) + unseen
         verdict = "would fit" if expected <= capacity else "still would not fit"
