@@ -6,6 +6,7 @@ decision reads ("not conclusive"), never as "met"."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -119,3 +120,20 @@ def test_a_service_is_costed_at_its_searched_rate_and_says_why_when_it_has_none(
     assert standing_of(missing, price).cost_note == "no rate shown within the objectives"
     unsearched = _result(parse_target("cpu"), _measured(_run(200)), None, True, SETTINGS, parse_objectives(()), "cpu")
     assert standing_of(unsearched, price).cost_note == "no rate searched"
+
+
+@pytest.mark.parametrize("on", ["emu+aot_eager", "emu?dtype=bf16", "cpu?amp=bf16"])
+def test_a_target_the_service_cannot_apply_is_refused_before_the_reference_runs(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, on: str
+) -> None:
+    """``--on emu+inductor`` ran the reference service's whole traffic, then said 'not run'."""
+    from bakeoff import api
+
+    monkeypatch.setenv("BAKEOFF_EMU", "1")
+    traffic = tmp_path / "requests.jsonl"
+    traffic.write_text('{"i": 0}\n')
+    started = tmp_path / "started"  # the service would leave this behind
+    command = f"{{python}} -c \"open('{started}', 'w')\" --port {{port}}"
+    with pytest.raises(SpecError, match="bakeoff serve runs the service as written on the target's device"):
+        api.serve_service(command, on=on, db=tmp_path / "b.db", traffic=str(traffic))
+    assert not started.exists() and not (tmp_path / "b.db").exists()

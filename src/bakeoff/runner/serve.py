@@ -47,6 +47,7 @@ from bakeoff.analysis.tolerance import tolerance_for
 from bakeoff.checks.comparison import Correctness
 from bakeoff.checks.script_audit import host_placement
 from bakeoff.env import capture_environment
+from bakeoff.errors import SpecError
 from bakeoff.launch.tempdirs import owned_tempdir
 from bakeoff.results.values import ErrorInfo, Latency, RunResult, TargetResult
 from bakeoff.scenarios.base import ScenarioResult
@@ -358,10 +359,18 @@ def serve_service(
 
     Raises:
         SpecError: the traffic file, the arrival schedule, an objective or the comparison
-            function cannot be read; nothing has started then.
+            function cannot be read, or a target asks for a compile backend, autocast or a dtype;
+            nothing has started then.
     """
     say = progress or (lambda _msg: None)
     words(command)  # a malformed command line is refused before anything starts
+    for target in targets:  # as fit and dist refuse them: before the reference's whole run
+        if target.is_compiled or target.amp is not None or target.dtype:
+            raise SpecError(
+                f"bakeoff serve runs the service as written on the target's device: {target.spec} asks for a "
+                "compile backend, autocast or a dtype, which only the service's own code can choose",
+                hint=f"use --on {target.torch_device}",
+            )
     path = traffic_path(settings.traffic)
     traffic = read_traffic(path)
     objectives = parse_objectives(settings.slo)
@@ -384,8 +393,6 @@ def serve_service(
         places = _places(traffic, cold_plan)
         for target in [reference, *(t for t in targets if t != reference)]:
             reason = unavailable_reason(target)
-            if reason is None and (target.is_compiled or target.amp is not None or target.dtype):
-                reason = "bakeoff serve runs the service as written on the target's device (no compile, amp or dtype)"
             if reason is not None:
                 results.append(TargetResult(target=target, status="skipped", reason=reason))
                 continue
