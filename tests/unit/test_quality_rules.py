@@ -123,6 +123,7 @@ def test_the_value_gives_its_interval_to_requirements():
         (f"quality?eval={FIXTURES / 'quality_models.py'}:missing", "has no function 'missing'"),
         ("quality?eval=score", "is not module:function"),
         ("quality?text=/no/such/file.txt", "no such file '/no/such/file.txt'"),
+        ("quality?prompts=/tmp", "'/tmp' for the quality check's prompts is a directory, not a file"),
         ("quality?examples=1", "must be at least 2"),
     ],
 )

@@ -137,3 +137,15 @@ def test_a_target_the_service_cannot_apply_is_refused_before_the_reference_runs(
     with pytest.raises(SpecError, match="bakeoff serve runs the service as written on the target's device"):
         api.serve_service(command, on=on, db=tmp_path / "b.db", traffic=str(traffic))
     assert not started.exists() and not (tmp_path / "b.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "keyword", "example"), [("--path", "path", "/generate"), ("--health", "health", "/health")]
+)
+def test_a_path_that_is_no_path_on_the_service_says_what_is_wrong(flag: str, keyword: str, example: str) -> None:
+    with pytest.raises(SpecError) as raised:
+        ServeSettings.from_options(**{keyword: "noslash"})
+    assert raised.value.one_line() == (
+        f"{flag} 'noslash' is not a path on the service (it starts with /) or a URL (e.g. {flag} {example})"
+    )
+    assert getattr(ServeSettings.from_options(**{keyword: "/v1/x"}), keyword) == "/v1/x"  # the control

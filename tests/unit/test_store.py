@@ -256,6 +256,10 @@ def test_resolve_run_id(store: Store) -> None:
     with pytest.raises(StoreError, match="no run") as info:
         store.resolve_run_id("abz")
     assert "bakeoff history" in (info.value.hint or "")
+    for empty in ("", "  "):  # every id starts with '': it is no prefix of one run, not an ambiguous one
+        with pytest.raises(StoreError, match=r"^an empty run id$") as info:
+            store.resolve_run_id(empty)
+        assert "bakeoff history" in (info.value.hint or "")
 
 
 @pytest.mark.parametrize("prefix", ["a%", "_bc", "%", "a_c"])

@@ -146,10 +146,11 @@ class QualityCheck(Check):
             )
         for key in ("text", "prompts"):
             if options[key]:
-                if not Path(options[key]).expanduser().is_file():
-                    raise SpecError(
-                        f"no such file {options[key]!r} for the quality check's {key}", hint=f"give {key}=FILE"
-                    )
+                path = Path(options[key]).expanduser()
+                if not path.is_file():
+                    given = f"{options[key]!r} for the quality check's {key}"
+                    said = f"{given} is a directory, not a file" if path.is_dir() else f"no such file {given}"
+                    raise SpecError(said, hint=f"give {key}=FILE")
 
     def not_applicable(self, target: Any, is_reference: bool) -> str | None:
         if is_reference:

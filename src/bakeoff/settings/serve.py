@@ -157,7 +157,9 @@ def _check_slo(value: str | Iterable[str], given: Mapping[str, Any]) -> tuple[st
 def _check_path(flag: str) -> Any:
     def check(value: str, given: Mapping[str, Any]) -> str:
         if not isinstance(value, str) or not (value.startswith("/") or value.startswith(("http://", "https://"))):
-            raise SpecError(f"{flag} {value!r}", hint=f"a path on the service, e.g. {flag} /health")
+            example = "/health" if flag == "--health" else "/generate"
+            raise SpecError(f"{flag} {value!r} is not a path on the service (it starts with /) or a URL",
+                            hint=f"e.g. {flag} {example}")  # fmt: skip
         return value
 
     return check

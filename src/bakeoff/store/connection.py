@@ -199,6 +199,8 @@ def resolve_prefix(engine: Any, where: str, column: Any, prefix: str, noun: str,
     Raises:
         StoreError: none does (``hint`` says where to list them), or more than one does.
     """
+    if not prefix.strip():  # every id starts with it: "ambiguous" would say nothing of the mistake
+        raise StoreError(f"an empty {noun} id", hint=hint)
     with engine.connect() as conn:
         ids = conn.execute(select(column).where(column.startswith(prefix, autoescape=True)).limit(2)).scalars().all()
     if not ids:
