@@ -88,7 +88,7 @@ def test_author_is_user_or_nobody(kb: Path) -> None:
             "letter or digit, e.g. driver-560 or torch-2.13)",
         ),
         (["tag", RUN, "never-set", "--remove"], f"bakeoff: error: run {RUN} has no tag 'never-set' (its tags: none)"),
-        (["tag", "", "x"], "bakeoff: error: run id prefix '' is ambiguous (give more characters of the id)"),
+        (["tag", "", "x"], "bakeoff: error: an empty run id (run `bakeoff history` to list run ids)"),
     ],
 )
 def test_mistakes_are_one_line(kb: Path, args: list[str], line: str) -> None:
