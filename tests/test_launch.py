@@ -60,7 +60,7 @@ class Seeded:
 class LeavesBehind:
     """A job whose code starts a process in a session of its own, which sleeps: ``once`` forked
     (its parent is the worker), or ``twice`` (a daemon: its parent ends at once, so it is an
-    orphan); each one's pid is returned."""
+    orphan); each one's pid is returned. ``then_crash``: forked once, then the worker exits 3."""
 
     how: str
     phase: str = "leaves"
@@ -82,6 +82,8 @@ class LeavesBehind:
         os.close(read)
         if self.how == "twice":
             os.waitpid(child, 0)
+        if self.how == "then_crash":  # the worker dies; its child still holds the worker's pipe
+            os._exit(3)
         return {"left": pid}
 
 
@@ -145,6 +147,16 @@ def test_what_a_job_started_in_a_session_of_its_own_does_not_outlive_its_worker(
     else:
         os.kill(left, signal.SIGKILL)
         raise AssertionError(f"process {left}, started by the job in a session of its own, still runs")
+
+
+def test_a_worker_that_dies_while_its_jobs_child_holds_its_pipe_is_a_crash_not_a_timeout(fresh):
+    """The child inherited the worker's end of the pipe, which then never closed: the death was
+    seen only at the job's timeout, and recorded as one."""
+    began = time.monotonic()
+    outcome = fresh.run(LeavesBehind("then_crash"), timeout_s=120)
+    assert outcome.error is not None and outcome.error.category == "crash", outcome.reason()
+    assert "exited with code 3" in outcome.reason(), outcome.reason()
+    assert time.monotonic() - began < 60  # seen by the exit status, within a second or so
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forked workers are Linux's")

@@ -54,6 +54,9 @@ _SOCKET_PATH_MAX = 100
 #: How much of the crash log (faulthandler's stacks) an error keeps.
 CRASH_LOG_CHARS = 4000
 
+#: How often a wait for a worker's reply also reads whether it has ended (seconds).
+_ALIVE_EVERY_S = 1.0
+
 #: ``serve(conn, phase_file, capture_dir)``: a worker's command loop.
 Serve = Callable[[Any, str, str], None]
 
@@ -360,8 +363,19 @@ class Worker:
                 raise EOFError
             # poll() returns early on a message *or* on the pipe closing because the worker died;
             # only a poll that runs out of time is a timeout (a dying worker may still be alive).
-            if self.conn.poll(max(0.0, timeout_s)):
-                return Outcome(value=self.conn.recv())
+            # A process the job left running holds the pipe open past the worker's death, so its
+            # exit status is read between slices of the wait too.
+            deadline = time.monotonic() + max(0.0, timeout_s)
+            while True:
+                left = deadline - time.monotonic()
+                if self.conn.poll(max(0.0, min(left, _ALIVE_EVERY_S))):
+                    return Outcome(value=self.conn.recv())
+                if not self.process.is_alive():
+                    if self.conn.poll(0):  # its last word, sent as it ended
+                        return Outcome(value=self.conn.recv())
+                    raise EOFError
+                if left <= _ALIVE_EVERY_S:
+                    break
         except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
             return self._dead(who, when or (f"during '{what}'" if what else ""), what)
         return self._hung(f"no reply to '{what}' within {timeout_s:g} s", what)
