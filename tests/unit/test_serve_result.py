@@ -149,3 +149,25 @@ def test_a_path_that_is_no_path_on_the_service_says_what_is_wrong(flag: str, key
         f"{flag} 'noslash' is not a path on the service (it starts with /) or a URL (e.g. {flag} {example})"
     )
     assert getattr(ServeSettings.from_options(**{keyword: "/v1/x"}), keyword) == "/v1/x"  # the control
+
+
+def test_the_latency_figures_count_a_timed_out_request_at_its_wait() -> None:
+    """132 of 160 requests timed out at 2 s and the table showed the 28 answers' 3 ms as p50/p90/p99."""
+    answered = _run(160).requests
+    hung = LoadRun(tuple(Sent(r.index, r.planned, r.sent + 0.0005, None, 0, "timeout") if r.index >= 28 else r
+                         for r in answered), 16.0)  # fmt: skip
+    settings = ServeSettings.from_options(rate=RATE, min_duration_s=1.0, request_timeout_s=2.0)
+    reference = _measured(_run(160))
+    fault = _result(parse_target("cpu"), _measured(hung), reference, False, settings, (), "cpu")
+    samples = fault.latency.samples_ms
+    assert len(samples) == 160 and samples[28:] == pytest.approx([2000.5] * 132)  # its lag, then the timeout
+    assert fault.latency.p50_ms >= 2000 and fault.latency.p90_ms >= 2000  # the seeded fault shows
+    assert any(
+        n.startswith("132 request(s) timed out: in p50, p90 and p99 each counts at its wait") for n in fault.notes
+    )
+    # the control: answered at once with an error status, a request has no latency and is left out
+    refused = LoadRun(tuple(Sent(r.index, r.planned, r.sent, None, 500, "http") if r.index >= 28 else r
+                            for r in answered), 16.0)  # fmt: skip
+    control = _result(parse_target("cpu"), _measured(refused), reference, False, settings, (), "cpu")
+    assert control.latency.samples_ms == pytest.approx([r.latency_s * 1e3 for r in answered[:28]])
+    assert not any("timed out" in n for n in control.notes)

@@ -52,7 +52,7 @@ from bakeoff.launch.tempdirs import owned_tempdir
 from bakeoff.results.values import ErrorInfo, Latency, RunResult, TargetResult
 from bakeoff.scenarios.base import ScenarioResult
 from bakeoff.serve.address import words
-from bakeoff.serve.load import LoadRun
+from bakeoff.serve.load import TIMED_OUT, LoadRun
 from bakeoff.serve.measure import Measured, measure_service
 from bakeoff.serve.objectives import (
     MIN_REQUESTS,
@@ -174,8 +174,12 @@ def _result(
     if fatal is not None and load is not None:
         kept = "its figures up to the fault are kept, the run is not judged a pass"
         notes.append(f"the service failed ({fatal.type}): {kept}")
-    answered = _latencies(load, settings.request_timeout_s) if load is not None else []
-    timed_out = load.errors().get("timeout", 0) if load is not None else 0
+    # the latency figures: each timed-out request at its wait, its lag plus the request timeout
+    # (a lower bound), so that a service that times out most requests does not show the few it
+    # answered as its latency; a refused connection or an error status has no latency
+    timeout_s = settings.request_timeout_s
+    answered = load.latencies(timed_out=lambda r: r.lag_s + timeout_s) if load is not None else []
+    timed_out = load.errors().get(TIMED_OUT, 0) if load is not None else 0
     if timed_out:
         notes.append(f"{timed_out} request(s) timed out: in p50, p90 and p99 each counts at its wait, "
                      f"{settings.request_timeout_s:g} s after it was sent (its latency was at least that)")  # fmt: skip
@@ -217,21 +221,6 @@ def _result(
         duration_s=load.wall_s if load is not None else None,
         load_average=measured.load_average,
     )
-
-
-def _latencies(load: LoadRun, timeout_s: float) -> list[float]:
-    """The latency figures' samples (s, from the schedule, in schedule order): each answered
-    request's, and each timed-out one's at its wait (its lag plus the request timeout: a lower
-    bound), so that a service that times out most requests does not show the few it answered as
-    its latency. A refused connection or an error status has no latency and is left out."""
-    values = []
-    for r in load.requests:
-        value = r.value("schedule")
-        if r.error is None and value is not None:
-            values.append(value)
-        elif r.error == "timeout":
-            values.append(r.lag_s + timeout_s)
-    return values
 
 
 def _search_plan(

@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +41,10 @@ from bakeoff.analysis.tail import TailEstimate, correlated_percentile
 from bakeoff.errors import BakeoffError
 from bakeoff.stats import percentile
 
-__all__ = ["MAX_LAG_SHARE", "LoadRun", "Sent", "send_on_schedule"]
+__all__ = ["MAX_LAG_SHARE", "TIMED_OUT", "LoadRun", "Sent", "send_on_schedule"]
+
+#: The error of a request that got no answer in its time.
+TIMED_OUT = "timeout"
 
 #: A run kept its schedule when its p99 dispatch lag is at most this share of the latency it is
 #: judged at (an objective, else its own p99) and at most :data:`MAX_LAG_S`: beyond that, the
@@ -114,12 +117,19 @@ class LoadRun:
     requests: tuple[Sent, ...]
     wall_s: float
 
-    def latencies(self, anchor: str = "schedule") -> list[float]:
+    def latencies(self, anchor: str = "schedule", timed_out: Callable[[Sent], float] | None = None) -> list[float]:
         """The answered requests' latencies in seconds, from the ``schedule`` or the ``send``;
         or, of streamed answers, the time to first token (``ttft``, from the schedule) or per
-        output token after it (``tpot``)."""
-        values = (r.value(anchor) for r in self.requests if r.error is None)
-        return [v for v in values if v is not None]
+        output token after it (``tpot``). Given ``timed_out``, each request that timed out is in
+        its place too, at the value it gives that request; other failures never are."""
+        values = []
+        for r in self.requests:
+            value = r.value(anchor)
+            if r.error is None and value is not None:
+                values.append(value)
+            elif r.error == TIMED_OUT and timed_out is not None:
+                values.append(timed_out(r))
+        return values
 
     @property
     def streamed(self) -> bool:
@@ -368,7 +378,7 @@ async def _run(
                     error = "http" if response.status >= 400 else None
                     return Sent(index, planned, sent, done, response.status, error, body, first, events)
             except asyncio.TimeoutError:
-                return Sent(index, planned, sent, None, 0, "timeout")
+                return Sent(index, planned, sent, None, 0, TIMED_OUT)
             except aiohttp.ClientError:
                 return Sent(index, planned, sent, None, 0, "connection")
 

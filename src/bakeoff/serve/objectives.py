@@ -61,7 +61,7 @@ from bakeoff.analysis.requirements import Requirement, parse_requirement_with
 from bakeoff.analysis.tail import correlated_percentile, integrated_time, requests_to_claim
 from bakeoff.codec import Value
 from bakeoff.errors import SpecError
-from bakeoff.serve.load import MAX_LAG_S, MAX_LAG_SHARE, LoadRun, Sent
+from bakeoff.serve.load import MAX_LAG_S, MAX_LAG_SHARE, TIMED_OUT, LoadRun, Sent
 
 __all__ = [
     "MIN_DURATION_S",
@@ -267,7 +267,7 @@ def _judge(
         found = correlated_percentile(timed, q, confidence)
         needed = requests_to_claim(q, confidence)
         # a request that timed out stands above every answer and the objective: a percentile there is unknown
-        beyond = max(timed) if _TIMED_OUT in run.errors() else math.inf
+        beyond = max(timed) if TIMED_OUT in run.errors() else math.inf
         value, low = (None if v >= beyond else v * 1e3 for v in (found.value, found.low))
         high = found.high * 1e3 if found.enough and found.high < beyond else None
         if found.effective < needed:
@@ -309,10 +309,6 @@ def _share_missed(req: Requirement, q: float, timed: Sequence[float], confidence
     )
 
 
-#: The error of a request that got no answer in its time.
-_TIMED_OUT = "timeout"
-
-
 def _timed(run: LoadRun, threshold_s: float, anchor: str = "schedule") -> list[float]:
     """The values a percentile objective is judged on, in schedule order: each answered
     request's (of the ``anchor`` series: :meth:`LoadRun.latencies`; an answer without it, as an
@@ -320,16 +316,8 @@ def _timed(run: LoadRun, threshold_s: float, anchor: str = "schedule") -> list[f
     every answer and the objective (it waited longer than its timeout: leaving it out would
     flatter the tail). Requests that failed otherwise (a refused connection, an error status)
     are left out."""
-    answered = run.latencies(anchor)
-    beyond = 2 * max([threshold_s, *answered]) + 1.0
-    values = []
-    for r in run.requests:
-        value = r.value(anchor)
-        if r.error is None and value is not None:
-            values.append(value)
-        elif r.error == _TIMED_OUT:
-            values.append(beyond)
-    return values
+    beyond = 2 * max([threshold_s, *run.latencies(anchor)]) + 1.0
+    return run.latencies(anchor, timed_out=lambda _r: beyond)
 
 
 def _within(r: Sent, objectives: Sequence[Requirement]) -> bool:
