@@ -39,7 +39,7 @@ from typing import Any
 
 from bakeoff.launch.deaths import died, timed_out
 from bakeoff.launch.job import Outcome, run_inline
-from bakeoff.launch.reaping import end_all, kill_group, running, subreaper
+from bakeoff.launch.reaping import descendants, end_all, kill_group, running, subreaper
 from bakeoff.launch.residency import map_like
 from bakeoff.launch.tempdirs import owned_tempdir
 
@@ -186,16 +186,6 @@ def forked_worker(argv: list[str]) -> int:
     serve = getattr(importlib.import_module(module), function)
     _worker(Connection(sock.detach()), crash_log, os.getppid(), phase_file, capture_dir, tuple(preload), serve)
     return 0
-
-
-def _descendants(pid: int | None) -> list[Any]:
-    """``psutil`` processes below ``pid`` (none where it has ended or cannot be read)."""
-    import psutil
-
-    try:
-        return psutil.Process(pid).children(recursive=True) if pid is not None else []
-    except psutil.Error:
-        return []
 
 
 class _Forked:
@@ -432,8 +422,11 @@ class Worker:
 
     def _ended(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` for the worker's process to end, by its exit status: a
-        process its job left running holds the spawned worker's sentinel open, so ``join``
+        process its job left running holds a spawned worker's sentinel open, so its ``join``
         would wait the whole time for a worker that has ended."""
+        if isinstance(self.process, _Forked):  # its fork server waits for it: one request, no sentinel
+            self.process.join(timeout_s)
+            return
         deadline = time.monotonic() + timeout_s
         while self.process.is_alive() and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -445,7 +438,7 @@ class Worker:
         files."""
         asked = self.retired
         self.broken = True
-        started = _descendants(self.process.pid)
+        started = descendants(self.process.pid)
         if not kill and self.process.is_alive() and self.conn is not None:
             if not asked:
                 try:

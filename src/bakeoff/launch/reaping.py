@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["death_signal", "end_all", "ended", "kill_group", "reap", "running", "subreaper"]
+__all__ = ["death_signal", "descendants", "end_all", "ended", "kill_group", "reap", "running", "subreaper"]
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -85,6 +85,17 @@ def running(process: Any) -> bool:
         return process.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def descendants(pid: int | None = None) -> list[Any]:
+    """``psutil`` processes below ``pid`` (this process by default); none where it has ended or
+    cannot be read."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
 
 
 def end_all(

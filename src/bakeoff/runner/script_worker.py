@@ -79,7 +79,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.checks.script_audit import AUDIT, MAX_AUDITED_OPS, ScriptAudit, read_audit
-from bakeoff.launch.reaping import end_all, running, subreaper
+from bakeoff.launch.reaping import descendants, end_all, running, subreaper
 from bakeoff.runner.script_stdin import STDIN_CAP, script_stdin
 from bakeoff.script import launch as launcher
 from bakeoff.script.child_reports import PROCESSES
@@ -125,10 +125,7 @@ _REAP_S = 10.0
 def _end_descendants(grace_s: float = _GRACE_S) -> list[str]:
     """Kill what the script started that is still running (after ``grace_s`` to end by itself)
     and reap it: ``name (pid N)`` of each one killed."""
-    import psutil
-
-    me = psutil.Process()
-    return end_all(lambda: [p for p in me.children(recursive=True) if running(p)], grace_s, _REAP_S)
+    return end_all(lambda: [p for p in descendants() if running(p)], grace_s, _REAP_S)
 
 
 #: What the supervisor gets when the process that started it ends (a ``kill -9`` of bakeoff):
