@@ -155,6 +155,51 @@ def bakeoff_cli(
     return _python("main", ["-m", "bakeoff", *args], list(args), env, cwd, timeout, input)
 
 
+class ForkedCLI:
+    """A CLI run :func:`start_cli` forked, read as a ``subprocess.Popen`` with text pipes is
+    (``communicate``, ``returncode``, ``kill``, ``wait``)."""
+
+    def __init__(self, server, pid: int, here, command: list[str]) -> None:
+        self._server, self.pid, self._here, self.args = server, pid, here, command
+        self.returncode: int | None = None
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        if self.returncode is None:
+            code = self._server.exit_code(self.pid, 3600.0 if timeout is None else timeout)
+            if code is None:
+                raise subprocess.TimeoutExpired(self.args, timeout or 3600.0)
+            self.returncode = code
+        out, err = (Path(self._here.name, f).read_text(errors="replace") for f in ("stdout", "stderr"))
+        return out, err
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            self.returncode = self._server.stop(self.pid, 0.0)
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        self._here.cleanup()
+        return self.returncode
+
+
+def start_cli(*args: str, env: dict | None = None, cwd: Path | str | None = None):
+    """``python -m bakeoff ARGS`` started and not waited for, its output piped as text: forked
+    as :func:`bakeoff_cli` forks a run where the environment allows (several may run at once,
+    such as the machines of one job), else a fresh ``subprocess.Popen``."""
+    import tempfile
+
+    full = dict(os.environ if env is None else env)
+    command = [sys.executable, "-m", "bakeoff", *args]
+    server = _forking_cli(full)
+    if server is not None:
+        here = tempfile.TemporaryDirectory(prefix="bakeoff-cli-")
+        stdout, stderr = (Path(here.name) / name for name in ("stdout", "stderr"))
+        pid = server.fork("tests.forked_cli:main", [os.devnull, *args], full, str(cwd or os.getcwd()), stdout, stderr)
+        if pid is not None:
+            return ForkedCLI(server, pid, here, command)
+        here.cleanup()
+    return subprocess.Popen(command, cwd=cwd, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def python_script(
     script: Path, *args: str, env: dict | None = None, cwd: Path | str | None = None, timeout: float | None = None
 ) -> subprocess.CompletedProcess[str]:  # fmt: skip
@@ -303,7 +348,13 @@ SHARED_WORK = {
 }
 #: Modules where only the tests that read a module-scoped run share it: those tests carry an
 #: ``xdist_group`` of their own, and the module's other tests spread over the workers.
-GROUPED_BY_TEST = {"test_exec.py", "test_exec_isolation.py", "test_serve_example.py", "test_sweep_cell_baseline.py"}
+GROUPED_BY_TEST = {
+    "test_compilation.py",
+    "test_exec.py",
+    "test_exec_isolation.py",
+    "test_serve_example.py",
+    "test_sweep_cell_baseline.py",
+}
 _UNIT = Path(__file__).parent / "unit"
 
 

@@ -13,10 +13,22 @@ LLAMA = "arch:llama?layers=1&hidden=32"
 FIVE = "seq=16,17,32,33,64"
 
 
+#: The tests that read the five-shape trial: one worker, one trial.
+_FIVE_SHAPES = pytest.mark.xdist_group("compilation_five_shapes")
+
+
+@pytest.fixture(scope="module")
+def five_shapes(tmp_path_factory: pytest.TempPathFactory):
+    """One trial of the five lengths with dynamic=false, as given and padded to two buckets: the
+    as-given result is what a trial without buckets gives (the buckets are a variant beside it)."""
+    db = tmp_path_factory.mktemp("five") / "bakeoff.db"
+    return bakeoff.trial(LLAMA, on="cpu+aot_eager?dynamic=false", db=db, profile=FIVE, pad_to_buckets="32,64", **FAST)
+
+
+@_FIVE_SHAPES
 @pytest.mark.compile
-def test_dynamic_false_recompiles_once_per_distinct_length(db):
-    run = bakeoff.trial(LLAMA, on="cpu+aot_eager?dynamic=false", db=db, profile=FIVE, **FAST)
-    result = run.result("cpu+aot_eager?dynamic=false")
+def test_dynamic_false_recompiles_once_per_distinct_length(five_shapes):
+    result = five_shapes.result("cpu+aot_eager?dynamic=false")
     assert result.verdict == "pass"
     c = result.compilation
     assert c.graphs == 5 and c.recompiles == 4
@@ -61,8 +73,12 @@ def _line_of(text: str) -> int:
 
 
 @pytest.mark.compile
-def test_recompile_limit_hits_are_reported(db):
-    lengths = ",".join(str(n) for n in range(8, 19))  # 11 distinct lengths, limit is 8
+def test_recompile_limit_hits_are_reported(db, monkeypatch):
+    import torch._dynamo.config
+
+    # the trial runs in this process (isolate=False): a limit of 2 is hit as 8 is past 8 lengths
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
+    lengths = ",".join(str(n) for n in range(8, 12))  # 4 distinct lengths, past the limit
     run = bakeoff.trial(LLAMA, on="cpu+aot_eager?dynamic=false", db=db, profile=f"seq={lengths}", **FAST)
     result = run.result("cpu+aot_eager?dynamic=false")
     assert result.compilation.recompile_limit_hits >= 1
@@ -70,9 +86,10 @@ def test_recompile_limit_hits_are_reported(db):
     assert result.verdict == "pass"  # the frames that fell back to eager still compute the right answer
 
 
+@_FIVE_SHAPES
 @pytest.mark.compile
-def test_bucketing_reduces_graphs_to_the_buckets_and_keeps_correctness(db):
-    run = bakeoff.trial(LLAMA, on="cpu+aot_eager?dynamic=false", db=db, profile=FIVE, pad_to_buckets="32,64", **FAST)
+def test_bucketing_reduces_graphs_to_the_buckets_and_keeps_correctness(five_shapes):
+    run = five_shapes
     as_is = run.result("cpu+aot_eager?dynamic=false")
     bucketed = run.result("cpu+aot_eager?dynamic=false", variant="bucketed")
     assert as_is.compilation.graphs == 5

@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from tests.conftest import EMU_ENV
+from tests.conftest import EMU_ENV, ForkedCLI, start_cli
 
 pytestmark = [pytest.mark.isolated, pytest.mark.emu]
 
@@ -61,15 +61,18 @@ def _node(
     work = tmp / f"node{node}"
     work.mkdir()
     (work / SCRIPT.name).write_text(SCRIPT.read_text())
-    command = [*inside, sys.executable, "-m", "bakeoff", "exec", "--on", "emu", "--nproc", "1", *ours]
-    command += ["--nodes", f"{node}/{count}@{host}:{port}", "--db", str(work / "b.db"), "--format", "json"]
+    command = ["exec", "--on", "emu", "--nproc", "1", *ours, "--nodes", f"{node}/{count}@{host}:{port}"]
+    command += ["--db", str(work / "b.db"), "--format", "json", SCRIPT.name, *args]
     environ = {k: v for k, v in os.environ.items() if k != "GLOO_SOCKET_IFNAME"} | EMU_ENV | env
+    if not inside:  # forked from this worker's warm process, as bakeoff_cli runs are
+        return start_cli(*command, env=environ, cwd=work)
     return subprocess.Popen(
-        [*command, SCRIPT.name, *args], cwd=work, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+        [*inside, sys.executable, "-m", "bakeoff", *command], cwd=work, env=environ, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
 
 
-def _docs(*processes: subprocess.Popen, said: list[str] | None = None) -> list[dict]:
+def _docs(*processes: subprocess.Popen | ForkedCLI, said: list[str] | None = None) -> list[dict]:
     found = []
     try:
         for process in processes:

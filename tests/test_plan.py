@@ -14,22 +14,25 @@ from bakeoff.target.spec import parse_target
 
 LLAMA = "arch:llama?layers=1&hidden=32"
 STATIC = "cpu+aot_eager?dynamic=false"
-ELEVEN = "seq=" + ",".join(str(n) for n in range(8, 19))  # 11 lengths: past the recompile limit of 8
+FOUR = "seq=8,9,10,11"  # 4 lengths: past a recompile limit of 2 (the test lowers it from 8: fewer compiles)
 
 
 @pytest.mark.compile
-def test_the_plan_finds_the_padded_variant_when_the_recompile_limit_is_hit(db):
-    plan = bakeoff.plan(LLAMA, on=STATIC, budget="10min", db=db, profile=ELEVEN, requirements=["recompiles<=0"],
+def test_the_plan_finds_the_padded_variant_when_the_recompile_limit_is_hit(db, monkeypatch):
+    import torch._dynamo.config
+
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)  # the plan runs in this process
+    plan = bakeoff.plan(LLAMA, on=STATIC, budget="10min", db=db, profile=FOUR, requirements=["recompiles<=0"],
                         isolate=False, min_samples=5, min_seconds=0.0)  # fmt: skip
     decision = plan.decision
-    assert (decision.outcome, decision.target) == ("recommended", f"{STATIC} padded to 18")
+    assert (decision.outcome, decision.target) == ("recommended", f"{STATIC} padded to 11")
     lines = " | ".join(decision.lines)
     assert f"{STATIC} ruled out by recompiles<=0 not met" in lines  # the as-is target: the seeded problem
     assert "cpu (for comparison, not a candidate)" in lines  # the reference was not asked for
-    assert {"name": "pad to buckets", "value": [18]} in plan.ledger
+    assert {"name": "pad to buckets", "value": [11]} in plan.ledger
     assert {"name": "compile dynamic", "value": False} in plan.ledger  # the user's choice is kept
     assert [s.name for s in plan.stages] == ["as given", "variants"]
-    assert plan.stages[1].targets == ("padded to 18",)  # no dynamic=true: the user fixed dynamic=false
+    assert plan.stages[1].targets == ("padded to 11",)  # no dynamic=true: the user fixed dynamic=false
     for stage in plan.stages:  # every stage's evidence is in the knowledge base
         assert bakeoff.show(stage.run_id, db=db).workload["spec"] == LLAMA
     tagged = {row.run_id for row in bakeoff.history(db=db, tag=plan.tag)}
