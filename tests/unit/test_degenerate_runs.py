@@ -17,13 +17,12 @@ import io
 import json
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from rich.console import Console
-from tests.conftest import cli_in_process
+from tests.conftest import bakeoff_cli, cli_in_process
 from tests.revisit_data import environment, make_run, target_result
 
 from bakeoff.report.evidence import build_evidence, render_json
@@ -201,13 +200,7 @@ def test_an_exec_run_that_captured_only_a_string_is_stored_and_read(tmp_path):
 
     def bakeoff(*args: str) -> subprocess.CompletedProcess[str]:
         """``bakeoff ARGS`` in the working directory, with ``--db`` before the last argument."""
-        return subprocess.run(
-            [sys.executable, "-m", "bakeoff", *args[:-1], "--db", str(db), args[-1]],
-            capture_output=True,
-            text=True,
-            cwd=work,
-            timeout=300,
-        )
+        return bakeoff_cli(*args[:-1], "--db", str(db), args[-1], cwd=work, timeout=300)
 
     ran = bakeoff("exec", "--on", "cpu+aot_eager", "--format", "json", "strings.py")
     assert ran.returncode == 0, ran.stderr
