@@ -594,7 +594,7 @@ def test_a_timing_run_that_fails_is_a_note_and_no_speed_up_comes_from_one_run(tm
     counter = tmp_path / "counter"
     ran = _exec(
         tmp_path, "spans_cuda.py", "--fail-run", "2", "--on", "emu", "--repeats", "2", "--no-audit",
-        "--format", "json", env={"SPANS_COUNTER": str(counter)}, timeout=900,
+        "--format", "json", env={"BAKEOFF_TEST_SPANS_COUNTER": str(counter)}, timeout=900,
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     reference, emu = json.loads(ran.stdout)["results"]
@@ -824,7 +824,7 @@ def test_a_public_style_script_runs_unchanged_to_the_end_on_the_test_device(publ
     assert said(emu, "using device") == "using device emu" and said(reference, "using device") == "using device cpu"
     assert emu["placement"]["verdict"] == "on_device", emu["placement"]
     faulty = _exec(tmp_path, "public_style.py", "--steps", "8", "--on", "emu", "--format", "json",
-                   env={**bf16, "PS_FAULT": "0.03"})  # fmt: skip
+                   env={**bf16, "BAKEOFF_TEST_PS_FAULT": "0.03"})  # fmt: skip
     assert faulty.returncode == 0, faulty.stderr
     wrong = json.loads(faulty.stdout)["results"][1]
     assert wrong["correctness"]["verdict"] == "fail" and "loss[" in wrong["correctness"]["reason"], wrong
