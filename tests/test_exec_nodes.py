@@ -56,7 +56,7 @@ def _free_ports(count: int) -> int:
 def _node(
     tmp: Path, node: int, count: int, port: int, env: dict[str, str], *ours: str, args: tuple[str, ...] = (),
     host: str = "127.0.0.1", inside: tuple[str, ...] = (),
-) -> subprocess.Popen:  # fmt: skip
+) -> subprocess.Popen | ForkedCLI:  # fmt: skip
     """One machine's ``bakeoff exec``; ``inside``: what runs it (``ip netns exec NAME``)."""
     work = tmp / f"node{node}"
     work.mkdir()
