@@ -76,7 +76,7 @@ def _line_of(text: str) -> int:
 def test_recompile_limit_hits_are_reported(db, monkeypatch):
     import torch._dynamo.config
 
-    # the trial runs in this process (isolate=False): a limit of 2 is hit as 8 is past 8 lengths
+    # the trial runs in this process (isolate=False): 4 lengths pass a limit of 2 as 11 pass the default 8
     monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
     lengths = ",".join(str(n) for n in range(8, 12))  # 4 distinct lengths, past the limit
     run = bakeoff.trial(LLAMA, on="cpu+aot_eager?dynamic=false", db=db, profile=f"seq={lengths}", **FAST)
