@@ -34,7 +34,7 @@ with mode():
     (x * 2).sum().item()
 ops_before = len(seen)
 loaded_before = "torch._dynamo" in sys.modules
-graph_ops = 0
+graph_ops = frames_under_mode = hooked_ops = 0
 if case["compile"]:
     f = torch.compile(lambda t: torch.sin(t) * 3 + 1, backend=case["compile"])
     f(torch.ones(4, device=device))  # compiled outside the mode, then run under it
@@ -43,12 +43,24 @@ if case["compile"]:
         y = f(torch.ones(4, device=device))
     graph_ops = len(seen) - before
     assert torch.allclose(y.cpu(), torch.sin(torch.ones(4)) * 3 + 1)
+    # a compiled module whose guards a hook breaks runs eagerly under the mode (the placement
+    # audit's case): dynamo must not try to compile a frame of the mode's own for each op
+    from torch._dynamo.utils import counters
+    net = torch.nn.Linear(4, 4).to(device)
+    g = torch.compile(net, backend=case["compile"])
+    g(torch.ones(2, 4, device=device))
+    net.register_forward_hook(lambda *args: None)
+    before, ops = counters["frames"]["total"], len(seen)
+    with mode():
+        g(torch.ones(2, 4, device=device))
+    frames_under_mode, hooked_ops = counters["frames"]["total"] - before, len(seen) - ops
 compilations = 0
 if case["emu"]:
     from bakeoff.emu.backend import COMPILATIONS
     compilations = len(COMPILATIONS)
 print(json.dumps({"loaded_before": loaded_before, "ops_before": ops_before, "graph_ops": graph_ops,
-                  "compilations": compilations}))
+                  "compilations": compilations, "frames_under_mode": frames_under_mode,
+                  "hooked_ops": hooked_ops}))
 """
 
 
@@ -62,7 +74,11 @@ def test_a_lazy_mode_leaves_dynamo_unimported_and_a_plain_mode_does_not() -> Non
 
 def test_a_script_that_compiles_gets_the_emu_backend_and_the_mode_sees_the_graphs_ops() -> None:
     ran = fresh_process_json(_SCRIPT, {"lazy": True, "emu": True, "compile": "emu"})
-    assert not ran["loaded_before"] and ran["compilations"] == 1  # registered when dynamo came
+    assert not ran["loaded_before"] and ran["compilations"] == 2  # registered when dynamo came (f, g)
     assert ran["graph_ops"] >= 3  # sin, mul, add ran eagerly inside the emu graph, under the mode
     eager = fresh_process_json(_SCRIPT, {"lazy": True, "emu": False, "compile": "aot_eager"})
     assert eager["graph_ops"] >= 3
+    # the hooked module's ops were all seen, and dynamo compiled none of the mode's frames
+    # (before they were marked: one frame per op, up to dynamo's recompile limit)
+    for run in (ran, eager):
+        assert run["hooked_ops"] >= 2 and run["frames_under_mode"] == 0, run

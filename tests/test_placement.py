@@ -213,6 +213,28 @@ def test_recorder_does_not_count_the_workloads_own_inputs_as_host_state():
     assert blind.host_state_sites() == [{"module": "MovesItsOwnInputs", "count": 1, "bytes": 128}]
 
 
+@pytest.mark.compile
+def test_auditing_a_compiled_model_compiles_nothing_more_and_sees_the_same_ops():
+    """The audit's hooks break a compiled model's guards, so under the audit it runs eagerly with
+    dynamo still watching its frames: dynamo must compile none of the audit's own frames (one per
+    op before they were marked, seconds per trial, and graph breaks that were bakeoff's)."""
+    import torch
+    from torch._dynamo.utils import counters, get_compilation_metrics
+
+    def compiled_so_far() -> tuple[int, int]:
+        return len(list(get_compilation_metrics())), sum(counters["graph_break"].values())
+
+    model, inputs = _load_fixture("mlp")
+    compiled = torch.compile(model, backend="eager")
+    with torch.no_grad():
+        compiled(*inputs)
+    before = compiled_so_far()
+    on_cpu = audit_module(model, lambda: compiled(*inputs), lambda d: d.type == "cpu", inputs=inputs)
+    assert compiled_so_far() == before  # unmarked: 6 more compilations and 6 graph breaks here
+    eager = audit_module(model, lambda: model(*inputs), lambda d: d.type == "cpu", inputs=inputs)
+    assert on_cpu.ops_total == eager.ops_total > 0 and on_cpu.device_calls == eager.device_calls
+
+
 def test_judge_verdicts_on_synthetic_findings():
     assert _judge()[0] == "on_device"
     assert _judge(cpu_target=True, host_ops={"aten::mm": 3})[0] == "not_applicable"

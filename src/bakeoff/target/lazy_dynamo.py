@@ -12,6 +12,13 @@ dynamo's own ``disable`` of it from the first call after dynamo was imported, by
 ``torch.compile`` or anything else, as PyTorch's wrapper would have made it. It relies on that
 wrapper's cache attribute (PyTorch 2.x's ``__dynamo_disable``); where a release has none, the
 mode keeps PyTorch's own behaviour.
+
+PyTorch's wrapper lives under ``torch/``, whose frames dynamo never tries to compile; the form
+given here lives in bakeoff, so its one frame is marked for dynamo to run as it is
+(``skip_code``) as soon as dynamo is there. Unmarked, every op the mode saw inside a compiled
+region's eager frames (a compiled target under the placement audit, a script's graph break) was a
+frame dynamo traced again, up to its recompile limit: seconds of tracing per trial, a warning on
+the terminal, and graph breaks in dynamo's counters that were bakeoff's, not the workload's.
 """
 
 from __future__ import annotations
@@ -33,7 +40,18 @@ def lazy_dynamo(mode: _Mode) -> _Mode:
     raw = getattr(wrapped, "__wrapped__", None)
     if raw is not None and getattr(raw, _CACHE, None) is None:
         setattr(raw, _CACHE, _disabled_once_loaded(raw))
+        _skip_frame_once_loaded()  # again for each new mode: dynamo's reset() may have unmarked it
     return mode
+
+
+def _skip_frame_once_loaded() -> bool:
+    """Mark the frame of :func:`_disabled_once_loaded`'s function as one dynamo never compiles,
+    where dynamo is imported; whether it is marked."""
+    skip_code = getattr(sys.modules.get("torch._dynamo.eval_frame"), "skip_code", None)
+    if skip_code is None:  # not imported yet, or a release without it
+        return False
+    skip_code(_CALL_CODE)
+    return True
 
 
 def _disabled_once_loaded(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -46,6 +64,11 @@ def _disabled_once_loaded(fn: Callable[..., Any]) -> Callable[..., Any]:
             if disable is None:  # dynamo is not imported (or half-way): nothing traces this call
                 return fn(*args, **kwargs)
             disabled = disable(fn, True, wrapping=False)
+            _skip_frame_once_loaded()
         return disabled(*args, **kwargs)
 
     return call
+
+
+#: The code object every function :func:`_disabled_once_loaded` returns shares.
+_CALL_CODE = _disabled_once_loaded(lambda: None).__code__
