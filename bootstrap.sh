@@ -17,3 +17,7 @@ if [ "$torch_req" != "skip" ]; then
     "${pip[@]}" "$torch_req"
 fi
 "${pip[@]}" -e ".[test]"
+# bakeoff's bytecode, written now: an editable install writes none, and where the environment
+# keeps Python from writing it at import (PYTHONDONTWRITEBYTECODE, set in many images) every
+# process would compile bakeoff's modules from their source again
+.venv/bin/python -m compileall -q -j0 src tests >/dev/null

@@ -14,6 +14,12 @@ import pytest
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# Where the environment keeps Python from writing bytecode (PYTHONDONTWRITEBYTECODE, set in many
+# images), each worker of the suite would rewrite and compile every test module again (8 s of CPU
+# apiece on two cores) and every run forked from it each bakeoff module it imports: they write it
+# (to the __pycache__ folders git ignores).
+sys.dont_write_bytecode = False
+
 # Every process the suite starts hashes as a run of `bakeoff exec` does (its default --seed 0), so
 # that the fork servers the runs start can be clones of this worker's template (see _forking_cli).
 os.environ.setdefault("PYTHONHASHSEED", "0")
