@@ -15,7 +15,8 @@ mode keeps PyTorch's own behaviour.
 
 PyTorch's wrapper lives under ``torch/``, whose frames dynamo never tries to compile; the form
 given here lives in bakeoff, so its one frame is marked for dynamo to run as it is
-(``skip_code``) as soon as dynamo is there. Unmarked, every op the mode saw inside a compiled
+(``skip_code``) when a mode is made with dynamo imported, or else at the mode's first op after
+dynamo came (that one op's frame may still be traced once). Unmarked, every op the mode saw inside a compiled
 region's eager frames (a compiled target under the placement audit, a script's graph break) was a
 frame dynamo traced again, up to its recompile limit: seconds of tracing per trial, a warning on
 the terminal, and graph breaks in dynamo's counters that were bakeoff's, not the workload's.
