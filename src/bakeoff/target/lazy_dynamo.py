@@ -16,10 +16,11 @@ mode keeps PyTorch's own behaviour.
 PyTorch's wrapper lives under ``torch/``, whose frames dynamo never tries to compile; the form
 given here lives in bakeoff, so its one frame is marked for dynamo to run as it is
 (``skip_code``) when a mode is made with dynamo imported, or else at the mode's first op after
-dynamo came (that one op's frame may still be traced once). Unmarked, every op the mode saw inside a compiled
-region's eager frames (a compiled target under the placement audit, a script's graph break) was a
-frame dynamo traced again, up to its recompile limit: seconds of tracing per trial, a warning on
-the terminal, and graph breaks in dynamo's counters that were bakeoff's, not the workload's.
+dynamo came (that one op's frame may still be traced once). Unmarked, every op the mode saw
+inside a compiled region's eager frames (a compiled target under the placement audit, a
+script's graph break) was a frame dynamo traced again, up to its recompile limit: seconds of
+tracing per trial, a warning on the terminal, and graph breaks in dynamo's counters that were
+bakeoff's, not the workload's.
 """
 
 from __future__ import annotations
@@ -45,14 +46,12 @@ def lazy_dynamo(mode: _Mode) -> _Mode:
     return mode
 
 
-def _skip_frame_once_loaded() -> bool:
+def _skip_frame_once_loaded() -> None:
     """Mark the frame of :func:`_disabled_once_loaded`'s function as one dynamo never compiles,
-    where dynamo is imported; whether it is marked."""
+    where dynamo is imported (else nothing)."""
     skip_code = getattr(sys.modules.get("torch._dynamo.eval_frame"), "skip_code", None)
-    if skip_code is None:  # not imported yet, or a release without it
-        return False
-    skip_code(_CALL_CODE)
-    return True
+    if skip_code is not None:  # None: not imported yet, or a release without it
+        skip_code(_CALL_CODE)
 
 
 def _disabled_once_loaded(fn: Callable[..., Any]) -> Callable[..., Any]:
