@@ -16,8 +16,8 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 # Where the environment keeps Python from writing bytecode (PYTHONDONTWRITEBYTECODE, set in many
 # images), each worker of the suite would rewrite and compile every test module again (8 s of CPU
-# apiece on two cores) and every run forked from it each bakeoff module it imports: they write it
-# (to the __pycache__ folders git ignores).
+# apiece on two cores), and every run forked from it each bakeoff module it imports. The suite's
+# processes write it instead, to the __pycache__ folders git ignores.
 sys.dont_write_bytecode = False
 
 # Every process the suite starts hashes as a run of `bakeoff exec` does (its default --seed 0), so
@@ -169,12 +169,19 @@ class ForkedCLI:
         self._server, self.pid, self._here, self.args = server, pid, here, command
         self.returncode: int | None = None
 
-    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+    def _ended(self, timeout: float | None) -> int:
         if self.returncode is None:
-            code = self._server.exit_code(self.pid, 3600.0 if timeout is None else timeout)
+            try:
+                code = self._server.exit_code(self.pid, 3600.0 if timeout is None else timeout)
+            except EOFError:  # the server ended, and its runs with it (SIGKILL, armed at their fork)
+                code = -signal.SIGKILL
             if code is None:
                 raise subprocess.TimeoutExpired(self.args, timeout or 3600.0)
             self.returncode = code
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self._ended(timeout)
         out, err = (Path(self._here.name, f).read_text(errors="replace") for f in ("stdout", "stderr"))
         return out, err
 
@@ -182,9 +189,11 @@ class ForkedCLI:
         if self.returncode is None:
             self.returncode = self._server.stop(self.pid, 0.0)
 
-    def wait(self, timeout: float | None = None) -> int | None:
+    def wait(self, timeout: float | None = None) -> int:
+        """Its exit code once it ended (as ``Popen.wait``); its output files go then."""
+        code = self._ended(timeout)
         self._here.cleanup()
-        return self.returncode
+        return code
 
 
 def start_cli(*args: str, env: dict | None = None, cwd: Path | str | None = None):
