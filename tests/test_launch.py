@@ -13,6 +13,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -193,6 +194,24 @@ def test_a_server_that_cannot_fork_leaves_the_worker_spawned():
         outcome = FreshProcess(server=broken).run(Seeded("value"), timeout_s=60)
         assert broken.broken and "no_such_module_anywhere" in broken.broken
     assert outcome.ok and outcome.value["answer"] == 42 and outcome.value["forked_from"] is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forked workers are Linux's")
+def test_a_worker_whose_directory_is_too_deep_for_a_socket_is_still_forked(
+    fork_server, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep's cell runner keeps its target workers' directories inside its own: past a Unix
+    socket's path limit, each of a cell's workers was spawned, paying an interpreter's start and
+    PyTorch's import."""
+    deep = tmp_path / ("d" * 64)  # the directory's own path is past the limit
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    short = tmp_path_factory.getbasetemp()
+    monkeypatch.setenv("TMPDIR", str(short))
+    outcome = FreshProcess(server=fork_server).run(Seeded("value"), timeout_s=60)
+    assert outcome.ok and outcome.value["forked_from"] == fork_server.pid
+    # the socket's directory went as the worker connected; the worker's own, with it
+    assert not list(short.glob(f"bakeoff-worker-{os.getpid()}-*")) and not list(deep.iterdir())
 
 
 @pytest.mark.parametrize(

@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from bakeoff.launch.deaths import died, timed_out
@@ -49,7 +50,7 @@ _STACK_SIGNAL = getattr(signal, "SIGUSR1", None)  # asks a hung worker for its P
 #: How long a worker may take to start and import what it preloads (torch, transformers) on a
 #: busy machine; a step's timeout counts from then.
 STARTUP_TIMEOUT_S = 300.0
-#: The longest path a Unix socket takes, less its final byte; a longer temporary directory spawns.
+#: The longest path a Unix socket takes, less its final byte (see :func:`_socket_dir`).
 _SOCKET_PATH_MAX = 100
 #: How much of the crash log (faulthandler's stacks) an error keeps.
 CRASH_LOG_CHARS = 4000
@@ -188,6 +189,24 @@ def forked_worker(argv: list[str]) -> int:
     return 0
 
 
+def _socket_dir(tmp: Path) -> Path | None:
+    """Where a forked worker's socket is bound until it connects: its own temporary directory
+    ``tmp``; where that path is too long for a Unix socket (a sweep's cell runner keeps its
+    workers' directories inside its own), a directory of its own in the environment's temporary
+    directory; None where that is too long too (the worker is spawned)."""
+    if len(str(tmp / "conn")) < _SOCKET_PATH_MAX:
+        return tmp
+    where = next((os.environ[name] for name in ("TMPDIR", "TEMP", "TMP") if os.environ.get(name)), "/tmp")
+    try:
+        short = owned_tempdir("worker", where)
+    except OSError:
+        return None
+    if len(str(short / "conn")) < _SOCKET_PATH_MAX:
+        return short
+    shutil.rmtree(short, ignore_errors=True)
+    return None
+
+
 class _Forked:
     """A worker's process forked by a fork server, read as ``multiprocessing`` reads a spawned
     one (``is_alive``, ``join``, ``kill``, ``exitcode``, ``pid``); killing it kills its process
@@ -245,10 +264,11 @@ class Worker:
         self.ready = False
         self.retired = False
         self._listening: socket.socket | None = None
+        self._socket_dir = _socket_dir(self._tmp) if server is not None else None
         self.conn: Any = None
         self.process: Any = None
         files = (str(self.crash_log), str(self.phase_file), str(self.capture_dir))
-        if server is not None and len(str(self._tmp / "conn")) < _SOCKET_PATH_MAX:
+        if self._socket_dir is not None:
             self.process = self._fork(server, files, preload, serve, name)
         if self.process is None:
             ctx = multiprocessing.get_context("spawn")
@@ -264,18 +284,26 @@ class Worker:
     def _fork(
         self, server: Any, files: tuple[str, ...], preload: tuple[str, ...], serve: Serve, name: str
     ) -> _Forked | None:
-        path = str(self._tmp / "conn")
+        assert self._socket_dir is not None
+        path = str(self._socket_dir / "conn")
         self._listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listening.bind(path)  # in this process's own temporary directory: no one else's to reach
+        self._listening.bind(path)  # in a temporary directory of this process's own: no one else's to reach
         self._listening.listen(1)
         argv = [path, *files, f"{serve.__module__}:{serve.__qualname__}", name, json.dumps(sys.path), *preload]
         out, err = (str(self._tmp / f"{stream}.log") for stream in ("stdout", "stderr"))
         pid = server.fork("bakeoff.launch.process:forked_worker", argv, dict(os.environ), os.getcwd(), out, err)
         if pid is None:
-            self._listening.close()
-            self._listening = None
+            self._close_listening()
             return None
         return _Forked(server, pid)
+
+    def _close_listening(self) -> None:
+        """The forked worker's socket is no longer listened to (it connected, or never will)."""
+        if self._listening is not None:
+            self._listening.close()
+            self._listening = None
+        if self._socket_dir is not None and self._socket_dir != self._tmp:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
 
     def _accepted(self, timeout_s: float) -> bool:
         """A forked worker's connection back, within ``timeout_s`` (False: it ended or did not
@@ -289,7 +317,7 @@ class Worker:
             if ready:
                 sock, _ = self._listening.accept()
                 self.conn = Connection(sock.detach())
-                self._listening.close()
+                self._close_listening()
                 return True
             if not self.process.is_alive():
                 return False
@@ -451,7 +479,7 @@ class Worker:
         self._ended(10)
         if started:
             end_all(lambda: [p for p in started if running(p)], settle_s=0.0, reap_s=5.0)
-        for opened in (self.conn, self._listening):
-            if opened is not None:
-                opened.close()
+        if self.conn is not None:
+            self.conn.close()
+        self._close_listening()
         shutil.rmtree(self._tmp, ignore_errors=True)

@@ -36,14 +36,15 @@ def host_tag() -> str:
     return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
 
 
-def owned_tempdir(kind: str) -> Path:
-    """A new temporary directory named after this process, made after removing the stale ones
-    (:func:`remove_stale_tempdirs`: one look at the temporary directory, each time, because a
-    long-lived process such as a Ray worker outlives the processes whose directories it finds)."""
+def owned_tempdir(kind: str, where: str | None = None) -> Path:
+    """A new temporary directory named after this process, in ``where`` (None: the temporary
+    directory), made after removing the stale ones (:func:`remove_stale_tempdirs`: one look
+    there, each time, because a long-lived process such as a Ray worker outlives the processes
+    whose directories it finds)."""
     if kind not in KINDS:
         raise ValueError(f"unknown temporary directory kind {kind!r}")
-    remove_stale_tempdirs()
-    return Path(tempfile.mkdtemp(prefix=f"bakeoff-{kind}-{os.getpid()}-{host_tag()}-"))
+    remove_stale_tempdirs(Path(where) if where is not None else None)
+    return Path(tempfile.mkdtemp(prefix=f"bakeoff-{kind}-{os.getpid()}-{host_tag()}-", dir=where))
 
 
 def remove_stale_tempdirs(tmp: Path | None = None) -> list[Path]:
