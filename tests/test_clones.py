@@ -65,6 +65,23 @@ ENTRY = textwrap.dedent(
                 found.append(int(stat.rpartition(")")[2].split()[1]))
         print(json.dumps({"parents": found, "me": os.getpid()}))
         return 0
+
+    def signals(argv):  # a run ignoring Ctrl-C and blocking SIGUSR1 (as a bakeoff worker is) starts a server
+        import signal, subprocess
+        from bakeoff.launch.forkserver import ForkServer
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+        def masks(status):
+            fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+            return [fields["SigIgn"].strip(), fields["SigBlk"].strip()]
+        fresh = subprocess.run([sys.executable, "-c", "print(open('/proc/self/status').read())"],
+                               capture_output=True, text=True, check=True).stdout
+        with ForkServer(["csentry"], dict(os.environ)) as server:
+            server.preload("json")  # a request: it is ready
+            parent = int(open(f"/proc/{server.pid}/stat").read().rpartition(")")[2].split()[1])
+            theirs = masks(open(f"/proc/{server.pid}/status").read())
+        print(json.dumps({"parent": parent, "server": theirs, "fresh": masks(fresh)}))
+        return 0
     """
 )
 
@@ -178,6 +195,18 @@ def test_the_template_refuses_what_its_requesters_record_of_it_no_longer_fits(en
         seen = _run(less, tmp_path, "parents", "umask=077", "csentry")
         assert seen["parents"] == [seen["me"]]
         assert _run(less, tmp_path, "parents", "csentry")["parents"] == [less.pid]  # the control
+
+
+def test_a_run_ignoring_ctrl_c_gets_a_clone_that_ignores_and_blocks_what_a_fresh_server_would(template, tmp_path):
+    """A bakeoff worker ignores Ctrl-C (its parent stops it): a sweep's cell runner asking for
+    its trials' server was refused, and started a fresh interpreter for each sweep."""
+    import signal
+
+    seen = _run(template, tmp_path, "signals")
+    assert seen["parent"] == template.pid  # a clone
+    assert seen["server"] == seen["fresh"]  # what a fresh interpreter started by the run inherits
+    assert int(seen["server"][0], 16) & (1 << (signal.SIGINT - 1))
+    assert int(seen["server"][1], 16) & (1 << (signal.SIGUSR1 - 1))
 
 
 def test_a_template_started_without_stdin_gives_its_clones_the_requesters(env, tmp_path):

@@ -18,8 +18,9 @@ A clone starts where a fresh server of the request would, so a request is cloned
   interpreter starts, and a clone keeps the template's (set alike in both; where it is unset in
   both, every clone of one template shares the template's random seed);
 - the requester's process has what a fresh server would inherit from it alike with the
-  template's (:func:`process_key`: ignored and blocked signals, umask, resource limits, CPU
-  affinity, priority, cgroup, OOM score adjustment).
+  template's (:func:`process_key`: umask, resource limits, CPU affinity, priority, cgroup, OOM
+  score adjustment), except the signals it ignores and blocks, which the clone takes from the
+  request (a bakeoff worker ignores Ctrl-C: a sweep's cell runner asks for its trials' server).
 
 The requester checks the first two against its record of the template; the template checks all
 three again (its record may be out of date) and refuses a request that does not fit. Any request
@@ -57,6 +58,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "SIGNALS",
     "EnvKey",
     "Template",
     "environment_key",
@@ -67,6 +69,7 @@ __all__ = [
     "refusal",
     "request",
     "supported",
+    "take_signals",
     "withdraw",
 ]
 
@@ -125,17 +128,20 @@ def supported() -> bool:
     return True
 
 
+#: The first entries of :func:`process_key` a clone takes from its request (:func:`take_signals`)
+#: instead of matching the template's: the signals ignored and those blocked.
+SIGNALS = 2
+
+
 def process_key() -> list[Any]:
     """What a fresh server inherits from the process that starts it, beside the environment:
     the signals it ignores or blocks, its umask, resource limits, CPU affinity, priority, cgroup
-    and OOM score adjustment. A clone has its template's, so they must match (Linux: where
-    clones are :func:`supported`)."""
+    and OOM score adjustment. A clone takes the first :data:`SIGNALS` from its request and has
+    its template's others, so they must match (Linux: where clones are :func:`supported`)."""
     import resource
-    import signal
 
-    pythons_own = (1 << (signal.SIGPIPE - 1)) | (1 << (signal.SIGXFSZ - 1))  # ignored by every interpreter
     status = dict(line.split(":", 1) for line in _read("/proc/self/status").splitlines() if ":" in line)
-    ignored = int(status.get("SigIgn", "0").strip() or "0", 16) & ~pythons_own
+    ignored = int(status.get("SigIgn", "0").strip() or "0", 16) & ~_PYTHONS_OWN
     limits = [[name, *resource.getrlimit(getattr(resource, name))] for name in sorted(dir(resource))
               if name.startswith("RLIMIT_")]  # fmt: skip
     return [
@@ -148,6 +154,35 @@ def process_key() -> list[Any]:
         _read("/proc/self/cgroup"),
         _read("/proc/self/oom_score_adj").strip(),
     ]
+
+
+def _pythons_own() -> int:
+    import signal
+
+    return (1 << (signal.SIGPIPE - 1)) | (1 << (signal.SIGXFSZ - 1))
+
+
+#: The signals every interpreter ignores itself, whatever it inherited.
+_PYTHONS_OWN = _pythons_own()
+
+
+def take_signals(process: list[Any]) -> bool:
+    """Ignore and block the signals a requester's ``process`` key (:func:`process_key`) says,
+    as a fresh interpreter it started would have inherited them (where one is ignored, Python
+    installs no handler of its own; where not, SIGINT gets Python's ``KeyboardInterrupt``);
+    returns whether this process's key now says the same."""
+    import signal
+
+    ignored, blocked = int(process[0]), int(process[1] or "0", 16)
+    for number in sorted(int(s) for s in signal.valid_signals()):
+        if number in (signal.SIGKILL, signal.SIGSTOP) or (1 << (number - 1)) & _PYTHONS_OWN:
+            continue
+        wanted = bool(ignored & (1 << (number - 1)))
+        if wanted != (signal.getsignal(number) == signal.SIG_IGN):
+            default = signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL
+            signal.signal(number, signal.SIG_IGN if wanted else default)
+    signal.pthread_sigmask(signal.SIG_SETMASK, {n for n in signal.valid_signals() if blocked & (1 << (int(n) - 1))})
+    return process_key()[:SIGNALS] == process[:SIGNALS]
 
 
 def _read(path: str) -> str:
@@ -257,6 +292,6 @@ def refusal(asked: Mapping[str, Any], imported: Sequence[str], key: EnvKey, proc
         return f"the template imported {sorted(set(imported) - set(asked['preload']))}, which the request does not"
     if environment_key(asked["env"]) != key:
         return "the request's environment differs from the template's in a variable read at import"
-    if asked["process"] != json.loads(json.dumps(process)):
-        return "the requester's process differs from the template's (signals, limits, affinity, priority or cgroup)"
+    if asked["process"][SIGNALS:] != json.loads(json.dumps(process))[SIGNALS:]:  # a clone takes the signals
+        return "the requester's process differs from the template's (limits, affinity, priority or cgroup)"
     return None

@@ -225,6 +225,8 @@ def _clone(listening: socket.socket, template_fds: Sequence[int], imported: Sequ
         return pid
     code = 1
     try:  # the clone: never returns
+        if not _clones.take_signals(asked["process"]):  # before its first word: the requester starts fresh
+            return None
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=os.dup(fd)) as first:
             itself = os.pidfd_open(os.getpid())  # the requester holds this clone, not a pid that may be reused
             socket.send_fds(first, [json.dumps({"cloned": os.getpid()}).encode() + b"\n"], [itself])
