@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import threading
 from collections.abc import Mapping, Sequence
@@ -156,14 +157,8 @@ def process_key() -> list[Any]:
     ]
 
 
-def _pythons_own() -> int:
-    import signal
-
-    return (1 << (signal.SIGPIPE - 1)) | (1 << (signal.SIGXFSZ - 1))
-
-
 #: The signals every interpreter ignores itself, whatever it inherited.
-_PYTHONS_OWN = _pythons_own()
+_PYTHONS_OWN = (1 << (signal.SIGPIPE - 1)) | (1 << (signal.SIGXFSZ - 1))
 
 
 def take_signals(process: list[Any]) -> bool:
@@ -171,8 +166,6 @@ def take_signals(process: list[Any]) -> bool:
     as a fresh interpreter it started would have inherited them (where one is ignored, Python
     installs no handler of its own; where not, SIGINT gets Python's ``KeyboardInterrupt``);
     returns whether this process's key now says the same."""
-    import signal
-
     ignored, blocked = int(process[0]), int(process[1] or "0", 16)
     for number in sorted(int(s) for s in signal.valid_signals()):
         if number in (signal.SIGKILL, signal.SIGSTOP) or (1 << (number - 1)) & _PYTHONS_OWN:
