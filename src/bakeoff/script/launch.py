@@ -74,6 +74,7 @@ from bakeoff.script.devices import DeviceMap
 from bakeoff.script.inputs import InputFiles
 from bakeoff.script.launch_result import CAPTURES, FORMAT, RESULT, LaunchResult, ScriptError, read_result
 from bakeoff.script.modules import NONE, ModuleCalls, check_patterns
+from bakeoff.script.process_groups import kept_process_groups
 from bakeoff.script.replicas import FinalWeights
 from bakeoff.script.returns import Returns
 
@@ -263,7 +264,11 @@ def launch(
         sys.argv = [script, *args]
         sys.path[0] = os.path.dirname(os.path.realpath(script))
         try:
-            with recording(losses=losses) as recorded, remapped_children(mapping, strict=strict, out=out):
+            with (
+                recording(losses=losses) as recorded,
+                remapped_children(mapping, strict=strict, out=out),
+                kept_process_groups(),
+            ):
                 captures = recorded
                 returns = Returns(capture, script, recorded) if capture else None
                 modules = ModuleCalls(capture_modules, recorded) if set(capture_modules) - {NONE} else None
