@@ -360,7 +360,7 @@ def exec_script(
         ref_run = once(reference, not as_written, False, 0)
         ref_run = _misplaced(ref_run, reference.spec, settings.sources[0] if as_written else reference.torch_device)
         preloaded_notes = []
-        if server is not None and ref_run.compiler_imported and settings.nproc == 1 and nodes is None:
+        if server is not None and ref_run.compiler_imported:
             seconds = server.preload(COMPILER)  # the runs after it start with PyTorch's compiler imported
             if seconds is not None and ref_run.wall_s is not None and settings.repeats == 0:  # timed: from later runs
                 preloaded_notes.append(

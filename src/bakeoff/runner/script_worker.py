@@ -276,12 +276,9 @@ FRESH_EXIT = 75
 #: What a fork server (:mod:`bakeoff.launch.forkserver`) imports before it forks runs: what a
 #: run's process imports before the script's first statement, except what enabling a device does.
 PRELOAD = ("torch", "numpy", "bakeoff.runner.script_worker", "bakeoff.script.remap", "bakeoff.checks.rounding")
-#: PyTorch's compiler, which a script's first optimizer imports: a single process's runs after the
-#: first that imported it are forked from a server that imported this too
-#: (:mod:`bakeoff.script.compiler_preload`: a run that changes what it read starts fresh). Not a
-#: job's ranks: with the compiler imported before ``init_process_group``, a DDP job's rank can
-#: deadlock tearing down its gloo process group (a gloo thread waits for the GIL its destructor
-#: holds), a hang the script would not have as written.
+#: PyTorch's compiler, which a script's first optimizer imports: the runs (and a job's ranks) after
+#: the first that imported it are forked from a server that imported this too
+#: (:mod:`bakeoff.script.compiler_preload`: a run that changes what it read starts fresh).
 COMPILER = "bakeoff.script.compiler_preload"
 #: The file a run leaves in its output directory when its script imported PyTorch's compiler.
 COMPILER_USED = "compiler-imported"
