@@ -46,12 +46,15 @@ def test_a_script_that_sets_a_variable_the_compiler_read_runs_again_fresh_and_is
     with ForkServer(PRELOAD, run_environment(0)) as server:
         first, out = _run(tmp_path / "first", server, "SOME_FLAG_OF_ITS_OWN", "1")
         assert out == ["preloaded False", "fx_graph_cache True"] and first.compiler_imported
+        assert not first.compiler_preloaded
         seconds = server.preload(COMPILER)
         assert seconds is not None and seconds > 0.05  # importing torch._dynamo takes seconds
-        _, out = _run(tmp_path / "control", server, "SOME_FLAG_OF_ITS_OWN", "1")
+        control, out = _run(tmp_path / "control", server, "SOME_FLAG_OF_ITS_OWN", "1")
         assert out == ["preloaded True", "fx_graph_cache True"], "the control did not run forked"
-        _, out = _run(tmp_path / "fault", server, "TORCHINDUCTOR_FX_GRAPH_CACHE", "0")
+        assert control.compiler_preloaded  # the reference's note says the runs after it had it imported
+        fault, out = _run(tmp_path / "fault", server, "TORCHINDUCTOR_FX_GRAPH_CACHE", "0")
         assert out == ["preloaded False", "fx_graph_cache False"], "not heard, or the forked run's lines kept"
+        assert not fault.compiler_preloaded  # run again fresh: it imported the compiler itself
 
 
 def test_a_script_that_never_imports_the_compiler_says_so(tmp_path):

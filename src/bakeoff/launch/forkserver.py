@@ -224,6 +224,11 @@ class ForkServer:
             return float(reply["seconds"])
 
     @property
+    def preloaded(self) -> tuple[str, ...]:
+        """The modules the server imported before its runs, :meth:`preload` 's included."""
+        return tuple(self._preload)
+
+    @property
     def idle(self) -> bool:
         """Whether every run it forked has ended and been asked about (:meth:`exit_code`)."""
         return not self._running

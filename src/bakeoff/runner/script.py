@@ -359,29 +359,23 @@ def exec_script(
         say(f"running {script.name} as the reference on {'its own device' if as_written else reference.spec}")
         ref_run = once(reference, not as_written, False, 0)
         ref_run = _misplaced(ref_run, reference.spec, settings.sources[0] if as_written else reference.torch_device)
-        preloaded_notes = []
         if server is not None and ref_run.compiler_imported:
-            seconds = server.preload(COMPILER)  # the runs after it start with PyTorch's compiler imported
-            if seconds is not None and ref_run.wall_s is not None and settings.repeats == 0:  # timed: from later runs
-                preloaded_notes.append(
-                    "its wall time includes importing PyTorch's compiler (torch._dynamo, which the script's "
-                    "optimizer or compile imported), which the runs after it had imported before they started"
-                )
+            server.preload(COMPILER)  # the runs after it start with PyTorch's compiler imported
         read = input_digests(workdir, ref_run.result.get("inputs_read") or ())  # as the reference read them
         workload = script_workload(located, argv, shown=script, inputs=read)
         reference_name = "the script as written" if as_written else f"the script on {reference.spec}"
-        honest, honest_notes = None, []
+        honest, ref_notes = None, []
         if ref_run.status == "ok":
             say(f"running {script.name} again as the honest reference (every op within a few units of roundoff)")
             honest = once(reference, not as_written, False, 1, honest=True)
             if honest.status != "ok":
                 why = clip(honest.error.message, 200) if honest.error else "it failed"
-                honest_notes.append(
+                ref_notes.append(
                     f"the honest reference (the script again under rounding noise) did not finish: {why}; "
                     "captures are judged by allclose to the reference alone, blind to the spread rounding makes"
                 )
                 honest = None
-        results = [_result(reference, ref_run, True, None, [*preloaded_notes, *honest_notes], settings.repeats > 0)]
+        results: list[TargetResult] = []  # the reference's goes first once the runs after it are known
         evidence: list[ScriptRun | None] = [ref_run]
         for target in targets:
             if target == reference:
@@ -404,6 +398,16 @@ def exec_script(
             shared = device_for(target)[1]
             results.append(_result(target, run, False, context, [shared] if shared else (), settings.repeats > 0))
             evidence.append(run)
+        later = [run for run in (honest, *evidence[1:]) if run is not None]
+        preloaded = sum(run.compiler_preloaded for run in later)
+        if preloaded and ref_run.wall_s is not None and settings.repeats == 0:  # timed: from later runs
+            which = "the runs after it" if preloaded == len(later) else f"{preloaded} of the {len(later)} runs after it"
+            ref_notes.insert(
+                0,
+                "its wall time includes importing PyTorch's compiler (torch._dynamo, which the script's "
+                f"optimizer or compile imported), which {which} had imported before they started",
+            )
+        results.insert(0, _result(reference, ref_run, True, None, ref_notes, settings.repeats > 0))
         # the timing runs, in turns (the reference, then each target, N times): drift hits all alike
         timing: list[list[ScriptRun] | None] = [[] if settings.repeats and r.status == "ok" else None for r in results]
         for i in range(settings.repeats):

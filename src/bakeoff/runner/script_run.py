@@ -64,7 +64,8 @@ class ScriptRun:
     """One run of the script: what the launcher wrote (``result``, the captures by name and
     call), how the process ended (``status`` ok or error, with ``error``) and the files it wrote
     in its working directory (``outputs``; None when they were not looked at); whether the script
-    imported PyTorch's compiler (``compiler_imported``)."""
+    imported PyTorch's compiler (``compiler_imported``), and whether the run started with it
+    imported, forked from a server that had (``compiler_preloaded``)."""
 
     status: str
     wall_s: float | None
@@ -75,6 +76,7 @@ class ScriptRun:
     audit: dict[str, Any] | None = None
     outputs: Outputs | None = None
     compiler_imported: bool = False
+    compiler_preloaded: bool = False
 
 
 #: The module a run's process runs.
@@ -208,7 +210,7 @@ def run_script(
     The run's temporary directory is named after this process, so that a later run removes it
     when this process was killed before it could (:mod:`bakeoff.launch.tempdirs`)."""
 
-    from bakeoff.runner.script_worker import COMPILER_USED, FRESH
+    from bakeoff.runner.script_worker import COMPILER, COMPILER_USED, FRESH
 
     ranks = _Ranks(nproc, nodes, job, gloo_ifname)
 
@@ -253,7 +255,9 @@ def run_script(
                 outputs = read_outputs(work, written(work, before, SKIP_DIRS, ours))
             status = "ok" if error is None else "error"
             compiler = any((base / "out").rglob(COMPILER_USED))
-            return ScriptRun(status, wall, result, captured, error, log.entries(), audited, outputs, compiler)
+            preloaded = server is not None and COMPILER in server.preloaded
+            found = (status, wall, result, captured, error, log.entries(), audited, outputs, compiler, preloaded)
+            return ScriptRun(*found)
         finally:
             shutil.rmtree(base, ignore_errors=True)
 
