@@ -117,6 +117,14 @@ def _registered_backends(include_hidden: bool = False) -> list[str]:
     return sorted(n for n in names if include_hidden or not any(h in n for h in _HIDDEN))
 
 
+def _registered(name: str) -> bool:
+    """Whether dynamo has a backend ``name``: one PyTorch's own source registers (read, without
+    importing ``torch._dynamo``: :mod:`bakeoff.target.dynamo_names`), else asked of its registry."""
+    from bakeoff.target.dynamo_names import pytorch_backends
+
+    return name in pytorch_backends() or name in _registered_backends(include_hidden=True)
+
+
 def backend_status(name: str, device: str | None = None) -> BackendInfo:
     """Whether backend ``name`` can be used here (for ``device``, if given): a ``torch.compile``
     backend, or an engine of bakeoff's registry (:mod:`bakeoff.target.engines`) that says itself."""
@@ -137,13 +145,13 @@ def backend_status(name: str, device: str | None = None) -> BackendInfo:
     if needs_device is not None and device is None and not device_status(needs_device).available:
         return BackendInfo(name, False, f"backend '{name}' needs a {needs_device} device ({how})")
     for module in engine.modules:
-        if name in _registered_backends(include_hidden=True):
+        if _registered(name):
             break
         try:
             importlib.import_module(module)
         except Exception as exc:
             return BackendInfo(name, False, f"importing {module} failed: {type(exc).__name__}: {exc}")
-    if name not in _registered_backends(include_hidden=True):
+    if not _registered(name):
         return BackendInfo(name, False, f"no torch.compile backend named '{name}' is registered")
     return BackendInfo(name, True, "registered")
 
@@ -226,8 +234,11 @@ def check_backend_name(name: str) -> None:
     A known backend whose library is missing is not an input error (it is skipped with a
     reason); a typo such as ``inductr`` is.
     """
+    from bakeoff.target.dynamo_names import pytorch_backends
     from bakeoff.target.engines import registry
 
+    if name in registry() or name in pytorch_backends():  # known without importing torch._dynamo
+        return
     known = set(_registered_backends()) | set(registry())
     if name not in known and name not in _registered_backends(include_hidden=True):
         raise SpecError(
