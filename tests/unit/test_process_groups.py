@@ -80,7 +80,7 @@ def test_a_destroyed_subgroup_is_kept_and_the_world_stays(tmp_path: Path) -> Non
         world = _init(tmp_path)
         sub = dist.new_group([0])
         kept = weakref.ref(sub)
-        dist.destroy_process_group(sub)
+        dist.destroy_process_group(group=sub)
         del sub
         assert not _freed(kept)
         assert dist.is_initialized() and world() is dist.group.WORLD

@@ -57,9 +57,9 @@ def kept_process_groups() -> Iterator[None]:
 
     def keeping(destroy: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(destroy)
-        def destroy_process_group(group: Any = None) -> Any:
-            kept.extend(_released(group))
-            return destroy(group)
+        def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+            kept.extend(_released(args[0] if args else kwargs.get("group")))
+            return destroy(*args, **kwargs)
 
         return destroy_process_group
 
