@@ -16,8 +16,8 @@ releases and drops it after the script, where PyTorch frees the group with the G
 script that creates the default group again frees the kept ones first (their store may hold the
 port the new one binds).
 
-What it cannot see: a group freed by C++ without ``destroy_process_group`` (it stays in PyTorch's
-own registry, so the script's end does not free it either).
+What it leaves alone: a group the script never destroys. PyTorch's own registry holds it to the
+interpreter's end, so the reducer is not its last holder either.
 """
 
 from __future__ import annotations
