@@ -256,8 +256,9 @@ def run_script(
             status = "ok" if error is None else "error"
             compiler = any((base / "out").rglob(COMPILER_USED))
             preloaded = server is not None and COMPILER in server.preloaded
-            found = (status, wall, result, captured, error, log.entries(), audited, outputs, compiler, preloaded)
-            return ScriptRun(*found)
+            return ScriptRun(
+                status, wall, result, captured, error, log.entries(), audited, outputs, compiler, preloaded
+            )
         finally:
             shutil.rmtree(base, ignore_errors=True)
 
