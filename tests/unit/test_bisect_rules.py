@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bakeoff.verdicts.bisect import BisectStep, conclude, control_spread, judge_change, put_back, reproduced
+from bakeoff.verdicts.bisect import (
+    BisectStep,
+    conclude,
+    control_spread,
+    judge_change,
+    put_back,
+    reproduced,
+    within_reproduction,
+)
 
 
 def _samples(median_ms: float, jitter: float = 0.01, n: int = 40, seed: int = 0) -> list[float]:
@@ -69,3 +77,21 @@ def test_the_answer_agrees_with_the_verdicts_beside_it():
     none = conclude("yes", [idle], 3.0, 1.0, 3.1)
     assert none.startswith("no change put back alone moves the figure back")
     assert conclude("no", [idle], 1.0, 1.0, 3.1).startswith("the regression does not reproduce here now")
+
+
+def test_where_the_regression_does_not_reproduce_no_change_moves_it_back():
+    # the seeded case: a change measured faster than the controls on a busy machine, while the
+    # trial as it is runs as fast as the before run (it failed the bisect test under load)
+    faster = BisectStep(
+        "env.NOTE", None, "1", "moves it back", p50_ms=1.0, speedup={"value": 1.6, "low": 1.2, "high": 2}
+    )
+    worse = BisectStep(
+        "env.SLOW", None, "1", "makes it worse", p50_ms=2.0, speedup={"value": 0.5, "low": 0.4, "high": 0.6}
+    )
+    judged = within_reproduction("no", [faster, worse])
+    assert judged[0].verdict == "not conclusive" and "does not reproduce here now" in judged[0].why
+    assert (judged[0].p50_ms, judged[0].speedup) == (faster.p50_ms, faster.speedup)  # the figures stay
+    assert judged[1] == worse  # a slowdown is a measurement, not a cause named
+    # the controls: where it reproduces, or may, the verdict stands
+    assert within_reproduction("yes", [faster]) == (faster,)
+    assert within_reproduction("not conclusive", [faster]) == (faster,)

@@ -31,6 +31,7 @@ from bakeoff.verdicts.bisect import (
     judge_change,
     put_back,
     reproduced,
+    within_reproduction,
 )
 
 __all__ = ["PARENT_ENV", "bisect_trial"]
@@ -157,6 +158,7 @@ def bisect_trial(
         control_ms = percentile(pooled, 50) if pooled else None
         before_ms, after_ms = percentile(before[1], 50), percentile(after[1], 50)
         still = reproduced(before[1], pooled, spread, threshold, after_ms / before_ms) if pooled else "not conclusive"
+        steps = list(within_reproduction(still, steps))
         return Bisection(
             workload=workload,
             target=target,

@@ -23,6 +23,8 @@ First of all, the controls must show the regression: their samples against the "
 (``reproduced``: at least half the regression on a log scale, and more than the threshold). If
 the trial as it is now runs as fast as the before run, or only a little slower than it, no
 environment change is the cause; the difference was the machine's state when one of them ran.
+A change measured faster than the controls then moves back nothing: it is ``not conclusive``
+(:func:`within_reproduction`), its figures kept.
 
 What it cannot see: two changes that only matter together (each is put back alone), a change
 of what bisect cannot put back (the machine, the Python version, a package that was added), and
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bakeoff.analysis.compare import ratio_of_medians
@@ -50,6 +52,7 @@ __all__ = [
     "judge_change",
     "put_back",
     "reproduced",
+    "within_reproduction",
 ]
 
 
@@ -157,6 +160,17 @@ def reproduced(
     if ratio["high"] < bar:
         return "no"
     return "not conclusive"
+
+
+def within_reproduction(still: str, steps: Sequence[BisectStep]) -> tuple[BisectStep, ...]:
+    """``steps`` as judged once ``still`` (:func:`reproduced`) is known: where the regression
+    does not reproduce here, no change put back moves it back (a step measured faster than the
+    controls on a busy machine said so beside a conclusion naming no cause), so such a step is
+    ``not conclusive``, its figures kept and the reason given."""
+    if still != "no":
+        return tuple(steps)
+    why = "the regression does not reproduce here now, so there is nothing for this change to move back"
+    return tuple(replace(s, verdict="not conclusive", why=why) if s.verdict == "moves it back" else s for s in steps)
 
 
 def _named(step: BisectStep) -> str:
