@@ -234,14 +234,12 @@ def check_backend_name(name: str) -> None:
     A known backend whose library is missing is not an input error (it is skipped with a
     reason); a typo such as ``inductr`` is.
     """
-    from bakeoff.target.dynamo_names import pytorch_backends
     from bakeoff.target.engines import registry
 
-    if name in registry() or name in pytorch_backends():  # known without importing torch._dynamo
+    if name in registry() or _registered(name):  # PyTorch's own names known without importing torch._dynamo
         return
     known = set(_registered_backends()) | set(registry())
-    if name not in known and name not in _registered_backends(include_hidden=True):
-        raise SpecError(
-            f"unknown torch.compile backend {name!r}; registered here: " + ", ".join(sorted(known)),
-            hint="run `bakeoff targets` to see the backends",
-        )
+    raise SpecError(
+        f"unknown torch.compile backend {name!r}; registered here: " + ", ".join(sorted(known)),
+        hint="run `bakeoff targets` to see the backends",
+    )
