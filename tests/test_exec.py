@@ -527,6 +527,8 @@ def test_python_child_processes_run_remapped_and_their_rewrites_join_the_ledger(
     )
     on_emu = _exec(tmp_path, "spawns_children.py", "parent", "subprocess", "--on", "emu", "--format", "json")
     assert on_cpu.returncode == 0 and on_emu.returncode == 0, on_cpu.stderr + on_emu.stderr
+    # the honest reference judges a target's captures: with no target, it does not run
+    assert "honest reference" not in on_cpu.stderr and "again as the honest reference" in on_emu.stderr
     (reference,) = json.loads(on_cpu.stdout)["results"]
     results = [reference, json.loads(on_emu.stdout)["results"][1]]
     parent, work = _line("torch.zeros(1).cuda()", "spawns_children.py"), _line(".cuda() * n", "spawns_children.py")

@@ -365,7 +365,7 @@ def exec_script(
         workload = script_workload(located, argv, shown=script, inputs=read)
         reference_name = "the script as written" if as_written else f"the script on {reference.spec}"
         honest, ref_notes = None, []
-        if ref_run.status == "ok":
+        if ref_run.status == "ok" and others:  # judges only the targets' captures: none, no run
             say(f"running {script.name} again as the honest reference (every op within a few units of roundoff)")
             honest = once(reference, not as_written, False, 1, honest=True)
             if honest.status != "ok":
