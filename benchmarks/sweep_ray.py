@@ -11,6 +11,7 @@ than a cell has target workers, cells run one at a time on Ray too (see
 
 Usage:
     .venv/bin/python benchmarks/sweep_ray.py [--types llama,gpt2] [--quick] [--on cpu] [--json out.json]
+    .venv/bin/python benchmarks/sweep_ray.py --workload py:models.py:mlp   # your own workloads instead
 """
 
 from __future__ import annotations
@@ -48,19 +49,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--types", default=None, help="comma-separated model types (default: six)")
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK_TYPES)}")
+    parser.add_argument(
+        "--workload", action="append", default=[], help="a workload spec instead of the arch: types (repeatable)"
+    )
     parser.add_argument("--on", default="cpu", help="targets (default: cpu)")
     parser.add_argument("--json", default=None, help="also write the figures here")
     args = parser.parse_args(argv)
     types = args.types.split(",") if args.types else list(QUICK_TYPES if args.quick else TYPES)
     with tempfile.TemporaryDirectory(prefix="bakeoff-sweep-ray-") as tmp:
         population = Path(tmp) / "population.txt"
-        population.write_text("\n".join(f"arch:{t}" for t in types) + "\n", encoding="utf-8")
+        specs = args.workload or [f"arch:{t}" for t in types]
+        population.write_text("\n".join(specs) + "\n", encoding="utf-8")
         local = run("local", population, args.on, Path(tmp) / "local.db")
         ray = run("ray", population, args.on, Path(tmp) / "ray.db")
     cells = len(local["cells"])
     same = local["cells"] == ray["cells"]
     per_cell = (ray["wall_s"] - ray["startup_s"] - local["wall_s"]) / max(cells, 1)
-    print(f"population: {len(types)} arch: workloads on {args.on} ({cells} cells), timing none")
+    kind = "given" if args.workload else "arch:"
+    print(f"population: {len(specs)} {kind} workload(s) on {args.on} ({cells} cells), timing none")
     print(f"identical grades and categories: {'yes' if same else 'NO'}")
     for result in (local, ray):
         grades = sorted({str(g) for g, _ in result["cells"].values()})
@@ -71,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             if local["cells"][key] != ray["cells"].get(key):
                 print(f"  differs: {key}: local {local['cells'][key]} ray {ray['cells'].get(key)}")
     if args.json:
-        figures = {"types": types, "on": args.on, "identical": same, "overhead_per_cell_s": per_cell}
+        figures = {"workloads": specs, "on": args.on, "identical": same, "overhead_per_cell_s": per_cell}
         figures |= {r["executor"]: {k: v for k, v in r.items() if k != "cells"} for r in (local, ray)}
         Path(args.json).write_text(json.dumps(figures, indent=2), encoding="utf-8")
     return 0 if same else 1

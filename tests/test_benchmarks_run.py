@@ -140,7 +140,9 @@ SCRIPTS: dict[str, tuple[list[str], list[str], list]] = {
         [],
     ),
     "sweep_ray.py": (
-        ["--types", "llama"],  # one tiny architecture on the local pool and on a local Ray cluster
+        # one plain torch model on the local pool and on a local Ray cluster: the Ray worker and its
+        # target workers need not import transformers
+        ["--workload", py_workload("mlp")],
         [
             r"identical grades and categories: yes",
             rf"ray start-up: {NUMBER} s; overhead per cell beyond it: [+-]{NUMBER} s",
