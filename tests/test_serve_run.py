@@ -182,9 +182,17 @@ def test_a_service_that_compiles_each_new_shape_shows_it_in_its_cold_replica_and
     assert control["requests"] == fault["requests"] == int(RATE * 2.0)
     assert fault["first_ms"] >= 300.0 and fault["attainment"] < control["attainment"], (fault, control)
     assert fault["high"] < 1.0  # requests stuck behind a compile: shown to miss, with its interval
-    assert control["attainment"] >= 0.9 and control["first_ms"] < 300.0, control
+    # the clean control has no stall. Its own figures are this machine's: in a full suite on two
+    # busy cores its fresh replica's first request took 486 ms and 72% of its first 2 s met p90
+    # (9.5 ms and 100% on a quiet machine), so it is judged against the fault, whose replica has
+    # the same cold start and eight 300 ms stalls on top (2.4 s to its first answer, 0% met here)
+    assert control["first_ms"] < fault["first_ms"] and control["attainment"] >= fault["attainment"] + 0.3, (
+        control,
+        fault,
+    )
     # once warm, every shape has compiled: the measured traffic is as the reference's
-    assert emu.scenarios[0].facts["judgement"]["goodput_share"] >= 0.9
+    warm = [r.scenarios[0].facts["judgement"]["goodput_share"] for r in (reference, emu)]
+    assert warm[1] >= min(0.9, warm[0] - 0.1), warm
     (said,) = [n for n in emu.notes if n.startswith("cold replica: ")]
     assert f"{fault['attainment'] * 100:.1f}% of the 50 requests of its first 2 s within every objective" in said
     assert "once warm" in said and "its first request took" in said
