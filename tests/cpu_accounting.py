@@ -40,12 +40,12 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     Path(folder).mkdir(parents=True, exist_ok=True)
     _state.update(group=group, out=open(Path(folder) / f"{worker}.jsonl", "a", encoding="utf-8"))
-    _state["usage"] = group / "cpuacct.usage"
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Back to the root group, and the group removed where nothing is left in it."""
     if "group" in _state:
+        _state["out"].close()
         (_CPUACCT / "cgroup.procs").write_text(str(os.getpid()))
         try:
             _state["group"].rmdir()
@@ -55,12 +55,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    if "usage" not in _state:
+    if "group" not in _state:
         yield
         return
-    cpu, wall = int(_state["usage"].read_text()), time.time()
+    usage = _state["group"] / "cpuacct.usage"
+    cpu, wall = int(usage.read_text()), time.time()
     yield
-    used = (int(_state["usage"].read_text()) - cpu) / 1e9
+    used = (int(usage.read_text()) - cpu) / 1e9
     _state["out"].write(json.dumps([item.nodeid, round(used, 2), round(time.time() - wall, 2), round(wall, 1)]) + "\n")
     _state["out"].flush()
 
