@@ -455,15 +455,27 @@ def test_one_op_fewer_unsupported_is_seen_by_regressions(tmp_path):
 @pytest.mark.emu
 def test_a_build_baton_left_by_a_killed_builder_does_not_block_the_next_load():
     """torch marks an extension build with a ``lock`` file and makes every later load wait for
-    it to go; a builder killed mid-build (a sweep cell's runner, Ctrl-C) leaves it for ever."""
+    it to go; a builder killed mid-build (a sweep cell's runner, Ctrl-C) leaves it for ever.
+
+    The cache is the suite's shared one, which other workers' processes load from at the same
+    time: the stale baton is left as a builder leaves it, under the loaders' ``flock`` (a baton
+    touched beside a loader inside torch's build made it wait for ever, and this process on the
+    ``flock`` it held), and is told from a live loader's own baton by its content."""
     script = textwrap.dedent(
         """
-        import json, sys
+        import fcntl, json, uuid
         import bakeoff.emu.extension as extension
-        stale = extension.cache_dir() / "lock"
-        stale.touch()  # what a killed builder leaves
+        cache = extension.cache_dir()
+        stale, token = cache / "lock", uuid.uuid4().hex
+        with open(cache / "bakeoff-build.lock", "w") as held:  # a builder, killed: the kernel drops its flock
+            fcntl.flock(held, fcntl.LOCK_EX)
+            stale.write_text(token)
         extension.load_extension()
-        print(json.dumps({"loaded": True, "stale_left": stale.exists()}))
+        try:
+            left = stale.read_text() == token
+        except FileNotFoundError:
+            left = False
+        print(json.dumps({"loaded": True, "stale_left": left}))
         """
     )
     ran = python_code(script, timeout=600)
