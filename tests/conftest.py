@@ -116,9 +116,9 @@ def _forking_cli(env: dict[str, str]):
     transformers too, where they preload it (:mod:`bakeoff.launch.clones`).
 
     The servers are started in this worker's environment, and started again when it changed
-    (libraries the tests run in this process set variables of their own: Ray's RAY_CLIENT_MODE,
-    inductor's TORCHINDUCTOR_CACHE_DIR, which every later run then inherits) or when the CLI's
-    server broke."""
+    (libraries the tests run in this process set variables of their own, such as Ray's
+    RAY_CLIENT_MODE, which every later run then inherits; inductor naming its own cache directory
+    does not count, :func:`bakeoff.launch.clones.environment_key`) or when the CLI's server broke."""
     import atexit
 
     from bakeoff.launch.clones import environment_key

@@ -356,9 +356,10 @@ def test_a_worker_killed_while_it_starts_is_a_death_not_a_start_that_never_came(
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forked workers are Linux's")
-def test_the_shared_server_is_kept_until_an_import_time_variable_changes(monkeypatch):
+def test_the_shared_server_is_kept_until_an_import_time_variable_changes(monkeypatch, tmp_path):
     from bakeoff.launch.warm import shared_server
 
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)  # as in a process that never ran inductor
     first = shared_server(("json",))
     monkeypatch.setenv("BAKEOFF_SOMETHING_OF_ITS_OWN", "1")  # read again by every worker
     monkeypatch.setenv("TMPDIR", str(Path.cwd()))
@@ -371,6 +372,14 @@ def test_the_shared_server_is_kept_until_an_import_time_variable_changes(monkeyp
     assert second.env["TORCH_SHOW_CPP_STACKTRACES"] == "1"
     outcome = FreshProcess(server=second).run(Seeded("value"), timeout_s=60)
     assert outcome.ok and outcome.value["forked_from"] == second.pid
+    # inductor names its cache directory in the environment the first time anything asks (a
+    # compile, a FLOP count): the directory it uses unset, so the server is kept; another is not
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    cache_dir()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] and shared_server(("json",)) is second
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    assert shared_server(("json",)) is not second
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forked workers are Linux's")

@@ -53,6 +53,7 @@ import json
 import os
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -89,12 +90,33 @@ EnvKey = tuple[tuple[str, str], ...]
 
 def environment_key(env: Mapping[str, str]) -> EnvKey:
     """The part of ``env`` a server's imports may have read: what must match for it to serve."""
+    own_cache = _inductors_own_cache(env)
     kept = (
         (name, value)
         for name, value in env.items()
-        if name not in _READ_AGAIN and not name.startswith(_READ_AGAIN_PREFIXES)
+        if name not in _READ_AGAIN
+        and not name.startswith(_READ_AGAIN_PREFIXES)
+        and not (name == _INDUCTOR and own_cache)
     )
     return tuple(sorted(kept))
+
+
+#: Inductor names its cache directory in this variable the first time anything in a process asks
+#: for it (a compile, a FLOP count), and reads it back on every later use.
+_INDUCTOR = "TORCHINDUCTOR_CACHE_DIR"
+
+
+def _inductors_own_cache(env: Mapping[str, str]) -> bool:
+    """Whether ``env`` names inductor's cache directory as the one it names itself when the
+    variable is unset: the same for every import and run, so a process that ran inductor does
+    not need servers of its own afterwards. Judged where PyTorch is imported (asking it costs
+    nothing there); elsewhere the variable counts as any other."""
+    value = env.get(_INDUCTOR)
+    if value is None or "torch" not in sys.modules:
+        return False
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    return value == os.path.abspath(default_cache_dir())
 
 
 @dataclass(frozen=True)
