@@ -109,14 +109,15 @@ _INDUCTOR = "TORCHINDUCTOR_CACHE_DIR"
 def _inductors_own_cache(env: Mapping[str, str]) -> bool:
     """Whether ``env`` names inductor's cache directory as the one it names itself when the
     variable is unset: the same for every import and run, so a process that ran inductor does
-    not need servers of its own afterwards. Judged where PyTorch is imported (asking it costs
-    nothing there); elsewhere the variable counts as any other."""
+    not need servers of its own afterwards. Judged only where inductor's cache module is imported
+    already (where inductor named it): importing it imports inductor, which a server must not
+    have done before its runs, so elsewhere (a template asked for a clone) the variable counts
+    as any other, and a request that differs in it alone is refused there and served fresh."""
     value = env.get(_INDUCTOR)
-    if value is None or "torch" not in sys.modules:
+    utils = sys.modules.get("torch._inductor.runtime.cache_dir_utils")
+    if value is None or utils is None:
         return False
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-
-    return value == os.path.abspath(default_cache_dir())
+    return value == os.path.abspath(utils.default_cache_dir())
 
 
 @dataclass(frozen=True)
