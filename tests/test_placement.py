@@ -453,9 +453,12 @@ def test_one_op_fewer_unsupported_is_seen_by_regressions(tmp_path):
 
 
 @pytest.mark.emu
-def test_a_build_baton_left_by_a_killed_builder_does_not_block_the_next_load():
+def test_a_build_baton_left_by_a_killed_builder_does_not_block_the_next_load_and_a_finished_build_is_loaded_directly():
     """torch marks an extension build with a ``lock`` file and makes every later load wait for
-    it to go; a builder killed mid-build (a sweep cell's runner, Ctrl-C) leaves it for ever.
+    it to go; a builder killed mid-build (a sweep cell's runner, Ctrl-C) leaves it for ever, and
+    no stamp of a finished build. The next load builds (torch's loader, which clears nothing
+    itself) and stamps what it linked; the one after it loads that library without torch's
+    loader (the control: nothing of ``torch.utils.cpp_extension`` imported).
 
     The cache is the suite's shared one, which other workers' processes load from at the same
     time: the stale baton is left as a builder leaves it, under the loaders' ``flock`` (a baton
@@ -463,21 +466,38 @@ def test_a_build_baton_left_by_a_killed_builder_does_not_block_the_next_load():
     ``flock`` it held), and is told from a live loader's own baton by its content."""
     script = textwrap.dedent(
         """
-        import fcntl, json, uuid
+        import fcntl, json, sys, uuid
         import bakeoff.emu.extension as extension
         cache = extension.cache_dir()
         stale, token = cache / "lock", uuid.uuid4().hex
         with open(cache / "bakeoff-build.lock", "w") as held:  # a builder, killed: the kernel drops its flock
             fcntl.flock(held, fcntl.LOCK_EX)
             stale.write_text(token)
+            (cache / extension.BUILT).unlink(missing_ok=True)
+        before = "torch.utils.cpp_extension" in sys.modules
         extension.load_extension()
         try:
             left = stale.read_text() == token
         except FileNotFoundError:
             left = False
-        print(json.dumps({"loaded": True, "stale_left": left}))
+        print(json.dumps({"before": before, "torch_loader": "torch.utils.cpp_extension" in sys.modules,
+                          "stale_left": left, "stamped": (cache / extension.BUILT).exists()}))
         """
     )
     ran = python_code(script, timeout=600)
     assert ran.returncode == 0, ran.stderr[-2000:]
-    assert json.loads(ran.stdout.splitlines()[-1]) == {"loaded": True, "stale_left": False}
+    found = json.loads(ran.stdout.splitlines()[-1])
+    assert found == {"before": False, "torch_loader": True, "stale_left": False, "stamped": True}
+    again = textwrap.dedent(
+        """
+        import json, sys
+        import torch
+        import bakeoff.emu as emu
+        emu.enable()
+        ok = float((torch.ones(2, device="emu") * 3).sum().cpu()) == 6.0
+        print(json.dumps({"torch_loader": "torch.utils.cpp_extension" in sys.modules, "ran": ok}))
+        """
+    )
+    ran = python_code(again, timeout=600)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert json.loads(ran.stdout.splitlines()[-1]) == {"torch_loader": False, "ran": True}
