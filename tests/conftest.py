@@ -133,7 +133,7 @@ def _forking_cli(env: dict[str, str]):
 
     The servers are started in this worker's environment, and started again when it changed
     (libraries the tests run in this process set variables of their own, such as Ray's
-    RAY_CLIENT_MODE, which every later run then inherits; inductor naming its own cache directory
+    RAY_CLIENT_MODE, which every later run then inherits; inductor naming its cache directory
     does not count, :func:`bakeoff.launch.clones.environment_key`) or when the CLI's server broke."""
     import atexit
 

@@ -271,19 +271,20 @@ def test_an_execs_run_environment_differs_from_its_own_only_where_a_clone_may_di
         assert environment_key(run_environment(seed)) == environment_key({**os.environ, "PYTHONHASHSEED": str(seed)})
 
 
-def test_a_template_asked_for_a_clone_by_a_process_that_ran_inductor_imports_no_inductor(env, tmp_path, monkeypatch):
-    """The requester ran inductor, which named its own cache directory in the environment: there
-    the variable is left out of the key (the same directory as unset), but the template must not
-    learn that by importing inductor. Seeded fault: the key once asked PyTorch where the directory
-    is wherever torch was imported, which imported inductor into the template as it checked the
-    request, and every later clone and run of it started with the compiler imported."""
+def test_a_process_that_ran_inductor_still_gets_clones_and_its_template_imports_no_inductor(env, tmp_path, monkeypatch):
+    """The requester ran inductor, which named its cache directory in the environment (it reads it
+    again when it compiles, never when imported): its servers are still the template's clones, and
+    neither they nor the template have inductor imported. Seeded faults: a key that counted the
+    variable (the requester's processes then started every server fresh, after one FLOP count),
+    and a key that asked PyTorch for inductor's default directory wherever torch was imported
+    (it imported inductor into the template that checked the request, and so into every clone)."""
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     clean = {name: value for name, value in env.items() if name != "TORCHINDUCTOR_CACHE_DIR"}
     with ForkServer(["torch"], clean, clones=True) as template:
         named = {**clean, "TORCHINDUCTOR_CACHE_DIR": cache_dir()}  # as inductor names it, in this process
-        assert environment_key(named) == environment_key(clean)
         with ForkServer(["torch", "csentry"], named) as server:
+            assert server.cloned
             assert _run(server, tmp_path, "report", "torch._inductor", "torch._dynamo")["modules"] == []
         assert _run(template, tmp_path, "report", "torch._inductor", "torch._dynamo")["modules"] == []

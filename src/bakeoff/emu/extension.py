@@ -4,8 +4,8 @@ checkout (:func:`cache_dir`), one process at a time (:func:`load_extension`).
 
 Once a build there is finished (a stamp of the library it linked, written after torch's loader
 returned it), every later process loads that library directly: torch's loader imports
-``setuptools`` and asks ``ninja`` whether the build is current, 0.3-0.5 s of CPU in each process
-that enables the device (a trial's workers, each run of an exec, each rank), for an answer the
+``setuptools`` and asks ``ninja`` whether the build is current, 0.2 s of CPU in each process that
+enables the device (a trial's workers, each run of an exec, each rank), for an answer the
 directory's name already gives."""
 
 from __future__ import annotations

@@ -53,7 +53,6 @@ import json
 import os
 import signal
 import socket
-import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -77,8 +76,13 @@ __all__ = [
 
 #: Variables a forked worker reads afresh, so a change to them needs no new server.
 _READ_AGAIN_PREFIXES = ("BAKEOFF_", "PYTEST_")
+#: ``TORCHINDUCTOR_CACHE_DIR``: inductor sets it in a process the first time anything there asks
+#: for its cache (a compile, a FLOP count) and reads it back when it compiles; no server's preload
+#: reads it when imported (a server that imports the compiler is an exec's, whose runs need its
+#: exact environment), so a process that ran inductor keeps its servers and templates.
 _READ_AGAIN = frozenset(
     {"COLUMNS", "LINES", "TERM", "NO_COLOR", "FORCE_COLOR", "TMPDIR", "TEMP", "TMP", "PWD", "OLDPWD"}
+    | {"TORCHINDUCTOR_CACHE_DIR"}
 )
 #: The largest request a template reads (an environment of a few thousand variables).
 _MAX_REQUEST = 1 << 20
@@ -90,34 +94,12 @@ EnvKey = tuple[tuple[str, str], ...]
 
 def environment_key(env: Mapping[str, str]) -> EnvKey:
     """The part of ``env`` a server's imports may have read: what must match for it to serve."""
-    own_cache = _inductors_own_cache(env)
     kept = (
         (name, value)
         for name, value in env.items()
-        if name not in _READ_AGAIN
-        and not name.startswith(_READ_AGAIN_PREFIXES)
-        and not (name == _INDUCTOR and own_cache)
+        if name not in _READ_AGAIN and not name.startswith(_READ_AGAIN_PREFIXES)
     )
     return tuple(sorted(kept))
-
-
-#: Inductor names its cache directory in this variable the first time anything in a process asks
-#: for it (a compile, a FLOP count), and reads it back on every later use.
-_INDUCTOR = "TORCHINDUCTOR_CACHE_DIR"
-
-
-def _inductors_own_cache(env: Mapping[str, str]) -> bool:
-    """Whether ``env`` names inductor's cache directory as the one it names itself when the
-    variable is unset: the same for every import and run, so a process that ran inductor does
-    not need servers of its own afterwards. Judged only where inductor's cache module is imported
-    already (where inductor named it): importing it imports inductor, which a server must not
-    have done before its runs, so elsewhere (a template asked for a clone) the variable counts
-    as any other, and a request that differs in it alone is refused there and served fresh."""
-    value = env.get(_INDUCTOR)
-    utils = sys.modules.get("torch._inductor.runtime.cache_dir_utils")
-    if value is None or utils is None:
-        return False
-    return value == os.path.abspath(utils.default_cache_dir())
 
 
 @dataclass(frozen=True)

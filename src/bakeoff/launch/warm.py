@@ -17,8 +17,8 @@ some variables when they are imported; a request made after the environment chan
 new server (the old one is ended once no worker forked from it runs). Variables read again by
 the worker do not count (:func:`~bakeoff.launch.clones.environment_key`): bakeoff's own,
 pytest's, the terminal's, the shell's working directories, the temporary directory
-(``tempfile`` forgets the server's), and inductor's cache directory where it names the one
-inductor names itself (it does so, in this process, the first time anything here asks for it).
+(``tempfile`` forgets the server's), and inductor's cache directory (which inductor names in
+this process the first time anything here asks for it, and reads when it compiles).
 Where this process reaches a template that fits, the server is its clone (:mod:`bakeoff.launch.clones`).
 A worker that must import in an environment of its own (a target's switches) is spawned as
 before, and so is every worker where the platform cannot fork (:func:`~bakeoff.launch.forkserver.forkable`)
