@@ -470,7 +470,7 @@ def test_a_build_baton_left_by_a_killed_builder_does_not_block_the_next_load_and
         import bakeoff.emu.extension as extension
         cache = extension.cache_dir()
         stale, token = cache / "lock", uuid.uuid4().hex
-        with open(cache / "bakeoff-build.lock", "w") as held:  # a builder, killed: the kernel drops its flock
+        with open(cache / extension.BUILDER_LOCK, "w") as held:  # a builder, killed: the kernel drops its flock
             fcntl.flock(held, fcntl.LOCK_EX)
             stale.write_text(token)
             (cache / extension.BUILT).unlink(missing_ok=True)

@@ -30,6 +30,8 @@ MODULE = "bakeoff_emu"
 CFLAGS = ("-O1",)
 #: Written beside a finished build: the stamp of the library it linked.
 BUILT = "bakeoff-built"
+#: The file every loader here holds a ``flock`` on while it loads (and maybe builds).
+BUILDER_LOCK = "bakeoff-build.lock"
 
 
 def cache_dir() -> Path:
@@ -62,7 +64,7 @@ def _builder_lock(cache: Path) -> Iterator[None]:
     except ImportError:  # no flock here: torch's own baton only
         yield
         return
-    with open(cache / "bakeoff-build.lock", "w", encoding="utf-8") as held:
+    with open(cache / BUILDER_LOCK, "w", encoding="utf-8") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         (cache / "lock").unlink(missing_ok=True)
         yield

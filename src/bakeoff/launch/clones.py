@@ -81,9 +81,11 @@ _READ_AGAIN_PREFIXES = ("BAKEOFF_", "PYTEST_")
 #: reads it when imported (a server that imports the compiler is an exec's, whose runs need its
 #: exact environment), so a process that ran inductor keeps its servers and templates.
 _READ_AGAIN = frozenset(
-    {"COLUMNS", "LINES", "TERM", "NO_COLOR", "FORCE_COLOR", "TMPDIR", "TEMP", "TMP", "PWD", "OLDPWD"}
-    | {"TORCHINDUCTOR_CACHE_DIR"}
-)
+    {
+        "COLUMNS", "LINES", "TERM", "NO_COLOR", "FORCE_COLOR", "TMPDIR", "TEMP", "TMP", "PWD", "OLDPWD",
+        "TORCHINDUCTOR_CACHE_DIR",
+    }
+)  # fmt: skip
 #: The largest request a template reads (an environment of a few thousand variables).
 _MAX_REQUEST = 1 << 20
 #: What a request holds.
