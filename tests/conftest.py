@@ -27,8 +27,9 @@ os.environ.setdefault("PYTHONHASHSEED", "0")
 # PyTorch's OpenMP threads (libgomp) spin after each parallel region before they sleep. The suite
 # runs a worker more than there are cores, each with processes of its own, so the spinning takes
 # CPU from the others' work: test_localization.py and test_compilation.py on two workers used
-# 134-142 CPU-s spinning and 119-120 sleeping at once, alternated on one machine. No test judges
-# speed. Set before any of the suite's processes imports torch; every process they start inherits it.
+# 134-142 CPU-s spinning and 119-120 sleeping at once, alternated on one machine. The tests that
+# compare times seed differences far above a thread's wake-up. Set before any of the suite's
+# processes imports torch; every process they start inherits it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 FIXTURES = Path(__file__).parent / "fixtures"
