@@ -367,23 +367,18 @@ SHARED_WORK = {
     "test_fit.py",
     "test_layers.py",
     "test_localization.py",
-    "test_localize_records.py",
     "test_report_browser.py",
     "test_signals.py",
-    "test_sweep.py",
     "test_sweep_ray.py",
     "test_training_parity.py",
     "test_checkpoint.py",
     "test_quality.py",
     "test_coldstart.py",
-    "test_dist.py",
-    "test_dist_watch.py",
     "test_script_launch.py",
     "test_workloads.py",
     "test_suite_grouping.py",
     "test_exec_ranks.py",
     "test_exec_nodes.py",
-    "test_launch.py",
 }
 #: Modules where only the tests that read a module-scoped run share it: those tests carry an
 #: ``xdist_group`` of their own, and the module's other tests spread over the workers.
@@ -414,12 +409,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for scope in _work_order(items) for item in scope]
 
 
-#: Modules whose tests mostly wait on the clock (a service under traffic at a fixed rate for
-#: seconds, a core or less busy): one group, handed out first, so that one worker goes through
-#: them one after another beside the two that keep the cores busy. Spread over the workers in
-#: collection order they came last, two or three at once, and the suite's last three minutes ran
-#: with the two cores 60% busy.
-ON_THE_CLOCK = {"test_serve_run.py", "test_serve_load.py", "test_serve_service.py", "test_serve_audit.py"}
+#: Modules whose tests mostly wait on the clock, a core or less busy: a service under traffic
+#: at a fixed rate for seconds; a job, rank, sweep cell or localisation left to hang or run past
+#: its timeout. One group, handed out first, so that one worker goes through them one after
+#: another beside the two that keep the cores busy. Spread over the workers in collection order,
+#: the services came last, two or three at once, and the suite's last three minutes ran with the
+#: two cores 60% busy; with the hang and timeout modules in groups of their own, those came first
+#: beside the services, and the first four minutes ran with the cores 75% busy (88% in one group).
+ON_THE_CLOCK = {
+    "test_serve_run.py", "test_serve_load.py", "test_serve_service.py", "test_serve_audit.py",
+    "test_launch.py", "test_dist_watch.py", "test_localize_records.py", "test_sweep.py", "test_dist.py",
+}  # fmt: skip
 ON_THE_CLOCK_GROUP = "on_the_clock"
 
 

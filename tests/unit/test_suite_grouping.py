@@ -17,16 +17,19 @@ def test_a_module_that_shares_work_is_one_group(request: pytest.FixtureRequest) 
 
 def test_every_module_with_module_scoped_work_keeps_it_on_one_worker() -> None:
     """A module-scoped fixture is computed once per worker that runs one of its tests: a module
-    that has one is a group of its own, or its readers carry an ``xdist_group`` (listed)."""
+    that has one is a group of its own, one of the modules on the clock (one group), or its readers
+    carry an ``xdist_group`` (listed). No module is in two of those lists."""
     from pathlib import Path
 
-    from tests.conftest import GROUPED_BY_TEST, SHARED_WORK
+    from tests.conftest import GROUPED_BY_TEST, ON_THE_CLOCK, SHARED_WORK
 
     root = Path(__file__).parents[1]
     found = {p.name for p in [*root.glob("test_*.py"), *root.glob("unit/test_*.py")]
              if 'scope="module"' in p.read_text()}  # fmt: skip
     assert found, "no module-scoped fixture found: the search is wrong"
-    assert found <= SHARED_WORK | GROUPED_BY_TEST, sorted(found - SHARED_WORK - GROUPED_BY_TEST)
+    kept = SHARED_WORK | GROUPED_BY_TEST | ON_THE_CLOCK
+    assert found <= kept, sorted(found - kept)
+    assert len(kept) == len(SHARED_WORK) + len(GROUPED_BY_TEST) + len(ON_THE_CLOCK), "a module in two lists"
 
 
 def test_the_tests_on_the_clock_are_one_unit_handed_out_first_and_then_the_largest_groups() -> None:
