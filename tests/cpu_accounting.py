@@ -1,13 +1,14 @@
 """Where the suite's CPU goes, test by test: an opt-in pytest plugin and its summary.
 
-The suite keeps both cores busy to its end, so only less CPU shortens it, and a test's wall time
-says little about its CPU (a service under traffic waits on the clock; a run killed mid-way
-leaves orphans its worker never reaps). Each xdist worker moves itself into a control group of
-its own, which every process it starts inherits (forked, spawned, orphaned or not), and writes
-one line per test: the group's CPU seconds over the test, its wall seconds and its start.
+The suite's wall time is its CPU spread over the cores, where the cores are kept busy, and a
+test's wall time says little about its CPU (a service under traffic waits on the clock; a run
+killed mid-way leaves orphans its worker never reaps). Each xdist worker moves itself into a
+control group of its own, which every process it starts inherits (forked, spawned, orphaned or
+not), and writes one line per test: the group's CPU seconds over the test, its wall seconds and
+its start.
 
     BAKEOFF_TEST_CPU_LOG=/tmp/cpu .venv/bin/python -m pytest -p tests.cpu_accounting
-    .venv/bin/python -m tests.cpu_accounting /tmp/cpu        # CPU and wall by file, then by test
+    .venv/bin/python -m tests.cpu_accounting /tmp/cpu        # by file, by test, cores busy over time
 
 It needs a writable cgroup v1 ``cpuacct`` hierarchy (root in a container); elsewhere it says so
 once and records nothing. A process a test leaves running is counted in the tests after it."""
@@ -86,6 +87,30 @@ def summary(lines: list[str], top: int = 40) -> str:
     return "\n".join(rows)
 
 
+def busy(lines: list[str], cores: int, step: float = 30.0) -> str:
+    """How busy the cores were, step by step from the first test's start: each test's CPU spread
+    evenly over its wall time. A step well under 100% had work waiting (on the clock, a lock, a
+    peer); the tests running in it say on what."""
+    spans = [(start, took, used) for _nodeid, used, took, start in map(json.loads, lines)]
+    first = min(start for start, _took, _used in spans)
+    used_in: Counter[int] = Counter()
+    for start, took, used in spans:
+        begin, end = start - first, start - first + took
+        if took <= 0:
+            used_in[int(begin // step)] += used
+            continue
+        index = int(begin // step)
+        while index * step < end:
+            overlap = min(end, (index + 1) * step) - max(begin, index * step)
+            used_in[index] += used * overlap / took
+            index += 1
+    rows = [f"cores busy ({cores}), every {step:.0f} s"]
+    rows += [f"{i * step:6.0f} s {100 * used_in[i] / (cores * step):5.0f}%" for i in range(max(used_in) + 1)]
+    return "\n".join(rows)
+
+
 if __name__ == "__main__":
     recorded = [line for path in sorted(Path(sys.argv[1]).glob("*.jsonl")) for line in path.read_text().splitlines()]
     print(summary(recorded))
+    print()
+    print(busy(recorded, os.cpu_count() or 1))

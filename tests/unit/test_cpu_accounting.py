@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.cpu_accounting import _CPUACCT, summary
+from tests.cpu_accounting import _CPUACCT, busy, summary
 
 
 def test_the_summary_adds_cpu_and_wall_by_file_and_lists_the_costliest_tests_first() -> None:
@@ -24,6 +24,18 @@ def test_the_summary_adds_cpu_and_wall_by_file_and_lists_the_costliest_tests_fir
     assert text[0] == "CPU 8 s, wall 13 s over 3 tests"
     assert text[2:4] == ["    4.0     9.0  tests/b.py", "    3.5     4.0  tests/a.py"]
     assert [row.split()[-1] for row in text[-3:]] == ["tests/b.py::three", "tests/a.py::one", "tests/a.py::two"]
+
+
+def test_the_cores_busy_spread_each_tests_cpu_over_its_wall_time() -> None:
+    """Two cores, 30 s steps: a test over both steps puts half its CPU in each (spread on its
+    start alone, the first step would read 100% and the second 75%)."""
+    lines = [
+        json.dumps(["tests/a.py::first_half", 30.0, 30.0, 100.0]),
+        json.dumps(["tests/a.py::across", 30.0, 60.0, 100.0]),
+        json.dumps(["tests/b.py::second_half", 45.0, 30.0, 130.0]),
+        json.dumps(["tests/b.py::instant", 0.0, 0.0, 131.0]),
+    ]
+    assert busy(lines, cores=2).splitlines() == ["cores busy (2), every 30 s", "     0 s    75%", "    30 s   100%"]
 
 
 @pytest.mark.skipif(not os.access(_CPUACCT, os.W_OK), reason="needs a writable cgroup v1 cpuacct hierarchy")
