@@ -35,6 +35,33 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 FIXTURES = Path(__file__).parent / "fixtures"
 MODELS = FIXTURES / "models.py"
 
+#: The test device's build, started in the background by the controller of a parallel run.
+_EMU_BUILD: list[subprocess.Popen] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller of a parallel run starts building the test device's extension while its
+    workers start and collect. Built inside the first test that needed it, on one core, the
+    other workers' first tests waited on its lock: two workers for 19 of a clean clone's first
+    30 s. Every loader takes that lock, so a test that comes first still waits for this build
+    rather than making another; where the extension is built already, this only checks it."""
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None) or config.option.collectonly:
+        return
+    build = "from bakeoff.emu.extension import load_extension; load_extension()"
+    _EMU_BUILD.append(
+        subprocess.Popen([sys.executable, "-c", build], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+    )  # fmt: skip
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A build still running when the run ends (one that never needed the device) is stopped
+    with what it started; the next loader clears the lock it held."""
+    for build in _EMU_BUILD:
+        if build.poll() is None:
+            os.killpg(build.pid, signal.SIGKILL)
+        build.wait()
+
 
 def py_workload(function: str, **options: str) -> str:
     """A ``py:`` spec for a factory in tests/fixtures/models.py."""
