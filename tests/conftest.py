@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -49,17 +50,26 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     build = "from bakeoff.emu.extension import load_extension; load_extension()"
     _EMU_BUILD.append(
-        subprocess.Popen([sys.executable, "-c", build], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True)
-    )  # fmt: skip
+        subprocess.Popen([sys.executable, "-c", build], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    )
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """A build still running when the run ends (one that never needed the device) is stopped
-    with what it started; the next loader clears the lock it held."""
+    with every process it started, found before any is killed: ninja starts each compiler in a
+    process group of its own, which a kill of the build's group left compiling. The next loader
+    clears the lock it held."""
+    import psutil
+
+    from bakeoff.launch.reaping import descendants
+
     for build in _EMU_BUILD:
         if build.poll() is None:
-            os.killpg(build.pid, signal.SIGKILL)
+            started = descendants(build.pid)
+            build.kill()
+            for process in started:
+                with contextlib.suppress(psutil.Error):
+                    process.kill()
         build.wait()
 
 
