@@ -58,3 +58,20 @@ def test_the_tests_on_the_clock_are_one_unit_handed_out_first_and_then_the_large
     )
     assert [len(unit) for unit in order] == [2, 3, 2, 1]
     assert order[0][0] is clock and order[-1] == [alone]
+
+
+def test_a_device_build_the_run_outlived_is_stopped_with_the_compiler_it_started(monkeypatch) -> None:
+    """The seeded build: a process whose child runs in a process group of its own, as ninja starts
+    each compiler. The run's end stops both (a kill of the build's group alone left the child)."""
+    import subprocess
+    import sys
+
+    import tests.conftest as harness
+    from tests.conftest import gone
+
+    spawn = "import subprocess, time; print(subprocess.Popen(['sleep', '60'], start_new_session=True).pid, flush=True)"
+    build = subprocess.Popen([sys.executable, "-c", spawn + "; time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    compiler = int(build.stdout.readline())
+    monkeypatch.setattr(harness, "_EMU_BUILD", [build])
+    harness.pytest_unconfigure(None)
+    assert build.returncode is not None and gone(compiler, within_s=5), "the build's compiler was left running"
