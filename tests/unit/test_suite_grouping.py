@@ -70,8 +70,9 @@ def test_a_device_build_the_run_outlived_is_stopped_with_the_compiler_it_started
     from tests.conftest import gone
 
     spawn = "import subprocess, time; print(subprocess.Popen(['sleep', '60'], start_new_session=True).pid, flush=True)"
-    build = subprocess.Popen([sys.executable, "-c", spawn + "; time.sleep(60)"], stdout=subprocess.PIPE, text=True)
-    compiler = int(build.stdout.readline())
-    monkeypatch.setattr(harness, "_EMU_BUILD", [build])
-    harness.pytest_unconfigure(None)
+    command = [sys.executable, "-c", spawn + "; time.sleep(60)"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as build:
+        compiler = int(build.stdout.readline())
+        monkeypatch.setattr(harness, "_EMU_BUILD", [build])
+        harness.pytest_unconfigure(None)
     assert build.returncode is not None and gone(compiler, within_s=5), "the build's compiler was left running"
