@@ -90,6 +90,17 @@ def test_a_service_that_never_becomes_healthy_times_out(tmp_path: Path):
     assert _gone(service.pid) == []
 
 
+def test_a_service_that_answered_503_then_hung_before_its_start_timed_out_is_named_with_both(tmp_path: Path):
+    """The seeded service answers 503 for 0.5 s, then its event loop blocks: the probes after that
+    time out, and the message keeps the answer it got before them."""
+    service = start_service(f"{APP} --never-healthy --hang-after-s 0.5", out=tmp_path, timeout_s=4)
+    error = service.error
+    assert error is not None and (error.category, error.phase) == ("timeout", "start"), error
+    assert "answered 503, then no answer" in error.message, error.message
+    service.stop()
+    assert _gone(service.pid) == []
+
+
 def test_a_crash_and_a_hang_while_serving_are_found_by_the_check(tmp_path: Path):
     # the control: each serves until its seeded fault, 3 s after its own start
     crashing = start_service(f"{APP} --crash-after-s 3.0", out=tmp_path / "crash", timeout_s=30)

@@ -24,7 +24,8 @@ category):
 * ``crash`` (or ``out_of_memory`` for a SIGKILL, as :mod:`bakeoff.launch.deaths` classifies
   deaths): the process died before it was healthy (phase ``start``, with the tail of its
   stderr), or while it served (phase ``serve``: seen by :meth:`Service.check` or at the stop);
-* ``timeout``: no healthy answer within the start's timeout (the last probe's outcome is named),
+* ``timeout``: no healthy answer within the start's timeout (the last probe's outcome is named,
+  after the last answer it got where that differs: ``answered 503, then no answer: ...``),
   or, in :meth:`Service.check`, a service that stopped answering (a hang);
 * ``leftover``: processes that outlived the service's own process at the stop, killed and named.
 
@@ -222,17 +223,19 @@ class Service:
     def _poll(self, deadline: float) -> tuple[str, str]:
         """Probe the health URL with backoff until it answers 2xx (``healthy``), the service's
         process or its keeper ends (``ended``), or ``deadline`` passes (``late``); with the last
-        probe's outcome, for a message."""
-        pause, last = _FIRST_PAUSE_S, "no answer"
+        probe's outcome, for a message, after the last answer it got where that differs (the last
+        probe, cut short by the deadline, may time out on a service that answered 503 until then)."""
+        pause, last, heard = _FIRST_PAUSE_S, "no answer", ""
         while True:
             if self._ended_yet():
                 return "ended", last
             left = deadline - time.monotonic()
             if left <= 0:
-                return "late", last
+                return "late", last if heard in ("", last) else f"{heard}, then {last}"
             healthy, last = probe(self.health_url, min(_PROBE_S, left))
             if healthy:
                 return "healthy", last
+            heard = last if last.startswith("answered") else heard
             with self._changed:
                 self._changed.wait_for(self._ended_yet, max(0.0, min(pause, left)))
             pause = min(pause * 1.5, _MAX_PAUSE_S)
