@@ -752,3 +752,18 @@ def test_pair_runs_against_tagged_runs_takes_them_whatever_their_environment():
         (("w", "cuda", "as-is"), "r3", "r4"),  # in the same environment, as asked
     ]
     assert pair_runs(headers, {"r4"}) == [] and pair_runs(headers, set()) == []
+
+
+def test_a_pass_that_can_no_longer_be_judged_regressed_and_a_fail_that_cannot_is_no_unchanged():
+    cannot = Correctness("not_comparable", "the baseline has no eager:bfloat16 reference")
+    outcome, reason, metrics = classify(result(), result(correctness=cannot, seed=1))
+    change = next(m for m in metrics if m.metric == "correctness")
+    assert (outcome, change.outcome) == ("regressed", "regressed")  # was "unchanged": a lost pass went unseen
+    assert change.detail == "pass before, not_comparable after: no longer shown" and reason == "correctness regressed"
+    # a fail that cannot be judged any more is neither better nor worse, and not "unchanged" either
+    outcome, reason, metrics = classify(result(correctness=Correctness("fail")), result(correctness=cannot, seed=1))
+    assert by_metric(metrics)["correctness"] == "not_comparable"
+    assert outcome == "not_comparable" and reason == "correctness fail -> not_comparable"
+    # the control: the same verdicts on both sides, and a verdict of one kind that changed rank
+    assert classify(result(correctness=cannot), result(correctness=cannot, seed=1))[0] == "unchanged"
+    assert classify(result(), result(correctness=Correctness("fail"), seed=1))[0] == "regressed"

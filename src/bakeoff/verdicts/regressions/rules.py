@@ -35,8 +35,14 @@ _SEVERITY = ("failed", "regressed", "improved", "unchanged", "not_comparable")
 _REQUIREMENT_RANK = {"met": 1, "not met": 0}
 
 
-def _ranked(metric: str, before: Any, after: Any, rank: dict[str, int]) -> MetricChange:
-    """Verdict-like metrics: better or worse by rank; a value outside the rank is not comparable."""
+#: The detail of a verdict that changed to one of another kind (``pass`` -> ``not_comparable``).
+OTHER_KIND = "verdicts of different kinds"
+
+
+def _ranked(metric: str, before: Any, after: Any, rank: dict[str, int], lost: bool = False) -> MetricChange:
+    """Verdict-like metrics: better or worse by rank; a value outside the rank is not comparable.
+    ``lost``: a check's verdict that was the best and is now one outside the rank (``pass`` ->
+    ``not_comparable``) regressed: what was shown is no longer shown."""
     if before is None and after is None:
         return MetricChange(metric, "unchanged", None, None, detail="not measured")
     if before == after:
@@ -44,7 +50,10 @@ def _ranked(metric: str, before: Any, after: Any, rank: dict[str, int]) -> Metri
     if before in rank and after in rank and rank[after] != rank[before]:
         outcome = "improved" if rank[after] > rank[before] else "regressed"
         return MetricChange(metric, outcome, before, after)
-    return MetricChange(metric, "not_comparable", before, after, detail="verdicts of different kinds")
+    if lost and after is not None and before in rank and rank[before] == max(rank.values()) and after not in rank:
+        detail = f"{before} before, {after} after: no longer shown"
+        return MetricChange(metric, "regressed", before, after, detail=detail)
+    return MetricChange(metric, "not_comparable", before, after, detail=OTHER_KIND)
 
 
 def _inconclusive(why: str, detail: str) -> str:
@@ -110,7 +119,7 @@ def _check_metric(before: Metric | None, after: Metric | None, t: Thresholds) ->
     if some.kind != "verdict" and any(isinstance(v, float) and not math.isfinite(v) for v in (b, a)):
         return MetricChange(some.name, "not_comparable", b, a, detail="not a finite number")
     if some.kind == "verdict":
-        return _ranked(some.name, b, a, some.rank)
+        return _ranked(some.name, b, a, some.rank, lost=True)
     if some.kind == "share":
         if b is None or a is None:
             return None
@@ -418,12 +427,15 @@ def compare_results(
     if reason:
         return "not_comparable", reason, tuple(_void(m, m.detail) for m in metrics)
     outcome = next((o for o in _SEVERITY if any(m.outcome == o for m in metrics)), "unchanged")
-    if outcome == "not_comparable":
-        outcome = "unchanged"
+    kind = [m for m in metrics if m.detail == OTHER_KIND and None not in (m.before, m.after)]
+    if outcome in ("unchanged", "not_comparable"):  # a verdict that changed kind (fail -> not_comparable) is
+        outcome = "not_comparable" if kind else "unchanged"  # no "unchanged"; a figure one side lacks is
     changed = [
         f"{m.metric} {INCONCLUSIVE if m.inconclusive else m.outcome}"
-        for m in metrics
         if m.outcome in ("regressed", "improved") or m.inconclusive
+        else f"{m.metric} {m.before} -> {m.after}"
+        for m in metrics
+        if m.outcome in ("regressed", "improved") or m.inconclusive or m in kind
     ]
     return outcome, ", ".join(changed), tuple(metrics)
 
