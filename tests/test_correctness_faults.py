@@ -11,8 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from tests.conftest import py_workload
 
 import bakeoff
+from bakeoff.verdicts.decision import decide_run
 
 FAST = {"min_samples": 2, "min_seconds": 0.0}
 LLAMA = "arch:llama"  # the demo's tiny llama: 2 layers, hidden 64, vocab 1024, 16 tokens
@@ -43,6 +45,21 @@ def _biased_backend(bias: float | None) -> Any:
 
 
 HONEST = {"reordered_TESTING": None, "six_ulps_TESTING": 6.0}
+DRAWN = "drawn_ulps_TESTING"  # every call its own draw of 4 units of roundoff per op: honest, nondeterministic
+
+
+def _drawn_ulps_backend(gm: Any, example_inputs: Any) -> Any:
+    import itertools
+
+    from bakeoff.checks.rounding import RoundingNoise
+
+    draws = itertools.count()
+
+    def run(*args: Any) -> Any:
+        with RoundingNoise(seed=next(draws), ulps=4.0):
+            return gm(*args)
+
+    return run
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -55,6 +72,7 @@ def _register_biased_backends() -> None:
     backends.update(
         {name: reordered_backend if ulps is None else within_ulps_backend(ulps) for name, ulps in HONEST.items()}
     )
+    backends[DRAWN] = _drawn_ulps_backend
     for name, backend in backends.items():
         if name not in torch._dynamo.list_backends(exclude_tags=()):
             torch._dynamo.register_backend(compiler_fn=backend, name=name)
@@ -172,3 +190,135 @@ def test_honest_engines_that_are_not_bit_identical_pass(tmp_path: Any, seed: int
         assert logits.honest is not None and logits.golden_err <= logits.honest
     sloppy = run.result("cpu+six_ulps_TESTING").correctness.outputs[0]
     assert sloppy.golden_err > 2 * sloppy.floor  # the false alarm of the eager-only rule
+
+
+@pytest.mark.parametrize("fill", ["-1e9", "min"])
+def test_a_fault_under_a_masks_fill_is_caught_and_honest_engines_pass(tmp_path: Any, fill: str) -> None:
+    # 8 of 512 logits filled with -1e9 (or float32's lowest) set rms(golden): over the whole output
+    # the error limit scaled with them, and every allowed logit negated passed
+    faulty = bakeoff.trial(
+        py_workload("masked_classifier", fill=fill, fault="negate"), on="cpu+aot_eager", db=tmp_path / "f.db",
+        isolate=False, **FAST,
+    )  # fmt: skip
+    c = faulty.result("cpu+aot_eager").correctness
+    assert c.verdict == "fail", c.reason
+    assert "the 4032 of 4096 elements within 1000x the median magnitude" in c.reason, c.reason
+    (logits,) = c.outputs
+    assert logits.golden_err > 1  # the figures beside the words are the bulk's: the ranking reversed
+    # the controls: other blockings and kernels, and every op 6 units of roundoff off
+    # (and in bfloat16 for -1e9: float32's lowest has no bfloat16 value, and masked_fill refuses it)
+    on = ["cpu+reordered_TESTING", "cpu+six_ulps_TESTING", *(["cpu+reordered_TESTING?dtype=bf16"] * (fill != "min"))]
+    masked = py_workload("masked_classifier", fill=fill)
+    honest = bakeoff.trial(masked, on=on, db=tmp_path / "h.db", isolate=False, **FAST)
+    for spec in [r.target.spec for r in honest.results if not r.is_reference]:
+        c = honest.result(spec).correctness
+        assert c.verdict == "pass", (spec, c.reason)
+        assert c.max_abs_err > 0  # really another computation
+
+
+def test_a_target_whose_later_calls_are_wrong_fails_and_a_noisy_honest_one_passes(tmp_path: Any) -> None:
+    # only the first call used to be judged: halving its input in place, the target was right once
+    run = bakeoff.trial(
+        py_workload("halves_its_input_when_compiled"), on="cpu+aot_eager", db=tmp_path / "b.db", isolate=False, **FAST
+    )
+    c = run.result("cpu+aot_eager").correctness
+    assert c.verdict == "fail", c.reason
+    assert c.reason.startswith("on a later call on the same input, ")
+    assert any(not o.passed and o.problem.startswith("on a later call") for o in c.outputs)
+    # the control: each call of this engine draws its own rounding (nondeterministic), all honest
+    honest = bakeoff.trial(py_workload("mlp"), on=f"cpu+{DRAWN}", db=tmp_path / "h.db", isolate=False, **FAST)
+    result = honest.result(f"cpu+{DRAWN}")
+    assert result.checks["determinism"].verdict == "nondeterministic"
+    assert result.correctness.verdict == "pass", result.correctness.reason
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float64"])
+def test_an_output_in_another_dtype_than_the_models_fails(tmp_path: Any, dtype: str) -> None:
+    # judged in the output's dtype, the target was "not comparable: no eager:bfloat16 reference"
+    run = bakeoff.trial(
+        py_workload("casts_when_compiled", dtype=dtype), on="cpu+aot_eager", db=tmp_path / "b.db", isolate=False, **FAST
+    )
+    c = run.result("cpu+aot_eager").correctness
+    assert c.verdict == "fail", c.reason
+    assert f"output.logits: dtype {dtype}, the reference's float32" in c.reason, c.reason
+    assert c.reference == "eager:float32"
+
+
+def test_a_dtype_that_loses_the_output_is_ruled_out_though_it_matches_eager_in_that_dtype(tmp_path: Any) -> None:
+    # eager bfloat16 loses the output as the target does, so the target "passes" against it: the
+    # decision used to recommend it
+    run = bakeoff.trial(
+        py_workload("cancels_below_bfloat16"), on="cpu?dtype=bf16", db=tmp_path / "b.db", isolate=False, **FAST
+    )
+    bf16 = run.result("cpu?dtype=bfloat16")
+    assert bf16.correctness.verdict == "pass" and bf16.correctness.lost is not None
+    assert bf16.correctness.lost == bf16.correctness.outputs[0].golden_err >= 0.5  # the figure beside the words
+    (standing,) = [s for s in decide_run(run).standings if s.target == "cpu?dtype=bfloat16"]
+    assert not standing.qualifies and decide_run(run).outcome == "none"
+    (why,) = [m for m in standing.misses if "lost" in m]
+    assert why.startswith(f"outputs lost in bfloat16: rms error against the float64 golden {bf16.correctness.lost:.0%}")
+    # the control: a model bfloat16 holds, its error a fraction of a percent
+    held = bakeoff.trial(py_workload("mlp"), on="cpu?dtype=bf16", db=tmp_path / "h.db", isolate=False, **FAST)
+    c = held.result("cpu?dtype=bfloat16").correctness
+    assert c.verdict == "pass" and c.lost is None and 0 < max(o.golden_err for o in c.outputs) < 0.05
+    (standing,) = [s for s in decide_run(held).standings if s.target == "cpu?dtype=bfloat16"]
+    assert not any("lost" in m for m in standing.misses)
+
+
+_FACTORY = """import sys, pathlib, torch
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import net
+
+def make():
+    return net.Net(), (torch.randn(4, 16),)
+"""
+_NET = """import torch, config
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.layer(x) * config.SCALE * {scale}
+"""
+
+
+@pytest.mark.isolated
+def test_the_models_class_in_another_file_is_fingerprinted_and_a_stale_baseline_blames_no_backend(
+    tmp_path: Any,
+) -> None:
+    import json
+
+    from tests.conftest import bakeoff_cli
+
+    (tmp_path / "factory.py").write_text(_FACTORY)
+    (tmp_path / "config.py").write_text("SCALE = 1.0\n")
+    (tmp_path / "net.py").write_text(_NET.format(scale="1.0"))
+
+    def trial() -> dict[str, Any]:
+        ran = bakeoff_cli(
+            "trial", f"py:{tmp_path / 'factory.py'}:make", "--on", "cpu?threads=1", "--samples", "2", "--min-time",
+            "0", "--format", "json", "--db", str(tmp_path / "b.db"), cwd=tmp_path,
+        )  # fmt: skip
+        assert ran.returncode == 0, ran.stderr
+        return json.loads(ran.stdout)
+
+    def fingerprint(run: dict[str, Any]) -> str:
+        return run["workload"]["fingerprint"]
+
+    first, again = trial(), trial()
+    assert fingerprint(first) == fingerprint(again)  # the control: nothing changed, the same baseline
+    (tmp_path / "net.py").write_text(_NET.format(scale="1.5"))  # the class's own file: a new model
+    changed = trial()
+    assert fingerprint(changed) != fingerprint(first)  # was the same: the old baseline, and "wrong" targets
+    assert {r["correctness"]["verdict"] for r in changed["results"]} == {"pass"}
+    # a change no fingerprint sees (a constant in a module the class imports): the reference itself fails,
+    # and no target's backend is blamed for it
+    (tmp_path / "config.py").write_text("SCALE = 2.0\n")
+    stale = trial()
+    assert fingerprint(stale) == fingerprint(changed)
+    assert {r["correctness"]["verdict"] for r in stale["results"]} == {"fail"}
+    (wrong,) = [r for r in stale["what_it_takes"]["cpu?threads=1"] if r["kind"] == "wrong"]
+    assert "the baseline no longer describes this model" in wrong["finding"] and "--refresh-baseline" in wrong["change"]
+    assert "report it to the backend" not in json.dumps(stale)

@@ -359,7 +359,7 @@ def test_an_autocast_reference_the_cpu_cannot_compute_is_a_note_and_not_comparab
     # the same outputs judged as a plain float32 target pass: the amp target is not judged against float32
     plain = parse_target("cpu")
     job = TargetJob(workload_spec="py:test:model", target=plain, fingerprint="f", baseline_path=str(path))
-    assert judge(CheckContext(job, plain, None, outputs, None, "float32", "float32", "f")).verdict == "pass"
+    assert judge(CheckContext(job, plain, None, outputs, outputs.get, "float32", "float32", "f")).verdict == "pass"
 
 
 @pytest.mark.parametrize("golden", [True, False])

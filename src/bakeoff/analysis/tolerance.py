@@ -223,19 +223,22 @@ def judge_against_spread(
     return GoldenJudgement(not problem, limit, None, limit / scale if scale > 0 else None, problem, limit)
 
 
-def judge_against_golden(figures: GoldenFigures, dtype: str) -> GoldenJudgement:
-    """Apply the golden rule (see the module docstring) to one output computed in ``dtype``."""
+def judge_against_golden(figures: GoldenFigures, dtype: str, margin: float = 1.0) -> GoldenJudgement:
+    """Apply the golden rule (see the module docstring) to one output computed in ``dtype``;
+    ``margin`` widens both limits: a later call of a target whose every call draws its own
+    rounding is one more draw, held to :func:`draw_factor` times them (the first call's limits
+    are for one draw)."""
     f = figures
     unit = roundoff_for(dtype)
-    eager_limit = FP64_MULTIPLIER * max(f.floor, unit * f.golden_rms)
-    honest_limit = HONEST_MULTIPLIER * f.honest if f.honest is not None and math.isfinite(f.honest) else None
+    eager_limit = margin * FP64_MULTIPLIER * max(f.floor, unit * f.golden_rms)
+    honest_limit = margin * HONEST_MULTIPLIER * f.honest if f.honest is not None and math.isfinite(f.honest) else None
     error_limit = max(eager_limit, honest_limit or 0.0)
     bias_limit = sensitivity = None
     if f.golden_rms > 0:
         relative_floor = max(f.floor / f.golden_rms, unit)
         measured = [abs(b) for b in (f.ref_bias, f.honest_bias) if b is not None and math.isfinite(b)]
         bias_floor = max([*measured, relative_floor / math.sqrt(min(max(f.rows, 1), MAX_AVERAGED_ROWS))])
-        bias_limit = BIAS_MULTIPLIER * bias_floor
+        bias_limit = margin * BIAS_MULTIPLIER * bias_floor
         sensitivity = min(bias_limit, error_limit / f.golden_rms)
     problem = ""
     scale = f.golden_rms if f.golden_rms > 0 else 1.0
@@ -249,10 +252,10 @@ def judge_against_golden(figures: GoldenFigures, dtype: str) -> GoldenJudgement:
                 f"{dtype} run's {f.floor / scale:.3g}"
             )
         else:
-            problem += f" > {FP64_MULTIPLIER:g}x the eager {dtype} run's {f.floor / scale:.3g}"
+            problem += f" > {margin * FP64_MULTIPLIER:.3g}x the eager {dtype} run's {f.floor / scale:.3g}"
     elif bias_limit is not None and not abs(f.bias) <= bias_limit:
         problem = (
             f"relative bias vs float64 golden {f.bias:+.3g} beyond +-{bias_limit:.3g} "
-            f"({BIAS_MULTIPLIER:g}x the eager {dtype} run's bias floor)"
+            f"({margin * BIAS_MULTIPLIER:.3g}x the eager {dtype} run's bias floor)"
         )
     return GoldenJudgement(not problem, error_limit, bias_limit, sensitivity, problem, honest_limit)

@@ -18,6 +18,8 @@ from bakeoff.analysis.tolerance import (
     FP64_MULTIPLIER,
     HONEST_MULTIPLIER,
     GoldenFigures,
+    GoldenJudgement,
+    draw_factor,
     group_factor,
     judge_against_golden,
     judge_against_spread,
@@ -30,6 +32,7 @@ from bakeoff.codec import Value
 __all__ = [
     "Correctness",
     "TensorComparison",
+    "bulk_of",
     "compare_outputs",
     "compare_tensor",
     "golden_figures",
@@ -124,9 +127,22 @@ class Correctness(Value):
         err = (self.drift or {}).get("max_abs_err")
         return isinstance(err, int | float) and not err < _OVERFLOW
 
+    @property
+    def lost(self) -> float | None:
+        """The largest RMS error against the float64 golden (relative to rms(golden)) of an
+        output computed in another dtype than the workload's own, where it is at least
+        :data:`LOST`: the dtype cannot hold the model's result. Eager in that dtype loses it too,
+        so the verdict, judging the target against it, can pass. None otherwise."""
+        errors = [o.golden_err for o in self.outputs if o.golden_err is not None]
+        worst = max(errors, default=None)
+        return worst if self.drift and worst is not None and worst >= LOST else None
+
 
 #: A dtype drift at least this large is a non-finite output.
 _OVERFLOW = 1e300
+#: An output whose error against the float64 golden is at least this share of the output is
+#: lost: no longer the model's result (half of it; bfloat16's honest floor is below 1%).
+LOST = 0.5
 
 
 def _rms(diff: Any) -> float:
@@ -139,9 +155,35 @@ def _bias(value: Any, golden: Any) -> float:
     return float(((value - golden) * golden).sum()) / norm if norm > 0 else 0.0
 
 
-def golden_figures(result: Any, reference: Any, golden: Any, honest: Any | None = None) -> GoldenFigures:
+#: Elements whose golden magnitude is beyond this multiple of the output's median nonzero
+#: magnitude (a mask's fill: -1e9, the dtype's lowest) are left out of a second judgement of the
+#: rest (:func:`bulk_of`): over the whole output they set rms(golden), and the error limit scales
+#: with it, so a wrong value of every other element hid under them (a classifier's 504 allowed
+#: logits negated passed beside 8 filled with -1e9).
+OUTLIER_FACTOR = 1e3
+
+
+def bulk_of(golden: Any) -> Any | None:
+    """The elements of ``golden`` (finite, within :data:`OUTLIER_FACTOR` times its median
+    nonzero magnitude) as a mask, or None where that is every finite element (or none)."""
+    import torch
+
+    gold = golden.detach().cpu().double()
+    finite = torch.isfinite(gold)
+    magnitude = gold.abs()
+    nonzero = magnitude[finite & (magnitude > 0)]
+    if not nonzero.numel():
+        return None
+    bulk = finite & (magnitude <= OUTLIER_FACTOR * float(nonzero.median()))
+    return bulk if 0 < int(bulk.sum()) < int(finite.sum()) else None
+
+
+def golden_figures(
+    result: Any, reference: Any, golden: Any, honest: Any | None = None, within: Any | None = None
+) -> GoldenFigures:
     """The golden rule's inputs for one output, over the elements finite in all three (four,
-    with the emulated honest implementation's output of the same shape)."""
+    with the emulated honest implementation's output of the same shape), and in ``within`` (a
+    mask) where given."""
     import torch
 
     if honest is not None and tuple(honest.shape) != tuple(golden.shape):
@@ -149,6 +191,8 @@ def golden_figures(result: Any, reference: Any, golden: Any, honest: Any | None 
     given = (result, reference, golden) if honest is None else (result, reference, golden, honest)
     tensors = [t.detach().cpu().double() for t in given]
     keep = torch.stack([torch.isfinite(t) for t in tensors]).all(dim=0)
+    if within is not None:
+        keep &= within
     gold = tensors[2]
     rows = max(gold.numel() // gold.shape[-1], 1) if gold.dim() >= 2 and gold.shape[-1] else 1
     res, ref, gold, *rest = (t[keep] for t in tensors)
@@ -164,6 +208,30 @@ def golden_figures(result: Any, reference: Any, golden: Any, honest: Any | None 
     )
 
 
+def _judged_by_golden(
+    res: Any, ref: Any, golden: Any, honest: Any | None, dtype: str, margin: float = 1.0
+) -> tuple[GoldenFigures, GoldenJudgement]:
+    """The golden rule over the whole output, then, where it passed, over its bulk
+    (:func:`bulk_of`): the figures and judgement of the one that failed, else the whole's."""
+    import torch
+
+    figures = golden_figures(res, ref, golden, honest)
+    judged = judge_against_golden(figures, dtype, margin)
+    bulk = bulk_of(golden) if judged.passed else None
+    if bulk is None:
+        return figures, judged
+    inner = golden_figures(res, ref, golden, honest, within=bulk)
+    within = judge_against_golden(inner, dtype, margin)
+    if within.passed:
+        return figures, judged
+    biggest = float(golden.detach().abs().double()[torch.isfinite(golden)].max())
+    problem = (
+        f"the {int(bulk.sum())} of {golden.numel()} elements within {OUTLIER_FACTOR:g}x the median magnitude (the "
+        f"others, up to {biggest:.3g}, set rms(golden) of the whole): {within.problem}"
+    )
+    return inner, replace(within, problem=problem)
+
+
 def compare_tensor(
     name: str,
     result: Any,
@@ -174,6 +242,7 @@ def compare_tensor(
     pooled: float = 0.0,
     draws: int = 1,
     measured: int = 1,
+    margin: float = 1.0,
 ) -> TensorComparison:
     """Compare one output tensor; ``reference`` is same-dtype eager, ``golden`` float64 eager,
     ``honest`` the same-dtype eager run under :class:`bakeoff.checks.rounding.RoundingNoise`.
@@ -214,8 +283,7 @@ def compare_tensor(
     both_finite = torch.isfinite(res) & torch.isfinite(ref)
     finite = bool((both_finite | (res == ref) | (torch.isnan(res) & torch.isnan(ref))).all())
     if golden is not None and tuple(golden.shape) == tuple(result.shape):
-        figures = golden_figures(res, ref, golden, honest)
-        judged = judge_against_golden(figures, dtype)
+        figures, judged = _judged_by_golden(res, ref, golden, honest, dtype, margin)
         relative = figures.golden_rms if figures.golden_rms > 0 else None
         extra = {
             "golden_err": figures.error / relative if relative else None,
@@ -341,10 +409,17 @@ def compare_outputs(
     dtypes: Mapping[str, str] | None = None,
     honest: Mapping[str, Any] | None = None,
     pooled: Mapping[str, float] | None = None,
+    same_dtypes: bool = False,
+    later_call: bool = False,
 ) -> Correctness:
     """Compare flattened outputs with the flattened same-dtype reference (and golden, and the
     emulated honest run); each output is judged in ``dtype``, or in its own from ``dtypes`` (by
-    name) where given."""
+    name) where given. ``same_dtypes``: an output in another dtype than its reference's fails,
+    whatever its values (a model's outputs; a device's autocast may return another dtype than
+    the CPU's, so an ``amp`` target's and a script's captures are judged by value only).
+    ``later_call``: the outputs are a later call's on the same input, one more draw of a target
+    whose calls round differently: the golden rule's limits are widened by :func:`draw_factor`
+    for two draws of the output's size."""
     tol = tolerance_for(dtype)
     comparisons = []
     missing = [name for name in reference if name not in outputs]
@@ -360,11 +435,16 @@ def compare_outputs(
             judged_in = (dtypes or {}).get(name, dtype)
             spread = (pooled or {}).get(name, 0.0)
             group = _capture_of(name)
-            comparisons.append(
-                compare_tensor(
-                    name, outputs[name], ref, gold, judged_in, fair, spread, calls[group] or 1, values[group] or 1
-                )
+            margin = draw_factor(ref.numel(), 2, ref.numel()) if later_call else 1.0
+            compared = compare_tensor(
+                name, outputs[name], ref, gold, judged_in, fair, spread, calls[group] or 1, values[group] or 1, margin
             )
+            if same_dtypes and outputs[name].dtype != ref.dtype:  # e.g. a float32 model's output in bfloat16
+                theirs = str(ref.dtype).removeprefix("torch.")
+                said = f"dtype {compared.dtype}, the reference's {theirs}"
+                said += f"; {compared.problem}" if compared.problem else ""
+                compared = replace(compared, passed=False, rule="", problem=said)
+            comparisons.append(compared)
     if pooled:
         comparisons = _judged_together(comparisons, outputs, reference, pooled, calls, values)
     failed = [c for c in comparisons if not c.passed]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from bakeoff.checks.base import Check, CheckContext, Metric
-from bakeoff.checks.outputs import max_abs_difference
+from bakeoff.checks.outputs import max_abs_difference, same_tensor
 from bakeoff.codec import Value
 from bakeoff.specsyntax import Option
 
@@ -45,18 +45,6 @@ class Determinism(Value):
     max_abs_diff: float = 0.0
 
 
-def _same(a: Any, b: Any) -> bool:
-    import torch
-
-    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b) or _same_with_nan(a, b))
-
-
-def _same_with_nan(a: Any, b: Any) -> bool:
-    import torch
-
-    return a.is_floating_point() and bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
-
-
 def compare_repeats(runs: dict[str, list[dict[str, Any]]]) -> Determinism:
     """The verdict over ``runs``: per input tag, the flattened outputs of each call in order."""
     differing, worst = [], 0.0
@@ -64,7 +52,7 @@ def compare_repeats(runs: dict[str, list[dict[str, Any]]]) -> Determinism:
         first = calls[0]
         for name, tensor in first.items():
             others = [call.get(name) for call in calls[1:]]
-            if all(other is not None and _same(tensor, other) for other in others):
+            if all(other is not None and same_tensor(tensor, other) for other in others):
                 continue
             label = f"{tag.removeprefix('@')}:{name}" if tag else name
             differing.append(label)

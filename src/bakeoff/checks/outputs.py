@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["flatten_outputs", "max_abs_difference"]
+__all__ = ["flatten_outputs", "identical", "max_abs_difference", "same_tensor"]
 
 
 def flatten_outputs(value: Any, prefix: str = "output") -> dict[str, Any]:
@@ -43,3 +43,19 @@ def max_abs_difference(a: Any, b: Any) -> float:
     same_nonfinite = (a == b) | (torch.isnan(a) & torch.isnan(b))
     diff = torch.where(same_nonfinite, torch.zeros_like(a), (a - b).abs())
     return float(diff.nan_to_num(nan=float("inf")).max())
+
+
+def same_tensor(a: Any, b: Any) -> bool:
+    """Whether two tensors are bit for bit the same: shape, dtype and values (NaN where NaN)."""
+    import torch
+
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if torch.equal(a, b):
+        return True
+    return a.is_floating_point() and bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+
+
+def identical(first: Mapping[str, Any], second: Mapping[str, Any]) -> bool:
+    """Whether two flattened outputs hold the same names, each :func:`same_tensor`."""
+    return first.keys() == second.keys() and all(same_tensor(first[name], second[name]) for name in first)

@@ -392,7 +392,7 @@ class TargetSession:
             prepared=self.prepared,
             outputs=self.traffic.outputs(),
             call=self.traffic.call,
-            dtype=target.dtype or self.traffic.native_dtype(),
+            dtype=target.dtype or self.native,
             native=self.native,
             fingerprint=self.fingerprint,
             settled=self.settled,

@@ -25,13 +25,6 @@ from bakeoff.workload.padding import pad_inputs, unpad_outputs
 __all__ = ["OneInput", "ProfileTraffic", "traffic_for"]
 
 
-def _native_dtype(outputs: Any) -> str:
-    for tensor in flatten_outputs(outputs).values():
-        if tensor.is_floating_point():
-            return str(tensor.dtype).removeprefix("torch.")
-    return "float32"
-
-
 class OneInput:
     """The workload's own input, called again and again."""
 
@@ -60,9 +53,6 @@ class OneInput:
         cap = max(settings.max_seconds - timed_s, 0.0)
         count = math.ceil(settings.min_samples / ROUNDS)
         return time_block(self.prepared, sync, clock, count, settings.min_seconds / ROUNDS, cap)
-
-    def native_dtype(self) -> str:
-        return _native_dtype(self.output)
 
     def outputs(self) -> dict[str, dict[str, Any]]:
         return {"": flatten_outputs(self.output)}
@@ -159,9 +149,6 @@ class ProfileTraffic:
             self.per_shape[shape].append(seconds)
             block.append(seconds)
         return block
-
-    def native_dtype(self) -> str:
-        return _native_dtype(next(iter(self.raw.values())))
 
     def _flat(self, key: tuple[int, int], output: Any) -> dict[str, Any]:
 

@@ -21,6 +21,7 @@ from bakeoff.checks.placement import REDUCED_PRECISIONS, UNMEASURED, Placement, 
 from bakeoff.codec import Value
 from bakeoff.results.values import RunResult, TargetResult
 from bakeoff.units import clip, figure, human_bytes
+from bakeoff.verdicts.standing import lost_output
 
 __all__ = ["Remedy", "remedies_for", "what_it_takes"]
 
@@ -84,6 +85,24 @@ def _report_wrong(run: RunResult, r: TargetResult) -> str:
     )
 
 
+_REFRESH = (
+    "make the workload reproducible, or refresh its baseline (`--refresh-baseline`) if the model was meant to "
+    "change; then judge the targets again"
+)
+
+
+def _stale_baseline(run: RunResult) -> str | None:
+    """Why no target can be blamed where the eager CPU reference itself fails against the
+    baseline (None where it does not): the baseline no longer describes the model."""
+    ref = next((x for x in run.results if x.is_reference), None)
+    if ref is None or ref.correctness is None or ref.correctness.verdict != "fail":
+        return None
+    return (
+        f"as the reference's own do ({ref.target.spec}: {clip(ref.correctness.reason, 120)}): the baseline no longer "
+        "describes this model (changed in code its fingerprint does not hash) or its eager CPU run is not reproducible"
+    )
+
+
 def _wrong(run: RunResult, r: TargetResult) -> list[Remedy]:
     out: list[Remedy] = []
     c = r.correctness
@@ -102,10 +121,14 @@ def _wrong(run: RunResult, r: TargetResult) -> list[Remedy]:
                     measured,
                 )
             )
+        elif (stale := _stale_baseline(run)) is not None:
+            out.append(Remedy("wrong", f"outputs differ from the baseline, {stale}", _REFRESH))
         else:
             out.append(
                 Remedy("wrong", f"outputs differ from the reference: {clip(c.reason, 200)}", _report_wrong(run, r))
             )
+    if c is not None and c.lost is not None and not c.overflowed:
+        out.append(Remedy("wrong", lost_output(r), "keep the workload's own dtype, or rescale the layers that cancel"))
     if c is not None and c.overflowed:
         native = next((x for x in run.results if x.is_reference), None)
         measured = f"{native.target.spec}: correctness {native.verdict}" if native is not None else ""

@@ -28,6 +28,7 @@ __all__ = [
     "Standing",
     "cost_in_run",
     "label_of",
+    "lost_output",
     "price_in_run",
     "reference_rate_of",
     "standing_of",
@@ -107,6 +108,16 @@ def _wrong(c: Correctness) -> str:
     return f"correctness {c.verdict}: {first.name}: {clip(first.problem or 'differs', 200)}{more}"
 
 
+def lost_output(r: TargetResult) -> str:
+    """Why ``r``'s outputs are lost in its dtype (:attr:`Correctness.lost` is set)."""
+    c = r.correctness
+    assert c is not None and c.lost is not None
+    return (
+        f"outputs lost in {r.target.dtype}: rms error against the float64 golden {c.lost:.0%} of the output, as "
+        f"eager {r.target.dtype} on the CPU loses it too (the dtype cannot hold this model's result)"
+    )
+
+
 def standing_of(
     r: TargetResult,
     price: Price | None = None,
@@ -132,6 +143,8 @@ def standing_of(
     if r.correctness is not None and r.correctness.overflowed:
         native = (r.correctness.drift or {}).get("reference")
         misses.append(f"outputs not finite in {r.target.dtype} where {native} is finite (the dtype overflows)")
+    elif r.correctness is not None and r.correctness.lost is not None:
+        misses.append(lost_output(r))
     if r.status == "ok" and r.placement is not None and r.placement.verdict == UNMEASURED:
         doubts.append(f"placement unknown: {clip(r.placement.explanation, 160)}")  # nothing to place was seen
     elif r.status == "ok" and r.placement is not None and r.placement.verdict not in _PLACED:

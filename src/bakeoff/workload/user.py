@@ -24,6 +24,28 @@ from bakeoff.workload.base import BuiltWorkload, WorkloadSpec
 __all__ = ["build_user", "load_module"]
 
 
+def _class_sources(model: Any, factory_file: str | None) -> list[str]:
+    """SHA-256 of each file defining a class of ``model``'s modules (sorted: wherever the
+    checkout is, the same files give the same list), other than the factory's own (hashed
+    already) and those of installed packages and the standard library (their versions are the
+    environment's)."""
+    import sysconfig
+
+    installed = {Path(sysconfig.get_paths()[k]).resolve() for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    own = Path(factory_file).resolve() if factory_file else None
+    found: set[str] = set()
+    for kind in {type(m) for m in model.modules()}:
+        try:
+            where = inspect.getsourcefile(kind)
+        except TypeError:  # a built-in class
+            continue
+        path = Path(where).resolve() if where else None
+        if path is None or path == own or not path.is_file() or any(path.is_relative_to(r) for r in installed):
+            continue
+        found.add(hashlib.sha256(path.read_bytes()).hexdigest())
+    return sorted(found)
+
+
 def load_module(target: str) -> Any:
     if target.endswith(".py"):
         path = Path(target).expanduser().resolve()
@@ -171,6 +193,9 @@ def build_user(spec: WorkloadSpec, device: str | None = None) -> BuiltWorkload:
         "options": options,
         "source_sha256": hashlib.sha256(source.encode()).hexdigest(),
     }
+    classes = _class_sources(model, getattr(module, "__file__", None))
+    if classes:  # the model's code in the user's other files: a change there is a change of the model
+        identity["classes_sha256"] = classes
     details = {
         "model_class": type(model).__name__,
         "parameters": sum(p.numel() for p in model.parameters()),
