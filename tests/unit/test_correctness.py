@@ -551,7 +551,20 @@ def test_beyond_the_honest_spread_fails_and_says_how_far() -> None:
         "rms error vs float64 golden 1.8e-05 of rms(golden): 10x the honest spread 1.8e-06 (an implementation "
         "within 8 units of roundoff per op), 72x the eager float32 run's 2.5e-07"
     )
-    assert failed.sensitivity == pytest.approx(2 * 2.5e-7 / 4)  # the bias limit, untouched by the spread
+    # the bias limit, untouched by the spread: the per-op bound (8 units, above this floor) over 16 rows
+    assert failed.sensitivity == pytest.approx(2 * 8 * 2**-24 / 4)
+
+
+def test_a_bias_of_a_few_units_an_honest_op_makes_passes_where_the_floor_is_lower() -> None:
+    # a mean over 8,192 tokens added in order: -2.4e-7 relative on 2 rows, eager's floor 6.1e-8;
+    # the bias limit was 2 x 6.1e-8 / sqrt(2) = 8.6e-8 and called the honest engine wrong
+    figures = _figures(floor=6.1e-8, error=1.5e-6, bias=-2.4e-7, rows=2, honest=3.1e-6)
+    judged = judge_against_golden(figures, "float32")
+    assert judged.passed, judged.problem
+    assert judged.bias_limit == pytest.approx(2 * 8 * 2**-24 / math.sqrt(2))
+    # the fault it must still see: a bias of 1e-6 of the output, its error within the error limit
+    biased = judge_against_golden(replace(figures, error=3e-6, bias=1e-6), "float32")
+    assert not biased.passed and biased.problem.startswith("relative bias vs float64 golden +1e-06 beyond")
 
 
 @pytest.mark.parametrize(("dtype", "bias"), [("float32", 1e-3), ("bfloat16", 1e-2)])

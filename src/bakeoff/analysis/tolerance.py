@@ -12,7 +12,8 @@ this workload*: ``floor = rms(reference - golden)``. A target passes an output w
    units in all), which catches an error of any shape; and
 2. its relative bias against the golden, ``bias = <target - golden, golden> / <golden, golden>``
    (the least-squares estimate of a uniform scale error), is within ``BIAS_MULTIPLIER`` times
-   the bias floor ``max(|reference's bias|, max(floor / rms(golden), roundoff) / sqrt(rows))``,
+   the bias floor ``max(|reference's bias|, max(floor / rms(golden), HONEST_ULPS * roundoff) /
+   sqrt(rows))`` (an honest engine's op may be its per-op bound off systematically),
    where ``rows`` is the number of last-dimension vectors (tokens, for logits), counted up to
    ``MAX_AVERAGED_ROWS``. Rounding noise is nearly uncorrelated with the output and averages
    out of this estimate over rows; a systematic error does not. That is what lets a bfloat16
@@ -235,7 +236,9 @@ def judge_against_golden(figures: GoldenFigures, dtype: str, margin: float = 1.0
     error_limit = max(eager_limit, honest_limit or 0.0)
     bias_limit = sensitivity = None
     if f.golden_rms > 0:
-        relative_floor = max(f.floor / f.golden_rms, unit)
+        # an honest engine's op may be HONEST_ULPS units off systematically (an accumulation in
+        # order, a fused rounding), which no averaging over rows removes: never below that
+        relative_floor = max(f.floor / f.golden_rms, honest_ulps(dtype) * unit)
         measured = [abs(b) for b in (f.ref_bias, f.honest_bias) if b is not None and math.isfinite(b)]
         bias_floor = max([*measured, relative_floor / math.sqrt(min(max(f.rows, 1), MAX_AVERAGED_ROWS))])
         bias_limit = margin * BIAS_MULTIPLIER * bias_floor
