@@ -205,3 +205,23 @@ def test_bad_plan_input_is_one_line_and_stores_nothing(args, line, tmp_path):
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [line]
     assert not db.exists()
+
+
+def test_rich_markup_in_what_a_user_names_is_printed_as_written(tmp_path):
+    # '[/x]' closed a tag never opened: rich raised MarkupError with a traceback; '[bold red]' styled
+    from tests.conftest import py_workload
+
+    db = str(tmp_path / "b.db")
+    ran = bakeoff("trial", py_workload("mlp"), "--on", "cpu", "--samples", "2", "--min-time", "0", "--db", db)
+    assert ran.returncode == 0, ran.stderr
+    listed = bakeoff("history", "--workload", "[/x]", "--db", db)
+    assert listed.returncode == 0, listed.stderr
+    assert "Traceback" not in listed.stderr and "[/x]" in listed.stdout
+    tagged = bakeoff("history", "--tag", "[bold]none", "--db", db)
+    assert "no runs tagged [bold]none" in tagged.stdout  # was "no runs yet; try `bakeoff demo`"
+
+    spec = py_workload("labelled", label="[/x][bold red]")
+    tried = bakeoff("trial", spec, "--on", "cpu", "--samples", "2", "--min-time", "0", "--db", db)
+    assert tried.returncode == 0, tried.stderr
+    assert "Traceback" not in tried.stderr
+    assert f"· computing baseline for {spec}\n" in tried.stderr  # as written, no tag taken from it

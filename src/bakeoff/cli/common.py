@@ -241,7 +241,7 @@ def show_stored(view: Any, run_id: str, db: str | None) -> None:
 
 def progress() -> Any:
     err = console(stderr=True)
-    return lambda message: err.print(f"[dim]· {message}[/dim]")
+    return lambda message: err.print(f"· {message}", style="dim", markup=False, highlight=False)
 
 
 def emit_json(data: Any) -> None:

@@ -74,7 +74,9 @@ def history(limit: int, workload: str | None, tag: str | None, db: str | None, f
         _emit_json([r.to_dict() for r in rows])
         return
     if not rows:
-        _console().print(f"no runs of {workload} yet" if workload else "no runs yet; try `bakeoff demo`")
+        said = f"no runs of {workload} yet" if workload else "no runs yet; try `bakeoff demo`"
+        said = f"no runs tagged {tag}" + (f" of {workload}" if workload else "") if tag else said
+        _console().print(said, markup=False, highlight=False)
         return
     from bakeoff.report.terminal import history_table
 

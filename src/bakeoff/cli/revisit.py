@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
+from rich.markup import escape
 
 from bakeoff.cli.app import cli
 from bakeoff.cli.common import (
@@ -110,7 +111,7 @@ def regressions(
         _emit_json(bisected if bisect else comparisons)
     elif not found:
         _console().print(
-            f"nothing to compare: no workload and target has a run tagged {against} before its latest"
+            f"nothing to compare: no workload and target has a run tagged {escape(against)} before its latest"
             if against is not None
             else "nothing to compare: no workload and target has runs in two environments yet"
         )
@@ -284,7 +285,7 @@ def rerun(
             regressions_table(found, *_paired(against))
             if found
             else "no earlier run "
-            + (f"tagged {against}" if against is not None else "in another environment")
+            + (f"tagged {escape(against)}" if against is not None else "in another environment")
             + " to compare with"
         )
     if strict and any(c.outcome in ("regressed", "failed") for c in found):

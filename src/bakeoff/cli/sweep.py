@@ -256,7 +256,7 @@ def _print_coverage(
             out.print(expectations_view(checked, expect or ""))
     if write_expect and expect is not None:
         count = write_expectations(expect, found)
-        console(stderr=True).print(f"wrote the expected grades of {count} cells to {expect}")
+        console(stderr=True).print(f"wrote the expected grades of {count} cells to {expect}", markup=False)
     if checked is not None and any(e.status == "regressed" for e in checked):
         raise SystemExit(EXIT_FAILED)
 
@@ -304,7 +304,7 @@ def coverage_command(
     for name, path in outputs.items():
         if path is not None:
             write_text(path, REPORT_FORMATS[name].render_coverage(found), db=database)
-            console(stderr=True).print(f"wrote {path}")
+            console(stderr=True).print(f"wrote {path}", markup=False)
     _print_coverage(found, fmt, no_matrix, expect, expected, False)
 
 
