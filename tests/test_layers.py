@@ -29,8 +29,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors",),
     # foundations with no knowledge of workloads or targets: spec syntax, the environment,
     # order statistics over samples, file content hashes, the release number, the value codec,
-    # figures in their units, plugins named by entry points, the files a user names for output
-    ("specsyntax", "env", "stats", "hashing", "version", "codec", "units", "entrypoints", "outfiles"),
+    # figures in their units, plugins named by entry points, the files a user names for output, the
+    # bounded reading of what a process wrote
+    ("specsyntax", "env", "stats", "hashing", "version", "codec", "units", "entrypoints", "outfiles", "logtail"),
     # what runs (workload builders), and the bundled test accelerator
     ("workload", "emu"),
     # where it runs: target specs, detection, placing and compiling a model, compile watches

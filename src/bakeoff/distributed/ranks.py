@@ -41,6 +41,7 @@ from bakeoff.launch.forkserver import ForkServer, forkable
 from bakeoff.launch.job import Outcome
 from bakeoff.launch.process import STARTUP_TIMEOUT_S, Worker, serve_jobs
 from bakeoff.launch.tempdirs import owned_tempdir
+from bakeoff.logtail import tail_text
 from bakeoff.scenarios.dist import Hang, WorldRun
 
 __all__ = [
@@ -254,13 +255,10 @@ def _with_output(outcome: Outcome | None, worker: Worker) -> Outcome | None:
     """A failed rank's outcome with the end of its output added to its error's log."""
     if outcome is None or outcome.ok or outcome.error is None:
         return outcome
-    try:
-        said = worker.phase_file.with_name(OUTPUT_LOG).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return outcome
+    said = tail_text(worker.phase_file.with_name(OUTPUT_LOG), OUTPUT_CHARS)
     if not said.strip():
         return outcome
-    log = f"{outcome.error.traceback}\n--- the rank's output (its end) ---\n{said[-OUTPUT_CHARS:]}"
+    log = f"{outcome.error.traceback}\n--- the rank's output (its end) ---\n{said}"
     return Outcome(error=replace(outcome.error, traceback=log))
 
 

@@ -43,6 +43,7 @@ from bakeoff.launch.job import Outcome, run_inline
 from bakeoff.launch.reaping import descendants, end_all, kill_group, running, subreaper
 from bakeoff.launch.residency import map_like
 from bakeoff.launch.tempdirs import owned_tempdir
+from bakeoff.logtail import tail_text
 
 __all__ = ["STARTUP_TIMEOUT_S", "Worker", "die_with_parent", "leave", "serve_jobs"]
 
@@ -416,9 +417,9 @@ class Worker:
     def crash_tail(self, chars: int = CRASH_LOG_CHARS) -> str:
         """The end of what ``faulthandler`` wrote (a crash's or a dumped hang's stacks)."""
         for log in (self.crash_log, self._tmp / "stderr.log"):  # a forked worker's start-up error: the latter
-            said = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+            said = tail_text(log, chars)
             if said.strip():
-                return said[-chars:]
+                return said
         return ""
 
     def dump_stack(self) -> None:

@@ -32,6 +32,7 @@ from bakeoff.launch.command import run_command
 from bakeoff.launch.deaths import died
 from bakeoff.launch.forkserver import ForkServer
 from bakeoff.launch.tempdirs import owned_tempdir
+from bakeoff.logtail import LINE_LIMIT, read_lines, tail_text
 from bakeoff.results.librarylog import OutputLog
 from bakeoff.results.values import ErrorInfo
 from bakeoff.script.child_reports import with_children
@@ -40,6 +41,7 @@ from bakeoff.script.outputs import Outputs, read_outputs, stamp, written
 from bakeoff.settings.nodes import Nodes
 
 __all__ = [
+    "LINE_LIMIT",
     "MAX_WORKDIR_BYTES",
     "SKIP_DIRS",
     "STOP_GRACE_S",
@@ -132,14 +134,18 @@ def _log_lines(out: Path, log: OutputLog, who: str = "script") -> None:
     for source in ("stdout", "stderr"):
         path = out / f"{source}.txt"
         if path.exists():
-            for line in path.read_text(errors="replace").splitlines():
+            for line in read_lines(path):
                 if line.strip():
                     log.add(source, who, line.rstrip())
 
 
+#: How much of the end of stderr a failure's tail is read from.
+TAIL_CHARS = 65536
+
+
 def _tail(out: Path, lines: int = 20) -> str:
-    path = out / "stderr.txt"
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+    end = tail_text(out / "stderr.txt", TAIL_CHARS)
+    return "\n".join(line[:LINE_LIMIT] for line in end.splitlines()[-lines:])
 
 
 def _failure(code: int | None, result: dict[str, Any], out: Path, timeout_s: float) -> ErrorInfo | None:

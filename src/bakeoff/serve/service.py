@@ -50,6 +50,7 @@ from typing import IO, Any
 
 from bakeoff.codec import Value
 from bakeoff.launch.deaths import death
+from bakeoff.logtail import tail_text
 from bakeoff.results.values import ErrorInfo
 from bakeoff.serve import keeper as keeper_module
 from bakeoff.serve.address import PLACEHOLDERS, command_line, free_port, port_taken, probe, urls, words
@@ -182,10 +183,7 @@ class Service:
         return self._reports.get("exited")
 
     def stderr_tail(self, chars: int = STDERR_TAIL_CHARS) -> str:
-        try:
-            return self.stderr_path.read_text(encoding="utf-8", errors="replace")[-chars:]
-        except OSError:
-            return ""
+        return tail_text(self.stderr_path, chars)
 
     # -- the start -----------------------------------------------------------------------------
 
@@ -195,10 +193,7 @@ class Service:
             if failed is not None:
                 message = f"the service could not be started: {self._reports.get('message', '')}"
                 return ErrorInfo(failed, message, "crash", "start")
-            try:
-                log = (self.out / KEEPER_LOG).read_text(errors="replace")[-STDERR_TAIL_CHARS:]
-            except OSError:
-                log = ""
+            log = tail_text(self.out / KEEPER_LOG, STDERR_TAIL_CHARS)
             message = "the service's keeper process ended before it started the service"
             return ErrorInfo("KeeperExit", message, "crash", "start", log)
         self.pid = int(self._reports["started"])
