@@ -421,3 +421,33 @@ def test_version_1_database_gains_the_requirements_table(tmp_path):
     assert store.requirements("arch:llama") == ["p50<=1s"]
     with store.engine.connect() as conn:
         assert current_version(conn) == SCHEMA_VERSION
+
+
+def test_a_run_that_a_locked_database_cannot_take_is_kept_for_import(tmp_path: Path, monkeypatch: Any) -> None:
+    # a lock held past SQLite's wait threw a finished trial away, and the hint spoke of a damaged database
+    from bakeoff import api
+    from bakeoff.store import connection
+
+    monkeypatch.setattr(connection, "BUSY_TIMEOUT_S", 0.2)
+    db = tmp_path / "kb.db"
+    store = Store.open(db)
+    store.save_run(_run("before"))  # the control: nothing holds the lock, the run is stored and nothing kept
+    assert not list(tmp_path.glob("bakeoff-unsaved-*"))
+    holder = sqlite3.connect(db)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StoreError) as raised:
+            store.save_run(_run("locked"))
+    finally:
+        holder.rollback()
+        holder.close()
+    kept = tmp_path / "bakeoff-unsaved-locked.jsonl"
+    assert (
+        str(raised.value)
+        == f"database {store.display_url} stayed locked by another process for 0.2 s: run locked is kept in {kept}"
+    )
+    assert raised.value.hint == f"bakeoff import {kept} --db {db} stores it once the other process lets go"
+    assert [r["id"] for r in store.run_index()] == ["before"]  # nothing half-stored
+    api.import_runs(kept, db=db)
+    assert sorted(r["id"] for r in store.run_index()) == ["before", "locked"]
+    assert store.get_run("locked").to_dict() == _run("locked").to_dict()

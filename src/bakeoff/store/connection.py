@@ -20,6 +20,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from bakeoff.errors import StoreError
 
 __all__ = [
+    "BUSY_TIMEOUT_S",
     "DEFAULT_DB",
     "db_flag",
     "dialect_insert",
@@ -126,14 +127,19 @@ def make_engine(url: str) -> Engine:
         ) from exc
 
 
+#: How long a SQLite connection waits for another process's lock before it gives up.
+BUSY_TIMEOUT_S = 30.0
+
+
 def set_sqlite_pragmas(engine: Engine) -> None:
-    """Enforce foreign keys and wait (up to 30 s) for another writer's lock on every connection."""
+    """Enforce foreign keys and wait (up to :data:`BUSY_TIMEOUT_S`) for another writer's lock on
+    every connection."""
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         cursor = dbapi_conn.cursor()
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
         cursor.close()
 
 
@@ -151,13 +157,14 @@ def guarded(method: Callable[..., T]) -> Callable[..., T]:
         except SQLAlchemyError as exc:
             detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
             denied = any(word in detail.lower() for word in _DENIED)
-            raise StoreError(
-                f"database {self.display_url} could not be read or written: {detail}",
-                hint="make the file and its directory writable (SQLite writes a journal beside the file), or choose "
-                "another --db path"
-                if denied
-                else "check the file or server; restore a damaged database from a backup",
-            ) from exc
+            if "locked" in detail.lower():  # another process's lock outlasted SQLite's wait: nothing is damaged
+                hint = "another process holds its lock (a long import or sweep, a sqlite3 shell); try again later"
+            elif denied:
+                hint = "make the file and its directory writable (SQLite writes a journal beside the file), or choose "
+                hint += "another --db path"
+            else:
+                hint = "check the file or server; restore a damaged database from a backup"
+            raise StoreError(f"database {self.display_url} could not be read or written: {detail}", hint=hint) from exc
 
     return wrapper
 

@@ -28,7 +28,7 @@ from bakeoff.env import Environment
 from bakeoff.errors import StoreError
 from bakeoff.results.summary import RunSummary
 from bakeoff.results.values import BaselineInfo, RunResult
-from bakeoff.store import schema, versioning
+from bakeoff.store import connection, schema, versioning
 from bakeoff.store.annotations import (
     Note,
     delete_tag,
@@ -43,6 +43,7 @@ from bakeoff.store.annotations import (
 from bakeoff.store.artifacts import baseline_name, baseline_problem
 from bakeoff.store.connection import (
     DEFAULT_DB,
+    db_flag,
     dialect_insert,
     display_db_url,
     guarded,
@@ -275,10 +276,48 @@ class Store(SweepTables):
     # -- runs ---------------------------------------------------------------------------
     @guarded
     def save_run(self, run: RunResult) -> None:
-        """Insert a run with its results and every raw timing sample, in one transaction."""
+        """Insert a run with its results and every raw timing sample, in one transaction.
 
-        with self.engine.begin() as conn:
-            self._insert_run(conn, run, __version__, insert(schema.runs))
+        Raises:
+            StoreError: the database stayed locked by another process beyond SQLite's wait
+                (``BUSY_TIMEOUT_S``): the run is then kept in an export file beside the database
+                (or in the temporary directory), named in the error, for ``bakeoff import``.
+        """
+        from sqlalchemy.exc import OperationalError
+
+        try:
+            with self.engine.begin() as conn:
+                self._insert_run(conn, run, __version__, insert(schema.runs))
+        except OperationalError as exc:
+            if "locked" not in str(exc.orig or exc).lower():
+                raise
+            raise self._kept_for_later(run) from exc
+
+    def _kept_for_later(self, run: RunResult) -> StoreError:
+        """Write ``run`` to an export file where it can be, and say where (or that it could not)."""
+        import tempfile
+
+        from bakeoff.store.transfer.exporting import keep_unsaved
+
+        name = f"bakeoff-unsaved-{run.run_id}.jsonl"
+        file = Path(self.url.removeprefix("sqlite:///")) if self.url.startswith("sqlite:///") else None
+        flag = db_flag(file or self.url)
+        for folder in [*([file.parent] if file is not None else []), Path(tempfile.gettempdir())]:
+            try:
+                keep_unsaved(run, folder / name)
+            except OSError:
+                continue
+            kept = folder / name
+            return StoreError(
+                f"database {self.display_url} stayed locked by another process for {connection.BUSY_TIMEOUT_S:g} s: "
+                f"run {run.run_id} is kept in {kept}",
+                hint=f"bakeoff import {kept}{flag} stores it once the other process lets go",
+            )
+        return StoreError(
+            f"database {self.display_url} stayed locked by another process for {connection.BUSY_TIMEOUT_S:g} s, "
+            f"and run {run.run_id} could not be written anywhere else",
+            hint="find the process holding the database (a sqlite3 shell, a long import) and run again",
+        )
 
     @guarded
     def change_check_value(

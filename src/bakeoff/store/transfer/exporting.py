@@ -27,7 +27,7 @@ from bakeoff.store.schema import utc_now
 from bakeoff.store.selection import no_runs
 from bakeoff.version import __version__
 
-__all__ = ["CSV_COLUMNS", "EXPORT_SCHEMA", "EXPORT_VERSION", "FORMATS", "ExportSummary", "export"]
+__all__ = ["CSV_COLUMNS", "EXPORT_SCHEMA", "EXPORT_VERSION", "FORMATS", "ExportSummary", "export", "keep_unsaved"]
 
 EXPORT_SCHEMA = "bakeoff.export"
 EXPORT_VERSION = 1
@@ -149,6 +149,23 @@ def _write_jsonl(
             }
         )
     return ExportSummary(where, "jsonl", len(index), len(baselines), len(requirements), len(index))
+
+
+def keep_unsaved(run: RunResult, path: str | os.PathLike[str]) -> None:
+    """Write ``run`` alone as an export file at ``path`` (written whole or not at all), for a
+    database that could not take it: ``bakeoff import`` stores it later (its baseline, stored
+    before the run was measured, is not in it)."""
+    header = {
+        "schema": EXPORT_SCHEMA,
+        "schema_version": EXPORT_VERSION,
+        "exported_at": utc_now(),
+        "bakeoff_version": __version__,
+        "selection": {"workload": None, "tag": None},
+    }
+    record = {"kind": "run", "run": run.to_dict(), "bakeoff_version": __version__, "notes": [], "tags": []}
+    with replacing(path, None, newline="") as out:
+        for item in (header, record):
+            out.write(strictjson.dumps(item, sort_keys=True, separators=(",", ":")) + "\n")
 
 
 def _cell(value: Any) -> Any:
