@@ -177,3 +177,33 @@ def test_an_existing_knowledge_base_is_left_as_it_was_by_a_refused_workload(tmp_
     result = bakeoff_cli("trial", spec("fails_eagerly"), "--db", str(db))
     assert result.returncode == 2 and "fails eagerly on the CPU" in result.stderr
     assert db.read_bytes() == before
+
+
+@pytest.mark.isolated
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"how": "crash"}, "did not finish its first eager run on the CPU: reference run died from signal SIGSEGV"),
+        (
+            {"how": "crash", "dtype": "float64"},
+            "did not finish its baseline's eager runs (float64 and each dtype) on the CPU: reference run died from "
+            "signal SIGSEGV during 'baseline'",
+        ),
+        (
+            {"how": "hang", "dtype": "float64"},
+            "did not finish its baseline's eager runs (float64 and each dtype) on the CPU: no reply to 'baseline' "
+            "within 4 s",
+        ),
+    ],
+)
+def test_a_reference_run_that_crashes_or_hangs_ends_the_trial_with_one_line(options, said, tmp_path):
+    # the eager runs ran in bakeoff's own process: a segfault killed it (exit 139, no line) and a
+    # float64 hang outlived --timeout
+    result = bakeoff_cli(
+        "trial", spec("dies_in_its_forward", **options), "--on", "cpu", "--timeout", "4",
+        "--db", str(tmp_path / "b.db"), timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("bakeoff: error: py:") and said in last, last
+    assert "Traceback" not in result.stderr

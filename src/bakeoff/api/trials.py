@@ -120,7 +120,13 @@ def baseline(
     from bakeoff.checks.baseline import run_eagerly
     from bakeoff.env import capture_environment
     from bakeoff.errors import SpecError
-    from bakeoff.runner.keeping import ensure_baseline
+    from bakeoff.runner.keeping import ensure_baseline, references_here
+    from bakeoff.runner.reference_job import (
+        REFERENCE_TIMEOUT_S,
+        eager_run_elsewhere,
+        isolated_references,
+        reference_launcher,
+    )
     from bakeoff.target.spec import DTYPE_ALIASES
     from bakeoff.workload.registry import build_workload
 
@@ -130,7 +136,12 @@ def baseline(
             raise SpecError(f"unknown dtype {dtype!r}", hint="use one of fp32, bf16, fp16, fp64")
         names.append(DTYPE_ALIASES[dtype.lower()])
     built = build_workload(workload)
-    if _would_create(db):
-        run_eagerly(built)  # refused as bad input before a new database is created
+    elsewhere = reference_launcher(built.spec)  # a forward pass that crashes or hangs ends its process, not this one
+    if _would_create(db):  # refused before a new database is created
+        if elsewhere is None:
+            run_eagerly(built)
+        else:
+            eager_run_elsewhere(elsewhere, built, REFERENCE_TIMEOUT_S)
     store = Store.open(db)
-    return ensure_baseline(store, built, capture_environment(), names, refresh)
+    compute = references_here if elsewhere is None else isolated_references(elsewhere, REFERENCE_TIMEOUT_S)
+    return ensure_baseline(store, built, capture_environment(), names, refresh, compute=compute)

@@ -34,7 +34,16 @@ from bakeoff.metrics import parse_requirement
 from bakeoff.results.values import BaselineInfo
 from bakeoff.workload.base import BuiltWorkload
 
-__all__ = ["Keeping", "MemoryKeeping", "ensure_baseline", "now", "resolve_requirements"]
+__all__ = [
+    "ComputeReferences",
+    "Keeping",
+    "MemoryKeeping",
+    "ensure_baseline",
+    "now",
+    "references_here",
+    "resolve_requirements",
+    "unwritable",
+]
 
 Progress = Callable[[str], None]
 
@@ -123,6 +132,22 @@ def _parse_ref(name: str) -> tuple[str, str, tuple[int, int] | None]:
     return kind, dtype, (int(batch), int(seq))
 
 
+#: ``compute(workload, dtypes, shapes, amp_dtypes, path)``: the references of a new baseline
+#: written to ``path``, as ``(their names, notes, the repeat run's largest difference)``.
+ComputeReferences = Callable[
+    [BuiltWorkload, list[str], list[tuple[int, int]], list[str], Path], tuple[tuple[str, ...], list[str], float]
+]
+
+
+def references_here(
+    workload: BuiltWorkload, dtypes: list[str], shapes: list[tuple[int, int]], amp_dtypes: list[str], path: Path
+) -> tuple[tuple[str, ...], list[str], float]:
+    """:data:`ComputeReferences` in this process (:func:`compute_references`, then saved)."""
+    refs, notes = compute_references(workload, dtypes, shapes, amp_dtypes)
+    save_references(path, refs)
+    return tuple(refs), notes, repeat_error(refs, workload.dtype)
+
+
 def ensure_baseline(
     keeping: Keeping,
     workload: BuiltWorkload,
@@ -132,6 +157,7 @@ def ensure_baseline(
     progress: Progress | None = None,
     shapes: Sequence[tuple[int, int]] = (),
     amp_dtypes: Sequence[str] = (),
+    compute: ComputeReferences = references_here,
 ) -> tuple[BaselineInfo, list[str]]:
     """Reuse the newest baseline for this workload, or compute and store a new one.
 
@@ -193,7 +219,6 @@ def ensure_baseline(
                 keep_amp.add(dtype)
             if shape is not None:
                 keep_shapes.add(shape)
-    refs, notes = compute_references(workload, sorted(keep_dtypes), sorted(keep_shapes), sorted(keep_amp))
     draft = BaselineInfo(
         id=uuid.uuid4().hex[:12],
         workload_spec=spec,
@@ -201,22 +226,34 @@ def ensure_baseline(
         seed=workload.seed,
         created_at=now(),
         environment_fingerprint=env.fingerprint,
-        references=tuple(refs),
-        deterministic=repeat_error(refs, workload.dtype) == 0.0,
-        repeat_max_abs_err=repeat_error(refs, workload.dtype),
+        references=(),
+        deterministic=True,
+        repeat_max_abs_err=0.0,
         path="",
     )
-    path = keeping.baseline_file(draft)
+    path = keeping.baseline_file(draft)  # from its id and fingerprint alone
     try:
-        save_references(path, refs)
+        names, notes, repeat = compute(workload, sorted(keep_dtypes), sorted(keep_shapes), sorted(keep_amp), path)
     except OSError as exc:  # a directory the knowledge base's artifacts cannot be written to
-        raise StoreError(
-            f"cannot write the baseline to {path.parent}: {exc.strerror or exc}",
-            hint="make that directory writable, or choose another --db path or BAKEOFF_ARTIFACTS",
-        ) from exc
-    info = replace(draft, path=str(path), sha256=file_sha256(path))
+        raise unwritable(path, exc.strerror or str(exc)) from exc
+    info = replace(
+        draft,
+        references=names,
+        deterministic=repeat == 0.0,
+        repeat_max_abs_err=repeat,
+        path=str(path),
+        sha256=file_sha256(path),
+    )
     keeping.save_baseline(info, env)
     return info, [reason, *notes]
+
+
+def unwritable(path: Path, why: str) -> StoreError:
+    """The error for a baseline that cannot be written to ``path``."""
+    return StoreError(
+        f"cannot write the baseline to {path.parent}: {why}",
+        hint="make that directory writable, or choose another --db path or BAKEOFF_ARTIFACTS",
+    )
 
 
 def resolve_requirements(

@@ -35,8 +35,9 @@ from bakeoff.results.librarylog import LibraryLog, merge_logs
 from bakeoff.results.values import RunResult, TargetResult
 from bakeoff.runner.capture import Capture
 from bakeoff.runner.job import REFERENCE, TargetJob, with_reference
-from bakeoff.runner.keeping import Keeping, ensure_baseline, now, resolve_requirements
+from bakeoff.runner.keeping import Keeping, ensure_baseline, now, references_here, resolve_requirements
 from bakeoff.runner.localize import localize_measured, split_off
+from bakeoff.runner.reference_job import eager_run_elsewhere, isolated_references, reference_launcher
 from bakeoff.runner.workers import first_wave, preloaded_sessions, session_factory, start_workers
 from bakeoff.scenarios.base import ScenarioSpec
 from bakeoff.scenarios.registry import parse_scenario, scenario_named
@@ -301,10 +302,14 @@ def _run_trial(
                 capture.fold(phase[0])
                 phase[0] = "eager run"
                 workload.inputs_for(profile.shapes[0].batch, profile.shapes[0].seq)
+            elsewhere = reference_launcher(workload_spec) if settings.isolate else None  # None: not forkable
             if callable(keeping):
                 capture.fold(phase[0])
                 phase[0] = "eager run"
-                run_eagerly(workload)
+                if elsewhere is not None:  # a forward pass that crashes or hangs ends its process, not this one
+                    eager_run_elsewhere(elsewhere, workload, settings.timeout_s)
+                else:
+                    run_eagerly(workload)
                 keeping = keeping()
             shapes = [(r.batch, r.seq) for r in profile.shapes] if profile else []
             requirements, req_notes = resolve_requirements(keeping, workload.spec.spec, settings.requirements)
@@ -320,8 +325,9 @@ def _run_trial(
             capture.fold(phase[0])
             phase[0] = "baseline"
             amp_dtypes = sorted({t.amp for t in targets if t.amp})
+            compute = references_here if elsewhere is None else isolated_references(elsewhere, settings.timeout_s)
             baseline, notes = ensure_baseline(
-                keeping, workload, env, dtypes, settings.refresh_baseline, said, shapes, amp_dtypes
+                keeping, workload, env, dtypes, settings.refresh_baseline, said, shapes, amp_dtypes, compute
             )
     finally:
         shutil.rmtree(here, ignore_errors=True)
