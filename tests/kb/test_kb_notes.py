@@ -62,7 +62,7 @@ def test_note_tag_show_and_history(kb: Path) -> None:
     assert len(json.loads(bakeoff("history", "--format", "json", cwd=kb).stdout)) == 2
     untag = bakeoff("tag", RUN, "driver-560", "--remove", cwd=kb)
     assert untag.stdout.strip() == "tags: torch-2.13"
-    assert bakeoff("history", "--tag", "driver-560", cwd=kb).stdout.strip() == "no runs yet; try `bakeoff demo`"
+    assert bakeoff("history", "--tag", "driver-560", cwd=kb).stdout.strip() == "no runs tagged driver-560"
 
 
 def test_author_is_user_or_nobody(kb: Path) -> None:
