@@ -11,12 +11,14 @@ the first.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bakeoff.errors import WorkloadError
 from bakeoff.launch.job import Outcome
+from bakeoff.results.librarylog import LibraryLog
 from bakeoff.runner.keeping import ComputeReferences, references_here, unwritable
 from bakeoff.workload.base import BuiltWorkload, WorkloadSpec
 
@@ -46,6 +48,23 @@ def _built(spec: str, fingerprint: str) -> BuiltWorkload:
     return workload
 
 
+def _told(phase: str, work: Callable[[], Any]) -> tuple[Any, list[dict[str, Any]]]:
+    """``work()``'s value, and what libraries said meanwhile (warnings, logging, raw output),
+    counted under ``phase`` as the trial's own process counts it (:class:`Capture`)."""
+    import shutil
+
+    from bakeoff.launch.tempdirs import owned_tempdir
+    from bakeoff.runner.capture import Capture
+
+    log, here = LibraryLog(), owned_tempdir("capture")
+    try:
+        with Capture(log, lambda: phase, here).active():
+            value = work()
+        return value, list(log.entries())
+    finally:
+        shutil.rmtree(here, ignore_errors=True)
+
+
 @dataclass(frozen=True)
 class EagerJob:
     """One eager CPU call of the workload ``spec`` (:func:`~bakeoff.checks.baseline.run_eagerly`)."""
@@ -54,10 +73,10 @@ class EagerJob:
     fingerprint: str
     phase: str = "eager run"
 
-    def run(self) -> None:
+    def run(self) -> list[dict[str, Any]]:
         from bakeoff.checks.baseline import run_eagerly
 
-        run_eagerly(_built(self.spec, self.fingerprint))
+        return _told(self.phase, lambda: run_eagerly(_built(self.spec, self.fingerprint)))[1]
 
 
 @dataclass(frozen=True)
@@ -74,14 +93,18 @@ class ReferencesJob:
     phase: str = "baseline"
 
     def run(self) -> dict[str, Any]:
-        workload = _built(self.spec, self.fingerprint)
-        try:
-            names, notes, repeat = references_here(
-                workload, list(self.dtypes), list(self.shapes), list(self.amp_dtypes), Path(self.path)
-            )
-        except OSError as exc:
-            return {"unwritable": exc.strerror or str(exc)}
-        return {"references": names, "notes": notes, "repeat": repeat}
+        def compute() -> dict[str, Any]:
+            workload = _built(self.spec, self.fingerprint)
+            try:
+                names, notes, repeat = references_here(
+                    workload, list(self.dtypes), list(self.shapes), list(self.amp_dtypes), Path(self.path)
+                )
+            except OSError as exc:
+                return {"unwritable": exc.strerror or str(exc)}
+            return {"references": names, "notes": notes, "repeat": repeat}
+
+        value, said = _told(self.phase, compute)
+        return {**value, "log": said}
 
 
 def _refused(spec: str, outcome: Outcome, what: str) -> WorkloadError:
@@ -97,8 +120,9 @@ def _refused(spec: str, outcome: Outcome, what: str) -> WorkloadError:
     )
 
 
-def isolated_references(launcher: Any, timeout_s: float) -> ComputeReferences:
-    """:data:`~bakeoff.runner.keeping.ComputeReferences` as a :class:`ReferencesJob` on ``launcher``."""
+def isolated_references(launcher: Any, timeout_s: float, log: LibraryLog | None = None) -> ComputeReferences:
+    """:data:`~bakeoff.runner.keeping.ComputeReferences` as a :class:`ReferencesJob` on
+    ``launcher``; what libraries said there is added to ``log``."""
 
     def compute(
         workload: BuiltWorkload, dtypes: list[str], shapes: list[tuple[int, int]], amp: list[str], path: Path
@@ -112,13 +136,18 @@ def isolated_references(launcher: Any, timeout_s: float) -> ComputeReferences:
         if "unwritable" in outcome.value:
             raise unwritable(path, outcome.value["unwritable"])
         value = outcome.value
+        if log is not None:
+            log.extend(value["log"])
         return tuple(value["references"]), list(value["notes"]), float(value["repeat"])
 
     return compute
 
 
-def eager_run_elsewhere(launcher: Any, workload: BuiltWorkload, timeout_s: float) -> None:
-    """One eager CPU call of ``workload`` as an :class:`EagerJob` on ``launcher``.
+def eager_run_elsewhere(
+    launcher: Any, workload: BuiltWorkload, timeout_s: float, log: LibraryLog | None = None
+) -> None:
+    """One eager CPU call of ``workload`` as an :class:`EagerJob` on ``launcher``; what
+    libraries said there is added to ``log``.
 
     Raises:
         WorkloadError: the call raised, crashed its process or did not end in ``timeout_s``.
@@ -126,6 +155,8 @@ def eager_run_elsewhere(launcher: Any, workload: BuiltWorkload, timeout_s: float
     outcome = launcher.run(EagerJob(workload.spec.spec, workload.fingerprint), timeout_s)
     if not outcome.ok:
         raise _refused(workload.spec.spec, outcome, "its first eager run")
+    if log is not None:
+        log.extend(outcome.value)
 
 
 def reference_launcher(spec: WorkloadSpec) -> Any | None:

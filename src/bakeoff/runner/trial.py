@@ -307,7 +307,7 @@ def _run_trial(
                 capture.fold(phase[0])
                 phase[0] = "eager run"
                 if elsewhere is not None:  # a forward pass that crashes or hangs ends its process, not this one
-                    eager_run_elsewhere(elsewhere, workload, settings.timeout_s)
+                    eager_run_elsewhere(elsewhere, workload, settings.timeout_s, log)
                 else:
                     run_eagerly(workload)
                 keeping = keeping()
@@ -325,7 +325,7 @@ def _run_trial(
             capture.fold(phase[0])
             phase[0] = "baseline"
             amp_dtypes = sorted({t.amp for t in targets if t.amp})
-            compute = references_here if elsewhere is None else isolated_references(elsewhere, settings.timeout_s)
+            compute = references_here if elsewhere is None else isolated_references(elsewhere, settings.timeout_s, log)
             baseline, notes = ensure_baseline(
                 keeping, workload, env, dtypes, settings.refresh_baseline, said, shapes, amp_dtypes, compute
             )
