@@ -473,3 +473,31 @@ def test_an_imported_fit_map_is_rerun_only_when_its_workload_names_no_code(tmp_p
             transfer.check_rerunnable(store, store.get_run("f17f17000001"))
     else:
         transfer.check_rerunnable(store, store.get_run("f17f17000001"))
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "said"),
+    [
+        (("results", 0, "speedup_ci"), {"value": "x", "low": 1.0, "high": 2.0}, "has a value of the wrong kind ("),
+        (("workload", "details"), "a string", "has a value of the wrong kind (AttributeError: "),
+        (("settings",), [], "has a value of the wrong kind ("),
+        (("workload", "kind"), [], "'s workload has no spec and kind as text"),
+    ],
+)
+def test_a_run_value_of_the_wrong_kind_is_refused_before_it_breaks_show_and_report(tmp_path, capsys, path, value, said):
+    # imported, one such run made `bakeoff report` of the whole database fail with a traceback, and
+    # `show` of it; a kind that is not text raised a traceback in the import itself
+    records = _records(tmp_path)
+    line = _run_line(records, recorded_run(0).run_id)
+    spoiled = json.loads(json.dumps(records))
+    where = spoiled[line - 1]["run"]
+    for key in path[:-1]:
+        where = where[key]
+    where[path[-1]] = value
+    bad = _write(tmp_path / "spoiled.jsonl", spoiled)
+    db = _team(tmp_path)
+    before = _dump(db)
+    code, out, err = _cli(capsys, "import", str(bad), "--db", str(db))
+    assert (code, out) == (2, "") and err.startswith(f"bakeoff: error: {bad}, line {line}: run "), err
+    assert said in err and err.count("\n") == 1, err
+    assert _dump(db) == before

@@ -88,11 +88,31 @@ def export_runs(
 
 
 def import_runs(path: PathLike, *, db: PathLike | None = None) -> ImportSummary:
-    """Add what a JSON-lines export holds that the database lacks (importing twice adds nothing)."""
+    """Add what a JSON-lines export holds that the database lacks (importing twice adds nothing).
+    Its runs are shown and reported once, unseen, before anything is written: a value of the
+    wrong kind that would break ``show`` or a report refuses its line."""
     from bakeoff.store.connection import db_flag
     from bakeoff.store.transfer import import_
 
-    return import_(lambda: Store.open(db), path, db_flag(db))  # opened once the whole file has been checked
+    return import_(lambda: Store.open(db), path, db_flag(db), check=shown_and_reported)  # opened once checked
+
+
+def shown_and_reported(runs: list[RunResult]) -> None:
+    """Show each of ``runs`` (verbose) and render their report in every format, for nobody:
+    what raises here would raise in ``bakeoff show`` and ``bakeoff report``."""
+    import io
+
+    from rich.console import Console
+
+    from bakeoff.report.evidence import build_evidence
+    from bakeoff.report.formats import REPORT_FORMATS
+    from bakeoff.report.terminal import run_view
+
+    for run in runs:
+        Console(file=io.StringIO(), width=120).print(run_view(run, width=120, verbose=True))
+    evidence = build_evidence(runs, notes={r.run_id: [] for r in runs}, tags={r.run_id: [] for r in runs})
+    for kind in REPORT_FORMATS.values():
+        kind.render(evidence)
 
 
 def note(run_id: str, text: str, *, db: PathLike | None = None, author: str | None = None) -> Note:

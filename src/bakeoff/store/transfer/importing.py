@@ -25,7 +25,7 @@ from bakeoff.results.values import RunResult
 from bakeoff.store import schema
 from bakeoff.store.db import Store
 from bakeoff.store.schema import utc_now
-from bakeoff.store.transfer.reading import present, read
+from bakeoff.store.transfer.reading import RunCheck, present, read
 from bakeoff.version import __version__
 
 __all__ = ["RERUNNABLE_WHEN_IMPORTED", "ImportSummary", "check_rerunnable", "import_", "imported_from"]
@@ -125,9 +125,12 @@ def check_rerunnable(store: Store, run: RunResult) -> None:
     )
 
 
-def import_(store: Store | Callable[[], Store], path: str | os.PathLike[str], db_flag: str = "") -> ImportSummary:
+def import_(
+    store: Store | Callable[[], Store], path: str | os.PathLike[str], db_flag: str = "", check: RunCheck | None = None
+) -> ImportSummary:
     """Add the runs, baselines, requirements, notes and tags of an export that ``store`` lacks.
 
+    ``check`` is asked of every run before anything is written (see :func:`read`).
     ``store`` may be a callable that opens it: called only after the whole file was checked,
     so a refused file leaves no new database behind; ``db_flag`` (`` --db DB``) goes into the
     commands its hints name. Every run added is recorded as imported
@@ -141,7 +144,7 @@ def import_(store: Store | Callable[[], Store], path: str | os.PathLike[str], db
             the database refuses the write.
     """
     source = Path(path)
-    records = read(source)
+    records = read(source, check)
     if callable(store):
         store = store()
     runs_present, baselines_present = present(store, records, source, db_flag)

@@ -14,7 +14,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -215,6 +215,9 @@ def _run_record(
             path, number, f"run id {run.run_id[:40]!r} is not one bakeoff makes (up to 32 letters and digits)"
         )
     _timestamp(path, number, f"run {run.run_id}'s created_at", run.created_at)
+    workload = run.workload
+    if not isinstance(workload, dict) or not all(isinstance(workload.get(k), str) for k in ("spec", "kind")):
+        raise _refused(path, number, f"run {run.run_id}'s workload has no spec and kind as text")
     for result in run.results:
         problem = _timing_problem(result)
         if problem is not None:
@@ -294,11 +297,19 @@ def _requirements_record(path: Path, number: int, record: dict[str, Any]) -> dic
             "texts": texts}  # fmt: skip
 
 
-def read(path: Path) -> _Records:
-    """Parse and check every line before anything is written."""
+#: ``check(runs)``: raises where runs read from a file cannot be used as stored ones are (shown,
+#: reported): the caller's, which knows what reads runs.
+RunCheck = Callable[[list[RunResult]], None]
+
+
+def read(path: Path, check: RunCheck | None = None) -> _Records:
+    """Parse and check every line before anything is written; the runs also by ``check``."""
     with closing(_lines(path)) as lines:
         _check_header(path, next(lines, None))
-        return _records(path, lines)
+        records = _records(path, lines)
+    if check is not None and records.runs:
+        _checked(path, [(number, run) for number, run, *_ in records.runs], check)
+    return records
 
 
 def _records(path: Path, lines: Iterator[tuple[int, str]]) -> _Records:
@@ -337,6 +348,24 @@ def _records(path: Path, lines: Iterator[tuple[int, str]]) -> _Records:
                 path, number, f"a {kind} record is incomplete or malformed ({type(exc).__name__}: {exc})"
             ) from exc
     return records
+
+
+def _checked(path: Path, runs: list[tuple[int, RunResult]], check: RunCheck) -> None:
+    """``check`` of all ``runs`` at once (a report of them all); where that fails, of each alone,
+    to name the line: a value of the wrong kind that reading let through would break every
+    later ``show`` or report that reaches the run."""
+    try:
+        check([run for _, run in runs])
+        return
+    except Exception:  # whatever a value of the wrong kind breaks in the code that reads it
+        pass
+    for number, run in runs:
+        try:
+            check([run])
+        except Exception as exc:
+            why = f"{type(exc).__name__}: {str(exc)[:120]}"
+            raise _refused(path, number, f"run {run.run_id} has a value of the wrong kind ({why})") from exc
+    raise StoreError(f"{path}: its runs cannot be reported together", hint="import them from separate files")
 
 
 def _stored_ids(store: Store, column: Any, ids: list[str]) -> set[str]:
