@@ -535,3 +535,27 @@ def test_a_build_is_the_same_whatever_thread_count_the_caller_runs(kind: str, tm
     finally:
         torch.set_num_threads(before)
     assert len(fingerprints) == 1
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        # a token input of 1e11 raised a RuntimeError traceback; 1e20 layers grew memory without end
+        ("seq=99999999999", "batch=1 x seq=99,999,999,999 in arch:llama?seq=99999999999 is more than 67,108,864"),
+        ("batch=65536&seq=2048", "is more than 67,108,864 tokens"),
+        ("layers=99999999999999999999", "layers=99999999999999999999 in arch:llama?layers=99999999999999999999 is more "
+         "than 1,000"),
+    ],
+)  # fmt: skip
+def test_sizes_no_machine_holds_are_refused_in_one_line_without_a_build(options: str, said: str) -> None:
+    from bakeoff.workload.hf import check_arch_options
+
+    for refuse in (
+        lambda: build_workload(f"arch:llama?{options}"),
+        lambda: check_arch_options(parse_workload(f"arch:llama?{options}")),
+    ):
+        with pytest.raises(SpecError) as raised:
+            refuse()
+        assert said in str(raised.value)
+    # the control: ordinary sizes are built
+    assert build_workload("arch:llama?layers=3&seq=32").details["parameters"] > 0

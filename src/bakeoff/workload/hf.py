@@ -35,6 +35,9 @@ ARCH_DEFAULTS: dict[str, tuple[str, int]] = {
 MAX_PARAMS = 100_000_000
 #: Input options, not config options.
 INPUT_DEFAULTS = {"batch": 1, "seq": 16, "seed": 0}
+#: The most layers an ``arch:`` workload may ask for, and the most tokens (batch x seq) of its input.
+MAX_LAYERS = 1000
+MAX_TOKENS = 2**26
 _CATEGORIES = ("causal_lm", "base")
 
 
@@ -85,6 +88,10 @@ def _int_option(spec: WorkloadSpec, key: str, value: str) -> int:
             raise SpecError(f"seed={value!r} in {spec} is negative", hint="use a seed >= 0")
     elif number < 1:
         raise SpecError(f"option {key}={value!r} in {spec} must be at least 1", hint="use a positive size")
+    if key == "layers" and number > MAX_LAYERS:  # counting parameters builds every layer, even on meta
+        raise SpecError(
+            f"layers={value} in {spec} is more than {MAX_LAYERS:,}", hint="the deepest models have about 100 layers"
+        )
     return number
 
 
@@ -96,6 +103,11 @@ def _input_options(spec: WorkloadSpec, used: set[str]) -> dict[str, int]:
             used.add(key)
     if values["batch"] < 1 or values["seq"] < 1:
         raise SpecError(f"batch and seq must be at least 1 in {spec}", hint="e.g. seq=16")
+    if values["batch"] * values["seq"] > MAX_TOKENS:
+        raise SpecError(
+            f"batch={values['batch']:,} x seq={values['seq']:,} in {spec} is more than {MAX_TOKENS:,} tokens",
+            hint="use a smaller batch or seq",
+        )
     return values
 
 
