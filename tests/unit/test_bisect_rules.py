@@ -79,6 +79,20 @@ def test_the_answer_agrees_with_the_verdicts_beside_it():
     assert conclude("no", [idle], 1.0, 1.0, 3.1).startswith("the regression does not reproduce here now")
 
 
+def test_a_bisection_run_where_the_after_run_was_not_blames_the_environment_not_the_machines_load():
+    # run in the before environment, the answer blamed "another state of the machine (load, ...)",
+    # beside a table saying this machine has not the after run's packages
+    idle = BisectStep("packages.numpy", "2.1.0", "2.2.0", "not tested", why="this machine has 2.1.0")
+    said = conclude("no", [idle], 1.0, 1.0, 3.1, not_here=["packages.numpy"])
+    assert said.endswith(
+        "; this machine is not the after run's environment (packages.numpy differ from it), so bisect it where the "
+        "after run was measured"
+    )
+    assert "load" not in said
+    # the control: in the after run's environment, the machine's state is what is left
+    assert "another state of the machine (load, other processes)" in conclude("no", [idle], 1.0, 1.0, 3.1)
+
+
 def test_where_the_regression_does_not_reproduce_no_change_moves_it_back():
     # the seeded case: a change measured faster than the controls on a busy machine, while the
     # trial as it is runs as fast as the before run (it failed the bisect test under load)

@@ -113,6 +113,7 @@ def bisect_trial(
                 hint="run it with `bakeoff rerun` to see why",
             )
         tried: list[tuple[Any, str | None, str, bool]] = []  # change, run id, why not, whether it ran
+        not_here = [c.key for c in changes if here.get(c.key) != c.after]  # as the after run had them
         for change in changes:
             key, was, now = change.key, change.before, change.after
             reason = put_back(key, was, now)
@@ -170,7 +171,7 @@ def bisect_trial(
             control_spread=spread,
             reproduced=still,
             steps=tuple(steps),
-            conclusion=conclude(still, steps, control_ms, before_ms, after_ms),
+            conclusion=conclude(still, steps, control_ms, before_ms, after_ms, not_here),
         )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

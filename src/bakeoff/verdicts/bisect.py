@@ -180,15 +180,28 @@ def _named(step: BisectStep) -> str:
 
 
 def conclude(
-    still: str, steps: Sequence[BisectStep], control_ms: float | None, before_ms: float, after_ms: float
+    still: str,
+    steps: Sequence[BisectStep],
+    control_ms: float | None,
+    before_ms: float,
+    after_ms: float,
+    not_here: Sequence[str] = (),
 ) -> str:
-    """The bisection's answer in one sentence, from the verdicts beside it."""
+    """The bisection's answer in one sentence, from the verdicts beside it; ``not_here`` names
+    the changes this machine does not have as the after run had them."""
     if still == "no":
-        return (
+        said = (
             f"the regression does not reproduce here now: the trial as it is runs at {duration(control_ms)}, "
-            f"against {duration(before_ms)} before and {duration(after_ms)} after, so no environment change "
-            "measured here is its cause; the after run was measured in another state of the machine "
-            "(load, other processes) or of something bisect cannot put back"
+            f"against {duration(before_ms)} before and {duration(after_ms)} after"
+        )
+        if not_here:  # the environment here is not the after run's: that, not the machine's state, is why
+            return (
+                f"{said}; this machine is not the after run's environment ({', '.join(not_here)} differ from it), "
+                "so bisect it where the after run was measured"
+            )
+        return (
+            f"{said}, so no environment change measured here is its cause; the after run was measured in another "
+            "state of the machine (load, other processes) or of something bisect cannot put back"
         )
     causes = [s for s in steps if s.verdict == "moves it back"]
     prefix = "" if still == "yes" else "the regression is not clearly reproduced here (not conclusive); "
