@@ -225,3 +225,15 @@ def test_rich_markup_in_what_a_user_names_is_printed_as_written(tmp_path):
     assert tried.returncode == 0, tried.stderr
     assert "Traceback" not in tried.stderr
     assert f"· computing baseline for {spec}\n" in tried.stderr  # as written, no tag taken from it
+
+
+def test_exec_with_a_reference_device_this_machine_lacks_is_refused_in_one_line(tmp_path):
+    # the run was stored with its reference as an error (an AssertionError) and exit 0
+    (tmp_path / "hello.py").write_text("print('hi')\n")
+    db = tmp_path / "b.db"
+    ran = bakeoff("exec", "--reference", "mps", "--on", "cpu", "--db", str(db), "hello.py", cwd=tmp_path)
+    assert ran.returncode == 2, ran.stderr
+    (line,) = ran.stderr.strip().splitlines()
+    assert line.startswith("bakeoff: error: --reference mps cannot run here: no Apple GPU (MPS) here")
+    assert line.endswith("(give a device this machine has (`bakeoff targets` lists them), or leave --reference out)")
+    assert not db.exists()
