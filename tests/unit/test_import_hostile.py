@@ -501,3 +501,19 @@ def test_a_run_value_of_the_wrong_kind_is_refused_before_it_breaks_show_and_repo
     assert (code, out) == (2, "") and err.startswith(f"bakeoff: error: {bad}, line {line}: run "), err
     assert said in err and err.count("\n") == 1, err
     assert _dump(db) == before
+
+
+def test_a_file_in_another_encoding_is_refused_naming_the_line_and_byte(tmp_path, capsys):
+    # "is not a text file" named neither: an export edited and saved as Latin-1 had one é in a note
+    records = _records(tmp_path)
+    text = "".join(json.dumps(r) + "\n" for r in records)
+    latin = tmp_path / "latin1.jsonl"
+    latin.write_bytes(text.replace("first try", "premi\u00e8re try").encode("latin-1", errors="strict"))
+    line = next(n for n, r in enumerate(records, start=1) if r.get("kind") == "run" and r.get("notes"))
+    column = text.splitlines()[line - 1].encode().index(b"first try") + len("premi") + 1
+    _refused(
+        capsys,
+        latin,
+        _team(tmp_path),
+        f"{latin} is not UTF-8 text: line {line}, byte {column} of it is 0xe8 {FROM_EXPORT}",
+    )

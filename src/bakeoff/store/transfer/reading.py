@@ -114,8 +114,11 @@ def _lines(path: Path) -> Generator[tuple[int, str], None, None]:
                 text = raw.decode("utf-8-sig" if number == 1 else "utf-8")  # an editor's byte-order mark
                 if text.strip():
                     yield number, text
-        except UnicodeDecodeError as exc:
-            raise StoreError(f"{path} is not a text file", hint=_FROM_EXPORT) from exc
+        except UnicodeDecodeError as exc:  # a binary file, or one an editor saved in another encoding
+            raise StoreError(
+                f"{path} is not UTF-8 text: line {number}, byte {exc.start + 1} of it is 0x{exc.object[exc.start]:02x}",
+                hint=_FROM_EXPORT,
+            ) from exc
         except OSError as exc:
             raise StoreError(f"cannot read {path}: {exc.strerror or exc}", hint="check the path") from exc
 
