@@ -117,16 +117,10 @@ def baseline(
     workload: str, *, db: PathLike | None = None, dtypes: Iterable[str] = (), refresh: bool = False
 ) -> tuple[BaselineInfo, list[str]]:
     """Preserve (or reuse) the reference outputs of ``workload``; returns the baseline and notes."""
-    from bakeoff.checks.baseline import run_eagerly
     from bakeoff.env import capture_environment
     from bakeoff.errors import SpecError
-    from bakeoff.runner.keeping import ensure_baseline, references_here
-    from bakeoff.runner.reference_job import (
-        REFERENCE_TIMEOUT_S,
-        eager_run_elsewhere,
-        isolated_references,
-        reference_launcher,
-    )
+    from bakeoff.runner.keeping import ensure_baseline
+    from bakeoff.runner.reference_job import REFERENCE_TIMEOUT_S, eager_run, reference_launcher, references_on
     from bakeoff.target.spec import DTYPE_ALIASES
     from bakeoff.workload.registry import build_workload
 
@@ -137,11 +131,8 @@ def baseline(
         names.append(DTYPE_ALIASES[dtype.lower()])
     built = build_workload(workload)
     elsewhere = reference_launcher(built.spec)  # a forward pass that crashes or hangs ends its process, not this one
-    if _would_create(db):  # refused before a new database is created
-        if elsewhere is None:
-            run_eagerly(built)
-        else:
-            eager_run_elsewhere(elsewhere, built, REFERENCE_TIMEOUT_S)
+    if _would_create(db):
+        eager_run(elsewhere, built, REFERENCE_TIMEOUT_S)  # refused before a new database is created
     store = Store.open(db)
-    compute = references_here if elsewhere is None else isolated_references(elsewhere, REFERENCE_TIMEOUT_S)
+    compute = references_on(elsewhere, REFERENCE_TIMEOUT_S)
     return ensure_baseline(store, built, capture_environment(), names, refresh, compute=compute)

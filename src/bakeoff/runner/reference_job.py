@@ -4,9 +4,9 @@ that process, not bakeoff, and the trial stops with one line saying so.
 
 :class:`EagerJob` is the first eager call (does the model run at all, before a knowledge base is
 made); :class:`ReferencesJob` computes and writes a baseline's references
-(:func:`~bakeoff.runner.keeping.references_here`). :func:`isolated_references` runs the second
-on a launcher as :data:`~bakeoff.runner.keeping.ComputeReferences`, and :func:`eager_run_elsewhere`
-the first.
+(:func:`~bakeoff.runner.keeping.references_here`). :func:`references_on` runs the second on
+a launcher as :data:`~bakeoff.runner.keeping.ComputeReferences`, and :func:`eager_run` the first;
+both run in the caller's process where there is no launcher (no fork server to take them).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bakeoff.checks.baseline import run_eagerly
 from bakeoff.errors import WorkloadError
 from bakeoff.launch.job import Outcome
 from bakeoff.results.librarylog import LibraryLog
@@ -26,9 +27,9 @@ __all__ = [
     "REFERENCE_TIMEOUT_S",
     "EagerJob",
     "ReferencesJob",
-    "eager_run_elsewhere",
-    "isolated_references",
+    "eager_run",
     "reference_launcher",
+    "references_on",
 ]
 
 #: How long the reference's eager runs may take where no --timeout is given (``bakeoff baseline``).
@@ -74,8 +75,6 @@ class EagerJob:
     phase: str = "eager run"
 
     def run(self) -> list[dict[str, Any]]:
-        from bakeoff.checks.baseline import run_eagerly
-
         return _told(self.phase, lambda: run_eagerly(_built(self.spec, self.fingerprint)))[1]
 
 
@@ -120,9 +119,12 @@ def _refused(spec: str, outcome: Outcome, what: str) -> WorkloadError:
     )
 
 
-def isolated_references(launcher: Any, timeout_s: float, log: LibraryLog | None = None) -> ComputeReferences:
+def references_on(launcher: Any | None, timeout_s: float, log: LibraryLog | None = None) -> ComputeReferences:
     """:data:`~bakeoff.runner.keeping.ComputeReferences` as a :class:`ReferencesJob` on
-    ``launcher``; what libraries said there is added to ``log``."""
+    ``launcher``, what libraries said there added to ``log``; in this process
+    (:func:`~bakeoff.runner.keeping.references_here`) where ``launcher`` is None."""
+    if launcher is None:
+        return references_here
 
     def compute(
         workload: BuiltWorkload, dtypes: list[str], shapes: list[tuple[int, int]], amp: list[str], path: Path
@@ -143,15 +145,17 @@ def isolated_references(launcher: Any, timeout_s: float, log: LibraryLog | None 
     return compute
 
 
-def eager_run_elsewhere(
-    launcher: Any, workload: BuiltWorkload, timeout_s: float, log: LibraryLog | None = None
-) -> None:
-    """One eager CPU call of ``workload`` as an :class:`EagerJob` on ``launcher``; what
-    libraries said there is added to ``log``.
+def eager_run(launcher: Any | None, workload: BuiltWorkload, timeout_s: float, log: LibraryLog | None = None) -> None:
+    """One eager CPU call of ``workload`` as an :class:`EagerJob` on ``launcher``, what
+    libraries said there added to ``log``; in this process where ``launcher`` is None (the
+    caller's own capture, if any, hears it then).
 
     Raises:
         WorkloadError: the call raised, crashed its process or did not end in ``timeout_s``.
     """
+    if launcher is None:
+        run_eagerly(workload)
+        return
     outcome = launcher.run(EagerJob(workload.spec.spec, workload.fingerprint), timeout_s)
     if not outcome.ok:
         raise _refused(workload.spec.spec, outcome, "its first eager run")

@@ -25,9 +25,6 @@ from bakeoff.analysis.compare import (
     with_process_spread,
 )
 from bakeoff.analysis.requirements import Requirement
-from bakeoff.checks.baseline import (
-    run_eagerly,
-)
 from bakeoff.env import capture_environment
 from bakeoff.errors import SpecError
 from bakeoff.launch.tempdirs import owned_tempdir
@@ -35,9 +32,9 @@ from bakeoff.results.librarylog import LibraryLog, merge_logs
 from bakeoff.results.values import RunResult, TargetResult
 from bakeoff.runner.capture import Capture
 from bakeoff.runner.job import REFERENCE, TargetJob, with_reference
-from bakeoff.runner.keeping import Keeping, ensure_baseline, now, references_here, resolve_requirements
+from bakeoff.runner.keeping import Keeping, ensure_baseline, now, resolve_requirements
 from bakeoff.runner.localize import localize_measured, split_off
-from bakeoff.runner.reference_job import eager_run_elsewhere, isolated_references, reference_launcher
+from bakeoff.runner.reference_job import eager_run, reference_launcher, references_on
 from bakeoff.runner.workers import first_wave, preloaded_sessions, session_factory, start_workers
 from bakeoff.scenarios.base import ScenarioSpec
 from bakeoff.scenarios.registry import parse_scenario, scenario_named
@@ -306,10 +303,7 @@ def _run_trial(
             if callable(keeping):
                 capture.fold(phase[0])
                 phase[0] = "eager run"
-                if elsewhere is not None:  # a forward pass that crashes or hangs ends its process, not this one
-                    eager_run_elsewhere(elsewhere, workload, settings.timeout_s, log)
-                else:
-                    run_eagerly(workload)
+                eager_run(elsewhere, workload, settings.timeout_s, log)  # a crash or hang ends its process
                 keeping = keeping()
             shapes = [(r.batch, r.seq) for r in profile.shapes] if profile else []
             requirements, req_notes = resolve_requirements(keeping, workload.spec.spec, settings.requirements)
@@ -325,7 +319,7 @@ def _run_trial(
             capture.fold(phase[0])
             phase[0] = "baseline"
             amp_dtypes = sorted({t.amp for t in targets if t.amp})
-            compute = references_here if elsewhere is None else isolated_references(elsewhere, settings.timeout_s, log)
+            compute = references_on(elsewhere, settings.timeout_s, log)
             baseline, notes = ensure_baseline(
                 keeping, workload, env, dtypes, settings.refresh_baseline, said, shapes, amp_dtypes, compute
             )
