@@ -10,6 +10,7 @@ metric the registered checks offer; text a spreadsheet would run as a formula is
 from __future__ import annotations
 
 import csv
+import functools
 import os
 from dataclasses import dataclass
 from typing import IO, Any
@@ -115,22 +116,12 @@ def _write_jsonl(
     store: Store, index: list[dict[str, str]], out: IO[str], workload: str | None, tag: str | None, where: str
 ) -> ExportSummary:
 
-    def line(record: dict[str, Any]) -> None:
-        out.write(strictjson.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
-
+    line = functools.partial(_line, out)
     filtered = workload is not None or tag is not None
     specs = sorted({row["workload_spec"] for row in index}) if filtered else None
     requirements = store.all_requirements(specs)
     baselines = store.baselines(specs)
-    line(
-        {
-            "schema": EXPORT_SCHEMA,
-            "schema_version": EXPORT_VERSION,
-            "exported_at": utc_now(),
-            "bakeoff_version": __version__,
-            "selection": {"workload": workload, "tag": tag},
-        }
-    )
+    line(_header(workload, tag))
     for item in requirements:
         line({"kind": "requirements", **item})
     for info, env in baselines:
@@ -151,21 +142,29 @@ def _write_jsonl(
     return ExportSummary(where, "jsonl", len(index), len(baselines), len(requirements), len(index))
 
 
-def keep_unsaved(run: RunResult, path: str | os.PathLike[str]) -> None:
-    """Write ``run`` alone as an export file at ``path`` (written whole or not at all), for a
-    database that could not take it: ``bakeoff import`` stores it later (its baseline, stored
-    before the run was measured, is not in it)."""
-    header = {
+def _header(workload: str | None, tag: str | None) -> dict[str, Any]:
+    """An export's first line: the format, when, by which release, and what was selected."""
+    return {
         "schema": EXPORT_SCHEMA,
         "schema_version": EXPORT_VERSION,
         "exported_at": utc_now(),
         "bakeoff_version": __version__,
-        "selection": {"workload": None, "tag": None},
+        "selection": {"workload": workload, "tag": tag},
     }
+
+
+def _line(out: IO[str], record: dict[str, Any]) -> None:
+    out.write(strictjson.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
+
+
+def keep_unsaved(run: RunResult, path: str | os.PathLike[str]) -> None:
+    """Write ``run`` alone as an export file at ``path`` (written whole or not at all), for a
+    database that could not take it: ``bakeoff import`` stores it later (its baseline, stored
+    before the run was measured, is not in it)."""
     record = {"kind": "run", "run": run.to_dict(), "bakeoff_version": __version__, "notes": [], "tags": []}
     with replacing(path, None, newline="") as out:
-        for item in (header, record):
-            out.write(strictjson.dumps(item, sort_keys=True, separators=(",", ":")) + "\n")
+        for item in (_header(None, None), record):
+            _line(out, item)
 
 
 def _cell(value: Any) -> Any:
