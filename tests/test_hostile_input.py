@@ -227,11 +227,14 @@ def test_rich_markup_in_what_a_user_names_is_printed_as_written(tmp_path):
     assert f"· computing baseline for {spec}\n" in tried.stderr  # as written, no tag taken from it
 
 
-def test_exec_with_a_reference_device_this_machine_lacks_is_refused_in_one_line(tmp_path):
-    # the run was stored with its reference as an error (an AssertionError) and exit 0
+@pytest.mark.parametrize("command", ["exec", "serve"])
+def test_a_reference_device_this_machine_lacks_is_refused_in_one_line(command, tmp_path):
+    # exec stored the run with its reference as an error (an AssertionError) and exit 0; serve
+    # skipped the reference and measured every target against nothing
     (tmp_path / "hello.py").write_text("print('hi')\n")
     db = tmp_path / "b.db"
-    ran = bakeoff("exec", "--reference", "mps", "--on", "cpu", "--db", str(db), "hello.py", cwd=tmp_path)
+    what = ["hello.py"] if command == "exec" else ["python -m http.server {port}"]
+    ran = bakeoff(command, "--reference", "mps", "--on", "cpu", "--db", str(db), *what, cwd=tmp_path)
     assert ran.returncode == 2, ran.stderr
     (line,) = ran.stderr.strip().splitlines()
     assert line.startswith("bakeoff: error: --reference mps cannot run here: no Apple GPU (MPS) here")

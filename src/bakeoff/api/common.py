@@ -53,3 +53,24 @@ def _would_create(db: PathLike | None) -> bool:
 
     url = resolve_db_url(db)
     return url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists()
+
+
+def reference_target(text: str) -> Any:
+    """The target ``--reference text`` names, refused where it cannot run here: every target
+    would be compared with a reference that never ran.
+
+    Raises:
+        SpecError: a malformed target, or a device this machine lacks.
+    """
+    from bakeoff.errors import SpecError
+    from bakeoff.target.detect import extra_devices, unavailable_reason
+    from bakeoff.target.spec import parse_target
+
+    reference = parse_target(text, extra_devices())
+    missing = unavailable_reason(reference)
+    if missing is not None:
+        raise SpecError(
+            f"--reference {reference.spec} cannot run here: {missing}",
+            hint="give a device this machine has (`bakeoff targets` lists them), or leave --reference out",
+        )
+    return reference

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from bakeoff.api.common import PathLike, _store_for, _targets
+from bakeoff.api.common import PathLike, _store_for, _targets, reference_target
 from bakeoff.results.values import RunResult
 from bakeoff.settings import EXEC_OPTIONS, ExecSettings, describe_options
 from bakeoff.target.spec import Target
@@ -103,19 +103,15 @@ def resolve_reference(settings: ExecSettings) -> tuple[Target, bool]:
     """Where the reference of a script run with ``settings`` runs, and whether that is the
     script as written (its own device, unmapped): the ``reference`` asked for, else the
     script's own device (the first of the device map) where it exists here, else the CPU."""
-    from bakeoff.errors import SpecError
     from bakeoff.target.detect import extra_devices, unavailable_reason
     from bakeoff.target.spec import parse_target
 
     sources = settings.sources
     own = settings.reference is None and unavailable_reason(parse_target(sources[0])) is None
-    reference = parse_target(settings.reference or (sources[0] if own else "cpu"), extra_devices())
-    missing = unavailable_reason(reference) if settings.reference is not None else None
-    if missing is not None:  # every target would be compared with a reference that never ran
-        raise SpecError(
-            f"--reference {reference.spec} cannot run here: {missing}",
-            hint="give a device this machine has (`bakeoff targets` lists them), or leave --reference out",
-        )
+    if settings.reference is not None:
+        reference = reference_target(settings.reference)
+    else:
+        reference = parse_target(sources[0] if own else "cpu", extra_devices())
     return reference, own or reference.device in sources
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from bakeoff.api.common import PathLike, _store_for, _targets
+from bakeoff.api.common import PathLike, _store_for, _targets, reference_target
 from bakeoff.results.values import RunResult
 from bakeoff.settings.option import describe_options
 from bakeoff.settings.serve import SERVE_OPTIONS, ServeSettings
@@ -45,7 +45,7 @@ def serve_service(
 
     checked = ServeSettings.from_options(**settings)
     parsed = _targets(on)
-    reference = parse_target(checked.reference or "cpu")
+    reference = reference_target(checked.reference) if checked.reference is not None else parse_target("cpu")
     store = _store_for(db)
     return run_serve(store, command, parsed, checked, reference=reference, progress=progress)
 
