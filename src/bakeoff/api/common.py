@@ -47,12 +47,10 @@ def _store_for(db: PathLike | None) -> Any:
 
 def _would_create(db: PathLike | None) -> bool:
     """Whether opening ``db`` would create a new SQLite file."""
-    from pathlib import Path
+    from bakeoff.store.connection import resolve_db_url, sqlite_file
 
-    from bakeoff.store.connection import resolve_db_url
-
-    url = resolve_db_url(db)
-    return url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists()
+    file = sqlite_file(resolve_db_url(db))
+    return file is not None and not file.exists()
 
 
 def reference_target(text: str) -> Any:

@@ -88,10 +88,10 @@ def exec_script(
             + (", ".join(sorted(remapped)) or "the reference only"),
             hint="each run's devices are remapped to its target's device: give --map cuda, or --on the device named",
         )
-    from bakeoff.store.connection import resolve_db_url
+    from bakeoff.store.connection import resolve_db_url, sqlite_file
 
     url = resolve_db_url(db)  # the knowledge base is never copied into a run's working directory
-    keep_out = [Path(url.removeprefix("sqlite:///"))] if url.startswith("sqlite:///") else []
+    keep_out = [file] if (file := sqlite_file(url)) is not None else []
     store = _store_for(db)
     return run_exec(
         store, path, list(args), parsed, settings, reference=ref, as_written=as_written,

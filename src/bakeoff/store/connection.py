@@ -32,6 +32,7 @@ __all__ = [
     "resolve_db_url",
     "server_hint",
     "set_sqlite_pragmas",
+    "sqlite_file",
 ]
 
 DEFAULT_DB = "bakeoff.db"
@@ -69,6 +70,11 @@ def db_flag(db: str | os.PathLike[str] | None) -> str:
     import shlex
 
     return f" --db {shlex.quote(str(db))}"
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite database URL (``sqlite:///PATH``); None for a server's URL."""
+    return Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
 
 
 def display_db_url(url: str) -> str:

@@ -53,6 +53,7 @@ from bakeoff.store.connection import (
     resolve_db_url,
     resolve_prefix,
     set_sqlite_pragmas,
+    sqlite_file,
 )
 from bakeoff.store.environments import environment_id
 from bakeoff.store.runs import insert_run, select_run, select_run_index, select_run_summaries
@@ -115,9 +116,9 @@ class Store(SweepTables):
         url = resolve_db_url(db)
         if url in ("sqlite://", "sqlite:///", "sqlite:///:memory:"):  # SQLAlchemy's in-memory forms
             raise StoreError("an in-memory database keeps nothing", hint="pass a file path, e.g. --db results.db")
-        is_sqlite = url.startswith("sqlite:///")
-        if is_sqlite:
-            path = Path(url.removeprefix("sqlite:///"))
+        path = sqlite_file(url)
+        is_sqlite = path is not None
+        if path is not None:
             _check_sqlite_path(path, create)
             default_artifacts = path.with_name(path.name + ".artifacts")
         else:
@@ -143,9 +144,9 @@ class Store(SweepTables):
         Raises:
             StoreError: what is wrong with the path.
         """
-        url = resolve_db_url(db)
-        if url.startswith("sqlite:///"):
-            _check_sqlite_path(Path(url.removeprefix("sqlite:///")), create=True, write=True)
+        path = sqlite_file(resolve_db_url(db))
+        if path is not None:
+            _check_sqlite_path(path, create=True, write=True)
 
     @property
     def is_sqlite(self) -> bool:
@@ -300,7 +301,7 @@ class Store(SweepTables):
         from bakeoff.store.transfer.exporting import keep_unsaved
 
         name = f"bakeoff-unsaved-{run.run_id}.jsonl"
-        file = Path(self.url.removeprefix("sqlite:///")) if self.url.startswith("sqlite:///") else None
+        file = sqlite_file(self.url)
         flag = db_flag(file or self.url)
         for folder in [*([file.parent] if file is not None else []), Path(tempfile.gettempdir())]:
             try:
