@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.errors import SpecError, WorkloadError
+from bakeoff.hashing import file_sha256
 from bakeoff.workload.base import BuiltWorkload, WorkloadSpec
 
 __all__ = ["build_user", "load_module"]
@@ -42,7 +43,7 @@ def _class_sources(model: Any, factory_file: str | None) -> list[str]:
         path = Path(where).resolve() if where else None
         if path is None or path == own or not path.is_file() or any(path.is_relative_to(r) for r in installed):
             continue
-        found.add(hashlib.sha256(path.read_bytes()).hexdigest())
+        found.add(file_sha256(path))
     return sorted(found)
 
 
