@@ -108,7 +108,7 @@ def _child(events_path: str, argv: list[str]) -> None:
     wrap(trial, "build_workload", "build", heavy_imports)
     wrap(trial, "capture_environment", "environment")
     wrap(trial, "ensure_baseline", "baseline")
-    wrap(trial, "run_eagerly", "eager")
+    wrap(trial, "eager_run", "eager")  # the first eager call, in a process forked for it where it can be
     wrap(trial, "_drive", "drive")
     wrap(cli_main, "_finish_run", "print")
     from bakeoff.store.db import Store
